@@ -1,0 +1,65 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# neuron-udma: module build and project entry points.
+#
+#   make                 build the module against the project's cached test kernel (built on first
+#                        use inside the toolchain root), or against KDIR=/path/to/kernel/build
+#   make CLIPPY=1        the same, with clippy on every Rust object
+#   make check           cargo test + VM runs on the trn1 and trn2 models (KUnit + kselftests)
+#   make demo            boot the trn1 model and show the driver bound
+#   make vm MODEL=trn2 CMD='...'   run a guest command with the module loaded
+#   make fmt / fmt-check rustfmt on the module and the tools workspace
+#   make clean
+
+# Build against this kernel build tree. Empty: the project's test kernel (scripts/build-kernel).
+KDIR ?=
+# Compile the KUnit suites into the module (the test kernel has CONFIG_KUNIT=y).
+KUNIT ?= $(if $(KDIR),0,1)
+MODEL ?= trn1
+CMD ?= true
+
+KBUILD_ARGS := M=$(CURDIR) $(if $(filter 1,$(KUNIT)),NEURON_UDMA_KUNIT=y) $(if $(CLIPPY),CLIPPY=$(CLIPPY))
+
+.PHONY: all modules clean check demo vm fmt fmt-check kernel toolchain
+
+all: modules
+
+ifeq ($(KDIR),)
+modules:
+	@kdir=$$(scripts/build-kernel) && \
+	  scripts/in-root make --no-print-directory -C "$$kdir" LLVM=1 $(KBUILD_ARGS) modules
+clean:
+	@kdir=$$(scripts/build-kernel) && \
+	  scripts/in-root make -C "$$kdir" LLVM=1 M=$(CURDIR) clean
+else
+# An external kernel build tree (e.g. /lib/modules/$(uname -r)/build on a Neuron host). Pass
+# LLVM=1 when that kernel was built with clang.
+modules:
+	$(MAKE) -C $(KDIR) $(KBUILD_ARGS) modules
+clean:
+	$(MAKE) -C $(KDIR) M=$(CURDIR) clean
+endif
+
+kernel:
+	scripts/build-kernel
+toolchain:
+	scripts/toolchain-root
+
+check:
+	scripts/check
+
+demo:
+	scripts/demo
+
+vm:
+	scripts/vm-run --model $(MODEL) -- $(CMD)
+
+RUSTFMT := scripts/in-root rustfmt --edition 2021 --config-path /usr/src/linux/.rustfmt.toml
+
+fmt:
+	$(RUSTFMT) rust/*.rs
+	cd tools && cargo fmt
+
+fmt-check:
+	$(RUSTFMT) --check rust/*.rs
+	cd tools && cargo fmt --check

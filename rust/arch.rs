@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Per-generation facts of the Neuron devices, as data.
+//!
+//! Everything that differs between Trainium1/Inferentia2 (arch v2) and Trainium2 (arch v3) lives in
+//! one [`Arch`] value per PCI device ID, so that no other module matches on the generation.
+//! Sources are the sections of `udma-hw-spec.md` ("spec") named on each item.
+
+use crate::desc::Barrier;
+use kernel::prelude::*;
+
+/// The Neuron architecture generation (spec 1.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Generation {
+    /// Trainium1 (0x7164) and Inferentia2 (0x7264).
+    V2,
+    /// Trainium2 (0x7364).
+    V3,
+}
+
+/// Number of DMA queues of every UDMA engine (spec 2.1, `DMA_MAX_Q_V4`).
+pub(crate) const QUEUES_PER_ENGINE: u32 = 16;
+
+/// Per-generation data the driver needs to program the UDMA engines.
+#[derive(Debug)]
+pub(crate) struct Arch {
+    /// Generation.
+    pub(crate) generation: Generation,
+    /// Product name as the reference driver reports it (spec 1.1).
+    pub(crate) product: &'static str,
+    /// PCI device ID.
+    pub(crate) device_id: u16,
+    /// Host route bits OR-ed onto a host DMA address to form a device-fabric address (spec 1.3).
+    pub(crate) host_route: u64,
+    /// Mask of all route bits; an address with none of them set is device memory (spec 1.3).
+    pub(crate) route_mask: u64,
+    /// Number of UDMA engines, engine ids `0..engines` (spec 2.1: v2 32 + 2 H2T, v3 128 + 4 H2T).
+    pub(crate) engines: u32,
+    /// `(engine, queue)` of the host-to-device ("H2T") queue of each NeuronCore, indexed by NC
+    /// (spec 2.3).
+    pub(crate) h2t: &'static [(u32, u32)],
+    /// Barrier applied to the last data descriptor of each submission (spec 4.4).
+    pub(crate) final_barrier: Barrier,
+    /// Maximum descriptors per packet programmed into `desc_pref_cfg_2` (spec 3.6 step 19).
+    pub(crate) max_descs_per_packet: u32,
+    /// M2S outstanding-transaction configuration (spec 3.6 step 3).
+    pub(crate) m2s_ostand_cfg: u32,
+    /// S2M outstanding read configuration (spec 3.6 step 12).
+    pub(crate) s2m_ostand_cfg_rd: u32,
+    /// M2S data FIFO depth in beats (spec 3.2, `0x310`).
+    pub(crate) m2s_data_fifo_beats: u32,
+    /// Whether AXI errors are routed to an engine abort at init (v2 only, spec 3.6 step 21).
+    pub(crate) axi_error_abort: bool,
+}
+
+/// Trainium1 / Inferentia2 H2T queues: NC0 -> engine 32, NC1 -> engine 33, queue 0 (spec 2.3).
+const V2_H2T: [(u32, u32); 2] = [(32, 0), (33, 0)];
+/// Trainium2 H2T queues: NC n -> engine {128,129,130,131}[n/2], queue n%2 (spec 2.3).
+const V3_H2T: [(u32, u32); 8] = [
+    (128, 0),
+    (128, 1),
+    (129, 0),
+    (129, 1),
+    (130, 0),
+    (130, 1),
+    (131, 0),
+    (131, 1),
+];
+
+const fn v2(product: &'static str, device_id: u16) -> Arch {
+    Arch {
+        generation: Generation::V2,
+        product,
+        device_id,
+        host_route: 0x0000_1000_0000_0000,
+        route_mask: 0x0000_1F00_0000_0000,
+        engines: 34,
+        h2t: &V2_H2T,
+        final_barrier: Barrier::WriteBarrier,
+        max_descs_per_packet: 65,
+        m2s_ostand_cfg: 0x0000_086F,
+        s2m_ostand_cfg_rd: 0x0040_0008,
+        m2s_data_fifo_beats: 1024,
+        axi_error_abort: true,
+    }
+}
+
+/// Trainium1 (arch v2).
+pub(crate) const TRN1: Arch = v2("Trn1", 0x7164);
+/// Inferentia2 (arch v2).
+pub(crate) const INF2: Arch = v2("Inf2", 0x7264);
+/// Trainium2 (arch v3).
+pub(crate) const TRN2: Arch = Arch {
+    generation: Generation::V3,
+    product: "Trn2",
+    device_id: 0x7364,
+    host_route: 0x0000_4000_0000_0000,
+    route_mask: 0x0000_4000_0000_0000,
+    engines: 132,
+    h2t: &V3_H2T,
+    final_barrier: Barrier::WriteBarrier,
+    max_descs_per_packet: 65,
+    m2s_ostand_cfg: 0x2080_8080,
+    s2m_ostand_cfg_rd: 0x0040_0080,
+    m2s_data_fifo_beats: 2296,
+    axi_error_abort: false,
+};
+
+impl Arch {
+    /// Byte offset of engine `eng`'s UDMA register block inside BAR0, or `None` if the generation
+    /// has no such engine (spec 2.2).
+    pub(crate) fn engine_offset(&self, eng: u32) -> Option<usize> {
+        let off: u32 = match self.generation {
+            Generation::V2 => match eng {
+                0..=15 => 0x3000_0000 + eng * 0x4_0000,
+                16..=31 => 0x3070_0000 + (eng - 16) * 0x4_0000,
+                32 => 0x3060_0000,
+                33 => 0x30D0_0000,
+                _ => return None,
+            },
+            Generation::V3 => match eng {
+                0..=127 => {
+                    const SENG_BASE: [u32; 4] = [0x8200_0000, 0x9400_0000, 0xA200_0000, 0xB400_0000];
+                    SENG_BASE[(eng / 32) as usize] + (eng % 32) * 0x10_0000
+                }
+                128 => 0x0680_0000,
+                129 => 0x0690_0000,
+                130 => 0x4680_0000,
+                131 => 0x4690_0000,
+                _ => return None,
+            },
+        };
+        Some(off as usize)
+    }
+
+    /// Byte offset of engine `eng`'s SDMA wrapper block inside BAR0 (spec 2.2).
+    pub(crate) fn sdma_offset(&self, eng: u32) -> Option<usize> {
+        let off: u32 = match self.generation {
+            Generation::V2 => match eng {
+                0..=15 => 0x3040_0000 + eng * 0x7000,
+                16..=31 => 0x30B0_0000 + (eng - 16) * 0x7000,
+                32 => 0x3064_0000,
+                33 => 0x30D4_0000,
+                _ => return None,
+            },
+            Generation::V3 => return self.engine_offset(eng).map(|o| o + 0x4_0000),
+        };
+        Some(off as usize)
+    }
+
+    /// Whether `(eng, queue)` is reserved for the driver, the NX cores or collectives, and so must
+    /// not be handed to user space (spec 2.4).
+    pub(crate) fn is_reserved_queue(&self, eng: u32, queue: u32) -> bool {
+        if self.h2t.contains(&(eng, queue)) {
+            return true;
+        }
+        match self.generation {
+            Generation::V2 => eng < 32 && ((queue == 14 && eng % 16 < 11) || queue == 15),
+            Generation::V3 => eng < 128 && queue == 14 && matches!(eng % 16, 0..=4 | 7 | 8),
+        }
+    }
+
+    /// Whether `eng` is one of the generation's dedicated host DMA (H2T) engines (spec 2.1).
+    pub(crate) fn is_h2t_engine(&self, eng: u32) -> bool {
+        self.h2t.iter().any(|&(e, _)| e == eng)
+    }
+
+    /// Whether `eng` is a v3 SENG engine (id < 128), where the ring-id error is masked (spec 3.5).
+    pub(crate) fn masks_ring_id_error(&self, eng: u32) -> bool {
+        self.generation == Generation::V3 && eng < 128
+    }
+
+    /// Lowest BAR0 size, in bytes, that holds every engine block of this generation.
+    pub(crate) fn bar0_min_size(&self) -> usize {
+        (0..self.engines)
+            .filter_map(|e| self.engine_offset(e))
+            .max()
+            .map_or(0, |o| o + crate::regs::ENGINE_SIZE)
+    }
+
+    /// Device-fabric address of a host DMA address (spec 1.3).
+    pub(crate) fn host_addr(&self, dma: u64) -> u64 {
+        dma | self.host_route
+    }
+}
+
+#[cfg(neuron_udma_kunit)]
+#[kunit_tests(neuron_udma_arch)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v2_engine_offsets() {
+        assert_eq!(TRN1.engine_offset(0), Some(0x3000_0000));
+        assert_eq!(TRN1.engine_offset(15), Some(0x303C_0000));
+        assert_eq!(TRN1.engine_offset(16), Some(0x3070_0000));
+        assert_eq!(TRN1.engine_offset(31), Some(0x30AC_0000));
+        assert_eq!(TRN1.engine_offset(32), Some(0x3060_0000));
+        assert_eq!(INF2.engine_offset(33), Some(0x30D0_0000));
+        assert_eq!(TRN1.engine_offset(34), None);
+        assert_eq!(TRN1.sdma_offset(32), Some(0x3064_0000));
+    }
+
+    #[test]
+    fn v3_engine_offsets() {
+        assert_eq!(TRN2.engine_offset(0), Some(0x8200_0000));
+        assert_eq!(TRN2.engine_offset(33), Some(0x9410_0000));
+        assert_eq!(TRN2.engine_offset(127), Some(0xB5F0_0000));
+        assert_eq!(TRN2.engine_offset(128), Some(0x0680_0000));
+        assert_eq!(TRN2.engine_offset(131), Some(0x4690_0000));
+        assert_eq!(TRN2.engine_offset(132), None);
+        assert_eq!(TRN2.sdma_offset(129), Some(0x0694_0000));
+    }
+
+    #[test]
+    fn reserved_queues() {
+        assert!(TRN1.is_reserved_queue(32, 0));
+        assert!(!TRN1.is_reserved_queue(32, 1));
+        assert!(TRN1.is_reserved_queue(3, 14));
+        assert!(!TRN1.is_reserved_queue(12, 14));
+        assert!(TRN1.is_reserved_queue(12, 15));
+        assert!(TRN2.is_reserved_queue(129, 1));
+        assert!(!TRN2.is_reserved_queue(129, 2));
+        assert!(TRN2.is_reserved_queue(7, 14));
+        assert!(!TRN2.is_reserved_queue(5, 14));
+    }
+
+    #[test]
+    fn bar0_sizes_and_routes() {
+        assert_eq!(TRN1.bar0_min_size(), 0x30D0_0000 + 0x3C800);
+        assert_eq!(TRN2.bar0_min_size(), 0xB5F0_0000 + 0x3C800);
+        assert_eq!(TRN1.host_addr(0x1234_5000), 0x0000_1000_1234_5000);
+        assert_eq!(TRN2.host_addr(0x1234_5000), 0x0000_4000_1234_5000);
+    }
+}

@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The 16-byte UDMA descriptor and its Tx (m2s) / Rx (s2m) builders (spec 4).
+//!
+//! A copy is always a pair: one Tx descriptor on the queue's M2S ring names the source, one Rx
+//! descriptor on the S2M ring of the same queue names the destination (spec 4.5). The builders
+//! here produce the exact words of the reference driver's `udma_m2m.c`; the caller publishes the
+//! whole 16 bytes into the ring slot before any doorbell.
+
+use crate::ring::RingId;
+use kernel::{bitfield, prelude::*};
+
+bitfield! {
+    /// Word 0 of a descriptor, `len_ctrl`: length, ring id and packet flags (spec 4.2).
+    pub(crate) struct LenCtrl(u32) {
+        /// CONCAT (user-space HAL only, never set by the driver).
+        31:31 concat => bool;
+        /// DMB: wait for all earlier transfers of the queue before this one (Tx only).
+        30:30 dmb => bool;
+        /// Interrupt on completion (the driver never sets it on Tx).
+        28:28 int_en => bool;
+        /// LAST descriptor of a packet (Tx only).
+        27:27 last => bool;
+        /// FIRST descriptor of a packet (Tx only).
+        26:26 first => bool;
+        /// Ring id (phase) of the pass over the ring the descriptor was written in.
+        25:24 ring_id;
+        /// META descriptor (user-space HAL only).
+        23:23 meta => bool;
+        /// Length in bytes; 0 means 65536 (M2S `cfg_len` bit 24).
+        15:0 len;
+    }
+}
+
+bitfield! {
+    /// Word 1 of a Tx descriptor, `meta_ctrl`: the SDMA operation (spec 4.3).
+    pub(crate) struct MetaCtrl(u32) {
+        /// Write barrier: the packet's writes are visible before later packets' writes.
+        26:26 write_barrier => bool;
+        /// SSMAE operation; 2 = plain copy.
+        25:23 ssmae_op;
+        /// Operation type.
+        22:20 op_type;
+        /// Copy the source data.
+        19:19 copy_src_data => bool;
+        /// First block.
+        1:1 first_block => bool;
+        /// Last block.
+        0:0 last_block => bool;
+    }
+}
+
+impl MetaCtrl {
+    /// The `meta_ctrl` of every driver-built Tx descriptor: a plain copy, `0x0108_0003`.
+    pub(crate) fn copy() -> Self {
+        Self::zeroed()
+            .with_last_block(true)
+            .with_first_block(true)
+            .with_copy_src_data(true)
+            .with_const_ssmae_op::<2>()
+    }
+}
+
+/// Ordering requested for a Tx descriptor (spec 4.4; values as in the reference ABI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Barrier {
+    /// No ordering beyond the queue's order.
+    None = 0,
+    /// DMB: `len_ctrl` bit 30.
+    Dmb = 1,
+    /// Write barrier: `meta_ctrl` bit 26.
+    WriteBarrier = 2,
+}
+
+impl TryFrom<u32> for Barrier {
+    type Error = Error;
+
+    /// Decodes a barrier mode.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for any value other than 0, 1 or 2 (spec 4.4).
+    fn try_from(v: u32) -> Result<Self> {
+        match v {
+            0 => Ok(Self::None),
+            1 => Ok(Self::Dmb),
+            2 => Ok(Self::WriteBarrier),
+            _ => Err(EINVAL),
+        }
+    }
+}
+
+/// Largest number of bytes one descriptor moves (spec 4.8).
+pub(crate) const MAX_DESC_BYTES: u32 = 65536;
+
+/// A validated descriptor length: 1..=65536 bytes, held in its 16-bit encoding (65536 -> 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DescLen(u16);
+
+impl DescLen {
+    /// Validates a transfer size in bytes.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for 0 (which the reference silently turns into 64 KiB) and for sizes above
+    /// 65536 bytes.
+    pub(crate) fn new(bytes: u32) -> Result<Self> {
+        match bytes {
+            MAX_DESC_BYTES => Ok(Self(0)),
+            // CAST: 1..=65535 fits in 16 bits.
+            1..MAX_DESC_BYTES => Ok(Self(bytes as u16)),
+            _ => Err(EINVAL),
+        }
+    }
+
+    /// The length in bytes, 1..=65536.
+    pub(crate) fn bytes(self) -> u32 {
+        if self.0 == 0 {
+            MAX_DESC_BYTES
+        } else {
+            u32::from(self.0)
+        }
+    }
+}
+
+/// One 16-byte ring slot in CPU byte order (spec 4.1). Written to rings as little-endian words by
+/// [`Desc::to_le_bytes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub(crate) struct Desc {
+    /// `len_ctrl`.
+    pub(crate) len_ctrl: u32,
+    /// Tx: `meta_ctrl`; Rx: `buf2_ptr_lo`, always 0.
+    pub(crate) word1: u32,
+    /// Tx: source (`buf_ptr`); Rx: destination (`buf1_ptr`). A device-fabric address.
+    pub(crate) addr: u64,
+}
+
+/// Size in bytes of one descriptor (spec 4.1).
+pub(crate) const DESC_SIZE: usize = 16;
+
+impl Desc {
+    /// Tx (m2s) descriptor of a one-descriptor packet: FIRST | LAST [| DMB] | ring id | len,
+    /// `meta_ctrl` = 0x0108_0003 [| write barrier] (spec 4.5 step 4).
+    pub(crate) fn tx(len: DescLen, ring_id: RingId, barrier: Barrier, src: u64) -> Self {
+        let len_ctrl = LenCtrl::zeroed()
+            .with_first(true)
+            .with_last(true)
+            .with_dmb(barrier == Barrier::Dmb)
+            .with_ring_id(ring_id.bits())
+            .with_len(len.0);
+        let meta = MetaCtrl::copy().with_write_barrier(barrier == Barrier::WriteBarrier);
+        Self {
+            len_ctrl: len_ctrl.into_raw(),
+            word1: meta.into_raw(),
+            addr: src,
+        }
+    }
+
+    /// Rx (s2m) descriptor: [INT_EN |] ring id | len, word 1 zero (spec 4.5 step 5).
+    pub(crate) fn rx(len: DescLen, ring_id: RingId, int_en: bool, dst: u64) -> Self {
+        let len_ctrl = LenCtrl::zeroed()
+            .with_int_en(int_en)
+            .with_ring_id(ring_id.bits())
+            .with_len(len.0);
+        Self {
+            len_ctrl: len_ctrl.into_raw(),
+            word1: 0,
+            addr: dst,
+        }
+    }
+
+    /// The 16 bytes as they appear in ring memory (little-endian words).
+    pub(crate) fn to_le_bytes(self) -> [u8; DESC_SIZE] {
+        let mut b = [0u8; DESC_SIZE];
+        b[0..4].copy_from_slice(&self.len_ctrl.to_le_bytes());
+        b[4..8].copy_from_slice(&self.word1.to_le_bytes());
+        b[8..16].copy_from_slice(&self.addr.to_le_bytes());
+        b
+    }
+
+    /// Decodes 16 bytes of ring memory.
+    pub(crate) fn from_le_bytes(b: [u8; DESC_SIZE]) -> Self {
+        Self {
+            len_ctrl: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            word1: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+            addr: u64::from_le_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]),
+        }
+    }
+}
+
+#[cfg(neuron_udma_kunit)]
+#[kunit_tests(neuron_udma_desc)]
+mod tests {
+    use super::*;
+
+    const H: u64 = 0x0000_1000_0000_0000;
+
+    fn id(n: u32) -> RingId {
+        let mut r = RingId::INITIAL;
+        while r.bits().get() != n {
+            r = r.next();
+        }
+        r
+    }
+
+    #[test]
+    fn appendix_a_vectors() -> Result {
+        // Spec Appendix A: one 4 KiB host->HBM copy on v2, then the completion marker pair.
+        let src = 0x1234_5000 | H;
+        let tx0 = Desc::tx(DescLen::new(0x1000)?, RingId::INITIAL, Barrier::WriteBarrier, src);
+        assert_eq!(tx0.len_ctrl, 0x0D00_1000);
+        assert_eq!(tx0.word1, 0x0508_0003);
+        assert_eq!(
+            tx0.to_le_bytes(),
+            [0x00, 0x10, 0x00, 0x0D, 0x03, 0x00, 0x08, 0x05, 0x00, 0x50, 0x34, 0x12, 0x00, 0x10, 0x00, 0x00]
+        );
+        let rx0 = Desc::rx(DescLen::new(0x1000)?, RingId::INITIAL, false, 0x4000);
+        assert_eq!(rx0.len_ctrl, 0x0100_1000);
+        assert_eq!(rx0.word1, 0);
+        assert_eq!(rx0.addr, 0x4000);
+        let tx1 = Desc::tx(DescLen::new(4)?, RingId::INITIAL, Barrier::None, 0x8000 | H);
+        assert_eq!(tx1.len_ctrl, 0x0D00_0004);
+        assert_eq!(tx1.word1, 0x0108_0003);
+        let rx1 = Desc::rx(DescLen::new(4)?, RingId::INITIAL, false, 0x8004 | H);
+        assert_eq!(rx1.len_ctrl, 0x0100_0004);
+        assert_eq!(Desc::from_le_bytes(tx0.to_le_bytes()), tx0);
+        Ok(())
+    }
+
+    #[test]
+    fn flags_alone_and_combined() -> Result {
+        let len = DescLen::new(1)?;
+        assert_eq!(MetaCtrl::copy().into_raw(), 0x0108_0003);
+        let dmb = Desc::tx(len, id(1), Barrier::Dmb, 0);
+        assert_eq!(dmb.len_ctrl, 0x4D00_0001);
+        assert_eq!(dmb.word1, 0x0108_0003);
+        let wb = Desc::tx(len, id(1), Barrier::WriteBarrier, 0);
+        assert_eq!(wb.len_ctrl, 0x0D00_0001);
+        assert_eq!(wb.word1, 0x0508_0003);
+        assert_eq!(Desc::rx(len, id(1), true, 0).len_ctrl, 0x1100_0001);
+        assert_eq!(Desc::tx(len, id(0), Barrier::Dmb, 0).len_ctrl, 0x4C00_0001);
+        assert_eq!(Desc::tx(len, id(2), Barrier::None, 0).len_ctrl, 0x0E00_0001);
+        assert_eq!(Desc::tx(len, id(3), Barrier::None, 0).len_ctrl, 0x0F00_0001);
+        assert_eq!(Desc::rx(len, id(3), true, 0).len_ctrl, 0x1300_0001);
+        assert_eq!(Desc::rx(len, id(0), false, 0).len_ctrl, 0x0000_0001);
+        assert_eq!(Barrier::try_from(3u32), Err(EINVAL));
+        assert_eq!(Barrier::try_from(2u32), Ok(Barrier::WriteBarrier));
+        Ok(())
+    }
+
+    #[test]
+    fn lengths() -> Result {
+        assert_eq!(DescLen::new(0), Err(EINVAL));
+        assert_eq!(DescLen::new(65537), Err(EINVAL));
+        assert_eq!(DescLen::new(u32::MAX), Err(EINVAL));
+        let full = DescLen::new(65536)?;
+        assert_eq!(full.bytes(), 65536);
+        assert_eq!(Desc::tx(full, id(1), Barrier::None, 0).len_ctrl, 0x0D00_0000);
+        assert_eq!(Desc::rx(full, id(1), false, 0).len_ctrl, 0x0100_0000);
+        assert_eq!(DescLen::new(65535)?.bytes(), 65535);
+        assert_eq!(Desc::rx(DescLen::new(65535)?, id(1), false, 0).len_ctrl, 0x0100_FFFF);
+        Ok(())
+    }
+}

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The PCI driver: binds Neuron devices, maps their BARs, and releases them on unbind.
+
+use crate::{
+    arch::{self, Arch},
+    regs,
+};
+use kernel::{
+    device::{Bound, Core},
+    dma::{Device as _, DmaMask},
+    io::Io,
+    pci,
+    prelude::*, //
+};
+
+/// BAR holding the APB register space, UDMA engines included (spec 1.2).
+const APB_BAR: u32 = 0;
+/// BAR holding device memory (HBM) (spec 1.2).
+const DRAM_BAR: u32 = 4;
+
+/// Driver data of one bound device. Fields drop in declaration order.
+pub(crate) struct NeuronUdma<'bound> {
+    /// The PCI device, bound while this value lives.
+    pdev: &'bound pci::Device<Bound>,
+    /// Per-generation data.
+    arch: &'static Arch,
+    /// BAR0: APB registers, UDMA engines.
+    bar0: pci::Bar<'bound>,
+    /// BAR4: device memory (HBM). Optional on v3, as in the reference driver (spec 1.2).
+    bar4: Option<pci::Bar<'bound>>,
+}
+
+/// The PCI driver type.
+pub(crate) struct NeuronUdmaDriver;
+
+kernel::pci_device_table!(
+    PCI_TABLE,
+    <NeuronUdmaDriver as pci::Driver>::IdInfo,
+    [
+        (pci::DeviceId::from_id(pci::Vendor::AMAZON, 0x7164), &arch::TRN1),
+        (pci::DeviceId::from_id(pci::Vendor::AMAZON, 0x7264), &arch::INF2),
+        (pci::DeviceId::from_id(pci::Vendor::AMAZON, 0x7364), &arch::TRN2),
+    ]
+);
+
+impl pci::Driver for NeuronUdmaDriver {
+    type IdInfo = &'static Arch;
+    type Data<'bound> = NeuronUdma<'bound>;
+
+    const ID_TABLE: pci::IdTable<Self::IdInfo> = &PCI_TABLE;
+
+    fn probe<'bound>(
+        pdev: &'bound pci::Device<Core<'_>>,
+        info: Option<&'bound Self::IdInfo>,
+    ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
+        let arch: &'static Arch = *info.ok_or(ENODEV)?;
+
+        pdev.enable_device_mem()?;
+        pdev.set_master();
+        // SAFETY: No DMA allocation or mapping exists for this device yet.
+        unsafe { pdev.dma_set_mask_and_coherent(DmaMask::new::<64>()) }
+            .inspect_err(|e| dev_err!(pdev, "no 64-bit DMA mask: {:?}\n", e))?;
+
+        let bar0 = pdev.iomap_region(APB_BAR, c"neuron_udma/apb")?;
+        let bar0_len = (&bar0).size();
+        if bar0_len < arch.bar0_min_size() {
+            dev_err!(
+                pdev,
+                "BAR0 is {:#x} bytes, the {} engines need {:#x}\n",
+                bar0_len,
+                arch.product,
+                arch.bar0_min_size()
+            );
+            return Err(ENODEV);
+        }
+        let bar4 = match pdev.iomap_region(DRAM_BAR, c"neuron_udma/bar4") {
+            Ok(bar) => Some(bar),
+            Err(e) if arch.generation == arch::Generation::V3 => {
+                dev_warn!(pdev, "BAR4 not mapped ({:?}); device memory unavailable\n", e);
+                None
+            }
+            Err(e) => return Err(e),
+        };
+
+        dev_info!(
+            pdev,
+            "{} (arch {:?}, device {:#06x}, revision {}): BAR0 {} MiB, BAR4 {} MiB, {} engines\n",
+            arch.product,
+            arch.generation,
+            pdev.device_id(),
+            pdev.revision_id(),
+            bar0_len >> 20,
+            bar4.as_ref().map_or(0, |b| b.size() >> 20),
+            arch.engines
+        );
+
+        Ok(NeuronUdma {
+            pdev,
+            arch,
+            bar0,
+            bar4,
+        })
+    }
+
+    fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, _this: Pin<&Self::Data<'bound>>) {
+        // 7.3 has no pci_clear_master(): stop the device from mastering the bus by hand.
+        pdev.config_space()
+            .update(regs::PCI_COMMAND, |c| c.with_bus_master(false));
+        dev_info!(pdev, "unbound, bus mastering off\n");
+    }
+}

@@ -1,0 +1,367 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! One DMA queue: its Tx (M2S) and Rx (S2M) rings in coherent memory, `copy_prepare_one`,
+//! `copy_start`, and completion fences (spec 3.7, 4.5-4.7, 5).
+//!
+//! A [`Queue`] is plain data guarded by its owner's lock; the register accesses it needs are
+//! given an [`EngineIo`] by the caller, so nothing here sleeps.
+//!
+//! Completion: a fence appends one 4-byte host-to-host pair that copies the marker 0xABCDEF01
+//! from word 0 of a completion slot to word 1 (spec 5.1). Processing is in order per queue, so
+//! when word 1 holds the marker, every descriptor before the pair is done and is acked.
+
+use crate::{
+    arch::Arch,
+    desc::{Barrier, Desc, DescLen, DESC_SIZE},
+    engine::{self, EngineIo},
+    regs::{M2s, S2m},
+    ring::{RingSize, RingState, ALIGN},
+};
+use kernel::{
+    device::{Bound, Device},
+    dma::Coherent,
+    io::{io_project, io_read, io_write, Io},
+    prelude::*,
+};
+
+/// The completion marker (spec 5.1, `DMA_COMPLETION_MARKER`).
+pub(crate) const COMPLETION_MARKER: u32 = 0xABCD_EF01;
+/// Most data pairs the driver puts in front of one marker pair (spec 6.1: 2032 + 1 per doorbell).
+pub(crate) const MAX_PAIRS_PER_SUBMISSION: u32 = 2032;
+/// Completion slots of a queue, i.e. the most fences in flight at once.
+pub(crate) const FENCE_SLOTS: usize = 256;
+
+/// A descriptor slot as it lies in ring memory: four little-endian words (spec 4.1).
+#[repr(C)]
+#[derive(Clone, Copy, Default, FromBytes, IntoBytes)]
+pub(crate) struct HwDesc {
+    words: [u32; 4],
+}
+
+// SAFETY: `repr(C)` array of `u32`, no padding; every bit pattern is valid.
+unsafe impl kernel::transmute::AsBytes for HwDesc {}
+// SAFETY: As above.
+unsafe impl kernel::transmute::FromBytes for HwDesc {}
+
+impl HwDesc {
+    fn from_desc(d: Desc) -> Self {
+        let b = d.to_le_bytes();
+        let w = |i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        Self { words: [w(0), w(4), w(8), w(12)] }
+    }
+
+    /// The 16 raw bytes of the slot.
+    pub(crate) fn bytes(&self) -> [u8; DESC_SIZE] {
+        let mut b = [0u8; DESC_SIZE];
+        for (i, w) in self.words.iter().enumerate() {
+            b[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+        }
+        b
+    }
+}
+
+/// One completion slot: word 0 holds the marker (the pair's source), word 1 receives it.
+#[repr(C)]
+#[derive(Clone, Copy, Default, FromBytes, IntoBytes)]
+pub(crate) struct CompletionSlot {
+    src: u32,
+    dst: u32,
+}
+
+// SAFETY: `repr(C)`, two `u32`, no padding; every bit pattern is valid.
+unsafe impl kernel::transmute::AsBytes for CompletionSlot {}
+// SAFETY: As above.
+unsafe impl kernel::transmute::FromBytes for CompletionSlot {}
+
+/// A fence in flight: completion slot and the ring positions just past its marker pair.
+#[derive(Clone, Copy, Debug)]
+struct Fence {
+    seq: u64,
+    slot: usize,
+    tx_end: u32,
+    rx_end: u32,
+}
+
+/// Parameters of one copy (one descriptor pair), addresses already translated.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Copy {
+    /// Source, device-fabric address.
+    pub(crate) src: u64,
+    /// Destination, device-fabric address.
+    pub(crate) dst: u64,
+    /// Validated length.
+    pub(crate) len: DescLen,
+    /// Ordering of the Tx descriptor.
+    pub(crate) barrier: Barrier,
+    /// Set INT_EN on the Rx descriptor.
+    pub(crate) set_dst_int: bool,
+}
+
+/// Software view of one queue (engine `eng`, queue `qid`) and its memory.
+pub(crate) struct Queue {
+    /// Engine id.
+    pub(crate) eng: u32,
+    /// Queue id, 0..16.
+    pub(crate) qid: u32,
+    host_route: u64,
+    tx_ring: Coherent<[HwDesc]>,
+    rx_ring: Coherent<[HwDesc]>,
+    completion: Coherent<[CompletionSlot]>,
+    tx: RingState,
+    rx: RingState,
+    /// Prepared Tx descriptors whose doorbell has not been rung.
+    pending_tx: u32,
+    /// Prepared Rx descriptors whose doorbell has not been rung.
+    pending_rx: u32,
+    /// Fences in flight, oldest first.
+    fences: KVec<Fence>,
+    /// Sequence number of the next fence; fences before `done_seq` are complete.
+    next_seq: u64,
+    done_seq: u64,
+    /// Times the queue was reset (after a timeout or an engine error).
+    pub(crate) resets: u32,
+}
+
+/// Result of checking a fence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FenceState {
+    /// The marker arrived; the descriptors before it are acked.
+    Done,
+    /// Not yet.
+    Pending,
+}
+
+impl Queue {
+    /// Allocates the rings (`tx_descs` / `rx_descs` descriptors, power-of-two sizes from 32 to
+    /// 2^23) and the completion slots of queue `qid` of engine `eng` in coherent memory.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for a bad size or queue id, `ENOMEM` if the memory cannot be allocated, `EIO`
+    /// if the allocator returns memory that is not 256-byte aligned (spec 4.8).
+    pub(crate) fn new(
+        dev: &Device<Bound>,
+        arch: &Arch,
+        eng: u32,
+        qid: u32,
+        tx_descs: u32,
+        rx_descs: u32,
+    ) -> Result<Self> {
+        if arch.engine_offset(eng).is_none() || qid >= crate::arch::QUEUES_PER_ENGINE {
+            return Err(EINVAL);
+        }
+        let tx_size = RingSize::new(tx_descs)?;
+        let rx_size = RingSize::new(rx_descs)?;
+        let tx_ring = Coherent::<HwDesc>::zeroed_slice(dev, tx_descs as usize, GFP_KERNEL)?;
+        let rx_ring = Coherent::<HwDesc>::zeroed_slice(dev, rx_descs as usize, GFP_KERNEL)?;
+        let completion = Coherent::<CompletionSlot>::zeroed_slice(dev, FENCE_SLOTS, GFP_KERNEL)?;
+        for ring in [&tx_ring, &rx_ring] {
+            // CAST: only the low bits matter for the alignment check.
+            if ring.dma_address() as usize % ALIGN != 0 {
+                return Err(EIO);
+            }
+        }
+        Ok(Self {
+            eng,
+            qid,
+            host_route: arch.host_route,
+            tx_ring,
+            rx_ring,
+            completion,
+            tx: RingState::new(tx_size),
+            rx: RingState::new(rx_size),
+            pending_tx: 0,
+            pending_rx: 0,
+            fences: KVec::new(),
+            next_seq: 1,
+            done_seq: 1,
+            resets: 0,
+        })
+    }
+
+    fn q(&self) -> usize {
+        self.qid as usize
+    }
+
+    /// Device-fabric address of the Tx ring.
+    pub(crate) fn tx_base(&self) -> u64 {
+        self.tx_ring.dma_address() | self.host_route
+    }
+
+    /// Device-fabric address of the Rx ring.
+    pub(crate) fn rx_base(&self) -> u64 {
+        self.rx_ring.dma_address() | self.host_route
+    }
+
+    /// Programs the queue registers (spec 3.7: Tx, then Rx) and resets the software state:
+    /// empty rings, ring id 1, no fences.
+    pub(crate) fn hw_init(&mut self, io: EngineIo<'_>) -> Result {
+        engine::init_queue_dir::<M2s>(io, self.q(), self.tx_base(), self.tx.size().descs())?;
+        engine::init_queue_dir::<S2m>(io, self.q(), self.rx_base(), self.rx.size().descs())?;
+        self.tx = RingState::new(self.tx.size());
+        self.rx = RingState::new(self.rx.size());
+        self.pending_tx = 0;
+        self.pending_rx = 0;
+        // Every fence still in flight is lost with the reset: mark them done-with-error by
+        // moving `done_seq` past them; waiters learn of the reset through `resets`.
+        self.fences.clear();
+        self.done_seq = self.next_seq;
+        Ok(())
+    }
+
+    /// Resets the queue after a timeout or an engine error: the full queue init sequence again
+    /// (which includes `q_sw_ctrl` reset), so the next submission starts from slot 0, ring id 1.
+    pub(crate) fn reset(&mut self, io: EngineIo<'_>) -> Result {
+        self.resets = self.resets.wrapping_add(1);
+        self.hw_init(io)
+    }
+
+    /// Tx ring state.
+    pub(crate) fn tx_state(&self) -> &RingState {
+        &self.tx
+    }
+
+    /// Rx ring state.
+    pub(crate) fn rx_state(&self) -> &RingState {
+        &self.rx
+    }
+
+    /// Prepared descriptors not yet doorbelled: `(tx, rx)`.
+    pub(crate) fn pending(&self) -> (u32, u32) {
+        (self.pending_tx, self.pending_rx)
+    }
+
+    /// Free descriptor pairs, keeping the 16-slot reserve on both rings (spec 4.7).
+    pub(crate) fn available_pairs(&self) -> u32 {
+        self.tx.available().min(self.rx.available())
+    }
+
+    /// Whether a fence can be added now (a free completion slot and one free pair).
+    pub(crate) fn can_fence(&self) -> bool {
+        self.fences.len() < FENCE_SLOTS && self.available_pairs() >= 1
+    }
+
+    /// Writes one descriptor pair (spec 4.5): Rx slot, then Tx slot, each written whole.
+    ///
+    /// # Errors
+    ///
+    /// `ENOSPC` if either ring has no free slot; nothing is written then.
+    pub(crate) fn prepare_one(&mut self, c: &Copy) -> Result {
+        if self.available_pairs() < 1 {
+            return Err(ENOSPC);
+        }
+        let (rx_idx, rx_id) = self.rx.take();
+        let (tx_idx, tx_id) = self.tx.take();
+        let rx = HwDesc::from_desc(Desc::rx(c.len, rx_id, c.set_dst_int, c.dst));
+        let tx = HwDesc::from_desc(Desc::tx(c.len, tx_id, c.barrier, c.src));
+        io_project!(&self.rx_ring, [try: rx_idx as usize]).copy_write(rx);
+        io_project!(&self.tx_ring, [try: tx_idx as usize]).copy_write(tx);
+        self.pending_rx += 1;
+        self.pending_tx += 1;
+        Ok(())
+    }
+
+    /// Rings the doorbells for `m2s_count` Tx and `s2m_count` Rx prepared descriptors
+    /// (spec 3.8: full barrier, Rx, then Tx if `m2s_count > 0`).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if `s2m_count` is 0 or either count exceeds the prepared, not yet started
+    /// descriptors of its ring (which also bounds it by the ring size); nothing is written then.
+    pub(crate) fn start(&mut self, io: EngineIo<'_>, m2s_count: u32, s2m_count: u32) -> Result {
+        if s2m_count == 0 || m2s_count > self.pending_tx || s2m_count > self.pending_rx {
+            return Err(EINVAL);
+        }
+        engine::doorbell(io, self.q(), m2s_count, s2m_count)?;
+        self.pending_tx -= m2s_count;
+        self.pending_rx -= s2m_count;
+        Ok(())
+    }
+
+    /// Appends a completion marker pair after everything prepared so far and rings the
+    /// doorbells for all prepared descriptors, marker included. Returns the fence's sequence
+    /// number for [`Self::check`].
+    ///
+    /// # Errors
+    ///
+    /// `ENOSPC` if the rings have no room for the marker pair, `EBUSY` if all completion slots
+    /// are in flight; nothing changes then.
+    pub(crate) fn fence(&mut self, io: EngineIo<'_>) -> Result<u64> {
+        if self.available_pairs() < 1 {
+            return Err(ENOSPC);
+        }
+        if self.fences.len() >= FENCE_SLOTS {
+            return Err(EBUSY);
+        }
+        self.fences.reserve(1, GFP_KERNEL)?;
+        let seq = self.next_seq;
+        // CAST: the remainder is below FENCE_SLOTS.
+        let slot = (seq % FENCE_SLOTS as u64) as usize;
+        // Arm the slot before the pair that copies it can run.
+        io_write!(&self.completion, [try: slot].dst, 0);
+        io_write!(&self.completion, [try: slot].src, COMPLETION_MARKER);
+        let view = io_project!(&self.completion, [try: slot]);
+        let src = view.dma_address() | self.host_route;
+        self.prepare_one(&Copy {
+            src,
+            dst: src + 4,
+            len: DescLen::new(4)?,
+            barrier: Barrier::None,
+            set_dst_int: false,
+        })?;
+        let (tx, rx) = (self.pending_tx, self.pending_rx);
+        self.start(io, tx, rx)?;
+        self.fences.push(
+            Fence {
+                seq,
+                slot,
+                tx_end: self.tx.next_index(),
+                rx_end: self.rx.next_index(),
+            },
+            GFP_KERNEL,
+        )?;
+        self.next_seq += 1;
+        Ok(seq)
+    }
+
+    /// Sequence number of the newest fence, if any is in flight.
+    pub(crate) fn last_fence(&self) -> Option<u64> {
+        self.fences.last().map(|f| f.seq)
+    }
+
+    /// Checks fence `seq`: when its marker (or a later one) has arrived, acks every descriptor
+    /// up to that marker on both rings and retires the fences.
+    pub(crate) fn check(&mut self, seq: u64) -> FenceState {
+        // Retire from the newest arrived fence: in-order processing means all older ones are
+        // done too, even though their markers are checked no more.
+        let mut newest = None;
+        for (i, f) in self.fences.iter().enumerate() {
+            let dst: u32 = io_read!(&self.completion, [panic: f.slot].dst);
+            if dst == COMPLETION_MARKER {
+                newest = Some(i);
+            }
+        }
+        if let Some(i) = newest {
+            let f = self.fences[i];
+            let tx_n = f.tx_end.wrapping_sub(self.tx.ack_index()) & (self.tx.size().descs() - 1);
+            let rx_n = f.rx_end.wrapping_sub(self.rx.ack_index()) & (self.rx.size().descs() - 1);
+            // The fence was recorded from these rings, so the counts are outstanding ones.
+            let _ = self.tx.ack(tx_n);
+            let _ = self.rx.ack(rx_n);
+            io_write!(&self.completion, [panic: f.slot].dst, 0);
+            self.fences.retain(|x| x.seq > f.seq);
+            self.done_seq = f.seq + 1;
+        }
+        if seq < self.done_seq {
+            FenceState::Done
+        } else {
+            FenceState::Pending
+        }
+    }
+
+    /// Reads ring slot `idx` of the Tx (`tx == true`) or Rx ring.
+    pub(crate) fn slot(&self, tx: bool, idx: u32) -> Result<HwDesc> {
+        let ring = if tx { &self.tx_ring } else { &self.rx_ring };
+        Ok(io_project!(ring, [try: idx as usize]).copy_read())
+    }
+}

@@ -1,0 +1,542 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! UDMA register definitions: the only place where register offsets and bits appear.
+//!
+//! Offsets are relative to the start of one engine's UDMA register block ("unit offset", spec 3.1):
+//! M2S (Tx) engine registers at 0x0, S2M (Rx) engine registers at 0x20000, GEN at 0x38000, GEN_EX at
+//! 0x3C000. Each direction has 16 queue banks of 0x1000 bytes (M2S at 0x1000, S2M at 0x21000) that
+//! share one layout (spec 3.4). SDMA wrapper registers are relative to the wrapper block (spec 2.2).
+//! All registers are 32 bits wide and little-endian.
+
+use kernel::io::register::RegisterBase;
+use kernel::io::register;
+
+/// Size in bytes of one engine's UDMA register block (spec 3.1, `sizeof(struct unit_regs_v4)`).
+pub(crate) const ENGINE_SIZE: usize = 0x3C800;
+
+/// Size in bytes of the SDMA wrapper register window the driver touches (spec 3.6 step 20).
+pub(crate) const SDMA_SIZE: usize = 0x1000;
+
+/// Base family of the per-queue register banks.
+pub(crate) struct QueueBank;
+
+/// The M2S (Tx, source side) queue banks, at unit offset 0x1000 (spec 3.4).
+pub(crate) struct M2s;
+impl RegisterBase<QueueBank> for M2s {
+    const BASE: usize = 0x1000;
+}
+
+/// The S2M (Rx, destination side) queue banks, at unit offset 0x21000 (spec 3.4).
+pub(crate) struct S2m;
+impl RegisterBase<QueueBank> for S2m {
+    const BASE: usize = 0x21000;
+}
+
+/// Base family of the IOFIC interrupt-controller groups.
+pub(crate) struct IoficGroup;
+
+/// The main IOFIC (groups A-D, 0x40 apart) at unit offset 0x38000 (spec 3.5).
+pub(crate) struct MainIofic;
+impl RegisterBase<IoficGroup> for MainIofic {
+    const BASE: usize = 0x38000;
+}
+
+/// The secondary IOFIC (groups A: M2S errors, B: S2M errors, C: AXI FIFO parity) at 0x3A000.
+pub(crate) struct SecondaryIofic;
+impl RegisterBase<IoficGroup> for SecondaryIofic {
+    const BASE: usize = 0x3A000;
+}
+
+/// Main IOFIC group D, the summary group of the secondary controller (spec 3.5).
+pub(crate) const MAIN_GROUP_D: usize = 3;
+/// Secondary IOFIC group A: M2S errors (spec 3.5).
+pub(crate) const SECONDARY_GROUP_M2S: usize = 0;
+/// Secondary IOFIC group B: S2M errors (spec 3.5).
+pub(crate) const SECONDARY_GROUP_S2M: usize = 1;
+/// Secondary IOFIC group C: AXI FIFO parity errors (spec 3.5).
+pub(crate) const SECONDARY_GROUP_C: usize = 2;
+
+/// Value of `int_control` written by the driver: cause set on rising edge (bit 3) and MSI-X
+/// suppressed (bit 5) (spec 3.5).
+pub(crate) const IOFIC_CONTROL_EDGE_NO_MSIX: u32 = 0x28;
+
+/// The secondary M2S errors the driver unmasks (bits 0-27) (spec 3.5).
+pub(crate) const M2S_ERRORS: u32 = 0x0FFF_FFFF;
+/// The secondary S2M errors the driver unmasks (spec 3.5).
+pub(crate) const S2M_ERRORS: u32 = 0xFFFF_EF07;
+/// Main group D summary bits of the M2S errors (bit 8 = secondary A, bit 10 = secondary C).
+pub(crate) const MAIN_D_M2S_SUMMARY: u32 = 0x500;
+/// Main group D summary bits of the S2M errors (bit 9 = secondary B, bit 10 = secondary C).
+pub(crate) const MAIN_D_S2M_SUMMARY: u32 = 0x600;
+/// Secondary group C bits of the M2S AXI FIFO parity errors.
+pub(crate) const GROUP_C_M2S: u32 = 0x3F;
+/// Secondary group C bits of the S2M AXI FIFO parity errors.
+pub(crate) const GROUP_C_S2M: u32 = 0xFC0;
+/// The secondary M2S error causes that abort the engine by default (spec 3.6 step 15).
+pub(crate) const M2S_ABORT_ON: u32 = 0x0FFF_FFFF;
+/// The secondary S2M error causes that abort the engine by default (spec 3.6 step 16).
+pub(crate) const S2M_ABORT_ON: u32 = 0xFFFF_EF07;
+
+register! {
+    // ---- M2S (Tx) engine level (spec 3.2) ----
+
+    /// AXI M2S data read configuration.
+    pub(crate) AXI_M2S_DATA_RD_CFG(u32) @ 0x118 {
+        /// Break read bursts on the maximum boundary.
+        16:16 break_on_max_boundary => bool;
+        /// Maximum burst.
+        7:0 max_burst;
+    }
+
+    /// AXI M2S descriptor read configuration 3.
+    pub(crate) AXI_M2S_DESC_RD_CFG_3(u32) @ 0x11C {
+        /// Always break on the maximum boundary.
+        16:16 always_break_on_max_boundary => bool;
+        /// Maximum burst, in descriptors.
+        7:0 max_burst;
+    }
+
+    /// AXI M2S outstanding transactions.
+    pub(crate) AXI_M2S_OSTAND_CFG(u32) @ 0x124 {
+        /// Maximum completion data beats.
+        31:24 max_comp_data_beats;
+        /// Maximum completion requests.
+        23:16 max_comp_reqs;
+        /// Maximum descriptor reads.
+        15:8 max_desc_reads;
+        /// Maximum data reads.
+        7:0 max_data_reads;
+    }
+
+    /// M2S engine state: four 2-bit fields, 0 idle, 1 normal, 2 abort.
+    pub(crate) M2S_STATE(u32) @ 0x200 {
+        /// Descriptor prefetch.
+        13:12 desc_prefetch;
+        /// Data read controller.
+        9:8 data_read;
+        /// Stream interface.
+        5:4 stream_if;
+        /// Completion controller.
+        1:0 comp_ctrl;
+    }
+
+    /// M2S change-state command.
+    pub(crate) M2S_CHANGE_STATE(u32) @ 0x204 {
+        /// Abort.
+        2:2 abort => bool;
+        /// Disable.
+        1:1 disable => bool;
+        /// Go to normal operation.
+        0:0 normal => bool;
+    }
+
+    /// M2S error log mask.
+    pub(crate) M2S_ERR_LOG_MASK(u32) @ 0x20C {
+        /// Prefetch ring-id error.
+        17:17 ring_id_error => bool;
+    }
+
+    /// M2S maximum packet length.
+    pub(crate) M2S_CFG_LEN(u32) @ 0x254 {
+        /// A descriptor length of 0 means 64 KiB.
+        24:24 len0_is_64k => bool;
+        /// Maximum packet length in bytes.
+        19:0 max_pkt_size;
+    }
+
+    /// M2S stream configuration.
+    pub(crate) M2S_STREAM_CFG(u32) @ 0x258 {
+        /// Read threshold in beats.
+        18:8 rd_threshold;
+        /// Threshold read mode.
+        1:1 threshold_mode => bool;
+        /// Disable the stream.
+        0:0 disable => bool;
+    }
+
+    /// M2S descriptor prefetch configuration 2.
+    pub(crate) M2S_DESC_PREF_CFG_2(u32) @ 0x304 {
+        /// Force round-robin between queues.
+        16:16 force_rr => bool;
+        /// Maximum descriptors per packet.
+        7:0 max_descs_per_pkt;
+    }
+
+    /// M2S descriptor prefetch configuration 3.
+    pub(crate) M2S_DESC_PREF_CFG_3(u32) @ 0x308 {
+        /// Prefetch threshold.
+        15:8 pref_thr;
+        /// Minimum burst above the threshold.
+        7:4 min_burst_above_thr;
+        /// Minimum burst below the threshold.
+        3:0 min_burst_below_thr;
+    }
+
+    /// M2S data read configuration.
+    pub(crate) M2S_DATA_CFG(u32) @ 0x310 {
+        /// Maximum packets in the data FIFO.
+        27:16 max_pkt_limit;
+        /// Data FIFO depth in beats.
+        11:0 data_fifo_depth;
+    }
+
+    /// M2S completion application-ack timeout.
+    pub(crate) M2S_COMP_CFG_APPLICATION_ACK(u32) @ 0x408 {
+        /// Timeout.
+        31:0 timeout;
+    }
+
+    // ---- S2M (Rx) engine level (spec 3.3) ----
+
+    /// AXI S2M descriptor read configuration 3.
+    pub(crate) AXI_S2M_DESC_RD_CFG_3(u32) @ 0x2011C {
+        /// Always break on the maximum boundary.
+        16:16 always_break_on_max_boundary => bool;
+        /// Maximum burst, in descriptors.
+        7:0 max_burst;
+    }
+
+    /// AXI S2M outstanding reads.
+    pub(crate) AXI_S2M_OSTAND_CFG_RD(u32) @ 0x20124 {
+        /// Maximum outstanding stream acks.
+        23:16 max_stream_ack;
+        /// Maximum outstanding descriptor reads.
+        7:0 max_desc_reads;
+    }
+
+    /// AXI S2M outstanding writes.
+    pub(crate) AXI_S2M_OSTAND_CFG_WR(u32) @ 0x20128 {
+        /// Raw limits.
+        31:0 value;
+    }
+
+    /// S2M engine state (same layout as [`M2S_STATE`]).
+    pub(crate) S2M_STATE(u32) @ 0x20200 {
+        /// Descriptor prefetch.
+        13:12 desc_prefetch;
+        /// Data write controller.
+        9:8 data_write;
+        /// Stream interface.
+        5:4 stream_if;
+        /// Completion controller.
+        1:0 comp_ctrl;
+    }
+
+    /// S2M change-state command (same layout as [`M2S_CHANGE_STATE`]).
+    pub(crate) S2M_CHANGE_STATE(u32) @ 0x20204 {
+        /// Abort.
+        2:2 abort => bool;
+        /// Disable.
+        1:1 disable => bool;
+        /// Go to normal operation.
+        0:0 normal => bool;
+    }
+
+    /// S2M error log mask.
+    pub(crate) S2M_ERR_LOG_MASK(u32) @ 0x2020C {
+        /// Prefetch ring-id error.
+        11:11 ring_id_error => bool;
+    }
+
+    /// S2M descriptor prefetch configuration 3 (same layout as [`M2S_DESC_PREF_CFG_3`]).
+    pub(crate) S2M_DESC_PREF_CFG_3(u32) @ 0x20308 {
+        /// Prefetch threshold.
+        15:8 pref_thr;
+        /// Minimum burst above the threshold.
+        7:4 min_burst_above_thr;
+        /// Minimum burst below the threshold.
+        3:0 min_burst_below_thr;
+    }
+
+    /// S2M completion configuration: completion descriptor size.
+    pub(crate) S2M_COMP_CFG_1C(u32) @ 0x20380 {
+        /// Queue promotion.
+        12:12 q_promotion => bool;
+        /// Completion descriptor size in 32-bit words.
+        3:0 desc_size;
+    }
+
+    /// S2M completion application-ack timeout.
+    pub(crate) S2M_COMP_CFG_APPLICATION_ACK(u32) @ 0x2038C {
+        /// Timeout.
+        31:0 timeout;
+    }
+
+    // ---- Per-queue banks, common layout (spec 3.4) ----
+
+    /// Queue configuration.
+    pub(crate) Q_CFG(u32)[16, stride = 0x1000] @ QueueBank + 0x20 {
+        /// AXI QoS.
+        31:28 axi_qos;
+        /// Reset-value bits the driver keeps (0x0300_0000).
+        25:24 defaults;
+        /// Scheduling (M2S) / stream (S2M) enable.
+        17:17 sched_en => bool;
+        /// Descriptor prefetch enable.
+        16:16 pref_en => bool;
+    }
+
+    /// Queue status (raw).
+    pub(crate) Q_STATUS(u32)[16, stride = 0x1000] @ QueueBank + 0x24 {
+        /// Raw status.
+        31:0 value;
+    }
+
+    /// Descriptor ring base, low half; bits 5:0 must be zero.
+    pub(crate) Q_DRBP_LOW(u32)[16, stride = 0x1000] @ QueueBank + 0x28 {
+        /// Address bits 31:0.
+        31:0 addr;
+    }
+
+    /// Descriptor ring base, high half.
+    pub(crate) Q_DRBP_HIGH(u32)[16, stride = 0x1000] @ QueueBank + 0x2C {
+        /// Address bits 63:32.
+        31:0 addr;
+    }
+
+    /// Descriptor ring length.
+    pub(crate) Q_DRL(u32)[16, stride = 0x1000] @ QueueBank + 0x30 {
+        /// Ring length in descriptors.
+        23:0 len;
+    }
+
+    /// Descriptor ring head (next descriptor the engine prefetches).
+    pub(crate) Q_DRHP(u32)[16, stride = 0x1000] @ QueueBank + 0x34 {
+        /// Ring id of the head.
+        31:30 ring_id;
+        /// Head index in descriptors.
+        23:0 index;
+    }
+
+    /// Doorbell: TDRTP_inc (M2S) / RDRTP_inc (S2M) adds `count` descriptors to the tail.
+    pub(crate) Q_DRTP_INC(u32)[16, stride = 0x1000] @ QueueBank + 0x38 {
+        /// Number of descriptors added.
+        23:0 count;
+    }
+
+    /// Descriptor ring tail (next free slot).
+    pub(crate) Q_DRTP(u32)[16, stride = 0x1000] @ QueueBank + 0x3C {
+        /// Ring id of the tail.
+        31:30 ring_id;
+        /// Tail index in descriptors.
+        23:0 index;
+    }
+
+    /// Completion ring base, low half.
+    pub(crate) Q_CRBP_LOW(u32)[16, stride = 0x1000] @ QueueBank + 0x44 {
+        /// Address bits 31:0.
+        31:0 addr;
+    }
+
+    /// Completion ring base, high half.
+    pub(crate) Q_CRBP_HIGH(u32)[16, stride = 0x1000] @ QueueBank + 0x48 {
+        /// Address bits 63:32.
+        31:0 addr;
+    }
+
+    /// Completion ring head.
+    pub(crate) Q_CRHP(u32)[16, stride = 0x1000] @ QueueBank + 0x4C {
+        /// Ring id.
+        31:30 ring_id;
+        /// Completion head index in descriptors.
+        23:0 index;
+    }
+
+    // ---- Per-queue registers whose offset differs by direction (spec 3.4) ----
+
+    /// M2S queue rate-limiter mask (v2/v3); bit 2 is the internal "pause on DMB".
+    pub(crate) M2S_Q_RLIMIT_MASK(u32)[16, stride = 0x1000] @ 0x1074 {
+        /// Rate-limiter type masks (1 = masked).
+        2:0 mask;
+    }
+
+    /// M2S queue completion configuration.
+    pub(crate) M2S_Q_COMP_CFG(u32)[16, stride = 0x1000] @ 0x10A0 {
+        /// Disable coalescing.
+        1:1 dis_coal => bool;
+        /// Completion-ring update enable.
+        0:0 en_comp_ring_update => bool;
+    }
+
+    /// M2S queue software control.
+    pub(crate) M2S_Q_SW_CTRL(u32)[16, stride = 0x1000] @ 0x10B0 {
+        /// Reset the queue.
+        8:8 rst_q => bool;
+    }
+
+    /// S2M queue completion configuration.
+    pub(crate) S2M_Q_COMP_CFG(u32)[16, stride = 0x1000] @ 0x21054 {
+        /// Disable coalescing.
+        1:1 dis_coal => bool;
+        /// Completion-ring update enable.
+        0:0 en_comp_ring_update => bool;
+    }
+
+    /// S2M queue software control.
+    pub(crate) S2M_Q_SW_CTRL(u32)[16, stride = 0x1000] @ 0x21064 {
+        /// Reset the queue.
+        8:8 rst_q => bool;
+    }
+
+    // ---- IOFIC groups (spec 3.5) ----
+
+    /// Interrupt cause.
+    pub(crate) IOFIC_INT_CAUSE(u32)[4, stride = 0x40] @ IoficGroup + 0x00 {
+        /// Cause bits.
+        31:0 bits;
+    }
+
+    /// Interrupt mask (1 = masked).
+    pub(crate) IOFIC_INT_MASK(u32)[4, stride = 0x40] @ IoficGroup + 0x10 {
+        /// Mask bits.
+        31:0 bits;
+    }
+
+    /// Interrupt mask clear: a 0 bit clears that mask bit.
+    pub(crate) IOFIC_INT_MASK_CLEAR(u32)[4, stride = 0x40] @ IoficGroup + 0x18 {
+        /// Bits.
+        31:0 bits;
+    }
+
+    /// Interrupt control.
+    pub(crate) IOFIC_INT_CONTROL(u32)[4, stride = 0x40] @ IoficGroup + 0x28 {
+        /// Raw control.
+        31:0 value;
+    }
+
+    /// Abort mask: a 0 bit makes that cause abort the engine.
+    pub(crate) IOFIC_INT_ABORT_MASK(u32)[4, stride = 0x40] @ IoficGroup + 0x30 {
+        /// Bits.
+        31:0 bits;
+    }
+
+    // ---- GEN / GEN_EX (spec 3.5) ----
+
+    /// AXI transaction timeout.
+    pub(crate) GEN_AXI_CFG_1(u32) @ 0x3A300 {
+        /// Timeout in cycles.
+        31:0 timeout;
+    }
+
+    /// v2 AXI error-detection tables 0..6, entries 0..15.
+    pub(crate) AXI_ERR_DETECTION_TABLE(u32)[112, stride = 4] @ 0x3A900 {
+        /// Entry value.
+        31:0 value;
+    }
+
+    /// v2 AXI error control, table address.
+    pub(crate) AXI_ERR_CONTROL_TABLE_ADDR(u32)[6, stride = 8] @ 0x3AB00 {
+        /// Address.
+        31:0 value;
+    }
+
+    /// v2 AXI error control, table data.
+    pub(crate) AXI_ERR_CONTROL_TABLE_DATA(u32)[6, stride = 8] @ 0x3AB04 {
+        /// Data.
+        31:0 value;
+    }
+
+    /// v2 AXI error IOFIC blocks (m2s desc-rd, m2s data-rd, m2s cmpl-wr, s2m desc-rd, s2m
+    /// data-wr, s2m cmpl-wr): mask clear.
+    pub(crate) AXI_ERR_IOFIC_MASK_CLEAR(u32)[6, stride = 0x100] @ 0x3AD18 {
+        /// Bits.
+        31:0 bits;
+    }
+
+    /// v2 AXI error IOFIC blocks: control.
+    pub(crate) AXI_ERR_IOFIC_CONTROL(u32)[6, stride = 0x100] @ 0x3AD28 {
+        /// Raw control.
+        31:0 value;
+    }
+
+    /// v2 AXI error IOFIC blocks: abort mask.
+    pub(crate) AXI_ERR_IOFIC_ABORT_MASK(u32)[6, stride = 0x100] @ 0x3AD30 {
+        /// Bits.
+        31:0 bits;
+    }
+
+    /// Spare register; bit 0 cleared turns completion-ring-head reporting on (v2/v3).
+    pub(crate) SPARE_ZEROES0(u32) @ 0x3B460 {
+        /// Completion head reporting off.
+        0:0 crhp_off => bool;
+    }
+
+    /// Per-queue Tx address-high selector.
+    pub(crate) VMPR_TX_SEL(u32)[16, stride = 0x40] @ 0x3C400 {
+        /// Selector.
+        31:0 value;
+    }
+
+    /// Per-queue Rx address-high selector 0.
+    pub(crate) VMPR_RX_SEL0(u32)[16, stride = 0x40] @ 0x3C404 {
+        /// Selector.
+        31:0 value;
+    }
+
+    /// Per-queue Rx address-high selector 1.
+    pub(crate) VMPR_RX_SEL1(u32)[16, stride = 0x40] @ 0x3C408 {
+        /// Selector.
+        31:0 value;
+    }
+
+    /// Per-queue Rx address-high selector 2.
+    pub(crate) VMPR_RX_SEL2(u32)[16, stride = 0x40] @ 0x3C40C {
+        /// Selector.
+        31:0 value;
+    }
+
+    // ---- SDMA wrapper, relative to the wrapper block (spec 3.6 steps 0 and 20) ----
+
+    /// Event acceleration enable.
+    pub(crate) SDMA_EVENT_ACCEL(u32) @ 0x00 {
+        /// Enable.
+        0:0 enable => bool;
+    }
+
+    /// Read reorder enable.
+    pub(crate) SDMA_RD_REORDER(u32) @ 0x1C {
+        /// Enable.
+        0:0 enable => bool;
+    }
+
+    /// Write reorder enable.
+    pub(crate) SDMA_WR_REORDER(u32) @ 0x20 {
+        /// Enable.
+        0:0 enable => bool;
+    }
+
+    /// v2 SENG broadcast group mask.
+    pub(crate) SDMA_BROADCAST_GROUP(u32) @ 0x100 {
+        /// Group mask.
+        15:0 mask;
+    }
+
+    /// v2 SENG broadcast enable.
+    pub(crate) SDMA_BROADCAST_ENABLE(u32) @ 0x104 {
+        /// Enable mask.
+        15:0 mask;
+    }
+
+    /// v3 wrapper configuration written at init (0x26).
+    pub(crate) SDMA_V3_CFG(u32) @ 0x800 {
+        /// Raw value.
+        31:0 value;
+    }
+}
+
+impl Q_CFG {
+    /// Whether both processing enables (prefetch, bit 16; scheduling/stream, bit 17) are set.
+    pub(crate) fn enabled(self) -> bool {
+        self.pref_en() && self.sched_en()
+    }
+}
+
+register! {
+    /// PCI command register of the config space (PCI spec; no 7.3 wrapper clears bus mastering).
+    pub(crate) PCI_COMMAND(u16) @ 0x04 {
+        /// Bus master enable.
+        2:2 bus_master => bool;
+        /// Memory space enable.
+        1:1 memory => bool;
+    }
+}

@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Ring geometry and software index arithmetic (spec 4.6-4.8).
+//!
+//! A ring is a power-of-two number of 16-byte descriptor slots. The driver hands out slots at
+//! `next`, the engine consumes them, and completion acks advance `ack`; free space keeps a
+//! 16-descriptor reserve. Every pass over the ring stamps descriptors with the next 2-bit ring id
+//! (1, 2, 3, 0, 1, ...), which the engine compares with the phase it expects.
+
+use crate::desc::DESC_SIZE;
+use kernel::{num::Bounded, prelude::*};
+
+/// Smallest ring, in descriptors (spec 4.8, `UDMA_MIN_Q_SIZE`).
+pub(crate) const MIN_DESCS: u32 = 32;
+/// Largest ring this driver allocates, in descriptors (2^23; the hardware field allows
+/// 2^24 - 16, spec 4.8, and 2^23 is the largest power of two below that).
+pub(crate) const MAX_DESCS: u32 = 1 << 23;
+/// Descriptors kept free between the producer and the last acked slot (spec 4.7,
+/// `UDMA_MAX_NUM_CDESC_PER_CACHE_LINE`).
+pub(crate) const RESERVE: u32 = 16;
+/// Required alignment in bytes of a ring's start and end (spec 4.8).
+pub(crate) const ALIGN: usize = 256;
+
+/// A 2-bit ring id (phase) (spec 4.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RingId(Bounded<u32, 2>);
+
+impl RingId {
+    /// The ring id after a queue reset, which the hardware expects first (`UDMA_INITIAL_RING_ID`).
+    pub(crate) const INITIAL: Self = Self(Bounded::<u32, 2>::new::<1>());
+
+    /// The ring id of the next pass: `(id + 1) & 3`.
+    pub(crate) fn next(self) -> Self {
+        // Values of a 2-bit `Bounded` are 0..=3, so the masked sum fits.
+        Self(Bounded::<u32, 2>::from_expr((self.0.get() + 1) & 3))
+    }
+
+    /// The 2-bit value.
+    pub(crate) fn bits(self) -> Bounded<u32, 2> {
+        self.0
+    }
+}
+
+/// Validated ring size in descriptors: a power of two in `MIN_DESCS..=MAX_DESCS`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RingSize(u32);
+
+impl RingSize {
+    /// Validates a ring size in descriptors.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if `descs` is not a power of two or lies outside 32..=2^23 (spec 4.8).
+    pub(crate) fn new(descs: u32) -> Result<Self> {
+        if !descs.is_power_of_two() || !(MIN_DESCS..=MAX_DESCS).contains(&descs) {
+            return Err(EINVAL);
+        }
+        Ok(Self(descs))
+    }
+
+    /// Number of descriptors.
+    pub(crate) fn descs(self) -> u32 {
+        self.0
+    }
+
+    /// Size of the ring memory in bytes (a multiple of [`ALIGN`], since 32 * 16 = 512).
+    pub(crate) fn bytes(self) -> usize {
+        self.0 as usize * DESC_SIZE
+    }
+}
+
+/// Software indices of one ring (spec 4.6-4.7).
+///
+/// # Invariants
+///
+/// `next` and `ack` are always below `size`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RingState {
+    size: RingSize,
+    /// Next slot handed out (`next_desc_idx`).
+    next: u32,
+    /// First slot not yet acked (`next_cdesc_idx`).
+    ack: u32,
+    /// Ring id stamped into the slot at `next`.
+    ring_id: RingId,
+}
+
+impl RingState {
+    /// State right after a queue reset: empty, ring id 1.
+    pub(crate) fn new(size: RingSize) -> Self {
+        // INVARIANT: 0 < size.
+        Self {
+            size,
+            next: 0,
+            ack: 0,
+            ring_id: RingId::INITIAL,
+        }
+    }
+
+    fn mask(&self) -> u32 {
+        self.size.0 - 1
+    }
+
+    /// Ring size.
+    pub(crate) fn size(&self) -> RingSize {
+        self.size
+    }
+
+    /// Next slot index to be handed out.
+    pub(crate) fn next_index(&self) -> u32 {
+        self.next
+    }
+
+    /// First slot not yet acked.
+    pub(crate) fn ack_index(&self) -> u32 {
+        self.ack
+    }
+
+    /// Ring id the next slot will carry.
+    pub(crate) fn ring_id(&self) -> RingId {
+        self.ring_id
+    }
+
+    /// Free slots, keeping the 16-descriptor reserve: `(ack - (next + 16)) & (size - 1)`
+    /// (spec 4.7). `size - 16` on an empty ring.
+    pub(crate) fn available(&self) -> u32 {
+        self.ack.wrapping_sub(self.next.wrapping_add(RESERVE)) & self.mask()
+    }
+
+    /// Descriptors handed out and not yet acked.
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.next.wrapping_sub(self.ack) & self.mask()
+    }
+
+    /// Hands out the slot at `next`: returns its index and the ring id to stamp, then advances,
+    /// flipping the ring id when the index wraps to 0 (spec 4.6, `udma_ring_id_get`).
+    ///
+    /// The caller checks [`Self::available`] first.
+    pub(crate) fn take(&mut self) -> (u32, RingId) {
+        let slot = (self.next, self.ring_id);
+        // INVARIANT: masked with size - 1.
+        self.next = (self.next + 1) & self.mask();
+        if self.next == 0 {
+            self.ring_id = self.ring_id.next();
+        }
+        slot
+    }
+
+    /// Acks `n` completed descriptors, freeing their slots (spec 4.7, `udma_cdesc_ack`).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if `n` exceeds the outstanding descriptors; nothing changes then.
+    pub(crate) fn ack(&mut self, n: u32) -> Result {
+        if n > self.outstanding() {
+            return Err(EINVAL);
+        }
+        // INVARIANT: masked with size - 1.
+        self.ack = self.ack.wrapping_add(n) & self.mask();
+        Ok(())
+    }
+}
+
+#[cfg(neuron_udma_kunit)]
+#[kunit_tests(neuron_udma_ring)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_id_sequence_across_passes() -> Result {
+        let mut r = RingState::new(RingSize::new(32)?);
+        let mut seen = KVec::new();
+        for k in 0..(32 * 5) {
+            let (idx, id) = r.take();
+            assert_eq!(idx, k % 32);
+            if idx == 0 {
+                seen.push(id.bits().get(), GFP_KERNEL)?;
+            }
+            // Keep the ring from filling up: ack each slot right away.
+            r.ack(1)?;
+        }
+        assert_eq!(&seen[..], &[1, 2, 3, 0, 1]);
+        // Closed form: slot k carries (1 + k / size) & 3.
+        let mut r = RingState::new(RingSize::new(64)?);
+        for k in 0..1000u32 {
+            let (_, id) = r.take();
+            assert_eq!(id.bits().get(), (1 + k / 64) & 3);
+            r.ack(1)?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn free_space_reserve_and_wrap() -> Result {
+        let mut r = RingState::new(RingSize::new(32)?);
+        assert_eq!(r.available(), 16);
+        for i in 0..16 {
+            assert_eq!(r.available(), 16 - i);
+            r.take();
+        }
+        assert_eq!(r.available(), 0);
+        assert_eq!(r.outstanding(), 16);
+        r.ack(10)?;
+        assert_eq!(r.available(), 10);
+        // Across the wrap: hand out 10 more (indices 16..25), ack everything.
+        for _ in 0..10 {
+            r.take();
+        }
+        assert_eq!(r.available(), 0);
+        r.ack(16)?;
+        assert_eq!(r.available(), 16);
+        assert_eq!(r.outstanding(), 0);
+        for _ in 0..16 {
+            r.take();
+        }
+        // next wrapped past 31 to 10.
+        assert_eq!(r.next_index(), 10);
+        assert_eq!(r.ring_id().bits().get(), 2);
+        assert_eq!(r.available(), 0);
+        assert_eq!(r.ack(17), Err(EINVAL));
+        assert_eq!(r.outstanding(), 16);
+        let big = RingState::new(RingSize::new(8192)?);
+        assert_eq!(big.available(), 8176);
+        Ok(())
+    }
+
+    #[test]
+    fn ring_sizes() {
+        assert_eq!(RingSize::new(0), Err(EINVAL));
+        assert_eq!(RingSize::new(16), Err(EINVAL));
+        assert_eq!(RingSize::new(48), Err(EINVAL));
+        assert_eq!(RingSize::new(100), Err(EINVAL));
+        assert_eq!(RingSize::new(1 << 24), Err(EINVAL));
+        assert_eq!(RingSize::new(u32::MAX), Err(EINVAL));
+        assert!(RingSize::new(32).is_ok());
+        assert!(RingSize::new(1 << 23).is_ok());
+        assert_eq!(RingSize::new(32).map(|s| s.bytes()), Ok(512));
+    }
+}

@@ -1,0 +1,100 @@
+//! Fault injection requests and statistics counters.
+//!
+//! Faults are requested through the control socket (`control.rs`) or the
+//! in-band BAR2 window; both end up as a [`Fault`] applied by
+//! [`crate::Device::inject`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A fault to inject.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Fail the `n`-th next Tx descriptor consumed on (`engine`, `queue`)
+    /// (n = 1: the very next one) with a data-read bad-address error (M2S cause bit 8).
+    FailNth {
+        /// Engine id.
+        engine: u32,
+        /// Queue id (0-15).
+        queue: u32,
+        /// 1-based descriptor count.
+        n: u32,
+    },
+    /// Abort `engine` (state fields -> 2) as if an error had occurred (no cause bit).
+    Abort {
+        /// Engine id.
+        engine: u32,
+    },
+    /// Do not process (`engine`, `queue`) for `ms` milliseconds from now.
+    Stall {
+        /// Engine id.
+        engine: u32,
+        /// Queue id (0-15).
+        queue: u32,
+        /// Milliseconds.
+        ms: u32,
+    },
+    /// Slow every engine down: each packet's completion is delayed by
+    /// (factor - 1) x max(copy time, 20 us). 0 and 1 switch it off.
+    Slow {
+        /// Slow-down factor.
+        factor: u32,
+    },
+}
+
+/// Per-engine statistics (all monotonic until cleared).
+#[derive(Default, Debug)]
+pub struct Counters {
+    /// Descriptors consumed (Tx + Rx).
+    pub descriptors: AtomicU64,
+    /// Packets completed.
+    pub packets: AtomicU64,
+    /// Payload bytes copied.
+    pub bytes: AtomicU64,
+    /// Errors raised (aborts, including injected ones).
+    pub errors: AtomicU64,
+}
+
+/// A plain copy of [`Counters`].
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct CounterValues {
+    /// Descriptors consumed (Tx + Rx).
+    pub descriptors: u64,
+    /// Packets completed.
+    pub packets: u64,
+    /// Payload bytes copied.
+    pub bytes: u64,
+    /// Errors raised.
+    pub errors: u64,
+}
+
+impl Counters {
+    /// Snapshot.
+    pub fn get(&self) -> CounterValues {
+        CounterValues {
+            descriptors: self.descriptors.load(Ordering::Relaxed),
+            packets: self.packets.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Resets all counters to 0.
+    pub fn clear(&self) {
+        self.descriptors.store(0, Ordering::Relaxed);
+        self.packets.store(0, Ordering::Relaxed);
+        self.bytes.store(0, Ordering::Relaxed);
+        self.errors.store(0, Ordering::Relaxed);
+    }
+}
+
+impl CounterValues {
+    /// Field-wise sum.
+    pub fn sum(self, o: CounterValues) -> CounterValues {
+        CounterValues {
+            descriptors: self.descriptors + o.descriptors,
+            packets: self.packets + o.packets,
+            bytes: self.bytes + o.bytes,
+            errors: self.errors + o.errors,
+        }
+    }
+}

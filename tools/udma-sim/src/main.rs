@@ -1,0 +1,99 @@
+//! `udma-sim`: vfio-user server exposing the UDMA device model to QEMU.
+//!
+//! Usage: `udma-sim --model trn1 --socket /abs/path.sock [--hbm-size 64M]
+//! [--trace FILE] [--control /abs/ctl.sock] [--ready-file PATH] [-v]`.
+//! Serves one client connection and exits 0 when it disconnects.
+
+use clap::Parser;
+use std::path::PathBuf;
+use std::sync::Arc;
+use udma_sim::layout::Model;
+use udma_sim::mem::DmaTable;
+use udma_sim::server::{irqs, regions, Backend};
+use udma_sim::{control, parse_size, Config, Device};
+
+/// Command line.
+#[derive(Parser, Debug)]
+#[command(name = "udma-sim", version, about = "AWS Neuron UDMA device model (vfio-user server)")]
+struct Args {
+    /// Chip model: trn1 (0x7164, v2), inf2 (0x7264, v2) or trn2 (0x7364, v3).
+    #[arg(long, value_parser = parse_model)]
+    model: Model,
+    /// Absolute path of the vfio-user socket to create.
+    #[arg(long)]
+    socket: PathBuf,
+    /// Device memory (BAR4) size, e.g. 64M, 1G (power of two, >= 4K).
+    #[arg(long, default_value = "64M", value_parser = parse_hbm)]
+    hbm_size: u64,
+    /// Write one JSON line per consumed descriptor to FILE.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Serve the JSON control protocol on this Unix socket.
+    #[arg(long)]
+    control: Option<PathBuf>,
+    /// Create this file once the vfio-user socket is listening.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+    /// More logging (-v: debug, -vv: trace). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+fn parse_model(s: &str) -> Result<Model, String> {
+    Model::parse(s).ok_or_else(|| format!("unknown model {s:?} (trn1, inf2, trn2)"))
+}
+
+fn parse_hbm(s: &str) -> Result<u64, String> {
+    match parse_size(s) {
+        Some(v) if v.is_power_of_two() && v >= 4096 => Ok(v),
+        _ => Err(format!("invalid size {s:?}: need a power of two >= 4K, e.g. 64M")),
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    let level = match args.verbose {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
+    if let Err(e) = run(args) {
+        log::error!("{e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let dma = Arc::new(DmaTable::new());
+    let cfg = Config { model: args.model, hbm_size: args.hbm_size, trace: args.trace.clone() };
+    let dev = Arc::new(Device::new(cfg, dma.clone()).map_err(|e| format!("device: {e}"))?);
+    if let Some(p) = &args.control {
+        control::serve(dev.clone(), p).map_err(|e| format!("control socket {}: {e}", p.display()))?;
+    }
+    let server = vfio_user::Server::new(&args.socket, true, irqs(), regions(&dev))
+        .map_err(|e| format!("vfio-user socket {}: {e}", args.socket.display()))?;
+    if let Some(p) = &args.ready_file {
+        std::fs::write(p, format!("{}\n", std::process::id())).map_err(|e| format!("ready file: {e}"))?;
+    }
+    log::info!(
+        "udma-sim {:?} (device 0x{:04x}) listening on {}; BAR0 {} MiB, BAR4 {} MiB",
+        args.model,
+        args.model.device_id(),
+        args.socket.display(),
+        dev.gen().bar0_size() >> 20,
+        args.hbm_size >> 20
+    );
+    let mut backend = Backend::new(dev.clone(), dma);
+    let res = server.run(&mut backend);
+    if let Some(p) = &args.control {
+        let _ = std::fs::remove_file(p);
+    }
+    match res {
+        Ok(()) => {
+            log::info!("client disconnected; exiting");
+            Ok(())
+        }
+        Err(e) => Err(format!("vfio-user: {e}")),
+    }
+}

@@ -1,0 +1,345 @@
+//! vfio-user server backend: PCI config space, BAR dispatch and the DMA map
+//! table (platform notes: crate `vfio_user` 0.1.7).
+
+use crate::control::BAR2_SIZE;
+use crate::layout::{Model, PCI_VENDOR_ID};
+use crate::mem::DmaTable;
+use crate::Device;
+use std::fs::File;
+use std::mem::size_of;
+use std::sync::Arc;
+use vfio_bindings::bindings::vfio::{
+    vfio_region_info, vfio_region_sparse_mmap_area, VFIO_IRQ_INFO_EVENTFD, VFIO_PCI_BAR0_REGION_INDEX,
+    VFIO_PCI_BAR2_REGION_INDEX, VFIO_PCI_BAR4_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_INTX_IRQ_INDEX,
+    VFIO_PCI_NUM_IRQS, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ,
+    VFIO_REGION_INFO_FLAG_WRITE,
+};
+use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, ServerBackend, ServerRegion, SparseArea};
+
+/// Size of the emulated configuration space in bytes.
+pub const CONFIG_SIZE: usize = 256;
+/// Class code: other system peripheral (0x08/0x80/0x00).
+pub const CLASS_CODE: u32 = 0x08_8000;
+/// PCI command bits the guest may set: I/O, memory, bus master, SERR, parity, INTx disable.
+const COMMAND_MASK: u16 = 0x0547;
+/// PCI command bit 1: memory space enable.
+pub const CMD_MEMORY: u16 = 1 << 1;
+/// PCI command bit 2: bus master enable.
+pub const CMD_BUS_MASTER: u16 = 1 << 2;
+/// BAR type bits: 64-bit memory BAR.
+const BAR_MEM64: u32 = 0b100;
+/// BAR type bit: prefetchable.
+const BAR_PREFETCH: u32 = 0b1000;
+
+/// One BAR as seen by config space.
+#[derive(Clone, Copy, Debug)]
+struct Bar {
+    size: u64,
+    flags: u32,
+    is64: bool,
+}
+
+/// The 256-byte type-0 configuration space.
+pub struct PciConfig {
+    space: [u8; CONFIG_SIZE],
+    /// BAR per index 0..6 (a 64-bit BAR also uses index+1).
+    bars: [Option<Bar>; 6],
+    /// Current BAR register values (address bits as written).
+    bar_regs: [u32; 6],
+}
+
+impl PciConfig {
+    /// Config space for `model` with BAR0/BAR2/BAR4 of the given sizes (bytes, powers of two).
+    pub fn new(model: Model, bar0: u64, bar2: u64, bar4: u64) -> PciConfig {
+        let mut s = [0u8; CONFIG_SIZE];
+        s[0..2].copy_from_slice(&PCI_VENDOR_ID.to_le_bytes());
+        s[2..4].copy_from_slice(&model.device_id().to_le_bytes());
+        s[8] = 0; // revision 0: real hardware flavour (not 255 QEMU / 240 EMU, spec §1.1)
+        s[9..12].copy_from_slice(&CLASS_CODE.to_le_bytes()[..3]);
+        s[0x2C..0x2E].copy_from_slice(&PCI_VENDOR_ID.to_le_bytes());
+        s[0x2E..0x30].copy_from_slice(&model.device_id().to_le_bytes());
+        s[0x3D] = 1; // INTA# (never asserted)
+        let mut bars = [None; 6];
+        bars[0] = Some(Bar { size: bar0, flags: BAR_MEM64, is64: true });
+        bars[2] = Some(Bar { size: bar2, flags: 0, is64: false });
+        bars[4] = Some(Bar { size: bar4, flags: BAR_MEM64 | BAR_PREFETCH, is64: true });
+        let mut c = PciConfig { space: s, bars, bar_regs: [0; 6] };
+        for i in 0..6 {
+            c.bar_regs[i] = c.bar_type_bits(i);
+        }
+        c
+    }
+
+    fn bar_type_bits(&self, i: usize) -> u32 {
+        match self.bars[i] {
+            Some(b) => b.flags,
+            None => 0,
+        }
+    }
+
+    /// Size mask of BAR register `i` (what reads back after writing all-ones).
+    fn bar_mask(&self, i: usize) -> u32 {
+        if let Some(b) = self.bars[i] {
+            let m = !(b.size - 1);
+            return (m as u32) & !0xF;
+        }
+        if i > 0 {
+            if let Some(b) = self.bars[i - 1] {
+                if b.is64 {
+                    return (!(b.size - 1) >> 32) as u32;
+                }
+            }
+        }
+        0
+    }
+
+    /// Command register.
+    pub fn command(&self) -> u16 {
+        u16::from_le_bytes([self.space[4], self.space[5]])
+    }
+
+    /// Reads `data.len()` bytes at `off`.
+    pub fn read(&self, off: u64, data: &mut [u8]) {
+        for (k, b) in data.iter_mut().enumerate() {
+            let a = off as usize + k;
+            *b = if a >= CONFIG_SIZE {
+                0
+            } else if (0x10..0x28).contains(&a) {
+                let i = (a - 0x10) / 4;
+                self.bar_regs[i].to_le_bytes()[a % 4]
+            } else {
+                self.space[a]
+            };
+        }
+    }
+
+    /// Writes `data` at `off`; read-only fields are preserved.
+    pub fn write(&mut self, off: u64, data: &[u8]) {
+        for (k, &b) in data.iter().enumerate() {
+            let Some(a) = (off as usize).checked_add(k).filter(|&a| a < CONFIG_SIZE) else { return };
+            match a {
+                4 | 5 => {
+                    let mut v = self.space[4..6].to_vec();
+                    v[a - 4] = b;
+                    let cmd = u16::from_le_bytes([v[0], v[1]]) & COMMAND_MASK;
+                    self.space[4..6].copy_from_slice(&cmd.to_le_bytes());
+                }
+                0x0C | 0x0D => self.space[a] = b, // cache line size, latency timer
+                0x3C => self.space[a] = b,        // interrupt line
+                0x10..=0x27 => {
+                    let i = (a - 0x10) / 4;
+                    let mut v = self.bar_regs[i].to_le_bytes();
+                    v[a % 4] = b;
+                    let mask = self.bar_mask(i);
+                    self.bar_regs[i] = (u32::from_le_bytes(v) & mask) | self.bar_type_bits(i);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Parameters of the region table.
+pub fn regions(dev: &Device) -> Vec<ServerRegion> {
+    let hbm_fd = dev.hbm().raw_fd();
+    (0..VFIO_PCI_NUM_REGIONS)
+        .map(|index| {
+            let mut info =
+                vfio_region_info { argsz: size_of::<vfio_region_info>() as u32, index, ..Default::default() };
+            let rw = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE;
+            let mut sparse_areas = Vec::new();
+            let mut mmap_fd = None;
+            match index {
+                VFIO_PCI_CONFIG_REGION_INDEX => {
+                    info.size = CONFIG_SIZE as u64;
+                    info.flags = rw;
+                }
+                VFIO_PCI_BAR0_REGION_INDEX => {
+                    info.size = dev.gen().bar0_size();
+                    info.flags = rw;
+                }
+                VFIO_PCI_BAR2_REGION_INDEX => {
+                    info.size = BAR2_SIZE;
+                    info.flags = rw;
+                }
+                VFIO_PCI_BAR4_REGION_INDEX => {
+                    info.size = dev.hbm().len() as u64;
+                    info.flags = rw;
+                    if let Some(fd) = hbm_fd {
+                        // The client mmaps the memfd (offset 0) for fast guest CPU access.
+                        info.flags |= VFIO_REGION_INFO_FLAG_MMAP;
+                        info.offset = 0;
+                        sparse_areas
+                            .push(SparseArea { area: vfio_region_sparse_mmap_area { offset: 0, size: info.size } });
+                        mmap_fd = Some(fd);
+                    }
+                }
+                _ => {}
+            }
+            ServerRegion { region_info: info, sparse_areas, mmap_fd }
+        })
+        .collect()
+}
+
+/// Interrupt table: one INTx line (never asserted), nothing else.
+pub fn irqs() -> Vec<IrqInfo> {
+    (0..VFIO_PCI_NUM_IRQS)
+        .map(|index| {
+            if index == VFIO_PCI_INTX_IRQ_INDEX {
+                IrqInfo { index, count: 1, flags: VFIO_IRQ_INFO_EVENTFD }
+            } else {
+                IrqInfo { index, count: 0, flags: 0 }
+            }
+        })
+        .collect()
+}
+
+/// The vfio-user backend.
+pub struct Backend {
+    dev: Arc<Device>,
+    dma: Arc<DmaTable>,
+    config: PciConfig,
+    _irq_fds: Vec<File>,
+}
+
+impl Backend {
+    /// Backend for `dev`, whose host memory must be `dma`.
+    pub fn new(dev: Arc<Device>, dma: Arc<DmaTable>) -> Backend {
+        let config = PciConfig::new(dev.model(), dev.gen().bar0_size(), BAR2_SIZE, dev.hbm().len() as u64);
+        dev.set_bus_master(false);
+        Backend { dev, dma, config, _irq_fds: Vec::new() }
+    }
+}
+
+fn einval() -> std::io::Error {
+    std::io::Error::from_raw_os_error(libc::EINVAL)
+}
+
+impl ServerBackend for Backend {
+    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), std::io::Error> {
+        match region {
+            VFIO_PCI_CONFIG_REGION_INDEX => self.config.read(offset, data),
+            VFIO_PCI_BAR0_REGION_INDEX => self.dev.bar0_read(offset, data),
+            VFIO_PCI_BAR2_REGION_INDEX => self.dev.bar2_read(offset, data),
+            VFIO_PCI_BAR4_REGION_INDEX => self.dev.bar4_read(offset, data),
+            _ => return Err(einval()),
+        }
+        log::trace!("read region {region} off 0x{offset:x} {:02x?}", data);
+        Ok(())
+    }
+
+    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        log::trace!("write region {region} off 0x{offset:x} {:02x?}", data);
+        match region {
+            VFIO_PCI_CONFIG_REGION_INDEX => {
+                self.config.write(offset, data);
+                self.dev.set_bus_master(self.config.command() & CMD_BUS_MASTER != 0);
+            }
+            VFIO_PCI_BAR0_REGION_INDEX => self.dev.bar0_write(offset, data),
+            VFIO_PCI_BAR2_REGION_INDEX => self.dev.bar2_write(offset, data),
+            VFIO_PCI_BAR4_REGION_INDEX => self.dev.bar4_write(offset, data),
+            _ => return Err(einval()),
+        }
+        Ok(())
+    }
+
+    fn dma_map(
+        &mut self,
+        flags: DmaMapFlags,
+        offset: u64,
+        address: u64,
+        size: u64,
+        fd: Option<File>,
+    ) -> Result<(), std::io::Error> {
+        let Some(file) = fd else {
+            log::debug!("DMA_MAP 0x{address:x}+0x{size:x} without fd ignored (unreachable for DMA)");
+            return Ok(());
+        };
+        let writable = flags.contains(DmaMapFlags::WRITE);
+        match self.dma.map(address, size, &file, offset, writable) {
+            Ok(()) => log::debug!("DMA_MAP 0x{address:x}+0x{size:x} (fd offset 0x{offset:x}, {flags:?})"),
+            Err(e) => log::warn!("DMA_MAP 0x{address:x}+0x{size:x}: mmap failed: {e}; region stays unmapped"),
+        }
+        Ok(())
+    }
+
+    fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> Result<(), std::io::Error> {
+        if flags.contains(DmaUnmapFlags::UNMAP_ALL) {
+            self.dma.clear();
+        } else {
+            let n = self.dma.unmap(address, size);
+            log::debug!("DMA_UNMAP 0x{address:x}+0x{size:x}: {n} entries removed");
+        }
+        Ok(())
+    }
+
+    fn reset(&mut self) -> Result<(), std::io::Error> {
+        log::info!("device reset");
+        self.dev.reset();
+        Ok(())
+    }
+
+    fn set_irqs(
+        &mut self,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<File>,
+    ) -> Result<(), std::io::Error> {
+        log::debug!("SET_IRQS index {index} flags 0x{flags:x} start {start} count {count} fds {}", fds.len());
+        self._irq_fds = fds;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rd32(c: &PciConfig, off: u64) -> u32 {
+        let mut b = [0u8; 4];
+        c.read(off, &mut b);
+        u32::from_le_bytes(b)
+    }
+
+    fn wr32(c: &mut PciConfig, off: u64, v: u32) {
+        c.write(off, &v.to_le_bytes());
+    }
+
+    #[test]
+    fn identity_and_command() {
+        let mut c = PciConfig::new(Model::Trn2, 1 << 32, 4096, 64 << 20);
+        assert_eq!(rd32(&c, 0), 0x7364_1D0F);
+        assert_eq!(rd32(&c, 8), 0x0880_0000); // class 088000, revision 0
+        assert_eq!(rd32(&c, 0x2C), 0x7364_1D0F);
+        wr32(&mut c, 4, 0xFFFF_0006);
+        assert_eq!(c.command(), CMD_MEMORY | CMD_BUS_MASTER);
+        assert_eq!(rd32(&c, 4) & 0xFFFF, 6);
+        wr32(&mut c, 0, 0);
+        assert_eq!(rd32(&c, 0), 0x7364_1D0F);
+    }
+
+    #[test]
+    fn bar_sizing() {
+        let mut c = PciConfig::new(Model::Trn1, 1 << 30, 4096, 64 << 20);
+        for off in (0x10..0x28).step_by(4) {
+            wr32(&mut c, off, 0xFFFF_FFFF);
+        }
+        assert_eq!(rd32(&c, 0x10), 0xC000_0004);
+        assert_eq!(rd32(&c, 0x14), 0xFFFF_FFFF);
+        assert_eq!(rd32(&c, 0x18), 0xFFFF_F000);
+        assert_eq!(rd32(&c, 0x1C), 0);
+        assert_eq!(rd32(&c, 0x20), 0xFC00_000C);
+        assert_eq!(rd32(&c, 0x24), 0xFFFF_FFFF);
+        wr32(&mut c, 0x10, 0x8000_0000);
+        wr32(&mut c, 0x14, 0x1);
+        assert_eq!(rd32(&c, 0x10), 0x8000_0004);
+        assert_eq!(rd32(&c, 0x14), 1);
+        let mut c3 = PciConfig::new(Model::Trn2, 1 << 32, 4096, 64 << 20);
+        wr32(&mut c3, 0x10, 0xFFFF_FFFF);
+        wr32(&mut c3, 0x14, 0xFFFF_FFFF);
+        assert_eq!(rd32(&c3, 0x10), 0x0000_0004);
+        assert_eq!(rd32(&c3, 0x14), 0xFFFF_FFFF);
+    }
+}
