@@ -4,14 +4,16 @@
 
 use crate::{
     arch::{self, Arch},
-    regs,
+    device::UdmaDevice,
+    regs, Registry,
 };
 use kernel::{
-    device::{Bound, Core},
+    device::Core,
     dma::{Device as _, DmaMask},
     io::Io,
     pci,
-    prelude::*, //
+    prelude::*,
+    sync::Arc, //
 };
 
 /// BAR holding the APB register space, UDMA engines included (spec 1.2).
@@ -21,14 +23,10 @@ const DRAM_BAR: u32 = 4;
 
 /// Driver data of one bound device. Fields drop in declaration order.
 pub(crate) struct NeuronUdma<'bound> {
-    /// The PCI device, bound while this value lives.
-    pdev: &'bound pci::Device<Bound>,
-    /// Per-generation data.
-    arch: &'static Arch,
-    /// BAR0: APB registers, UDMA engines.
-    bar0: pci::Bar<'bound>,
+    /// State shared with open files and the KUnit suites; BAR0 lives in it (revocable).
+    dev: Arc<UdmaDevice>,
     /// BAR4: device memory (HBM). Optional on v3, as in the reference driver (spec 1.2).
-    bar4: Option<pci::Bar<'bound>>,
+    _bar4: Option<pci::Bar<'bound>>,
 }
 
 /// The PCI driver type.
@@ -95,15 +93,18 @@ impl pci::Driver for NeuronUdmaDriver {
             arch.engines
         );
 
-        Ok(NeuronUdma {
-            pdev,
-            arch,
-            bar0,
-            bar4,
-        })
+        let dram_size = bar4.as_ref().map_or(0, |b| b.size() as u64);
+        let dev = UdmaDevice::new(pdev, arch, bar0.into_devres()?, dram_size)?;
+        dev.setup_h2t()
+            .inspect_err(|e| dev_err!(pdev, "H2T queue init failed: {:?}\n", e))?;
+        Registry::add(dev.clone())?;
+        Ok(NeuronUdma { dev, _bar4: bar4 })
     }
 
-    fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, _this: Pin<&Self::Data<'bound>>) {
+    fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
+        Registry::remove(&this.dev);
+        // Quiesce every queue and free its rings while the device is still bound.
+        this.dev.shutdown();
         // 7.3 has no pci_clear_master(): stop the device from mastering the bus by hand.
         pdev.config_space()
             .update(regs::PCI_COMMAND, |c| c.with_bus_master(false));

@@ -332,6 +332,13 @@ pub(crate) fn init_queue_dir<D: Direction>(io: EngineIo<'_>, q: usize, base: u64
     Ok(())
 }
 
+/// Pauses one direction of queue `q` (clears both enables) and resets it (spec 3.8 "queue
+/// pause", 3.7 step d), so the engine fetches nothing more from its ring.
+pub(crate) fn pause_queue_dir<D: Direction>(io: EngineIo<'_>, q: usize) -> Result {
+    io.write(regs::Q_CFG::of::<D>().try_at(q).ok_or(EINVAL)?, q_cfg_paused());
+    D::reset(io, q)
+}
+
 /// Rings the doorbells of queue `q`: a full memory barrier so that every descriptor written
 /// before is visible to the device, then RDRTP_inc += `s2m_count`, then TDRTP_inc += `m2s_count`
 /// when it is non-zero (spec 3.8, `udma_m2m_copy_start`).

@@ -172,7 +172,7 @@ impl Queue {
             rx: RingState::new(rx_size),
             pending_tx: 0,
             pending_rx: 0,
-            fences: KVec::new(),
+            fences: KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL)?,
             next_seq: 1,
             done_seq: 1,
             resets: 0,
@@ -207,6 +207,12 @@ impl Queue {
         self.fences.clear();
         self.done_seq = self.next_seq;
         Ok(())
+    }
+
+    /// Stops the engine from using the rings: pauses both directions and resets the queue.
+    pub(crate) fn pause(&mut self, io: EngineIo<'_>) -> Result {
+        engine::pause_queue_dir::<M2s>(io, self.q())?;
+        engine::pause_queue_dir::<S2m>(io, self.q())
     }
 
     /// Resets the queue after a timeout or an engine error: the full queue init sequence again
@@ -293,7 +299,6 @@ impl Queue {
         if self.fences.len() >= FENCE_SLOTS {
             return Err(EBUSY);
         }
-        self.fences.reserve(1, GFP_KERNEL)?;
         let seq = self.next_seq;
         // CAST: the remainder is below FENCE_SLOTS.
         let slot = (seq % FENCE_SLOTS as u64) as usize;
@@ -311,15 +316,16 @@ impl Queue {
         })?;
         let (tx, rx) = (self.pending_tx, self.pending_rx);
         self.start(io, tx, rx)?;
-        self.fences.push(
-            Fence {
+        // Cannot fail: the capacity is FENCE_SLOTS and fewer fences are in flight (checked
+        // above), so this does not allocate (callers may be in an atomic section).
+        self.fences
+            .push_within_capacity(Fence {
                 seq,
                 slot,
                 tx_end: self.tx.next_index(),
                 rx_end: self.rx.next_index(),
-            },
-            GFP_KERNEL,
-        )?;
+            })
+            .map_err(|_| EBUSY)?;
         self.next_seq += 1;
         Ok(seq)
     }

@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * neuron_udma: ioctl ABI of the AWS Neuron UDMA (memory-to-memory DMA) driver.
+ *
+ * One character device per bound Neuron device: /dev/neuron_udma0, /dev/neuron_udma1, ...
+ *
+ * User space names memory only as (buffer handle, byte offset); it never sees a bus address.
+ * Host buffers are coherent DMA memory, mapped into the process with mmap() at the offset
+ * MEM_ALLOC returns; device buffers are ranges of the device memory (HBM, BAR4).
+ *
+ * A queue is one (engine, queue) pair with a Tx (m2s, source) and an Rx (s2m, destination)
+ * descriptor ring. Copies are prepared as descriptor pairs (COPY_PREPARE_ONE / COPY_PREPARE),
+ * started by ringing the doorbells (COPY_START: Rx then Tx) and completed by COPY_WAIT, which
+ * appends a completion marker pair when needed, waits for it and frees the ring space.
+ * Every resource belongs to the file that created it and is released when that file is closed.
+ *
+ * Conventions: all structs have explicit padding; every field named reserved* and every flag
+ * bit not defined here must be zero (else EINVAL). Sizes are in bytes unless a name says
+ * "descs" (descriptors) or "pairs" (Tx+Rx descriptor pairs).
+ *
+ * Errors common to every ioctl: EFAULT (bad user pointer), ENOTTY (unknown command), ENODEV
+ * (the device was unbound), EINVAL (bad argument or a reserved field set). Per-ioctl errors are
+ * listed with each command and in Documentation/userspace-api.rst.
+ */
+#ifndef _UAPI_LINUX_NEURON_UDMA_H
+#define _UAPI_LINUX_NEURON_UDMA_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+#define NEURON_UDMA_ABI_VERSION 1
+
+/* 0xB9 is unassigned in Documentation/userspace-api/ioctl/ioctl-number.rst. */
+#define NEURON_UDMA_IOC_MAGIC 0xB9
+
+/* Device generations (struct neuron_udma_info.generation). */
+#define NEURON_UDMA_GEN_V2 2 /* Trainium1 (0x7164), Inferentia2 (0x7264) */
+#define NEURON_UDMA_GEN_V3 3 /* Trainium2 (0x7364) */
+
+/* NEURON_UDMA_INFO: device and driver facts. */
+struct neuron_udma_info {
+	__u32 abi_version;		/* NEURON_UDMA_ABI_VERSION */
+	__u32 generation;		/* NEURON_UDMA_GEN_* */
+	__u16 vendor_id;		/* PCI vendor, 0x1d0f */
+	__u16 device_id;		/* PCI device */
+	__u32 engines;			/* engine ids 0..engines-1 */
+	__u32 queues_per_engine;	/* 16 */
+	__u32 max_copy_size;		/* largest size of one copy (descriptor pair): 65536 */
+	__u64 device_mem_size;		/* device memory (HBM) available to MEM_ALLOC */
+	__u32 min_ring_descs;		/* smallest ring: 32 descriptors */
+	__u32 max_ring_descs;		/* largest ring: 2^23 descriptors */
+	__u32 ring_reserve_descs;	/* slots kept free on each ring: 16 */
+	__u32 max_batch;		/* most entries of one COPY_PREPARE */
+	__u64 max_host_buffer;		/* largest host buffer of one MEM_ALLOC */
+	__u64 reserved[4];
+};
+
+/* Buffer types (struct neuron_udma_mem_alloc.type). */
+#define NEURON_UDMA_MEM_HOST 0		/* coherent host memory, mmap'able */
+#define NEURON_UDMA_MEM_DEVICE 1	/* device memory (HBM), not mmap'able */
+
+/*
+ * NEURON_UDMA_MEM_ALLOC: allocate a buffer of @size bytes (rounded up to 4 KiB).
+ * Errors: EINVAL (size 0, unknown type, flags or reserved set), ENOMEM (no memory of that type).
+ */
+struct neuron_udma_mem_alloc {
+	__u64 size;			/* in */
+	__u32 type;			/* in: NEURON_UDMA_MEM_* */
+	__u32 flags;			/* in: 0 */
+	__u64 handle;			/* out: non-zero buffer handle */
+	__u64 mmap_offset;		/* out: host buffers: offset for mmap(); device: 0 */
+	__u64 reserved[2];
+};
+
+/*
+ * NEURON_UDMA_MEM_FREE: free a buffer of this file.
+ * Errors: ENOENT (no such handle in this file), EBUSY (a queue of this file still has copies
+ * in flight; wait for them first).
+ */
+struct neuron_udma_mem_free {
+	__u64 handle;
+	__u64 reserved;
+};
+
+/*
+ * NEURON_UDMA_QUEUE_INIT: take queue (@engine, @queue) with rings of @tx_descs / @rx_descs
+ * descriptors (powers of two, 32..2^23); the driver allocates the rings and programs the queue.
+ * Errors: EINVAL (no such engine/queue, bad ring size, reserved set; a message names the limit),
+ * EBUSY (the queue is taken by any file, or reserved for the driver), ENOMEM.
+ */
+struct neuron_udma_queue_init {
+	__u32 engine;
+	__u32 queue;
+	__u32 tx_descs;
+	__u32 rx_descs;
+	__u32 flags;			/* 0 */
+	__u32 reserved0;
+	__u64 reserved[2];
+};
+
+/* NEURON_UDMA_QUEUE_RELEASE: give a queue of this file back. Errors: ENOENT (not this file's). */
+struct neuron_udma_queue_id {
+	__u32 engine;
+	__u32 queue;
+	__u64 reserved;
+};
+
+/* Barrier modes (struct neuron_udma_copy.barrier), as in the hardware's Tx descriptor. */
+#define NEURON_UDMA_BARRIER_NONE 0
+#define NEURON_UDMA_BARRIER_DMB 1	/* wait for all earlier transfers of the queue */
+#define NEURON_UDMA_BARRIER_WRITE 2	/* make this copy's writes visible before later ones */
+
+/* Copy flags (struct neuron_udma_copy.flags). */
+#define NEURON_UDMA_COPY_DST_INT (1U << 0)	/* interrupt flag on the Rx descriptor */
+
+/* One copy: @size bytes from (src_handle, src_offset) to (dst_handle, dst_offset). */
+struct neuron_udma_copy {
+	__u64 src_handle;
+	__u64 src_offset;
+	__u64 dst_handle;
+	__u64 dst_offset;
+	__u32 size;			/* 1..65536 */
+	__u32 barrier;			/* NEURON_UDMA_BARRIER_* */
+	__u32 flags;			/* NEURON_UDMA_COPY_* */
+	__u32 reserved;
+};
+
+/*
+ * NEURON_UDMA_COPY_PREPARE_ONE: write one descriptor pair (Rx slot, then Tx slot).
+ * Errors: ENOENT (unknown handle, or queue not this file's), ERANGE (offset + size beyond a
+ * buffer), EINVAL (size 0 or > 65536, bad barrier, flags/reserved set), ENOSPC (ring full:
+ * nothing written; COPY_WAIT frees space).
+ */
+struct neuron_udma_copy_prepare_one {
+	__u32 engine;
+	__u32 queue;
+	struct neuron_udma_copy copy;
+};
+
+/*
+ * NEURON_UDMA_COPY_PREPARE: write @count pairs from the array at @copies. Every entry is
+ * validated, and the space for all of them checked, before any slot is written: on any error
+ * nothing changes. Errors: as COPY_PREPARE_ONE, EINVAL also for count 0 or > max_batch.
+ */
+struct neuron_udma_copy_prepare {
+	__u32 engine;
+	__u32 queue;
+	__u32 count;
+	__u32 reserved;
+	__u64 copies;			/* user pointer to count x struct neuron_udma_copy */
+};
+
+/*
+ * NEURON_UDMA_COPY_START: ring the doorbells: Rx += @s2m_count, then Tx += @m2s_count.
+ * Errors: ENOENT (queue not this file's), EINVAL (s2m_count 0, or a count above the prepared,
+ * not yet started descriptors of its ring).
+ */
+struct neuron_udma_copy_start {
+	__u32 engine;
+	__u32 queue;
+	__u32 m2s_count;
+	__u32 s2m_count;
+	__u64 reserved;
+};
+
+/*
+ * NEURON_UDMA_COPY_WAIT: start everything prepared, append a completion marker pair, wait up
+ * to @timeout_ms (0: 10 s) for it, then free the ring space of every completed pair.
+ * Errors: ENOENT, ENOSPC (no room for the marker pair), ETIMEDOUT (no completion; the queue was
+ * reset and is usable again), EIO (the engine reported an error; the queue was reset),
+ * EINTR (a signal; the copies go on).
+ */
+struct neuron_udma_copy_wait {
+	__u32 engine;
+	__u32 queue;
+	__u32 timeout_ms;
+	__u32 reserved;
+	__u64 completed;		/* out: descriptor pairs freed, marker included */
+};
+
+/* Register and software state of one ring. */
+struct neuron_udma_ring_state {
+	__u32 hw_cfg;			/* cfg register */
+	__u32 hw_status;		/* status register */
+	__u32 hw_len;			/* ring length register, descriptors */
+	__u32 hw_head;			/* head: index [23:0], ring id [31:30] */
+	__u32 hw_tail;			/* tail: index [23:0], ring id [31:30] */
+	__u32 hw_comp_head;		/* completion head */
+	__u32 sw_next;			/* next slot the driver writes */
+	__u32 sw_ack;			/* first slot not yet completed */
+	__u32 sw_ring_id;		/* ring id of the next slot */
+	__u32 sw_available;		/* free slots */
+	__u32 sw_pending;		/* prepared, doorbell not rung */
+	__u32 size;			/* descriptors */
+};
+
+/* NEURON_UDMA_QUEUE_STATE: registers and software indices of a queue of this file. */
+struct neuron_udma_queue_state {
+	__u32 engine;			/* in */
+	__u32 queue;			/* in */
+	__u32 m2s_engine_state;		/* m2s.state register */
+	__u32 s2m_engine_state;		/* s2m.state register */
+	__u32 m2s_error_cause;		/* secondary IOFIC group A cause */
+	__u32 s2m_error_cause;		/* secondary IOFIC group B cause */
+	__u32 resets;			/* times the queue was reset after an error */
+	__u32 reserved;
+	struct neuron_udma_ring_state tx;
+	struct neuron_udma_ring_state rx;
+};
+
+/*
+ * NEURON_UDMA_MEMCPY: copy @size bytes (any size) with the driver's own H2T queue, in 64 KiB
+ * pairs, and wait for completion. Errors: ENOENT, ERANGE, EINVAL (size 0), ETIMEDOUT, EIO, EINTR.
+ */
+struct neuron_udma_memcpy {
+	__u64 src_handle;
+	__u64 src_offset;
+	__u64 dst_handle;
+	__u64 dst_offset;
+	__u64 size;
+	__u32 timeout_ms;		/* 0: 10 s per submission */
+	__u32 reserved;
+};
+
+#define NEURON_UDMA_INFO		_IOR(NEURON_UDMA_IOC_MAGIC, 0x00, struct neuron_udma_info)
+#define NEURON_UDMA_MEM_ALLOC		_IOWR(NEURON_UDMA_IOC_MAGIC, 0x01, struct neuron_udma_mem_alloc)
+#define NEURON_UDMA_MEM_FREE		_IOW(NEURON_UDMA_IOC_MAGIC, 0x02, struct neuron_udma_mem_free)
+#define NEURON_UDMA_QUEUE_INIT		_IOW(NEURON_UDMA_IOC_MAGIC, 0x03, struct neuron_udma_queue_init)
+#define NEURON_UDMA_QUEUE_RELEASE	_IOW(NEURON_UDMA_IOC_MAGIC, 0x04, struct neuron_udma_queue_id)
+#define NEURON_UDMA_COPY_PREPARE_ONE	_IOW(NEURON_UDMA_IOC_MAGIC, 0x05, struct neuron_udma_copy_prepare_one)
+#define NEURON_UDMA_COPY_PREPARE	_IOW(NEURON_UDMA_IOC_MAGIC, 0x06, struct neuron_udma_copy_prepare)
+#define NEURON_UDMA_COPY_START		_IOW(NEURON_UDMA_IOC_MAGIC, 0x07, struct neuron_udma_copy_start)
+#define NEURON_UDMA_COPY_WAIT		_IOWR(NEURON_UDMA_IOC_MAGIC, 0x08, struct neuron_udma_copy_wait)
+#define NEURON_UDMA_QUEUE_STATE		_IOWR(NEURON_UDMA_IOC_MAGIC, 0x09, struct neuron_udma_queue_state)
+#define NEURON_UDMA_MEMCPY		_IOW(NEURON_UDMA_IOC_MAGIC, 0x0A, struct neuron_udma_memcpy)
+
+#endif /* _UAPI_LINUX_NEURON_UDMA_H */

@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! KUnit suite that runs copies on the bound device (the device model in QEMU): host->host and
+//! host->HBM->host round trips, many wraps of a small ring, two queues in parallel.
+
+use crate::{
+    desc::{Barrier, DescLen},
+    device::{Owner, QueueCell, UdmaDevice, DEFAULT_TIMEOUT},
+    queue::Copy,
+    Registry,
+};
+use kernel::{
+    dma::Coherent,
+    new_mutex,
+    prelude::*,
+    sync::{Arc, Completion},
+    workqueue,
+};
+
+/// Sizes copied by the round-trip tests (bytes).
+const SIZES: [u64; 6] = [1, 3, 4096, 65535, 65536, (1 << 20) + 7];
+
+fn device() -> Result<Arc<UdmaDevice>> {
+    Registry::first().ok_or(ENODEV)
+}
+
+/// A deterministic byte pattern, different per `seed`.
+fn pattern(i: usize, seed: u8) -> u8 {
+    // CAST: keeping the low byte is the point.
+    ((i * 131 + (i >> 8) * 7) as u8) ^ seed
+}
+
+fn fill(buf: &Coherent<[u8]>, seed: u8) {
+    // SAFETY: no DMA to or from `buf` is in flight: each test waits for its copies.
+    let b = unsafe { buf.as_mut() };
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = pattern(i, seed);
+    }
+}
+
+fn clear(buf: &Coherent<[u8]>) {
+    // SAFETY: as in `fill`.
+    unsafe { buf.as_mut() }.fill(0);
+}
+
+/// Whether `dst[doff..doff + len]` equals the pattern of `src` at `soff`, and the bytes just
+/// around the destination range are untouched (zero).
+fn copied(dst: &Coherent<[u8]>, doff: usize, soff: usize, len: usize, seed: u8) -> bool {
+    // SAFETY: as in `fill`.
+    let d = unsafe { dst.as_ref() };
+    let inside = (0..len).all(|i| d[doff + i] == pattern(soff + i, seed));
+    let before = doff == 0 || d[doff - 1] == 0;
+    let after = doff + len >= d.len() || d[doff + len] == 0;
+    inside && before && after
+}
+
+/// A driver-owned test queue on the H2T engine (queues 2 and 3 are free on both generations).
+fn test_queue(dev: &UdmaDevice, qid: u32, descs: u32) -> Result<Arc<QueueCell>> {
+    dev.queue_init(dev.arch.h2t[0].0, qid, descs, descs, Owner::Driver)
+}
+
+#[kunit_tests(neuron_udma_live)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_to_host_round_trips() -> Result {
+        let dev = device()?;
+        let src = dev.alloc_coherent((2 << 20) + 64)?;
+        let dst = dev.alloc_coherent((2 << 20) + 64)?;
+        for (n, &size) in SIZES.iter().enumerate() {
+            // CAST: small test values.
+            let seed = n as u8;
+            fill(&src, seed);
+            clear(&dst);
+            let (soff, doff) = (3 + n, 17 + 2 * n);
+            dev.memcpy(
+                dev.host_addr(src.dma_address()) + soff as u64,
+                dev.host_addr(dst.dma_address()) + doff as u64,
+                size,
+                DEFAULT_TIMEOUT,
+            )?;
+            assert!(copied(&dst, doff, soff, size as usize, seed));
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn host_to_hbm_to_host() -> Result {
+        let dev = device()?;
+        assert!(dev.dram_size >= 4 << 20);
+        let src = dev.alloc_coherent((2 << 20) + 64)?;
+        let dst = dev.alloc_coherent((2 << 20) + 64)?;
+        for (n, &size) in SIZES.iter().enumerate() {
+            // CAST: small test values.
+            let seed = 0x40 + n as u8;
+            fill(&src, seed);
+            clear(&dst);
+            let hbm = 0x10_0000 + 5 * n as u64;
+            let (soff, doff) = (1 + n, 9 + n);
+            dev.memcpy(dev.host_addr(src.dma_address()) + soff as u64, hbm, size, DEFAULT_TIMEOUT)?;
+            dev.memcpy(hbm, dev.host_addr(dst.dma_address()) + doff as u64, size, DEFAULT_TIMEOUT)?;
+            assert!(copied(&dst, doff, soff, size as usize, seed));
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn ten_thousand_copies_through_a_32_slot_ring() -> Result {
+        let dev = device()?;
+        let q = test_queue(&dev, 2, 32)?;
+        const COPIES: usize = 10_000;
+        const CHUNK: usize = 8;
+        let src = dev.alloc_coherent(COPIES * CHUNK)?;
+        let dst = dev.alloc_coherent(COPIES * CHUNK)?;
+        fill(&src, 0x77);
+        let (s, d) = (dev.host_addr(src.dma_address()), dev.host_addr(dst.dma_address()));
+        let mut done = 0;
+        let mut submissions = 0;
+        let result = (|| -> Result {
+            while done < COPIES {
+                let seq = dev.with_queue(&q, |queue, io| {
+                    // Leave one pair for the marker.
+                    while done < COPIES && queue.available_pairs() > 1 {
+                        let off = (done * CHUNK) as u64;
+                        queue.prepare_one(&Copy {
+                            src: s + off,
+                            dst: d + off,
+                            len: DescLen::new(CHUNK as u32)?,
+                            barrier: Barrier::None,
+                            set_dst_int: false,
+                        })?;
+                        done += 1;
+                    }
+                    queue.fence(io)
+                })?;
+                dev.wait(&q, seq, DEFAULT_TIMEOUT)?;
+                submissions += 1;
+            }
+            Ok(())
+        })();
+        let (next, ack) = dev.with_queue(&q, |queue, _| Ok((queue.tx_state().next_index(), queue.tx_state().ack_index())))?;
+        dev.queue_release(&q);
+        result?;
+        // 15 data pairs + 1 marker per submission on a 32-slot ring: many wraps.
+        assert!(submissions >= COPIES / 15);
+        assert_eq!(next, ack);
+        assert!(copied(&dst, 0, 0, COPIES * CHUNK, 0x77));
+        Ok(())
+    }
+
+    #[test]
+    fn two_queues_in_parallel() -> Result {
+        let dev = device()?;
+        let qa = test_queue(&dev, 2, 256)?;
+        let qb = test_queue(&dev, 3, 256)?;
+        const LEN: usize = 3 << 20;
+        let bufs = [dev.alloc_coherent(LEN)?, dev.alloc_coherent(LEN)?, dev.alloc_coherent(LEN)?, dev.alloc_coherent(LEN)?];
+        fill(&bufs[0], 0x11);
+        fill(&bufs[2], 0x22);
+        let (a_src, a_dst) = (dev.host_addr(bufs[0].dma_address()), dev.host_addr(bufs[1].dma_address()));
+        let (b_src, b_dst) = (dev.host_addr(bufs[2].dma_address()), dev.host_addr(bufs[3].dma_address()));
+
+        let done = Arc::pin_init(Completion::new(), GFP_KERNEL)?;
+        let result = Arc::pin_init(new_mutex!(Err(EINPROGRESS)), GFP_KERNEL)?;
+        {
+            let (dev, qa, done, result) = (dev.clone(), qa.clone(), done.clone(), result.clone());
+            workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+                let r = (0..4).try_for_each(|_| dev.memcpy_on(&qa, a_src, a_dst, LEN as u64, DEFAULT_TIMEOUT));
+                *result.lock() = r;
+                done.complete_all();
+            })?;
+        }
+        let rb = (0..4).try_for_each(|_| dev.memcpy_on(&qb, b_src, b_dst, LEN as u64, DEFAULT_TIMEOUT));
+        done.wait_for_completion();
+        let ra: Result = *result.lock();
+        dev.queue_release(&qa);
+        dev.queue_release(&qb);
+        ra?;
+        rb?;
+        assert!(copied(&bufs[1], 0, 0, LEN, 0x11));
+        assert!(copied(&bufs[3], 0, 0, LEN, 0x22));
+        Ok(())
+    }
+
+    #[test]
+    fn queue_errors_change_nothing() -> Result {
+        let dev = device()?;
+        let q = test_queue(&dev, 2, 32)?;
+        let r = dev.with_queue(&q, |queue, io| {
+            let before = (*queue.tx_state(), *queue.rx_state(), queue.pending());
+            // 15 pairs fill the 16 free slots minus one; the 17th pair does not fit.
+            let c = Copy { src: 0, dst: 0, len: DescLen::new(4)?, barrier: Barrier::None, set_dst_int: false };
+            assert_eq!(queue.start(io, 0, 1), Err(EINVAL));
+            for _ in 0..16 {
+                queue.prepare_one(&c)?;
+            }
+            let full = (*queue.tx_state(), *queue.rx_state(), queue.pending());
+            assert_eq!(queue.prepare_one(&c), Err(ENOSPC));
+            assert_eq!(queue.fence(io), Err(ENOSPC));
+            assert!((*queue.tx_state(), *queue.rx_state(), queue.pending()) == full);
+            assert_eq!(queue.start(io, 17, 16), Err(EINVAL));
+            assert_eq!(queue.start(io, 0, 0), Err(EINVAL));
+            assert!(before.0 != full.0);
+            Ok(())
+        });
+        dev.queue_release(&q);
+        r
+    }
+
+    #[test]
+    fn reserved_and_taken_queues() -> Result {
+        let dev = device()?;
+        let (eng, qid) = dev.arch.h2t[0];
+        // The H2T queue is the driver's: taken for everyone, reserved for files.
+        assert!(matches!(dev.queue_init(eng, qid, 32, 32, Owner::Driver), Err(e) if e == EBUSY));
+        assert!(matches!(dev.queue_init(eng, qid, 32, 32, Owner::File(1)), Err(e) if e == EBUSY));
+        assert!(matches!(dev.queue_init(eng, 16, 32, 32, Owner::File(1)), Err(e) if e == EINVAL));
+        assert!(matches!(dev.queue_init(dev.arch.engines, 1, 32, 32, Owner::File(1)), Err(e) if e == EINVAL));
+        assert!(matches!(dev.queue_init(eng, 2, 48, 32, Owner::File(1)), Err(e) if e == EINVAL));
+        Ok(())
+    }
+}

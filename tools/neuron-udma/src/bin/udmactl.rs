@@ -1,0 +1,663 @@
+// SPDX-License-Identifier: GPL-2.0
+//! udmactl: inspect and exercise a neuron_udma device from the command line.
+//!
+//! Exit status: 0 on success, 1 on an error (the message on stderr names the errno and its
+//! meaning), 2 on a usage error.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{ArgGroup, Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use neuron_udma::{Buffer, Device, Info, Queue, QueueState, RingState};
+
+const CHUNK: u64 = neuron_udma::MAX_COPY_SIZE as u64;
+/// Default largest buffer: big coherent host allocations are hard to get in a small guest.
+const DEFAULT_WINDOW: u64 = 4 << 20;
+
+#[derive(Parser, Debug)]
+#[command(name = "udmactl", version, about = "Inspect and exercise a neuron_udma (AWS Neuron UDMA) device")]
+struct Cli {
+    /// The device file.
+    #[arg(short, long, global = true, default_value = "/dev/neuron_udma0")]
+    device: PathBuf,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Print the device and driver facts (NEURON_UDMA_INFO).
+    Info,
+    /// Copy a file (or generated data) host -> HBM -> host, verify it, print throughput and a
+    /// checksum.
+    Copy(CopyArgs),
+    /// Take a queue, run copies on it and print its QUEUE_STATE.
+    QueueState(StateArgs),
+    /// Take a queue, run copies on it and print its QUEUE_STATE with every field decoded.
+    RingDump(StateArgs),
+    /// Measure DMA throughput (host->host, host->HBM, HBM->host) against an in-process memcpy.
+    Bench(BenchArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct QueueOpts {
+    /// Engine of the user queue.
+    #[arg(long, default_value_t = 0)]
+    engine: u32,
+    /// Queue within the engine (engines 0..3, queues 1..3 are never reserved).
+    #[arg(long, default_value_t = 1)]
+    queue: u32,
+    /// Descriptors per ring (a power of two, 32..2^23).
+    #[arg(long, default_value_t = 4096)]
+    ring_size: u32,
+    /// COPY_WAIT / MEMCPY timeout in milliseconds (default: the driver's, 10 s).
+    #[arg(long)]
+    timeout_ms: Option<u64>,
+}
+
+impl QueueOpts {
+    fn timeout(&self) -> Option<Duration> {
+        self.timeout_ms.map(Duration::from_millis)
+    }
+}
+
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("input").required(true).args(["file", "bytes"])))]
+struct CopyArgs {
+    /// File to copy (or use --bytes).
+    file: Option<PathBuf>,
+    /// Copy this many bytes of generated pseudo-random data instead of a file (K, M, G suffixes).
+    #[arg(long, value_parser = parse_size)]
+    bytes: Option<u64>,
+    /// Seed of the generated data.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Copy with the driver's own queue (MEMCPY) instead of a user queue.
+    #[arg(long)]
+    memcpy: bool,
+    /// Largest buffer used per round (default: min(4M, max host buffer, device memory / 2)).
+    #[arg(long, value_parser = parse_size)]
+    window: Option<u64>,
+    #[command(flatten)]
+    q: QueueOpts,
+}
+
+#[derive(Args, Debug)]
+struct StateArgs {
+    /// Copies (4 KiB each, host->host) to run before reading the state.
+    #[arg(long, default_value_t = 8)]
+    copies: u32,
+    /// Leave the copies prepared but not started (shows sw_pending); with --start, started but
+    /// not waited for.
+    #[arg(long)]
+    no_wait: bool,
+    /// With --no-wait: ring the doorbells (COPY_START) for the prepared copies.
+    #[arg(long, requires = "no_wait")]
+    start: bool,
+    #[command(flatten)]
+    q: QueueOpts,
+}
+
+#[derive(Args, Debug)]
+struct BenchArgs {
+    /// Copy sizes, comma separated (K, M, G suffixes).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "4K,64K,1M,64M")]
+    sizes: Vec<u64>,
+    /// Largest buffer; bigger sizes are moved in rounds of it (default: min(4M, max host buffer,
+    /// device memory / 2)).
+    #[arg(long, value_parser = parse_size)]
+    window: Option<u64>,
+    /// Runs per measurement; the best is reported.
+    #[arg(long, default_value_t = 3)]
+    iters: u32,
+    /// Copy with the driver's own queue (MEMCPY) instead of a user queue.
+    #[arg(long)]
+    memcpy: bool,
+    #[command(flatten)]
+    q: QueueOpts,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("udmactl: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<()> {
+    let dev = Device::open(&cli.device)?;
+    let info = dev.info().with_context(|| format!("NEURON_UDMA_INFO on {}", cli.device.display()))?;
+    match &cli.cmd {
+        Cmd::Info => {
+            print_info(&dev, &info);
+            Ok(())
+        }
+        Cmd::Copy(a) => cmd_copy(&dev, &info, a),
+        Cmd::QueueState(a) => cmd_state(&dev, &info, a, false),
+        Cmd::RingDump(a) => cmd_state(&dev, &info, a, true),
+        Cmd::Bench(a) => cmd_bench(&dev, &info, a),
+    }
+}
+
+fn print_info(dev: &Device, i: &Info) {
+    println!("device:             {}", dev.path().display());
+    println!("abi_version:        {}", i.abi_version);
+    println!("generation:         {:?} ({})", i.gen(), i.generation);
+    println!("pci id:             {:04x}:{:04x}", i.vendor_id, i.device_id);
+    println!("engines:            {}", i.engines);
+    println!("queues_per_engine:  {}", i.queues_per_engine);
+    println!("max_copy_size:      {}", i.max_copy_size);
+    println!("device_mem_size:    {} ({})", i.device_mem_size, human_bytes(i.device_mem_size));
+    println!("ring descs:         {}..{} (reserve {})", i.min_ring_descs, i.max_ring_descs, i.ring_reserve_descs);
+    println!("max_batch:          {}", i.max_batch);
+    println!("max_host_buffer:    {} ({})", i.max_host_buffer, human_bytes(i.max_host_buffer));
+    let h2t: Vec<String> = i.h2t_queues().iter().map(|(e, q)| format!("{e}/{q}")).collect();
+    println!("driver H2T queues:  {}", if h2t.is_empty() { "-".into() } else { h2t.join(" ") });
+}
+
+/// A parsed size: plain bytes or with a K/M/G (binary) suffix.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, shift) = match s.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&s[..i], 10),
+        Some((i, 'm' | 'M')) => (&s[..i], 20),
+        Some((i, 'g' | 'G')) => (&s[..i], 30),
+        _ => (s, 0),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("bad size {s:?} (e.g. 4096, 64K, 1M, 2G)"))?;
+    n.checked_mul(1 << shift).ok_or_else(|| format!("size {s:?} too large"))
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+fn human_rate(bytes: u64, t: Duration) -> String {
+    let s = t.as_secs_f64();
+    if s <= 0.0 {
+        return "-".into();
+    }
+    let r = bytes as f64 / s;
+    if r >= 1e9 {
+        format!("{:.2} GB/s", r / 1e9)
+    } else if r >= 1e6 {
+        format!("{:.2} MB/s", r / 1e6)
+    } else {
+        format!("{:.2} kB/s", r / 1e3)
+    }
+}
+
+/// The 64 KiB pieces of `len` bytes: (offset, size).
+fn chunks(len: u64) -> impl Iterator<Item = (u64, u32)> {
+    (0..len.div_ceil(CHUNK)).map(move |i| {
+        let off = i * CHUNK;
+        (off, (len - off).min(CHUNK) as u32)
+    })
+}
+
+/// xorshift64* pseudo-random bytes: deterministic for a seed, no OS entropy needed.
+struct XorShift(u64);
+
+impl XorShift {
+    fn new(seed: u64) -> Self {
+        XorShift(seed ^ 0x9E37_79B9_7F4A_7C15 | 1)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn fill(&mut self, buf: &mut [u8]) {
+        for c in buf.chunks_mut(8) {
+            let v = self.next_u64().to_le_bytes();
+            c.copy_from_slice(&v[..c.len()]);
+        }
+    }
+}
+
+/// FNV-1a 64 over a stream of byte slices.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Fnv(0xCBF2_9CE4_8422_2325)
+    }
+
+    fn update(&mut self, data: &[u8]) {
+        for &b in data {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x0000_0100_0000_01B3);
+        }
+    }
+}
+
+/// Moves bytes with one device: through a user queue in 64 KiB pairs with batched
+/// COPY_PREPARE + COPY_WAIT, or through MEMCPY when there is no queue.
+struct Mover<'a> {
+    dev: &'a Device,
+    info: &'a Info,
+    queue: Option<&'a Queue<'a>>,
+    timeout: Option<Duration>,
+}
+
+impl Mover<'_> {
+    /// Copies `len` bytes from `src` to `dst`, both at offset 0.
+    fn copy(&self, src: &dyn Buffer, dst: &dyn Buffer, len: u64, progress: &ProgressBar) -> Result<()> {
+        let Some(q) = self.queue else {
+            const STEP: u64 = 4 << 20;
+            let mut off = 0;
+            while off < len {
+                let n = (len - off).min(STEP);
+                self.dev.memcpy(src, off, dst, off, n, self.timeout).context("NEURON_UDMA_MEMCPY")?;
+                progress.inc(n);
+                off += n;
+            }
+            return Ok(());
+        };
+        let (tx, rx) = q.ring_descs();
+        let per_round = self.info.pairs_per_round(tx.min(rx)) as usize;
+        let mut batch = Vec::with_capacity(per_round);
+        let mut pieces = chunks(len).peekable();
+        while pieces.peek().is_some() {
+            batch.clear();
+            let mut bytes = 0u64;
+            for (off, size) in pieces.by_ref().take(per_round) {
+                batch.push(neuron_udma::Copy::new(src, off, dst, off, size)?);
+                bytes += u64::from(size);
+            }
+            q.prepare(&batch).with_context(|| format!("NEURON_UDMA_COPY_PREPARE of {} pairs", batch.len()))?;
+            q.wait(self.timeout).context("NEURON_UDMA_COPY_WAIT")?;
+            progress.inc(bytes);
+        }
+        Ok(())
+    }
+
+    fn via(&self) -> String {
+        match self.queue {
+            Some(q) => format!("queue {}/{} (ring {})", q.engine(), q.queue(), q.ring_descs().0),
+            None => "MEMCPY".into(),
+        }
+    }
+}
+
+fn open_queue<'d>(dev: &'d Device, o: &QueueOpts) -> Result<Queue<'d>> {
+    dev.queue(o.engine, o.queue, o.ring_size)
+        .with_context(|| format!("NEURON_UDMA_QUEUE_INIT engine {} queue {} ring {}", o.engine, o.queue, o.ring_size))
+}
+
+fn progress_bar(total: u64) -> ProgressBar {
+    let pb = ProgressBar::new(total);
+    let style =
+        ProgressStyle::with_template("{bar:40} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+    pb.set_style(style);
+    pb
+}
+
+fn cmd_copy(dev: &Device, info: &Info, a: &CopyArgs) -> Result<()> {
+    enum Source {
+        File(File),
+        Gen(XorShift),
+    }
+    let (mut source, total, name) = match (&a.file, a.bytes) {
+        (Some(path), _) => {
+            let f = File::open(path).with_context(|| format!("open {}", path.display()))?;
+            let len = f.metadata()?.len();
+            (Source::File(f), len, path.display().to_string())
+        }
+        (None, Some(n)) => (Source::Gen(XorShift::new(a.seed)), n, format!("{n} generated bytes (seed {})", a.seed)),
+        (None, None) => bail!("give a FILE or --bytes N"),
+    };
+    if total == 0 {
+        bail!("nothing to copy: {name} is empty");
+    }
+    let cap = a.window.unwrap_or(DEFAULT_WINDOW).min(info.max_host_buffer).min(info.device_mem_size / 2);
+    let window = if cap >= CHUNK { cap / CHUNK * CHUNK } else { cap }.min(total);
+    if window == 0 {
+        bail!("no usable window (max_host_buffer {}, device memory {})", info.max_host_buffer, info.device_mem_size);
+    }
+    let queue = if a.memcpy { None } else { Some(open_queue(dev, &a.q)?) };
+    let mover = Mover { dev, info, queue: queue.as_ref(), timeout: a.q.timeout() };
+    let mut src = dev.alloc_host(window).context("NEURON_UDMA_MEM_ALLOC host source")?;
+    let hbm = dev.alloc_device(window).context("NEURON_UDMA_MEM_ALLOC device buffer")?;
+    let dst = dev.alloc_host(window).context("NEURON_UDMA_MEM_ALLOC host destination")?;
+
+    let pb = progress_bar(2 * total);
+    let (mut t_h2d, mut t_d2h) = (Duration::ZERO, Duration::ZERO);
+    let (mut sum_src, mut sum_dst) = (Fnv::new(), Fnv::new());
+    let mut done = 0u64;
+    while done < total {
+        let n = (total - done).min(window);
+        let part = &mut src[..n as usize];
+        match &mut source {
+            Source::File(f) => f.read_exact(part).with_context(|| format!("read {name}"))?,
+            Source::Gen(g) => g.fill(part),
+        }
+        sum_src.update(part);
+        let t = Instant::now();
+        mover.copy(&src, &hbm, n, &pb).context("host -> HBM")?;
+        t_h2d += t.elapsed();
+        let t = Instant::now();
+        mover.copy(&hbm, &dst, n, &pb).context("HBM -> host")?;
+        t_d2h += t.elapsed();
+        let (want, got) = (&src[..n as usize], &dst[..n as usize]);
+        if let Some(i) = want.iter().zip(got).position(|(x, y)| x != y) {
+            bail!("verify failed at byte {}: wrote {:#04x}, read back {:#04x}", done + i as u64, want[i], got[i]);
+        }
+        sum_dst.update(got);
+        done += n;
+    }
+    pb.finish_and_clear();
+    println!("copied {name}: {total} bytes host -> HBM -> host via {}, verified", mover.via());
+    println!("host -> HBM: {:.3} s, {}", t_h2d.as_secs_f64(), human_rate(total, t_h2d));
+    println!("HBM -> host: {:.3} s, {}", t_d2h.as_secs_f64(), human_rate(total, t_d2h));
+    println!("fnv1a64: {:016x}", sum_dst.0);
+    if sum_src.0 != sum_dst.0 {
+        bail!("checksum mismatch: source {:016x}, copy {:016x}", sum_src.0, sum_dst.0);
+    }
+    Ok(())
+}
+
+fn cmd_state(dev: &Device, info: &Info, a: &StateArgs, decoded: bool) -> Result<()> {
+    const SIZE: u64 = 4096;
+    let q = open_queue(dev, &a.q)?;
+    let n = u64::from(a.copies.max(1));
+    let src = dev.alloc_host(n * SIZE).context("NEURON_UDMA_MEM_ALLOC")?;
+    let dst = dev.alloc_host(n * SIZE).context("NEURON_UDMA_MEM_ALLOC")?;
+    let copies: Vec<_> = (0..u64::from(a.copies))
+        .map(|i| neuron_udma::Copy::new(&src, i * SIZE, &dst, i * SIZE, SIZE as u32))
+        .collect::<Result<_, _>>()?;
+    let per_round = info.pairs_per_round(a.q.ring_size) as usize;
+    let mut left = copies.as_slice();
+    while !left.is_empty() {
+        let (batch, rest) = left.split_at(left.len().min(per_round));
+        q.prepare(batch).context("NEURON_UDMA_COPY_PREPARE")?;
+        left = rest;
+        if a.no_wait && left.is_empty() {
+            if a.start {
+                let c = batch.len() as u32;
+                q.start(c, c).context("NEURON_UDMA_COPY_START")?;
+            }
+        } else {
+            q.wait(a.q.timeout()).context("NEURON_UDMA_COPY_WAIT")?;
+        }
+    }
+    let st = q.state().context("NEURON_UDMA_QUEUE_STATE")?;
+    if decoded {
+        print_ring_dump(&st);
+    } else {
+        print_state(&st);
+    }
+    Ok(())
+}
+
+fn print_state(s: &QueueState) {
+    println!("engine {} queue {}", s.engine, s.queue);
+    println!(
+        "m2s_state {:#06x}  s2m_state {:#06x}  m2s_cause {:#010x}  s2m_cause {:#010x}  resets {}",
+        s.m2s_engine_state, s.s2m_engine_state, s.m2s_error_cause, s.s2m_error_cause, s.resets
+    );
+    println!(
+        "{:<4} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6} {:>9} {:>8} {:>8}",
+        "ring",
+        "hw_cfg",
+        "hw_status",
+        "hw_len",
+        "hw_head",
+        "hw_tail",
+        "hw_comp",
+        "sw_next",
+        "sw_ack",
+        "sw_id",
+        "sw_avail",
+        "sw_pend",
+        "size"
+    );
+    for (name, r) in [("tx", &s.tx), ("rx", &s.rx)] {
+        println!(
+            "{:<4} {:#010x} {:#010x} {:>8} {:#010x} {:#010x} {:#010x} {:>8} {:>8} {:>6} {:>9} {:>8} {:>8}",
+            name,
+            r.hw_cfg,
+            r.hw_status,
+            r.hw_len,
+            r.hw_head,
+            r.hw_tail,
+            r.hw_comp_head,
+            r.sw_next,
+            r.sw_ack,
+            r.sw_ring_id,
+            r.sw_available,
+            r.sw_pending,
+            r.size
+        );
+    }
+}
+
+fn engine_state(v: u32) -> String {
+    let field = |i: u32| match (v >> (4 * i)) & 3 {
+        0 => "idle",
+        1 => "normal",
+        2 => "abort",
+        _ => "?",
+    };
+    let names: Vec<&str> = (0..4).map(field).collect();
+    format!("{v:#06x} [{}]", names.join(", "))
+}
+
+fn cause_bits(v: u32) -> String {
+    if v == 0 {
+        return "0 (none)".into();
+    }
+    let bits: Vec<String> = (0..32).filter(|b| v >> b & 1 == 1).map(|b| b.to_string()).collect();
+    format!("{v:#010x} (bits {})", bits.join(","))
+}
+
+fn print_ring(name: &str, r: &RingState) {
+    let idx = neuron_udma::ring_index;
+    let id = neuron_udma::ring_id;
+    println!("{name} ring: {} descriptors", r.size);
+    println!(
+        "  hw cfg        {:#010x}  prefetch {}  scheduling {}",
+        r.hw_cfg,
+        if r.hw_cfg >> 16 & 1 == 1 { "on" } else { "off" },
+        if r.hw_cfg >> 17 & 1 == 1 { "on" } else { "off" }
+    );
+    println!("  hw status     {:#010x}", r.hw_status);
+    println!("  hw len        {}", idx(r.hw_len));
+    println!("  hw head       index {:>8}  ring id {}", idx(r.hw_head), id(r.hw_head));
+    println!("  hw tail       index {:>8}  ring id {}", idx(r.hw_tail), id(r.hw_tail));
+    println!("  hw comp head  index {:>8}  ring id {}", idx(r.hw_comp_head), id(r.hw_comp_head));
+    println!(
+        "  sw next {}  ack {}  ring id {}  available {}  pending {}",
+        r.sw_next, r.sw_ack, r.sw_ring_id, r.sw_available, r.sw_pending
+    );
+    if r.size.is_power_of_two() {
+        let used = r.sw_next.wrapping_sub(r.sw_ack) & (r.size - 1);
+        let in_hw = idx(r.hw_tail).wrapping_sub(idx(r.hw_head)) & (r.size - 1);
+        println!("  derived       in use {used} (next - ack), started not consumed {in_hw} (tail - head)");
+        let tail_expected = r.sw_next.wrapping_sub(r.sw_pending) & (r.size - 1);
+        if idx(r.hw_tail) != tail_expected {
+            println!("  note          hw tail {} != sw next - pending {}", idx(r.hw_tail), tail_expected);
+        }
+    }
+}
+
+fn print_ring_dump(s: &QueueState) {
+    println!("engine {} queue {}", s.engine, s.queue);
+    println!("  m2s state     {}", engine_state(s.m2s_engine_state));
+    println!("  s2m state     {}", engine_state(s.s2m_engine_state));
+    println!("  m2s cause     {}", cause_bits(s.m2s_error_cause));
+    println!("  s2m cause     {}", cause_bits(s.s2m_error_cause));
+    println!("  resets        {}", s.resets);
+    print_ring("tx (m2s)", &s.tx);
+    print_ring("rx (s2m)", &s.rx);
+}
+
+/// Best time of `iters` runs of `f`.
+fn best_of(iters: u32, mut f: impl FnMut() -> Result<()>) -> Result<Duration> {
+    let mut best = Duration::MAX;
+    for _ in 0..iters.max(1) {
+        let t = Instant::now();
+        f()?;
+        best = best.min(t.elapsed());
+    }
+    Ok(best)
+}
+
+fn cmd_bench(dev: &Device, info: &Info, a: &BenchArgs) -> Result<()> {
+    let queue = if a.memcpy { None } else { Some(open_queue(dev, &a.q)?) };
+    let mover = Mover { dev, info, queue: queue.as_ref(), timeout: a.q.timeout() };
+    let hidden = ProgressBar::hidden();
+    println!("{:>8}  {:<11} {:>14} {:>14} {:>7}   via {}", "size", "path", "dma", "memcpy", "ratio", mover.via());
+    for &size in &a.sizes {
+        if size == 0 {
+            bail!("size 0 in --sizes");
+        }
+        // One buffer of up to `size` bytes, reused until `size` bytes have moved.
+        let buf =
+            size.min(a.window.unwrap_or(DEFAULT_WINDOW)).min(info.max_host_buffer).min(info.device_mem_size / 2).max(1);
+        let rounds = size.div_ceil(buf);
+        let mut h1 = dev.alloc_host(buf).context("NEURON_UDMA_MEM_ALLOC host")?;
+        let h2 = dev.alloc_host(buf).context("NEURON_UDMA_MEM_ALLOC host")?;
+        let d = dev.alloc_device(buf).context("NEURON_UDMA_MEM_ALLOC device")?;
+        XorShift::new(size).fill(&mut h1);
+        let mut v1 = vec![0u8; buf as usize];
+        let mut v2 = vec![0u8; buf as usize];
+        XorShift::new(size).fill(&mut v1);
+        let t_mem = best_of(a.iters, || {
+            let mut left = size;
+            while left > 0 {
+                let n = left.min(buf) as usize;
+                v2[..n].copy_from_slice(std::hint::black_box(&v1[..n]));
+                std::hint::black_box(&mut v2);
+                left -= n as u64;
+            }
+            Ok(())
+        })?;
+        let paths: [(&str, &dyn Buffer, &dyn Buffer); 3] =
+            [("host->host", &h1, &h2), ("host->HBM", &h1, &d), ("HBM->host", &d, &h2)];
+        for (name, src, dst) in paths {
+            let t = best_of(a.iters, || {
+                let mut left = size;
+                for _ in 0..rounds {
+                    let n = left.min(buf);
+                    mover.copy(src, dst, n, &hidden)?;
+                    left -= n;
+                }
+                Ok(())
+            })
+            .with_context(|| format!("{name} {}", human_bytes(size)))?;
+            let ratio = t_mem.as_secs_f64() / t.as_secs_f64().max(f64::MIN_POSITIVE);
+            println!(
+                "{:>8}  {:<11} {:>14} {:>14} {:>6.2}x",
+                human_size(size),
+                name,
+                human_rate(size, t),
+                human_rate(size, t_mem),
+                ratio
+            );
+        }
+        if h1[..] != h2[..] {
+            bail!("{}: the HBM->host copy does not match the source", human_bytes(size));
+        }
+    }
+    Ok(())
+}
+
+fn human_size(n: u64) -> String {
+    for (shift, unit) in [(30, "G"), (20, "M"), (10, "K")] {
+        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", n >> shift);
+        }
+    }
+    n.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size("64k"), Ok(65536));
+        assert_eq!(parse_size("1M"), Ok(1 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("K").is_err());
+        assert!(parse_size("1T").is_err());
+        assert!(parse_size("99999999999G").is_err());
+        assert_eq!(human_size(64 << 20), "64M");
+        assert_eq!(human_size(4097), "4097");
+    }
+
+    #[test]
+    fn chunks_cover_exactly() {
+        let v: Vec<_> = chunks(2 * CHUNK + 7).collect();
+        assert_eq!(v, vec![(0, 65536), (65536, 65536), (131072, 7)]);
+        assert_eq!(chunks(0).count(), 0);
+        assert_eq!(chunks(1).collect::<Vec<_>>(), vec![(0, 1)]);
+        assert_eq!(chunks(CHUNK).count(), 1);
+    }
+
+    #[test]
+    fn prng_and_checksum_are_deterministic() {
+        let mut a = vec![0u8; 1003];
+        let mut b = vec![0u8; 1003];
+        XorShift::new(7).fill(&mut a);
+        XorShift::new(7).fill(&mut b);
+        assert_eq!(a, b);
+        XorShift::new(8).fill(&mut b);
+        assert_ne!(a, b);
+        assert!(a.iter().any(|&x| x != 0));
+        // FNV-1a 64 test vectors.
+        let mut h = Fnv::new();
+        assert_eq!(h.0, 0xcbf29ce484222325);
+        h.update(b"a");
+        assert_eq!(h.0, 0xaf63dc4c8601ec8c);
+        let mut h = Fnv::new();
+        h.update(b"foo");
+        h.update(b"bar");
+        assert_eq!(h.0, 0x85944171f73967e8);
+    }
+
+    #[test]
+    fn decoders() {
+        assert_eq!(engine_state(0x1111), "0x1111 [normal, normal, normal, normal]");
+        assert_eq!(engine_state(0x2222), "0x2222 [abort, abort, abort, abort]");
+        assert_eq!(cause_bits(0), "0 (none)");
+        assert_eq!(cause_bits(0x100), "0x00000100 (bits 8)");
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1 << 20), "1.00 MiB");
+        assert_eq!(human_rate(2_000_000_000, Duration::from_secs(1)), "2.00 GB/s");
+    }
+}

@@ -1,0 +1,848 @@
+// SPDX-License-Identifier: GPL-2.0
+//! User-space access to the `neuron_udma` driver (AWS Neuron UDMA, memory-to-memory DMA).
+//!
+//! The ABI is `include/uapi/linux/neuron_udma.h`; its structs and constants are generated from
+//! the header by bindgen ([`sys`]). This crate wraps them in RAII types:
+//!
+//! * [`Device`]: one open `/dev/neuron_udmaN`. Everything below borrows it, so no buffer or queue
+//!   can outlive the file it belongs to.
+//! * [`HostBuffer`]: coherent host memory, mapped into the process (`Deref<Target = [u8]>`),
+//!   unmapped and freed (`MEM_FREE`) on drop.
+//! * [`DeviceBuffer`]: device memory (HBM), freed on drop.
+//! * [`Queue`]: one (engine, queue) pair, released (`QUEUE_RELEASE`) on drop.
+//! * [`Copy`](struct@Copy): one validated descriptor pair (at most [`MAX_COPY_SIZE`] bytes).
+//!
+//! ```no_run
+//! use neuron_udma::{Copy, Device};
+//!
+//! # fn main() -> neuron_udma::Result<()> {
+//! let dev = Device::open_index(0)?;
+//! let mut src = dev.alloc_host(4096)?;
+//! let dst = dev.alloc_host(4096)?;
+//! src.fill(0xA5);
+//! let q = dev.queue(0, 1, 64)?;
+//! q.prepare_one(&Copy::new(&src, 0, &dst, 0, 4096)?)?;
+//! q.wait(None)?;
+//! assert!(dst.iter().all(|&b| b == 0xA5));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Buffers and queues cannot outlive their device:
+//!
+//! ```compile_fail,E0505
+//! let dev = neuron_udma::Device::open_index(0).unwrap();
+//! let buf = dev.alloc_host(4096).unwrap();
+//! drop(dev); // error: `dev` is still borrowed by `buf`
+//! drop(buf);
+//! ```
+
+#![warn(missing_docs)]
+
+mod error;
+pub mod sys;
+
+use std::fs::{File, OpenOptions};
+use std::ops::{Deref, DerefMut};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use error::{Error, Result};
+
+/// Largest size of one copy (one descriptor pair), in bytes.
+pub const MAX_COPY_SIZE: u32 = 65536;
+
+/// Facts about a device and its driver (`NEURON_UDMA_INFO`).
+pub type Info = sys::neuron_udma_info;
+
+/// Registers and software indices of a queue (`NEURON_UDMA_QUEUE_STATE`).
+pub type QueueState = sys::neuron_udma_queue_state;
+
+/// Registers and software indices of one ring of a queue.
+pub type RingState = sys::neuron_udma_ring_state;
+
+/// Device generation (`neuron_udma_info.generation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Generation {
+    /// Trainium1 (0x7164) and Inferentia2 (0x7264).
+    V2,
+    /// Trainium2 (0x7364).
+    V3,
+    /// A generation this crate does not know.
+    Unknown(u32),
+}
+
+impl sys::neuron_udma_info {
+    /// The device generation.
+    pub fn gen(&self) -> Generation {
+        match self.generation {
+            sys::NEURON_UDMA_GEN_V2 => Generation::V2,
+            sys::NEURON_UDMA_GEN_V3 => Generation::V3,
+            g => Generation::Unknown(g),
+        }
+    }
+
+    /// The driver's own host-DMA (H2T) queues on this generation: V2 engines 32 and 33 queue 0,
+    /// V3 engines 128..=131 queues 0 and 1. `QUEUE_INIT` of them fails with `EBUSY`.
+    pub fn h2t_queues(&self) -> &'static [(u32, u32)] {
+        match self.gen() {
+            Generation::V2 => &[(32, 0), (33, 0)],
+            Generation::V3 => &[(128, 0), (128, 1), (129, 0), (129, 1), (130, 0), (130, 1), (131, 0), (131, 1)],
+            Generation::Unknown(_) => &[],
+        }
+    }
+
+    /// Whether `QUEUE_INIT` of (`engine`, `queue`) is refused with `EBUSY` because the queue is
+    /// reserved (spec 2.4): the H2T queues, and the queues kept for the NeuronCores and
+    /// collectives (V2: queue 15 of engines 0..32 and queue 14 of engines whose id % 16 < 11;
+    /// V3: queue 14 of engines 0..128 whose id % 16 is 0..=4, 7 or 8). Engines 0..=3 with
+    /// queues 1..=3 are free on every generation.
+    pub fn is_reserved_queue(&self, engine: u32, queue: u32) -> bool {
+        if self.h2t_queues().contains(&(engine, queue)) {
+            return true;
+        }
+        match self.gen() {
+            Generation::V2 => engine < 32 && (queue == 15 || (queue == 14 && engine % 16 < 11)),
+            Generation::V3 => engine < 128 && queue == 14 && matches!(engine % 16, 0..=4 | 7 | 8),
+            Generation::Unknown(_) => false,
+        }
+    }
+
+    /// The most copy pairs one `COPY_PREPARE` + `COPY_WAIT` round can hold on a ring of
+    /// `ring_descs` descriptors: the ring minus its reserve minus the completion marker pair,
+    /// capped at `max_batch`.
+    pub fn pairs_per_round(&self, ring_descs: u32) -> u32 {
+        ring_descs.saturating_sub(self.ring_reserve_descs).saturating_sub(1).min(self.max_batch).max(1)
+    }
+}
+
+/// Index part (bits `[23:0]`) of a head or tail register.
+pub fn ring_index(reg: u32) -> u32 {
+    reg & 0x00FF_FFFF
+}
+
+/// Ring id part (bits `[31:30]`) of a head or tail register.
+pub fn ring_id(reg: u32) -> u32 {
+    reg >> 30
+}
+
+/// Converts a wait timeout to the ABI's milliseconds (`None`: the driver's default, 10 s).
+/// A non-zero timeout shorter than 1 ms is rounded up to 1 ms, so it never means "default".
+pub fn timeout_ms(timeout: Option<Duration>) -> u32 {
+    match timeout {
+        None => 0,
+        Some(d) => d.as_millis().clamp(1, u32::MAX as u128) as u32,
+    }
+}
+
+/// Issues one ioctl with a pointer to `arg`.
+fn ioctl<T>(fd: RawFd, request: sys::IoctlRequest, arg: &mut T) -> Result<()> {
+    // SAFETY: every request of this ABI takes a pointer to a struct of type T, whose size is
+    // encoded in the request number; `arg` is valid for reads and writes of that size.
+    let rc = unsafe { libc::ioctl(fd, request, arg as *mut T) };
+    if rc < 0 {
+        Err(Error::last_os())
+    } else {
+        Ok(())
+    }
+}
+
+/// An open neuron_udma device file (`/dev/neuron_udmaN`). Every buffer and queue belongs to the
+/// file that created it and is released when it is closed; the types of this crate borrow the
+/// `Device`, so they are all dropped before it.
+#[derive(Debug)]
+pub struct Device {
+    file: File,
+    path: PathBuf,
+}
+
+impl Device {
+    /// Opens a device file.
+    ///
+    /// ```no_run
+    /// let dev = neuron_udma::Device::open("/dev/neuron_udma0")?;
+    /// # Ok::<(), neuron_udma::Error>(())
+    /// ```
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|source| Error::Open { path: path.clone(), source })?;
+        Ok(Device { file, path })
+    }
+
+    /// Opens `/dev/neuron_udma<n>`.
+    ///
+    /// ```no_run
+    /// let dev = neuron_udma::Device::open_index(0)?;
+    /// # Ok::<(), neuron_udma::Error>(())
+    /// ```
+    pub fn open_index(n: u32) -> Result<Self> {
+        Self::open(format!("/dev/neuron_udma{n}"))
+    }
+
+    /// The path this device was opened with.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads the device and driver facts (`NEURON_UDMA_INFO`).
+    ///
+    /// ```no_run
+    /// let info = neuron_udma::Device::open_index(0)?.info()?;
+    /// println!("{:#x}: {} engines, {} bytes of HBM", info.device_id, info.engines, info.device_mem_size);
+    /// # Ok::<(), neuron_udma::Error>(())
+    /// ```
+    pub fn info(&self) -> Result<Info> {
+        let mut info = Info::default();
+        ioctl(self.fd(), sys::NEURON_UDMA_INFO, &mut info)?;
+        Ok(info)
+    }
+
+    fn alloc(&self, size: u64, kind: u32) -> Result<sys::neuron_udma_mem_alloc> {
+        if size == 0 {
+            return Err(Error::Argument("buffer size 0".into()));
+        }
+        let mut arg = sys::neuron_udma_mem_alloc { size, type_: kind, ..Default::default() };
+        ioctl(self.fd(), sys::NEURON_UDMA_MEM_ALLOC, &mut arg)?;
+        Ok(arg)
+    }
+
+    fn free(&self, handle: u64) -> Result<()> {
+        let mut arg = sys::neuron_udma_mem_free { handle, ..Default::default() };
+        ioctl(self.fd(), sys::NEURON_UDMA_MEM_FREE, &mut arg)
+    }
+
+    /// Allocates `size` bytes of coherent host memory (rounded up to 4 KiB by the driver) and
+    /// maps them into the process.
+    ///
+    /// ```no_run
+    /// let dev = neuron_udma::Device::open_index(0)?;
+    /// let mut buf = dev.alloc_host(1 << 20)?;
+    /// buf[..5].copy_from_slice(b"hello");
+    /// # Ok::<(), neuron_udma::Error>(())
+    /// ```
+    pub fn alloc_host(&self, size: u64) -> Result<HostBuffer<'_>> {
+        let len = usize::try_from(size).map_err(|_| Error::Argument(format!("buffer size {size} too large")))?;
+        let arg = self.alloc(size, sys::NEURON_UDMA_MEM_HOST)?;
+        // SAFETY: the mapping is of driver-owned coherent memory that stays allocated at least
+        // until MEM_FREE, which HostBuffer::drop issues only after unmapping it. Nothing else
+        // in this process maps it mutably.
+        let map = unsafe { memmap2::MmapOptions::new().offset(arg.mmap_offset).len(len).map_mut(&self.file) };
+        match map {
+            Ok(map) => Ok(HostBuffer { dev: self, handle: arg.handle, size, map: Some(map) }),
+            Err(e) => {
+                let _ = self.free(arg.handle);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Allocates `size` bytes of device memory (HBM).
+    ///
+    /// ```no_run
+    /// let dev = neuron_udma::Device::open_index(0)?;
+    /// let hbm = dev.alloc_device(64 << 10)?;
+    /// # Ok::<(), neuron_udma::Error>(())
+    /// ```
+    pub fn alloc_device(&self, size: u64) -> Result<DeviceBuffer<'_>> {
+        let arg = self.alloc(size, sys::NEURON_UDMA_MEM_DEVICE)?;
+        Ok(DeviceBuffer { dev: self, handle: arg.handle, size })
+    }
+
+    /// Takes queue (`engine`, `queue`) with Tx and Rx rings of `ring_descs` descriptors each
+    /// (a power of two, 32..2^23).
+    ///
+    /// ```no_run
+    /// let dev = neuron_udma::Device::open_index(0)?;
+    /// let q = dev.queue(0, 1, 4096)?;
+    /// # Ok::<(), neuron_udma::Error>(())
+    /// ```
+    pub fn queue(&self, engine: u32, queue: u32, ring_descs: u32) -> Result<Queue<'_>> {
+        self.queue_with_rings(engine, queue, ring_descs, ring_descs)
+    }
+
+    /// Like [`Device::queue`] with separate Tx and Rx ring sizes.
+    pub fn queue_with_rings(&self, engine: u32, queue: u32, tx_descs: u32, rx_descs: u32) -> Result<Queue<'_>> {
+        for (name, n) in [("tx", tx_descs), ("rx", rx_descs)] {
+            if !n.is_power_of_two() || n < 32 {
+                return Err(Error::Argument(format!("{name} ring of {n} descriptors: not a power of two >= 32")));
+            }
+        }
+        let mut arg = sys::neuron_udma_queue_init { engine, queue, tx_descs, rx_descs, ..Default::default() };
+        ioctl(self.fd(), sys::NEURON_UDMA_QUEUE_INIT, &mut arg)?;
+        Ok(Queue { dev: self, engine, queue, tx_descs, rx_descs })
+    }
+
+    /// Copies `size` bytes (any size) with the driver's own queue and waits for completion
+    /// (`NEURON_UDMA_MEMCPY`). `timeout` applies to each submission (`None`: 10 s).
+    ///
+    /// ```no_run
+    /// let dev = neuron_udma::Device::open_index(0)?;
+    /// let src = dev.alloc_host(1 << 20)?;
+    /// let hbm = dev.alloc_device(1 << 20)?;
+    /// dev.memcpy(&src, 0, &hbm, 0, 1 << 20, None)?;
+    /// # Ok::<(), neuron_udma::Error>(())
+    /// ```
+    pub fn memcpy(
+        &self,
+        src: &dyn Buffer,
+        src_offset: u64,
+        dst: &dyn Buffer,
+        dst_offset: u64,
+        size: u64,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        if size == 0 {
+            return Err(Error::Argument("memcpy of 0 bytes".into()));
+        }
+        check_range("source", src.size(), src_offset, size)?;
+        check_range("destination", dst.size(), dst_offset, size)?;
+        let mut arg = sys::neuron_udma_memcpy {
+            src_handle: src.handle(),
+            src_offset,
+            dst_handle: dst.handle(),
+            dst_offset,
+            size,
+            timeout_ms: timeout_ms(timeout),
+            ..Default::default()
+        };
+        ioctl(self.fd(), sys::NEURON_UDMA_MEMCPY, &mut arg)
+    }
+
+    /// Issues a raw ioctl of this ABI on the device file. For tests and tools that need to
+    /// send what the safe API refuses to build.
+    ///
+    /// # Safety
+    ///
+    /// `arg` must be the struct type the request encodes, and its pointers (`copies` of
+    /// `COPY_PREPARE`) must be valid for the sizes they claim.
+    pub unsafe fn raw_ioctl<T>(&self, request: sys::IoctlRequest, arg: &mut T) -> Result<()> {
+        ioctl(self.fd(), request, arg)
+    }
+
+    fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+impl AsRawFd for Device {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd()
+    }
+}
+
+fn check_range(what: &str, buf_size: u64, offset: u64, size: u64) -> Result<()> {
+    match offset.checked_add(size) {
+        Some(end) if end <= buf_size => Ok(()),
+        _ => {
+            Err(Error::Argument(format!("{what} range {offset:#x}+{size:#x} beyond the buffer of {buf_size:#x} bytes")))
+        }
+    }
+}
+
+/// A buffer of a device file: host or device memory, named by its handle.
+pub trait Buffer {
+    /// The driver's handle of the buffer.
+    fn handle(&self) -> u64;
+    /// The size requested at allocation, in bytes.
+    fn size(&self) -> u64;
+}
+
+/// Coherent host memory of a device file, mapped into the process. Dereferences to its bytes.
+/// Dropping it unmaps and frees it (`MEM_FREE`; an error there, such as `EBUSY` for copies
+/// still in flight, is ignored: the file's close frees it then). Use [`HostBuffer::free`] to
+/// see that error.
+///
+/// The device writes these bytes behind the compiler's back when a copy targets the buffer:
+/// read them only after that copy's [`Queue::wait`] (or [`Device::memcpy`]) returned.
+#[derive(Debug)]
+pub struct HostBuffer<'d> {
+    dev: &'d Device,
+    handle: u64,
+    size: u64,
+    map: Option<memmap2::MmapMut>,
+}
+
+impl HostBuffer<'_> {
+    /// The bytes of the buffer.
+    pub fn as_slice(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or(&[])
+    }
+
+    /// The bytes of the buffer, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.map.as_deref_mut().unwrap_or(&mut [])
+    }
+
+    /// Unmaps and frees the buffer, reporting a `MEM_FREE` error (e.g. [`Error::Busy`]).
+    pub fn free(mut self) -> Result<()> {
+        self.map = None;
+        let r = self.dev.free(self.handle);
+        self.handle = 0;
+        r
+    }
+}
+
+impl Buffer for HostBuffer<'_> {
+    fn handle(&self) -> u64 {
+        self.handle
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+impl Deref for HostBuffer<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl DerefMut for HostBuffer<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.as_mut_slice()
+    }
+}
+
+impl Drop for HostBuffer<'_> {
+    fn drop(&mut self) {
+        self.map = None;
+        if self.handle != 0 {
+            let _ = self.dev.free(self.handle);
+        }
+    }
+}
+
+/// Device memory (HBM) of a device file, freed (`MEM_FREE`) on drop. It is not mapped: reach
+/// it with copies.
+#[derive(Debug)]
+pub struct DeviceBuffer<'d> {
+    dev: &'d Device,
+    handle: u64,
+    size: u64,
+}
+
+impl DeviceBuffer<'_> {
+    /// Frees the buffer, reporting a `MEM_FREE` error (e.g. [`Error::Busy`]).
+    pub fn free(mut self) -> Result<()> {
+        let r = self.dev.free(self.handle);
+        self.handle = 0;
+        r
+    }
+}
+
+impl Buffer for DeviceBuffer<'_> {
+    fn handle(&self) -> u64 {
+        self.handle
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+impl Drop for DeviceBuffer<'_> {
+    fn drop(&mut self) {
+        if self.handle != 0 {
+            let _ = self.dev.free(self.handle);
+        }
+    }
+}
+
+/// Barrier mode of a copy, as in the hardware's Tx descriptor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Barrier {
+    /// No barrier.
+    #[default]
+    None,
+    /// Wait for all earlier transfers of the queue (DMB).
+    Dmb,
+    /// Make this copy's writes visible before later ones.
+    Write,
+}
+
+impl Barrier {
+    fn raw(self) -> u32 {
+        match self {
+            Barrier::None => sys::NEURON_UDMA_BARRIER_NONE,
+            Barrier::Dmb => sys::NEURON_UDMA_BARRIER_DMB,
+            Barrier::Write => sys::NEURON_UDMA_BARRIER_WRITE,
+        }
+    }
+}
+
+/// One copy (one descriptor pair): `size` bytes, 1..=[`MAX_COPY_SIZE`], from (buffer, offset) to
+/// (buffer, offset). Built with [`Copy::new`], which checks the size and both ranges, so a
+/// `Copy` the kernel refuses can only come from [`Copy::from_raw`] or a freed buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct Copy(sys::neuron_udma_copy);
+
+impl Copy {
+    /// A copy of `size` bytes from `src` at `src_offset` to `dst` at `dst_offset`.
+    ///
+    /// ```no_run
+    /// # let dev = neuron_udma::Device::open_index(0)?;
+    /// # let (a, b) = (dev.alloc_host(8192)?, dev.alloc_device(8192)?);
+    /// use neuron_udma::{Barrier, Copy};
+    /// let c = Copy::new(&a, 4096, &b, 0, 4096)?.barrier(Barrier::Dmb);
+    /// # Ok::<(), neuron_udma::Error>(())
+    /// ```
+    pub fn new<S, D>(src: &S, src_offset: u64, dst: &D, dst_offset: u64, size: u32) -> Result<Self>
+    where
+        S: Buffer + ?Sized,
+        D: Buffer + ?Sized,
+    {
+        if size == 0 || size > MAX_COPY_SIZE {
+            return Err(Error::Argument(format!("copy size {size} (must be 1..={MAX_COPY_SIZE})")));
+        }
+        check_range("source", src.size(), src_offset, size.into())?;
+        check_range("destination", dst.size(), dst_offset, size.into())?;
+        Ok(Copy(sys::neuron_udma_copy {
+            src_handle: src.handle(),
+            src_offset,
+            dst_handle: dst.handle(),
+            dst_offset,
+            size,
+            ..Default::default()
+        }))
+    }
+
+    /// Sets the barrier mode.
+    pub fn barrier(mut self, barrier: Barrier) -> Self {
+        self.0.barrier = barrier.raw();
+        self
+    }
+
+    /// Sets or clears the interrupt flag on the Rx descriptor (`NEURON_UDMA_COPY_DST_INT`).
+    pub fn dst_interrupt(mut self, on: bool) -> Self {
+        if on {
+            self.0.flags |= sys::NEURON_UDMA_COPY_DST_INT;
+        } else {
+            self.0.flags &= !sys::NEURON_UDMA_COPY_DST_INT;
+        }
+        self
+    }
+
+    /// Wraps a raw copy without any check (for tests of the driver's own checks).
+    pub fn from_raw(raw: sys::neuron_udma_copy) -> Self {
+        Copy(raw)
+    }
+
+    /// The raw ABI struct.
+    pub fn raw(&self) -> &sys::neuron_udma_copy {
+        &self.0
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u32 {
+        self.0.size
+    }
+}
+
+/// One (engine, queue) of a device file, with its Tx and Rx rings. Released (`QUEUE_RELEASE`)
+/// on drop. Copies go: [`Queue::prepare`] (or [`Queue::prepare_one`]), optionally
+/// [`Queue::start`], then [`Queue::wait`], which starts what is left and frees the ring space.
+///
+/// ```no_run
+/// # let dev = neuron_udma::Device::open_index(0)?;
+/// # let (src, dst) = (dev.alloc_host(1 << 20)?, dev.alloc_device(1 << 20)?);
+/// use neuron_udma::Copy;
+/// let q = dev.queue(1, 2, 64)?;
+/// let copies = (0..16u64)
+///     .map(|i| Copy::new(&src, i << 16, &dst, i << 16, 65536))
+///     .collect::<Result<Vec<_>, _>>()?;
+/// q.prepare(&copies)?;
+/// let completed = q.wait(None)?; // 16 pairs + the marker
+/// # Ok::<(), neuron_udma::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Queue<'d> {
+    dev: &'d Device,
+    engine: u32,
+    queue: u32,
+    tx_descs: u32,
+    rx_descs: u32,
+}
+
+impl<'d> Queue<'d> {
+    /// The engine id.
+    pub fn engine(&self) -> u32 {
+        self.engine
+    }
+
+    /// The queue id within the engine.
+    pub fn queue(&self) -> u32 {
+        self.queue
+    }
+
+    /// Tx and Rx ring sizes in descriptors.
+    pub fn ring_descs(&self) -> (u32, u32) {
+        (self.tx_descs, self.rx_descs)
+    }
+
+    /// The device this queue belongs to.
+    pub fn device(&self) -> &'d Device {
+        self.dev
+    }
+
+    /// Writes one descriptor pair (`COPY_PREPARE_ONE`). [`Error::RingFull`]: nothing written.
+    pub fn prepare_one(&self, copy: &Copy) -> Result<()> {
+        let mut arg = sys::neuron_udma_copy_prepare_one { engine: self.engine, queue: self.queue, copy: copy.0 };
+        ioctl(self.dev.fd(), sys::NEURON_UDMA_COPY_PREPARE_ONE, &mut arg)
+    }
+
+    /// Writes `copies.len()` pairs (`COPY_PREPARE`): all or nothing. At most `max_batch` of
+    /// [`Info`] entries.
+    pub fn prepare(&self, copies: &[Copy]) -> Result<()> {
+        if copies.is_empty() {
+            return Err(Error::Argument("empty batch".into()));
+        }
+        let count = u32::try_from(copies.len()).map_err(|_| Error::Argument("batch too large".into()))?;
+        let mut arg = sys::neuron_udma_copy_prepare {
+            engine: self.engine,
+            queue: self.queue,
+            count,
+            copies: copies.as_ptr() as u64,
+            ..Default::default()
+        };
+        ioctl(self.dev.fd(), sys::NEURON_UDMA_COPY_PREPARE, &mut arg)
+    }
+
+    /// Rings the doorbells (`COPY_START`): Rx += `s2m_count`, then Tx += `m2s_count`
+    /// descriptors. Each prepared copy is one descriptor on each ring.
+    pub fn start(&self, m2s_count: u32, s2m_count: u32) -> Result<()> {
+        let mut arg = sys::neuron_udma_copy_start {
+            engine: self.engine,
+            queue: self.queue,
+            m2s_count,
+            s2m_count,
+            ..Default::default()
+        };
+        ioctl(self.dev.fd(), sys::NEURON_UDMA_COPY_START, &mut arg)
+    }
+
+    /// Starts everything prepared, appends a completion marker and waits for it
+    /// (`COPY_WAIT`; `None`: 10 s). Returns the descriptor pairs freed, marker included.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<u64> {
+        let mut arg = sys::neuron_udma_copy_wait {
+            engine: self.engine,
+            queue: self.queue,
+            timeout_ms: timeout_ms(timeout),
+            ..Default::default()
+        };
+        ioctl(self.dev.fd(), sys::NEURON_UDMA_COPY_WAIT, &mut arg)?;
+        Ok(arg.completed)
+    }
+
+    /// Reads the queue's registers and software indices (`QUEUE_STATE`).
+    pub fn state(&self) -> Result<QueueState> {
+        let mut arg = QueueState { engine: self.engine, queue: self.queue, ..Default::default() };
+        ioctl(self.dev.fd(), sys::NEURON_UDMA_QUEUE_STATE, &mut arg)?;
+        Ok(arg)
+    }
+
+    /// Gives the queue back, reporting a `QUEUE_RELEASE` error.
+    pub fn release(self) -> Result<()> {
+        let r = self.release_raw();
+        std::mem::forget(self);
+        r
+    }
+
+    fn release_raw(&self) -> Result<()> {
+        let mut arg = sys::neuron_udma_queue_id { engine: self.engine, queue: self.queue, ..Default::default() };
+        ioctl(self.dev.fd(), sys::NEURON_UDMA_QUEUE_RELEASE, &mut arg)
+    }
+}
+
+impl Drop for Queue<'_> {
+    fn drop(&mut self) {
+        let _ = self.release_raw();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::size_of;
+
+    struct Fake(u64, u64);
+    impl Buffer for Fake {
+        fn handle(&self) -> u64 {
+            self.0
+        }
+        fn size(&self) -> u64 {
+            self.1
+        }
+    }
+
+    #[test]
+    fn struct_sizes_match_c() {
+        assert_eq!(size_of::<sys::neuron_udma_info>(), 88);
+        assert_eq!(size_of::<sys::neuron_udma_mem_alloc>(), 48);
+        assert_eq!(size_of::<sys::neuron_udma_mem_free>(), 16);
+        assert_eq!(size_of::<sys::neuron_udma_queue_init>(), 40);
+        assert_eq!(size_of::<sys::neuron_udma_queue_id>(), 16);
+        assert_eq!(size_of::<sys::neuron_udma_copy>(), 48);
+        assert_eq!(size_of::<sys::neuron_udma_copy_prepare_one>(), 56);
+        assert_eq!(size_of::<sys::neuron_udma_copy_prepare>(), 24);
+        assert_eq!(size_of::<sys::neuron_udma_copy_start>(), 24);
+        assert_eq!(size_of::<sys::neuron_udma_copy_wait>(), 24);
+        assert_eq!(size_of::<sys::neuron_udma_queue_state>(), 128);
+        assert_eq!(size_of::<sys::neuron_udma_memcpy>(), 48);
+        assert_eq!(size_of::<Copy>(), size_of::<sys::neuron_udma_copy>());
+        assert_eq!(core::mem::align_of::<Copy>(), 8);
+    }
+
+    #[test]
+    fn header_constants() {
+        assert_eq!(sys::NEURON_UDMA_ABI_VERSION, 1);
+        assert_eq!(sys::NEURON_UDMA_IOC_MAGIC, 0xB9);
+        assert_eq!((sys::NEURON_UDMA_GEN_V2, sys::NEURON_UDMA_GEN_V3), (2, 3));
+        assert_eq!((sys::NEURON_UDMA_MEM_HOST, sys::NEURON_UDMA_MEM_DEVICE), (0, 1));
+        assert_eq!(sys::NEURON_UDMA_COPY_DST_INT, 1);
+        assert_eq!(Barrier::Write.raw(), 2);
+    }
+
+    #[test]
+    #[allow(clippy::unnecessary_cast)] // ioctl_num_type is not u64 on every libc
+    fn ioctl_numbers() {
+        // By hand: dir << 30 | size << 16 | 0xB9 << 8 | nr, _IOR = 2, _IOW = 1, _IOWR = 3.
+        let want: [(sys::IoctlRequest, u32); 11] = [
+            (sys::NEURON_UDMA_INFO, 0x8058_B900),
+            (sys::NEURON_UDMA_MEM_ALLOC, 0xC030_B901),
+            (sys::NEURON_UDMA_MEM_FREE, 0x4010_B902),
+            (sys::NEURON_UDMA_QUEUE_INIT, 0x4028_B903),
+            (sys::NEURON_UDMA_QUEUE_RELEASE, 0x4010_B904),
+            (sys::NEURON_UDMA_COPY_PREPARE_ONE, 0x4038_B905),
+            (sys::NEURON_UDMA_COPY_PREPARE, 0x4018_B906),
+            (sys::NEURON_UDMA_COPY_START, 0x4018_B907),
+            (sys::NEURON_UDMA_COPY_WAIT, 0xC018_B908),
+            (sys::NEURON_UDMA_QUEUE_STATE, 0xC080_B909),
+            (sys::NEURON_UDMA_MEMCPY, 0x4030_B90A),
+        ];
+        for (i, (got, want)) in want.iter().enumerate() {
+            assert_eq!(*got as u64, *want as u64, "ioctl nr {i:#x}: {got:#x} != {want:#x}");
+        }
+    }
+
+    #[test]
+    fn errno_mapping_round_trips() {
+        let cases = [
+            (libc::EINVAL, "EINVAL"),
+            (libc::ENOENT, "ENOENT"),
+            (libc::ERANGE, "ERANGE"),
+            (libc::ENOSPC, "ENOSPC"),
+            (libc::EBUSY, "EBUSY"),
+            (libc::ETIMEDOUT, "ETIMEDOUT"),
+            (libc::EIO, "EIO"),
+            (libc::ENODEV, "ENODEV"),
+            (libc::EFAULT, "EFAULT"),
+            (libc::ENOTTY, "ENOTTY"),
+            (libc::EINTR, "EINTR"),
+            (libc::ENOMEM, "ENOMEM"),
+        ];
+        for (errno, name) in cases {
+            let e = Error::from_errno(errno);
+            assert!(!matches!(e, Error::Other(_)), "{name} not mapped");
+            assert_eq!(e.errno(), errno);
+            assert!(e.to_string().contains(name), "{e} does not name {name}");
+        }
+        assert!(matches!(Error::from_errno(libc::ENOENT), Error::NotFound));
+        assert!(matches!(Error::from_errno(libc::ENOSPC), Error::RingFull));
+        assert!(matches!(Error::from_errno(libc::EIO), Error::EngineError));
+        assert!(matches!(Error::from_errno(libc::ENOTTY), Error::Unsupported));
+        let other = Error::from_errno(libc::EPERM);
+        assert!(matches!(other, Error::Other(libc::EPERM)));
+        assert_eq!(other.errno(), libc::EPERM);
+        assert_eq!(Error::Argument("x".into()).errno(), libc::EINVAL);
+    }
+
+    #[test]
+    fn copy_builder_checks_size_and_ranges() {
+        let a = Fake(1, 1 << 20);
+        let b = Fake(2, 8192);
+        assert!(matches!(Copy::new(&a, 0, &b, 0, 0), Err(Error::Argument(_))));
+        assert!(matches!(Copy::new(&a, 0, &a, 0, 65537), Err(Error::Argument(_))));
+        assert!(matches!(Copy::new(&a, 0, &b, 1, 8192), Err(Error::Argument(_))));
+        assert!(matches!(Copy::new(&a, (1 << 20) - 1, &b, 0, 2), Err(Error::Argument(_))));
+        assert!(matches!(Copy::new(&a, u64::MAX, &b, 0, 1), Err(Error::Argument(_))));
+        let c = Copy::new(&a, 3, &a, 65539, 65536).unwrap();
+        assert_eq!(
+            *c.raw(),
+            sys::neuron_udma_copy {
+                src_handle: 1,
+                src_offset: 3,
+                dst_handle: 1,
+                dst_offset: 65539,
+                size: 65536,
+                ..Default::default()
+            }
+        );
+        let c = Copy::new(&a, 0, &b, 8191, 1).unwrap().barrier(Barrier::Dmb).dst_interrupt(true);
+        assert_eq!((c.raw().barrier, c.raw().flags, c.raw().reserved), (1, 1, 0));
+        assert_eq!(c.dst_interrupt(false).raw().flags, 0);
+    }
+
+    #[test]
+    fn timeouts_and_ring_fields() {
+        assert_eq!(timeout_ms(None), 0);
+        assert_eq!(timeout_ms(Some(Duration::from_micros(10))), 1);
+        assert_eq!(timeout_ms(Some(Duration::from_secs(3))), 3000);
+        assert_eq!(timeout_ms(Some(Duration::from_secs(u64::MAX))), u32::MAX);
+        assert_eq!(ring_index(0x4000_0123), 0x123);
+        assert_eq!(ring_id(0x4000_0123), 1);
+        assert_eq!(ring_id(0xC0FF_FFFF), 3);
+        assert_eq!(ring_index(0xC0FF_FFFF), 0xFF_FFFF);
+    }
+
+    #[test]
+    fn info_helpers() {
+        let mut info = Info { generation: 2, ring_reserve_descs: 16, max_batch: 4096, ..Default::default() };
+        assert_eq!(info.gen(), Generation::V2);
+        assert!(info.is_reserved_queue(32, 0) && info.is_reserved_queue(33, 0));
+        assert!(info.is_reserved_queue(3, 14) && info.is_reserved_queue(12, 15));
+        assert!(!info.is_reserved_queue(32, 1) && !info.is_reserved_queue(12, 14));
+        assert_eq!(info.pairs_per_round(32), 15);
+        assert_eq!(info.pairs_per_round(4096), 4079);
+        info.max_batch = 2032;
+        assert_eq!(info.pairs_per_round(4096), 2032);
+        info.generation = 3;
+        assert!(info.is_reserved_queue(128, 0) && info.is_reserved_queue(129, 1));
+        assert!(info.is_reserved_queue(7, 14) && !info.is_reserved_queue(5, 14));
+        assert!(!info.is_reserved_queue(129, 2) && !info.is_reserved_queue(3, 15));
+        for e in 0..4 {
+            for q in 1..4 {
+                assert!(!info.is_reserved_queue(e, q));
+            }
+        }
+        info.generation = 9;
+        assert_eq!(info.gen(), Generation::Unknown(9));
+    }
+
+    #[test]
+    fn open_errors_and_foreign_files() {
+        let e = Device::open("/nonexistent/neuron_udma0").unwrap_err();
+        assert!(matches!(e, Error::Open { .. }));
+        assert_eq!(e.errno(), libc::ENOENT);
+        assert!(e.to_string().contains("/nonexistent/neuron_udma0"));
+        // /dev/null knows no ioctl: the ioctl path must report ENOTTY as Unsupported.
+        let dev = Device::open("/dev/null").unwrap();
+        assert!(matches!(dev.info(), Err(Error::Unsupported)));
+        assert!(matches!(dev.alloc_device(4096), Err(Error::Unsupported)));
+        assert!(matches!(dev.alloc_host(0), Err(Error::Argument(_))));
+        assert!(matches!(dev.queue(0, 1, 48), Err(Error::Argument(_))));
+        assert!(matches!(dev.queue(0, 1, 16), Err(Error::Argument(_))));
+        assert!(matches!(dev.queue(0, 1, 64), Err(Error::Unsupported)));
+        let a = Fake(1, 4096);
+        assert!(matches!(dev.memcpy(&a, 0, &a, 0, 0, None), Err(Error::Argument(_))));
+        assert!(matches!(dev.memcpy(&a, 1, &a, 0, 4096, None), Err(Error::Argument(_))));
+        assert!(matches!(dev.memcpy(&a, 0, &a, 0, 4096, None), Err(Error::Unsupported)));
+    }
+}
