@@ -211,6 +211,16 @@ impl UdmaDevice {
         Ok(cell)
     }
 
+    /// The queues in use (driver's and files'), in creation order.
+    pub(crate) fn queues(&self) -> Result<KVec<Arc<QueueCell>>> {
+        let st = self.state.lock();
+        let mut v = KVec::with_capacity(st.queues.len(), GFP_KERNEL)?;
+        for c in st.queues.iter() {
+            v.push(c.clone(), GFP_KERNEL)?;
+        }
+        Ok(v)
+    }
+
     /// Releases queue `cell`: pauses it and frees its rings.
     pub(crate) fn queue_release(&self, cell: &QueueCell) {
         let mut st = self.state.lock();
