@@ -12,6 +12,7 @@ use crate::{
     arch::{Arch, QUEUES_PER_ENGINE},
     desc::{Barrier, DescLen, MAX_DESC_BYTES},
     engine::{self, EngineErrors, EngineIo},
+    mem::{Backing, Buffer, DramAllocator, BUF_ALIGN, DRAM_RESERVED, MAX_HOST_BUFFER},
     queue::{self, FenceState, Queue, MAX_PAIRS_PER_SUBMISSION},
 };
 use kernel::{
@@ -60,6 +61,12 @@ struct DevState {
     queues: KVec<Arc<QueueCell>>,
     /// The driver's own H2T queue of NeuronCore 0, for in-kernel copies.
     h2t: Option<Arc<QueueCell>>,
+    /// Buffers handed to user space.
+    bufs: KVec<Arc<Buffer>>,
+    /// Device memory available to user space.
+    dram: DramAllocator,
+    /// Next mmap offset of a host buffer (bytes; never reused).
+    next_mmap: u64,
 }
 
 /// A bound Neuron device.
@@ -96,6 +103,9 @@ impl UdmaDevice {
                     engines_init: [0; 3],
                     queues: KVec::new(),
                     h2t: None,
+                    bufs: KVec::new(),
+                    dram: DramAllocator::new(DRAM_RESERVED, *dram_size),
+                    next_mmap: BUF_ALIGN,
                 }),
             }),
             GFP_KERNEL,
@@ -211,6 +221,75 @@ impl UdmaDevice {
         Ok(cell)
     }
 
+    /// Whether the device is still bound.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.state.lock().alive
+    }
+
+    /// Bytes of device memory available to user buffers.
+    pub(crate) fn user_dram_size(&self) -> u64 {
+        self.state.lock().dram.capacity()
+    }
+
+    /// Allocates a buffer of `size` bytes (rounded up to 4 KiB) of host (`host == true`) or
+    /// device memory for the open file `owner_file`, with handle `handle`.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for size 0 or a host buffer above [`MAX_HOST_BUFFER`], `ENOMEM` when no memory
+    /// of that kind is left, `ENODEV` after unbind.
+    pub(crate) fn alloc_buffer(
+        &self,
+        host: bool,
+        size: u64,
+        handle: u64,
+        owner_file: *mut kernel::bindings::file,
+    ) -> Result<Arc<Buffer>> {
+        if size == 0 {
+            return Err(EINVAL);
+        }
+        let size = size.checked_next_multiple_of(BUF_ALIGN).ok_or(EINVAL)?;
+        let mut st = self.state.lock();
+        if !st.alive {
+            return Err(ENODEV);
+        }
+        st.bufs.reserve(1, GFP_KERNEL)?;
+        let buf = if host {
+            if size > MAX_HOST_BUFFER {
+                return Err(EINVAL);
+            }
+            // SAFETY: as in `queue_init`: `alive` under the state lock keeps the device bound.
+            let dev = unsafe { self.pdev.as_ref().as_bound() };
+            // CAST: at most MAX_HOST_BUFFER.
+            let mem = Coherent::<u8>::zeroed_slice(dev, size as usize, GFP_KERNEL)?;
+            let off = st.next_mmap;
+            st.next_mmap = off.checked_add(size).ok_or(ENOMEM)?;
+            Buffer::new(handle, size, off, owner_file, Backing::Host(mem))?
+        } else {
+            let addr = st.dram.alloc(size)?;
+            Buffer::new(handle, size, 0, owner_file, Backing::Device(addr)).inspect_err(|_| st.dram.free(addr))?
+        };
+        st.bufs.push(buf.clone(), GFP_KERNEL)?;
+        Ok(buf)
+    }
+
+    /// Frees buffer `buf` (its user mappings first).
+    pub(crate) fn free_buffer(&self, buf: &Buffer) {
+        let mut st = self.state.lock();
+        st.bufs.retain(|b| !core::ptr::eq(&**b, buf));
+        if let Some(addr) = buf.free() {
+            st.dram.free(addr);
+        }
+    }
+
+    /// A raw pointer to the underlying `struct device`, for the C helpers.
+    pub(crate) fn raw_device(&self) -> *mut kernel::bindings::device {
+        // CAST: `device::Device` is a `repr(transparent)` wrapper of `struct device`.
+        core::ptr::from_ref::<kernel::device::Device>(self.pdev.as_ref())
+            .cast_mut()
+            .cast()
+    }
+
     /// The queues in use (driver's and files'), in creation order.
     pub(crate) fn queues(&self) -> Result<KVec<Arc<QueueCell>>> {
         let st = self.state.lock();
@@ -250,6 +329,11 @@ impl UdmaDevice {
         };
         for cell in queues.iter() {
             self.quiesce(cell);
+        }
+        // After the queues: no engine uses the buffers any more.
+        let bufs = core::mem::take(&mut self.state.lock().bufs);
+        for b in bufs.iter() {
+            b.free();
         }
     }
 
@@ -291,6 +375,10 @@ impl UdmaDevice {
             })?;
             if state == FenceState::Done {
                 return Ok(());
+            }
+            if kernel::current!().signal_pending() {
+                // The copies go on; a later wait completes the fence.
+                return Err(EINTR);
             }
             let elapsed = start.elapsed();
             if elapsed >= timeout {

@@ -7,8 +7,10 @@ use crate::{
     device::UdmaDevice,
     regs, Registry,
 };
+use crate::file::OpenFile;
 use kernel::{
     device::Core,
+    miscdevice::{MiscDeviceOptions, MiscDeviceRegistration},
     dma::{Device as _, DmaMask},
     io::Io,
     pci,
@@ -22,9 +24,15 @@ const APB_BAR: u32 = 0;
 const DRAM_BAR: u32 = 4;
 
 /// Driver data of one bound device. Fields drop in declaration order.
+#[pin_data]
 pub(crate) struct NeuronUdma<'bound> {
+    /// The character device; first, so that it is gone before anything else is torn down.
+    #[pin]
+    misc: MiscDeviceRegistration<OpenFile>,
     /// State shared with open files and the KUnit suites; BAR0 lives in it (revocable).
     dev: Arc<UdmaDevice>,
+    /// Registry entry: how `open()` finds `dev`.
+    _entry: RegistryEntry,
     /// BAR4: device memory (HBM). Optional on v3, as in the reference driver (spec 1.2).
     _bar4: Option<pci::Bar<'bound>>,
 }
@@ -52,6 +60,26 @@ impl pci::Driver for NeuronUdmaDriver {
         pdev: &'bound pci::Device<Core<'_>>,
         info: Option<&'bound Self::IdInfo>,
     ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
+        pin_init::pin_init_scope(move || Self::setup(pdev, info))
+    }
+
+    fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
+        Registry::remove(&this.dev);
+        // Quiesce every queue and free its rings and buffers while the device is still bound.
+        this.dev.shutdown();
+        // 7.3 has no pci_clear_master(): stop the device from mastering the bus by hand.
+        pdev.config_space()
+            .update(regs::PCI_COMMAND, |c| c.with_bus_master(false));
+        dev_info!(pdev, "unbound, bus mastering off\n");
+    }
+}
+
+impl NeuronUdmaDriver {
+    /// Probe: enable the device, map the BARs, bring up the H2T queue, create the device node.
+    fn setup<'bound>(
+        pdev: &'bound pci::Device<Core<'_>>,
+        info: Option<&'bound &'static Arch>,
+    ) -> Result<impl PinInit<NeuronUdma<'bound>, Error> + 'bound> {
         let arch: &'static Arch = *info.ok_or(ENODEV)?;
 
         pdev.enable_device_mem()?;
@@ -97,17 +125,31 @@ impl pci::Driver for NeuronUdmaDriver {
         let dev = UdmaDevice::new(pdev, arch, bar0.into_devres()?, dram_size)?;
         dev.setup_h2t()
             .inspect_err(|e| dev_err!(pdev, "H2T queue init failed: {:?}\n", e))?;
-        Registry::add(dev.clone())?;
-        Ok(NeuronUdma { dev, _bar4: bar4 })
+        let entry = RegistryEntry::new(dev.clone())?;
+        let name = entry.name;
+        Ok(try_pin_init!(NeuronUdma {
+            dev,
+            _bar4: bar4,
+            _entry: entry,
+            misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
+        }))
     }
+}
 
-    fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
-        Registry::remove(&this.dev);
-        // Quiesce every queue and free its rings while the device is still bound.
-        this.dev.shutdown();
-        // 7.3 has no pci_clear_master(): stop the device from mastering the bus by hand.
-        pdev.config_space()
-            .update(regs::PCI_COMMAND, |c| c.with_bus_master(false));
-        dev_info!(pdev, "unbound, bus mastering off\n");
+/// The device's registry entry (its name and its reachability from `open()`), removed on drop.
+struct RegistryEntry {
+    name: &'static CStr,
+    dev: Arc<UdmaDevice>,
+}
+
+impl RegistryEntry {
+    fn new(dev: Arc<UdmaDevice>) -> Result<Self> {
+        Ok(Self { name: Registry::add(dev.clone())?, dev })
+    }
+}
+
+impl Drop for RegistryEntry {
+    fn drop(&mut self) {
+        Registry::remove(&self.dev);
     }
 }

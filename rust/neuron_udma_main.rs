@@ -10,7 +10,7 @@ use kernel::{
     driver::Registration,
     pci,
     prelude::*,
-    sync::{Arc, Mutex},
+    sync::Arc,
     InPlaceModule, //
 };
 
@@ -19,15 +19,30 @@ mod desc;
 mod device;
 mod driver;
 mod engine;
+mod file;
+mod mem;
 mod queue;
 mod regs;
 mod ring;
+mod uapi;
 #[cfg(neuron_udma_kunit)]
 mod live_tests;
 
-/// Bound devices, in probe order.
+/// Names of the character devices, one per bound device (`MiscDeviceOptions` needs `'static`).
+pub(crate) const NAMES: [&CStr; 8] = [
+    c"neuron_udma0",
+    c"neuron_udma1",
+    c"neuron_udma2",
+    c"neuron_udma3",
+    c"neuron_udma4",
+    c"neuron_udma5",
+    c"neuron_udma6",
+    c"neuron_udma7",
+];
+
+/// Bound devices with their character device names, in probe order.
 pub(crate) struct Registry {
-    devs: KVec<Arc<device::UdmaDevice>>,
+    devs: KVec<(&'static CStr, Arc<device::UdmaDevice>)>,
 }
 
 kernel::sync::global_lock! {
@@ -37,21 +52,35 @@ kernel::sync::global_lock! {
 }
 
 impl Registry {
-    /// Adds a device.
-    pub(crate) fn add(dev: Arc<device::UdmaDevice>) -> Result {
-        REGISTRY.lock().devs.push(dev, GFP_KERNEL)?;
-        Ok(())
+    /// Adds a device under the first free name, which it returns.
+    ///
+    /// # Errors
+    ///
+    /// `EBUSY` if all names are taken, `ENOMEM`.
+    pub(crate) fn add(dev: Arc<device::UdmaDevice>) -> Result<&'static CStr> {
+        let mut reg = REGISTRY.lock();
+        let name = NAMES
+            .into_iter()
+            .find(|n| reg.devs.iter().all(|(m, _)| m != n))
+            .ok_or(EBUSY)?;
+        reg.devs.push((name, dev), GFP_KERNEL)?;
+        Ok(name)
     }
 
     /// Removes a device.
     pub(crate) fn remove(dev: &device::UdmaDevice) {
-        REGISTRY.lock().devs.retain(|d| !core::ptr::eq(&**d, dev));
+        REGISTRY.lock().devs.retain(|(_, d)| !core::ptr::eq(&**d, dev));
+    }
+
+    /// The device registered under `name`.
+    pub(crate) fn by_name(name: &CStr) -> Option<Arc<device::UdmaDevice>> {
+        REGISTRY.lock().devs.iter().find(|(n, _)| *n == name).map(|(_, d)| d.clone())
     }
 
     /// The first bound device, if any.
     #[cfg_attr(not(neuron_udma_kunit), expect(dead_code))]
     pub(crate) fn first() -> Option<Arc<device::UdmaDevice>> {
-        REGISTRY.lock().devs.first().cloned()
+        REGISTRY.lock().devs.first().map(|(_, d)| d.clone())
     }
 }
 

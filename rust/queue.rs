@@ -73,6 +73,37 @@ unsafe impl kernel::transmute::AsBytes for CompletionSlot {}
 // SAFETY: As above.
 unsafe impl kernel::transmute::FromBytes for CompletionSlot {}
 
+/// Buffers (by handle) referenced by descriptors that are prepared and not yet completed.
+///
+/// Fixed size, so that it can be updated where nothing may allocate; past [`Self::SLOTS`]
+/// distinct buffers it conservatively reports every buffer as in use.
+#[derive(Clone, Copy, Debug, Default)]
+struct BufUsers {
+    handles: [u64; BufUsers::SLOTS],
+    n: usize,
+    overflow: bool,
+}
+
+impl BufUsers {
+    const SLOTS: usize = 16;
+
+    fn note(&mut self, handle: u64) {
+        if self.handles[..self.n].contains(&handle) {
+            return;
+        }
+        if self.n < Self::SLOTS {
+            self.handles[self.n] = handle;
+            self.n += 1;
+        } else {
+            self.overflow = true;
+        }
+    }
+
+    fn uses(&self, handle: u64) -> bool {
+        self.overflow || self.handles[..self.n].contains(&handle)
+    }
+}
+
 /// A fence in flight: completion slot and the ring positions just past its marker pair.
 #[derive(Clone, Copy, Debug)]
 struct Fence {
@@ -120,6 +151,8 @@ pub(crate) struct Queue {
     done_seq: u64,
     /// Times the queue was reset (after a timeout or an engine error).
     pub(crate) resets: u32,
+    /// Buffers used by descriptors not yet completed.
+    users: BufUsers,
 }
 
 /// Result of checking a fence.
@@ -152,8 +185,11 @@ impl Queue {
         }
         let tx_size = RingSize::new(tx_descs)?;
         let rx_size = RingSize::new(rx_descs)?;
-        let tx_ring = Coherent::<HwDesc>::zeroed_slice(dev, tx_descs as usize, GFP_KERNEL)?;
-        let rx_ring = Coherent::<HwDesc>::zeroed_slice(dev, rx_descs as usize, GFP_KERNEL)?;
+        // Rings are physically contiguous: a large one may not be available, which is ENOMEM
+        // for the caller, not a warning.
+        let gfp = GFP_KERNEL | __GFP_NOWARN;
+        let tx_ring = Coherent::<HwDesc>::zeroed_slice(dev, tx_descs as usize, gfp)?;
+        let rx_ring = Coherent::<HwDesc>::zeroed_slice(dev, rx_descs as usize, gfp)?;
         let completion = Coherent::<CompletionSlot>::zeroed_slice(dev, FENCE_SLOTS, GFP_KERNEL)?;
         for ring in [&tx_ring, &rx_ring] {
             // CAST: only the low bits matter for the alignment check.
@@ -176,6 +212,7 @@ impl Queue {
             next_seq: 1,
             done_seq: 1,
             resets: 0,
+            users: BufUsers::default(),
         })
     }
 
@@ -206,6 +243,7 @@ impl Queue {
         // moving `done_seq` past them; waiters learn of the reset through `resets`.
         self.fences.clear();
         self.done_seq = self.next_seq;
+        self.users = BufUsers::default();
         Ok(())
     }
 
@@ -242,9 +280,17 @@ impl Queue {
         self.tx.available().min(self.rx.available())
     }
 
-    /// Whether a fence can be added now (a free completion slot and one free pair).
+    /// Whether a fence can be added now: a free completion slot and room for the marker pair.
+    /// The marker may use the 16-descriptor reserve, so a wait is possible on a ring that
+    /// `prepare_one` considers full.
     pub(crate) fn can_fence(&self) -> bool {
-        self.fences.len() < FENCE_SLOTS && self.available_pairs() >= 1
+        self.fences.len() < FENCE_SLOTS && self.marker_room()
+    }
+
+    /// Room for one pair beyond the reserve-keeping limit: the rings never fill completely.
+    fn marker_room(&self) -> bool {
+        let room = |r: &RingState| r.outstanding() + 2 < r.size().descs();
+        room(&self.tx) && room(&self.rx)
     }
 
     /// Writes one descriptor pair (spec 4.5): Rx slot, then Tx slot, each written whole.
@@ -256,15 +302,21 @@ impl Queue {
         if self.available_pairs() < 1 {
             return Err(ENOSPC);
         }
+        self.write_pair(c);
+        Ok(())
+    }
+
+    /// Writes one pair without the reserve check (callers check the space).
+    fn write_pair(&mut self, c: &Copy) {
         let (rx_idx, rx_id) = self.rx.take();
         let (tx_idx, tx_id) = self.tx.take();
         let rx = HwDesc::from_desc(Desc::rx(c.len, rx_id, c.set_dst_int, c.dst));
         let tx = HwDesc::from_desc(Desc::tx(c.len, tx_id, c.barrier, c.src));
-        io_project!(&self.rx_ring, [try: rx_idx as usize]).copy_write(rx);
-        io_project!(&self.tx_ring, [try: tx_idx as usize]).copy_write(tx);
+        // PANIC: `take` returns indices below the ring size, which is the slice length.
+        io_project!(&self.rx_ring, [panic: rx_idx as usize]).copy_write(rx);
+        io_project!(&self.tx_ring, [panic: tx_idx as usize]).copy_write(tx);
         self.pending_rx += 1;
         self.pending_tx += 1;
-        Ok(())
     }
 
     /// Rings the doorbells for `m2s_count` Tx and `s2m_count` Rx prepared descriptors
@@ -293,7 +345,7 @@ impl Queue {
     /// `ENOSPC` if the rings have no room for the marker pair, `EBUSY` if all completion slots
     /// are in flight; nothing changes then.
     pub(crate) fn fence(&mut self, io: EngineIo<'_>) -> Result<u64> {
-        if self.available_pairs() < 1 {
+        if !self.marker_room() {
             return Err(ENOSPC);
         }
         if self.fences.len() >= FENCE_SLOTS {
@@ -307,13 +359,13 @@ impl Queue {
         io_write!(&self.completion, [try: slot].src, COMPLETION_MARKER);
         let view = io_project!(&self.completion, [try: slot]);
         let src = view.dma_address() | self.host_route;
-        self.prepare_one(&Copy {
+        self.write_pair(&Copy {
             src,
             dst: src + 4,
             len: DescLen::new(4)?,
             barrier: Barrier::None,
             set_dst_int: false,
-        })?;
+        });
         let (tx, rx) = (self.pending_tx, self.pending_rx);
         self.start(io, tx, rx)?;
         // Cannot fail: the capacity is FENCE_SLOTS and fewer fences are in flight (checked
@@ -357,12 +409,25 @@ impl Queue {
             io_write!(&self.completion, [panic: f.slot].dst, 0);
             self.fences.retain(|x| x.seq > f.seq);
             self.done_seq = f.seq + 1;
+            if self.tx.outstanding() == 0 && self.pending() == (0, 0) {
+                self.users = BufUsers::default();
+            }
         }
         if seq < self.done_seq {
             FenceState::Done
         } else {
             FenceState::Pending
         }
+    }
+
+    /// Records that descriptors prepared on this queue use the buffer `handle`.
+    pub(crate) fn note_buffer(&mut self, handle: u64) {
+        self.users.note(handle);
+    }
+
+    /// Whether descriptors prepared and not yet completed may use the buffer `handle`.
+    pub(crate) fn uses_buffer(&self, handle: u64) -> bool {
+        (self.tx.outstanding() != 0 || self.pending() != (0, 0)) && self.users.uses(handle)
     }
 
     /// Reads ring slot `idx` of the Tx (`tx == true`) or Rx ring.

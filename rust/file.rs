@@ -1,0 +1,450 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The character device `/dev/neuron_udmaN` and its ioctl ABI (`include/uapi/linux/neuron_udma.h`).
+//!
+//! Every open file owns the buffers and queues it creates; nothing of another file is reachable
+//! through it (unknown handles and other files' queues are `ENOENT`). Each ioctl validates all
+//! of its input before it changes anything, so a bad argument leaves every ring, buffer and
+//! queue as it was. Closing the file (also by a killed process) releases everything it owns.
+
+use crate::{
+    desc::{Barrier, DescLen},
+    device::{Owner, QueueCell, UdmaDevice, DEFAULT_TIMEOUT},
+    engine::{self, QueueRegs},
+    mem::{Buffer, MAX_HOST_BUFFER},
+    queue::{Copy, Queue},
+    regs::{M2s, S2m},
+    ring::{RingState, MAX_DESCS, MIN_DESCS, RESERVE},
+    uapi, Registry,
+};
+use kernel::{
+    bindings,
+    fs::File,
+    miscdevice::{MiscDevice, MiscDeviceRegistration},
+    mm::virt::VmaNew,
+    new_mutex,
+    prelude::*,
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc, Mutex,
+    },
+    time::Delta,
+    uaccess::{UserPtr, UserSlice, UserSliceReader},
+};
+
+/// Most entries of one `COPY_PREPARE` (twice the reference's 2032-pair submission).
+pub(crate) const MAX_BATCH: u32 = 4096;
+
+/// Source of unique open-file ids (queue ownership).
+static NEXT_FILE_ID: Atomic<u64> = Atomic::new(1);
+/// Source of buffer handles: unique across files and never reused, so that a stale or foreign
+/// handle can never name another buffer.
+static NEXT_HANDLE: Atomic<u64> = Atomic::new(1);
+
+extern "C" {
+    fn neuron_udma_mmap_coherent(
+        dev: *mut c_void,
+        vma: *mut c_void,
+        cpu_addr: *mut c_void,
+        dma_addr: bindings::dma_addr_t,
+        size: usize,
+    ) -> c_int;
+}
+
+struct FileState {
+    bufs: KVec<Arc<Buffer>>,
+    queues: KVec<Arc<QueueCell>>,
+}
+
+/// Per-open-file state.
+#[pin_data(PinnedDrop)]
+pub(crate) struct OpenFile {
+    dev: Arc<UdmaDevice>,
+    id: u64,
+    /// The `struct file`, for the buffers' user mappings (valid while this value lives).
+    file: usize,
+    #[pin]
+    st: Mutex<FileState>,
+}
+
+// SAFETY: `file` is an address only used while the file is open; the rest is `Send + Sync`.
+unsafe impl Send for OpenFile {}
+// SAFETY: As above.
+unsafe impl Sync for OpenFile {}
+
+#[pinned_drop]
+impl PinnedDrop for OpenFile {
+    fn drop(self: Pin<&mut Self>) {
+        // Queues first: once paused, no engine touches the buffers.
+        let st = self.st.lock();
+        for q in st.queues.iter() {
+            self.dev.queue_release(q);
+        }
+        for b in st.bufs.iter() {
+            self.dev.free_buffer(b);
+        }
+    }
+}
+
+fn reserved_zero(fields: &[u64]) -> Result {
+    if fields.iter().any(|&f| f != 0) {
+        return Err(EINVAL);
+    }
+    Ok(())
+}
+
+fn timeout(ms: u32) -> Delta {
+    if ms == 0 {
+        DEFAULT_TIMEOUT
+    } else {
+        Delta::from_millis(i64::from(ms))
+    }
+}
+
+fn ring_state(regs: &QueueRegs, sw: &RingState, pending: u32) -> uapi::neuron_udma_ring_state {
+    uapi::neuron_udma_ring_state {
+        hw_cfg: regs.cfg,
+        hw_status: regs.status,
+        hw_len: regs.len,
+        hw_head: regs.head,
+        hw_tail: regs.tail,
+        hw_comp_head: regs.comp_head,
+        sw_next: sw.next_index(),
+        sw_ack: sw.ack_index(),
+        sw_ring_id: sw.ring_id().bits().get(),
+        sw_available: sw.available(),
+        sw_pending: pending,
+        size: sw.size().descs(),
+    }
+}
+
+impl OpenFile {
+    fn buffer(&self, handle: u64) -> Result<Arc<Buffer>> {
+        self.st
+            .lock()
+            .bufs
+            .iter()
+            .find(|b| b.handle == handle)
+            .cloned()
+            .ok_or(ENOENT)
+    }
+
+    fn queue(&self, eng: u32, qid: u32) -> Result<Arc<QueueCell>> {
+        self.st
+            .lock()
+            .queues
+            .iter()
+            .find(|q| q.eng == eng && q.qid == qid)
+            .cloned()
+            .ok_or(ENOENT)
+    }
+
+    /// Validates one copy and translates it to device-fabric addresses.
+    fn translate(&self, c: &uapi::neuron_udma_copy) -> Result<Copy> {
+        reserved_zero(&[u64::from(c.reserved)])?;
+        if c.flags & !uapi::NEURON_UDMA_COPY_DST_INT != 0 {
+            return Err(EINVAL);
+        }
+        let len = DescLen::new(c.size)?;
+        let barrier = Barrier::try_from(c.barrier)?;
+        let src = self.buffer(c.src_handle)?.addr(&self.dev, c.src_offset, u64::from(c.size))?;
+        let dst = self.buffer(c.dst_handle)?.addr(&self.dev, c.dst_offset, u64::from(c.size))?;
+        Ok(Copy {
+            src,
+            dst,
+            len,
+            barrier,
+            set_dst_int: c.flags & uapi::NEURON_UDMA_COPY_DST_INT != 0,
+        })
+    }
+
+    fn info(&self) -> Result<uapi::neuron_udma_info> {
+        if !self.dev.is_alive() {
+            return Err(ENODEV);
+        }
+        let arch = self.dev.arch;
+        Ok(uapi::neuron_udma_info {
+            abi_version: uapi::NEURON_UDMA_ABI_VERSION,
+            generation: match arch.generation {
+                crate::arch::Generation::V2 => uapi::NEURON_UDMA_GEN_V2,
+                crate::arch::Generation::V3 => uapi::NEURON_UDMA_GEN_V3,
+            },
+            vendor_id: 0x1d0f,
+            device_id: arch.device_id,
+            engines: arch.engines,
+            queues_per_engine: crate::arch::QUEUES_PER_ENGINE,
+            max_copy_size: crate::desc::MAX_DESC_BYTES,
+            device_mem_size: self.dev.user_dram_size(),
+            min_ring_descs: MIN_DESCS,
+            max_ring_descs: MAX_DESCS,
+            ring_reserve_descs: RESERVE,
+            max_batch: MAX_BATCH,
+            max_host_buffer: MAX_HOST_BUFFER,
+            ..Default::default()
+        })
+    }
+
+    fn mem_alloc(&self, a: &mut uapi::neuron_udma_mem_alloc) -> Result {
+        reserved_zero(&[a.reserved[0], a.reserved[1], u64::from(a.flags)])?;
+        let host = match a.type_ {
+            uapi::NEURON_UDMA_MEM_HOST => true,
+            uapi::NEURON_UDMA_MEM_DEVICE => false,
+            _ => return Err(EINVAL),
+        };
+        let mut st = self.st.lock();
+        st.bufs.reserve(1, GFP_KERNEL)?;
+        let handle = NEXT_HANDLE.fetch_add(1, Relaxed);
+        let buf = self
+            .dev
+            .alloc_buffer(host, a.size, handle, self.file as *mut bindings::file)?;
+        a.handle = handle;
+        a.mmap_offset = buf.mmap_offset;
+        a.size = buf.size;
+        st.bufs.push(buf, GFP_KERNEL)?;
+        Ok(())
+    }
+
+    fn mem_free(&self, f: &uapi::neuron_udma_mem_free) -> Result {
+        reserved_zero(&[f.reserved])?;
+        let mut st = self.st.lock();
+        let idx = st.bufs.iter().position(|b| b.handle == f.handle).ok_or(ENOENT)?;
+        // Copies still queued may use the buffer: refuse until they completed.
+        for q in st.queues.iter() {
+            if self.dev.with_queue(q, |q, _| Ok(q.uses_buffer(f.handle)))? {
+                return Err(EBUSY);
+            }
+        }
+        let buf = st.bufs.remove(idx).map_err(|_| ENOENT)?;
+        drop(st);
+        self.dev.free_buffer(&buf);
+        Ok(())
+    }
+
+    fn queue_init(&self, q: &uapi::neuron_udma_queue_init) -> Result {
+        reserved_zero(&[u64::from(q.flags), u64::from(q.reserved0), q.reserved[0], q.reserved[1]])?;
+        let mut st = self.st.lock();
+        st.queues.reserve(1, GFP_KERNEL)?;
+        let cell = self
+            .dev
+            .queue_init(q.engine, q.queue, q.tx_descs, q.rx_descs, Owner::File(self.id))
+            .inspect_err(|e| {
+                if *e == EINVAL {
+                    pr_debug!(
+                        "queue {}/{}: rings must be powers of two in {}..={} descriptors (tx {}, rx {})\n",
+                        q.engine,
+                        q.queue,
+                        MIN_DESCS,
+                        MAX_DESCS,
+                        q.tx_descs,
+                        q.rx_descs
+                    );
+                }
+            })?;
+        st.queues.push(cell, GFP_KERNEL)?;
+        Ok(())
+    }
+
+    fn queue_release(&self, q: &uapi::neuron_udma_queue_id) -> Result {
+        reserved_zero(&[q.reserved])?;
+        let mut st = self.st.lock();
+        let idx = st.queues.iter().position(|c| c.eng == q.engine && c.qid == q.queue).ok_or(ENOENT)?;
+        let cell = st.queues.remove(idx).map_err(|_| ENOENT)?;
+        drop(st);
+        self.dev.queue_release(&cell);
+        Ok(())
+    }
+
+    fn copy_prepare_one(&self, p: &uapi::neuron_udma_copy_prepare_one) -> Result {
+        let cell = self.queue(p.engine, p.queue)?;
+        let c = self.translate(&p.copy)?;
+        self.dev.with_queue(&cell, |q, _| {
+            q.prepare_one(&c)?;
+            q.note_buffer(p.copy.src_handle);
+            q.note_buffer(p.copy.dst_handle);
+            Ok(())
+        })
+    }
+
+    fn copy_prepare(&self, p: &uapi::neuron_udma_copy_prepare) -> Result {
+        reserved_zero(&[u64::from(p.reserved)])?;
+        if p.count == 0 || p.count > MAX_BATCH {
+            return Err(EINVAL);
+        }
+        let cell = self.queue(p.engine, p.queue)?;
+        let entry = core::mem::size_of::<uapi::neuron_udma_copy>();
+        // CAST: `copies` is a user address, `count` at most MAX_BATCH.
+        let mut reader = UserSlice::new(UserPtr::from_addr(p.copies as usize), entry * p.count as usize).reader();
+        let mut copies = KVVec::with_capacity(p.count as usize, GFP_KERNEL)?;
+        for _ in 0..p.count {
+            let c: uapi::neuron_udma_copy = reader.read()?;
+            copies.push((self.translate(&c)?, c.src_handle, c.dst_handle), GFP_KERNEL)?;
+        }
+        self.dev.with_queue(&cell, |q, _| {
+            if q.available_pairs() < p.count {
+                return Err(ENOSPC);
+            }
+            for (c, src, dst) in copies.iter() {
+                q.prepare_one(c)?;
+                q.note_buffer(*src);
+                q.note_buffer(*dst);
+            }
+            Ok(())
+        })
+    }
+
+    fn copy_start(&self, s: &uapi::neuron_udma_copy_start) -> Result {
+        reserved_zero(&[s.reserved])?;
+        let cell = self.queue(s.engine, s.queue)?;
+        self.dev.with_queue(&cell, |q, io| q.start(io, s.m2s_count, s.s2m_count))
+    }
+
+    fn copy_wait(&self, w: &mut uapi::neuron_udma_copy_wait) -> Result {
+        reserved_zero(&[u64::from(w.reserved)])?;
+        let cell = self.queue(w.engine, w.queue)?;
+        let (seq, ack_before) = self.dev.with_queue(&cell, |q, io| {
+            let ack = q.tx_state().ack_index();
+            Ok((q.fence(io)?, ack))
+        })?;
+        self.dev.wait(&cell, seq, timeout(w.timeout_ms))?;
+        w.completed = self.dev.with_queue(&cell, |q, _| {
+            let t = q.tx_state();
+            Ok(u64::from(t.ack_index().wrapping_sub(ack_before) & (t.size().descs() - 1)))
+        })?;
+        Ok(())
+    }
+
+    fn queue_state(&self, s: &mut uapi::neuron_udma_queue_state) -> Result {
+        reserved_zero(&[u64::from(s.reserved)])?;
+        let cell = self.queue(s.engine, s.queue)?;
+        let q = cell.qid as usize;
+        *s = self.dev.with_queue(&cell, |queue: &mut Queue, io| {
+            let errors = engine::engine_errors(io)?;
+            let (ptx, prx) = queue.pending();
+            Ok(uapi::neuron_udma_queue_state {
+                engine: cell.eng,
+                queue: cell.qid,
+                m2s_engine_state: errors.m2s_state,
+                s2m_engine_state: errors.s2m_state,
+                m2s_error_cause: errors.m2s_cause,
+                s2m_error_cause: errors.s2m_cause,
+                resets: queue.resets,
+                reserved: 0,
+                tx: ring_state(&engine::queue_regs::<M2s>(io, q)?, queue.tx_state(), ptx),
+                rx: ring_state(&engine::queue_regs::<S2m>(io, q)?, queue.rx_state(), prx),
+            })
+        })?;
+        Ok(())
+    }
+
+    fn memcpy(&self, m: &uapi::neuron_udma_memcpy) -> Result {
+        reserved_zero(&[u64::from(m.reserved)])?;
+        if m.size == 0 {
+            return Err(EINVAL);
+        }
+        let src = self.buffer(m.src_handle)?.addr(&self.dev, m.src_offset, m.size)?;
+        let dst = self.buffer(m.dst_handle)?.addr(&self.dev, m.dst_offset, m.size)?;
+        self.dev.memcpy(src, dst, m.size, timeout(m.timeout_ms))
+    }
+}
+
+/// Reads `T` from user space, runs `f` on it, and writes it back when `write_back`.
+fn in_out<T: kernel::transmute::FromBytes + kernel::transmute::AsBytes>(
+    arg: usize,
+    write_back: bool,
+    f: impl FnOnce(&mut T) -> Result,
+) -> Result<isize> {
+    let (mut r, mut w) = UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<T>()).reader_writer();
+    let mut v: T = read(&mut r)?;
+    f(&mut v)?;
+    if write_back {
+        w.write(&v)?;
+    }
+    Ok(0)
+}
+
+fn read<T: kernel::transmute::FromBytes>(r: &mut UserSliceReader) -> Result<T> {
+    r.read()
+}
+
+#[vtable]
+impl MiscDevice for OpenFile {
+    type Ptr = Pin<KBox<Self>>;
+
+    fn open(file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
+        let dev = Registry::by_name(misc.device().name()).ok_or(ENODEV)?;
+        KBox::pin_init(
+            try_pin_init!(OpenFile {
+                dev,
+                id: NEXT_FILE_ID.fetch_add(1, Relaxed),
+                file: file.as_ptr() as usize,
+                st <- new_mutex!(FileState {
+                    bufs: KVec::new(),
+                    queues: KVec::new(),
+                }),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    fn mmap(me: Pin<&OpenFile>, _file: &File, vma: &VmaNew) -> Result {
+        if !me.dev.is_alive() {
+            return Err(ENODEV);
+        }
+        // SAFETY: `vma` is a valid VMA being set up by this mmap call.
+        let pgoff = unsafe { (*vma.as_ptr()).vm_pgoff };
+        let offset = u64::try_from(pgoff).map_err(|_| EINVAL)? << kernel::page::PAGE_SHIFT;
+        let buf = {
+            let st = me.st.lock();
+            st.bufs.iter().find(|b| b.mmap_offset == offset && offset != 0).cloned()
+        }
+        .ok_or(EINVAL)?;
+        vma.try_clear_mayexec()?;
+        vma.set_dontcopy();
+        vma.set_dontexpand();
+        buf.with_host(|mem| {
+            // SAFETY: `vma` is being set up by this call; `mem` is a live coherent allocation of
+            // this device (`raw_device`) and stays allocated until `Buffer::free`, which first
+            // removes every user mapping of it.
+            let ret = unsafe {
+                neuron_udma_mmap_coherent(
+                    me.dev.raw_device().cast(),
+                    vma.as_ptr().cast(),
+                    mem.as_mut_ptr().cast(),
+                    mem.dma_address(),
+                    mem.size(),
+                )
+            };
+            kernel::error::to_result(ret)
+        })
+    }
+
+    fn ioctl(me: Pin<&OpenFile>, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
+        use uapi::*;
+        // After unbind nothing is left to operate on (the file's resources were freed with it).
+        if !me.dev.is_alive() {
+            return Err(ENODEV);
+        }
+        match cmd {
+            IOC_INFO => {
+                let info = me.info()?;
+                UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<neuron_udma_info>())
+                    .writer()
+                    .write(&info)?;
+                Ok(0)
+            }
+            IOC_MEM_ALLOC => in_out(arg, true, |a: &mut neuron_udma_mem_alloc| me.mem_alloc(a)),
+            IOC_MEM_FREE => in_out(arg, false, |f: &mut neuron_udma_mem_free| me.mem_free(f)),
+            IOC_QUEUE_INIT => in_out(arg, false, |q: &mut neuron_udma_queue_init| me.queue_init(q)),
+            IOC_QUEUE_RELEASE => in_out(arg, false, |q: &mut neuron_udma_queue_id| me.queue_release(q)),
+            IOC_COPY_PREPARE_ONE => {
+                in_out(arg, false, |p: &mut neuron_udma_copy_prepare_one| me.copy_prepare_one(p))
+            }
+            IOC_COPY_PREPARE => in_out(arg, false, |p: &mut neuron_udma_copy_prepare| me.copy_prepare(p)),
+            IOC_COPY_START => in_out(arg, false, |s: &mut neuron_udma_copy_start| me.copy_start(s)),
+            IOC_COPY_WAIT => in_out(arg, true, |w: &mut neuron_udma_copy_wait| me.copy_wait(w)),
+            IOC_QUEUE_STATE => in_out(arg, true, |s: &mut neuron_udma_queue_state| me.queue_state(s)),
+            IOC_MEMCPY => in_out(arg, false, |m: &mut neuron_udma_memcpy| me.memcpy(m)),
+            _ => Err(ENOTTY),
+        }
+    }
+}

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * ENODEV of the neuron_udma ABI: a file kept open across an unbind of its device fails every
+ * ioctl with ENODEV and can still be closed; after a rebind a new file works again.
+ */
+#include <stdlib.h>
+
+#include "kselftest_harness.h"
+#include "udma_util.h"
+
+static int write_str(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, val, strlen(val));
+	close(fd);
+	return n == (ssize_t)strlen(val) ? 0 : -errno;
+}
+
+static int wait_for_dev(void)
+{
+	int i, fd;
+
+	for (i = 0; i < 100; i++) {
+		fd = udma_open();
+		if (fd >= 0)
+			return fd;
+		usleep(100000);
+	}
+	return -ENOENT;
+}
+
+TEST(unbound_file_enodev)
+{
+	struct neuron_udma_queue_state st;
+	struct neuron_udma_info info;
+	struct ubuf a, b, a2;
+	char bdf[64];
+	int fd, fd2, ret;
+
+	fd = udma_open();
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, udma_bdf(bdf, sizeof(bdf)));
+	ASSERT_EQ(0, queue_init(fd, 1, 1, 64, 64));
+	ASSERT_EQ(0, ubuf_host(fd, 8192, &a));
+	ASSERT_EQ(0, ubuf_dev(fd, 8192, &b));
+	/* The mapping goes first: it must not be touched once the device is gone. */
+	munmap(a.map, a.size);
+	a.map = NULL;
+
+	ret = write_str(UDMA_DRV_DIR "/unbind", bdf);
+	ASSERT_EQ(0, ret) {
+		TH_LOG("unbind %s: %s", bdf, strerror(-ret));
+	}
+	EXPECT_EQ(-ENODEV, udma_info(fd, &info));
+	EXPECT_EQ(-ENODEV, ubuf_host(fd, 4096, &a2));
+	EXPECT_EQ(-ENODEV, mem_free(fd, b.handle));
+	EXPECT_EQ(-ENODEV, queue_init(fd, 1, 2, 64, 64));
+	EXPECT_EQ(-ENODEV, queue_state(fd, 1, 1, &st));
+	EXPECT_EQ(-ENODEV, prep_one(fd, 1, 1, ucopy(&a, 0, &b, 0, 16)));
+	EXPECT_EQ(-ENODEV, copy_start(fd, 1, 1, 1, 1));
+	EXPECT_EQ(-ENODEV, copy_wait(fd, 1, 1, 0, NULL));
+	EXPECT_EQ(-ENODEV, udma_memcpy(fd, &a, 0, &b, 0, 16, 0));
+	EXPECT_EQ(-ENODEV, queue_release(fd, 1, 1));
+	EXPECT_EQ(0, close(fd));
+
+	ret = write_str(UDMA_DRV_DIR "/bind", bdf);
+	ASSERT_EQ(0, ret) {
+		TH_LOG("bind %s: %s", bdf, strerror(-ret));
+	}
+	fd2 = wait_for_dev();
+	ASSERT_LE(0, fd2);
+	ASSERT_EQ(0, udma_info(fd2, &info));
+	ASSERT_EQ(0, queue_init(fd2, 1, 1, 64, 64));
+	ASSERT_EQ(0, ubuf_host(fd2, 8192, &a2));
+	fill_pattern(a2.map, 8192, 3);
+	ASSERT_EQ(0, copy_sync(fd2, 1, 1, ucopy(&a2, 0, &a2, 4096, 4096)));
+	ASSERT_EQ(-1, first_diff(a2.map + 4096, a2.map, 4096));
+	close(fd2);
+}
+
+TEST_HARNESS_MAIN

@@ -1,0 +1,351 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Helpers of the neuron_udma ABI kselftests: thin ioctl wrappers that return 0 or -errno,
+ * buffers, queue-state snapshots and the device model's BAR2 fault-injection window.
+ */
+#ifndef _UDMA_UTIL_H
+#define _UDMA_UTIL_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <linux/neuron_udma.h>
+
+#define UDMA_DEV "/dev/neuron_udma0"
+#define UDMA_DRV_DIR "/sys/bus/pci/drivers/neuron_udma"
+#define UDMA_MAX_COPY 65536U
+
+/* BAR2 window of the device model (Documentation/udma-sim.rst). */
+#define BAR2_MAGIC		0x000
+#define BAR2_MAGIC_VALUE	0x55444D41
+#define BAR2_FAULT_KIND		0x010
+#define BAR2_FAULT_ENGINE	0x014
+#define BAR2_FAULT_QUEUE	0x018
+#define BAR2_FAULT_ARG		0x01C
+#define BAR2_FAULT_COMMIT	0x020
+#define BAR2_ERRORS		0x050
+#define BAR2_LAST_ERROR		0x054
+#define BAR2_LAST_ENGINE	0x058
+#define BAR2_LAST_QUEUE		0x05C
+#define BAR2_CLEAR		0x060
+
+#define FAULT_FAIL_NTH	1
+#define FAULT_ABORT	2
+#define FAULT_STALL	3
+#define FAULT_SLOW	4
+#define ERR_INJECTED_FAIL 14U
+
+static inline int udma_ioc(int fd, unsigned long req, void *arg)
+{
+	return ioctl(fd, req, arg) ? -errno : 0;
+}
+
+static inline int udma_open(void)
+{
+	return open(UDMA_DEV, O_RDWR | O_CLOEXEC);
+}
+
+static inline int udma_info(int fd, struct neuron_udma_info *info)
+{
+	memset(info, 0, sizeof(*info));
+	return udma_ioc(fd, NEURON_UDMA_INFO, info);
+}
+
+/* A buffer of a file: handle, size and (host buffers) the mapping. */
+struct ubuf {
+	__u64 handle;
+	__u64 size;
+	__u64 mmap_offset;
+	unsigned char *map;
+};
+
+static inline int ubuf_alloc(int fd, __u32 type, __u64 size, struct ubuf *b)
+{
+	struct neuron_udma_mem_alloc a = { .size = size, .type = type };
+	int ret;
+
+	memset(b, 0, sizeof(*b));
+	ret = udma_ioc(fd, NEURON_UDMA_MEM_ALLOC, &a);
+	if (ret)
+		return ret;
+	b->handle = a.handle;
+	b->size = size;
+	b->mmap_offset = a.mmap_offset;
+	if (type != NEURON_UDMA_MEM_HOST)
+		return 0;
+	b->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, a.mmap_offset);
+	if (b->map == MAP_FAILED) {
+		ret = -errno;
+		b->map = NULL;
+		return ret;
+	}
+	return 0;
+}
+
+static inline int ubuf_host(int fd, __u64 size, struct ubuf *b)
+{
+	return ubuf_alloc(fd, NEURON_UDMA_MEM_HOST, size, b);
+}
+
+static inline int ubuf_dev(int fd, __u64 size, struct ubuf *b)
+{
+	return ubuf_alloc(fd, NEURON_UDMA_MEM_DEVICE, size, b);
+}
+
+static inline int mem_free(int fd, __u64 handle)
+{
+	struct neuron_udma_mem_free f = { .handle = handle };
+
+	return udma_ioc(fd, NEURON_UDMA_MEM_FREE, &f);
+}
+
+static inline int ubuf_free(int fd, struct ubuf *b)
+{
+	if (b->map)
+		munmap(b->map, b->size);
+	b->map = NULL;
+	return b->handle ? mem_free(fd, b->handle) : 0;
+}
+
+static inline int queue_init(int fd, __u32 eng, __u32 q, __u32 tx, __u32 rx)
+{
+	struct neuron_udma_queue_init i = { .engine = eng, .queue = q, .tx_descs = tx, .rx_descs = rx };
+
+	return udma_ioc(fd, NEURON_UDMA_QUEUE_INIT, &i);
+}
+
+static inline int queue_release(int fd, __u32 eng, __u32 q)
+{
+	struct neuron_udma_queue_id id = { .engine = eng, .queue = q };
+
+	return udma_ioc(fd, NEURON_UDMA_QUEUE_RELEASE, &id);
+}
+
+static inline struct neuron_udma_copy ucopy(const struct ubuf *src, __u64 src_off,
+					    const struct ubuf *dst, __u64 dst_off, __u32 size)
+{
+	struct neuron_udma_copy c = {
+		.src_handle = src->handle,
+		.src_offset = src_off,
+		.dst_handle = dst->handle,
+		.dst_offset = dst_off,
+		.size = size,
+	};
+
+	return c;
+}
+
+static inline int prep_one(int fd, __u32 eng, __u32 q, struct neuron_udma_copy c)
+{
+	struct neuron_udma_copy_prepare_one p = { .engine = eng, .queue = q, .copy = c };
+
+	return udma_ioc(fd, NEURON_UDMA_COPY_PREPARE_ONE, &p);
+}
+
+static inline int prep(int fd, __u32 eng, __u32 q, const struct neuron_udma_copy *c, __u32 n)
+{
+	struct neuron_udma_copy_prepare p = {
+		.engine = eng, .queue = q, .count = n, .copies = (uintptr_t)c,
+	};
+
+	return udma_ioc(fd, NEURON_UDMA_COPY_PREPARE, &p);
+}
+
+static inline int copy_start(int fd, __u32 eng, __u32 q, __u32 m2s, __u32 s2m)
+{
+	struct neuron_udma_copy_start s = { .engine = eng, .queue = q, .m2s_count = m2s, .s2m_count = s2m };
+
+	return udma_ioc(fd, NEURON_UDMA_COPY_START, &s);
+}
+
+static inline int copy_wait(int fd, __u32 eng, __u32 q, __u32 timeout_ms, __u64 *completed)
+{
+	struct neuron_udma_copy_wait w = { .engine = eng, .queue = q, .timeout_ms = timeout_ms };
+	int ret = udma_ioc(fd, NEURON_UDMA_COPY_WAIT, &w);
+
+	if (completed)
+		*completed = w.completed;
+	return ret;
+}
+
+static inline int queue_state(int fd, __u32 eng, __u32 q, struct neuron_udma_queue_state *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->engine = eng;
+	st->queue = q;
+	return udma_ioc(fd, NEURON_UDMA_QUEUE_STATE, st);
+}
+
+static inline int udma_memcpy(int fd, const struct ubuf *src, __u64 src_off, const struct ubuf *dst,
+			      __u64 dst_off, __u64 size, __u32 timeout_ms)
+{
+	struct neuron_udma_memcpy m = {
+		.src_handle = src->handle,
+		.src_offset = src_off,
+		.dst_handle = dst->handle,
+		.dst_offset = dst_off,
+		.size = size,
+		.timeout_ms = timeout_ms,
+	};
+
+	return udma_ioc(fd, NEURON_UDMA_MEMCPY, &m);
+}
+
+/* One copy, waited for. */
+static inline int copy_sync(int fd, __u32 eng, __u32 q, struct neuron_udma_copy c)
+{
+	int ret = prep_one(fd, eng, q, c);
+
+	return ret ? ret : copy_wait(fd, eng, q, 0, NULL);
+}
+
+/* Deterministic pseudo-random bytes (xorshift32), different for each seed. */
+static inline void fill_pattern(void *buf, size_t len, __u32 seed)
+{
+	unsigned char *p = buf;
+	__u32 x = seed * 2654435761U + 0x9E3779B9U;
+	size_t i;
+
+	if (!x)
+		x = 1;
+	for (i = 0; i < len; i++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		p[i] = x >> 24;
+	}
+}
+
+/* Index of the first differing byte, or -1 if equal. */
+static inline long first_diff(const void *a, const void *b, size_t len)
+{
+	const unsigned char *x = a, *y = b;
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		if (x[i] != y[i])
+			return (long)i;
+	return -1;
+}
+
+#define RING_INDEX(reg) ((reg) & 0xFFFFFFU)
+#define RING_ID(reg) ((reg) >> 30)
+
+/*
+ * Compares what an error must not change: sw_next, sw_ack, sw_pending, sw_available and hw_tail
+ * of both rings. Returns 0 if equal, else 1 with a description in @why.
+ */
+static inline int state_diff(const struct neuron_udma_queue_state *a,
+			     const struct neuron_udma_queue_state *b, char *why, size_t len)
+{
+	const struct neuron_udma_ring_state *ra[2] = { &a->tx, &a->rx }, *rb[2] = { &b->tx, &b->rx };
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		if (ra[i]->sw_next != rb[i]->sw_next || ra[i]->sw_ack != rb[i]->sw_ack ||
+		    ra[i]->sw_pending != rb[i]->sw_pending || ra[i]->sw_available != rb[i]->sw_available ||
+		    ra[i]->hw_tail != rb[i]->hw_tail) {
+			snprintf(why, len,
+				 "%s ring changed: next %u->%u ack %u->%u pending %u->%u avail %u->%u tail %#x->%#x",
+				 i ? "rx" : "tx", ra[i]->sw_next, rb[i]->sw_next, ra[i]->sw_ack, rb[i]->sw_ack,
+				 ra[i]->sw_pending, rb[i]->sw_pending, ra[i]->sw_available,
+				 rb[i]->sw_available, ra[i]->hw_tail, rb[i]->hw_tail);
+			return 1;
+		}
+	}
+	if (a->resets != b->resets) {
+		snprintf(why, len, "resets %u->%u", a->resets, b->resets);
+		return 1;
+	}
+	return 0;
+}
+
+/* The PCI address (0000:bb:dd.f) of the first device bound to neuron_udma. */
+static inline int udma_bdf(char *bdf, size_t len)
+{
+	glob_t g;
+	int ret = -ENOENT;
+
+	if (glob(UDMA_DRV_DIR "/0000:*", 0, NULL, &g))
+		return -ENOENT;
+	if (g.gl_pathc >= 1) {
+		snprintf(bdf, len, "%s", strrchr(g.gl_pathv[0], '/') + 1);
+		ret = 0;
+	}
+	globfree(&g);
+	return ret;
+}
+
+/* The model's BAR2 control window, mapped through sysfs. */
+struct ubar2 {
+	int fd;
+	volatile __u32 *regs;
+};
+
+static inline int bar2_open(struct ubar2 *b)
+{
+	char bdf[64], path[128];
+	void *p;
+	int ret;
+
+	b->fd = -1;
+	b->regs = NULL;
+	ret = udma_bdf(bdf, sizeof(bdf));
+	if (ret)
+		return ret;
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/resource2", bdf);
+	b->fd = open(path, O_RDWR | O_SYNC | O_CLOEXEC);
+	if (b->fd < 0)
+		return -errno;
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
+	if (p == MAP_FAILED) {
+		ret = -errno;
+		close(b->fd);
+		b->fd = -1;
+		return ret;
+	}
+	b->regs = p;
+	return b->regs[BAR2_MAGIC / 4] == BAR2_MAGIC_VALUE ? 0 : -EPROTO;
+}
+
+static inline void bar2_close(struct ubar2 *b)
+{
+	if (b->regs)
+		munmap((void *)b->regs, 4096);
+	if (b->fd >= 0)
+		close(b->fd);
+	b->regs = NULL;
+	b->fd = -1;
+}
+
+static inline __u32 bar2_read(struct ubar2 *b, __u32 off)
+{
+	return b->regs[off / 4];
+}
+
+static inline void bar2_write(struct ubar2 *b, __u32 off, __u32 val)
+{
+	b->regs[off / 4] = val;
+}
+
+/* Clears the model's faults and counters, stages and commits a fault: 0 applied, 1 rejected. */
+static inline int bar2_fault(struct ubar2 *b, __u32 kind, __u32 eng, __u32 q, __u32 arg)
+{
+	bar2_write(b, BAR2_CLEAR, 1);
+	bar2_write(b, BAR2_FAULT_KIND, kind);
+	bar2_write(b, BAR2_FAULT_ENGINE, eng);
+	bar2_write(b, BAR2_FAULT_QUEUE, q);
+	bar2_write(b, BAR2_FAULT_ARG, arg);
+	bar2_write(b, BAR2_FAULT_COMMIT, 1);
+	return (int)bar2_read(b, BAR2_FAULT_COMMIT);
+}
+
+#endif /* _UDMA_UTIL_H */
