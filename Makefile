@@ -52,7 +52,7 @@ demo:
 	scripts/demo
 
 vm:
-	scripts/vm-run --model $(MODEL) -- $(CMD)
+	scripts/vm-run --model $(MODEL) -- '$(CMD)'
 
 RUSTFMT := scripts/in-root rustfmt --edition 2021 --config-path /usr/src/linux/.rustfmt.toml
 
