@@ -32,8 +32,6 @@ pub(crate) struct Arch {
     pub(crate) device_id: u16,
     /// Host route bits OR-ed onto a host DMA address to form a device-fabric address (spec 1.3).
     pub(crate) host_route: u64,
-    /// Mask of all route bits; an address with none of them set is device memory (spec 1.3).
-    pub(crate) route_mask: u64,
     /// Number of UDMA engines, engine ids `0..engines` (spec 2.1: v2 32 + 2 H2T, v3 128 + 4 H2T).
     pub(crate) engines: u32,
     /// `(engine, queue)` of the host-to-device ("H2T") queue of each NeuronCore, indexed by NC
@@ -73,10 +71,9 @@ const fn v2(product: &'static str, device_id: u16) -> Arch {
         product,
         device_id,
         host_route: 0x0000_1000_0000_0000,
-        route_mask: 0x0000_1F00_0000_0000,
         engines: 34,
         h2t: &V2_H2T,
-        final_barrier: Barrier::WriteBarrier,
+        final_barrier: Barrier::Write,
         max_descs_per_packet: 65,
         m2s_ostand_cfg: 0x0000_086F,
         s2m_ostand_cfg_rd: 0x0040_0008,
@@ -95,10 +92,9 @@ pub(crate) const TRN2: Arch = Arch {
     product: "Trn2",
     device_id: 0x7364,
     host_route: 0x0000_4000_0000_0000,
-    route_mask: 0x0000_4000_0000_0000,
     engines: 132,
     h2t: &V3_H2T,
-    final_barrier: Barrier::WriteBarrier,
+    final_barrier: Barrier::Write,
     max_descs_per_packet: 65,
     m2s_ostand_cfg: 0x2080_8080,
     s2m_ostand_cfg_rd: 0x0040_0080,

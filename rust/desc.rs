@@ -69,7 +69,7 @@ pub(crate) enum Barrier {
     /// DMB: `len_ctrl` bit 30.
     Dmb = 1,
     /// Write barrier: `meta_ctrl` bit 26.
-    WriteBarrier = 2,
+    Write = 2,
 }
 
 impl TryFrom<u32> for Barrier {
@@ -84,7 +84,7 @@ impl TryFrom<u32> for Barrier {
         match v {
             0 => Ok(Self::None),
             1 => Ok(Self::Dmb),
-            2 => Ok(Self::WriteBarrier),
+            2 => Ok(Self::Write),
             _ => Err(EINVAL),
         }
     }
@@ -148,7 +148,7 @@ impl Desc {
             .with_dmb(barrier == Barrier::Dmb)
             .with_ring_id(ring_id.bits())
             .with_len(len.0);
-        let meta = MetaCtrl::copy().with_write_barrier(barrier == Barrier::WriteBarrier);
+        let meta = MetaCtrl::copy().with_write_barrier(barrier == Barrier::Write);
         Self {
             len_ctrl: len_ctrl.into_raw(),
             word1: meta.into_raw(),
@@ -207,7 +207,7 @@ mod tests {
     fn appendix_a_vectors() -> Result {
         // Spec Appendix A: one 4 KiB host->HBM copy on v2, then the completion marker pair.
         let src = 0x1234_5000 | H;
-        let tx0 = Desc::tx(DescLen::new(0x1000)?, RingId::INITIAL, Barrier::WriteBarrier, src);
+        let tx0 = Desc::tx(DescLen::new(0x1000)?, RingId::INITIAL, Barrier::Write, src);
         assert_eq!(tx0.len_ctrl, 0x0D00_1000);
         assert_eq!(tx0.word1, 0x0508_0003);
         assert_eq!(
@@ -234,7 +234,7 @@ mod tests {
         let dmb = Desc::tx(len, id(1), Barrier::Dmb, 0);
         assert_eq!(dmb.len_ctrl, 0x4D00_0001);
         assert_eq!(dmb.word1, 0x0108_0003);
-        let wb = Desc::tx(len, id(1), Barrier::WriteBarrier, 0);
+        let wb = Desc::tx(len, id(1), Barrier::Write, 0);
         assert_eq!(wb.len_ctrl, 0x0D00_0001);
         assert_eq!(wb.word1, 0x0508_0003);
         assert_eq!(Desc::rx(len, id(1), true, 0).len_ctrl, 0x1100_0001);
@@ -244,7 +244,7 @@ mod tests {
         assert_eq!(Desc::rx(len, id(3), true, 0).len_ctrl, 0x1300_0001);
         assert_eq!(Desc::rx(len, id(0), false, 0).len_ctrl, 0x0000_0001);
         assert_eq!(Barrier::try_from(3u32), Err(EINVAL));
-        assert_eq!(Barrier::try_from(2u32), Ok(Barrier::WriteBarrier));
+        assert_eq!(Barrier::try_from(2u32), Ok(Barrier::Write));
         Ok(())
     }
 

@@ -485,10 +485,3 @@ impl UdmaDevice {
         Ok(())
     }
 }
-
-impl QueueCell {
-    /// Whether the queue still exists (not released, device not unbound).
-    pub(crate) fn is_live(&self) -> bool {
-        self.inner.lock().is_some()
-    }
-}

@@ -72,10 +72,6 @@ pub(crate) const MAIN_D_S2M_SUMMARY: u32 = 0x600;
 pub(crate) const GROUP_C_M2S: u32 = 0x3F;
 /// Secondary group C bits of the S2M AXI FIFO parity errors.
 pub(crate) const GROUP_C_S2M: u32 = 0xFC0;
-/// The secondary M2S error causes that abort the engine by default (spec 3.6 step 15).
-pub(crate) const M2S_ABORT_ON: u32 = 0x0FFF_FFFF;
-/// The secondary S2M error causes that abort the engine by default (spec 3.6 step 16).
-pub(crate) const S2M_ABORT_ON: u32 = 0xFFFF_EF07;
 
 register! {
     // ---- M2S (Tx) engine level (spec 3.2) ----
