@@ -55,11 +55,12 @@ vm:
 	scripts/vm-run --model $(MODEL) -- '$(CMD)'
 
 RUSTFMT := scripts/in-root rustfmt --edition 2021 --config-path /usr/src/linux/.rustfmt.toml
+RUST_SRCS := $(filter-out rust/uapi_generated.rs,$(wildcard rust/*.rs))
 
 fmt:
-	$(RUSTFMT) rust/*.rs
+	$(RUSTFMT) $(RUST_SRCS)
 	cd tools && cargo fmt
 
 fmt-check:
-	$(RUSTFMT) --check rust/*.rs
+	$(RUSTFMT) --check $(RUST_SRCS)
 	cd tools && cargo fmt --check

@@ -116,7 +116,8 @@ impl Arch {
             },
             Generation::V3 => match eng {
                 0..=127 => {
-                    const SENG_BASE: [u32; 4] = [0x8200_0000, 0x9400_0000, 0xA200_0000, 0xB400_0000];
+                    const SENG_BASE: [u32; 4] =
+                        [0x8200_0000, 0x9400_0000, 0xA200_0000, 0xB400_0000];
                     SENG_BASE[(eng / 32) as usize] + (eng % 32) * 0x10_0000
                 }
                 128 => 0x0680_0000,

@@ -212,7 +212,10 @@ mod tests {
         assert_eq!(tx0.word1, 0x0508_0003);
         assert_eq!(
             tx0.to_le_bytes(),
-            [0x00, 0x10, 0x00, 0x0D, 0x03, 0x00, 0x08, 0x05, 0x00, 0x50, 0x34, 0x12, 0x00, 0x10, 0x00, 0x00]
+            [
+                0x00, 0x10, 0x00, 0x0D, 0x03, 0x00, 0x08, 0x05, 0x00, 0x50, 0x34, 0x12, 0x00, 0x10,
+                0x00, 0x00
+            ]
         );
         let rx0 = Desc::rx(DescLen::new(0x1000)?, RingId::INITIAL, false, 0x4000);
         assert_eq!(rx0.len_ctrl, 0x0100_1000);
@@ -255,10 +258,16 @@ mod tests {
         assert_eq!(DescLen::new(u32::MAX), Err(EINVAL));
         let full = DescLen::new(65536)?;
         assert_eq!(full.bytes(), 65536);
-        assert_eq!(Desc::tx(full, id(1), Barrier::None, 0).len_ctrl, 0x0D00_0000);
+        assert_eq!(
+            Desc::tx(full, id(1), Barrier::None, 0).len_ctrl,
+            0x0D00_0000
+        );
         assert_eq!(Desc::rx(full, id(1), false, 0).len_ctrl, 0x0100_0000);
         assert_eq!(DescLen::new(65535)?.bytes(), 65535);
-        assert_eq!(Desc::rx(DescLen::new(65535)?, id(1), false, 0).len_ctrl, 0x0100_FFFF);
+        assert_eq!(
+            Desc::rx(DescLen::new(65535)?, id(1), false, 0).len_ctrl,
+            0x0100_FFFF
+        );
         Ok(())
     }
 }

@@ -152,7 +152,11 @@ impl UdmaDevice {
     /// # Errors
     ///
     /// `ENODEV` once the device is unbound; `EINVAL` for an unknown engine.
-    pub(crate) fn with_engine<R>(&self, eng: u32, f: impl FnOnce(EngineIo<'_>) -> Result<R>) -> Result<R> {
+    pub(crate) fn with_engine<R>(
+        &self,
+        eng: u32,
+        f: impl FnOnce(EngineIo<'_>) -> Result<R>,
+    ) -> Result<R> {
         let bar = self.bar0.try_access().ok_or(ENODEV)?;
         f(engine::engine_io(self.arch, &bar, eng)?)
     }
@@ -267,7 +271,8 @@ impl UdmaDevice {
             Buffer::new(handle, size, off, owner_file, Backing::Host(mem))?
         } else {
             let addr = st.dram.alloc(size)?;
-            Buffer::new(handle, size, 0, owner_file, Backing::Device(addr)).inspect_err(|_| st.dram.free(addr))?
+            Buffer::new(handle, size, 0, owner_file, Backing::Device(addr))
+                .inspect_err(|_| st.dram.free(addr))?
         };
         st.bufs.push(buf.clone(), GFP_KERNEL)?;
         Ok(buf)
@@ -445,7 +450,14 @@ impl UdmaDevice {
     /// # Errors
     ///
     /// `EINVAL` for size 0; the errors of [`Self::wait`].
-    pub(crate) fn memcpy_on(&self, cell: &QueueCell, src: u64, dst: u64, size: u64, timeout: Delta) -> Result {
+    pub(crate) fn memcpy_on(
+        &self,
+        cell: &QueueCell,
+        src: u64,
+        dst: u64,
+        size: u64,
+        timeout: Delta,
+    ) -> Result {
         if size == 0 {
             return Err(EINVAL);
         }
@@ -453,7 +465,10 @@ impl UdmaDevice {
         while done < size {
             let (seq, bytes) = self.with_queue(cell, |q, io| {
                 // One pair of the free space is for the marker.
-                let room = q.available_pairs().saturating_sub(1).min(MAX_PAIRS_PER_SUBMISSION);
+                let room = q
+                    .available_pairs()
+                    .saturating_sub(1)
+                    .min(MAX_PAIRS_PER_SUBMISSION);
                 if room == 0 || !q.can_fence() {
                     return Ok((q.last_fence(), 0));
                 }
@@ -467,7 +482,11 @@ impl UdmaDevice {
                         src: src + off,
                         dst: dst + off,
                         len: DescLen::new(len)?,
-                        barrier: if last { self.arch.final_barrier } else { Barrier::None },
+                        barrier: if last {
+                            self.arch.final_barrier
+                        } else {
+                            Barrier::None
+                        },
                         set_dst_int: false,
                     })?;
                     off += u64::from(len);

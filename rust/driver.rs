@@ -2,17 +2,17 @@
 
 //! The PCI driver: binds Neuron devices, maps their BARs, and releases them on unbind.
 
+use crate::file::OpenFile;
 use crate::{
     arch::{self, Arch},
     device::UdmaDevice,
     regs, Registry,
 };
-use crate::file::OpenFile;
 use kernel::{
     device::Core,
-    miscdevice::{MiscDeviceOptions, MiscDeviceRegistration},
     dma::{Device as _, DmaMask},
     io::Io,
+    miscdevice::{MiscDeviceOptions, MiscDeviceRegistration},
     pci,
     prelude::*,
     sync::Arc, //
@@ -44,9 +44,18 @@ kernel::pci_device_table!(
     PCI_TABLE,
     <NeuronUdmaDriver as pci::Driver>::IdInfo,
     [
-        (pci::DeviceId::from_id(pci::Vendor::AMAZON, 0x7164), &arch::TRN1),
-        (pci::DeviceId::from_id(pci::Vendor::AMAZON, 0x7264), &arch::INF2),
-        (pci::DeviceId::from_id(pci::Vendor::AMAZON, 0x7364), &arch::TRN2),
+        (
+            pci::DeviceId::from_id(pci::Vendor::AMAZON, 0x7164),
+            &arch::TRN1
+        ),
+        (
+            pci::DeviceId::from_id(pci::Vendor::AMAZON, 0x7264),
+            &arch::INF2
+        ),
+        (
+            pci::DeviceId::from_id(pci::Vendor::AMAZON, 0x7364),
+            &arch::TRN2
+        ),
     ]
 );
 
@@ -103,7 +112,11 @@ impl NeuronUdmaDriver {
         let bar4 = match pdev.iomap_region(DRAM_BAR, c"neuron_udma/bar4") {
             Ok(bar) => Some(bar),
             Err(e) if arch.generation == arch::Generation::V3 => {
-                dev_warn!(pdev, "BAR4 not mapped ({:?}); device memory unavailable\n", e);
+                dev_warn!(
+                    pdev,
+                    "BAR4 not mapped ({:?}); device memory unavailable\n",
+                    e
+                );
                 None
             }
             Err(e) => return Err(e),
@@ -144,7 +157,10 @@ struct RegistryEntry {
 
 impl RegistryEntry {
     fn new(dev: Arc<UdmaDevice>) -> Result<Self> {
-        Ok(Self { name: Registry::add(dev.clone())?, dev })
+        Ok(Self {
+            name: Registry::add(dev.clone())?,
+            dev,
+        })
     }
 }
 

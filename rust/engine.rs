@@ -67,7 +67,10 @@ impl Direction for M2s {
     const NAME: &'static str = "m2s";
 
     fn write_comp_cfg(io: EngineIo<'_>, q: usize, v: u32) -> Result {
-        io.write(regs::M2S_Q_COMP_CFG::try_at(q).ok_or(EINVAL)?, regs::M2S_Q_COMP_CFG::from(v));
+        io.write(
+            regs::M2S_Q_COMP_CFG::try_at(q).ok_or(EINVAL)?,
+            regs::M2S_Q_COMP_CFG::from(v),
+        );
         Ok(())
     }
 
@@ -84,7 +87,10 @@ impl Direction for S2m {
     const NAME: &'static str = "s2m";
 
     fn write_comp_cfg(io: EngineIo<'_>, q: usize, v: u32) -> Result {
-        io.write(regs::S2M_Q_COMP_CFG::try_at(q).ok_or(EINVAL)?, regs::S2M_Q_COMP_CFG::from(v));
+        io.write(
+            regs::S2M_Q_COMP_CFG::try_at(q).ok_or(EINVAL)?,
+            regs::S2M_Q_COMP_CFG::from(v),
+        );
         Ok(())
     }
 
@@ -125,10 +131,24 @@ pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool
     // Step 0 (v2 SENG engines only): SDMA broadcast configuration.
     if arch.generation == Generation::V2 && !arch.is_h2t_engine(eng) {
         let e = eng % 16;
-        let group = if e == 0 { 0xFFFF } else { 0xFFFF & !(0xFFFFu32 << (16 - e)) };
-        let enable = if matches!(e, 0 | 3 | 6 | 9 | 15) { 0xFFFF } else { 0 };
-        sdma.write(regs::SDMA_BROADCAST_GROUP, regs::SDMA_BROADCAST_GROUP::from(group));
-        sdma.write(regs::SDMA_BROADCAST_ENABLE, regs::SDMA_BROADCAST_ENABLE::from(enable));
+        let group = if e == 0 {
+            0xFFFF
+        } else {
+            0xFFFF & !(0xFFFFu32 << (16 - e))
+        };
+        let enable = if matches!(e, 0 | 3 | 6 | 9 | 15) {
+            0xFFFF
+        } else {
+            0
+        };
+        sdma.write(
+            regs::SDMA_BROADCAST_GROUP,
+            regs::SDMA_BROADCAST_GROUP::from(group),
+        );
+        sdma.write(
+            regs::SDMA_BROADCAST_ENABLE,
+            regs::SDMA_BROADCAST_ENABLE::from(enable),
+        );
     }
 
     // Step 1: enable every queue, M2S then S2M.
@@ -149,7 +169,10 @@ pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool
             .try_with_data_fifo_depth(arch.m2s_data_fifo_beats)?,
     );
     io.write_reg(regs::AXI_M2S_OSTAND_CFG::from(arch.m2s_ostand_cfg));
-    io.write_reg(regs::GEN_AXI_CFG_1::zeroed().with_timeout(kernel::num::Bounded::<u32, 32>::new::<100_000_000>()));
+    io.write_reg(
+        regs::GEN_AXI_CFG_1::zeroed()
+            .with_timeout(kernel::num::Bounded::<u32, 32>::new::<100_000_000>()),
+    );
     io.write_reg(regs::M2S_COMP_CFG_APPLICATION_ACK::zeroed());
     io.write_reg(
         regs::M2S_CFG_LEN::zeroed()
@@ -164,7 +187,10 @@ pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool
 
     // Step 8: Tx address-high selectors.
     for q in 0..QUEUES_PER_ENGINE as usize {
-        io.write(regs::VMPR_TX_SEL::try_at(q).ok_or(EINVAL)?, regs::VMPR_TX_SEL::from(u32::MAX));
+        io.write(
+            regs::VMPR_TX_SEL::try_at(q).ok_or(EINVAL)?,
+            regs::VMPR_TX_SEL::from(u32::MAX),
+        );
     }
 
     // Step 9: M2S read boundaries.
@@ -177,9 +203,18 @@ pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool
     // Step 10: S2M app-ack timeout. Step 11: Rx address-high selectors.
     io.write_reg(regs::S2M_COMP_CFG_APPLICATION_ACK::zeroed());
     for q in 0..QUEUES_PER_ENGINE as usize {
-        io.write(regs::VMPR_RX_SEL0::try_at(q).ok_or(EINVAL)?, regs::VMPR_RX_SEL0::from(u32::MAX));
-        io.write(regs::VMPR_RX_SEL1::try_at(q).ok_or(EINVAL)?, regs::VMPR_RX_SEL1::from(u32::MAX));
-        io.write(regs::VMPR_RX_SEL2::try_at(q).ok_or(EINVAL)?, regs::VMPR_RX_SEL2::from(u32::MAX));
+        io.write(
+            regs::VMPR_RX_SEL0::try_at(q).ok_or(EINVAL)?,
+            regs::VMPR_RX_SEL0::from(u32::MAX),
+        );
+        io.write(
+            regs::VMPR_RX_SEL1::try_at(q).ok_or(EINVAL)?,
+            regs::VMPR_RX_SEL1::from(u32::MAX),
+        );
+        io.write(
+            regs::VMPR_RX_SEL2::try_at(q).ok_or(EINVAL)?,
+            regs::VMPR_RX_SEL2::from(u32::MAX),
+        );
     }
 
     // Steps 12-13: S2M outstanding reads and writes.
@@ -190,16 +225,36 @@ pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool
     io.update(regs::SPARE_ZEROES0, |r| r.with_crhp_off(false));
 
     // Step 15: unmask the M2S errors and let them abort the engine.
-    unmask_errors(io, regs::SECONDARY_GROUP_M2S, regs::M2S_ERRORS, regs::GROUP_C_M2S, regs::MAIN_D_M2S_SUMMARY)?;
+    unmask_errors(
+        io,
+        regs::SECONDARY_GROUP_M2S,
+        regs::M2S_ERRORS,
+        regs::GROUP_C_M2S,
+        regs::MAIN_D_M2S_SUMMARY,
+    )?;
     // Step 16: the same for the S2M errors.
-    unmask_errors(io, regs::SECONDARY_GROUP_S2M, regs::S2M_ERRORS, regs::GROUP_C_S2M, regs::MAIN_D_S2M_SUMMARY)?;
+    unmask_errors(
+        io,
+        regs::SECONDARY_GROUP_S2M,
+        regs::S2M_ERRORS,
+        regs::GROUP_C_S2M,
+        regs::MAIN_D_S2M_SUMMARY,
+    )?;
 
     // Step 17: completion descriptor size, 4 words.
-    io.write_reg(regs::S2M_COMP_CFG_1C::zeroed().with_q_promotion(true).with_const_desc_size::<4>());
+    io.write_reg(
+        regs::S2M_COMP_CFG_1C::zeroed()
+            .with_q_promotion(true)
+            .with_const_desc_size::<4>(),
+    );
 
     // Step 19: prefetch and maximum descriptors per packet.
     let n = arch.max_descs_per_packet;
-    io.write_reg(regs::M2S_DESC_PREF_CFG_2::zeroed().with_force_rr(true).try_with_max_descs_per_pkt(n)?);
+    io.write_reg(
+        regs::M2S_DESC_PREF_CFG_2::zeroed()
+            .with_force_rr(true)
+            .try_with_max_descs_per_pkt(n)?,
+    );
     let pref3 = regs::M2S_DESC_PREF_CFG_3::zeroed()
         .try_with_pref_thr(n)?
         .with_const_min_burst_above_thr::<8>()
@@ -252,8 +307,14 @@ pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool
                 regs::AXI_ERR_IOFIC_CONTROL::try_at(blk).ok_or(EINVAL)?,
                 regs::AXI_ERR_IOFIC_CONTROL::from(regs::IOFIC_CONTROL_EDGE_NO_MSIX),
             );
-            io.write(regs::AXI_ERR_IOFIC_ABORT_MASK::try_at(blk).ok_or(EINVAL)?, regs::AXI_ERR_IOFIC_ABORT_MASK::zeroed());
-            io.write(regs::AXI_ERR_IOFIC_MASK_CLEAR::try_at(blk).ok_or(EINVAL)?, regs::AXI_ERR_IOFIC_MASK_CLEAR::zeroed());
+            io.write(
+                regs::AXI_ERR_IOFIC_ABORT_MASK::try_at(blk).ok_or(EINVAL)?,
+                regs::AXI_ERR_IOFIC_ABORT_MASK::zeroed(),
+            );
+            io.write(
+                regs::AXI_ERR_IOFIC_MASK_CLEAR::try_at(blk).ok_or(EINVAL)?,
+                regs::AXI_ERR_IOFIC_MASK_CLEAR::zeroed(),
+            );
         }
         io.write_reg(regs::GEN_AXI_CFG_1::from(u32::MAX));
     }
@@ -267,21 +328,52 @@ pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool
 
 /// Unmasks `errors` of secondary group `group` (and `group_c` of group C) so that they raise
 /// their summary bits in main group D and abort the engine (spec 3.6 steps 15/16).
-fn unmask_errors(io: EngineIo<'_>, group: usize, errors: u32, group_c: u32, summary: u32) -> Result {
-    let sec = |i| regs::IOFIC_INT_CONTROL::of::<SecondaryIofic>().try_at(i).ok_or(EINVAL);
-    io.write(sec(group)?, regs::IOFIC_INT_CONTROL::from(regs::IOFIC_CONTROL_EDGE_NO_MSIX));
+fn unmask_errors(
+    io: EngineIo<'_>,
+    group: usize,
+    errors: u32,
+    group_c: u32,
+    summary: u32,
+) -> Result {
+    let sec = |i| {
+        regs::IOFIC_INT_CONTROL::of::<SecondaryIofic>()
+            .try_at(i)
+            .ok_or(EINVAL)
+    };
     io.write(
-        regs::IOFIC_INT_CONTROL::of::<MainIofic>().try_at(regs::MAIN_GROUP_D).ok_or(EINVAL)?,
+        sec(group)?,
         regs::IOFIC_INT_CONTROL::from(regs::IOFIC_CONTROL_EDGE_NO_MSIX),
     );
-    let abort = |i| regs::IOFIC_INT_ABORT_MASK::of::<SecondaryIofic>().try_at(i).ok_or(EINVAL);
-    let unmask = |i| regs::IOFIC_INT_MASK_CLEAR::of::<SecondaryIofic>().try_at(i).ok_or(EINVAL);
-    io.write(abort(group)?, regs::IOFIC_INT_ABORT_MASK::from(!errors));
-    io.write(abort(regs::SECONDARY_GROUP_C)?, regs::IOFIC_INT_ABORT_MASK::from(!group_c));
-    io.write(unmask(group)?, regs::IOFIC_INT_MASK_CLEAR::from(!errors));
-    io.write(unmask(regs::SECONDARY_GROUP_C)?, regs::IOFIC_INT_MASK_CLEAR::from(!group_c));
     io.write(
-        regs::IOFIC_INT_MASK_CLEAR::of::<MainIofic>().try_at(regs::MAIN_GROUP_D).ok_or(EINVAL)?,
+        regs::IOFIC_INT_CONTROL::of::<MainIofic>()
+            .try_at(regs::MAIN_GROUP_D)
+            .ok_or(EINVAL)?,
+        regs::IOFIC_INT_CONTROL::from(regs::IOFIC_CONTROL_EDGE_NO_MSIX),
+    );
+    let abort = |i| {
+        regs::IOFIC_INT_ABORT_MASK::of::<SecondaryIofic>()
+            .try_at(i)
+            .ok_or(EINVAL)
+    };
+    let unmask = |i| {
+        regs::IOFIC_INT_MASK_CLEAR::of::<SecondaryIofic>()
+            .try_at(i)
+            .ok_or(EINVAL)
+    };
+    io.write(abort(group)?, regs::IOFIC_INT_ABORT_MASK::from(!errors));
+    io.write(
+        abort(regs::SECONDARY_GROUP_C)?,
+        regs::IOFIC_INT_ABORT_MASK::from(!group_c),
+    );
+    io.write(unmask(group)?, regs::IOFIC_INT_MASK_CLEAR::from(!errors));
+    io.write(
+        unmask(regs::SECONDARY_GROUP_C)?,
+        regs::IOFIC_INT_MASK_CLEAR::from(!group_c),
+    );
+    io.write(
+        regs::IOFIC_INT_MASK_CLEAR::of::<MainIofic>()
+            .try_at(regs::MAIN_GROUP_D)
+            .ok_or(EINVAL)?,
         regs::IOFIC_INT_MASK_CLEAR::from(!summary),
     );
     Ok(())
@@ -289,12 +381,21 @@ fn unmask_errors(io: EngineIo<'_>, group: usize, errors: u32, group_c: u32, summ
 
 /// Masks the prefetch ring-id error (M2S bit 17, S2M bit 11) on a v3 SENG engine (spec 3.5).
 fn mask_ring_id_errors(io: EngineIo<'_>) -> Result {
-    for (group, bit) in [(regs::SECONDARY_GROUP_M2S, 17), (regs::SECONDARY_GROUP_S2M, 11)] {
-        let mask_loc = || regs::IOFIC_INT_MASK::of::<SecondaryIofic>().try_at(group).ok_or(EINVAL);
+    for (group, bit) in [
+        (regs::SECONDARY_GROUP_M2S, 17),
+        (regs::SECONDARY_GROUP_S2M, 11),
+    ] {
+        let mask_loc = || {
+            regs::IOFIC_INT_MASK::of::<SecondaryIofic>()
+                .try_at(group)
+                .ok_or(EINVAL)
+        };
         let mask = io.read(mask_loc()?).into_raw() | (1 << bit);
         io.write(mask_loc()?, regs::IOFIC_INT_MASK::from(mask));
         io.write(
-            regs::IOFIC_INT_ABORT_MASK::of::<SecondaryIofic>().try_at(group).ok_or(EINVAL)?,
+            regs::IOFIC_INT_ABORT_MASK::of::<SecondaryIofic>()
+                .try_at(group)
+                .ok_or(EINVAL)?,
             regs::IOFIC_INT_ABORT_MASK::from(mask),
         );
     }
@@ -307,7 +408,12 @@ fn mask_ring_id_errors(io: EngineIo<'_>) -> Result {
 /// reset, ring base and length, completion config, enable.
 ///
 /// `base` is the ring's device-fabric address (256-byte aligned), `descs` its size.
-pub(crate) fn init_queue_dir<D: Direction>(io: EngineIo<'_>, q: usize, base: u64, descs: u32) -> Result {
+pub(crate) fn init_queue_dir<D: Direction>(
+    io: EngineIo<'_>,
+    q: usize,
+    base: u64,
+    descs: u32,
+) -> Result {
     let cfg = || regs::Q_CFG::of::<D>().try_at(q).ok_or(EINVAL);
     if D::BASE == M2s::BASE {
         io.write(
@@ -318,7 +424,10 @@ pub(crate) fn init_queue_dir<D: Direction>(io: EngineIo<'_>, q: usize, base: u64
     io.write(cfg()?, q_cfg_paused());
     D::reset(io, q)?;
     // CAST: splitting the 64-bit base into its register halves.
-    io.write(regs::Q_DRBP_LOW::of::<D>().try_at(q).ok_or(EINVAL)?, regs::Q_DRBP_LOW::from(base as u32));
+    io.write(
+        regs::Q_DRBP_LOW::of::<D>().try_at(q).ok_or(EINVAL)?,
+        regs::Q_DRBP_LOW::from(base as u32),
+    );
     io.write(
         regs::Q_DRBP_HIGH::of::<D>().try_at(q).ok_or(EINVAL)?,
         regs::Q_DRBP_HIGH::from((base >> 32) as u32),
@@ -335,7 +444,10 @@ pub(crate) fn init_queue_dir<D: Direction>(io: EngineIo<'_>, q: usize, base: u64
 /// Pauses one direction of queue `q` (clears both enables) and resets it (spec 3.8 "queue
 /// pause", 3.7 step d), so the engine fetches nothing more from its ring.
 pub(crate) fn pause_queue_dir<D: Direction>(io: EngineIo<'_>, q: usize) -> Result {
-    io.write(regs::Q_CFG::of::<D>().try_at(q).ok_or(EINVAL)?, q_cfg_paused());
+    io.write(
+        regs::Q_CFG::of::<D>().try_at(q).ok_or(EINVAL)?,
+        q_cfg_paused(),
+    );
     D::reset(io, q)
 }
 
@@ -376,16 +488,34 @@ pub(crate) struct QueueRegs {
 
 /// Reads the queue-state registers of one direction of queue `q`.
 pub(crate) fn queue_regs<D: Direction>(io: EngineIo<'_>, q: usize) -> Result<QueueRegs> {
-    let lo = io.read(regs::Q_DRBP_LOW::of::<D>().try_at(q).ok_or(EINVAL)?).into_raw() & 0xFFFF_FFC0;
-    let hi = io.read(regs::Q_DRBP_HIGH::of::<D>().try_at(q).ok_or(EINVAL)?).into_raw();
+    let lo = io
+        .read(regs::Q_DRBP_LOW::of::<D>().try_at(q).ok_or(EINVAL)?)
+        .into_raw()
+        & 0xFFFF_FFC0;
+    let hi = io
+        .read(regs::Q_DRBP_HIGH::of::<D>().try_at(q).ok_or(EINVAL)?)
+        .into_raw();
     Ok(QueueRegs {
-        cfg: io.read(regs::Q_CFG::of::<D>().try_at(q).ok_or(EINVAL)?).into_raw(),
-        status: io.read(regs::Q_STATUS::of::<D>().try_at(q).ok_or(EINVAL)?).into_raw(),
+        cfg: io
+            .read(regs::Q_CFG::of::<D>().try_at(q).ok_or(EINVAL)?)
+            .into_raw(),
+        status: io
+            .read(regs::Q_STATUS::of::<D>().try_at(q).ok_or(EINVAL)?)
+            .into_raw(),
         base: (u64::from(hi) << 32) | u64::from(lo),
-        len: io.read(regs::Q_DRL::of::<D>().try_at(q).ok_or(EINVAL)?).len().get(),
-        head: io.read(regs::Q_DRHP::of::<D>().try_at(q).ok_or(EINVAL)?).into_raw(),
-        tail: io.read(regs::Q_DRTP::of::<D>().try_at(q).ok_or(EINVAL)?).into_raw(),
-        comp_head: io.read(regs::Q_CRHP::of::<D>().try_at(q).ok_or(EINVAL)?).into_raw(),
+        len: io
+            .read(regs::Q_DRL::of::<D>().try_at(q).ok_or(EINVAL)?)
+            .len()
+            .get(),
+        head: io
+            .read(regs::Q_DRHP::of::<D>().try_at(q).ok_or(EINVAL)?)
+            .into_raw(),
+        tail: io
+            .read(regs::Q_DRTP::of::<D>().try_at(q).ok_or(EINVAL)?)
+            .into_raw(),
+        comp_head: io
+            .read(regs::Q_CRHP::of::<D>().try_at(q).ok_or(EINVAL)?)
+            .into_raw(),
     })
 }
 
@@ -416,7 +546,11 @@ impl EngineErrors {
 
 /// Reads the engine's state and error-cause registers.
 pub(crate) fn engine_errors(io: EngineIo<'_>) -> Result<EngineErrors> {
-    let cause = |g| regs::IOFIC_INT_CAUSE::of::<SecondaryIofic>().try_at(g).ok_or(EINVAL);
+    let cause = |g| {
+        regs::IOFIC_INT_CAUSE::of::<SecondaryIofic>()
+            .try_at(g)
+            .ok_or(EINVAL)
+    };
     Ok(EngineErrors {
         m2s_state: io.read(regs::M2S_STATE).into_raw(),
         s2m_state: io.read(regs::S2M_STATE).into_raw(),
@@ -428,10 +562,20 @@ pub(crate) fn engine_errors(io: EngineIo<'_>) -> Result<EngineErrors> {
 /// Returns an aborted engine to normal operation: clears the M2S and S2M error causes it
 /// reports and writes change_state NORMAL to M2S, then S2M (spec 3.8, 8.3).
 pub(crate) fn recover_engine(io: EngineIo<'_>, errors: &EngineErrors) -> Result {
-    let cause = |g| regs::IOFIC_INT_CAUSE::of::<SecondaryIofic>().try_at(g).ok_or(EINVAL);
+    let cause = |g| {
+        regs::IOFIC_INT_CAUSE::of::<SecondaryIofic>()
+            .try_at(g)
+            .ok_or(EINVAL)
+    };
     // The cause registers are write-0-to-clear: keep every bit except those seen.
-    io.write(cause(regs::SECONDARY_GROUP_M2S)?, regs::IOFIC_INT_CAUSE::from(!errors.m2s_cause));
-    io.write(cause(regs::SECONDARY_GROUP_S2M)?, regs::IOFIC_INT_CAUSE::from(!errors.s2m_cause));
+    io.write(
+        cause(regs::SECONDARY_GROUP_M2S)?,
+        regs::IOFIC_INT_CAUSE::from(!errors.m2s_cause),
+    );
+    io.write(
+        cause(regs::SECONDARY_GROUP_S2M)?,
+        regs::IOFIC_INT_CAUSE::from(!errors.s2m_cause),
+    );
     io.write_reg(regs::M2S_CHANGE_STATE::zeroed().with_normal(true));
     io.write_reg(regs::S2M_CHANGE_STATE::zeroed().with_normal(true));
     Ok(())

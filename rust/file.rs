@@ -147,8 +147,12 @@ impl OpenFile {
         }
         let len = DescLen::new(c.size)?;
         let barrier = Barrier::try_from(c.barrier)?;
-        let src = self.buffer(c.src_handle)?.addr(&self.dev, c.src_offset, u64::from(c.size))?;
-        let dst = self.buffer(c.dst_handle)?.addr(&self.dev, c.dst_offset, u64::from(c.size))?;
+        let src = self
+            .buffer(c.src_handle)?
+            .addr(&self.dev, c.src_offset, u64::from(c.size))?;
+        let dst = self
+            .buffer(c.dst_handle)?
+            .addr(&self.dev, c.dst_offset, u64::from(c.size))?;
         Ok(Copy {
             src,
             dst,
@@ -207,7 +211,11 @@ impl OpenFile {
     fn mem_free(&self, f: &uapi::neuron_udma_mem_free) -> Result {
         reserved_zero(&[f.reserved])?;
         let mut st = self.st.lock();
-        let idx = st.bufs.iter().position(|b| b.handle == f.handle).ok_or(ENOENT)?;
+        let idx = st
+            .bufs
+            .iter()
+            .position(|b| b.handle == f.handle)
+            .ok_or(ENOENT)?;
         // Copies still queued may use the buffer: refuse until they completed.
         for q in st.queues.iter() {
             if self.dev.with_queue(q, |q, _| Ok(q.uses_buffer(f.handle)))? {
@@ -221,7 +229,12 @@ impl OpenFile {
     }
 
     fn queue_init(&self, q: &uapi::neuron_udma_queue_init) -> Result {
-        reserved_zero(&[u64::from(q.flags), u64::from(q.reserved0), q.reserved[0], q.reserved[1]])?;
+        reserved_zero(&[
+            u64::from(q.flags),
+            u64::from(q.reserved0),
+            q.reserved[0],
+            q.reserved[1],
+        ])?;
         let mut st = self.st.lock();
         st.queues.reserve(1, GFP_KERNEL)?;
         let cell = self
@@ -247,7 +260,11 @@ impl OpenFile {
     fn queue_release(&self, q: &uapi::neuron_udma_queue_id) -> Result {
         reserved_zero(&[q.reserved])?;
         let mut st = self.st.lock();
-        let idx = st.queues.iter().position(|c| c.eng == q.engine && c.qid == q.queue).ok_or(ENOENT)?;
+        let idx = st
+            .queues
+            .iter()
+            .position(|c| c.eng == q.engine && c.qid == q.queue)
+            .ok_or(ENOENT)?;
         let cell = st.queues.remove(idx).map_err(|_| ENOENT)?;
         drop(st);
         self.dev.queue_release(&cell);
@@ -273,11 +290,18 @@ impl OpenFile {
         let cell = self.queue(p.engine, p.queue)?;
         let entry = core::mem::size_of::<uapi::neuron_udma_copy>();
         // CAST: `copies` is a user address, `count` at most MAX_BATCH.
-        let mut reader = UserSlice::new(UserPtr::from_addr(p.copies as usize), entry * p.count as usize).reader();
+        let mut reader = UserSlice::new(
+            UserPtr::from_addr(p.copies as usize),
+            entry * p.count as usize,
+        )
+        .reader();
         let mut copies = KVVec::with_capacity(p.count as usize, GFP_KERNEL)?;
         for _ in 0..p.count {
             let c: uapi::neuron_udma_copy = reader.read()?;
-            copies.push((self.translate(&c)?, c.src_handle, c.dst_handle), GFP_KERNEL)?;
+            copies.push(
+                (self.translate(&c)?, c.src_handle, c.dst_handle),
+                GFP_KERNEL,
+            )?;
         }
         self.dev.with_queue(&cell, |q, _| {
             if q.available_pairs() < p.count {
@@ -295,7 +319,8 @@ impl OpenFile {
     fn copy_start(&self, s: &uapi::neuron_udma_copy_start) -> Result {
         reserved_zero(&[s.reserved])?;
         let cell = self.queue(s.engine, s.queue)?;
-        self.dev.with_queue(&cell, |q, io| q.start(io, s.m2s_count, s.s2m_count))
+        self.dev
+            .with_queue(&cell, |q, io| q.start(io, s.m2s_count, s.s2m_count))
     }
 
     fn copy_wait(&self, w: &mut uapi::neuron_udma_copy_wait) -> Result {
@@ -308,7 +333,9 @@ impl OpenFile {
         self.dev.wait(&cell, seq, timeout(w.timeout_ms))?;
         w.completed = self.dev.with_queue(&cell, |q, _| {
             let t = q.tx_state();
-            Ok(u64::from(t.ack_index().wrapping_sub(ack_before) & (t.size().descs() - 1)))
+            Ok(u64::from(
+                t.ack_index().wrapping_sub(ack_before) & (t.size().descs() - 1),
+            ))
         })?;
         Ok(())
     }
@@ -341,8 +368,12 @@ impl OpenFile {
         if m.size == 0 {
             return Err(EINVAL);
         }
-        let src = self.buffer(m.src_handle)?.addr(&self.dev, m.src_offset, m.size)?;
-        let dst = self.buffer(m.dst_handle)?.addr(&self.dev, m.dst_offset, m.size)?;
+        let src = self
+            .buffer(m.src_handle)?
+            .addr(&self.dev, m.src_offset, m.size)?;
+        let dst = self
+            .buffer(m.dst_handle)?
+            .addr(&self.dev, m.dst_offset, m.size)?;
         self.dev.memcpy(src, dst, m.size, timeout(m.timeout_ms))
     }
 }
@@ -353,7 +384,8 @@ fn in_out<T: kernel::transmute::FromBytes + kernel::transmute::AsBytes>(
     write_back: bool,
     f: impl FnOnce(&mut T) -> Result,
 ) -> Result<isize> {
-    let (mut r, mut w) = UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<T>()).reader_writer();
+    let (mut r, mut w) =
+        UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<T>()).reader_writer();
     let mut v: T = read(&mut r)?;
     f(&mut v)?;
     if write_back {
@@ -395,7 +427,10 @@ impl MiscDevice for OpenFile {
         let offset = u64::try_from(pgoff).map_err(|_| EINVAL)? << kernel::page::PAGE_SHIFT;
         let buf = {
             let st = me.st.lock();
-            st.bufs.iter().find(|b| b.mmap_offset == offset && offset != 0).cloned()
+            st.bufs
+                .iter()
+                .find(|b| b.mmap_offset == offset && offset != 0)
+                .cloned()
         }
         .ok_or(EINVAL)?;
         vma.try_clear_mayexec()?;
@@ -427,22 +462,35 @@ impl MiscDevice for OpenFile {
         match cmd {
             IOC_INFO => {
                 let info = me.info()?;
-                UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<neuron_udma_info>())
-                    .writer()
-                    .write(&info)?;
+                UserSlice::new(
+                    UserPtr::from_addr(arg),
+                    core::mem::size_of::<neuron_udma_info>(),
+                )
+                .writer()
+                .write(&info)?;
                 Ok(0)
             }
             IOC_MEM_ALLOC => in_out(arg, true, |a: &mut neuron_udma_mem_alloc| me.mem_alloc(a)),
             IOC_MEM_FREE => in_out(arg, false, |f: &mut neuron_udma_mem_free| me.mem_free(f)),
-            IOC_QUEUE_INIT => in_out(arg, false, |q: &mut neuron_udma_queue_init| me.queue_init(q)),
-            IOC_QUEUE_RELEASE => in_out(arg, false, |q: &mut neuron_udma_queue_id| me.queue_release(q)),
-            IOC_COPY_PREPARE_ONE => {
-                in_out(arg, false, |p: &mut neuron_udma_copy_prepare_one| me.copy_prepare_one(p))
-            }
-            IOC_COPY_PREPARE => in_out(arg, false, |p: &mut neuron_udma_copy_prepare| me.copy_prepare(p)),
-            IOC_COPY_START => in_out(arg, false, |s: &mut neuron_udma_copy_start| me.copy_start(s)),
+            IOC_QUEUE_INIT => in_out(arg, false, |q: &mut neuron_udma_queue_init| {
+                me.queue_init(q)
+            }),
+            IOC_QUEUE_RELEASE => in_out(arg, false, |q: &mut neuron_udma_queue_id| {
+                me.queue_release(q)
+            }),
+            IOC_COPY_PREPARE_ONE => in_out(arg, false, |p: &mut neuron_udma_copy_prepare_one| {
+                me.copy_prepare_one(p)
+            }),
+            IOC_COPY_PREPARE => in_out(arg, false, |p: &mut neuron_udma_copy_prepare| {
+                me.copy_prepare(p)
+            }),
+            IOC_COPY_START => in_out(arg, false, |s: &mut neuron_udma_copy_start| {
+                me.copy_start(s)
+            }),
             IOC_COPY_WAIT => in_out(arg, true, |w: &mut neuron_udma_copy_wait| me.copy_wait(w)),
-            IOC_QUEUE_STATE => in_out(arg, true, |s: &mut neuron_udma_queue_state| me.queue_state(s)),
+            IOC_QUEUE_STATE => in_out(arg, true, |s: &mut neuron_udma_queue_state| {
+                me.queue_state(s)
+            }),
             IOC_MEMCPY => in_out(arg, false, |m: &mut neuron_udma_memcpy| me.memcpy(m)),
             _ => Err(ENOTTY),
         }

@@ -98,8 +98,18 @@ mod tests {
             clear(&dst);
             let hbm = 0x10_0000 + 5 * n as u64;
             let (soff, doff) = (1 + n, 9 + n);
-            dev.memcpy(dev.host_addr(src.dma_address()) + soff as u64, hbm, size, DEFAULT_TIMEOUT)?;
-            dev.memcpy(hbm, dev.host_addr(dst.dma_address()) + doff as u64, size, DEFAULT_TIMEOUT)?;
+            dev.memcpy(
+                dev.host_addr(src.dma_address()) + soff as u64,
+                hbm,
+                size,
+                DEFAULT_TIMEOUT,
+            )?;
+            dev.memcpy(
+                hbm,
+                dev.host_addr(dst.dma_address()) + doff as u64,
+                size,
+                DEFAULT_TIMEOUT,
+            )?;
             assert!(copied(&dst, doff, soff, size as usize, seed));
         }
         Ok(())
@@ -114,7 +124,10 @@ mod tests {
         let src = dev.alloc_coherent(COPIES * CHUNK)?;
         let dst = dev.alloc_coherent(COPIES * CHUNK)?;
         fill(&src, 0x77);
-        let (s, d) = (dev.host_addr(src.dma_address()), dev.host_addr(dst.dma_address()));
+        let (s, d) = (
+            dev.host_addr(src.dma_address()),
+            dev.host_addr(dst.dma_address()),
+        );
         let mut done = 0;
         let mut submissions = 0;
         let result = (|| -> Result {
@@ -139,7 +152,9 @@ mod tests {
             }
             Ok(())
         })();
-        let (next, ack) = dev.with_queue(&q, |queue, _| Ok((queue.tx_state().next_index(), queue.tx_state().ack_index())))?;
+        let (next, ack) = dev.with_queue(&q, |queue, _| {
+            Ok((queue.tx_state().next_index(), queue.tx_state().ack_index()))
+        })?;
         dev.queue_release(&q);
         result?;
         // 15 data pairs + 1 marker per submission on a 32-slot ring: many wraps.
@@ -155,23 +170,37 @@ mod tests {
         let qa = test_queue(&dev, 2, 256)?;
         let qb = test_queue(&dev, 3, 256)?;
         const LEN: usize = 3 << 20;
-        let bufs = [dev.alloc_coherent(LEN)?, dev.alloc_coherent(LEN)?, dev.alloc_coherent(LEN)?, dev.alloc_coherent(LEN)?];
+        let bufs = [
+            dev.alloc_coherent(LEN)?,
+            dev.alloc_coherent(LEN)?,
+            dev.alloc_coherent(LEN)?,
+            dev.alloc_coherent(LEN)?,
+        ];
         fill(&bufs[0], 0x11);
         fill(&bufs[2], 0x22);
-        let (a_src, a_dst) = (dev.host_addr(bufs[0].dma_address()), dev.host_addr(bufs[1].dma_address()));
-        let (b_src, b_dst) = (dev.host_addr(bufs[2].dma_address()), dev.host_addr(bufs[3].dma_address()));
+        let (a_src, a_dst) = (
+            dev.host_addr(bufs[0].dma_address()),
+            dev.host_addr(bufs[1].dma_address()),
+        );
+        let (b_src, b_dst) = (
+            dev.host_addr(bufs[2].dma_address()),
+            dev.host_addr(bufs[3].dma_address()),
+        );
 
         let done = Arc::pin_init(Completion::new(), GFP_KERNEL)?;
         let result = Arc::pin_init(new_mutex!(Err(EINPROGRESS)), GFP_KERNEL)?;
         {
             let (dev, qa, done, result) = (dev.clone(), qa.clone(), done.clone(), result.clone());
             workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
-                let r = (0..4).try_for_each(|_| dev.memcpy_on(&qa, a_src, a_dst, LEN as u64, DEFAULT_TIMEOUT));
+                let r = (0..4).try_for_each(|_| {
+                    dev.memcpy_on(&qa, a_src, a_dst, LEN as u64, DEFAULT_TIMEOUT)
+                });
                 *result.lock() = r;
                 done.complete_all();
             })?;
         }
-        let rb = (0..4).try_for_each(|_| dev.memcpy_on(&qb, b_src, b_dst, LEN as u64, DEFAULT_TIMEOUT));
+        let rb =
+            (0..4).try_for_each(|_| dev.memcpy_on(&qb, b_src, b_dst, LEN as u64, DEFAULT_TIMEOUT));
         done.wait_for_completion();
         let ra: Result = *result.lock();
         dev.queue_release(&qa);
@@ -190,7 +219,13 @@ mod tests {
         let r = dev.with_queue(&q, |queue, io| {
             let before = (*queue.tx_state(), *queue.rx_state(), queue.pending());
             // 15 pairs fill the 16 free slots minus one; the 17th pair does not fit.
-            let c = Copy { src: 0, dst: 0, len: DescLen::new(4)?, barrier: Barrier::None, set_dst_int: false };
+            let c = Copy {
+                src: 0,
+                dst: 0,
+                len: DescLen::new(4)?,
+                barrier: Barrier::None,
+                set_dst_int: false,
+            };
             assert_eq!(queue.start(io, 0, 1), Err(EINVAL));
             for _ in 0..16 {
                 queue.prepare_one(&c)?;
@@ -215,7 +250,9 @@ mod tests {
         assert!(matches!(dev.queue_init(eng, qid, 32, 32, Owner::Driver), Err(e) if e == EBUSY));
         assert!(matches!(dev.queue_init(eng, qid, 32, 32, Owner::File(1)), Err(e) if e == EBUSY));
         assert!(matches!(dev.queue_init(eng, 16, 32, 32, Owner::File(1)), Err(e) if e == EINVAL));
-        assert!(matches!(dev.queue_init(dev.arch.engines, 1, 32, 32, Owner::File(1)), Err(e) if e == EINVAL));
+        assert!(
+            matches!(dev.queue_init(dev.arch.engines, 1, 32, 32, Owner::File(1)), Err(e) if e == EINVAL)
+        );
         assert!(matches!(dev.queue_init(eng, 2, 48, 32, Owner::File(1)), Err(e) if e == EINVAL));
         Ok(())
     }

@@ -57,7 +57,13 @@ unsafe impl Sync for Buffer {}
 
 impl Buffer {
     /// Creates a buffer record.
-    pub(crate) fn new(handle: u64, size: u64, mmap_offset: u64, owner_file: *mut bindings::file, backing: Backing) -> Result<Arc<Self>> {
+    pub(crate) fn new(
+        handle: u64,
+        size: u64,
+        mmap_offset: u64,
+        owner_file: *mut bindings::file,
+        backing: Backing,
+    ) -> Result<Arc<Self>> {
         Arc::pin_init(
             try_pin_init!(Self {
                 handle,
@@ -128,7 +134,11 @@ pub(crate) struct DramAllocator {
 impl DramAllocator {
     /// Manages device addresses `start..end`.
     pub(crate) fn new(start: u64, end: u64) -> Self {
-        Self { used: KVec::new(), start, end }
+        Self {
+            used: KVec::new(),
+            start,
+            end,
+        }
     }
 
     /// Bytes available to users.
@@ -154,10 +164,14 @@ impl DramAllocator {
         if idx == self.used.len() && self.end.saturating_sub(at) < len {
             return Err(ENOMEM);
         }
-        self.used.insert_within_capacity(idx, (at, len)).or_else(|_| {
-            self.used.reserve(1, GFP_KERNEL)?;
-            self.used.insert_within_capacity(idx, (at, len)).map_err(|_| ENOMEM)
-        })?;
+        self.used
+            .insert_within_capacity(idx, (at, len))
+            .or_else(|_| {
+                self.used.reserve(1, GFP_KERNEL)?;
+                self.used
+                    .insert_within_capacity(idx, (at, len))
+                    .map_err(|_| ENOMEM)
+            })?;
         Ok(at)
     }
 

@@ -20,13 +20,13 @@ mod device;
 mod driver;
 mod engine;
 mod file;
+#[cfg(neuron_udma_kunit)]
+mod live_tests;
 mod mem;
 mod queue;
 mod regs;
 mod ring;
 mod uapi;
-#[cfg(neuron_udma_kunit)]
-mod live_tests;
 
 /// Names of the character devices, one per bound device (`MiscDeviceOptions` needs `'static`).
 pub(crate) const NAMES: [&CStr; 8] = [
@@ -69,12 +69,20 @@ impl Registry {
 
     /// Removes a device.
     pub(crate) fn remove(dev: &device::UdmaDevice) {
-        REGISTRY.lock().devs.retain(|(_, d)| !core::ptr::eq(&**d, dev));
+        REGISTRY
+            .lock()
+            .devs
+            .retain(|(_, d)| !core::ptr::eq(&**d, dev));
     }
 
     /// The device registered under `name`.
     pub(crate) fn by_name(name: &CStr) -> Option<Arc<device::UdmaDevice>> {
-        REGISTRY.lock().devs.iter().find(|(n, _)| *n == name).map(|(_, d)| d.clone())
+        REGISTRY
+            .lock()
+            .devs
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, d)| d.clone())
     }
 
     /// The first bound device, if any.

@@ -47,7 +47,9 @@ impl HwDesc {
     fn from_desc(d: Desc) -> Self {
         let b = d.to_le_bytes();
         let w = |i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        Self { words: [w(0), w(4), w(8), w(12)] }
+        Self {
+            words: [w(0), w(4), w(8), w(12)],
+        }
     }
 
     /// The 16 raw bytes of the slot.

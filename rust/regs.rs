@@ -8,8 +8,8 @@
 //! share one layout (spec 3.4). SDMA wrapper registers are relative to the wrapper block (spec 2.2).
 //! All registers are 32 bits wide and little-endian.
 
-use kernel::io::register::RegisterBase;
 use kernel::io::register;
+use kernel::io::register::RegisterBase;
 
 /// Size in bytes of one engine's UDMA register block (spec 3.1, `sizeof(struct unit_regs_v4)`).
 pub(crate) const ENGINE_SIZE: usize = 0x3C800;
