@@ -80,6 +80,9 @@ pub(crate) struct UdmaDevice {
     bar0: pci::DevresBar,
     /// Size of the device memory (BAR4) in bytes, 0 if unmapped.
     pub(crate) dram_size: u64,
+    /// The device model's fault-injection window (BAR2), mapped only in KUnit builds on the
+    /// model.
+    model_ctl: Option<pci::DevresBar<{ crate::regs::MODEL_CTL_SIZE }>>,
     #[pin]
     state: Mutex<DevState>,
 }
@@ -91,6 +94,7 @@ impl UdmaDevice {
         arch: &'static Arch,
         bar0: pci::DevresBar,
         dram_size: u64,
+        model_ctl: Option<pci::DevresBar<{ crate::regs::MODEL_CTL_SIZE }>>,
     ) -> Result<Arc<Self>> {
         Arc::pin_init(
             try_pin_init!(Self {
@@ -98,6 +102,7 @@ impl UdmaDevice {
                 arch,
                 bar0,
                 dram_size,
+                model_ctl,
                 state <- new_mutex!(DevState {
                     alive: true,
                     engines_init: [0; 3],
@@ -223,6 +228,30 @@ impl UdmaDevice {
         )?;
         st.queues.push(cell.clone(), GFP_KERNEL)?;
         Ok(cell)
+    }
+
+    /// Asks the device model to fail the `n`-th next Tx descriptor of queue `qid` of engine
+    /// `eng` with a bad address (KUnit only).
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` without the model's control window, `EIO` if the model rejects the fault.
+    #[cfg(neuron_udma_kunit)]
+    pub(crate) fn inject_fail_nth(&self, eng: u32, qid: u32, n: u32) -> Result {
+        use crate::regs::model::*;
+        use kernel::io::Io;
+        let ctl = self.model_ctl.as_ref().ok_or(ENODEV)?;
+        let bar = ctl.try_access().ok_or(ENODEV)?;
+        let io = &*bar;
+        io.write_reg(FAULT_KIND::from(FAULT_FAIL_NTH));
+        io.write_reg(FAULT_ENGINE::from(eng));
+        io.write_reg(FAULT_QUEUE::from(qid));
+        io.write_reg(FAULT_ARG::from(n));
+        io.write_reg(FAULT_COMMIT::from(1));
+        if io.read(FAULT_COMMIT).into_raw() != 0 {
+            return Err(EIO);
+        }
+        Ok(())
     }
 
     /// Whether the device is still bound.

@@ -135,7 +135,7 @@ impl NeuronUdmaDriver {
         );
 
         let dram_size = bar4.as_ref().map_or(0, |b| b.size() as u64);
-        let dev = UdmaDevice::new(pdev, arch, bar0.into_devres()?, dram_size)?;
+        let dev = UdmaDevice::new(pdev, arch, bar0.into_devres()?, dram_size, model_ctl(pdev))?;
         dev.setup_h2t()
             .inspect_err(|e| dev_err!(pdev, "H2T queue init failed: {:?}\n", e))?;
         let entry = RegistryEntry::new(dev.clone())?;
@@ -147,6 +147,22 @@ impl NeuronUdmaDriver {
             misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
         }))
     }
+}
+
+/// The device model's control window (BAR2), when the KUnit suites are built and the device is
+/// the model (checked by its magic value); `None` otherwise, and always on real devices.
+fn model_ctl(pdev: &pci::Device<Core<'_>>) -> Option<pci::DevresBar<{ regs::MODEL_CTL_SIZE }>> {
+    #[cfg(neuron_udma_kunit)]
+    {
+        let bar = pdev
+            .iomap_region_sized::<{ regs::MODEL_CTL_SIZE }>(2, c"neuron_udma/model")
+            .ok()?;
+        if bar.read(regs::model::MAGIC).into_raw() == regs::model::MAGIC_UDMA {
+            return bar.into_devres().ok();
+        }
+    }
+    let _ = pdev;
+    None
 }
 
 /// The device's registry entry (its name and its reachability from `open()`), removed on drop.

@@ -243,6 +243,32 @@ mod tests {
     }
 
     #[test]
+    fn injected_fault_then_recovery() -> Result {
+        let dev = device()?;
+        let q = test_queue(&dev, 2, 64)?;
+        let src = dev.alloc_coherent(8192)?;
+        let dst = dev.alloc_coherent(8192)?;
+        let (s, d) = (dev.host_addr(src.dma_address()), dev.host_addr(dst.dma_address()));
+        fill(&src, 0x5a);
+        let r = (|| -> Result {
+            // The model fails the next Tx descriptor with a bad address: the engine aborts.
+            dev.inject_fail_nth(q.eng, q.qid, 1)?;
+            assert_eq!(dev.memcpy_on(&q, s, d, 4096, DEFAULT_TIMEOUT), Err(EIO));
+            let resets = dev.with_queue(&q, |queue, _| Ok(queue.resets))?;
+            assert_eq!(resets, 1);
+            // The queue (and the engine's other queues) work again.
+            dev.memcpy_on(&q, s, d, 8192, DEFAULT_TIMEOUT)?;
+            assert!(copied(&dst, 0, 0, 8192, 0x5a));
+            clear(&dst);
+            dev.memcpy(s, d, 8192, DEFAULT_TIMEOUT)?;
+            assert!(copied(&dst, 0, 0, 8192, 0x5a));
+            Ok(())
+        })();
+        dev.queue_release(&q);
+        r
+    }
+
+    #[test]
     fn reserved_and_taken_queues() -> Result {
         let dev = device()?;
         let (eng, qid) = dev.arch.h2t[0];

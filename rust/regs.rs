@@ -536,3 +536,33 @@ register! {
         1:1 memory => bool;
     }
 }
+
+/// Size in bytes of the device model's control window (BAR2 of `tools/udma-sim`).
+pub(crate) const MODEL_CTL_SIZE: usize = 0x1000;
+
+/// Registers of the device model's control window (BAR2 of `tools/udma-sim`, absent on real
+/// devices), used only by the KUnit suites to inject faults (`Documentation/udma-sim.rst`).
+#[cfg(neuron_udma_kunit)]
+pub(crate) mod model {
+    use kernel::io::register;
+
+    /// `MAGIC` value: "UDMA".
+    pub(crate) const MAGIC_UDMA: u32 = 0x5544_4D41;
+    /// `FAULT_KIND` value: fail the n-th next Tx descriptor of a queue with a bad address.
+    pub(crate) const FAULT_FAIL_NTH: u32 = 1;
+
+    register! {
+        /// Identifies the window.
+        pub(crate) MAGIC(u32) @ 0x000 { 31:0 value; }
+        /// Staged fault kind.
+        pub(crate) FAULT_KIND(u32) @ 0x010 { 31:0 value; }
+        /// Staged fault engine.
+        pub(crate) FAULT_ENGINE(u32) @ 0x014 { 31:0 value; }
+        /// Staged fault queue.
+        pub(crate) FAULT_QUEUE(u32) @ 0x018 { 31:0 value; }
+        /// Staged fault argument (n, ms or factor).
+        pub(crate) FAULT_ARG(u32) @ 0x01C { 31:0 value; }
+        /// Write 1 to apply the staged fault; reads 0 when it was applied.
+        pub(crate) FAULT_COMMIT(u32) @ 0x020 { 31:0 value; }
+    }
+}
