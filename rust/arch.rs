@@ -145,6 +145,16 @@ impl Arch {
         Some(off as usize)
     }
 
+    /// Byte offset of v3 SENG engine `eng`'s "user FIS" error-trigger block inside BAR0, whose
+    /// masks take part in the ring-id error masking (spec 2.2, 3.5); `None` elsewhere.
+    pub(crate) fn fis_offset(&self, eng: u32) -> Option<usize> {
+        const FIS_BASE: [u32; 4] = [0x8C00_0000, 0x9C40_0000, 0xAC00_0000, 0xBC40_0000];
+        if !self.masks_ring_id_error(eng) {
+            return None;
+        }
+        Some((FIS_BASE[(eng / 32) as usize] + (eng % 32) * 0x2_0000) as usize)
+    }
+
     /// Whether `(eng, queue)` is reserved for the driver, the NX cores or collectives, and so must
     /// not be handed to user space (spec 2.4).
     pub(crate) fn is_reserved_queue(&self, eng: u32, queue: u32) -> bool {
@@ -207,6 +217,10 @@ mod tests {
         assert_eq!(TRN2.engine_offset(131), Some(0x4690_0000));
         assert_eq!(TRN2.engine_offset(132), None);
         assert_eq!(TRN2.sdma_offset(129), Some(0x0694_0000));
+        assert_eq!(TRN2.fis_offset(0), Some(0x8C00_0000));
+        assert_eq!(TRN2.fis_offset(127), Some(0xBC7E_0000));
+        assert_eq!(TRN2.fis_offset(128), None);
+        assert_eq!(TRN1.fis_offset(0), None);
     }
 
     #[test]

@@ -320,8 +320,8 @@ pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool
     }
 
     // Step 22 (v3 SENG engines): ring-id errors neither interrupt, log nor abort.
-    if arch.masks_ring_id_error(eng) {
-        mask_ring_id_errors(io)?;
+    if let Some(fis) = arch.fis_offset(eng) {
+        mask_ring_id_errors(io, window(bar, fis)?)?;
     }
     Ok(())
 }
@@ -380,7 +380,7 @@ fn unmask_errors(
 }
 
 /// Masks the prefetch ring-id error (M2S bit 17, S2M bit 11) on a v3 SENG engine (spec 3.5).
-fn mask_ring_id_errors(io: EngineIo<'_>) -> Result {
+fn mask_ring_id_errors(io: EngineIo<'_>, fis: Mmio<'_, Region<{ regs::FIS_SIZE }>>) -> Result {
     for (group, bit) in [
         (regs::SECONDARY_GROUP_M2S, 17),
         (regs::SECONDARY_GROUP_S2M, 11),
@@ -399,6 +399,8 @@ fn mask_ring_id_errors(io: EngineIo<'_>) -> Result {
             regs::IOFIC_INT_ABORT_MASK::from(mask),
         );
     }
+    fis.update(regs::FIS_GRP2_INT_MASK, |r| r.with_ring_id_error(true));
+    fis.update(regs::FIS_GRP3_INT_MASK, |r| r.with_ring_id_error(true));
     io.update(regs::M2S_ERR_LOG_MASK, |r| r.with_ring_id_error(true));
     io.update(regs::S2M_ERR_LOG_MASK, |r| r.with_ring_id_error(true));
     Ok(())

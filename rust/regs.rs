@@ -14,6 +14,9 @@ use kernel::io::register::RegisterBase;
 /// Size in bytes of one engine's UDMA register block (spec 3.1, `sizeof(struct unit_regs_v4)`).
 pub(crate) const ENGINE_SIZE: usize = 0x3C800;
 
+/// Size in bytes of the v3 user FIS window the driver touches (spec 3.5).
+pub(crate) const FIS_SIZE: usize = 0x1000;
+
 /// Size in bytes of the SDMA wrapper register window the driver touches (spec 3.6 step 20).
 pub(crate) const SDMA_SIZE: usize = 0x1000;
 
@@ -511,6 +514,20 @@ register! {
     pub(crate) SDMA_BROADCAST_ENABLE(u32) @ 0x104 {
         /// Enable mask.
         15:0 mask;
+    }
+
+    /// v3 user FIS group 2 interrupt mask (relative to the FIS block); bit 11 is the ring-id
+    /// error.
+    pub(crate) FIS_GRP2_INT_MASK(u32) @ 0x90 {
+        /// Ring-id error masked.
+        11:11 ring_id_error => bool;
+    }
+
+    /// v3 user FIS group 3 interrupt mask (relative to the FIS block); bit 2 is the ring-id
+    /// error.
+    pub(crate) FIS_GRP3_INT_MASK(u32) @ 0xD0 {
+        /// Ring-id error masked.
+        2:2 ring_id_error => bool;
     }
 
     /// v3 wrapper configuration written at init (0x26).
