@@ -3,6 +3,7 @@
 """Summarise a `make check` run.
 
 usage: parse-results.py [--expect-kunit N] [--cargo LOG] MODEL=DIR...
+       parse-results.py --boot-splat DIR   (exit 0 if the kernel splatted before the module loaded)
 
 Each DIR holds the console.log (kernel console) and output.log (guest test plan output, see
 tests/guest/run-tests) of one VM run. The script counts KUnit cases (KTAP) and kselftest cases
@@ -161,7 +162,20 @@ def cargo_counts(path, tally):
     print(f"cargo test: {passed} passed, {failed} failed")
 
 
+def boot_splat(d):
+    """Whether the console log of run directory `d` shows a splat before the module loaded."""
+    console = (d / "console.log").read_text(errors="replace") if (d / "console.log").exists() else ""
+    for line in console.splitlines():
+        if "neuron_udma" in line:
+            return False
+        if SPLAT_RE.search(line):
+            return True
+    return False
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--boot-splat":
+        return 0 if boot_splat(pathlib.Path(sys.argv[2])) else 1
     ap = argparse.ArgumentParser()
     ap.add_argument("--expect-kunit", type=int, default=1)
     ap.add_argument("--cargo")
