@@ -7,7 +7,6 @@
 //! Sources are the sections of `udma-hw-spec.md` ("spec") named on each item.
 
 use crate::desc::Barrier;
-use kernel::prelude::*;
 
 /// The Neuron architecture generation (spec 1.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -192,7 +191,7 @@ impl Arch {
 }
 
 #[cfg(neuron_udma_kunit)]
-#[kunit_tests(neuron_udma_arch)]
+#[kernel::prelude::kunit_tests(neuron_udma_arch)]
 mod tests {
     use super::*;
 

@@ -137,6 +137,7 @@ impl UdmaDevice {
     /// # Errors
     ///
     /// `ENOMEM`, or `ENODEV` once the device is unbound.
+    #[cfg_attr(not(neuron_udma_kunit), expect(dead_code))]
     pub(crate) fn alloc_coherent(&self, len: usize) -> Result<Coherent<[u8]>> {
         let st = self.state.lock();
         if !st.alive {

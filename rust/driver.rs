@@ -29,6 +29,8 @@ pub(crate) struct NeuronUdma<'bound> {
     /// The character device; first, so that it is gone before anything else is torn down.
     #[pin]
     misc: MiscDeviceRegistration<OpenFile>,
+    /// debugfs files (`neuron_udma/<pci name>/`); before `dev`, so they go away first.
+    _debugfs: crate::debugfs::DebugfsEntry,
     /// State shared with open files and the KUnit suites; BAR0 lives in it (revocable).
     dev: Arc<UdmaDevice>,
     /// Registry entry: how `open()` finds `dev`.
@@ -138,12 +140,14 @@ impl NeuronUdmaDriver {
         let dev = UdmaDevice::new(pdev, arch, bar0.into_devres()?, dram_size, model_ctl(pdev))?;
         dev.setup_h2t()
             .inspect_err(|e| dev_err!(pdev, "H2T queue init failed: {:?}\n", e))?;
+        let debugfs = crate::debugfs::register(&dev)?;
         let entry = RegistryEntry::new(dev.clone())?;
         let name = entry.name;
         Ok(try_pin_init!(NeuronUdma {
             dev,
             _bar4: bar4,
             _entry: entry,
+            _debugfs: debugfs,
             misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
         }))
     }

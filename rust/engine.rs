@@ -55,8 +55,6 @@ pub(crate) fn engine_io<'a>(arch: &Arch, bar: &'a pci::Bar<'_>, eng: u32) -> Res
 
 /// One of the two directions of a queue, with its direction-specific registers.
 pub(crate) trait Direction: RegisterBase<QueueBank> {
-    /// Name used in logs.
-    const NAME: &'static str;
     /// Writes the queue's completion configuration (`comp_cfg`).
     fn write_comp_cfg(io: EngineIo<'_>, q: usize, v: u32) -> Result;
     /// Requests a queue reset through `q_sw_ctrl`.
@@ -64,8 +62,6 @@ pub(crate) trait Direction: RegisterBase<QueueBank> {
 }
 
 impl Direction for M2s {
-    const NAME: &'static str = "m2s";
-
     fn write_comp_cfg(io: EngineIo<'_>, q: usize, v: u32) -> Result {
         io.write(
             regs::M2S_Q_COMP_CFG::try_at(q).ok_or(EINVAL)?,
@@ -84,8 +80,6 @@ impl Direction for M2s {
 }
 
 impl Direction for S2m {
-    const NAME: &'static str = "s2m";
-
     fn write_comp_cfg(io: EngineIo<'_>, q: usize, v: u32) -> Result {
         io.write(
             regs::S2M_Q_COMP_CFG::try_at(q).ok_or(EINVAL)?,

@@ -248,7 +248,10 @@ mod tests {
         let q = test_queue(&dev, 2, 64)?;
         let src = dev.alloc_coherent(8192)?;
         let dst = dev.alloc_coherent(8192)?;
-        let (s, d) = (dev.host_addr(src.dma_address()), dev.host_addr(dst.dma_address()));
+        let (s, d) = (
+            dev.host_addr(src.dma_address()),
+            dev.host_addr(dst.dma_address()),
+        );
         fill(&src, 0x5a);
         let r = (|| -> Result {
             // The model fails the next Tx descriptor with a bad address: the engine aborts.

@@ -15,6 +15,7 @@ use kernel::{
 };
 
 mod arch;
+mod debugfs;
 mod desc;
 mod device;
 mod driver;
@@ -102,6 +103,8 @@ impl InPlaceModule for NeuronUdmaModule {
     fn init(module: &'static kernel::ThisModule) -> impl PinInit<Self, Error> {
         // SAFETY: Called once, before the driver that uses the registry is registered.
         unsafe { REGISTRY.init() };
+        // SAFETY: Called once, before the driver that registers debugfs entries is registered.
+        unsafe { debugfs::ROOT.init() };
         try_pin_init!(Self {
             _driver <- Registration::new(<LocalModule as kernel::ModuleMetadata>::NAME, module),
         })

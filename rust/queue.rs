@@ -132,8 +132,6 @@ pub(crate) struct Copy {
 
 /// Software view of one queue (engine `eng`, queue `qid`) and its memory.
 pub(crate) struct Queue {
-    /// Engine id.
-    pub(crate) eng: u32,
     /// Queue id, 0..16.
     pub(crate) qid: u32,
     host_route: u64,
@@ -200,7 +198,6 @@ impl Queue {
             }
         }
         Ok(Self {
-            eng,
             qid,
             host_route: arch.host_route,
             tx_ring,

@@ -537,13 +537,6 @@ register! {
     }
 }
 
-impl Q_CFG {
-    /// Whether both processing enables (prefetch, bit 16; scheduling/stream, bit 17) are set.
-    pub(crate) fn enabled(self) -> bool {
-        self.pref_en() && self.sched_en()
-    }
-}
-
 register! {
     /// PCI command register of the config space (PCI spec; no 7.3 wrapper clears bus mastering).
     pub(crate) PCI_COMMAND(u16) @ 0x04 {

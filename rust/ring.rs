@@ -64,6 +64,7 @@ impl RingSize {
     }
 
     /// Size of the ring memory in bytes (a multiple of [`ALIGN`], since 32 * 16 = 512).
+    #[cfg_attr(not(neuron_udma_kunit), expect(dead_code))]
     pub(crate) fn bytes(self) -> usize {
         self.0 as usize * DESC_SIZE
     }

@@ -1,0 +1,533 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! debugfs view of a bound device: `neuron_udma/<pci name>/queues` and `.../rings`.
+//!
+//! - `queues`: per queue in use, the queue-state registers of both directions (spec 3.8 "queue
+//!   state get": cfg, status, ring base, length, head, tail, completion head), the software
+//!   indices of both rings, the prepared-but-not-doorbelled counts and the engine's state and
+//!   error causes.
+//! - `rings`: per queue in use, both rings: the last [`HISTORY`] completed slots before the ack
+//!   index and every outstanding slot from the ack index to the next index (at most
+//!   [`MAX_OUTSTANDING`] per ring), each as its 16 raw bytes and the decoded fields (spec 4.1-4.3).
+//!
+//! Both files are generated at read time. Register values and ring slots are copied under the
+//! queue lock inside the BAR guard (an RCU read-side section) into memory allocated before, and
+//! formatted afterwards, so nothing allocates or sleeps inside the guard.
+//!
+//! Lifetime: the files hold a reference to the [`UdmaDevice`], not to its queues. After
+//! [`UdmaDevice::shutdown`] the queue list is empty and the files say so; the files themselves
+//! go away when the [`DebugfsEntry`] (kept in the driver data) is dropped, and debugfs waits for
+//! readers in progress at that point.
+
+use crate::{
+    desc::{Desc, LenCtrl, MetaCtrl},
+    device::{Owner, QueueCell, UdmaDevice},
+    engine::{self, EngineErrors, QueueRegs},
+    queue::HwDesc,
+    regs::{M2s, S2m},
+    ring::RingState,
+};
+use kernel::{
+    debugfs::{Dir, File},
+    fmt,
+    prelude::*,
+    sync::Arc, //
+};
+
+/// Completed slots shown before the ack index of each ring.
+pub(crate) const HISTORY: u32 = 8;
+/// Most outstanding slots shown per ring (the rest is summarised in one line).
+pub(crate) const MAX_OUTSTANDING: u32 = 256;
+
+/// The shared `neuron_udma` debugfs directory and the number of devices using it.
+pub(crate) struct Root {
+    dir: Option<Dir>,
+    users: usize,
+}
+
+kernel::sync::global_lock! {
+    // SAFETY: `ROOT.init()` runs in the module init, before the PCI driver (the only caller of
+    // `register`) is registered.
+    pub(crate) unsafe(uninit) static ROOT: Mutex<Root> = Root { dir: None, users: 0 };
+}
+
+/// A `neuron_udma` debugfs file whose contents are rendered from the device at read time.
+type DevFile = Pin<KBox<File<Arc<UdmaDevice>>>>;
+
+/// The debugfs directory of one device. Dropping it removes the files (waiting for readers in
+/// progress) and, with the last device, the `neuron_udma` directory.
+pub(crate) struct DebugfsEntry {
+    files: Option<(DevFile, DevFile)>,
+    dir: Option<Dir>,
+}
+
+impl Drop for DebugfsEntry {
+    fn drop(&mut self) {
+        // Remove the files and the device directory under the root lock, so that a device that
+        // registers right after the last one goes never finds the old root still present.
+        let mut root = ROOT.lock();
+        self.files = None;
+        self.dir = None;
+        root.users -= 1;
+        if root.users == 0 {
+            root.dir = None;
+        }
+    }
+}
+
+/// Creates `neuron_udma/<pci name>/{queues,rings}` for `dev`.
+///
+/// A debugfs directory that cannot be created (debugfs disabled or not mounted) is not an
+/// error: the files then simply do not exist.
+///
+/// # Errors
+///
+/// `ENOMEM`.
+pub(crate) fn register(dev: &Arc<UdmaDevice>) -> Result<DebugfsEntry> {
+    let root = {
+        let mut root = ROOT.lock();
+        let dir = match &root.dir {
+            Some(dir) => dir.clone(),
+            None => {
+                let dir = Dir::new(c"neuron_udma");
+                root.dir = Some(dir.clone());
+                dir
+            }
+        };
+        root.users += 1;
+        dir
+    };
+    // From here on, dropping `entry` (also on error) gives the root back.
+    let mut entry = DebugfsEntry {
+        files: None,
+        dir: None,
+    };
+    let dir = root.subdir(dev.pdev.as_ref().name());
+    let queues = KBox::pin_init(
+        dir.read_callback_file(c"queues", dev.clone(), &queues_show),
+        GFP_KERNEL,
+    )?;
+    let rings = KBox::pin_init(
+        dir.read_callback_file(c"rings", dev.clone(), &rings_show),
+        GFP_KERNEL,
+    )?;
+    entry.files = Some((queues, rings));
+    entry.dir = Some(dir);
+    Ok(entry)
+}
+
+fn queues_show(dev: &Arc<UdmaDevice>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    render_queues(dev, f)
+}
+
+fn rings_show(dev: &Arc<UdmaDevice>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    render_rings(dev, f)
+}
+
+/// The queues in use, or `None` after a message explaining why there are none.
+fn queues_or_note(
+    dev: &UdmaDevice,
+    w: &mut impl fmt::Write,
+) -> Result<Option<KVec<Arc<QueueCell>>>, fmt::Error> {
+    match dev.queues() {
+        // The driver's H2T queue exists from probe to unbind: no queue at all means the device
+        // was shut down.
+        Ok(q) if q.is_empty() => {
+            writeln!(w, "unbound")?;
+            Ok(None)
+        }
+        Ok(q) => Ok(Some(q)),
+        Err(e) => {
+            writeln!(w, "error {e:?}")?;
+            Ok(None)
+        }
+    }
+}
+
+fn write_header(cell: &QueueCell, w: &mut impl fmt::Write) -> fmt::Result {
+    write!(w, "engine {} queue {} owner ", cell.eng, cell.qid)?;
+    match cell.owner {
+        Owner::Driver => writeln!(w, "driver"),
+        Owner::File(id) => writeln!(w, "file {id}"),
+    }
+}
+
+/// Writes the reason a queue could not be read; `ENODEV`: it was released meanwhile.
+fn write_unreadable(e: Error, w: &mut impl fmt::Write) -> fmt::Result {
+    if e == ENODEV {
+        writeln!(w, "  released")
+    } else {
+        writeln!(w, "  error {e:?}")
+    }
+}
+
+/// Register and software state of one queue, copied in one go under its lock.
+#[derive(Clone, Copy)]
+struct QueueSnapshot {
+    regs: [QueueRegs; 2],
+    sw: [RingState; 2],
+    pending: (u32, u32),
+    resets: u32,
+    errors: EngineErrors,
+}
+
+/// Splits a head/tail/completion-head register into index (23:0) and ring id (31:30).
+fn ptr(v: u32) -> (u32, u32) {
+    (v & 0xFF_FFFF, v >> 30)
+}
+
+/// Renders the `queues` file: per queue in use, the spec 3.8 queue state of both directions,
+/// the software ring indices and the engine state and error causes.
+pub(crate) fn render_queues(dev: &UdmaDevice, w: &mut impl fmt::Write) -> fmt::Result {
+    let Some(queues) = queues_or_note(dev, w)? else {
+        return Ok(());
+    };
+    for cell in queues.iter() {
+        render_queue_state(dev, cell, w)?;
+    }
+    Ok(())
+}
+
+/// Renders the `queues` block of one queue.
+pub(crate) fn render_queue_state(
+    dev: &UdmaDevice,
+    cell: &QueueCell,
+    w: &mut impl fmt::Write,
+) -> fmt::Result {
+    write_header(cell, w)?;
+    // Inside the BAR guard: register reads and copies only.
+    let snap = dev.with_queue(cell, |q, io| {
+        let qid = q.qid as usize;
+        Ok(QueueSnapshot {
+            regs: [
+                engine::queue_regs::<M2s>(io, qid)?,
+                engine::queue_regs::<S2m>(io, qid)?,
+            ],
+            sw: [*q.tx_state(), *q.rx_state()],
+            pending: q.pending(),
+            resets: q.resets,
+            errors: engine::engine_errors(io)?,
+        })
+    });
+    let s = match snap {
+        Ok(s) => s,
+        Err(e) => return write_unreadable(e, w),
+    };
+    for (name, r) in [("m2s", &s.regs[0]), ("s2m", &s.regs[1])] {
+        let (head, head_id) = ptr(r.head);
+        let (tail, tail_id) = ptr(r.tail);
+        let (comp, comp_id) = ptr(r.comp_head);
+        writeln!(
+            w,
+            "  {name}: cfg {:#010x} status {:#010x} base {:#018x} len {} head {head} id {head_id} \
+             tail {tail} id {tail_id} comp_head {comp} id {comp_id}",
+            r.cfg, r.status, r.base, r.len
+        )?;
+    }
+    for (name, r, pending) in [("tx", &s.sw[0], s.pending.0), ("rx", &s.sw[1], s.pending.1)] {
+        writeln!(
+            w,
+            "  sw {name}: size {} next {} ack {} ring_id {} available {} outstanding {} pending {}",
+            r.size().descs(),
+            r.next_index(),
+            r.ack_index(),
+            r.ring_id().bits().get(),
+            r.available(),
+            r.outstanding(),
+            pending
+        )?;
+    }
+    let e = &s.errors;
+    writeln!(
+        w,
+        "  engine: m2s state {:#010x} cause {:#010x} s2m state {:#010x} cause {:#010x}{} resets {}",
+        e.m2s_state,
+        e.m2s_cause,
+        e.s2m_state,
+        e.s2m_cause,
+        if e.aborted() { " ABORTED" } else { "" },
+        s.resets
+    )
+}
+
+/// One ring slot copied out of ring memory.
+#[derive(Clone, Copy)]
+struct Slot {
+    tx: bool,
+    idx: u32,
+    /// Before the ack index (completed) rather than outstanding.
+    done: bool,
+    desc: HwDesc,
+}
+
+/// Slots one ring contributes at most.
+const SLOTS_PER_RING: usize = (HISTORY + MAX_OUTSTANDING) as usize;
+
+/// Copies the history and outstanding slots of one ring into `out` (which has the capacity).
+fn collect_ring(q: &crate::queue::Queue, tx: bool, st: &RingState, out: &mut KVec<Slot>) -> Result {
+    let descs = st.size().descs();
+    let mask = descs - 1;
+    let ack = st.ack_index();
+    let outstanding = st.outstanding();
+    let history = HISTORY.min(descs - outstanding);
+    let mut push = |idx: u32, done: bool| -> Result {
+        let desc = q.slot(tx, idx)?;
+        // Cannot fail: at most SLOTS_PER_RING per ring, and the capacity is twice that.
+        out.push_within_capacity(Slot {
+            tx,
+            idx,
+            done,
+            desc,
+        })
+        .map_err(|_| ENOMEM)
+    };
+    for k in (1..=history).rev() {
+        push(ack.wrapping_sub(k) & mask, true)?;
+    }
+    for i in 0..outstanding.min(MAX_OUTSTANDING) {
+        push(ack.wrapping_add(i) & mask, false)?;
+    }
+    Ok(())
+}
+
+/// Writes one slot: `tx[idx]` / `rx[idx]`, the 16 bytes as they lie in memory, then the
+/// decoded `len_ctrl` (length, ring id, flags), word 1 and the address.
+fn write_slot(s: &Slot, w: &mut impl fmt::Write) -> fmt::Result {
+    let b = s.desc.bytes();
+    write!(w, "  {}[{}]", if s.tx { "tx" } else { "rx" }, s.idx)?;
+    for x in b {
+        write!(w, " {x:02x}")?;
+    }
+    let d = Desc::from_le_bytes(b);
+    let lc = LenCtrl::from_raw(d.len_ctrl);
+    let len = match lc.len().get() {
+        0 => 65536,
+        n => n,
+    };
+    write!(w, "  len={len} ring_id={}", lc.ring_id().get())?;
+    for (set, name) in [
+        (lc.first(), "first"),
+        (lc.last(), "last"),
+        (lc.dmb(), "dmb"),
+        (lc.int_en(), "int_en"),
+        (lc.meta(), "meta"),
+        (lc.concat(), "concat"),
+    ] {
+        if set {
+            write!(w, " {name}")?;
+        }
+    }
+    if s.tx {
+        if MetaCtrl::from_raw(d.word1).write_barrier() {
+            write!(w, " wb")?;
+        }
+        write!(w, " meta_ctrl={:#010x}", d.word1)?;
+    } else if d.word1 != 0 {
+        write!(w, " word1={:#010x}", d.word1)?;
+    }
+    writeln!(
+        w,
+        " addr={:#018x} {}",
+        d.addr,
+        if s.done { "done" } else { "outstanding" }
+    )
+}
+
+/// Renders the `rings` file: both rings of every queue in use.
+pub(crate) fn render_rings(dev: &UdmaDevice, w: &mut impl fmt::Write) -> fmt::Result {
+    let Some(queues) = queues_or_note(dev, w)? else {
+        return Ok(());
+    };
+    for cell in queues.iter() {
+        render_queue_rings(dev, cell, w)?;
+    }
+    Ok(())
+}
+
+/// Renders the `rings` block of one queue: per ring a summary line, then the last [`HISTORY`]
+/// completed slots (never-written, all-zero slots skipped) and the outstanding ones.
+pub(crate) fn render_queue_rings(
+    dev: &UdmaDevice,
+    cell: &QueueCell,
+    w: &mut impl fmt::Write,
+) -> fmt::Result {
+    write_header(cell, w)?;
+    let mut slots = match KVec::<Slot>::with_capacity(2 * SLOTS_PER_RING, GFP_KERNEL) {
+        Ok(v) => v,
+        Err(_) => return writeln!(w, "  error {:?}", ENOMEM),
+    };
+    // Inside the BAR guard: copies into `slots`, which never grows.
+    let states = dev.with_queue(cell, |q, _| {
+        let (tx, rx) = (*q.tx_state(), *q.rx_state());
+        collect_ring(q, true, &tx, &mut slots)?;
+        collect_ring(q, false, &rx, &mut slots)?;
+        Ok([tx, rx])
+    });
+    let states = match states {
+        Ok(s) => s,
+        Err(e) => return write_unreadable(e, w),
+    };
+    for (tx, st) in [(true, &states[0]), (false, &states[1])] {
+        let outstanding = st.outstanding();
+        writeln!(
+            w,
+            " {}: size {} next {} ack {} ring_id {} outstanding {}",
+            if tx { "tx" } else { "rx" },
+            st.size().descs(),
+            st.next_index(),
+            st.ack_index(),
+            st.ring_id().bits().get(),
+            outstanding
+        )?;
+        for s in slots.iter().filter(|s| s.tx == tx) {
+            if s.done && s.desc.bytes() == [0; 16] {
+                continue;
+            }
+            write_slot(s, w)?;
+        }
+        if outstanding > MAX_OUTSTANDING {
+            writeln!(
+                w,
+                "  ... {} more outstanding",
+                outstanding - MAX_OUTSTANDING
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(neuron_udma_kunit)]
+#[kunit_tests(neuron_udma_debugfs)]
+mod tests {
+    use super::*;
+    use crate::{
+        desc::DescLen,
+        device::DEFAULT_TIMEOUT,
+        queue::Copy,
+        Registry, //
+    };
+    use core::fmt::Write;
+
+    /// Text sink for the renderers (process context: it allocates).
+    struct Text(KVec<u8>);
+
+    impl fmt::Write for Text {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            self.0
+                .extend_from_slice(s.as_bytes(), GFP_KERNEL)
+                .map_err(|_| fmt::Error)
+        }
+    }
+
+    impl Text {
+        fn new() -> Self {
+            Self(KVec::new())
+        }
+
+        fn as_str(&self) -> &str {
+            core::str::from_utf8(&self.0).unwrap_or("")
+        }
+
+        /// The line that starts (after indentation) with `prefix`, or "".
+        fn line(&self, prefix: &str) -> &str {
+            self.as_str()
+                .lines()
+                .map(str::trim_start)
+                .find(|l| l.starts_with(prefix))
+                .unwrap_or("")
+        }
+    }
+
+    /// The 8 bytes of `v` in ring-memory (little-endian) order, as the dump prints them.
+    fn le_hex(v: u64) -> Result<Text> {
+        let mut t = Text::new();
+        for (i, x) in v.to_le_bytes().iter().enumerate() {
+            write!(t, "{}{x:02x}", if i == 0 { "" } else { " " }).map_err(|_| ENOMEM)?;
+        }
+        Ok(t)
+    }
+
+    #[test]
+    fn ring_dump_after_one_4k_host_to_hbm_copy() -> Result {
+        let dev = Registry::first().ok_or(ENODEV)?;
+        assert!(dev.dram_size >= 4 << 20);
+        let q = dev.queue_init(dev.arch.h2t[0].0, 4, 64, 64, Owner::Driver)?;
+        let src_buf = dev.alloc_coherent(4096)?;
+        let src = dev.host_addr(src_buf.dma_address());
+        let dst = 0x30_0000u64;
+        let copy = Copy {
+            src,
+            dst,
+            len: DescLen::new(4096)?,
+            barrier: dev.arch.final_barrier,
+            set_dst_int: false,
+        };
+        let r = (|| -> Result<(Text, Text)> {
+            let seq = dev.with_queue(&q, |queue, io| {
+                queue.prepare_one(&copy)?;
+                queue.fence(io)
+            })?;
+            dev.wait(&q, seq, DEFAULT_TIMEOUT)?;
+            let (mut rings, mut state) = (Text::new(), Text::new());
+            render_queue_rings(&dev, &q, &mut rings).map_err(|_| ENOMEM)?;
+            render_queue_state(&dev, &q, &mut state).map_err(|_| ENOMEM)?;
+            Ok((rings, state))
+        })();
+        dev.queue_release(&q);
+        let (rings, state) = r?;
+
+        // Appendix A: TX slot 0 = 00 10 00 0D 03 00 08 05 <src LE>: len 0x1000, ring id 1,
+        // FIRST | LAST, meta_ctrl 0x0508_0003 (write barrier on the last data pair, v2/v3).
+        let tx0 = rings.line("tx[0] ");
+        assert!(tx0.starts_with("tx[0] 00 10 00 0d 03 00 08 05 "));
+        assert!(tx0.contains(le_hex(src)?.as_str()));
+        assert!(tx0.contains("len=4096 ring_id=1 first last wb meta_ctrl=0x05080003"));
+        assert!(tx0.ends_with(" done"));
+        // RX slot 0: len_ctrl 0x0100_1000, word 1 zero, the HBM destination.
+        let rx0 = rings.line("rx[0] ");
+        assert!(rx0.starts_with("rx[0] 00 10 00 01 00 00 00 00 "));
+        assert!(rx0.contains(le_hex(dst)?.as_str()));
+        assert!(rx0.contains("len=4096 ring_id=1 addr=0x0000000000300000 done"));
+        // Slot 1: the completion marker pair, 4 bytes, no barrier.
+        assert!(rings
+            .line("tx[1] ")
+            .starts_with("tx[1] 04 00 00 0d 03 00 08 01 "));
+        assert!(rings
+            .line("rx[1] ")
+            .starts_with("rx[1] 04 00 00 01 00 00 00 00 "));
+        // Both pairs acked: nothing outstanding; slots never written are not shown.
+        assert!(rings
+            .line("tx: ")
+            .starts_with("tx: size 64 next 2 ack 2 ring_id 1 outstanding 0"));
+        assert!(rings.line("tx[2] ").is_empty());
+
+        // Queue state: the engine consumed both pairs on both directions.
+        assert!(state
+            .line("sw tx: ")
+            .starts_with("sw tx: size 64 next 2 ack 2 ring_id 1"));
+        assert!(state.line("m2s: ").contains(" len 64 "));
+        assert!(state.line("m2s: ").contains(" tail 2 id 1 "));
+        assert!(state.line("s2m: ").contains(" tail 2 id 1 "));
+
+        // A released queue renders as such.
+        let mut gone = Text::new();
+        render_queue_rings(&dev, &q, &mut gone).map_err(|_| ENOMEM)?;
+        assert!(gone.line("released") == "released");
+        Ok(())
+    }
+
+    #[test]
+    fn files_list_the_driver_queue() -> Result {
+        let dev = Registry::first().ok_or(ENODEV)?;
+        let (eng, qid) = dev.arch.h2t[0];
+        let (mut queues, mut rings) = (Text::new(), Text::new());
+        render_queues(&dev, &mut queues).map_err(|_| ENOMEM)?;
+        render_rings(&dev, &mut rings).map_err(|_| ENOMEM)?;
+        let mut header = Text::new();
+        write!(header, "engine {eng} queue {qid} owner driver").map_err(|_| ENOMEM)?;
+        assert!(queues.line(header.as_str()) == header.as_str());
+        assert!(rings.line(header.as_str()) == header.as_str());
+        assert!(queues.line("sw tx: ").starts_with("sw tx: size 8192 "));
+        Ok(())
+    }
+}
