@@ -6,7 +6,8 @@
 #                        use inside the toolchain root), or against KDIR=/path/to/kernel/build
 #   make CLIPPY=1        the same, with clippy on every Rust object
 #   make check           cargo test + VM runs on the trn1 and trn2 models (KUnit + kselftests)
-#   make demo            boot the trn1 model and show the driver bound
+#   make demo            boot the trn1 model; udmactl copies a 64 MiB file host -> HBM -> host
+#   make bench           boot the trn1 model and print the benchmark table (Documentation/benchmarks.rst)
 #   make vm MODEL=trn2 CMD='...'   run a guest command with the module loaded
 #   make fmt / fmt-check rustfmt on the module and the tools workspace
 #   make clean
@@ -18,9 +19,10 @@ KUNIT ?= $(if $(KDIR),0,1)
 MODEL ?= trn1
 CMD ?= true
 
-KBUILD_ARGS := M=$(CURDIR) $(if $(filter 1,$(KUNIT)),NEURON_UDMA_KUNIT=y) $(if $(CLIPPY),CLIPPY=$(CLIPPY))
+KBUILD_ARGS := M=$(CURDIR) $(if $(filter 1,$(KUNIT)),NEURON_UDMA_KUNIT=y) $(if $(CLIPPY),CLIPPY=$(CLIPPY)) \
+	$(if $(filter y,$(NEURON_UDMA_BENCH)),NEURON_UDMA_BENCH=y)
 
-.PHONY: all modules clean check demo vm fmt fmt-check kernel toolchain
+.PHONY: all modules clean check demo bench vm fmt fmt-check kernel toolchain
 
 all: modules
 
@@ -50,6 +52,9 @@ check:
 
 demo:
 	scripts/demo
+
+bench:
+	scripts/bench
 
 vm:
 	scripts/vm-run --model $(MODEL) -- '$(CMD)'

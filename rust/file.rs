@@ -34,6 +34,8 @@ use kernel::{
 
 /// Most entries of one `COPY_PREPARE` (twice the reference's 2032-pair submission).
 pub(crate) const MAX_BATCH: u32 = 4096;
+/// `COPY_PREPARE` batches up to this many entries are staged without a heap allocation.
+const INLINE_BATCH: usize = 16;
 
 /// Source of unique open-file ids (queue ownership).
 static NEXT_FILE_ID: Atomic<u64> = Atomic::new(1);
@@ -295,14 +297,40 @@ impl OpenFile {
             entry * p.count as usize,
         )
         .reader();
-        let mut copies = KVVec::with_capacity(p.count as usize, GFP_KERNEL)?;
-        for _ in 0..p.count {
-            let c: uapi::neuron_udma_copy = reader.read()?;
-            copies.push(
-                (self.translate(&c)?, c.src_handle, c.dst_handle),
-                GFP_KERNEL,
-            )?;
+        // Small batches are staged on the stack: a heap array per call costs more than the
+        // descriptors themselves (Documentation/benchmarks.rst).
+        let count = p.count as usize;
+        let unused = (
+            Copy {
+                src: 0,
+                dst: 0,
+                len: DescLen::new(1)?,
+                barrier: Barrier::None,
+                set_dst_int: false,
+            },
+            0,
+            0,
+        );
+        let mut inline = [unused; INLINE_BATCH];
+        let mut heap = KVVec::new();
+        if count > INLINE_BATCH {
+            heap.reserve(count, GFP_KERNEL)?;
         }
+        let mut n = 0;
+        while n < count {
+            let c: uapi::neuron_udma_copy = reader.read()?;
+            let staged = (self.translate(&c)?, c.src_handle, c.dst_handle);
+            match inline.get_mut(n) {
+                Some(slot) if count <= INLINE_BATCH => *slot = staged,
+                _ => heap.push(staged, GFP_KERNEL)?,
+            }
+            n += 1;
+        }
+        let copies = if count <= INLINE_BATCH {
+            &inline[..count]
+        } else {
+            &heap[..]
+        };
         self.dev.with_queue(&cell, |q, _| {
             if q.available_pairs() < p.count {
                 return Err(ENOSPC);

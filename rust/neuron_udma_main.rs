@@ -15,6 +15,8 @@ use kernel::{
 };
 
 mod arch;
+#[cfg(neuron_udma_bench)]
+mod bench;
 mod debugfs;
 mod desc;
 mod device;

@@ -429,6 +429,12 @@ impl Queue {
         (self.tx.outstanding() != 0 || self.pending() != (0, 0)) && self.users.uses(handle)
     }
 
+    /// The Tx and Rx ring memory, for the benchmark's plain-store floor (`rust/bench.rs`).
+    #[cfg(neuron_udma_bench)]
+    pub(crate) fn rings(&self) -> (&Coherent<[HwDesc]>, &Coherent<[HwDesc]>) {
+        (&self.tx_ring, &self.rx_ring)
+    }
+
     /// Reads ring slot `idx` of the Tx (`tx == true`) or Rx ring.
     pub(crate) fn slot(&self, tx: bool, idx: u32) -> Result<HwDesc> {
         let ring = if tx { &self.tx_ring } else { &self.rx_ring };

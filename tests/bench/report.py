@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Collect the results of one `make bench` run into one table and one JSON file.
+
+usage: report.py --console LOG --output LOG --cargo LOG --check-log FILE --kernel-dir DIR
+                 --json OUT --wall SECONDS
+
+Rows come from `NU-BENCH {json}` lines (the KUnit bench suite in the guest's console log, and
+udma_bench in the guest command's output), from the two `udmactl bench` tables in the output
+(user queue, then --memcpy), from `cargo bench` of udma-sim (model copy loop vs memcpy) and from
+the `make check` wall times that scripts/check appends to check-times.log. Every row has
+name, value, unit, baseline, ratio (value / baseline) and how. Exit status 1 if an expected
+group of rows is missing.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import sys
+
+BENCH_RE = re.compile(r"NU-BENCH (\{.*\})\s*$")
+RATE_RE = r"([\d.]+) (GB|MB|kB)/s"
+UDMACTL_RE = re.compile(r"^\s*(\S+)\s+(host->host|host->HBM|HBM->host)\s+" + RATE_RE + r"\s+" + RATE_RE)
+UNIT = {"GB": 1e9, "MB": 1e6, "kB": 1e3}
+
+
+def bench_lines(path):
+    rows = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            m = BENCH_RE.search(line.replace("\r", ""))
+            if m:
+                try:
+                    rows.append(json.loads(m.group(1)))
+                except json.JSONDecodeError as e:
+                    print(f"report: bad NU-BENCH line in {path}: {e}", file=sys.stderr)
+    return rows
+
+
+def udmactl_rows(path):
+    """The `udmactl bench` tables: the first without --memcpy (user queue), then MEMCPY."""
+    rows, via = [], None
+    with open(path, errors="replace") as f:
+        for line in f:
+            line = line.replace("\r", "")
+            if "size" in line and "via" in line:
+                via = "MEMCPY" if "via MEMCPY" in line else "user queue"
+                ring = re.search(r"via (.*)$", line).group(1).strip()
+                continue
+            m = UDMACTL_RE.match(line)
+            if not m or via is None:
+                continue
+            size, path_, v, vu, b, bu = m.groups()
+            value, base = float(v) * UNIT[vu], float(b) * UNIT[bu]
+            how = (f"udmactl bench{' --memcpy' if via == 'MEMCPY' else ''} --iters 3 --sizes "
+                   f"4K,64K,1M,64M: best of 3; sizes above 4 MiB move in 4 MiB rounds (host buffers are "
+                   f"at most 4 MiB), via {ring}; baseline: guest memcpy of the same bytes (best of 3)")
+            rows.append({"name": f"{via} {size} {path_}", "value": value, "unit": "B/s",
+                         "baseline": base, "ratio": value / base if base else 0, "how": how})
+    return rows
+
+
+def cargo_rows(path):
+    text = open(path, errors="replace").read()
+    model = re.search(r"model :\s+([\d.]+) s\s+([\d.]+) GB/s", text)
+    memcpy = re.search(r"memcpy:\s+([\d.]+) s\s+([\d.]+) GB/s", text)
+    what = re.search(r"copied (.*)", text)
+    if not model or not memcpy:
+        return []
+    value, base = float(model.group(2)) * 1e9, float(memcpy.group(2)) * 1e9
+    return [{"name": "udma-sim copy loop (host)", "value": value, "unit": "B/s", "baseline": base,
+             "ratio": value / base,
+             "how": f"cargo bench -p udma-sim --bench copy_bench on the host: {what.group(1) if what else '1 GiB'}, "
+                    f"in-process model, no QEMU; baseline: host memcpy of the same 64 KiB chunks"}]
+
+
+def check_rows(path, kernel_dir):
+    """Cold and warm `make check` from check-times.log (`DATE SECS s rc=N [cold|warm]`)."""
+    runs = []
+    try:
+        for line in open(path):
+            m = re.match(r"(\S+) (\d+) s rc=(\d+)(?: (cold|warm))?", line)
+            if m:
+                runs.append((m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)))
+    except FileNotFoundError:
+        return []
+    ok = [r for r in runs if r[2] == 0]
+    if not ok:
+        return []
+    tagged_cold = [r for r in ok if r[3] == "cold"]
+    tagged_warm = [r for r in ok if r[3] == "warm"]
+    if tagged_warm:
+        warm, warm_how = tagged_warm[-1], f"latest warm-tagged passing run, {tagged_warm[-1][0]}"
+    else:
+        by_time = sorted(ok, key=lambda r: r[1])
+        warm = by_time[(len(by_time) - 1) // 2]
+        warm_how = f"median of the {len(ok)} passing runs in the log (untagged), e.g. {warm[0]}"
+    if tagged_cold:
+        cold, cold_how = tagged_cold[-1], "latest run tagged cold"
+    else:
+        cold = max(ok, key=lambda r: r[1])
+        cold_how = ("slowest passing run in the log (the log does not tag cold runs; "
+                    "a really cold run also builds the toolchain root and the kernel)")
+    kernel = ""
+    try:
+        kernel = f"; the cached test kernel took {open(os.path.join(kernel_dir, '.build-seconds')).read().strip()} s to build"
+    except OSError:
+        pass
+    return [
+        {"name": "make check, cold", "value": cold[1], "unit": "s", "baseline": warm[1],
+         "ratio": cold[1] / warm[1] if warm[1] else 0,
+         "how": f"{path}: {cold_how}, {cold[0]}{kernel}; baseline: warm run"},
+        {"name": "make check, warm", "value": warm[1], "unit": "s", "baseline": warm[1], "ratio": 1.0,
+         "how": f"{path}: {warm_how} ({len(runs)} runs recorded, {len(ok)} passing; other sessions "
+                f"may have run concurrently on the same machine)"},
+    ]
+
+
+def fmt(v, unit):
+    if unit == "B/s":
+        for div, u in ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")):
+            if v >= div:
+                return f"{v / div:.2f} {u}"
+        return f"{v:.0f} B/s"
+    if unit == "pairs/s":
+        return f"{v:,.0f} pairs/s"
+    return f"{v:.3f} {unit}" if isinstance(v, float) and v < 100 else f"{v:.1f} {unit}" if isinstance(v, float) else f"{v} {unit}"
+
+
+def machine():
+    cpu = "unknown CPU"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(re.search(r"MemTotal:\s+(\d+)", open("/proc/meminfo").read()).group(1))
+        mem = f", {kb / 1048576:.1f} GiB RAM"
+    except (OSError, AttributeError):
+        pass
+    load = ""
+    try:
+        load = ", load average %.2f %.2f %.2f" % os.getloadavg()
+    except OSError:
+        pass
+    return (f"host: {os.cpu_count()} x {cpu}{mem}, Linux {platform.release()}{load}; guest: QEMU TCG "
+            f"(-cpu max), 2 vCPUs, 512 MiB, test kernel with KASAN/lockdep/kmemleak/DMA-API debug; "
+            f"device: udma-sim trn1 model over vfio-user, 256 MiB HBM")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--console", required=True)
+    ap.add_argument("--output", required=True)
+    ap.add_argument("--cargo", required=True)
+    ap.add_argument("--check-log", required=True)
+    ap.add_argument("--kernel-dir", default="")
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--wall", type=int, default=0)
+    a = ap.parse_args()
+
+    groups = [
+        ("1. descriptor pair build (KUnit)", bench_lines(a.console)),
+        ("2+4. submission rate and latency (udma_bench)", bench_lines(a.output)),
+        ("3. copy throughput (udmactl bench)", udmactl_rows(a.output)),
+        ("3. model copy loop (cargo bench)", cargo_rows(a.cargo)),
+        ("5. build and test cost", check_rows(a.check_log, a.kernel_dir)),
+    ]
+    missing = [g for g, rows in groups if not rows]
+    rows = [r for _, rs in groups for r in rs]
+
+    table = [("name", "figure", "baseline", "ratio")]
+    for r in rows:
+        table.append((r["name"], fmt(r["value"], r["unit"]), fmt(r["baseline"], r["unit"]), f"{r['ratio']:.3g}x"))
+    w = [max(len(t[i]) for t in table) for i in range(4)]
+    line = lambda t: f"{t[0]:<{w[0]}}  {t[1]:>{w[1]}}  {t[2]:>{w[2]}}  {t[3]:>{w[3]}}"
+    print(line(table[0]))
+    print("-" * (sum(w) + 6))
+    for t in table[1:]:
+        print(line(t))
+    print("\nHow each figure was obtained:")
+    hows = {}
+    for r in rows:
+        hows.setdefault(r["how"], []).append(r["name"])
+    for how, names in hows.items():
+        print(f"  {names[0] if len(names) == 1 else names[0] + ' .. ' + names[-1]}: {how}")
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    print(f"\n{when}  {machine()}")
+    if a.wall:
+        print(f"make bench wall time: {a.wall} s")
+    for g in missing:
+        print(f"MISSING: no rows for {g}", file=sys.stderr)
+
+    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
+    with open(a.json, "w") as f:
+        json.dump({"date": when, "machine": machine(), "wall_seconds": a.wall, "rows": rows,
+                   "missing": missing}, f, indent=1)
+    print(f"written {a.json}")
+    return 1 if missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
