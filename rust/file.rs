@@ -95,6 +95,19 @@ fn reserved_zero(fields: &[u64]) -> Result {
     Ok(())
 }
 
+/// Which limit of spec 4.8 a ring size breaks, if any.
+fn ring_size_problem(descs: u32) -> Option<&'static str> {
+    if !descs.is_power_of_two() {
+        Some("not a power of two")
+    } else if descs < MIN_DESCS {
+        Some("below the minimum of 32")
+    } else if descs > MAX_DESCS {
+        Some("above the maximum of 2^23")
+    } else {
+        None
+    }
+}
+
 fn timeout(ms: u32) -> Delta {
     if ms == 0 {
         DEFAULT_TIMEOUT
@@ -120,29 +133,22 @@ fn ring_state(regs: &QueueRegs, sw: &RingState, pending: u32) -> uapi::neuron_ud
     }
 }
 
-impl OpenFile {
-    fn buffer(&self, handle: u64) -> Result<Arc<Buffer>> {
-        self.st
-            .lock()
-            .bufs
-            .iter()
-            .find(|b| b.handle == handle)
-            .cloned()
-            .ok_or(ENOENT)
+impl FileState {
+    fn buffer(&self, handle: u64) -> Result<&Arc<Buffer>> {
+        self.bufs.iter().find(|b| b.handle == handle).ok_or(ENOENT)
     }
 
     fn queue(&self, eng: u32, qid: u32) -> Result<Arc<QueueCell>> {
-        self.st
-            .lock()
-            .queues
+        self.queues
             .iter()
             .find(|q| q.eng == eng && q.qid == qid)
             .cloned()
             .ok_or(ENOENT)
     }
 
-    /// Validates one copy and translates it to device-fabric addresses.
-    fn translate(&self, c: &uapi::neuron_udma_copy) -> Result<Copy> {
+    /// Validates one copy and translates it to device-fabric addresses. The caller holds the
+    /// file lock until the copy is prepared, so `MEM_FREE` cannot free a buffer in between.
+    fn translate(&self, dev: &UdmaDevice, c: &uapi::neuron_udma_copy) -> Result<Copy> {
         reserved_zero(&[u64::from(c.reserved)])?;
         if c.flags & !uapi::NEURON_UDMA_COPY_DST_INT != 0 {
             return Err(EINVAL);
@@ -151,10 +157,10 @@ impl OpenFile {
         let barrier = Barrier::try_from(c.barrier)?;
         let src = self
             .buffer(c.src_handle)?
-            .addr(&self.dev, c.src_offset, u64::from(c.size))?;
+            .addr(dev, c.src_offset, u64::from(c.size))?;
         let dst = self
             .buffer(c.dst_handle)?
-            .addr(&self.dev, c.dst_offset, u64::from(c.size))?;
+            .addr(dev, c.dst_offset, u64::from(c.size))?;
         Ok(Copy {
             src,
             dst,
@@ -162,6 +168,12 @@ impl OpenFile {
             barrier,
             set_dst_int: c.flags & uapi::NEURON_UDMA_COPY_DST_INT != 0,
         })
+    }
+}
+
+impl OpenFile {
+    fn queue(&self, eng: u32, qid: u32) -> Result<Arc<QueueCell>> {
+        self.st.lock().queue(eng, qid)
     }
 
     fn info(&self) -> Result<uapi::neuron_udma_info> {
@@ -218,7 +230,10 @@ impl OpenFile {
             .iter()
             .position(|b| b.handle == f.handle)
             .ok_or(ENOENT)?;
-        // Copies still queued may use the buffer: refuse until they completed.
+        // Copies still queued, or a MEMCPY running, may use the buffer: refuse until done.
+        if st.bufs[idx].is_busy() {
+            return Err(EBUSY);
+        }
         for q in st.queues.iter() {
             if self.dev.with_queue(q, |q, _| Ok(q.uses_buffer(f.handle)))? {
                 return Err(EBUSY);
@@ -241,17 +256,27 @@ impl OpenFile {
         st.queues.reserve(1, GFP_KERNEL)?;
         let cell = self
             .dev
-            .queue_init(q.engine, q.queue, q.tx_descs, q.rx_descs, Owner::File(self.id))
+            .queue_init(
+                q.engine,
+                q.queue,
+                q.tx_descs,
+                q.rx_descs,
+                Owner::File(self.id),
+            )
             .inspect_err(|e| {
-                if *e == EINVAL {
+                // Say which ring-size limit was hit (spec 4.8); debug level, as user space can
+                // trigger it at will.
+                let bad = [("tx", q.tx_descs), ("rx", q.rx_descs)]
+                    .into_iter()
+                    .find_map(|(ring, n)| ring_size_problem(n).map(|why| (ring, n, why)));
+                if let (true, Some((ring, n, why))) = (*e == EINVAL, bad) {
                     pr_debug!(
-                        "queue {}/{}: rings must be powers of two in {}..={} descriptors (tx {}, rx {})\n",
+                        "queue {}/{}: {} ring of {} descriptors: {}\n",
                         q.engine,
                         q.queue,
-                        MIN_DESCS,
-                        MAX_DESCS,
-                        q.tx_descs,
-                        q.rx_descs
+                        ring,
+                        n,
+                        why
                     );
                 }
             })?;
@@ -274,8 +299,9 @@ impl OpenFile {
     }
 
     fn copy_prepare_one(&self, p: &uapi::neuron_udma_copy_prepare_one) -> Result {
-        let cell = self.queue(p.engine, p.queue)?;
-        let c = self.translate(&p.copy)?;
+        let st = self.st.lock();
+        let cell = st.queue(p.engine, p.queue)?;
+        let c = st.translate(&self.dev, &p.copy)?;
         self.dev.with_queue(&cell, |q, _| {
             q.prepare_one(&c)?;
             q.note_buffer(p.copy.src_handle);
@@ -289,7 +315,6 @@ impl OpenFile {
         if p.count == 0 || p.count > MAX_BATCH {
             return Err(EINVAL);
         }
-        let cell = self.queue(p.engine, p.queue)?;
         let entry = core::mem::size_of::<uapi::neuron_udma_copy>();
         // CAST: `copies` is a user address, `count` at most MAX_BATCH.
         let mut reader = UserSlice::new(
@@ -301,6 +326,7 @@ impl OpenFile {
         // descriptors themselves (Documentation/benchmarks.rst).
         let count = p.count as usize;
         let unused = (
+            uapi::neuron_udma_copy::default(),
             Copy {
                 src: 0,
                 dst: 0,
@@ -308,37 +334,38 @@ impl OpenFile {
                 barrier: Barrier::None,
                 set_dst_int: false,
             },
-            0,
-            0,
         );
         let mut inline = [unused; INLINE_BATCH];
         let mut heap = KVVec::new();
-        if count > INLINE_BATCH {
-            heap.reserve(count, GFP_KERNEL)?;
-        }
-        let mut n = 0;
-        while n < count {
-            let c: uapi::neuron_udma_copy = reader.read()?;
-            let staged = (self.translate(&c)?, c.src_handle, c.dst_handle);
-            match inline.get_mut(n) {
-                Some(slot) if count <= INLINE_BATCH => *slot = staged,
-                _ => heap.push(staged, GFP_KERNEL)?,
-            }
-            n += 1;
-        }
-        let copies = if count <= INLINE_BATCH {
-            &inline[..count]
+        let staged = if count <= INLINE_BATCH {
+            &mut inline[..count]
         } else {
-            &heap[..]
+            heap.reserve(count, GFP_KERNEL)?;
+            for _ in 0..count {
+                heap.push(unused, GFP_KERNEL)?;
+            }
+            &mut heap[..]
         };
+        // Read the whole array before taking the file lock: a page fault takes the mmap lock,
+        // which mmap() holds while it takes the file lock.
+        for (raw, _) in staged.iter_mut() {
+            *raw = reader.read()?;
+        }
+        // Held until the pairs are written: see `FileState::translate`.
+        let st = self.st.lock();
+        let cell = st.queue(p.engine, p.queue)?;
+        for (raw, copy) in staged.iter_mut() {
+            *copy = st.translate(&self.dev, raw)?;
+        }
+        let copies = &*staged;
         self.dev.with_queue(&cell, |q, _| {
             if q.available_pairs() < p.count {
                 return Err(ENOSPC);
             }
-            for (c, src, dst) in copies.iter() {
+            for (raw, c) in copies.iter() {
                 q.prepare_one(c)?;
-                q.note_buffer(*src);
-                q.note_buffer(*dst);
+                q.note_buffer(raw.src_handle);
+                q.note_buffer(raw.dst_handle);
             }
             Ok(())
         })
@@ -396,12 +423,14 @@ impl OpenFile {
         if m.size == 0 {
             return Err(EINVAL);
         }
-        let src = self
-            .buffer(m.src_handle)?
-            .addr(&self.dev, m.src_offset, m.size)?;
-        let dst = self
-            .buffer(m.dst_handle)?
-            .addr(&self.dev, m.dst_offset, m.size)?;
+        let (src, dst, _busy) = {
+            let st = self.st.lock();
+            let (s, d) = (st.buffer(m.src_handle)?, st.buffer(m.dst_handle)?);
+            let src = s.addr(&self.dev, m.src_offset, m.size)?;
+            let dst = d.addr(&self.dev, m.dst_offset, m.size)?;
+            // `MEM_FREE` refuses buffers in use until the copy returned.
+            (src, dst, (s.busy(), d.busy()))
+        };
         self.dev.memcpy(src, dst, m.size, timeout(m.timeout_ms))
     }
 }
@@ -461,6 +490,11 @@ impl MiscDevice for OpenFile {
                 .cloned()
         }
         .ok_or(EINVAL)?;
+        // The device and the process must see the same memory: no private (copy-on-write)
+        // mappings, no execution.
+        if vma.flags() & kernel::mm::virt::flags::SHARED == 0 {
+            return Err(EINVAL);
+        }
         vma.try_clear_mayexec()?;
         vma.set_dontcopy();
         vma.set_dontexpand();

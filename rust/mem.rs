@@ -10,7 +10,10 @@ use kernel::{
     dma::Coherent,
     new_mutex,
     prelude::*,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc, Mutex,
+    },
 };
 
 /// Granularity and alignment of every buffer, in bytes.
@@ -45,6 +48,8 @@ pub(crate) struct Buffer {
     pub(crate) mmap_offset: u64,
     /// The owning open file (`struct file`), whose mapping holds the buffer's user mappings.
     owner_file: usize,
+    /// Synchronous copies (`MEMCPY`) using the buffer right now.
+    users: Atomic<u32>,
     #[pin]
     backing: Mutex<Option<Backing>>,
 }
@@ -70,10 +75,22 @@ impl Buffer {
                 size,
                 mmap_offset,
                 owner_file: owner_file as usize,
+                users: Atomic::new(0),
                 backing <- new_mutex!(Some(backing)),
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// Marks the buffer in use until the returned guard is dropped.
+    pub(crate) fn busy(self: &Arc<Self>) -> BusyGuard {
+        self.users.fetch_add(1, Relaxed);
+        BusyGuard(self.clone())
+    }
+
+    /// Whether a [`BusyGuard`] exists.
+    pub(crate) fn is_busy(&self) -> bool {
+        self.users.load(Relaxed) != 0
     }
 
     /// Device-fabric address of bytes `[offset, offset + len)`.
@@ -120,6 +137,15 @@ impl Buffer {
             Some(Backing::Device(a)) => Some(a),
             _ => None,
         }
+    }
+}
+
+/// Keeps a buffer marked in use (see [`Buffer::busy`]).
+pub(crate) struct BusyGuard(Arc<Buffer>);
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        self.0.users.fetch_sub(1, Relaxed);
     }
 }
 

@@ -7,6 +7,11 @@
 #include <linux/fs.h>
 #include <linux/mm.h>
 
+/* Called from Rust (rust/file.rs, rust/mem.rs); no header, as nothing in C calls them. */
+int neuron_udma_mmap_coherent(struct device *dev, struct vm_area_struct *vma, void *cpu_addr,
+			      dma_addr_t dma_addr, size_t size);
+void neuron_udma_zap(struct file *file, u64 offset, u64 len);
+
 /*
  * No dma_mmap_coherent() in Rust: map a whole coherent buffer at the start of @vma. The page
  * offset of @vma names the buffer (it is the buffer's mmap offset), not an offset inside it, so

@@ -1099,4 +1099,46 @@ TEST_F(fault, memcpy_eio_then_recovery)
 	ASSERT_BYTES(self->b.map + 3, self->a.map + 9, 100000);
 }
 
+/* A MEMCPY holds its buffers: freeing one while it runs is EBUSY, afterwards it works. */
+struct memcpy_job {
+	int fd, ret;
+	struct ubuf *src, *dst;
+};
+
+static void *memcpy_thread(void *arg)
+{
+	struct memcpy_job *j = arg;
+
+	j->ret = udma_memcpy(j->fd, j->src, 0, j->dst, 0, BUF, 0);
+	return NULL;
+}
+
+TEST_F(fault, mem_free_busy_during_memcpy)
+{
+	/* The driver's own H2T queue: engine 32 queue 0 (v2) or 128 queue 0 (v3). */
+	__u32 h2t = self->info.generation == NEURON_UDMA_GEN_V2 ? 32 : 128;
+	struct memcpy_job j = { .fd = self->fd, .src = &self->a, .dst = &self->b };
+	pthread_t t;
+
+	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_STALL, h2t, 0, 1500));
+	ASSERT_EQ(0, pthread_create(&t, NULL, memcpy_thread, &j));
+	usleep(300 * 1000);
+	EXPECT_EQ(-EBUSY, mem_free(self->fd, self->a.handle));
+	EXPECT_EQ(-EBUSY, mem_free(self->fd, self->b.handle));
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	ASSERT_EQ(0, j.ret);
+	ASSERT_EQ(-1, first_diff(self->b.map, self->a.map, BUF));
+}
+
+TEST_F(fault, mmap_private_or_exec_refused)
+{
+	void *p;
+
+	p = mmap(NULL, BUF, PROT_READ | PROT_WRITE, MAP_PRIVATE, self->fd, self->a.mmap_offset);
+	EXPECT_EQ(MAP_FAILED, p);
+	EXPECT_EQ(EINVAL, errno);
+	p = mmap(NULL, BUF, PROT_READ | PROT_EXEC, MAP_SHARED, self->fd, self->a.mmap_offset);
+	EXPECT_EQ(MAP_FAILED, p);
+}
+
 TEST_HARNESS_MAIN
