@@ -272,6 +272,78 @@ mod tests {
     }
 
     #[test]
+    fn hand_built_pair_then_wrong_ring_id_aborts() -> Result {
+        let dev = device()?;
+        let q = test_queue(&dev, 3, 32)?;
+        let src = dev.alloc_coherent(8192)?;
+        let dst = dev.alloc_coherent(8192)?;
+        let (s, d) = (
+            dev.host_addr(src.dma_address()),
+            dev.host_addr(dst.dma_address()),
+        );
+        fill(&src, 0x3c);
+        let r = (|| -> Result {
+            // A pair written slot by slot with the descriptor builders, doorbells by hand: the
+            // engine copies the bytes.
+            let seq = dev.with_queue(&q, |queue, io| {
+                queue.prepare_one(&Copy {
+                    src: s,
+                    dst: d,
+                    len: DescLen::new(4096)?,
+                    barrier: Barrier::Write,
+                    set_dst_int: false,
+                })?;
+                queue.start(io, 1, 1)?;
+                queue.fence(io)
+            })?;
+            dev.wait(&q, seq, DEFAULT_TIMEOUT)?;
+            assert!(copied(&dst, 0, 0, 4096, 0x3c));
+            // The same with the Tx slot stamped with the wrong ring id (2 instead of 1 on the
+            // first pass): the engine must abort with the M2S prefetch ring-id error (bit 17).
+            let idx = dev.with_queue(&q, |queue, _| Ok(queue.tx_state().next_index()))?;
+            dev.with_queue(&q, |queue, io| {
+                queue.prepare_one(&Copy {
+                    src: s + 4096,
+                    dst: d + 4096,
+                    len: DescLen::new(4096)?,
+                    barrier: Barrier::None,
+                    set_dst_int: false,
+                })?;
+                let wrong = crate::ring::RingId::INITIAL.next();
+                queue.write_tx_slot(
+                    idx,
+                    crate::desc::Desc::tx(DescLen::new(4096)?, wrong, Barrier::None, s + 4096),
+                )?;
+                queue.start(io, 1, 1)
+            })?;
+            let errors = kernel::io::poll::read_poll_timeout(
+                || dev.with_engine(q.eng, crate::engine::engine_errors),
+                |e| e.aborted(),
+                kernel::time::Delta::from_millis(1),
+                kernel::time::Delta::from_secs(5),
+            )?;
+            assert!(errors.m2s_cause & (1 << 17) != 0);
+            // Nothing of the broken pair was written.
+            // SAFETY: the engine stopped; no DMA is in flight.
+            assert!(unsafe { dst.as_ref() }[4096..8192].iter().all(|&b| b == 0));
+            // Queue reset and engine recovery, then the queue works again.
+            dev.with_queue(&q, |queue, io| {
+                queue.reset(io)?;
+                let now = crate::engine::engine_errors(io)?;
+                if now.aborted() {
+                    crate::engine::recover_engine(io, &now)?;
+                }
+                Ok(())
+            })?;
+            dev.memcpy_on(&q, s, d, 8192, DEFAULT_TIMEOUT)?;
+            assert!(copied(&dst, 0, 0, 8192, 0x3c));
+            Ok(())
+        })();
+        dev.queue_release(&q);
+        r
+    }
+
+    #[test]
     fn reserved_and_taken_queues() -> Result {
         let dev = device()?;
         let (eng, qid) = dev.arch.h2t[0];

@@ -435,6 +435,14 @@ impl Queue {
         (&self.tx_ring, &self.rx_ring)
     }
 
+    /// Overwrites Tx slot `idx` with `d` (KUnit only: hand-built and deliberately broken
+    /// descriptors for the device model's checks).
+    #[cfg(neuron_udma_kunit)]
+    pub(crate) fn write_tx_slot(&mut self, idx: u32, d: Desc) -> Result {
+        io_project!(&self.tx_ring, [try: idx as usize]).copy_write(HwDesc::from_desc(d));
+        Ok(())
+    }
+
     /// Reads ring slot `idx` of the Tx (`tx == true`) or Rx ring.
     pub(crate) fn slot(&self, tx: bool, idx: u32) -> Result<HwDesc> {
         let ring = if tx { &self.tx_ring } else { &self.rx_ring };
