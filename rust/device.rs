@@ -396,6 +396,11 @@ impl UdmaDevice {
     /// `ETIMEDOUT` if the fence did not complete in time, `EIO` if the engine reported an error,
     /// `ENODEV` after unbind.
     pub(crate) fn wait(&self, cell: &QueueCell, seq: u64, timeout: Delta) -> Result {
+        self.wait_for(cell, seq, timeout, true)
+    }
+
+    /// [`Self::wait`], optionally ignoring signals (then it never returns `EINTR`).
+    fn wait_for(&self, cell: &QueueCell, seq: u64, timeout: Delta, interruptible: bool) -> Result {
         let start = Instant::<Monotonic>::now();
         let resets = self.with_queue(cell, |q, _| Ok(q.resets))?;
         let mut delay = Delta::from_micros(2);
@@ -411,7 +416,7 @@ impl UdmaDevice {
             if state == FenceState::Done {
                 return Ok(());
             }
-            if kernel::current!().signal_pending() {
+            if interruptible && kernel::current!().signal_pending() {
                 // The copies go on; a later wait completes the fence.
                 return Err(EINTR);
             }
@@ -525,7 +530,9 @@ impl UdmaDevice {
                 Ok((Some(q.fence(io)?), off - done))
             })?;
             match seq {
-                Some(seq) => self.wait(cell, seq, timeout)?,
+                // Not interruptible: the caller's buffers are in use until the copy is done,
+                // and the wait is bounded by `timeout` anyway.
+                Some(seq) => self.wait_for(cell, seq, timeout, false)?,
                 // The ring is full of other submissions: wait for a slot to free up.
                 None => fsleep(Delta::from_micros(50)),
             }

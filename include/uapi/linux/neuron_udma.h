@@ -210,7 +210,8 @@ struct neuron_udma_queue_state {
 
 /*
  * NEURON_UDMA_MEMCPY: copy @size bytes (any size) with the driver's own H2T queue, in 64 KiB
- * pairs, and wait for completion. Errors: ENOENT, ERANGE, EINVAL (size 0), ETIMEDOUT, EIO, EINTR.
+ * pairs, and wait for completion (not interruptible by signals; bounded by the timeout).
+ * Errors: ENOENT, ERANGE, EINVAL (size 0), ETIMEDOUT, EIO.
  */
 struct neuron_udma_memcpy {
 	__u64 src_handle;
