@@ -464,6 +464,13 @@ impl UdmaDevice {
             errors.s2m_state,
             errors.s2m_cause
         );
+        self.reset_queue(cell)?;
+        Err(err)
+    }
+
+    /// Resets the queue in `cell` (full queue init, ring id 1, fences dropped) and returns its
+    /// engine to normal operation if it is still aborted.
+    pub(crate) fn reset_queue(&self, cell: &QueueCell) -> Result {
         self.with_queue(cell, |q, io| {
             q.reset(io)?;
             // A queue reset clears an abort caused by this queue; if the engine is still
@@ -473,8 +480,7 @@ impl UdmaDevice {
                 engine::recover_engine(io, &now)?;
             }
             Ok(())
-        })?;
-        Err(err)
+        })
     }
 
     /// Copies `size` bytes from device-fabric address `src` to `dst` on queue `cell`, in 64 KiB

@@ -327,14 +327,7 @@ mod tests {
             // SAFETY: the engine stopped; no DMA is in flight.
             assert!(unsafe { dst.as_ref() }[4096..8192].iter().all(|&b| b == 0));
             // Queue reset and engine recovery, then the queue works again.
-            dev.with_queue(&q, |queue, io| {
-                queue.reset(io)?;
-                let now = crate::engine::engine_errors(io)?;
-                if now.aborted() {
-                    crate::engine::recover_engine(io, &now)?;
-                }
-                Ok(())
-            })?;
+            dev.reset_queue(&q)?;
             dev.memcpy_on(&q, s, d, 8192, DEFAULT_TIMEOUT)?;
             assert!(copied(&dst, 0, 0, 8192, 0x3c));
             Ok(())

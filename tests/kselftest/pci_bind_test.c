@@ -12,26 +12,11 @@
 #include <unistd.h>
 
 #include "kselftest_harness.h"
+#include "udma_util.h"
 
-#define DRV_DIR "/sys/bus/pci/drivers/neuron_udma"
 #define PCI_COMMAND 0x04
 #define PCI_COMMAND_MEMORY 0x2
 #define PCI_COMMAND_MASTER 0x4
-
-static int bound_device(char *bdf, size_t len)
-{
-	glob_t g;
-	int ret = -1;
-
-	if (glob(DRV_DIR "/0000:*", 0, NULL, &g))
-		return -1;
-	if (g.gl_pathc >= 1) {
-		snprintf(bdf, len, "%s", strrchr(g.gl_pathv[0], '/') + 1);
-		ret = 0;
-	}
-	globfree(&g);
-	return ret;
-}
 
 static unsigned long read_hex(const char *bdf, const char *attr)
 {
@@ -65,18 +50,6 @@ static int read_command(const char *bdf)
 	return cfg[0] | cfg[1] << 8;
 }
 
-static int write_attr(const char *path, const char *val)
-{
-	int fd = open(path, O_WRONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, val, strlen(val));
-	close(fd);
-	return n == (ssize_t)strlen(val) ? 0 : -errno;
-}
-
 /* BAR n's size from the sysfs resource table: "start end flags" per line. */
 static unsigned long long bar_size(const char *bdf, int bar)
 {
@@ -105,7 +78,7 @@ FIXTURE(bound) {
 
 FIXTURE_SETUP(bound)
 {
-	ASSERT_EQ(0, bound_device(self->bdf, sizeof(self->bdf)))
+	ASSERT_EQ(0, udma_bdf(self->bdf, sizeof(self->bdf)))
 		TH_LOG("no device bound to neuron_udma");
 }
 
@@ -116,7 +89,7 @@ FIXTURE_TEARDOWN(bound)
 	/* Leave the device bound for the tests that follow. */
 	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/driver", self->bdf);
 	if (access(path, F_OK))
-		write_attr(DRV_DIR "/bind", self->bdf);
+		sysfs_write(UDMA_DRV_DIR "/bind", self->bdf);
 }
 
 TEST_F(bound, identity)
@@ -155,12 +128,12 @@ TEST_F(bound, unbind_clears_master_and_rebind)
 {
 	char path[256];
 
-	ASSERT_EQ(0, write_attr(DRV_DIR "/unbind", self->bdf));
+	ASSERT_EQ(0, sysfs_write(UDMA_DRV_DIR "/unbind", self->bdf));
 	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/driver", self->bdf);
 	EXPECT_NE(0, access(path, F_OK));
 	EXPECT_EQ(0, read_command(self->bdf) & PCI_COMMAND_MASTER);
 
-	ASSERT_EQ(0, write_attr(DRV_DIR "/bind", self->bdf));
+	ASSERT_EQ(0, sysfs_write(UDMA_DRV_DIR "/bind", self->bdf));
 	EXPECT_EQ(0, access(path, F_OK));
 	EXPECT_TRUE(read_command(self->bdf) & PCI_COMMAND_MASTER);
 }

@@ -8,18 +8,6 @@
 #include "kselftest_harness.h"
 #include "udma_util.h"
 
-static int write_str(const char *path, const char *val)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, val, strlen(val));
-	close(fd);
-	return n == (ssize_t)strlen(val) ? 0 : -errno;
-}
-
 static int wait_for_dev(void)
 {
 	int i, fd;
@@ -51,7 +39,7 @@ TEST(unbound_file_enodev)
 	munmap(a.map, a.size);
 	a.map = NULL;
 
-	ret = write_str(UDMA_DRV_DIR "/unbind", bdf);
+	ret = sysfs_write(UDMA_DRV_DIR "/unbind", bdf);
 	ASSERT_EQ(0, ret) {
 		TH_LOG("unbind %s: %s", bdf, strerror(-ret));
 	}
@@ -67,7 +55,7 @@ TEST(unbound_file_enodev)
 	EXPECT_EQ(-ENODEV, queue_release(fd, 1, 1));
 	EXPECT_EQ(0, close(fd));
 
-	ret = write_str(UDMA_DRV_DIR "/bind", bdf);
+	ret = sysfs_write(UDMA_DRV_DIR "/bind", bdf);
 	ASSERT_EQ(0, ret) {
 		TH_LOG("bind %s: %s", bdf, strerror(-ret));
 	}

@@ -268,6 +268,19 @@ static inline int state_diff(const struct neuron_udma_queue_state *a,
 	return 0;
 }
 
+/* Writes @val to the sysfs attribute @path (bind, unbind, ...): 0 or -errno. */
+static inline int sysfs_write(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, val, strlen(val));
+	close(fd);
+	return n == (ssize_t)strlen(val) ? 0 : -errno;
+}
+
 /* The PCI address (0000:bb:dd.f) of the first device bound to neuron_udma. */
 static inline int udma_bdf(char *bdf, size_t len)
 {
