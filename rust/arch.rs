@@ -184,6 +184,13 @@ impl Arch {
             .map_or(0, |o| o + crate::regs::ENGINE_SIZE)
     }
 
+    /// Width in bits of the host DMA addresses the fabric can carry: the bits below the host
+    /// route (spec 1.3), 44 on v2 and 46 on v3. The DMA mask is set to it, so that no host
+    /// address reaches into the route field.
+    pub(crate) fn dma_address_bits(&self) -> u32 {
+        self.host_route.trailing_zeros()
+    }
+
     /// Device-fabric address of a host DMA address (spec 1.3).
     pub(crate) fn host_addr(&self, dma: u64) -> u64 {
         dma | self.host_route

@@ -12,7 +12,10 @@ use crate::{
     arch::{Arch, QUEUES_PER_ENGINE},
     desc::{Barrier, DescLen, MAX_DESC_BYTES},
     engine::{self, EngineErrors, EngineIo},
-    mem::{Backing, Buffer, DramAllocator, BUF_ALIGN, DRAM_RESERVED, MAX_HOST_BUFFER},
+    mem::{
+        Backing, Buffer, BusyGuard, Charge, DramAllocator, BUF_ALIGN, DRAM_RESERVED,
+        MAX_HOST_BUFFER,
+    },
     queue::{self, FenceState, Queue, MAX_PAIRS_PER_SUBMISSION},
 };
 use kernel::{
@@ -20,12 +23,86 @@ use kernel::{
     dma::{Coherent, DmaAddress},
     new_mutex, pci,
     prelude::*,
-    sync::{aref::ARef, Arc, Mutex},
+    sync::{
+        aref::ARef,
+        atomic::{Atomic, Relaxed},
+        Arc, Mutex,
+    },
     time::{delay::fsleep, Delta, Instant, Monotonic},
 };
 
-/// Default time a completion wait may take before the queue is declared stuck.
+extern "C" {
+    fn neuron_udma_fatal_signal_pending() -> bool;
+}
+
+/// Default time a completion wait may take before the queue is declared stuck; on the
+/// driver's shared H2T queue, only a wait at least this long resets the queue.
 pub(crate) const DEFAULT_TIMEOUT: Delta = Delta::from_secs(10);
+/// Shortest timeout a caller may choose (shorter ones are raised to it), in milliseconds.
+pub(crate) const MIN_TIMEOUT_MS: u32 = 10;
+/// Bytes of the zeroed host buffer that scrubs device memory (one 64 KiB descriptor).
+const SCRUB_BYTES: usize = MAX_DESC_BYTES as usize;
+/// Error messages per [`LOG_WINDOW`]; the rest are dropped (and counted).
+const LOG_BURST: u32 = 10;
+/// Rate-limit window of the error messages.
+const LOG_WINDOW: Delta = Delta::from_secs(5);
+
+/// How a wait treats signals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WaitMode {
+    /// Any signal ends the wait with `EINTR` (the copies go on).
+    Interruptible,
+    /// Only a fatal signal (SIGKILL) ends the wait with `EINTR`.
+    Killable,
+    /// Signals are ignored (driver-internal copies, bounded by their timeout).
+    Uninterruptible,
+}
+
+/// Where the source of an engine copy is.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Src {
+    /// Consecutive bytes from this device-fabric address.
+    Linear(u64),
+    /// The same `SCRUB_BYTES` zero bytes again and again (device-memory scrub).
+    Zeros,
+}
+
+/// A `MEMCPY` that ended (timeout or SIGKILL) while its last submission was still in flight
+/// on the shared H2T queue: its buffers stay busy until that fence is settled.
+struct Orphan {
+    seq: u64,
+    file: u64,
+    _guards: [BusyGuard; 2],
+}
+
+/// Keeps error messages that user space can provoke from flooding the log.
+struct RateLimit {
+    epoch: Instant<Monotonic>,
+    /// Start of the current window, in milliseconds since `epoch`.
+    window_start: Atomic<i64>,
+    printed: Atomic<u32>,
+}
+
+impl RateLimit {
+    fn new() -> Self {
+        Self {
+            epoch: Instant::<Monotonic>::now(),
+            window_start: Atomic::new(0),
+            printed: Atomic::new(0),
+        }
+    }
+
+    /// Whether one more message may be printed now (races only blur the count).
+    fn allow(&self) -> bool {
+        let ms = self.epoch.elapsed().as_millis();
+        let start = self.window_start.load(Relaxed);
+        if ms - start >= LOG_WINDOW.as_millis() {
+            self.window_start.store(ms, Relaxed);
+            self.printed.store(0, Relaxed);
+        }
+        self.printed.fetch_add(1, Relaxed) < LOG_BURST
+    }
+}
 /// Ring size of the driver's H2T queue, as in the reference (spec 3.7: 8192 descriptors).
 pub(crate) const H2T_RING_DESCS: u32 = 8192;
 
@@ -61,8 +138,13 @@ struct DevState {
     queues: KVec<Arc<QueueCell>>,
     /// The driver's own H2T queue of NeuronCore 0, for in-kernel copies.
     h2t: Option<Arc<QueueCell>>,
-    /// Buffers handed to user space.
-    bufs: KVec<Arc<Buffer>>,
+    /// Zeroed host memory, the source of device-memory scrubs ([`SCRUB_BYTES`]).
+    zeros: Option<Coherent<[u8]>>,
+    /// Buffers handed to user space; each knows its index ([`Buffer::table_index`]), so
+    /// removal is O(1).
+    bufs: KVVec<Arc<Buffer>>,
+    /// `MEMCPY`s that returned while their last submission was in flight.
+    orphans: KVec<Orphan>,
     /// Device memory available to user space.
     dram: DramAllocator,
     /// Next mmap offset of a host buffer (bytes; never reused).
@@ -83,6 +165,8 @@ pub(crate) struct UdmaDevice {
     /// The device model's fault-injection window (BAR2), mapped only in KUnit builds on the
     /// model.
     model_ctl: Option<pci::DevresBar<{ crate::regs::MODEL_CTL_SIZE }>>,
+    /// Rate limit of the wait failures' messages.
+    log_limit: RateLimit,
     #[pin]
     state: Mutex<DevState>,
 }
@@ -103,12 +187,15 @@ impl UdmaDevice {
                 bar0,
                 dram_size,
                 model_ctl,
+                log_limit: RateLimit::new(),
                 state <- new_mutex!(DevState {
                     alive: true,
                     engines_init: [0; 3],
                     queues: KVec::new(),
                     h2t: None,
-                    bufs: KVec::new(),
+                    zeros: None,
+                    bufs: KVVec::new(),
+                    orphans: KVec::new(),
                     dram: DramAllocator::new(DRAM_RESERVED, *dram_size),
                     next_mmap: BUF_ALIGN,
                 }),
@@ -117,19 +204,166 @@ impl UdmaDevice {
         )
     }
 
-    /// Takes the H2T queue of NeuronCore 0 (spec 2.3) for the driver's own copies.
+    /// Takes the H2T queue of NeuronCore 0 (spec 2.3) for the driver's own copies, and the
+    /// zeroed source of device-memory scrubs.
     pub(crate) fn setup_h2t(&self) -> Result {
         let (eng, qid) = self.arch.h2t[0];
+        let zeros = self.alloc_coherent(SCRUB_BYTES)?;
         let cell = self.queue_init(eng, qid, H2T_RING_DESCS, H2T_RING_DESCS, Owner::Driver)?;
-        self.state.lock().h2t = Some(cell);
+        let mut st = self.state.lock();
+        st.h2t = Some(cell);
+        st.zeros = Some(zeros);
         Ok(())
+    }
+
+    fn h2t(&self) -> Result<Arc<QueueCell>> {
+        self.state.lock().h2t.clone().ok_or(ENODEV)
     }
 
     /// Copies `size` bytes between device-fabric addresses on the driver's H2T queue
     /// ([`Self::memcpy_on`]).
     pub(crate) fn memcpy(&self, src: u64, dst: u64, size: u64, timeout: Delta) -> Result {
-        let cell = self.state.lock().h2t.clone().ok_or(ENODEV)?;
+        let cell = self.h2t()?;
         self.memcpy_on(&cell, src, dst, size, timeout)
+    }
+
+    /// The `MEMCPY` ioctl of the open file `file`: copies `size` bytes on the shared H2T
+    /// queue, with `guards` keeping the two buffers busy. The wait ends on SIGKILL; a timeout
+    /// shorter than [`DEFAULT_TIMEOUT`] does not reset the shared queue (other files' copies
+    /// go on). When the call returns early (timeout, SIGKILL) with its last submission still
+    /// in flight, the buffers stay busy until the engine is done with it, and the file's next
+    /// `MEMCPY` first waits for that submission.
+    ///
+    /// # Errors
+    ///
+    /// `ETIMEDOUT` (also when the file's previous timed-out copy is still running), `EIO`
+    /// (engine error: the queue was reset), `EINTR` (SIGKILL), `EINVAL` for size 0, `ENODEV`.
+    pub(crate) fn memcpy_for_file(
+        &self,
+        file: u64,
+        src: u64,
+        dst: u64,
+        size: u64,
+        timeout: Delta,
+        guards: [BusyGuard; 2],
+    ) -> Result {
+        let cell = self.h2t()?;
+        let start = Instant::<Monotonic>::now();
+        // One unfinished copy per file: a caller with a tiny timeout cannot fill the queue.
+        loop {
+            self.reap_orphans(&cell);
+            if !self.state.lock().orphans.iter().any(|o| o.file == file) {
+                break;
+            }
+            if start.elapsed() >= timeout {
+                return Err(ETIMEDOUT);
+            }
+            // SAFETY: plain query of the current task.
+            if unsafe { neuron_udma_fatal_signal_pending() } {
+                return Err(EINTR);
+            }
+            fsleep(Delta::from_micros(200));
+        }
+        let mut in_flight = None;
+        let remaining = timeout - start.elapsed();
+        let r = self.copy_on(
+            &cell,
+            Src::Linear(src),
+            dst,
+            size,
+            remaining,
+            WaitMode::Killable,
+            timeout >= DEFAULT_TIMEOUT,
+            &mut in_flight,
+        );
+        if let Some(seq) = in_flight {
+            let mut st = self.state.lock();
+            if st.orphans.reserve(1, GFP_KERNEL).is_ok() {
+                // Cannot fail: capacity was reserved.
+                let _ = st.orphans.push_within_capacity(Orphan {
+                    seq,
+                    file,
+                    _guards: guards,
+                });
+            } else {
+                // No memory to remember the copy: wait for it (bounded by the engine's own
+                // progress: a stuck queue is reset by the wait).
+                drop(st);
+                let _ = self.wait_settled(&cell, seq);
+            }
+        }
+        r
+    }
+
+    /// Called when the open file `file` is released: waits until the file's orphaned `MEMCPY`
+    /// (if any) is settled, so that none of its buffers is busy any more.
+    pub(crate) fn release_file(&self, file: u64) {
+        let Ok(cell) = self.h2t() else {
+            return;
+        };
+        let pending = self
+            .state
+            .lock()
+            .orphans
+            .iter()
+            .find(|o| o.file == file)
+            .map(|o| o.seq);
+        if let Some(seq) = pending {
+            let _ = self.wait_settled(&cell, seq);
+        }
+        self.reap_orphans(&cell);
+    }
+
+    /// Releases the buffers of orphaned `MEMCPY`s whose submission is settled.
+    fn reap_orphans(&self, cell: &QueueCell) {
+        let mut seqs = KVec::new();
+        for o in self.state.lock().orphans.iter() {
+            if seqs.push(o.seq, GFP_KERNEL).is_err() {
+                break;
+            }
+        }
+        let mut done = KVec::new();
+        for seq in seqs {
+            // The queue lock is never taken inside the state lock.
+            if self
+                .with_queue(cell, |q, _| Ok(q.is_settled(seq)))
+                .unwrap_or(true)
+            {
+                let _ = done.push(seq, GFP_KERNEL);
+            }
+        }
+        if done.is_empty() {
+            return;
+        }
+        // Dropped outside the state lock: the last reference to a buffer frees its memory.
+        let mut dead = KVec::new();
+        {
+            let mut st = self.state.lock();
+            let mut i = 0;
+            while i < st.orphans.len() {
+                if done.contains(&st.orphans[i].seq) {
+                    if let Ok(o) = st.orphans.remove(i) {
+                        let _ = dead.push(o, GFP_KERNEL);
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        drop(dead);
+    }
+
+    /// Waits (uninterruptibly) until fence `seq` of `cell` is no longer in flight, resetting
+    /// the queue after [`DEFAULT_TIMEOUT`].
+    fn wait_settled(&self, cell: &QueueCell, seq: u64) -> Result {
+        let start = Instant::<Monotonic>::now();
+        while !self.with_queue(cell, |q, _| Ok(q.is_settled(seq)))? {
+            if start.elapsed() >= DEFAULT_TIMEOUT {
+                return self.reset_queue(cell);
+            }
+            fsleep(Delta::from_micros(200));
+        }
+        Ok(())
     }
 
     /// Allocates `len` bytes of coherent host memory for DMA by this device.
@@ -137,7 +371,6 @@ impl UdmaDevice {
     /// # Errors
     ///
     /// `ENOMEM`, or `ENODEV` once the device is unbound.
-    #[cfg_attr(not(neuron_udma_kunit), expect(dead_code))]
     pub(crate) fn alloc_coherent(&self, len: usize) -> Result<Coherent<[u8]>> {
         let st = self.state.lock();
         if !st.alive {
@@ -145,7 +378,7 @@ impl UdmaDevice {
         }
         // SAFETY: as in `queue_init`: `alive` under the state lock keeps the device bound.
         let dev = unsafe { self.pdev.as_ref().as_bound() };
-        Coherent::<u8>::zeroed_slice(dev, len, GFP_KERNEL)
+        Coherent::<u8>::zeroed_slice(dev, len, GFP_KERNEL | __GFP_NOWARN)
     }
 
     /// Device-fabric address of a host DMA address (spec 1.3).
@@ -266,12 +499,16 @@ impl UdmaDevice {
     }
 
     /// Allocates a buffer of `size` bytes (rounded up to 4 KiB) of host (`host == true`) or
-    /// device memory for the open file `owner_file`, with handle `handle`.
+    /// device memory for the open file `owner_file`, with handle `handle`. Host memory is
+    /// charged to the caller's `RLIMIT_MEMLOCK`; device memory is scrubbed with the engine
+    /// (zeros copied from host memory on the H2T queue) before it is handed out, so a new
+    /// buffer never shows a previous owner's data.
     ///
     /// # Errors
     ///
     /// `EINVAL` for size 0 or a host buffer above [`MAX_HOST_BUFFER`], `ENOMEM` when no memory
-    /// of that kind is left, `ENODEV` after unbind.
+    /// of that kind is left or the locked-memory limit would be exceeded, `EIO`/`ETIMEDOUT`
+    /// if the scrub failed, `ENODEV` after unbind.
     pub(crate) fn alloc_buffer(
         &self,
         host: bool,
@@ -283,46 +520,108 @@ impl UdmaDevice {
             return Err(EINVAL);
         }
         let size = size.checked_next_multiple_of(BUF_ALIGN).ok_or(EINVAL)?;
-        let mut st = self.state.lock();
-        if !st.alive {
-            return Err(ENODEV);
-        }
-        st.bufs.reserve(1, GFP_KERNEL)?;
         let buf = if host {
             if size > MAX_HOST_BUFFER {
                 return Err(EINVAL);
             }
+            // Charged before anything is allocated, outside every lock (it takes the mmap
+            // lock).
+            let charge = Charge::new(size)?;
+            let mut st = self.state.lock();
+            if !st.alive {
+                return Err(ENODEV);
+            }
             // SAFETY: as in `queue_init`: `alive` under the state lock keeps the device bound.
             let dev = unsafe { self.pdev.as_ref().as_bound() };
-            // CAST: at most MAX_HOST_BUFFER.
-            let mem = Coherent::<u8>::zeroed_slice(dev, size as usize, GFP_KERNEL)?;
+            // CAST: at most MAX_HOST_BUFFER. No warning: a refused request is the caller's
+            // ENOMEM, not a kernel problem.
+            let mem = Coherent::<u8>::zeroed_slice(dev, size as usize, GFP_KERNEL | __GFP_NOWARN)?;
             let off = st.next_mmap;
             st.next_mmap = off.checked_add(size).ok_or(ENOMEM)?;
-            Buffer::new(handle, size, off, owner_file, Backing::Host(mem))?
+            drop(st);
+            Buffer::new(
+                handle,
+                size,
+                off,
+                owner_file,
+                Backing::Host(mem, Some(charge)),
+            )?
         } else {
-            let addr = st.dram.alloc(size)?;
-            Buffer::new(handle, size, 0, owner_file, Backing::Device(addr))
-                .inspect_err(|_| st.dram.free(addr))?
+            let addr = {
+                let mut st = self.state.lock();
+                if !st.alive {
+                    return Err(ENODEV);
+                }
+                st.dram.alloc(size)?
+            };
+            let give_back = |e| {
+                self.state.lock().dram.free(addr);
+                e
+            };
+            self.scrub(addr, size).map_err(give_back)?;
+            Buffer::new(handle, size, 0, owner_file, Backing::Device(addr)).map_err(give_back)?
         };
-        st.bufs.push(buf.clone(), GFP_KERNEL)?;
+        let mut st = self.state.lock();
+        if !st.alive {
+            drop(st);
+            buf.free();
+            return Err(ENODEV);
+        }
+        if let Err(e) = st.bufs.push(buf.clone(), GFP_KERNEL) {
+            drop(st);
+            self.give_back(&buf);
+            return Err(e.into());
+        }
+        buf.table_index.store(st.bufs.len() - 1, Relaxed);
         Ok(buf)
     }
 
-    /// Frees buffer `buf` (its user mappings first).
-    pub(crate) fn free_buffer(&self, buf: &Buffer) {
-        let mut st = self.state.lock();
-        st.bufs.retain(|b| !core::ptr::eq(&**b, buf));
+    /// Writes zeros over `size` bytes of device memory at `addr` with the engine, waiting
+    /// uninterruptibly (a failed scrub resets the queue, so the engine no longer touches the
+    /// range when this returns).
+    fn scrub(&self, addr: u64, size: u64) -> Result {
+        let cell = self.h2t()?;
+        let mut in_flight = None;
+        self.copy_on(
+            &cell,
+            Src::Zeros,
+            addr,
+            size,
+            DEFAULT_TIMEOUT,
+            WaitMode::Uninterruptible,
+            true,
+            &mut in_flight,
+        )
+    }
+
+    /// Gives a buffer's memory back (device memory to the allocator).
+    fn give_back(&self, buf: &Buffer) {
         if let Some(addr) = buf.free() {
-            st.dram.free(addr);
+            self.state.lock().dram.free(addr);
         }
     }
 
-    /// A raw pointer to the underlying `struct device`, for the C helpers.
-    pub(crate) fn raw_device(&self) -> *mut kernel::bindings::device {
-        // CAST: `device::Device` is a `repr(transparent)` wrapper of `struct device`.
-        core::ptr::from_ref::<kernel::device::Device>(self.pdev.as_ref())
-            .cast_mut()
-            .cast()
+    /// Frees buffer `buf`: removes it from the device's table, removes its user mappings and
+    /// gives its memory back. The caller made sure no descriptor references it
+    /// ([`Buffer::is_busy`] is false, or its queues are paused).
+    pub(crate) fn free_buffer(&self, buf: &Buffer) {
+        {
+            let mut st = self.state.lock();
+            let idx = buf.table_index.load(Relaxed);
+            if st.bufs.get(idx).is_some_and(|b| core::ptr::eq(&**b, buf)) {
+                // O(1) removal: the last entry takes the freed place.
+                let last = st.bufs.pop();
+                if let Some(last) = last {
+                    if idx < st.bufs.len() {
+                        last.table_index.store(idx, Relaxed);
+                        st.bufs[idx] = last;
+                    } else {
+                        drop(last);
+                    }
+                }
+            }
+        }
+        self.give_back(buf);
     }
 
     /// The queues in use (driver's and files'), in creation order.
@@ -365,11 +664,21 @@ impl UdmaDevice {
         for cell in queues.iter() {
             self.quiesce(cell);
         }
-        // After the queues: no engine uses the buffers any more.
-        let bufs = core::mem::take(&mut self.state.lock().bufs);
+        // After the queues: no engine uses the buffers any more. The coherent memory is freed
+        // now, while the device is bound; open files and mappings keep only the records.
+        let (bufs, orphans, zeros) = {
+            let mut st = self.state.lock();
+            (
+                core::mem::take(&mut st.bufs),
+                core::mem::take(&mut st.orphans),
+                st.zeros.take(),
+            )
+        };
         for b in bufs.iter() {
             b.free();
         }
+        drop(orphans);
+        drop(zeros);
     }
 
     /// Runs `f` on the queue in `cell` with its engine registers, under the queue lock.
@@ -387,37 +696,74 @@ impl UdmaDevice {
         self.with_engine(cell.eng, |io| f(q, io))
     }
 
-    /// Waits for fence `seq` of the queue in `cell`, sleeping between checks; bounded by
-    /// `timeout`, with one last check after it. On a timeout or an engine error, logs the
-    /// engine, queue and error causes and resets the queue so that it can be used again.
+    /// Waits for fence `seq` of the queue in `cell` (one of the caller's registrations, see
+    /// [`Queue::fence`]), sleeping between checks; bounded by `timeout`, with one last check
+    /// after it. On a timeout or an engine error, logs the engine, queue and error causes and
+    /// resets the queue so that it can be used again. Interruptible by any signal.
     ///
     /// # Errors
     ///
-    /// `ETIMEDOUT` if the fence did not complete in time, `EIO` if the engine reported an error,
-    /// `ENODEV` after unbind.
+    /// `ETIMEDOUT` if the fence did not complete in time, `EIO` if the engine reported an error
+    /// or a reset dropped the fence, `EINTR` on a signal (the copies go on), `ENODEV` after
+    /// unbind.
     pub(crate) fn wait(&self, cell: &QueueCell, seq: u64, timeout: Delta) -> Result {
-        self.wait_for(cell, seq, timeout, true)
+        self.wait_for(cell, seq, timeout, WaitMode::Interruptible, true)
     }
 
-    /// [`Self::wait`], optionally ignoring signals (then it never returns `EINTR`).
-    fn wait_for(&self, cell: &QueueCell, seq: u64, timeout: Delta, interruptible: bool) -> Result {
+    /// [`Self::wait`] with a signal policy, and whether a timeout resets the queue. On every
+    /// return the caller's registration of `seq` is given back; without a reset, a fence that
+    /// is still in flight stays so ([`Queue::is_settled`] tells when it is done).
+    pub(crate) fn wait_for(
+        &self,
+        cell: &QueueCell,
+        seq: u64,
+        timeout: Delta,
+        mode: WaitMode,
+        reset_on_timeout: bool,
+    ) -> Result {
+        let mut collected = false;
+        let r = self.wait_inner(cell, seq, timeout, mode, reset_on_timeout, &mut collected);
+        if r.is_err() && !collected {
+            // Not collected (signal, timeout, engine error): give the registration back.
+            let _ = self.with_queue(cell, |q, _| {
+                q.abandon(seq);
+                Ok(())
+            });
+        }
+        r
+    }
+
+    fn wait_inner(
+        &self,
+        cell: &QueueCell,
+        seq: u64,
+        timeout: Delta,
+        mode: WaitMode,
+        reset_on_timeout: bool,
+        collected: &mut bool,
+    ) -> Result {
         let start = Instant::<Monotonic>::now();
-        let resets = self.with_queue(cell, |q, _| Ok(q.resets))?;
         let mut delay = Delta::from_micros(2);
         let mut next_state_check = Delta::from_millis(5);
+        let mut collect = |dev: &Self| {
+            let state = dev.with_queue(cell, |q, _| Ok(q.collect(seq)))?;
+            *collected = state != FenceState::Pending;
+            Ok::<_, Error>(state)
+        };
         loop {
-            let state = self.with_queue(cell, |q, _| {
-                if q.resets != resets {
-                    // Reset by another waiter: this fence is lost.
-                    return Err(EIO);
-                }
-                Ok(q.check(seq))
-            })?;
-            if state == FenceState::Done {
-                return Ok(());
+            match collect(self)? {
+                FenceState::Done => return Ok(()),
+                FenceState::Lost => return Err(EIO),
+                FenceState::Pending => {}
             }
-            if interruptible && kernel::current!().signal_pending() {
-                // The copies go on; a later wait completes the fence.
+            let interrupted = match mode {
+                WaitMode::Interruptible => kernel::current!().signal_pending(),
+                // SAFETY: plain query of the current task.
+                WaitMode::Killable => unsafe { neuron_udma_fatal_signal_pending() },
+                WaitMode::Uninterruptible => false,
+            };
+            if interrupted {
+                // The copies go on; a later wait completes them.
                 return Err(EINTR);
             }
             let elapsed = start.elapsed();
@@ -430,40 +776,67 @@ impl UdmaDevice {
                 next_state_check = elapsed + Delta::from_millis(20);
                 let errors = self.with_engine(cell.eng, engine::engine_errors)?;
                 if errors.aborted() {
-                    return self.fail(cell, seq, EIO, &errors);
+                    return self.fail(cell, seq, EIO, &errors, timeout);
                 }
             }
             fsleep(delay);
             delay = Delta::from_micros((delay.as_micros_ceil() * 2).min(1000));
         }
         // TIMEOUT: one last look, so that a completion racing the deadline is not lost.
-        if self.with_queue(cell, |q, _| Ok(q.check(seq)))? == FenceState::Done {
-            return Ok(());
+        match collect(self)? {
+            FenceState::Done => return Ok(()),
+            FenceState::Lost => return Err(EIO),
+            FenceState::Pending => {}
         }
         let errors = self.with_engine(cell.eng, engine::engine_errors)?;
-        let err = if errors.aborted() { EIO } else { ETIMEDOUT };
-        self.fail(cell, seq, err, &errors)
+        if errors.aborted() {
+            return self.fail(cell, seq, EIO, &errors, timeout);
+        }
+        if !reset_on_timeout {
+            return Err(ETIMEDOUT);
+        }
+        self.fail(cell, seq, ETIMEDOUT, &errors, timeout)
     }
 
-    /// Logs a failed wait and resets the queue (and an aborted engine).
-    fn fail(&self, cell: &QueueCell, seq: u64, err: Error, errors: &EngineErrors) -> Result {
+    /// Logs a failed wait (rate-limited; a caller-chosen timeout at debug level) and resets
+    /// the queue (and an aborted engine). The reset settles every fence in flight as lost, so
+    /// exactly the waiters of the dropped fences see `EIO`.
+    fn fail(
+        &self,
+        cell: &QueueCell,
+        seq: u64,
+        err: Error,
+        errors: &EngineErrors,
+        timeout: Delta,
+    ) -> Result {
         let what = if err == EIO {
             "failed: engine error"
         } else {
             "timed out"
         };
-        dev_err!(
-            self.pdev,
-            "engine {} queue {}: fence {} {} (m2s state {:#x} cause {:#x}, s2m state {:#x} cause {:#x}); resetting the queue\n",
-            cell.eng,
-            cell.qid,
-            seq,
-            what,
-            errors.m2s_state,
-            errors.m2s_cause,
-            errors.s2m_state,
-            errors.s2m_cause
-        );
+        if err == ETIMEDOUT && timeout < DEFAULT_TIMEOUT {
+            dev_dbg!(
+                self.pdev,
+                "engine {} queue {}: fence {} timed out after {} ms; resetting the queue\n",
+                cell.eng,
+                cell.qid,
+                seq,
+                timeout.as_millis()
+            );
+        } else if self.log_limit.allow() {
+            dev_err!(
+                self.pdev,
+                "engine {} queue {}: fence {} {} (m2s state {:#x} cause {:#x}, s2m state {:#x} cause {:#x}); resetting the queue\n",
+                cell.eng,
+                cell.qid,
+                seq,
+                what,
+                errors.m2s_state,
+                errors.m2s_cause,
+                errors.s2m_state,
+                errors.s2m_cause
+            );
+        }
         self.reset_queue(cell)?;
         Err(err)
     }
@@ -486,11 +859,12 @@ impl UdmaDevice {
     /// Copies `size` bytes from device-fabric address `src` to `dst` on queue `cell`, in 64 KiB
     /// pairs: at most 2032 data pairs plus one marker pair per doorbell and never more than the
     /// ring's free space, the generation's final barrier on the last data pair of each
-    /// submission (spec 6.1), waiting for each submission before the next.
+    /// submission (spec 6.1), waiting (uninterruptibly, resetting the queue on a timeout) for
+    /// each submission before the next.
     ///
     /// # Errors
     ///
-    /// `EINVAL` for size 0; the errors of [`Self::wait`].
+    /// `EINVAL` for size 0; the errors of [`Self::wait`] but `EINTR`.
     pub(crate) fn memcpy_on(
         &self,
         cell: &QueueCell,
@@ -499,19 +873,57 @@ impl UdmaDevice {
         size: u64,
         timeout: Delta,
     ) -> Result {
+        let mut in_flight = None;
+        self.copy_on(
+            cell,
+            Src::Linear(src),
+            dst,
+            size,
+            timeout,
+            WaitMode::Uninterruptible,
+            true,
+            &mut in_flight,
+        )
+    }
+
+    /// The copy loop of [`Self::memcpy_on`], with the wait's signal and reset policy. `timeout`
+    /// bounds each submission's wait. On an early return (`EINTR`, or `ETIMEDOUT` without a
+    /// reset) `in_flight` names the fence still in flight.
+    #[expect(clippy::too_many_arguments)]
+    fn copy_on(
+        &self,
+        cell: &QueueCell,
+        src: Src,
+        dst: u64,
+        size: u64,
+        timeout: Delta,
+        mode: WaitMode,
+        reset_on_timeout: bool,
+        in_flight: &mut Option<u64>,
+    ) -> Result {
         if size == 0 {
             return Err(EINVAL);
         }
+        let zeros = match src {
+            Src::Zeros => {
+                let st = self.state.lock();
+                let z = st.zeros.as_ref().ok_or(ENODEV)?;
+                self.host_addr(z.dma_address())
+            }
+            Src::Linear(_) => 0,
+        };
+        let start = Instant::<Monotonic>::now();
         let mut done = 0u64;
         while done < size {
             let (seq, bytes) = self.with_queue(cell, |q, io| {
+                q.retire();
                 // One pair of the free space is for the marker.
                 let room = q
                     .available_pairs()
                     .saturating_sub(1)
                     .min(MAX_PAIRS_PER_SUBMISSION);
                 if room == 0 || !q.can_fence() {
-                    return Ok((q.last_fence(), 0));
+                    return Ok((None, 0));
                 }
                 let mut off = done;
                 let mut pairs = 0;
@@ -520,7 +932,10 @@ impl UdmaDevice {
                     let len = (size - off).min(u64::from(MAX_DESC_BYTES)) as u32;
                     let last = off + u64::from(len) >= size || pairs + 1 == room;
                     q.prepare_one(&queue::Copy {
-                        src: src + off,
+                        src: match src {
+                            Src::Linear(s) => s + off,
+                            Src::Zeros => zeros,
+                        },
                         dst: dst + off,
                         len: DescLen::new(len)?,
                         barrier: if last {
@@ -536,11 +951,28 @@ impl UdmaDevice {
                 Ok((Some(q.fence(io)?), off - done))
             })?;
             match seq {
-                // Not interruptible: the caller's buffers are in use until the copy is done,
-                // and the wait is bounded by `timeout` anyway.
-                Some(seq) => self.wait_for(cell, seq, timeout, false)?,
-                // The ring is full of other submissions: wait for a slot to free up.
-                None => fsleep(Delta::from_micros(50)),
+                Some(seq) => {
+                    let r = self.wait_for(cell, seq, timeout, mode, reset_on_timeout);
+                    if matches!(r, Err(e) if e == EINTR || e == ETIMEDOUT)
+                        && !self.with_queue(cell, |q, _| Ok(q.is_settled(seq)))?
+                    {
+                        *in_flight = Some(seq);
+                    }
+                    r?;
+                }
+                // The ring is full of other submissions: wait for a slot to free up, within the
+                // caller's time.
+                None => {
+                    if start.elapsed() >= timeout {
+                        return Err(ETIMEDOUT);
+                    }
+                    // SAFETY: plain query of the current task.
+                    let killed = unsafe { neuron_udma_fatal_signal_pending() };
+                    if mode != WaitMode::Uninterruptible && killed {
+                        return Err(EINTR);
+                    }
+                    fsleep(Delta::from_micros(50));
+                }
             }
             done += bytes;
         }

@@ -95,9 +95,10 @@ impl NeuronUdmaDriver {
 
         pdev.enable_device_mem()?;
         pdev.set_master();
+        let bits = arch.dma_address_bits();
         // SAFETY: No DMA allocation or mapping exists for this device yet.
-        unsafe { pdev.dma_set_mask_and_coherent(DmaMask::new::<64>()) }
-            .inspect_err(|e| dev_err!(pdev, "no 64-bit DMA mask: {:?}\n", e))?;
+        unsafe { pdev.dma_set_mask_and_coherent(DmaMask::try_new(bits)?) }
+            .inspect_err(|e| dev_err!(pdev, "no {}-bit DMA mask: {:?}\n", bits, e))?;
 
         let bar0 = pdev.iomap_region(APB_BAR, c"neuron_udma/apb")?;
         let bar0_len = (&bar0).size();

@@ -9,17 +9,17 @@
 
 use crate::{
     desc::{Barrier, DescLen},
-    device::{Owner, QueueCell, UdmaDevice, DEFAULT_TIMEOUT},
+    device::{Owner, QueueCell, UdmaDevice, DEFAULT_TIMEOUT, MIN_TIMEOUT_MS},
     engine::{self, QueueRegs},
-    mem::{Buffer, MAX_HOST_BUFFER},
-    queue::{Copy, Queue},
+    mem::{self, Buffer, InFlight, MAX_HOST_BUFFER},
+    queue::{Copy, PairRefs, Queue},
     regs::{M2s, S2m},
     ring::{RingState, MAX_DESCS, MIN_DESCS, RESERVE},
     uapi, Registry,
 };
 use kernel::{
     bindings,
-    fs::File,
+    fs::{file::flags, File},
     miscdevice::{MiscDevice, MiscDeviceRegistration},
     mm::virt::VmaNew,
     new_mutex,
@@ -44,17 +44,12 @@ static NEXT_FILE_ID: Atomic<u64> = Atomic::new(1);
 static NEXT_HANDLE: Atomic<u64> = Atomic::new(1);
 
 extern "C" {
-    fn neuron_udma_mmap_coherent(
-        dev: *mut c_void,
-        vma: *mut c_void,
-        cpu_addr: *mut c_void,
-        dma_addr: bindings::dma_addr_t,
-        size: usize,
-    ) -> c_int;
+    fn neuron_udma_mmap_buffer(vma: *mut c_void, priv_: *const c_void, size: u64) -> c_int;
 }
 
 struct FileState {
-    bufs: KVec<Arc<Buffer>>,
+    /// The file's buffers (a vmalloc-backed array: no limit from the slab's largest block).
+    bufs: KVVec<Arc<Buffer>>,
     queues: KVec<Arc<QueueCell>>,
 }
 
@@ -77,12 +72,23 @@ unsafe impl Sync for OpenFile {}
 #[pinned_drop]
 impl PinnedDrop for OpenFile {
     fn drop(self: Pin<&mut Self>) {
-        // Queues first: once paused, no engine touches the buffers.
-        let st = self.st.lock();
-        for q in st.queues.iter() {
+        // Queues first: once paused, no engine touches the buffers. Then a MEMCPY of this file
+        // that returned early (SIGKILL, timeout) is waited for. No mapping of the buffers
+        // exists any more: each one holds a reference to this file. The lists are taken out of
+        // the file lock first: freeing a host buffer gives back its memory charge, which takes
+        // the mmap lock, and mmap() takes the file lock under it.
+        let (queues, bufs) = {
+            let mut st = self.st.lock();
+            (
+                core::mem::take(&mut st.queues),
+                core::mem::replace(&mut st.bufs, KVVec::new()),
+            )
+        };
+        for q in queues.iter() {
             self.dev.queue_release(q);
         }
-        for b in st.bufs.iter() {
+        self.dev.release_file(self.id);
+        for b in bufs.iter() {
             self.dev.free_buffer(b);
         }
     }
@@ -108,11 +114,13 @@ fn ring_size_problem(descs: u32) -> Option<&'static str> {
     }
 }
 
+/// The wait bound of a `timeout_ms` field: 0 for the default, otherwise at least
+/// [`MIN_TIMEOUT_MS`].
 fn timeout(ms: u32) -> Delta {
     if ms == 0 {
         DEFAULT_TIMEOUT
     } else {
-        Delta::from_millis(i64::from(ms))
+        Delta::from_millis(i64::from(ms.max(MIN_TIMEOUT_MS)))
     }
 }
 
@@ -148,26 +156,27 @@ impl FileState {
 
     /// Validates one copy and translates it to device-fabric addresses. The caller holds the
     /// file lock until the copy is prepared, so `MEM_FREE` cannot free a buffer in between.
-    fn translate(&self, dev: &UdmaDevice, c: &uapi::neuron_udma_copy) -> Result<Copy> {
+    fn translate(&self, dev: &UdmaDevice, c: &uapi::neuron_udma_copy) -> Result<(Copy, PairRefs)> {
         reserved_zero(&[u64::from(c.reserved)])?;
         if c.flags & !uapi::NEURON_UDMA_COPY_DST_INT != 0 {
             return Err(EINVAL);
         }
         let len = DescLen::new(c.size)?;
         let barrier = Barrier::try_from(c.barrier)?;
-        let src = self
-            .buffer(c.src_handle)?
-            .addr(dev, c.src_offset, u64::from(c.size))?;
-        let dst = self
-            .buffer(c.dst_handle)?
-            .addr(dev, c.dst_offset, u64::from(c.size))?;
-        Ok(Copy {
-            src,
-            dst,
-            len,
-            barrier,
-            set_dst_int: c.flags & uapi::NEURON_UDMA_COPY_DST_INT != 0,
-        })
+        let route = dev.arch.host_route;
+        let (sb, db) = (self.buffer(c.src_handle)?, self.buffer(c.dst_handle)?);
+        let src = sb.addr(route, c.src_offset, u64::from(c.size))?;
+        let dst = db.addr(route, c.dst_offset, u64::from(c.size))?;
+        Ok((
+            Copy {
+                src,
+                dst,
+                len,
+                barrier,
+                set_dst_int: c.flags & uapi::NEURON_UDMA_COPY_DST_INT != 0,
+            },
+            [Some(InFlight::new(sb)), Some(InFlight::new(db))],
+        ))
     }
 }
 
@@ -209,17 +218,28 @@ impl OpenFile {
             uapi::NEURON_UDMA_MEM_DEVICE => false,
             _ => return Err(EINVAL),
         };
-        let mut st = self.st.lock();
-        st.bufs.reserve(1, GFP_KERNEL)?;
+        self.st.lock().bufs.reserve(1, GFP_KERNEL)?;
         let handle = NEXT_HANDLE.fetch_add(1, Relaxed);
+        // Outside the file lock: a device buffer is scrubbed by the engine first.
         let buf = self
             .dev
             .alloc_buffer(host, a.size, handle, self.file as *mut bindings::file)?;
         a.handle = handle;
         a.mmap_offset = buf.mmap_offset;
         a.size = buf.size;
-        st.bufs.push(buf, GFP_KERNEL)?;
+        if let Err(e) = self.st.lock().bufs.push(buf.clone(), GFP_KERNEL) {
+            self.dev.free_buffer(&buf);
+            return Err(e.into());
+        }
         Ok(())
+    }
+
+    /// Undoes a `MEM_ALLOC` whose result could not be copied to user space.
+    fn mem_alloc_undo(&self, handle: u64) {
+        let _ = self.mem_free(&uapi::neuron_udma_mem_free {
+            handle,
+            ..Default::default()
+        });
     }
 
     fn mem_free(&self, f: &uapi::neuron_udma_mem_free) -> Result {
@@ -230,14 +250,16 @@ impl OpenFile {
             .iter()
             .position(|b| b.handle == f.handle)
             .ok_or(ENOENT)?;
-        // Copies still queued, or a MEMCPY running, may use the buffer: refuse until done.
+        // Retire what the engine has finished, then refuse while a prepared pair that the
+        // engine has not consumed, or a running MEMCPY, references the buffer.
+        for q in st.queues.iter() {
+            self.dev.with_queue(q, |q, _| {
+                q.retire();
+                Ok(())
+            })?;
+        }
         if st.bufs[idx].is_busy() {
             return Err(EBUSY);
-        }
-        for q in st.queues.iter() {
-            if self.dev.with_queue(q, |q, _| Ok(q.uses_buffer(f.handle)))? {
-                return Err(EBUSY);
-            }
         }
         let buf = st.bufs.remove(idx).map_err(|_| ENOENT)?;
         drop(st);
@@ -301,13 +323,9 @@ impl OpenFile {
     fn copy_prepare_one(&self, p: &uapi::neuron_udma_copy_prepare_one) -> Result {
         let st = self.st.lock();
         let cell = st.queue(p.engine, p.queue)?;
-        let c = st.translate(&self.dev, &p.copy)?;
-        self.dev.with_queue(&cell, |q, _| {
-            q.prepare_one(&c)?;
-            q.note_buffer(p.copy.src_handle);
-            q.note_buffer(p.copy.dst_handle);
-            Ok(())
-        })
+        let (c, refs) = st.translate(&self.dev, &p.copy)?;
+        self.dev
+            .with_queue(&cell, |q, _| q.prepare_one_refs(&c, refs))
     }
 
     fn copy_prepare(&self, p: &uapi::neuron_udma_copy_prepare) -> Result {
@@ -325,16 +343,7 @@ impl OpenFile {
         // Small batches are staged on the stack: a heap array per call costs more than the
         // descriptors themselves (Documentation/benchmarks.rst).
         let count = p.count as usize;
-        let unused = (
-            uapi::neuron_udma_copy::default(),
-            Copy {
-                src: 0,
-                dst: 0,
-                len: DescLen::new(1)?,
-                barrier: Barrier::None,
-                set_dst_int: false,
-            },
-        );
+        let unused = uapi::neuron_udma_copy::default();
         let mut inline = [unused; INLINE_BATCH];
         let mut heap = KVVec::new();
         let staged = if count <= INLINE_BATCH {
@@ -347,25 +356,24 @@ impl OpenFile {
             &mut heap[..]
         };
         // Read the whole array before taking the file lock: a page fault takes the mmap lock,
-        // which mmap() holds while it takes the file lock.
-        for (raw, _) in staged.iter_mut() {
+        // which a fault on a buffer mapping holds while it takes a buffer's lock.
+        for raw in staged.iter_mut() {
             *raw = reader.read()?;
         }
         // Held until the pairs are written: see `FileState::translate`.
         let st = self.st.lock();
         let cell = st.queue(p.engine, p.queue)?;
-        for (raw, copy) in staged.iter_mut() {
-            *copy = st.translate(&self.dev, raw)?;
+        let mut copies = KVVec::with_capacity(count, GFP_KERNEL)?;
+        for raw in staged.iter() {
+            copies.push(st.translate(&self.dev, raw)?, GFP_KERNEL)?;
         }
-        let copies = &*staged;
         self.dev.with_queue(&cell, |q, _| {
+            q.retire();
             if q.available_pairs() < p.count {
                 return Err(ENOSPC);
             }
-            for (raw, c) in copies.iter() {
-                q.prepare_one(c)?;
-                q.note_buffer(raw.src_handle);
-                q.note_buffer(raw.dst_handle);
+            for (c, refs) in copies.drain_all() {
+                q.prepare_one_refs(&c, refs)?;
             }
             Ok(())
         })
@@ -381,17 +389,44 @@ impl OpenFile {
     fn copy_wait(&self, w: &mut uapi::neuron_udma_copy_wait) -> Result {
         reserved_zero(&[u64::from(w.reserved)])?;
         let cell = self.queue(w.engine, w.queue)?;
-        let (seq, ack_before) = self.dev.with_queue(&cell, |q, io| {
-            let ack = q.tx_state().ack_index();
-            Ok((q.fence(io)?, ack))
-        })?;
-        self.dev.wait(&cell, seq, timeout(w.timeout_ms))?;
-        w.completed = self.dev.with_queue(&cell, |q, _| {
-            let t = q.tx_state();
-            Ok(u64::from(
-                t.ack_index().wrapping_sub(ack_before) & (t.size().descs() - 1),
-            ))
-        })?;
+        let limit = timeout(w.timeout_ms);
+        let start = kernel::time::Instant::<kernel::time::Monotonic>::now();
+        let mut completed = 0u64;
+        loop {
+            // Retire what the engine finished first. Work that no fence covers gets a new
+            // fence; with none, or no room for another marker, the wait is for the newest
+            // fence in flight (interrupted waits leave their fences behind: they are reused,
+            // not multiplied).
+            let (seq, last, ack_before) = self.dev.with_queue(&cell, |q, io| {
+                q.retire();
+                let ack = q.tx_state().ack_index();
+                if q.unfenced() != 0 && q.can_fence() {
+                    return Ok((Some(q.fence(io)?), true, ack));
+                }
+                match q.last_fence() {
+                    Some(seq) => {
+                        q.add_waiter(seq)?;
+                        Ok((Some(seq), q.unfenced() == 0, ack))
+                    }
+                    None if q.unfenced() == 0 => Ok((None, true, ack)),
+                    None => Err(ENOSPC),
+                }
+            })?;
+            if let Some(seq) = seq {
+                let left = limit - start.elapsed();
+                self.dev.wait(&cell, seq, left.max(Delta::from_millis(0)))?;
+            }
+            completed += self.dev.with_queue(&cell, |q, _| {
+                let t = q.tx_state();
+                Ok(u64::from(
+                    t.ack_index().wrapping_sub(ack_before) & (t.size().descs() - 1),
+                ))
+            })?;
+            if last {
+                break;
+            }
+        }
+        w.completed = completed;
         Ok(())
     }
 
@@ -423,30 +458,36 @@ impl OpenFile {
         if m.size == 0 {
             return Err(EINVAL);
         }
-        let (src, dst, _busy) = {
+        let (src, dst, guards) = {
             let st = self.st.lock();
             let (s, d) = (st.buffer(m.src_handle)?, st.buffer(m.dst_handle)?);
-            let src = s.addr(&self.dev, m.src_offset, m.size)?;
-            let dst = d.addr(&self.dev, m.dst_offset, m.size)?;
-            // `MEM_FREE` refuses buffers in use until the copy returned.
-            (src, dst, (s.busy(), d.busy()))
+            let route = self.dev.arch.host_route;
+            let src = s.addr(route, m.src_offset, m.size)?;
+            let dst = d.addr(route, m.dst_offset, m.size)?;
+            // `MEM_FREE` refuses buffers in use until the engine is done with them.
+            (src, dst, [s.busy(), d.busy()])
         };
-        self.dev.memcpy(src, dst, m.size, timeout(m.timeout_ms))
+        self.dev
+            .memcpy_for_file(self.id, src, dst, m.size, timeout(m.timeout_ms), guards)
     }
 }
 
-/// Reads `T` from user space, runs `f` on it, and writes it back when `write_back`.
+/// Reads `T` from user space, runs `f` on it, and writes it back when `write_back` (checking
+/// first that the argument is writable, so that `EFAULT` comes before any change).
 fn in_out<T: kernel::transmute::FromBytes + kernel::transmute::AsBytes>(
     arg: usize,
     write_back: bool,
     f: impl FnOnce(&mut T) -> Result,
 ) -> Result<isize> {
-    let (mut r, mut w) =
-        UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<T>()).reader_writer();
-    let mut v: T = read(&mut r)?;
+    let slice = || UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<T>());
+    let mut v: T = read(&mut slice().reader())?;
+    if write_back {
+        // The output must be writable before anything changes (EFAULT then changes nothing).
+        slice().writer().write(&v)?;
+    }
     f(&mut v)?;
     if write_back {
-        w.write(&v)?;
+        slice().writer().write(&v)?;
     }
     Ok(0)
 }
@@ -467,7 +508,7 @@ impl MiscDevice for OpenFile {
                 id: NEXT_FILE_ID.fetch_add(1, Relaxed),
                 file: file.as_ptr() as usize,
                 st <- new_mutex!(FileState {
-                    bufs: KVec::new(),
+                    bufs: KVVec::new(),
                     queues: KVec::new(),
                 }),
             }),
@@ -498,28 +539,35 @@ impl MiscDevice for OpenFile {
         vma.try_clear_mayexec()?;
         vma.set_dontcopy();
         vma.set_dontexpand();
-        buf.with_host(|mem| {
-            // SAFETY: `vma` is being set up by this call; `mem` is a live coherent allocation of
-            // this device (`raw_device`) and stays allocated until `Buffer::free`, which first
-            // removes every user mapping of it.
-            let ret = unsafe {
-                neuron_udma_mmap_coherent(
-                    me.dev.raw_device().cast(),
-                    vma.as_ptr().cast(),
-                    mem.as_mut_ptr().cast(),
-                    mem.dma_address(),
-                    mem.size(),
-                )
-            };
-            kernel::error::to_result(ret)
-        })
+        if !buf.is_host() {
+            return Err(EINVAL);
+        }
+        // The VMA holds a reference to the buffer record (given back by its close); pages are
+        // mapped on fault, under the buffer's lock (`mem::Buffer`), so a mapping never reaches
+        // memory that was freed, whenever it was made.
+        let priv_ = mem::vma_private(&buf);
+        // SAFETY: `vma` is being set up by this call; `priv_` is a counted `Arc<Buffer>`
+        // reference that the VMA's close gives back.
+        let ret = unsafe { neuron_udma_mmap_buffer(vma.as_ptr().cast(), priv_, buf.size) };
+        if ret != 0 {
+            // SAFETY: the VMA did not take the reference: give it back here.
+            unsafe { mem::neuron_udma_vma_put(priv_) };
+        }
+        kernel::error::to_result(ret)
     }
 
-    fn ioctl(me: Pin<&OpenFile>, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
+    fn ioctl(me: Pin<&OpenFile>, file: &File, cmd: u32, arg: usize) -> Result<isize> {
         use uapi::*;
         // After unbind nothing is left to operate on (the file's resources were freed with it).
         if !me.dev.is_alive() {
             return Err(ENODEV);
+        }
+        // Commands that allocate, start DMA or change a queue need a file opened for writing:
+        // a read-only descriptor may only look (INFO, QUEUE_STATE).
+        if !matches!(cmd, IOC_INFO | IOC_QUEUE_STATE)
+            && file.flags() & flags::O_ACCMODE == flags::O_RDONLY
+        {
+            return Err(EBADF);
         }
         match cmd {
             IOC_INFO => {
@@ -532,7 +580,19 @@ impl MiscDevice for OpenFile {
                 .write(&info)?;
                 Ok(0)
             }
-            IOC_MEM_ALLOC => in_out(arg, true, |a: &mut neuron_udma_mem_alloc| me.mem_alloc(a)),
+            IOC_MEM_ALLOC => {
+                let mut handle = 0;
+                let r = in_out(arg, true, |a: &mut neuron_udma_mem_alloc| {
+                    me.mem_alloc(a)?;
+                    handle = a.handle;
+                    Ok(())
+                });
+                if r.is_err() && handle != 0 {
+                    // The result could not be copied out: a failing call changes nothing.
+                    me.mem_alloc_undo(handle);
+                }
+                r
+            }
             IOC_MEM_FREE => in_out(arg, false, |f: &mut neuron_udma_mem_free| me.mem_free(f)),
             IOC_QUEUE_INIT => in_out(arg, false, |q: &mut neuron_udma_queue_init| {
                 me.queue_init(q)

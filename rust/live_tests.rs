@@ -337,6 +337,55 @@ mod tests {
     }
 
     #[test]
+    fn reset_fails_exactly_the_dropped_fences() -> Result {
+        let dev = device()?;
+        let q = test_queue(&dev, 2, 64)?;
+        let src = dev.alloc_coherent(8192)?;
+        let dst = dev.alloc_coherent(8192)?;
+        let (s, d) = (
+            dev.host_addr(src.dma_address()),
+            dev.host_addr(dst.dma_address()),
+        );
+        fill(&src, 0x42);
+        let len = DescLen::new(4096)?;
+        let copy = |off: u64| Copy {
+            src: s + off,
+            dst: d + off,
+            len,
+            barrier: Barrier::Write,
+            set_dst_int: false,
+        };
+        let r = (|| -> Result {
+            // Fence 1 completes, and its waiter has not collected the outcome yet.
+            let first = dev.with_queue(&q, |queue, io| {
+                queue.prepare_one(&copy(0))?;
+                queue.fence(io)
+            })?;
+            kernel::io::poll::read_poll_timeout(
+                || dev.with_queue(&q, |queue, _| Ok(queue.is_settled(first))),
+                |&settled| settled,
+                kernel::time::Delta::from_millis(1),
+                kernel::time::Delta::from_secs(5),
+            )?;
+            // Fence 2 fails: the model fails its first Tx descriptor, and the wait resets the
+            // queue.
+            dev.inject_fail_nth(q.eng, q.qid, 1)?;
+            let second = dev.with_queue(&q, |queue, io| {
+                queue.prepare_one(&copy(4096))?;
+                queue.fence(io)
+            })?;
+            assert_eq!(dev.wait(&q, second, DEFAULT_TIMEOUT), Err(EIO));
+            // The reset settled only the fence it dropped: fence 1 is still a success, and
+            // its bytes are there.
+            assert_eq!(dev.wait(&q, first, DEFAULT_TIMEOUT), Ok(()));
+            assert!(copied(&dst, 0, 0, 4096, 0x42));
+            Ok(())
+        })();
+        dev.queue_release(&q);
+        r
+    }
+
+    #[test]
     fn reserved_and_taken_queues() -> Result {
         let dev = device()?;
         let (eng, qid) = dev.arch.h2t[0];

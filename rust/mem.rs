@@ -4,11 +4,10 @@
 //! buffers (ranges of the device memory, HBM). User space names them by handle; the driver
 //! translates (handle, offset, size) into device-fabric addresses after a bounds check.
 
-use crate::device::UdmaDevice;
 use kernel::{
-    bindings,
     dma::Coherent,
     new_mutex,
+    page::{PAGE_SHIFT, PAGE_SIZE},
     prelude::*,
     sync::{
         atomic::{Atomic, Relaxed},
@@ -27,20 +26,70 @@ pub(crate) const DRAM_RESERVED: u64 = 16 << 20;
 
 extern "C" {
     fn neuron_udma_zap(file: *mut c_void, offset: u64, len: u64);
+    fn neuron_udma_insert_page(vmf: *mut c_void, cpu_addr: *mut c_void) -> u32;
+    fn neuron_udma_charge(pages: usize, mm: *mut *mut c_void) -> c_int;
+    fn neuron_udma_uncharge(mm: *mut c_void, pages: usize);
+}
+
+/// Host memory charged to the locked-memory limit (`RLIMIT_MEMLOCK`) of the process that
+/// allocated it, as RDMA and VFIO charge pinned memory; given back on drop.
+pub(crate) struct Charge {
+    /// The charged `struct mm_struct` (a counted reference: `mmgrab`).
+    mm: *mut c_void,
+    /// Pages charged.
+    pages: usize,
+}
+
+// SAFETY: `mm` is a counted reference that may be dropped from any task; `neuron_udma_uncharge`
+// takes the locks it needs itself.
+unsafe impl Send for Charge {}
+// SAFETY: `Charge` has no method taking `&self`.
+unsafe impl Sync for Charge {}
+
+impl Charge {
+    /// Charges `bytes` (rounded up to pages) to the calling process.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` if the charge would exceed `RLIMIT_MEMLOCK` (processes with `CAP_IPC_LOCK` are
+    /// not limited), `ESRCH` without a user address space (kernel threads).
+    pub(crate) fn new(bytes: u64) -> Result<Self> {
+        let pages = usize::try_from(bytes.div_ceil(PAGE_SIZE as u64)).map_err(|_| ENOMEM)?;
+        let mut mm = core::ptr::null_mut();
+        // SAFETY: `mm` is a valid out pointer; the function charges `current->mm`.
+        kernel::error::to_result(unsafe { neuron_udma_charge(pages, &mut mm) })?;
+        Ok(Self { mm, pages })
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        // SAFETY: `mm` was charged `pages` by `neuron_udma_charge`, which took the reference
+        // this gives back.
+        unsafe { neuron_udma_uncharge(self.mm, self.pages) };
+    }
 }
 
 /// What backs a buffer.
 pub(crate) enum Backing {
-    /// Coherent host memory.
-    Host(Coherent<[u8]>),
+    /// Coherent host memory, with its charge to the allocating process (`None` for the
+    /// driver's own buffers).
+    Host(Coherent<[u8]>, Option<Charge>),
     /// Device memory at this device-fabric address.
     Device(u64),
 }
 
 /// One buffer. The backing is `None` once freed (also by unbind).
+///
+/// Lifetime: the memory is freed by [`Buffer::free`] (`MEM_FREE`, closing the file, unbind)
+/// only when no prepared descriptor pair references it ([`Buffer::is_busy`]), and user
+/// mappings are filled page by page on fault, under the backing lock: once `free` has taken
+/// the backing, no new page can be mapped, and the pages mapped before are removed before the
+/// memory is released. A mapping made at any time (also one racing `MEM_FREE`) therefore never
+/// reaches freed memory: it faults with `SIGBUS`.
 #[pin_data]
 pub(crate) struct Buffer {
-    /// Handle, unique within the owning file, never 0.
+    /// Handle, unique on the system, never 0, never reused.
     pub(crate) handle: u64,
     /// Size in bytes (a multiple of [`BUF_ALIGN`]).
     pub(crate) size: u64,
@@ -50,14 +99,19 @@ pub(crate) struct Buffer {
     owner_file: usize,
     /// Synchronous copies (`MEMCPY`) using the buffer right now.
     users: Atomic<u32>,
+    /// Prepared descriptor pairs referencing the buffer that the engine may still process.
+    inflight: Atomic<u32>,
+    /// Position in the device's buffer table (see `UdmaDevice`).
+    pub(crate) table_index: Atomic<usize>,
     #[pin]
     backing: Mutex<Option<Backing>>,
 }
 
 // SAFETY: `owner_file` is only an address passed to `neuron_udma_zap` while the file is open
-// (a buffer is freed at the latest when its file is released); everything else is `Send`.
+// (a buffer's memory is freed at the latest when its file is released or the device unbound,
+// and both happen while the `struct file` exists); everything else is `Send`.
 unsafe impl Send for Buffer {}
-// SAFETY: As above; shared access goes through the mutex.
+// SAFETY: As above; shared access goes through the mutex and atomics.
 unsafe impl Sync for Buffer {}
 
 impl Buffer {
@@ -66,7 +120,7 @@ impl Buffer {
         handle: u64,
         size: u64,
         mmap_offset: u64,
-        owner_file: *mut bindings::file,
+        owner_file: *mut kernel::bindings::file,
         backing: Backing,
     ) -> Result<Arc<Self>> {
         Arc::pin_init(
@@ -76,6 +130,8 @@ impl Buffer {
                 mmap_offset,
                 owner_file: owner_file as usize,
                 users: Atomic::new(0),
+                inflight: Atomic::new(0),
+                table_index: Atomic::new(usize::MAX),
                 backing <- new_mutex!(Some(backing)),
             }),
             GFP_KERNEL,
@@ -88,54 +144,81 @@ impl Buffer {
         BusyGuard(self.clone())
     }
 
-    /// Whether a [`BusyGuard`] exists.
+    /// Whether a [`BusyGuard`] or an [`InFlight`] reference exists: a `MEMCPY` runs on the
+    /// buffer, or a prepared pair that the engine has not consumed references it.
     pub(crate) fn is_busy(&self) -> bool {
-        self.users.load(Relaxed) != 0
+        self.users.load(Relaxed) != 0 || self.inflight.load(Relaxed) != 0
     }
 
-    /// Device-fabric address of bytes `[offset, offset + len)`.
+    /// Device-fabric address of bytes `[offset, offset + len)`; `route` is OR-ed onto host
+    /// DMA addresses (the generation's host route, spec 1.3).
     ///
     /// # Errors
     ///
     /// `ERANGE` if the range does not lie inside the buffer, `ENODEV` if it was freed.
-    pub(crate) fn addr(&self, dev: &UdmaDevice, offset: u64, len: u64) -> Result<u64> {
+    pub(crate) fn addr(&self, route: u64, offset: u64, len: u64) -> Result<u64> {
         let end = offset.checked_add(len).ok_or(ERANGE)?;
         if end > self.size {
             return Err(ERANGE);
         }
         match &*self.backing.lock() {
-            Some(Backing::Host(c)) => Ok(dev.host_addr(c.dma_address()) + offset),
+            Some(Backing::Host(c, _)) => Ok((c.dma_address() | route) + offset),
             Some(Backing::Device(a)) => Ok(a + offset),
             None => Err(ENODEV),
         }
     }
 
-    /// Runs `f` on the coherent memory of a host buffer.
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` for a device buffer, `ENODEV` if freed.
-    pub(crate) fn with_host<R>(&self, f: impl FnOnce(&Coherent<[u8]>) -> Result<R>) -> Result<R> {
-        match &*self.backing.lock() {
-            Some(Backing::Host(c)) => f(c),
-            Some(Backing::Device(_)) => Err(EINVAL),
-            None => Err(ENODEV),
-        }
+    /// Whether this is a host buffer whose memory is still there.
+    pub(crate) fn is_host(&self) -> bool {
+        matches!(&*self.backing.lock(), Some(Backing::Host(..)))
     }
 
-    /// Frees the memory: removes every user mapping first, then drops the backing. Returns the
-    /// device-memory range to give back, if any.
-    pub(crate) fn free(&self) -> Option<u64> {
-        let mut b = self.backing.lock();
-        let old = b.take();
-        if let Some(Backing::Host(_)) = &old {
-            // SAFETY: `owner_file` is the open file that created the buffer: buffers are freed
-            // at the latest in that file's release, so the file is still alive here.
-            unsafe { neuron_udma_zap(self.owner_file as *mut c_void, self.mmap_offset, self.size) };
+    /// Maps page `pgoff` (in units of the file's page offsets) of this host buffer at the
+    /// faulting address of `vmf`. Returns the `vm_fault_t` of the insertion, or `None` when
+    /// the page does not exist: out of range, a device buffer, or freed.
+    fn fault(&self, pgoff: u64, vmf: *mut c_void) -> Option<u32> {
+        let idx = pgoff.checked_sub(self.mmap_offset >> PAGE_SHIFT)?;
+        if idx >= self.size >> PAGE_SHIFT {
+            return None;
         }
+        // Held across the insertion: `free` takes the backing under this lock, so a page is
+        // either mapped before `free` (and then zapped by it) or not at all.
+        let backing = self.backing.lock();
+        let Some(Backing::Host(mem, _)) = &*backing else {
+            return None;
+        };
+        // CAST: `idx` is below size / PAGE_SIZE, and `size` fits the allocation.
+        let off = (idx as usize).checked_mul(PAGE_SIZE)?;
+        if off >= mem.size() {
+            return None;
+        }
+        // SAFETY: `off` lies inside the allocation, which stays alive while `backing` is held;
+        // `vmf` is the fault being handled (see `neuron_udma_vma_fault`).
+        Some(unsafe { neuron_udma_insert_page(vmf, mem.as_mut_ptr().cast::<u8>().add(off).cast()) })
+    }
+
+    /// Frees the memory: takes the backing (no page can be mapped after this), removes every
+    /// user mapping, then releases the memory and its charge. Returns the device-memory range
+    /// to give back, if any. Callers make sure no descriptor references it ([`Self::is_busy`]
+    /// or a paused queue).
+    pub(crate) fn free(&self) -> Option<u64> {
+        let old = self.backing.lock().take();
         match old {
+            Some(Backing::Host(mem, charge)) => {
+                // SAFETY: `owner_file` is the open file that created the buffer: buffers are
+                // freed at the latest in that file's release or at unbind, while the file is
+                // still alive.
+                unsafe {
+                    neuron_udma_zap(self.owner_file as *mut c_void, self.mmap_offset, self.size)
+                };
+                // Outside the backing lock: the uncharge takes the mmap lock, which a fault
+                // holds while it takes the backing lock.
+                drop(mem);
+                drop(charge);
+                None
+            }
             Some(Backing::Device(a)) => Some(a),
-            _ => None,
+            None => None,
         }
     }
 }
@@ -147,6 +230,73 @@ impl Drop for BusyGuard {
     fn drop(&mut self) {
         self.0.users.fetch_sub(1, Relaxed);
     }
+}
+
+/// A reference from one prepared descriptor pair to a buffer it reads or writes: while it
+/// exists the buffer is busy ([`Buffer::is_busy`]). The queue drops it when the engine has
+/// consumed the pair (its fence's marker arrived) or can no longer reach it (queue reset or
+/// pause): what the engine really did, not a counter kept beside it.
+pub(crate) struct InFlight(Arc<Buffer>);
+
+impl InFlight {
+    /// Marks `buf` referenced by one more prepared pair.
+    pub(crate) fn new(buf: &Arc<Buffer>) -> Self {
+        buf.inflight.fetch_add(1, Relaxed);
+        Self(buf.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.inflight.fetch_sub(1, Relaxed);
+    }
+}
+
+/// The `vm_private_data` of a buffer mapping: a counted reference to the buffer (the record,
+/// not its memory: a freed buffer's mapping faults with `SIGBUS`).
+pub(crate) fn vma_private(buf: &Arc<Buffer>) -> *const c_void {
+    Arc::into_raw(buf.clone()).cast()
+}
+
+/// Takes one more reference for a copied VMA (`vm_operations_struct::open`).
+///
+/// # Safety
+///
+/// `priv_` comes from [`vma_private`] and is still referenced by the VMA being copied.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn neuron_udma_vma_get(priv_: *const c_void) {
+    // SAFETY: per the function's contract, `priv_` is an `Arc<Buffer>` from `into_raw` that is
+    // alive; the clone is leaked into the new VMA.
+    let buf = unsafe { Arc::<Buffer>::from_raw(priv_.cast()) };
+    core::mem::forget(buf.clone());
+    core::mem::forget(buf);
+}
+
+/// Drops the reference of a closed VMA (`vm_operations_struct::close`).
+///
+/// # Safety
+///
+/// `priv_` comes from [`vma_private`] or [`neuron_udma_vma_get`] and is not used afterwards.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn neuron_udma_vma_put(priv_: *const c_void) {
+    // SAFETY: per the function's contract, this gives back one reference.
+    drop(unsafe { Arc::<Buffer>::from_raw(priv_.cast()) });
+}
+
+/// Fault handler of a buffer mapping: maps page `pgoff`, or returns `u32::MAX` for `SIGBUS`.
+///
+/// # Safety
+///
+/// `priv_` is the VMA's private data (an `Arc<Buffer>` reference) and `vmf` the fault.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn neuron_udma_vma_fault(
+    priv_: *const c_void,
+    pgoff: u64,
+    vmf: *mut c_void,
+) -> u32 {
+    // SAFETY: the VMA holds a reference to the buffer for as long as it exists.
+    let buf = unsafe { &*priv_.cast::<Buffer>() };
+    buf.fault(pgoff, vmf).unwrap_or(u32::MAX)
 }
 
 /// First-fit allocator of device-memory ranges.

@@ -95,10 +95,22 @@ impl Registry {
     }
 }
 
+/// Empties the registry at module unload, after the driver is unregistered (fields drop in
+/// declaration order): its array would otherwise outlive the module as a leak.
+struct RegistryCleanup;
+
+impl Drop for RegistryCleanup {
+    fn drop(&mut self) {
+        let old = core::mem::replace(&mut REGISTRY.lock().devs, KVec::new());
+        drop(old);
+    }
+}
+
 #[pin_data]
 struct NeuronUdmaModule {
     #[pin]
     _driver: Registration<pci::Adapter<driver::NeuronUdmaDriver>>,
+    _registry: RegistryCleanup,
 }
 
 impl InPlaceModule for NeuronUdmaModule {
@@ -109,6 +121,7 @@ impl InPlaceModule for NeuronUdmaModule {
         unsafe { debugfs::ROOT.init() };
         try_pin_init!(Self {
             _driver <- Registration::new(<LocalModule as kernel::ModuleMetadata>::NAME, module),
+            _registry: RegistryCleanup,
         })
     }
 }

@@ -14,6 +14,7 @@ use crate::{
     arch::Arch,
     desc::{Barrier, Desc, DescLen, DESC_SIZE},
     engine::{self, EngineIo},
+    mem::InFlight,
     regs::{M2s, S2m},
     ring::{RingSize, RingState, ALIGN},
 };
@@ -75,38 +76,7 @@ unsafe impl kernel::transmute::AsBytes for CompletionSlot {}
 // SAFETY: As above.
 unsafe impl kernel::transmute::FromBytes for CompletionSlot {}
 
-/// Buffers (by handle) referenced by descriptors that are prepared and not yet completed.
-///
-/// Fixed size, so that it can be updated where nothing may allocate; past [`Self::SLOTS`]
-/// distinct buffers it conservatively reports every buffer as in use.
-#[derive(Clone, Copy, Debug, Default)]
-struct BufUsers {
-    handles: [u64; BufUsers::SLOTS],
-    n: usize,
-    overflow: bool,
-}
-
-impl BufUsers {
-    const SLOTS: usize = 16;
-
-    fn note(&mut self, handle: u64) {
-        if self.handles[..self.n].contains(&handle) {
-            return;
-        }
-        if self.n < Self::SLOTS {
-            self.handles[self.n] = handle;
-            self.n += 1;
-        } else {
-            self.overflow = true;
-        }
-    }
-
-    fn uses(&self, handle: u64) -> bool {
-        self.overflow || self.handles[..self.n].contains(&handle)
-    }
-}
-
-/// A fence in flight: completion slot and the ring positions just past its marker pair.
+/// A fence in flight: its completion slot and the ring positions just past its marker pair.
 #[derive(Clone, Copy, Debug)]
 struct Fence {
     seq: u64,
@@ -114,6 +84,43 @@ struct Fence {
     tx_end: u32,
     rx_end: u32,
 }
+
+/// What became of a fence (see [`Queue::outcome`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FenceState {
+    /// Still in flight.
+    Pending,
+    /// The marker arrived: every descriptor before it completed.
+    Done,
+    /// Dropped by a queue reset before its marker arrived: the copies before it may not have
+    /// run.
+    Lost,
+}
+
+/// Software record of one completion slot: which fence used it last, its outcome, and how
+/// many waiters still have to collect that outcome. A slot is reused by a new fence only once
+/// its previous fence is settled and nobody waits for it, so an outcome is never overwritten
+/// before it is read: a reset fails exactly the fences it dropped, and a waiter never mistakes
+/// another fence's outcome for its own.
+#[derive(Clone, Copy, Debug)]
+struct SlotRecord {
+    seq: u64,
+    state: FenceState,
+    waiters: u32,
+}
+
+impl SlotRecord {
+    const FREE: Self = Self {
+        seq: 0,
+        state: FenceState::Done,
+        waiters: 0,
+    };
+}
+
+/// The buffers a prepared descriptor pair references, kept until the engine has consumed the
+/// pair (its fence completed) or can no longer reach it (queue reset or pause). `None` for
+/// pairs whose addresses are not user buffers (markers, in-kernel copies).
+pub(crate) type PairRefs = [Option<InFlight>; 2];
 
 /// Parameters of one copy (one descriptor pair), addresses already translated.
 #[derive(Clone, Copy, Debug)]
@@ -146,22 +153,15 @@ pub(crate) struct Queue {
     pending_rx: u32,
     /// Fences in flight, oldest first.
     fences: KVec<Fence>,
-    /// Sequence number of the next fence; fences before `done_seq` are complete.
+    /// Sequence number of the next fence (fence numbers start at 1).
     next_seq: u64,
-    done_seq: u64,
+    /// One record per completion slot (index `seq % FENCE_SLOTS`).
+    outcomes: KVec<SlotRecord>,
     /// Times the queue was reset (after a timeout or an engine error).
     pub(crate) resets: u32,
-    /// Buffers used by descriptors not yet completed.
-    users: BufUsers,
-}
-
-/// Result of checking a fence.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FenceState {
-    /// The marker arrived; the descriptors before it are acked.
-    Done,
-    /// Not yet.
-    Pending,
+    /// Per Tx slot, the user buffers its pair references (same index as the Tx ring). Entries
+    /// between the Tx ack index and the next index are live; the others are `None`.
+    refs: KVVec<PairRefs>,
 }
 
 impl Queue {
@@ -197,6 +197,14 @@ impl Queue {
                 return Err(EIO);
             }
         }
+        let mut outcomes = KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL)?;
+        for _ in 0..FENCE_SLOTS {
+            outcomes.push(SlotRecord::FREE, GFP_KERNEL)?;
+        }
+        let mut refs = KVVec::with_capacity(tx_descs as usize, GFP_KERNEL | __GFP_NOWARN)?;
+        for _ in 0..tx_descs {
+            refs.push([None, None], GFP_KERNEL)?;
+        }
         Ok(Self {
             qid,
             host_route: arch.host_route,
@@ -209,9 +217,9 @@ impl Queue {
             pending_rx: 0,
             fences: KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL)?,
             next_seq: 1,
-            done_seq: 1,
+            outcomes,
             resets: 0,
-            users: BufUsers::default(),
+            refs,
         })
     }
 
@@ -234,22 +242,38 @@ impl Queue {
     pub(crate) fn hw_init(&mut self, io: EngineIo<'_>) -> Result {
         engine::init_queue_dir::<M2s>(io, self.q(), self.tx_base(), self.tx.size().descs())?;
         engine::init_queue_dir::<S2m>(io, self.q(), self.rx_base(), self.rx.size().descs())?;
+        self.forget_inflight();
+        Ok(())
+    }
+
+    /// Resets the software state after the engine was stopped from using the rings (queue
+    /// init or pause): empty rings, ring id 1; every fence in flight is settled as
+    /// [`FenceState::Lost`] and every buffer reference of a pair is dropped.
+    fn forget_inflight(&mut self) {
+        let mask = self.tx.size().descs() - 1;
+        let mut i = self.tx.ack_index();
+        while i != self.tx.next_index() {
+            // PANIC: `i` is masked to the ring size, the length of `refs`.
+            self.refs[i as usize] = [None, None];
+            i = (i + 1) & mask;
+        }
         self.tx = RingState::new(self.tx.size());
         self.rx = RingState::new(self.rx.size());
         self.pending_tx = 0;
         self.pending_rx = 0;
-        // Every fence still in flight is lost with the reset: mark them done-with-error by
-        // moving `done_seq` past them; waiters learn of the reset through `resets`.
+        for f in self.fences.iter() {
+            // PANIC: `slot` is below FENCE_SLOTS, the length of `outcomes`.
+            self.outcomes[f.slot].state = FenceState::Lost;
+        }
         self.fences.clear();
-        self.done_seq = self.next_seq;
-        self.users = BufUsers::default();
-        Ok(())
     }
 
     /// Stops the engine from using the rings: pauses both directions and resets the queue.
     pub(crate) fn pause(&mut self, io: EngineIo<'_>) -> Result {
         engine::pause_queue_dir::<M2s>(io, self.q())?;
-        engine::pause_queue_dir::<S2m>(io, self.q())
+        engine::pause_queue_dir::<S2m>(io, self.q())?;
+        self.forget_inflight();
+        Ok(())
     }
 
     /// Resets the queue after a timeout or an engine error: the full queue init sequence again
@@ -283,7 +307,14 @@ impl Queue {
     /// The marker may use the 16-descriptor reserve, so a wait is possible on a ring that
     /// `prepare_one` considers full.
     pub(crate) fn can_fence(&self) -> bool {
-        self.fences.len() < FENCE_SLOTS && self.marker_room()
+        self.fences.len() < FENCE_SLOTS && self.marker_room() && self.next_slot_free()
+    }
+
+    /// Whether the completion slot of the next fence is settled and collected.
+    fn next_slot_free(&self) -> bool {
+        // CAST: the remainder is below FENCE_SLOTS.
+        let r = &self.outcomes[(self.next_seq % FENCE_SLOTS as u64) as usize];
+        r.state != FenceState::Pending && r.waiters == 0
     }
 
     /// Room for one pair beyond the reserve-keeping limit: the rings never fill completely.
@@ -298,17 +329,25 @@ impl Queue {
     ///
     /// `ENOSPC` if either ring has no free slot; nothing is written then.
     pub(crate) fn prepare_one(&mut self, c: &Copy) -> Result {
+        self.prepare_one_refs(c, [None, None])
+    }
+
+    /// [`Self::prepare_one`] for a pair whose addresses lie in user buffers: `refs` keeps them
+    /// in flight (see [`InFlight`]) until the engine has consumed the pair.
+    pub(crate) fn prepare_one_refs(&mut self, c: &Copy, refs: PairRefs) -> Result {
         if self.available_pairs() < 1 {
             return Err(ENOSPC);
         }
-        self.write_pair(c);
+        self.write_pair(c, refs);
         Ok(())
     }
 
     /// Writes one pair without the reserve check (callers check the space).
-    fn write_pair(&mut self, c: &Copy) {
+    fn write_pair(&mut self, c: &Copy, refs: PairRefs) {
         let (rx_idx, rx_id) = self.rx.take();
         let (tx_idx, tx_id) = self.tx.take();
+        // PANIC: `take` returns indices below the ring size, the length of `refs`.
+        self.refs[tx_idx as usize] = refs;
         let rx = HwDesc::from_desc(Desc::rx(c.len, rx_id, c.set_dst_int, c.dst));
         let tx = HwDesc::from_desc(Desc::tx(c.len, tx_id, c.barrier, c.src));
         // PANIC: `take` returns indices below the ring size, which is the slice length.
@@ -337,17 +376,18 @@ impl Queue {
 
     /// Appends a completion marker pair after everything prepared so far and rings the
     /// doorbells for all prepared descriptors, marker included. Returns the fence's sequence
-    /// number for [`Self::check`].
+    /// number, with one waiter registered: the caller collects the outcome with
+    /// [`Self::collect`] (directly or through the device's wait).
     ///
     /// # Errors
     ///
     /// `ENOSPC` if the rings have no room for the marker pair, `EBUSY` if all completion slots
-    /// are in flight; nothing changes then.
+    /// are in flight or still to be collected; nothing changes then.
     pub(crate) fn fence(&mut self, io: EngineIo<'_>) -> Result<u64> {
         if !self.marker_room() {
             return Err(ENOSPC);
         }
-        if self.fences.len() >= FENCE_SLOTS {
+        if self.fences.len() >= FENCE_SLOTS || !self.next_slot_free() {
             return Err(EBUSY);
         }
         let seq = self.next_seq;
@@ -358,13 +398,17 @@ impl Queue {
         io_write!(&self.completion, [try: slot].src, COMPLETION_MARKER);
         let view = io_project!(&self.completion, [try: slot]);
         let src = view.dma_address() | self.host_route;
-        self.write_pair(&Copy {
-            src,
-            dst: src + 4,
-            len: DescLen::new(4)?,
-            barrier: Barrier::None,
-            set_dst_int: false,
-        });
+        let len = DescLen::new(4)?;
+        self.write_pair(
+            &Copy {
+                src,
+                dst: src + 4,
+                len,
+                barrier: Barrier::None,
+                set_dst_int: false,
+            },
+            [None, None],
+        );
         let (tx, rx) = (self.pending_tx, self.pending_rx);
         self.start(io, tx, rx)?;
         // Cannot fail: the capacity is FENCE_SLOTS and fewer fences are in flight (checked
@@ -377,6 +421,11 @@ impl Queue {
                 rx_end: self.rx.next_index(),
             })
             .map_err(|_| EBUSY)?;
+        self.outcomes[slot] = SlotRecord {
+            seq,
+            state: FenceState::Pending,
+            waiters: 1,
+        };
         self.next_seq += 1;
         Ok(seq)
     }
@@ -386,9 +435,62 @@ impl Queue {
         self.fences.last().map(|f| f.seq)
     }
 
-    /// Checks fence `seq`: when its marker (or a later one) has arrived, acks every descriptor
-    /// up to that marker on both rings and retires the fences.
-    pub(crate) fn check(&mut self, seq: u64) -> FenceState {
+    /// Registers one more waiter of fence `seq`, which must be in flight (as returned by
+    /// [`Self::last_fence`] under the same lock).
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` if `seq` is not in flight.
+    pub(crate) fn add_waiter(&mut self, seq: u64) -> Result {
+        let f = self.fences.iter().find(|f| f.seq == seq).ok_or(ENOENT)?;
+        let r = &mut self.outcomes[f.slot];
+        r.waiters = r.waiters.checked_add(1).ok_or(EBUSY)?;
+        Ok(())
+    }
+
+    /// Tx descriptors prepared or started after the newest fence (or, without a fence in
+    /// flight, not yet acked): work that no fence covers yet.
+    pub(crate) fn unfenced(&self) -> u32 {
+        let from = self.fences.last().map_or(self.tx.ack_index(), |f| f.tx_end);
+        self.tx.next_index().wrapping_sub(from) & (self.tx.size().descs() - 1)
+    }
+
+    /// The outcome of fence `seq` (one of the caller's registrations). Once it is settled
+    /// (`Done` or `Lost`), the registration is given back; call it again only while `Pending`.
+    pub(crate) fn collect(&mut self, seq: u64) -> FenceState {
+        self.retire();
+        // CAST: the remainder is below FENCE_SLOTS.
+        let r = &mut self.outcomes[(seq % FENCE_SLOTS as u64) as usize];
+        if r.seq != seq || r.waiters == 0 {
+            // Not a registered fence of this queue: a caller bug; never report success.
+            return FenceState::Lost;
+        }
+        if r.state != FenceState::Pending {
+            r.waiters -= 1;
+        }
+        r.state
+    }
+
+    /// Whether fence `seq` is no longer in flight (its marker arrived or a reset dropped it).
+    pub(crate) fn is_settled(&mut self, seq: u64) -> bool {
+        self.retire();
+        !self.fences.iter().any(|f| f.seq == seq)
+    }
+
+    /// Gives back a registration of fence `seq` without collecting its outcome (the caller
+    /// stops waiting: it will never learn the outcome).
+    pub(crate) fn abandon(&mut self, seq: u64) {
+        // CAST: the remainder is below FENCE_SLOTS.
+        let r = &mut self.outcomes[(seq % FENCE_SLOTS as u64) as usize];
+        if r.seq == seq {
+            r.waiters = r.waiters.saturating_sub(1);
+        }
+    }
+
+    /// Retires every fence whose marker (or a later fence's marker) has arrived: acks the
+    /// descriptors up to it on both rings, drops the buffer references of the acked pairs and
+    /// settles the fences as [`FenceState::Done`].
+    pub(crate) fn retire(&mut self) {
         // Retire from the newest arrived fence: in-order processing means all older ones are
         // done too, even though their markers are checked no more.
         let mut newest = None;
@@ -398,35 +500,39 @@ impl Queue {
                 newest = Some(i);
             }
         }
-        if let Some(i) = newest {
-            let f = self.fences[i];
-            let tx_n = f.tx_end.wrapping_sub(self.tx.ack_index()) & (self.tx.size().descs() - 1);
-            let rx_n = f.rx_end.wrapping_sub(self.rx.ack_index()) & (self.rx.size().descs() - 1);
-            // The fence was recorded from these rings, so the counts are outstanding ones.
-            let _ = self.tx.ack(tx_n);
-            let _ = self.rx.ack(rx_n);
-            io_write!(&self.completion, [panic: f.slot].dst, 0);
-            self.fences.retain(|x| x.seq > f.seq);
-            self.done_seq = f.seq + 1;
-            if self.tx.outstanding() == 0 && self.pending() == (0, 0) {
-                self.users = BufUsers::default();
-            }
+        let Some(n) = newest else {
+            return;
+        };
+        let f = self.fences[n];
+        let tx_mask = self.tx.size().descs() - 1;
+        let tx_n = f.tx_end.wrapping_sub(self.tx.ack_index()) & tx_mask;
+        let rx_n = f.rx_end.wrapping_sub(self.rx.ack_index()) & (self.rx.size().descs() - 1);
+        let mut i = self.tx.ack_index();
+        for _ in 0..tx_n {
+            // PANIC: `i` is masked to the ring size, the length of `refs`.
+            self.refs[i as usize] = [None, None];
+            i = (i + 1) & tx_mask;
         }
-        if seq < self.done_seq {
-            FenceState::Done
-        } else {
-            FenceState::Pending
+        // The fence was recorded from these rings, so the counts are outstanding ones: an
+        // error here means the software state is corrupt, and the fences stay unsettled
+        // rather than report copies as done.
+        if tx_n > self.tx.outstanding()
+            || rx_n > self.rx.outstanding()
+            || self.tx.ack(tx_n).is_err()
+            || self.rx.ack(rx_n).is_err()
+        {
+            pr_err!(
+                "neuron_udma: queue {}: fence {} beyond the rings\n",
+                self.qid,
+                f.seq
+            );
+            return;
         }
-    }
-
-    /// Records that descriptors prepared on this queue use the buffer `handle`.
-    pub(crate) fn note_buffer(&mut self, handle: u64) {
-        self.users.note(handle);
-    }
-
-    /// Whether descriptors prepared and not yet completed may use the buffer `handle`.
-    pub(crate) fn uses_buffer(&self, handle: u64) -> bool {
-        (self.tx.outstanding() != 0 || self.pending() != (0, 0)) && self.users.uses(handle)
+        for old in self.fences.iter().take(n + 1) {
+            io_write!(&self.completion, [panic: old.slot].dst, 0);
+            self.outcomes[old.slot].state = FenceState::Done;
+        }
+        self.fences.retain(|x| x.seq > f.seq);
     }
 
     /// The Tx and Rx ring memory, for the benchmark's plain-store floor (`rust/bench.rs`).

@@ -122,10 +122,12 @@ impl RingState {
         self.ring_id
     }
 
-    /// Free slots, keeping the 16-descriptor reserve: `(ack - (next + 16)) & (size - 1)`
-    /// (spec 4.7). `size - 16` on an empty ring.
+    /// Free slots, keeping the 16-descriptor reserve (spec 4.7): `size - 16 - outstanding`, and
+    /// 0 whenever fewer than the reserve remain (a completion marker may use the reserve, and
+    /// the masked form `(ack - (next + 16)) & (size - 1)` would then wrap to almost a full
+    /// ring).
     pub(crate) fn available(&self) -> u32 {
-        self.ack.wrapping_sub(self.next.wrapping_add(RESERVE)) & self.mask()
+        (self.size.0 - RESERVE).saturating_sub(self.outstanding())
     }
 
     /// Descriptors handed out and not yet acked.
@@ -222,6 +224,21 @@ mod tests {
         assert_eq!(r.outstanding(), 16);
         let big = RingState::new(RingSize::new(8192)?);
         assert_eq!(big.available(), 8176);
+        // A marker in the reserve: 17 of 32 outstanding leaves no free space, not 31.
+        let mut r = RingState::new(RingSize::new(32)?);
+        for _ in 0..17 {
+            r.take();
+        }
+        assert_eq!(r.available(), 0);
+        for _ in 0..13 {
+            r.take();
+        }
+        assert_eq!(r.outstanding(), 30);
+        assert_eq!(r.available(), 0);
+        r.ack(14)?;
+        assert_eq!(r.available(), 0);
+        r.ack(1)?;
+        assert_eq!(r.available(), 1);
         Ok(())
     }
 

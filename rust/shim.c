@@ -6,36 +6,117 @@
 #include <linux/dma-mapping.h>
 #include <linux/fs.h>
 #include <linux/mm.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/signal.h>
 
-/* Called from Rust (rust/file.rs, rust/mem.rs); no header, as nothing in C calls them. */
-int neuron_udma_mmap_coherent(struct device *dev, struct vm_area_struct *vma, void *cpu_addr,
-			      dma_addr_t dma_addr, size_t size);
+/* Called from Rust (rust/file.rs, rust/mem.rs, rust/device.rs). */
+int neuron_udma_mmap_buffer(struct vm_area_struct *vma, const void *priv, u64 size);
 void neuron_udma_zap(struct file *file, u64 offset, u64 len);
+vm_fault_t neuron_udma_insert_page(struct vm_fault *vmf, void *cpu_addr);
+int neuron_udma_charge(unsigned long pages, struct mm_struct **mmp);
+void neuron_udma_uncharge(struct mm_struct *mm, unsigned long pages);
+bool neuron_udma_fatal_signal_pending(void);
+
+/* Implemented in Rust (rust/mem.rs): the buffer behind a mapping, counted per VMA. */
+void neuron_udma_vma_get(const void *priv);
+void neuron_udma_vma_put(const void *priv);
+u32 neuron_udma_vma_fault(const void *priv, u64 pgoff, struct vm_fault *vmf);
+
+static void neuron_udma_vm_open(struct vm_area_struct *vma)
+{
+	neuron_udma_vma_get(vma->vm_private_data);
+}
+
+static void neuron_udma_vm_close(struct vm_area_struct *vma)
+{
+	neuron_udma_vma_put(vma->vm_private_data);
+}
+
+static vm_fault_t neuron_udma_vm_fault(struct vm_fault *vmf)
+{
+	u32 ret = neuron_udma_vma_fault(vmf->vma->vm_private_data, vmf->pgoff, vmf);
+
+	return ret == U32_MAX ? VM_FAULT_SIGBUS : (vm_fault_t)ret;
+}
+
+static const struct vm_operations_struct neuron_udma_vm_ops = {
+	.open = neuron_udma_vm_open,
+	.close = neuron_udma_vm_close,
+	.fault = neuron_udma_vm_fault,
+};
 
 /*
- * No dma_mmap_coherent() in Rust: map a whole coherent buffer at the start of @vma. The page
- * offset of @vma names the buffer (it is the buffer's mmap offset), not an offset inside it, so
- * it is cleared for the call and restored afterwards: the mapping must stay indexed by its real
- * offset so that neuron_udma_zap() finds it.
+ * No vm_operations_struct in Rust: make @vma a mapping of a whole host buffer whose pages are
+ * inserted one by one on fault (rust/mem.rs decides under the buffer's lock whether the page
+ * still exists). @priv is a counted reference to the buffer, dropped by ->close. Nothing is
+ * mapped here, so a mapping that is linked after the buffer was freed never reaches its memory.
  */
-int neuron_udma_mmap_coherent(struct device *dev, struct vm_area_struct *vma, void *cpu_addr,
-			      dma_addr_t dma_addr, size_t size)
+int neuron_udma_mmap_buffer(struct vm_area_struct *vma, const void *priv, u64 size)
 {
-	unsigned long pgoff = vma->vm_pgoff;
-	int ret;
-
 	if (vma->vm_end - vma->vm_start != PAGE_ALIGN(size))
 		return -EINVAL;
-	vma->vm_pgoff = 0;
-	ret = dma_mmap_coherent(dev, vma, cpu_addr, dma_addr, size);
-	vma->vm_pgoff = pgoff;
-	return ret;
+	vm_flags_set(vma, VM_PFNMAP | VM_IO | VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY);
+	vma->vm_private_data = (void *)priv;
+	vma->vm_ops = &neuron_udma_vm_ops;
+	return 0;
+}
+
+/*
+ * No vmf_insert_pfn() in Rust: map the page of coherent memory at @cpu_addr at the faulting
+ * address. Coherent memory is either in the linear map (dma-direct) or vmap'ed (an IOMMU or a
+ * remapping allocator); the pfn is looked up accordingly.
+ */
+vm_fault_t neuron_udma_insert_page(struct vm_fault *vmf, void *cpu_addr)
+{
+	unsigned long pfn = is_vmalloc_addr(cpu_addr) ? vmalloc_to_pfn(cpu_addr) :
+							page_to_pfn(virt_to_page(cpu_addr));
+
+	return vmf_insert_pfn(vmf->vma, vmf->address, pfn);
+}
+
+/*
+ * No mm accounting in Rust: charge @pages of locked memory to the calling process, limited by
+ * RLIMIT_MEMLOCK unless it has CAP_IPC_LOCK (as VFIO charges pinned pages). On success *@mmp
+ * holds a reference to the charged mm for neuron_udma_uncharge().
+ */
+int neuron_udma_charge(unsigned long pages, struct mm_struct **mmp)
+{
+	struct mm_struct *mm = current->mm;
+	int ret;
+
+	if (!mm)
+		return -ESRCH;
+	ret = account_locked_vm(mm, pages, true);
+	if (ret)
+		return ret;
+	mmgrab(mm);
+	*mmp = mm;
+	return 0;
+}
+
+/* Give back a charge of neuron_udma_charge(); nothing to give back once the mm is gone. */
+void neuron_udma_uncharge(struct mm_struct *mm, unsigned long pages)
+{
+	if (mmget_not_zero(mm)) {
+		account_locked_vm(mm, pages, false);
+		mmput(mm);
+	}
+	mmdrop(mm);
+}
+
+/*
+ * No fatal_signal_pending() in Rust: whether the current task was killed, for waits that must
+ * not be interrupted by other signals but must end on SIGKILL.
+ */
+bool neuron_udma_fatal_signal_pending(void)
+{
+	return fatal_signal_pending(current);
 }
 
 /*
  * No unmap_mapping_range() in Rust: remove every user mapping of bytes [@offset, @offset +
- * @len) of @file's mapping, before the memory behind them is freed. Later accesses fault
- * (SIGBUS) instead of reaching freed memory.
+ * @len) of @file's mapping, before the memory behind them is freed. Later accesses fault and
+ * find the buffer gone (SIGBUS).
  */
 void neuron_udma_zap(struct file *file, u64 offset, u64 len)
 {

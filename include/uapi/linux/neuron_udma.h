@@ -74,8 +74,8 @@ struct neuron_udma_mem_alloc {
 
 /*
  * NEURON_UDMA_MEM_FREE: free a buffer of this file.
- * Errors: ENOENT (no such handle in this file), EBUSY (a queue of this file still has copies
- * in flight; wait for them first).
+ * Errors: ENOENT (no such handle in this file), EBUSY (a descriptor pair the engine has not
+ * consumed, or a MEMCPY, still uses it; wait for them first).
  */
 struct neuron_udma_mem_free {
 	__u64 handle;
@@ -164,11 +164,12 @@ struct neuron_udma_copy_start {
 };
 
 /*
- * NEURON_UDMA_COPY_WAIT: start everything prepared, append a completion marker pair, wait up
- * to @timeout_ms (0: 10 s) for it, then free the ring space of every completed pair.
- * Errors: ENOENT, ENOSPC (no room for the marker pair), ETIMEDOUT (no completion; the queue was
- * reset and is usable again), EIO (the engine reported an error; the queue was reset),
- * EINTR (a signal; the copies go on).
+ * NEURON_UDMA_COPY_WAIT: start everything prepared, append a completion marker pair (or reuse
+ * the newest one in flight when nothing new was prepared or there is no room), wait up to
+ * @timeout_ms (0: 10 s; at least 10 ms) for it, then free the ring space of every completed
+ * pair. Errors: ENOENT, ENOSPC (no room for the marker pair and none in flight), ETIMEDOUT (no
+ * completion; the queue was reset and is usable again), EIO (the engine reported an error, or
+ * a reset dropped the marker; the queue was reset), EINTR (a signal; the copies go on).
  */
 struct neuron_udma_copy_wait {
 	__u32 engine;
@@ -209,9 +210,11 @@ struct neuron_udma_queue_state {
 };
 
 /*
- * NEURON_UDMA_MEMCPY: copy @size bytes (any size) with the driver's own H2T queue, in 64 KiB
- * pairs, and wait for completion (not interruptible by signals; bounded by the timeout).
- * Errors: ENOENT, ERANGE, EINVAL (size 0), ETIMEDOUT, EIO.
+ * NEURON_UDMA_MEMCPY: copy @size bytes (any size) with the driver's own H2T queue (shared by
+ * all files), in 64 KiB pairs, and wait for completion (only SIGKILL interrupts it; bounded by
+ * the timeout, at least 10 ms). A timeout below 10 s does not reset the shared queue: the copy
+ * goes on and its buffers stay busy until it is done. Errors: ENOENT, ERANGE, EINVAL (size 0),
+ * ETIMEDOUT, EIO (engine error, or a reset dropped this copy), EINTR (SIGKILL).
  */
 struct neuron_udma_memcpy {
 	__u64 src_handle;
