@@ -72,7 +72,7 @@ pub(crate) enum Src {
 struct Orphan {
     seq: u64,
     file: u64,
-    _guards: [BusyGuard; 2],
+    guards: [BusyGuard; 2],
 }
 
 /// Keeps error messages that user space can provoke from flooding the log.
@@ -280,11 +280,9 @@ impl UdmaDevice {
             let mut st = self.state.lock();
             if st.orphans.reserve(1, GFP_KERNEL).is_ok() {
                 // Cannot fail: capacity was reserved.
-                let _ = st.orphans.push_within_capacity(Orphan {
-                    seq,
-                    file,
-                    _guards: guards,
-                });
+                let _ = st
+                    .orphans
+                    .push_within_capacity(Orphan { seq, file, guards });
             } else {
                 // No memory to remember the copy: wait for it (bounded by the engine's own
                 // progress: a stuck queue is reset by the wait).
@@ -295,32 +293,39 @@ impl UdmaDevice {
         r
     }
 
-    /// Called when the open file `file` is released: waits until the file's orphaned `MEMCPY`
-    /// (if any) is settled, so that none of its buffers is busy any more.
-    pub(crate) fn release_file(&self, file: u64) {
-        let Ok(cell) = self.h2t() else {
-            return;
-        };
-        let pending = self
-            .state
-            .lock()
-            .orphans
-            .iter()
-            .find(|o| o.file == file)
-            .map(|o| o.seq);
-        if let Some(seq) = pending {
-            let _ = self.wait_settled(&cell, seq);
+    /// Called when the open file `file` is released, after its queues: releases its buffers.
+    /// A buffer that an orphaned `MEMCPY` of the file still uses is handed to the device,
+    /// which frees it when the engine is done with it (see [`Self::reap_orphans`]): the
+    /// release never waits for the engine, so a killed process exits at once.
+    pub(crate) fn release_file(&self, bufs: &[Arc<Buffer>]) {
+        if let Ok(cell) = self.h2t() {
+            self.reap_orphans(&cell);
         }
-        self.reap_orphans(&cell);
+        for b in bufs {
+            b.mark_released();
+            // Checked under the state lock, which the reaper holds while it drops the guards
+            // and looks at the mark: one of the two frees the buffer.
+            let free_now = {
+                let _st = self.state.lock();
+                !b.is_busy()
+            };
+            if free_now {
+                self.free_buffer(b);
+            }
+        }
     }
 
-    /// Releases the buffers of orphaned `MEMCPY`s whose submission is settled.
+    /// Releases the buffers of orphaned `MEMCPY`s whose submission is settled, and frees those
+    /// whose file is gone.
     fn reap_orphans(&self, cell: &QueueCell) {
         let mut seqs = KVec::new();
         for o in self.state.lock().orphans.iter() {
             if seqs.push(o.seq, GFP_KERNEL).is_err() {
                 break;
             }
+        }
+        if seqs.is_empty() {
+            return;
         }
         let mut done = KVec::new();
         for seq in seqs {
@@ -332,25 +337,33 @@ impl UdmaDevice {
                 let _ = done.push(seq, GFP_KERNEL);
             }
         }
-        if done.is_empty() {
-            return;
-        }
-        // Dropped outside the state lock: the last reference to a buffer frees its memory.
-        let mut dead = KVec::new();
+        let mut to_free: KVec<Arc<Buffer>> = KVec::new();
         {
             let mut st = self.state.lock();
             let mut i = 0;
             while i < st.orphans.len() {
-                if done.contains(&st.orphans[i].seq) {
-                    if let Ok(o) = st.orphans.remove(i) {
-                        let _ = dead.push(o, GFP_KERNEL);
-                    }
-                } else {
+                if !done.contains(&st.orphans[i].seq) {
                     i += 1;
+                    continue;
+                }
+                if let Ok(o) = st.orphans.remove(i) {
+                    let bufs = [o.guards[0].buffer().clone(), o.guards[1].buffer().clone()];
+                    // Not the last references: the device table holds the buffers.
+                    drop(o);
+                    for b in bufs {
+                        if b.released.load(Relaxed) != 0
+                            && !b.is_busy()
+                            && !to_free.iter().any(|x| Arc::ptr_eq(x, &b))
+                        {
+                            let _ = to_free.push(b, GFP_KERNEL);
+                        }
+                    }
                 }
             }
         }
-        drop(dead);
+        for b in to_free.iter() {
+            self.free_buffer(b);
+        }
     }
 
     /// Waits (uninterruptibly) until fence `seq` of `cell` is no longer in flight, resetting
@@ -520,6 +533,10 @@ impl UdmaDevice {
             return Err(EINVAL);
         }
         let size = size.checked_next_multiple_of(BUF_ALIGN).ok_or(EINVAL)?;
+        // Memory of released files' finished copies comes back first.
+        if let Ok(cell) = self.h2t() {
+            self.reap_orphans(&cell);
+        }
         let buf = if host {
             if size > MAX_HOST_BUFFER {
                 return Err(EINVAL);

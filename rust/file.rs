@@ -72,8 +72,9 @@ unsafe impl Sync for OpenFile {}
 #[pinned_drop]
 impl PinnedDrop for OpenFile {
     fn drop(self: Pin<&mut Self>) {
-        // Queues first: once paused, no engine touches the buffers. Then a MEMCPY of this file
-        // that returned early (SIGKILL, timeout) is waited for. No mapping of the buffers
+        // Queues first: once paused, no engine touches the buffers. A buffer that a MEMCPY of
+        // this file that returned early (SIGKILL, timeout) still uses is freed by the device
+        // when the engine is done with it. No mapping of the buffers
         // exists any more: each one holds a reference to this file. The lists are taken out of
         // the file lock first: freeing a host buffer gives back its memory charge, which takes
         // the mmap lock, and mmap() takes the file lock under it.
@@ -87,10 +88,7 @@ impl PinnedDrop for OpenFile {
         for q in queues.iter() {
             self.dev.queue_release(q);
         }
-        self.dev.release_file(self.id);
-        for b in bufs.iter() {
-            self.dev.free_buffer(b);
-        }
+        self.dev.release_file(&bufs);
     }
 }
 

@@ -103,6 +103,9 @@ pub(crate) struct Buffer {
     inflight: Atomic<u32>,
     /// Position in the device's buffer table (see `UdmaDevice`).
     pub(crate) table_index: Atomic<usize>,
+    /// Non-zero once the owning file is released ([`Self::mark_released`]); a buffer that is
+    /// busy then is freed by the device when its last user is done.
+    pub(crate) released: Atomic<u32>,
     #[pin]
     backing: Mutex<Option<Backing>>,
 }
@@ -132,6 +135,7 @@ impl Buffer {
                 users: Atomic::new(0),
                 inflight: Atomic::new(0),
                 table_index: Atomic::new(usize::MAX),
+                released: Atomic::new(0),
                 backing <- new_mutex!(Some(backing)),
             }),
             GFP_KERNEL,
@@ -197,22 +201,40 @@ impl Buffer {
         Some(unsafe { neuron_udma_insert_page(vmf, mem.as_mut_ptr().cast::<u8>().add(off).cast()) })
     }
 
+    /// Records that the owning file is released (no mapping can exist any more). Taken under
+    /// the backing lock, so a concurrent [`Self::free`] either zaps before the file goes away or
+    /// sees the mark and does not touch the file.
+    pub(crate) fn mark_released(&self) {
+        let _backing = self.backing.lock();
+        self.released.store(1, Relaxed);
+    }
+
     /// Frees the memory: takes the backing (no page can be mapped after this), removes every
     /// user mapping, then releases the memory and its charge. Returns the device-memory range
     /// to give back, if any. Callers make sure no descriptor references it ([`Self::is_busy`]
     /// or a paused queue).
     pub(crate) fn free(&self) -> Option<u64> {
-        let old = self.backing.lock().take();
-        match old {
-            Some(Backing::Host(mem, charge)) => {
-                // SAFETY: `owner_file` is the open file that created the buffer: buffers are
-                // freed at the latest in that file's release or at unbind, while the file is
-                // still alive.
+        let old = {
+            let mut backing = self.backing.lock();
+            let old = backing.take();
+            // Zapped under the backing lock, so that a concurrent `free` (release racing
+            // unbind) returns only once the mappings are gone. Once the owning file is released
+            // no mapping exists (each one holds the file) and the `struct file` may be gone:
+            // nothing to zap then.
+            if matches!(old, Some(Backing::Host(..))) && self.released.load(Relaxed) == 0 {
+                // SAFETY: `owner_file` is the open file that created the buffer, not released
+                // yet (its release marks the buffer before freeing it, and waits for this lock
+                // in its own `free`), so the `struct file` is alive.
                 unsafe {
                     neuron_udma_zap(self.owner_file as *mut c_void, self.mmap_offset, self.size)
                 };
-                // Outside the backing lock: the uncharge takes the mmap lock, which a fault
-                // holds while it takes the backing lock.
+            }
+            old
+        };
+        match old {
+            // Outside the backing lock: the uncharge takes the mmap lock, which a fault holds
+            // while it takes the backing lock.
+            Some(Backing::Host(mem, charge)) => {
                 drop(mem);
                 drop(charge);
                 None
@@ -225,6 +247,13 @@ impl Buffer {
 
 /// Keeps a buffer marked in use (see [`Buffer::busy`]).
 pub(crate) struct BusyGuard(Arc<Buffer>);
+
+impl BusyGuard {
+    /// The buffer kept busy.
+    pub(crate) fn buffer(&self) -> &Arc<Buffer> {
+        &self.0
+    }
+}
 
 impl Drop for BusyGuard {
     fn drop(&mut self) {
