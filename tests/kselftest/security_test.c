@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sched.h>
 #include <sys/time.h>
 
 #include "kselftest_harness.h"
@@ -292,7 +293,8 @@ TEST_F_TIMEOUT(stall, memcpy_sigkill_on_hung_engine, 60)
 
 #define RACE_BUF MIB
 #define RACE_ITERS 300
-#define RACE_MS 4000
+#define RACE_MS 5000
+#define RACE_MAX_SPIN 4000000	/* a few ms on the emulated guest */
 #define FILL_MAGIC 0x3230303144495521ULL	/* "!UID1002" little-endian */
 
 struct race_report {
@@ -301,7 +303,7 @@ struct race_report {
 	int iters, raced_maps, both_ok, free_refused;
 	int violations, leaks, setup_err;
 	long bad_page;
-	int bad_sig, bad_mapping;
+	int bad_sig, bad_mapping, final_delay;
 };
 
 /* uid B: allocates 1 MiB host buffers, fills them through its mapping, frees them, again. */
@@ -324,19 +326,31 @@ static int race_filler(void *arg)
 			r->filler_fills++;
 		}
 		i = (i + 1) % 8;
-		sleep_ms(1);
+		sleep_ms(5);
 	}
 	return 0;
 }
 
+/* The mmap side of the race: a thread that maps (fd, off) once the main thread says go. */
 struct racer {
 	pthread_t t;
 	int fd;
 	__u64 off;
-	int jitter;
-	volatile int go;
+	int delay;		/* spins before the mmap */
+	int ready, go;
 	void *map;
 };
+
+/* Runs the calling thread on CPU @cpu (of those online), so that racing threads overlap. */
+static void pin_cpu(int cpu)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(n > 0 ? cpu % n : 0, &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
 
 static void spin(int n)
 {
@@ -350,26 +364,29 @@ static void *mmap_racer(void *arg)
 {
 	struct racer *r = arg;
 
+	pin_cpu(1);
+	__atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
 	while (!__atomic_load_n(&r->go, __ATOMIC_ACQUIRE))
 		;
-	spin(r->jitter);
+	spin(r->delay);
 	r->map = mmap(NULL, RACE_BUF, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, r->off);
 	return NULL;
 }
 
+static const long race_pages[] = { 0, RACE_BUF / 4096 / 2, RACE_BUF / 4096 - 1 };
+
 /*
  * Probes three pages of a mapping of a freed buffer: each access must raise SIGBUS. Returns
- * the number of accesses that did not; a read that worked is checked for uid B's data.
+ * the number of accesses that did not.
  */
 static int probe_freed(struct race_report *r, unsigned char *map, int which)
 {
-	static const long pages[] = { 0, RACE_BUF / 4096 / 2, RACE_BUF / 4096 - 1 };
 	int bad = 0, sig;
 	unsigned char v;
 	size_t i;
 
-	for (i = 0; i < ARRAY_SIZE(pages); i++) {
-		unsigned char *p = map + pages[i] * 4096;
+	for (i = 0; i < ARRAY_SIZE(race_pages); i++) {
+		unsigned char *p = map + race_pages[i] * 4096;
 
 		sig = sec_probe(p, false, &v);
 		if (sig == SIGBUS) {
@@ -377,11 +394,9 @@ static int probe_freed(struct race_report *r, unsigned char *map, int which)
 			sig = sec_probe(p, true, NULL);
 			if (sig == SIGBUS)
 				continue;
-		} else if (sig == PROBE_OK && *(volatile __u64 *)p == FILL_MAGIC) {
-			r->leaks++;
 		}
 		if (!bad++ && !r->violations) {
-			r->bad_page = pages[i];
+			r->bad_page = race_pages[i];
 			r->bad_sig = sig;
 			r->bad_mapping = which;
 		}
@@ -389,24 +404,53 @@ static int probe_freed(struct race_report *r, unsigned char *map, int which)
 	return bad;
 }
 
+/*
+ * A mapping of a freed buffer that still reads: watch it for 100 ms while uid B reallocates;
+ * counts the pages where uid B's data shows up.
+ */
+static void watch_leak(struct race_report *r, unsigned char *map)
+{
+	bool seen[ARRAY_SIZE(race_pages)] = { false };
+	unsigned char v;
+	size_t i;
+	int t;
+
+	for (t = 0; t < 10; t++) {
+		sleep_ms(10);
+		for (i = 0; i < ARRAY_SIZE(race_pages); i++) {
+			unsigned char *p = map + race_pages[i] * 4096;
+
+			if (seen[i] || sec_probe(p, false, &v) != PROBE_OK)
+				continue;
+			if (*(volatile __u64 *)p == FILL_MAGIC) {
+				seen[i] = true;
+				r->leaks++;
+			}
+		}
+	}
+}
+
 /* uid A: maps and frees its buffers, racing the mmap against the free, and probes the result. */
 static int race_main(void *arg)
 {
 	struct race_report *r = arg;
+	int fd, i, delay = 0, step;
 	double t0;
-	int fd, i;
 
 	fd = udma_open();
 	if (fd < 0 || sec_probe_install())
 		return 1;
+	pin_cpu(0);
 	while (!r->filler_ready)
 		sleep_ms(1);
 	t0 = now_ms();
 	for (i = 0; i < RACE_ITERS && now_ms() - t0 < RACE_MS; i++) {
-		struct racer rc = { .fd = fd, .jitter = (i % 2) ? (i * 37) % 3000 : 0 };
+		/* delay > 0 holds the free back, delay < 0 the mmap. */
+		struct racer rc = { .fd = fd, .delay = delay < 0 ? -delay : 0 };
 		unsigned char *m0;
 		__u64 handle;
-		int fr;
+		int fr, bad;
+		size_t k;
 
 		if (raw_alloc(fd, NEURON_UDMA_MEM_HOST, RACE_BUF, &handle, &rc.off)) {
 			r->setup_err = 2;
@@ -418,16 +462,27 @@ static int race_main(void *arg)
 			r->setup_err = 3;
 			break;
 		}
-		memset(m0, 0x11, RACE_BUF);
+		for (k = 0; k < ARRAY_SIZE(race_pages); k++)
+			m0[race_pages[k] * 4096] = 0x11;
 		if (pthread_create(&rc.t, NULL, mmap_racer, &rc)) {
 			r->setup_err = 4;
 			break;
 		}
+		while (!__atomic_load_n(&rc.ready, __ATOMIC_ACQUIRE))
+			sched_yield();
 		__atomic_store_n(&rc.go, 1, __ATOMIC_RELEASE);
-		spin((i % 2) ? 0 : (i * 37) % 3000);
+		spin(delay > 0 ? delay : 0);
 		fr = mem_free(fd, handle);
 		pthread_join(rc.t, NULL);
 		r->iters++;
+		/*
+		 * Aim at the free landing just after the mmap found the buffer (the mmap wins
+		 * about 3 races in 4): the free won, so hold it back more next time; the mmap
+		 * won, so a little less. The steps vary, to spread the races around that point.
+		 */
+		step = 10 + abs(delay) / 6 + (i * 37) % 90;
+		delay += rc.map == MAP_FAILED ? 3 * step : -step;
+		delay = delay > RACE_MAX_SPIN ? RACE_MAX_SPIN : delay < -RACE_MAX_SPIN ? -RACE_MAX_SPIN : delay;
 		if (rc.map != MAP_FAILED)
 			r->raced_maps++;
 		if (fr) {
@@ -444,12 +499,19 @@ static int race_main(void *arg)
 		}
 		if (rc.map != MAP_FAILED) {
 			r->both_ok++;
-			r->violations += probe_freed(r, rc.map, 2);
+			bad = probe_freed(r, rc.map, 2);
+			if (bad)
+				watch_leak(r, rc.map);
+			r->violations += bad;
 			munmap(rc.map, RACE_BUF);
 		}
-		r->violations += probe_freed(r, m0, 1);
+		bad = probe_freed(r, m0, 1);
+		if (bad)
+			watch_leak(r, m0);
+		r->violations += bad;
 		munmap(m0, RACE_BUF);
 	}
+	r->final_delay = delay;
 	return 0;
 }
 
@@ -473,8 +535,9 @@ TEST_F_TIMEOUT(misc, mmap_races_mem_free, 60)
 	rc_r = sec_reap(racer);
 	r->stop = 1;
 	rc_f = sec_reap(filler);
-	TH_LOG("%d iterations, %d mmaps succeeded, %d with the free succeeding too, %d frees refused, %d fills by uid %d",
-	       r->iters, r->raced_maps, r->both_ok, r->free_refused, r->filler_fills, UID_B);
+	TH_LOG("%d iterations, %d mmaps succeeded, %d with the free succeeding too, %d frees refused, %d fills by uid %d, final delay %d",
+	       r->iters, r->raced_maps, r->both_ok, r->free_refused, r->filler_fills, UID_B,
+	       r->final_delay);
 	ASSERT_EQ(0, rc_r);
 	ASSERT_EQ(0, rc_f);
 	ASSERT_EQ(0, r->setup_err);
