@@ -310,7 +310,7 @@ struct race_report {
 static int race_filler(void *arg)
 {
 	struct race_report *r = arg;
-	struct ubuf bufs[8] = { 0 };
+	struct ubuf bufs[4] = { 0 };
 	int fd = udma_open(), i = 0;
 	size_t w;
 
@@ -325,7 +325,7 @@ static int race_filler(void *arg)
 				((__u64 *)bufs[i].map)[w] = FILL_MAGIC;
 			r->filler_fills++;
 		}
-		i = (i + 1) % 8;
+		i = (i + 1) % 4;
 		sleep_ms(5);
 	}
 	return 0;
@@ -476,12 +476,12 @@ static int race_main(void *arg)
 		pthread_join(rc.t, NULL);
 		r->iters++;
 		/*
-		 * Aim at the free landing just after the mmap found the buffer (the mmap wins
-		 * about 3 races in 4): the free won, so hold it back more next time; the mmap
-		 * won, so a little less. The steps vary, to spread the races around that point.
+		 * Aim at the free landing just as the mmap found the buffer (each wins half of
+		 * the races): the free won, so hold it back more next time; the mmap won, so
+		 * less. The steps scale with the delay and vary, to spread the races around it.
 		 */
 		step = 10 + abs(delay) / 6 + (i * 37) % 90;
-		delay += rc.map == MAP_FAILED ? 3 * step : -step;
+		delay += rc.map == MAP_FAILED ? step : -step;
 		delay = delay > RACE_MAX_SPIN ? RACE_MAX_SPIN : delay < -RACE_MAX_SPIN ? -RACE_MAX_SPIN : delay;
 		if (rc.map != MAP_FAILED)
 			r->raced_maps++;
@@ -500,13 +500,13 @@ static int race_main(void *arg)
 		if (rc.map != MAP_FAILED) {
 			r->both_ok++;
 			bad = probe_freed(r, rc.map, 2);
-			if (bad)
+			if (bad && r->violations < 10)
 				watch_leak(r, rc.map);
 			r->violations += bad;
 			munmap(rc.map, RACE_BUF);
 		}
 		bad = probe_freed(r, m0, 1);
-		if (bad)
+		if (bad && r->violations < 10)
 			watch_leak(r, m0);
 		r->violations += bad;
 		munmap(m0, RACE_BUF);
@@ -528,6 +528,7 @@ TEST_F_TIMEOUT(misc, mmap_races_mem_free, 60)
 
 	ASSERT_NE(NULL, r);
 	ASSERT_EQ(0, sec_setup(0666));
+	ASSERT_EQ(0, sec_memlock(64 * MIB));
 	filler = sec_spawn(UID_B, race_filler, r);
 	ASSERT_LT(0, filler);
 	racer = sec_spawn(UID_A, race_main, r);
@@ -637,6 +638,7 @@ TEST_F_TIMEOUT(misc, memcpy_timeout_isolation, 60)
 
 	ASSERT_NE(NULL, r);
 	ASSERT_EQ(0, sec_setup(0666));
+	ASSERT_EQ(0, sec_memlock(64 * MIB));
 	a = sec_spawn(UID_A, mc_a, r);
 	ASSERT_LT(0, a);
 	b = sec_spawn(UID_B, mc_b, r);
@@ -742,6 +744,7 @@ TEST_F_TIMEOUT(misc, device_memory_cleared_between_owners, 120)
 
 	ASSERT_NE(NULL, r);
 	ASSERT_EQ(0, sec_setup(0666));
+	ASSERT_EQ(0, sec_memlock(64 * MIB));
 	rc = sec_reap(sec_spawn(UID_A, clear_owner_a, r));
 	ASSERT_EQ(0, rc) {
 		TH_LOG("uid %d failed at step %d", UID_A, r->step);

@@ -10,6 +10,7 @@
 #include <grp.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -36,6 +37,17 @@ static inline int sec_drop(uid_t uid)
 	if (setgroups(0, NULL) || setresgid(uid, uid, uid) || setresuid(uid, uid, uid))
 		return -errno;
 	return geteuid() == uid && getegid() == uid ? 0 : -EPERM;
+}
+
+/*
+ * Lets this process and its children pin @bytes of host buffers (RLIMIT_MEMLOCK, which host
+ * buffers are charged to): the default 8 MiB of an unprivileged user is tight for some tests.
+ */
+static inline int sec_memlock(rlim_t bytes)
+{
+	struct rlimit lim = { bytes, bytes };
+
+	return setrlimit(RLIMIT_MEMLOCK, &lim) ? -errno : 0;
 }
 
 /* Anonymous memory shared with forked children (zeroed), or NULL. */
