@@ -180,6 +180,7 @@ impl UdmaDevice {
         dram_size: u64,
         model_ctl: Option<pci::DevresBar<{ crate::regs::MODEL_CTL_SIZE }>>,
     ) -> Result<Arc<Self>> {
+        let dram = DramAllocator::new(DRAM_RESERVED, dram_size)?;
         Arc::pin_init(
             try_pin_init!(Self {
                 pdev: pdev.into(),
@@ -196,7 +197,7 @@ impl UdmaDevice {
                     zeros: None,
                     bufs: KVVec::new(),
                     orphans: KVec::new(),
-                    dram: DramAllocator::new(DRAM_RESERVED, *dram_size),
+                    dram,
                     next_mmap: BUF_ALIGN,
                 }),
             }),
