@@ -386,6 +386,21 @@ mod tests {
     }
 
     #[test]
+    fn dma_mask_stops_below_the_route() -> Result {
+        let dev = device()?;
+        // CAST: `device::Device` is a `repr(transparent)` wrapper of `struct device`.
+        let raw = core::ptr::from_ref::<kernel::device::Device>(dev.pdev.as_ref())
+            .cast::<kernel::bindings::device>();
+        // SAFETY: `raw` is the bound PCI device's `struct device`; the PCI core points its
+        // `dma_mask` at the device's own mask, which probe set.
+        let mask = unsafe { *(*raw).dma_mask };
+        // Every DMA address the device can get leaves the host route bit clear.
+        assert_eq!(mask, dev.arch.host_route - 1);
+        assert_eq!(mask & dev.arch.host_route, 0);
+        Ok(())
+    }
+
+    #[test]
     fn reserved_and_taken_queues() -> Result {
         let dev = device()?;
         let (eng, qid) = dev.arch.h2t[0];
