@@ -21,7 +21,7 @@ CMD ?= true
 
 # What kbuild's `M=... clean` removes, for `make clean` without a kernel build tree.
 MODULE_CLEAN := cd $(CURDIR) && rm -f $(foreach d,. rust,$(addprefix $(d)/,*.o *.ko *.mod *.mod.c *.mod.o \
-	.*.cmd *.a *.rmeta *.d .*.d *.symvers)) modules.order Module.symvers rust/uapi_generated.rs && \
+	.*.cmd .*.o *.a *.rmeta *.d .*.d *.symvers)) modules.order Module.symvers rust/uapi_generated.rs && \
 	rm -rf .tmp_versions
 
 KBUILD_ARGS := M=$(CURDIR) $(if $(filter 1,$(KUNIT)),NEURON_UDMA_KUNIT=y) $(if $(CLIPPY),CLIPPY=$(CLIPPY)) \

@@ -387,6 +387,10 @@ class Run:
             got = bound[-1].lower() or "not printed"
             self.check(got == want, f"the bound device is {got}, the {self.label} model is {want} "
                                     f"(logs of another model's run?)")
+        image = self.marker("NU-IMAGE")
+        self.check(image == "root=755 tmp=1777 dev=666 udma1=1001 ok",
+                   f"the guest image for unprivileged users: {image or 'not reported'} "
+                   f"(expected / 0755, /tmp 1777, /dev/neuron_udma0 0666, udma1 (uid 1001) can open it)")
         self.check(self.marker("NU-SYSCTL") == "hung_task_timeout_secs=60 watchdog_thresh=30",
                    f"hung-task/soft-lockup detector settings: {self.marker('NU-SYSCTL')} "
                    f"(scripts/vm-run sets 60 and 30 on the kernel command line)")

@@ -304,6 +304,12 @@ class TestRunIdentity(GateTest):
         self.edit("trn1", "console.log", lambda t: sub1(r"^(NU-BOUND \S+) \S+$", r"\1", t))
         self.assertFails("trn1: the bound device is not printed")
 
+    def test_root_dir_not_world_readable(self):
+        # The initramfs staged in a mktemp -d directory made the guest's / 0700.
+        self.edit("trn1", "output.log", lambda t: sub1(r"^NU-IMAGE root=755 (.*) udma1=1001 ok",
+                                                       r"NU-IMAGE root=700 \1 udma1=sh: can't open", t))
+        self.assertFails("trn1: the guest image for unprivileged users: root=700")
+
     def test_detector_settings(self):
         self.edit("trn1", "output.log", lambda t: sub1("hung_task_timeout_secs=60", "hung_task_timeout_secs=120", t))
         self.assertFails("trn1: hung-task/soft-lockup detector settings")
