@@ -14,8 +14,11 @@ import io
 import pathlib
 import re
 import shutil
+import sys
 import tempfile
 import unittest
+
+sys.dont_write_bytecode = True  # no tests/__pycache__ from importing the parser
 
 TESTS = pathlib.Path(__file__).resolve().parent
 TOP = TESTS.parent
