@@ -19,6 +19,11 @@ KUNIT ?= $(if $(KDIR),0,1)
 MODEL ?= trn1
 CMD ?= true
 
+# What kbuild's `M=... clean` removes, for `make clean` without a kernel build tree.
+MODULE_CLEAN := cd $(CURDIR) && rm -f $(foreach d,. rust,$(addprefix $(d)/,*.o *.ko *.mod *.mod.c *.mod.o \
+	.*.cmd .*.o *.a *.rmeta *.d .*.d *.symvers)) modules.order Module.symvers rust/uapi_generated.rs && \
+	rm -rf .tmp_versions
+
 KBUILD_ARGS := M=$(CURDIR) $(if $(filter 1,$(KUNIT)),NEURON_UDMA_KUNIT=y) $(if $(CLIPPY),CLIPPY=$(CLIPPY)) \
 	$(if $(filter y,$(NEURON_UDMA_BENCH)),NEURON_UDMA_BENCH=y)
 
@@ -30,9 +35,16 @@ ifeq ($(KDIR),)
 modules:
 	@kdir=$$(scripts/build-kernel) && \
 	  scripts/in-root make --no-print-directory -C "$$kdir" LLVM=1 $(KBUILD_ARGS) modules
+# Builds nothing: with the cached test kernel, kbuild's clean; without one (nothing was built
+# against it, or the cache is gone), the module's kbuild outputs are removed directly.
 clean:
-	@kdir=$$(scripts/build-kernel) && \
-	  scripts/in-root make -C "$$kdir" LLVM=1 M=$(CURDIR) clean
+	@if kdir=$$(scripts/build-kernel --existing); then \
+	  scripts/in-root make -C "$$kdir" LLVM=1 M=$(CURDIR) clean; \
+	else \
+	  echo "no test kernel in the cache: removing the module's build outputs directly"; \
+	  $(MODULE_CLEAN); \
+	fi
+	rm -rf build/kselftests
 else
 # An external kernel build tree (e.g. /lib/modules/$(uname -r)/build on a Neuron host). Pass
 # LLVM=1 when that kernel was built with clang.

@@ -1,5 +1,11 @@
 # SPDX-License-Identifier: GPL-2.0
-# Shared settings for the neuron-udma scripts. Source it; do not run it.
+# shellcheck shell=bash
+# Shared settings for the neuron-udma scripts. Source it (after `set -euo pipefail`); do not run it.
+#
+# Every failure exit says what failed: nu_die for the failures a script expects, and an ERR trap
+# for any other command that fails under `set -e` (it names the script, the line and the command).
+# Commands whose non-zero status is normal (a glob matching nothing, `grep -q` finding nothing,
+# `ls` of a missing path) must not run bare under `set -e`: use nu_count / nu_first or `|| ...`.
 
 # Repository root (absolute).
 NU_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -8,6 +14,38 @@ NU_CACHE=${NEURON_UDMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/neuron-udma}
 
 nu_log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 nu_die() { nu_log "error: $*"; exit 1; }
+
+# What to do when a command fails unexpectedly; scripts set it for their long phases.
+NU_HINT=${NU_HINT:-"see the messages above"}
+nu_on_err() {
+	local rc=$1 line=$2 src=$3 cmd=$4
+	# A failing subshell or command substitution is reported once, by the command that ran it.
+	[ "$BASH_SUBSHELL" = 0 ] || return 0
+	nu_log "error: ${src#"$NU_TOP"/}, line $line: '$cmd' failed (exit status $rc); $NU_HINT"
+}
+set -o errtrace
+trap 'nu_on_err "$?" "$LINENO" "${BASH_SOURCE[0]}" "$BASH_COMMAND"' ERR
+
+# Number of existing paths among the arguments (pass an unquoted glob: nu_count "$d"/kernel-*/.x).
+nu_count() {
+	local n=0 f
+	for f in "$@"; do
+		if [ -e "$f" ]; then n=$((n + 1)); fi
+	done
+	echo "$n"
+}
+
+# The first existing path among the arguments; fails (status 1, no output) when none exists.
+nu_first() {
+	local f
+	for f in "$@"; do
+		if [ -e "$f" ]; then
+			echo "$f"
+			return 0
+		fi
+	done
+	return 1
+}
 
 # Hash of files and strings: nu_hash FILE... -- STRING...
 nu_hash() {

@@ -1,21 +1,37 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
-"""Summarise a `make check` run.
+"""The gate of `make check`: check every result against tests/expected.toml and summarise.
 
-usage: parse-results.py [--expect-kunit N] [--cargo LOG] MODEL=DIR...
-       parse-results.py --boot-splat DIR   (exit 0 if the kernel splatted before the module loaded)
+usage: parse-results.py [--manifest TOML] [--lint LOG] [--unittest LOG] [--cargo LOG] MODEL=DIR...
+       parse-results.py --boot-splat DIR     exit 0 if the kernel splatted before the module loaded
+       parse-results.py --list kunit|kselftest   the names the manifest requires, one a line
 
-Each DIR holds the console.log (kernel console) and output.log (guest test plan output, see
-tests/guest/run-tests) of one VM run. The script counts KUnit cases (KTAP) and kselftest cases
-(TAP), fails a model on any kernel splat in its console log, when the device did not bind, when
-the driver did not unload, or when kmemleak found a leak, and ends with one line
-`N passed, N failed` over everything, cargo tests included. Exit status 1 on any failure.
+Each DIR holds the console.log (kernel console) and output.log (the guest test plan's output, see
+tests/guest/run-tests) of one VM run on MODEL (trn1, trn2). A model fails when:
+  - a KUnit suite or kselftest named in the manifest did not run, or one not named there ran;
+  - a suite's or binary's plan line (1..N) disagrees with its reported cases, has fewer cases than
+    the manifest's min_cases, its own verdict is `not ok`, or a block lost its end marker;
+  - a KUnit suite's results in debugfs and on the console (where KUnit printed them at load) differ
+    or are not `ok`;
+  - a case failed, or skipped without an entry in the manifest's [[skip]] allow-list;
+  - the kernel logged a splat (BUG, WARNING, KASAN, lockdep, kmemleak, hung task, soft lockup, RCU
+    stall, DMA-API error or leak, a Rust assertion outside KUnit, Oops, panic);
+  - kmemleak or DMA-API debugging disabled itself, kmemleak did not accept both scans after the
+    unloads or reported a leak, or DMA-API debugging counted an error;
+  - the bound device is not the model's (trn1 = 1d0f:7164, trn2 = 1d0f:7364), the driver did not
+    unload, load and unload again, or the test plan did not complete.
+The last line is `N passed, N failed` (`, N skipped`) over everything, shellcheck (one per script),
+the parser's unit tests and cargo tests included. Exit status 1 on any failure.
 """
 
 import argparse
 import pathlib
 import re
 import sys
+import tomllib
+
+TOP = pathlib.Path(__file__).resolve().parent.parent
+MANIFEST = TOP / "tests" / "expected.toml"
 
 # Kernel reports that fail a run. Boot banners ("KernelAddressSanitizer initialized", "Lock
 # dependency validator", "DMA-API: preallocated") deliberately do not match.
@@ -35,117 +51,385 @@ SPLATS = [
     r"unreferenced object 0x",
     r"UBSAN:",
     r"DMA-API: .*\[device address=",
+    r"DMA-API: .*(leak|pending DMA allocations)",
     r"rust_panic|panicked at",
     r"KASAN:",
+    r"ASSERTION FAILED",
+    r"not reported to KUnit",
+    r"INFO: task .* blocked for more than",
+    r"soft lockup",
+    r"rcu_sched self-detected stall|rcu: INFO:",
+    r"ODEBUG:",
 ]
 SPLAT_RE = re.compile("|".join(f"(?:{p})" for p in SPLATS))
-RESULT_RE = re.compile(r"^\s*(not ok|ok) (\d+) ?-? ?([^#]*?)\s*(#\s*(\w+).*)?$")
+
+# A sanitizer that switched itself off proves nothing afterwards.
+SANITIZER_OFF = [
+    r"kmemleak: Kernel memory leak detector disabled",
+    r"kmemleak: Cannot allocate",
+    r"kmemleak: Memory pool empty",
+    r"[Kk]memleak disabled",
+    r"DMA-API: .*(disabling|disabled)",
+    r"dma-debug disabled",
+]
+SANITIZER_OFF_RE = re.compile("|".join(f"(?:{p})" for p in SANITIZER_OFF))
+# What the boot log must show (the sanitizers were there to begin with).
+BOOT_EVIDENCE = {
+    "KASAN initialized": re.compile(r"KernelAddressSanitizer initialized"),
+    "kmemleak initialized": re.compile(r"kmemleak: Kernel memory leak detector initialized"),
+    "DMA-API debugging enabled": re.compile(r"DMA-API: debugging enabled by kernel config"),
+}
+
+TIMESTAMP_RE = re.compile(r"^\[\s*\d+\.\d+\] ?")
+RESULT_RE = re.compile(r"^(not ok|ok) (\d+)(?: -)? ?(.*?)\s*(?:#\s*(SKIP|TODO)\b\s*(.*))?$", re.I)
+PLAN_RE = re.compile(r"^1\.\.(\d+)\s*$")
+
+
+def fmt_list(names):
+    return ", ".join(sorted(names))
 
 
 class Tally:
+    """The counts of the closing line, and what failed."""
+
     def __init__(self):
         self.passed = 0
         self.failed = 0
         self.skipped = 0
         self.failures = []
 
-    def add(self, ok, skip, what):
-        if skip:
-            self.skipped += 1
-        elif ok:
-            self.passed += 1
+    def ok(self):
+        self.passed += 1
+
+    def fail(self, what):
+        self.failed += 1
+        self.failures.append(what)
+
+    def check(self, ok, what):
+        """One gate condition: `what` says what failed when `ok` is false."""
+        if ok:
+            self.ok()
         else:
-            self.failed += 1
-            self.failures.append(what)
+            self.fail(what)
 
 
-def blocks(text):
-    """Yields (kind, name, lines) for each NU-BEGIN/NU-END block."""
+class Manifest:
+    """tests/expected.toml: the suites and binaries that must run, their floors, allowed skips."""
+
+    def __init__(self, path):
+        self.path = pathlib.Path(path)
+        data = tomllib.loads(self.path.read_text())
+        self.models = {m: v["pci_id"].lower() for m, v in data.get("models", {}).items()}
+        self.kunit = data.get("kunit", {})
+        self.kselftest = data.get("kselftest", {})
+        self.skips = data.get("skip", [])
+        for kind, table in (("kunit", self.kunit), ("kselftest", self.kselftest)):
+            for name, entry in table.items():
+                if not isinstance(entry.get("min_cases", 0), int) or entry.get("min_cases", 0) < 0:
+                    raise ValueError(f"{self.path}: {kind}.{name}: min_cases must be an integer >= 0")
+        for s in self.skips:
+            for key in ("test", "case", "reason"):
+                if key not in s:
+                    raise ValueError(f"{self.path}: a [[skip]] entry has no {key}: {s}")
+
+    def required(self, kind):
+        table = self.kunit if kind == "kunit" else self.kselftest
+        return [n for n, e in table.items() if not e.get("optional", False)]
+
+    def entry(self, kind, name):
+        return (self.kunit if kind == "kunit" else self.kselftest).get(name)
+
+    def skip_allowed(self, test, case, model):
+        for s in self.skips:
+            if s["test"] == test and s["case"] in (case, "*") and model in s.get("models", [model]):
+                return True
+        return False
+
+
+# ---- KTAP / TAP ----
+
+
+class Suite:
+    """One KTAP (sub)test with its plan, its direct cases and its own verdict."""
+
+    def __init__(self, name):
+        self.name = name
+        self.plan = None
+        self.cases = []  # (ok, name, directive)
+        self.verdict = None  # "ok" / "not ok"; None when the suite's result line never came
+        self.directive = ""
+
+
+def strip_console(text):
+    """The console log's lines without their printk timestamps and carriage returns."""
+    return [TIMESTAMP_RE.sub("", ln.rstrip("\r")) for ln in text.splitlines()]
+
+
+def ktap_suites(lines):
+    """Every KTAP subtest introduced by `# Subtest: NAME` in `lines`, in order.
+
+    The subtest's plan and cases are at the header's indentation; deeper lines (parameterised
+    cases' own results, logs) and unrelated kernel messages are skipped; the subtest's own result
+    line is the first `ok N NAME` at a smaller indentation.
+    """
+    suites = []
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^(\s*)# Subtest: (\S+)", lines[i])
+        if not m:
+            i += 1
+            continue
+        indent = len(m.group(1))
+        suite = Suite(m.group(2))
+        j = i + 1
+        while j < len(lines):
+            line = lines[j]
+            body = line.lstrip()
+            ind = len(line) - len(body)
+            if ind == indent and re.match(r"^# Subtest: ", body):
+                break  # a new subtest before this one's result: truncated
+            if ind == indent:
+                p = PLAN_RE.match(body)
+                r = RESULT_RE.match(body)
+                if p and suite.plan is None:
+                    suite.plan = int(p.group(1))
+                elif r:
+                    suite.cases.append((r.group(1) == "ok", r.group(3), (r.group(4) or "").upper()))
+            elif ind < indent:
+                r = RESULT_RE.match(body)
+                if r and r.group(3) == suite.name:
+                    suite.verdict = r.group(1)
+                    suite.directive = (r.group(4) or "").upper()
+                    j += 1
+                    break
+            j += 1
+        suites.append(suite)
+        i = j
+    return suites
+
+
+def blocks(lines):
+    """(kind, name, lines, complete) for each NU-BEGIN/NU-END block of the test plan's output.
+
+    A block that never ends (a new NU-BEGIN or the end of the output came first) is returned with
+    complete=False, never dropped.
+    """
+    out = []
     cur = None
-    for raw in text.splitlines():
-        line = raw.rstrip("\r")
+    for line in lines:
         m = re.match(r"^NU-BEGIN (\S+) (\S+)", line)
         if m:
+            if cur:
+                out.append((cur[0], cur[1], cur[2], False))
             cur = (m.group(1), m.group(2), [])
             continue
-        if cur and line.startswith(f"NU-END {cur[0]} {cur[1]}"):
-            yield cur
+        if cur and line.strip() == f"NU-END {cur[0]} {cur[1]}":
+            out.append((cur[0], cur[1], cur[2], True))
             cur = None
             continue
         if cur:
             cur[2].append(line)
     if cur:
-        yield (cur[0], cur[1], cur[2] + ["NU-TRUNCATED"])
+        out.append((cur[0], cur[1], cur[2], False))
+    return out
 
 
-def count_kunit(name, lines, tally, label):
-    """Counts the leaf cases of one suite's KTAP results (the line naming the suite is its summary)."""
-    cases = 0
-    for line in lines:
-        if line == "NU-TRUNCATED":
-            tally.add(False, False, f"{label}: kunit {name}: output truncated")
-            return 0
-        m = RESULT_RE.match(line)
-        if not m or m.group(3) == name:
-            continue
-        directive = (m.group(5) or "").upper()
-        tally.add(m.group(1) == "ok", directive == "SKIP", f"{label}: kunit {name}.{m.group(3)}")
-        cases += 1
-    if cases == 0:
-        tally.add(False, False, f"{label}: kunit {name}: no test case ran")
-    return cases
+# ---- one model's run ----
 
 
-def count_kselftest(name, lines, tally, label):
-    cases = 0
-    rc = None
-    for line in lines:
-        if line.startswith("NU-RC "):
-            rc = int(line.split()[1])
-            continue
-        if line.startswith((" ", "\t", "#")):
-            continue
-        m = RESULT_RE.match(line)
-        if not m:
-            continue
-        directive = (m.group(5) or "").upper()
-        tally.add(m.group(1) == "ok", directive == "SKIP", f"{label}: kselftest {name}: {m.group(3)}")
-        cases += 1
-    if cases == 0 or rc is None or rc not in (0, 4):
-        # 4 = KSFT_SKIP for a whole program.
-        if rc not in (0, 4) or cases == 0:
-            tally.add(False, False, f"{label}: kselftest {name}: exit status {rc}, {cases} cases")
-    return cases
+class Run:
+    def __init__(self, label, d, manifest, tally):
+        self.label = label
+        self.d = pathlib.Path(d)
+        self.m = manifest
+        self.t = tally
+        self.console = self.read("console.log")
+        self.output = self.read("output.log")
+        self.clines = strip_console(self.console)
+        self.olines = [ln.rstrip("\r") for ln in self.output.splitlines()]
+        self.cases = {"kunit": 0, "kselftest": 0}
+        self.ran = {"kunit": set(), "kselftest": set()}
+
+    def read(self, name):
+        p = self.d / name
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    def fail(self, what):
+        self.t.fail(f"{self.label}: {what}")
+
+    def check(self, ok, what):
+        self.t.check(ok, f"{self.label}: {what}")
+
+    def case(self, kind, test, case, ok, directive):
+        """Counts one case; a skip outside the manifest's allow-list fails."""
+        self.cases[kind] += 1
+        what = f"{kind} {test}: {case}"
+        if directive == "SKIP":
+            if self.m.skip_allowed(f"{kind} {test}", case, self.label):
+                self.t.skipped += 1
+            else:
+                self.fail(f"{what}: skipped, and not allowed to skip on {self.label} "
+                          f"(fix it, or add a [[skip]] entry with the reason to tests/expected.toml)")
+        elif ok:
+            self.t.ok()
+        else:
+            self.fail(f"{what}: failed")
+
+    def plan_checks(self, kind, name, plan, ncases, verdict_ok, where):
+        entry = self.m.entry(kind, name)
+        floor = entry.get("min_cases", 0) if entry else 0
+        self.check(plan is not None, f"{kind} {name}: no plan line (1..N) in {where}")
+        if plan is not None:
+            self.check(plan == ncases, f"{kind} {name}: plan says {plan} cases, {ncases} reported in {where}")
+        self.check(ncases >= floor,
+                   f"{kind} {name}: {ncases} cases in {where}, tests/expected.toml expects at least {floor}")
+        self.check(verdict_ok, f"{kind} {name}: its own result is not ok in {where}")
+
+    def kunit_block(self, name, lines, complete):
+        self.ran["kunit"].add(name)
+        if not complete:
+            self.fail(f"kunit {name}: its results end early (no NU-END marker)")
+        found = [s for s in ktap_suites(lines) if s.name == name]
+        if not found:
+            self.fail(f"kunit {name}: no KTAP subtest in its debugfs results")
+            return
+        s = found[0]
+        for ok, case, directive in s.cases:
+            self.case("kunit", name, case, ok, directive)
+        suite_skip = s.directive == "SKIP"
+        if suite_skip and not self.m.skip_allowed(f"kunit {name}", "*", self.label):
+            self.fail(f"kunit {name}: the whole suite skipped")
+        self.plan_checks("kunit", name, s.plan, len(s.cases), s.verdict == "ok" or suite_skip,
+                         "debugfs results")
+        # The console shows what KUnit printed at insmod; it must agree.
+        con = [c for c in ktap_suites(self.clines) if c.name == name]
+        if not con:
+            self.fail(f"kunit {name}: not on the console (KUnit prints every suite at insmod)")
+            return
+        for c in con:
+            self.check(c.verdict == "ok" or (suite_skip and c.directive == "SKIP"),
+                       f"kunit {name}: the console shows {c.verdict or 'no result line'} for the suite")
+            self.check((c.plan, len(c.cases)) == (s.plan, len(s.cases)),
+                       f"kunit {name}: the console shows plan {c.plan} with {len(c.cases)} cases, "
+                       f"debugfs plan {s.plan} with {len(s.cases)}")
+            bad = [case for ok, case, d in c.cases if not ok and d != "SKIP"]
+            self.check(not bad, f"kunit {name}: the console shows failed cases: {fmt_list(bad)}")
+
+    def kselftest_block(self, name, lines, complete):
+        self.ran["kselftest"].add(name)
+        if not complete:
+            self.fail(f"kselftest {name}: its output ends early (no NU-END marker: it crashed or hung?)")
+        plan = None
+        rc = None
+        ncases = 0
+        for line in lines:
+            if line.startswith("NU-RC "):
+                rc = int(line.split()[1])
+                continue
+            p = PLAN_RE.match(line)
+            if p and plan is None:
+                plan = int(p.group(1))
+                continue
+            r = RESULT_RE.match(line)
+            if r:
+                self.case("kselftest", name, r.group(3), r.group(1) == "ok", (r.group(4) or "").upper())
+                ncases += 1
+        self.check(rc == 0, f"kselftest {name}: exit status {rc if rc is not None else 'missing'}")
+        self.plan_checks("kselftest", name, plan, ncases, True, "its TAP output")
+
+    def check_all(self):
+        for kind, name, lines, complete in blocks(self.olines):
+            if kind == "kunit":
+                self.kunit_block(name, lines, complete)
+            elif kind == "kselftest":
+                self.kselftest_block(name, lines, complete)
+        # Every suite and binary the manifest requires ran; nothing ran that it does not name.
+        console = {}
+        for c in ktap_suites(self.clines):
+            console.setdefault(c.name, []).append(c)
+        for kind in ("kunit", "kselftest"):
+            required = set(self.m.required(kind))
+            missing = required - self.ran[kind]
+            reported = {ln.split()[2] for ln in self.olines
+                        if re.match(rf"^NU-(MISSING|NOT-EXECUTABLE) {kind} \S+", ln)}
+            for n in sorted(missing):
+                how = "missing from the guest" if n in reported else "did not run"
+                if kind == "kunit" and n in console:
+                    how += "; the console shows " + ", ".join(c.verdict or "no result" for c in console[n])
+                self.fail(f"{kind} {n}: {how} (tests/expected.toml requires it)")
+            if not missing:
+                self.t.ok()
+            unknown = self.ran[kind] - set(self.m.kunit if kind == "kunit" else self.m.kselftest)
+            self.check(not unknown, f"{kind} {fmt_list(unknown)}: ran but not named in tests/expected.toml "
+                                    f"(add it there)")
+        # A suite KUnit ran at load whose debugfs results were not printed (and not required).
+        for n in sorted(console):
+            if n.startswith("neuron_udma") and n not in self.ran["kunit"] and n not in self.m.required("kunit"):
+                self.fail(f"kunit {n}: on the console but its debugfs results were not printed")
+        self.infra()
+
+    def marker(self, prefix):
+        """The rest of the last test plan output line starting with `prefix`, or None."""
+        val = None
+        for ln in self.olines:
+            if ln.startswith(prefix):
+                val = ln[len(prefix):].strip()
+        return val
+
+    def infra(self):
+        # The device, and that it is the model's.
+        bound = [m.group(1) for m in (re.search(r"NU-BOUND \S+ ?(\S*)", ln) for ln in self.clines) if m]
+        self.check(bool(bound), "the device did not bind (see console.log)")
+        want = self.m.models.get(self.label)
+        if want is None:
+            self.fail(f"model {self.label} is not in tests/expected.toml [models]")
+        elif bound:
+            got = bound[-1].lower() or "not printed"
+            self.check(got == want, f"the bound device is {got}, the {self.label} model is {want} "
+                                    f"(logs of another model's run?)")
+        image = self.marker("NU-IMAGE")
+        self.check(image == "root=755 tmp=1777 dev=666 udma1=1001 ok",
+                   f"the guest image for unprivileged users: {image or 'not reported'} "
+                   f"(expected / 0755, /tmp 1777, /dev/neuron_udma0 0666, udma1 (uid 1001) can open it)")
+        self.check(self.marker("NU-SYSCTL") == "hung_task_timeout_secs=60 watchdog_thresh=30",
+                   f"hung-task/soft-lockup detector settings: {self.marker('NU-SYSCTL')} "
+                   f"(scripts/vm-run sets 60 and 30 on the kernel command line)")
+        self.check(self.marker("NU-RMMOD") == "ok", "the driver did not unload (rmmod)")
+        reload = self.marker("NU-RELOAD")
+        self.check(reload is not None and reload.startswith("ok"),
+                   f"the second load/unload cycle: {reload or 'did not run'}")
+        # The sanitizers were on at boot and still are at the end.
+        for what, rx in BOOT_EVIDENCE.items():
+            self.check(any(rx.search(ln) for ln in self.clines), f"the boot log does not show {what}")
+        off = [ln for ln in self.clines + self.olines if SANITIZER_OFF_RE.search(ln)]
+        self.check(not off, f"a sanitizer disabled itself: {off[0].strip() if off else ''}")
+        for when in ("after-rmmod", "after-reload", "final"):
+            state = self.marker(f"NU-DMA-API {when}")
+            self.check(state == "disabled=N error_count=0",
+                       f"DMA-API debugging {when}: {state or 'not reported'} (expected disabled=N error_count=0)")
+        self.check(self.marker("NU-KMEMLEAK") == "scans ok ok",
+                   f"kmemleak {self.marker('NU-KMEMLEAK') or 'scans not run'} (expected both scans accepted)")
+        report = [b for b in blocks(self.olines) if b[0] == "kmemleak"]
+        if not report or not report[-1][3]:
+            self.fail("kmemleak: no complete report after the scans")
+        else:
+            leaks = [ln for ln in report[-1][2] if ln.strip()]
+            self.check(not leaks, f"kmemleak reports {sum('unreferenced object' in ln for ln in leaks)} "
+                                  f"leaked objects after the unloads (see output.log)")
+        self.check("NU-DONE" in self.olines, "the test plan did not complete (see output.log)")
+        splats = [ln.strip() for ln in self.clines + self.olines if SPLAT_RE.search(ln)]
+        more = f" (and {len(splats) - 1} more lines, see console.log and output.log)" if len(splats) > 1 else ""
+        self.check(not splats, f"kernel splat: {splats[0] if splats else ''}{more}")
+        self.splats = splats
+
+    def summary(self):
+        print(f"{self.label}: {len(self.ran['kunit'])} KUnit suites ({self.cases['kunit']} cases), "
+              f"{len(self.ran['kselftest'])} kselftests ({self.cases['kselftest']} cases)")
+        for s in self.splats[:20]:
+            print(f"{self.label}:   splat: {s}")
 
 
-def check_model(label, d, tally, expect_kunit):
-    console = (d / "console.log").read_text(errors="replace") if (d / "console.log").exists() else ""
-    output = (d / "output.log").read_text(errors="replace") if (d / "output.log").exists() else ""
-    suites = 0
-    kunit_cases = 0
-    kself_cases = 0
-    for kind, name, lines in blocks(output):
-        if kind == "kunit":
-            suites += 1
-            kunit_cases += count_kunit(name, lines, tally, label)
-        elif kind == "kselftest":
-            kself_cases += count_kselftest(name, lines, tally, label)
-    print(f"{label}: {suites} KUnit suites ({kunit_cases} cases), {kself_cases} kselftest cases")
-
-    def infra(ok, what):
-        tally.add(ok, False, f"{label}: {what}")
-        if not ok:
-            print(f"{label}: FAILED: {what}")
-
-    infra("NU-BOUND" in console, "device bound")
-    infra(suites >= expect_kunit, f"at least {expect_kunit} KUnit suites ran")
-    infra(kself_cases > 0, "kselftests ran")
-    infra("NU-RMMOD ok" in output, "driver unloaded")
-    infra("NU-DONE" in output, "test plan completed")
-    splats = [ln.strip() for ln in (console + "\n" + output).splitlines() if SPLAT_RE.search(ln)]
-    infra(not splats, "no kernel splat (BUG/WARNING/KASAN/lockdep/kmemleak/Oops/panic)")
-    for s in splats[:20]:
-        print(f"{label}:   splat: {s}")
+# ---- the host-side stages ----
 
 
 def cargo_counts(path, tally):
@@ -156,15 +440,52 @@ def cargo_counts(path, tally):
     tally.passed += passed
     tally.failed += failed
     if failed:
-        tally.failures.append(f"cargo test: {failed} failed")
+        tally.failures.append(f"cargo test: {failed} failed (see build/check/cargo-test.log)")
     if not runs:
-        tally.add(False, False, "cargo test: no result line")
+        tally.fail("cargo test: no result line (it did not build? see build/check/cargo-test.log)")
     print(f"cargo test: {passed} passed, {failed} failed")
+
+
+def lint_counts(path, tally):
+    """shellcheck, one result per script (NU-LINT lines of scripts/check)."""
+    lines = pathlib.Path(path).read_text(errors="replace").splitlines() if pathlib.Path(path).exists() else []
+    n = 0
+    for ln in lines:
+        m = re.match(r"^NU-LINT (ok|failed) (\S+)", ln)
+        if not m:
+            continue
+        n += 1
+        findings = [x for x in lines if x.startswith(m.group(2) + ":")]
+        tally.check(m.group(1) == "ok", f"shellcheck {m.group(2)}: {len(findings)} findings, first: "
+                                        f"{findings[0] if findings else '(see build/check/shellcheck.log)'}")
+    if n == 0:
+        tally.fail("shellcheck did not run (see build/check/shellcheck.log)")
+    print(f"shellcheck: {n} scripts")
+
+
+def unittest_counts(path, tally):
+    text = pathlib.Path(path).read_text(errors="replace") if pathlib.Path(path).exists() else ""
+    ran = re.search(r"^Ran (\d+) tests? in", text, re.M)
+    if not ran:
+        tally.fail("parser unit tests did not run (see build/check/parser-tests.log)")
+        return
+    n = int(ran.group(1))
+    bad = re.findall(r"^(?:FAIL|ERROR): (\S+)", text, re.M)
+    skipped = re.search(r"skipped=(\d+)", text)
+    nskip = int(skipped.group(1)) if skipped else 0
+    tally.passed += n - len(bad) - nskip
+    tally.skipped += nskip
+    for b in bad:
+        tally.fail(f"parser unit test {b} (see build/check/parser-tests.log)")
+    if not bad and not re.search(r"^OK\b", text, re.M):
+        tally.fail("parser unit tests: no OK line (see build/check/parser-tests.log)")
+    print(f"parser unit tests: {n - len(bad) - nskip} passed, {len(bad)} failed")
 
 
 def boot_splat(d):
     """Whether the console log of run directory `d` shows a splat before the module loaded."""
-    console = (d / "console.log").read_text(errors="replace") if (d / "console.log").exists() else ""
+    p = pathlib.Path(d) / "console.log"
+    console = p.read_text(errors="replace") if p.exists() else ""
     for line in console.splitlines():
         if "neuron_udma" in line:
             return False
@@ -173,20 +494,34 @@ def boot_splat(d):
     return False
 
 
-def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--boot-splat":
-        return 0 if boot_splat(pathlib.Path(sys.argv[2])) else 1
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--expect-kunit", type=int, default=1)
+def run(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--manifest", default=str(MANIFEST))
+    ap.add_argument("--boot-splat", metavar="DIR")
+    ap.add_argument("--list", choices=("kunit", "kselftest"))
+    ap.add_argument("--lint")
+    ap.add_argument("--unittest")
     ap.add_argument("--cargo")
-    ap.add_argument("runs", nargs="+", metavar="MODEL=DIR")
-    args = ap.parse_args()
+    ap.add_argument("runs", nargs="*", metavar="MODEL=DIR")
+    args = ap.parse_args(argv)
+    if args.boot_splat:
+        return 0 if boot_splat(args.boot_splat) else 1
+    manifest = Manifest(args.manifest)
+    if args.list:
+        print("\n".join(manifest.required(args.list)))
+        return 0
     tally = Tally()
+    if args.lint:
+        lint_counts(args.lint, tally)
+    if args.unittest:
+        unittest_counts(args.unittest, tally)
     if args.cargo:
         cargo_counts(args.cargo, tally)
-    for run in args.runs:
-        label, _, d = run.partition("=")
-        check_model(label, pathlib.Path(d), tally, args.expect_kunit)
+    for r in args.runs:
+        label, _, d = r.partition("=")
+        one = Run(label, d, manifest, tally)
+        one.check_all()
+        one.summary()
     for f in tally.failures:
         print(f"FAILED: {f}")
     line = f"{tally.passed} passed, {tally.failed} failed"
@@ -197,4 +532,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(sys.argv[1:]))

@@ -1,0 +1,379 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Unit tests of the gate (tests/parse-results.py), run by `make check`.
+
+tests/fixtures/{trn1,trn2}/ hold the console and test-plan logs of a real `make check` run of
+2026-11-30, trimmed: the boot messages that carry no result are cut, and so are the two things that
+failed that run and are not the parser's business (the kmemleak report of a 32-byte object the
+driver's device registry leaked, and `NU-MISSING kselftest security_test`, a test that did not
+exist yet); tests/fixtures/expected.toml is the manifest of that run. Each test derives a broken run by a small edit of those logs and checks that
+the gate fails it, saying what broke. run: python3 tests/test_parse_results.py [-v]
+"""
+
+import contextlib
+import importlib.util
+import io
+import pathlib
+import re
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.dont_write_bytecode = True  # no tests/__pycache__ from importing the parser
+
+TESTS = pathlib.Path(__file__).resolve().parent
+TOP = TESTS.parent
+FIXTURES = TESTS / "fixtures"
+FIXTURE_MANIFEST = FIXTURES / "expected.toml"
+
+_spec = importlib.util.spec_from_file_location("parse_results", TESTS / "parse-results.py")
+pr = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(pr)
+
+
+def drop_block(text, kind, name):
+    """The test plan output without the NU-BEGIN/NU-END block of one suite or binary."""
+    out, skipping = [], False
+    for ln in text.splitlines(keepends=True):
+        if ln.startswith(f"NU-BEGIN {kind} {name}"):
+            skipping = True
+        if not skipping:
+            out.append(ln)
+        if skipping and ln.startswith(f"NU-END {kind} {name}"):
+            skipping = False
+    return "".join(out)
+
+
+def block_of(text, kind, name):
+    m = re.search(rf"^NU-BEGIN {kind} {name}\n(.*?)^NU-END {kind} {name}\n", text, re.S | re.M)
+    assert m, f"no {kind} {name} block in the fixture"
+    return m
+
+
+def sub1(pattern, repl, text, flags=re.M):
+    """re.sub that must change something (a fixture edit that misses proves nothing)."""
+    new, n = re.subn(pattern, repl, text, count=1, flags=flags)
+    assert n == 1, f"pattern {pattern!r} not found"
+    return new
+
+
+class GateTest(unittest.TestCase):
+    """Helpers: copy the fixture runs to a temporary directory, edit them, run the gate."""
+
+    def setUp(self):
+        self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="nu-gate-test."))
+        self.addCleanup(shutil.rmtree, self.tmp)
+        for model in ("trn1", "trn2"):
+            shutil.copytree(FIXTURES / model, self.tmp / model)
+        self.manifest = self.tmp / "expected.toml"
+        shutil.copy(FIXTURE_MANIFEST, self.manifest)
+
+    def read(self, model, log):
+        return (self.tmp / model / log).read_text()
+
+    def write(self, model, log, text):
+        (self.tmp / model / log).write_text(text)
+
+    def edit(self, model, log, fn):
+        self.write(model, log, fn(self.read(model, log)))
+
+    def gate(self, runs=None, extra=()):
+        runs = runs or [f"{m}={self.tmp / m}" for m in ("trn1", "trn2")]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = pr.run(["--manifest", str(self.manifest), *extra, *runs])
+        return rc, out.getvalue()
+
+    def assertFails(self, *needles, runs=None):
+        rc, out = self.gate(runs)
+        self.assertEqual(rc, 1, f"the gate passed a broken run:\n{out}")
+        last = out.strip().splitlines()[-1]
+        self.assertRegex(last, r"^\d+ passed, [1-9]\d* failed")
+        failures = "\n".join(ln for ln in out.splitlines() if ln.startswith("FAILED:"))
+        for n in needles:
+            self.assertIn(n, failures, f"no failure mentions {n!r}:\n{out}")
+        return out
+
+
+class TestPassingRun(GateTest):
+    def test_fixture_passes(self):
+        rc, out = self.gate()
+        self.assertEqual(rc, 0, out)
+        self.assertRegex(out.strip().splitlines()[-1], r"^\d+ passed, 0 failed$")
+
+    def test_counts_every_case(self):
+        _, out = self.gate()
+        for model in ("trn1", "trn2"):
+            m = re.search(rf"^{model}: (\d+) KUnit suites \((\d+) cases\), (\d+) kselftests \((\d+) cases\)",
+                          out, re.M)
+            self.assertTrue(m, out)
+            man = pr.Manifest(self.manifest)
+            self.assertEqual(int(m.group(1)), len(man.required("kunit")))
+            self.assertEqual(int(m.group(3)), len(man.required("kselftest")))
+
+
+class TestMissingTests(GateTest):
+    def test_four_kunit_suites_gone(self):
+        # The debugfs results of four suites are not printed; the console still shows that one of
+        # them failed.
+        gone = ["neuron_udma_arch", "neuron_udma_desc", "neuron_udma_live", "neuron_udma_ring"]
+        for s in gone:
+            self.edit("trn1", "output.log", lambda t, s=s: drop_block(t, "kunit", s))
+        self.edit("trn1", "console.log", lambda t: sub1(r"^(\[[ \d.]+\] )?ok (\d+) neuron_udma_live$",
+                                                        r"\1not ok \2 neuron_udma_live", t))
+        out = self.assertFails(*[f"trn1: kunit {s}: did not run" for s in gone])
+        self.assertIn("the console shows not ok", out)
+
+    def test_abi_kselftests_gone(self):
+        for b in ("uapi_test", "uapi_unbind_test"):
+            self.edit("trn1", "output.log", lambda t, b=b: drop_block(t, "kselftest", b))
+        self.assertFails("trn1: kselftest uapi_test: did not run",
+                         "trn1: kselftest uapi_unbind_test: did not run")
+
+    def test_guest_reports_missing_binary(self):
+        self.edit("trn2", "output.log", lambda t: drop_block(t, "kselftest", "pci_bind_test"))
+        self.edit("trn2", "output.log", lambda t: "NU-MISSING kselftest pci_bind_test\n" + t)
+        self.assertFails("trn2: kselftest pci_bind_test: missing from the guest")
+
+    def test_manifest_names_a_binary_that_never_ran(self):
+        self.manifest.write_text(self.manifest.read_text() + "\n[kselftest.security_test]\nmin_cases = 1\n")
+        self.assertFails("trn1: kselftest security_test: did not run",
+                         "trn2: kselftest security_test: did not run")
+
+    def test_unnamed_suite_fails(self):
+        extra = ("NU-BEGIN kunit neuron_udma_new\nKTAP version 1\n1..1\n    KTAP version 1\n"
+                 "    # Subtest: neuron_udma_new\n    1..1\n    ok 1 works\nok 1 neuron_udma_new\n"
+                 "NU-END kunit neuron_udma_new\n")
+        self.edit("trn1", "output.log", lambda t: extra + t)
+        self.assertFails("kunit neuron_udma_new: ran but not named in tests/expected.toml")
+
+    def test_fewer_cases_than_the_floor(self):
+        self.manifest.write_text(re.sub(r"(\[kselftest\.uapi_test\]\nmin_cases = )\d+", r"\g<1>999",
+                                        self.manifest.read_text()))
+        self.assertFails("kselftest uapi_test:", "expects at least 999")
+
+
+class TestPlansAndVerdicts(GateTest):
+    def test_kunit_plan_8_with_7_cases_and_suite_not_ok(self):
+        def edit(t):
+            m = block_of(t, "kunit", "neuron_udma_live")
+            body = m.group(1)
+            self.assertRegex(body, r"(?m)^\s+1\.\.8$")
+            body = sub1(r"^    ok 8 .*\n", "", body)
+            body = sub1(r"^ok 1 neuron_udma_live$", "not ok 1 neuron_udma_live", body)
+            return t[:m.start(1)] + body + t[m.end(1):]
+        self.edit("trn1", "output.log", edit)
+        self.assertFails("kunit neuron_udma_live: plan says 8 cases, 7 reported",
+                         "kunit neuron_udma_live: its own result is not ok")
+
+    def test_console_disagrees_with_debugfs(self):
+        self.edit("trn2", "console.log", lambda t: sub1(r"^(\[[ \d.]+\] )?ok (\d+) neuron_udma_ring$",
+                                                        r"\1not ok \2 neuron_udma_ring", t))
+        self.assertFails("trn2: kunit neuron_udma_ring: the console shows not ok")
+
+    def test_failed_case(self):
+        def edit(t):
+            m = block_of(t, "kselftest", "uapi_test")
+            return t[:m.start()] + sub1(r"^ok 1 (\S+)$", r"not ok 1 \1", m.group(0)) + t[m.end():]
+        self.edit("trn1", "output.log", edit)
+        self.assertFails("trn1: kselftest uapi_test:", ": failed")
+
+    def test_kselftest_block_lost_its_end_marker(self):
+        def edit(t):
+            m = block_of(t, "kselftest", "pci_bind_test")
+            body = sub1(r"^ok 1 (\S+)$", r"not ok 1 \1", m.group(0))
+            body = body.replace("NU-END kselftest pci_bind_test\n", "")
+            return t[:m.start()] + body + t[m.end():]
+        self.edit("trn1", "output.log", edit)
+        self.assertFails("kselftest pci_bind_test: its output ends early", "kselftest pci_bind_test:")
+
+    def test_kselftest_nonzero_exit(self):
+        self.edit("trn2", "output.log", lambda t: t.replace(
+            "NU-RC 0\nNU-END kselftest uapi_unbind_test", "NU-RC 1\nNU-END kselftest uapi_unbind_test"))
+        self.assertFails("trn2: kselftest uapi_unbind_test: exit status 1")
+
+    def test_kselftest_plan_mismatch(self):
+        def edit(t):
+            m = block_of(t, "kselftest", "uapi_test")
+            body = sub1(r"^ok 2 .*\n", "", m.group(0))
+            return t[:m.start()] + body + t[m.end():]
+        self.edit("trn1", "output.log", edit)
+        self.assertFails("kselftest uapi_test: plan says")
+
+
+class TestSkips(GateTest):
+    def skip_all(self, t):
+        return re.sub(r"^((?:    )?ok \d+ [^#\n]+?)$", r"\1 # SKIP not here", t, flags=re.M)
+
+    def test_most_cases_skipped(self):
+        self.edit("trn1", "output.log", self.skip_all)
+        out = self.assertFails("not allowed to skip on trn1")
+        self.assertGreater(len(re.findall("not allowed to skip", out)), 30, out)
+
+    def test_allowed_skip_passes(self):
+        t = self.read("trn1", "output.log")
+        m = block_of(t, "kselftest", "uapi_test")
+        case = re.search(r"^ok 3 (\S+)$", m.group(1), re.M).group(1)
+        self.write("trn1", "output.log", t[:m.start()] + sub1(r"^(ok 3 \S+)$", r"\1 # SKIP no 2 MiB",
+                                                             m.group(0)) + t[m.end():])
+        rc, out = self.gate()
+        self.assertEqual(rc, 1, out)
+        self.manifest.write_text(self.manifest.read_text() + f'\n[[skip]]\ntest = "kselftest uapi_test"\n'
+                                 f'case = "{case}"\nmodels = ["trn1"]\nreason = "test"\n')
+        rc, out = self.gate()
+        self.assertEqual(rc, 0, out)
+        self.assertRegex(out.strip().splitlines()[-1], r", 1 skipped$")
+        # Allowed on trn1 only: the same skip on trn2 fails.
+        t = self.read("trn2", "output.log")
+        m = block_of(t, "kselftest", "uapi_test")
+        self.write("trn2", "output.log", t[:m.start()] + sub1(r"^(ok 3 \S+)$", r"\1 # SKIP no", m.group(0))
+                   + t[m.end():])
+        self.assertFails("not allowed to skip on trn2")
+
+
+class TestSanitizers(GateTest):
+    def console_line(self, model, line):
+        self.edit(model, "console.log", lambda t: sub1(r"^(NU-BOUND .*)$", rf"\1\n[   42.000000] {line}", t))
+
+    def test_kmemleak_disabled_itself(self):
+        self.console_line("trn1", "kmemleak: Kernel memory leak detector disabled")
+        self.assertFails("trn1: a sanitizer disabled itself: kmemleak: Kernel memory leak detector disabled")
+
+    def test_kmemleak_refuses_scan(self):
+        self.edit("trn2", "output.log", lambda t: sub1("^NU-KMEMLEAK scans ok ok$", "NU-KMEMLEAK scans failed failed", t))
+        self.assertFails("trn2: kmemleak scans failed failed")
+
+    def test_kmemleak_report(self):
+        self.edit("trn1", "output.log", lambda t: sub1(
+            r"^NU-BEGIN kmemleak report\n",
+            "NU-BEGIN kmemleak report\nunreferenced object 0xffff888004b6e5a0 (size 32):\n"
+            "  comm \"insmod\", pid 120, jiffies 4294890000\n", t))
+        self.assertFails("trn1: kmemleak reports 1 leaked objects", "trn1: kernel splat: unreferenced object")
+
+    def test_dma_api_disabled_itself(self):
+        self.console_line("trn1", "DMA-API: debugging out of memory - disabling")
+        self.edit("trn1", "output.log", lambda t: sub1("^NU-DMA-API final disabled=N", "NU-DMA-API final disabled=Y", t))
+        self.assertFails("trn1: a sanitizer disabled itself", "DMA-API debugging final: disabled=Y")
+
+    def test_dma_api_leak_after_unload(self):
+        self.console_line("trn2", "DMA-API: pci 0000:00:03.0: device driver has pending DMA allocations "
+                                  "while released from device [count=1]")
+        self.edit("trn2", "output.log", lambda t: sub1("^NU-DMA-API after-rmmod disabled=N error_count=0$",
+                                                       "NU-DMA-API after-rmmod disabled=N error_count=1", t))
+        self.assertFails("trn2: DMA-API debugging after-rmmod: disabled=N error_count=1",
+                         "trn2: kernel splat: DMA-API")
+
+    def test_no_sanitizer_evidence(self):
+        self.edit("trn1", "output.log", lambda t: re.sub(r"^NU-DMA-API .*\n", "", t, flags=re.M))
+        self.assertFails("DMA-API debugging after-rmmod: not reported", "DMA-API debugging final: not reported")
+
+    def test_boot_without_kasan(self):
+        self.edit("trn1", "console.log", lambda t: sub1(r"^.*KernelAddressSanitizer initialized.*\n", "", t))
+        self.assertFails("trn1: the boot log does not show KASAN initialized")
+
+
+class TestSplats(GateTest):
+    def console_line(self, model, line):
+        self.edit(model, "console.log", lambda t: sub1(r"^(NU-BOUND .*)$", rf"\1\n[   42.000000] {line}", t))
+
+    def test_rust_assertion_outside_kunit(self):
+        self.console_line("trn1", "    Failure not reported to KUnit since this is a non-KUnit task")
+        self.console_line("trn1", "    # neuron_udma_live: ASSERTION FAILED at rust/live_tests.rs:120")
+        self.assertFails("trn1: kernel splat: # neuron_udma_live: ASSERTION FAILED at rust/live_tests.rs:120 "
+                         "(and 1 more lines")
+
+    def test_detectors(self):
+        for line in ("INFO: task kworker/0:1:35 blocked for more than 61 seconds.",
+                     "watchdog: BUG: soft lockup - CPU#1 stuck for 33s! [insmod:120]",
+                     "rcu: INFO: rcu_sched self-detected stall on CPU",
+                     "ODEBUG: free active (active state 0) object: ffff888005d0 object type: timer_list"):
+            with self.subTest(line=line):
+                self.setUp()
+                self.console_line("trn2", line)
+                self.assertFails(f"trn2: kernel splat: {line}")
+
+    def test_boot_splat_detection(self):
+        d = self.tmp / "trn1"
+        self.assertFalse(pr.boot_splat(d))
+        self.edit("trn1", "console.log", lambda t: "[    0.100000] WARNING: CPU: 0 PID: 0 at early\n" + t)
+        self.assertTrue(pr.boot_splat(d))
+
+
+class TestRunIdentity(GateTest):
+    def test_trn2_directory_holds_a_trn1_run(self):
+        self.assertFails("trn2: the bound device is 1d0f:7164, the trn2 model is 1d0f:7364",
+                         runs=[f"trn1={self.tmp / 'trn1'}", f"trn2={self.tmp / 'trn1'}"])
+
+    def test_no_device_id(self):
+        self.edit("trn1", "console.log", lambda t: sub1(r"^(NU-BOUND \S+) \S+$", r"\1", t))
+        self.assertFails("trn1: the bound device is not printed")
+
+    def test_root_dir_not_world_readable(self):
+        # The initramfs staged in a mktemp -d directory made the guest's / 0700.
+        self.edit("trn1", "output.log", lambda t: sub1(r"^NU-IMAGE root=755 (.*) udma1=1001 ok",
+                                                       r"NU-IMAGE root=700 \1 udma1=sh: can't open", t))
+        self.assertFails("trn1: the guest image for unprivileged users: root=700")
+
+    def test_detector_settings(self):
+        self.edit("trn1", "output.log", lambda t: sub1("hung_task_timeout_secs=60", "hung_task_timeout_secs=120", t))
+        self.assertFails("trn1: hung-task/soft-lockup detector settings")
+
+    def test_no_reload_cycle(self):
+        self.edit("trn2", "output.log", lambda t: sub1(r"^NU-RELOAD ok.*$", "NU-RELOAD failed: rmmod", t))
+        self.assertFails("trn2: the second load/unload cycle: failed: rmmod")
+
+    def test_plan_incomplete(self):
+        self.edit("trn1", "output.log", lambda t: t[:t.index("NU-RMMOD")])
+        self.assertFails("trn1: the driver did not unload", "trn1: the test plan did not complete")
+
+
+class TestHostStages(GateTest):
+    def test_lint_counts(self):
+        log = self.tmp / "lint.log"
+        log.write_text("NU-LINT ok scripts/check\nscripts/vm-run:3:1: warning: x [SC2034]\nNU-LINT failed scripts/vm-run\n")
+        rc, out = self.gate(runs=[f"trn1={self.tmp / 'trn1'}"], extra=["--lint", str(log)])
+        self.assertEqual(rc, 1)
+        self.assertIn("FAILED: shellcheck scripts/vm-run: 1 findings, first: scripts/vm-run:3:1", out)
+        log.write_text("")
+        rc, out = self.gate(runs=[f"trn1={self.tmp / 'trn1'}"], extra=["--lint", str(log)])
+        self.assertIn("FAILED: shellcheck did not run", out)
+
+    def test_unittest_counts(self):
+        log = self.tmp / "ut.log"
+        log.write_text("FAIL: test_x (m.T.test_x)\n----\nRan 5 tests in 0.1s\n\nFAILED (failures=1)\n")
+        rc, out = self.gate(runs=[f"trn1={self.tmp / 'trn1'}"], extra=["--unittest", str(log)])
+        self.assertEqual(rc, 1)
+        self.assertIn("FAILED: parser unit test test_x", out)
+
+
+class TestManifest(unittest.TestCase):
+    """tests/expected.toml names exactly the suites and kselftests of the tree."""
+
+    def setUp(self):
+        self.m = pr.Manifest(pr.MANIFEST)
+
+    def test_kunit_suites_match_the_sources(self):
+        suites = set()
+        for f in (TOP / "rust").glob("*.rs"):
+            suites |= set(re.findall(r"#\[(?:kernel::prelude::)?kunit_tests\((\w+)\)\]", f.read_text()))
+        self.assertTrue(suites)
+        self.assertEqual(suites, set(self.m.kunit), "rust/*.rs #[kunit_tests] and tests/expected.toml differ")
+
+    def test_every_kselftest_source_is_named(self):
+        sources = {f.stem for f in (TOP / "tests" / "kselftest").glob("*.c")}
+        self.assertTrue(sources)
+        self.assertEqual(sources - set(self.m.kselftest), set(), "kselftests missing from tests/expected.toml")
+
+    def test_every_model_has_an_id(self):
+        self.assertEqual(self.m.models, {"trn1": "1d0f:7164", "trn2": "1d0f:7364"})
+
+    def test_fixture_manifest_is_the_real_one_of_its_time(self):
+        # The fixture's manifest differs from the real one only by what was added since.
+        fix = pr.Manifest(FIXTURE_MANIFEST)
+        self.assertLessEqual(set(fix.kunit), set(self.m.kunit))
+        self.assertLessEqual(set(fix.kselftest), set(self.m.kselftest))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
