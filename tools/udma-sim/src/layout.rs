@@ -177,6 +177,17 @@ impl Gen {
         }
     }
 
+    /// Whether engine `id` can reach host memory (spec §2.5): every V2 engine; on V3 the H2T
+    /// engines 128-131 and the SENG engines 32i + {4-7, 12-15, 20-23, 28-31}. The spec lists
+    /// the engines the driver gives host addresses to [D] and assumes the others cannot reach
+    /// the host [I]; [`crate::Options::host_connectivity`] turns the rule off.
+    pub fn has_host_connectivity(self, id: u32) -> bool {
+        match self {
+            Gen::V2 => id < 34,
+            Gen::V3 => (128..132).contains(&id) || (id < 128 && (id % 8) >= 4),
+        }
+    }
+
     /// True for V3 SENG engines (ids < 128), whose driver init masks ring-id errors (spec §3.5).
     pub fn is_seng(self, id: u32) -> bool {
         self == Gen::V3 && id < 128
@@ -204,6 +215,18 @@ mod tests {
         assert_eq!(Gen::V3.engine_base(37), Some(0x9450_0000));
         assert_eq!(Gen::V3.engine_base(131), Some(0x4690_0000));
         assert_eq!(Gen::V2.decode_bar0(0x3040_0000), None);
+    }
+
+    #[test]
+    fn host_connectivity_table() {
+        assert!((0..34).all(|e| Gen::V2.has_host_connectivity(e)));
+        let v3: Vec<u32> = (0..132).filter(|&e| Gen::V3.has_host_connectivity(e)).collect();
+        let mut want: Vec<u32> = (0..4)
+            .flat_map(|i| [4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31].map(|e| 32 * i + e))
+            .collect();
+        want.extend(128..132);
+        assert_eq!(v3, want);
+        assert!(!Gen::V3.has_host_connectivity(0) && !Gen::V3.has_host_connectivity(132));
     }
 
     #[test]

@@ -7,10 +7,11 @@
 use clap::Parser;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 use udma_sim::layout::Model;
 use udma_sim::mem::DmaTable;
 use udma_sim::server::{irqs, regions, Backend};
-use udma_sim::{control, parse_size, Config, Device};
+use udma_sim::{control, parse_size, Config, Device, Options};
 
 /// Command line.
 #[derive(Parser, Debug)]
@@ -34,6 +35,20 @@ struct Args {
     /// Create this file once the vfio-user socket is listening.
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    /// Unordered completion: hold the writes of a barrier-free packet (> 64 bytes) for up to
+    /// this many milliseconds; 0 = every packet lands in order at once (spec §4.4, §5.1 [I]).
+    #[arg(long, default_value_t = 100)]
+    unordered_delay_ms: u64,
+    /// Let every V3 engine reach host memory (spec §2.5 assumes only the listed ones can [I]).
+    #[arg(long)]
+    all_engines_reach_host: bool,
+    /// Reset unwritten registers to driver-like values (cfg_len bit 24 set, 65 descriptors per
+    /// packet, errors unmasked) instead of the strict ones (spec §8.1 [I]).
+    #[arg(long)]
+    driver_reset_values: bool,
+    /// A queue reset plus re-enable also ends an abort and clears its cause bits (spec §8.3 [I]).
+    #[arg(long)]
+    reinit_clears_abort: bool,
     /// More logging (-v: debug, -vv: trace). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -66,7 +81,14 @@ fn main() {
 
 fn run(args: Args) -> Result<(), String> {
     let dma = Arc::new(DmaTable::new());
-    let cfg = Config { model: args.model, hbm_size: args.hbm_size, trace: args.trace.clone() };
+    let options = Options {
+        unordered_delay: (args.unordered_delay_ms > 0).then(|| Duration::from_millis(args.unordered_delay_ms)),
+        host_connectivity: !args.all_engines_reach_host,
+        strict_reset: !args.driver_reset_values,
+        sticky_errors: !args.reinit_clears_abort,
+    };
+    log::info!("model options: {options:?}");
+    let cfg = Config { model: args.model, hbm_size: args.hbm_size, trace: args.trace.clone(), options };
     let dev = Arc::new(Device::new(cfg, dma.clone()).map_err(|e| format!("device: {e}"))?);
     if let Some(p) = &args.control {
         control::serve(dev.clone(), p).map_err(|e| format!("control socket {}: {e}", p.display()))?;
