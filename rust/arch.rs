@@ -171,6 +171,17 @@ impl Arch {
         self.h2t.iter().any(|&(e, _)| e == eng)
     }
 
+    /// Whether engine `eng` can reach host memory (spec 2.5, `ndma_get_engines_with_host_connectivity`):
+    /// every v2 engine; on v3 the H2T engines 128-131 and, for HBM i, the SENG engines
+    /// 32i + {4-7, 12-15, 20-23, 28-31}. The reference driver never gives other v3 engines a host
+    /// address, so rings and buffers in host memory are used only on these engines.
+    pub(crate) fn has_host_connectivity(&self, eng: u32) -> bool {
+        match self.generation {
+            Generation::V2 => eng < self.engines,
+            Generation::V3 => (128..132).contains(&eng) || (eng < 128 && eng % 8 >= 4),
+        }
+    }
+
     /// Whether `eng` is a v3 SENG engine (id < 128), where the ring-id error is masked (spec 3.5).
     pub(crate) fn masks_ring_id_error(&self, eng: u32) -> bool {
         self.generation == Generation::V3 && eng < 128
@@ -233,6 +244,23 @@ mod tests {
         assert!(!TRN2.is_reserved_queue(129, 2));
         assert!(TRN2.is_reserved_queue(7, 14));
         assert!(!TRN2.is_reserved_queue(5, 14));
+    }
+
+    #[test]
+    fn host_connectivity() {
+        assert!((0..34).all(|e| TRN1.has_host_connectivity(e)));
+        assert!(!TRN1.has_host_connectivity(34));
+        let v3 = (0..132).filter(|&e| TRN2.has_host_connectivity(e));
+        let want = (0..4)
+            .flat_map(|i| {
+                [4, 12, 20, 28]
+                    .into_iter()
+                    .flat_map(move |b| (0..4).map(move |k| 32 * i + b + k))
+            })
+            .chain(128..132);
+        assert!(v3.eq(want));
+        assert!(TRN2.h2t.iter().all(|&(e, _)| TRN2.has_host_connectivity(e)));
+        assert!(!TRN2.has_host_connectivity(0) && !TRN2.has_host_connectivity(3));
     }
 
     #[test]
