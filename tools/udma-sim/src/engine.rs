@@ -630,6 +630,11 @@ impl Engine {
                         }
                     }
                 }
+                regs::M2S_STREAM_CFG | regs::S2M_STREAM_CFG => {
+                    st.regs.insert(unit, val);
+                    // Re-enabling a stream resumes the posted work.
+                    fx.kick = val & regs::STREAM_DISABLE == 0;
+                }
                 _ => {
                     st.regs.insert(unit, val);
                 }
