@@ -195,6 +195,19 @@ impl Arch {
             .map_or(0, |o| o + crate::regs::ENGINE_SIZE)
     }
 
+    /// Bytes at the start of BAR4 that are HBM0, whose device-fabric addresses equal their BAR4
+    /// offsets (spec 1.2, 1.3): v2 `min(bar4_size, 16 GiB)` (HBM1 is device address
+    /// 0x10_0000_0000 at BAR4 + 16 GiB); v3 `min(bar4_size / 4, 24 GiB)` (each of the four HBMs
+    /// has a quarter of BAR4 on the QEMU device, the others start at device addresses
+    /// 0x40_0000_0000, 0x8000_0000_0000, 0x8040_0000_0000). Device memory is allocated from HBM0
+    /// only, so a buffer's device address is its BAR4 offset.
+    pub(crate) fn hbm0_len(&self, bar4_size: u64) -> u64 {
+        match self.generation {
+            Generation::V2 => bar4_size.min(16 << 30),
+            Generation::V3 => (bar4_size / 4).min(24 << 30),
+        }
+    }
+
     /// Device-fabric address of a host DMA address (spec 1.3).
     pub(crate) fn host_addr(&self, dma: u64) -> u64 {
         dma | self.host_route
@@ -269,5 +282,9 @@ mod tests {
         assert_eq!(TRN2.bar0_min_size(), 0xB5F0_0000 + 0x3C800);
         assert_eq!(TRN1.host_addr(0x1234_5000), 0x0000_1000_1234_5000);
         assert_eq!(TRN2.host_addr(0x1234_5000), 0x0000_4000_1234_5000);
+        assert_eq!(TRN1.hbm0_len(64 << 20), 64 << 20);
+        assert_eq!(TRN1.hbm0_len(32 << 30), 16 << 30);
+        assert_eq!(TRN2.hbm0_len(256 << 20), 64 << 20);
+        assert_eq!(TRN2.hbm0_len(256 << 30), 24 << 30);
     }
 }

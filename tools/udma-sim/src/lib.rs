@@ -99,6 +99,7 @@ pub(crate) struct Shared {
     pub(crate) options: Options,
     pub(crate) host: Arc<dyn GuestMemory>,
     pub(crate) hbm: Arc<FlatMemory>,
+    pub(crate) hbm_map: Arc<mem::HbmMap>,
     pub(crate) engines: Vec<OnceLock<Arc<Engine>>>,
     pub(crate) bus_master: AtomicBool,
     pub(crate) slow: AtomicU32,
@@ -129,6 +130,7 @@ impl Device {
                 gen,
                 options: cfg.options.clone(),
                 host,
+                hbm_map: Arc::new(mem::HbmMap::new(gen, hbm.clone())),
                 hbm,
                 engines: (0..gen.engine_count()).map(|_| OnceLock::new()).collect(),
                 bus_master: AtomicBool::new(true),
@@ -151,7 +153,7 @@ impl Device {
         self.shared.gen
     }
 
-    /// HBM (BAR4 backing), device address 0 = BAR4 offset 0.
+    /// HBM (BAR4 backing), by BAR4 offset; [`Device::hbm_map`] maps device addresses to it.
     pub fn hbm(&self) -> &Arc<FlatMemory> {
         &self.shared.hbm
     }
@@ -179,7 +181,7 @@ impl Device {
             let env = || EnvOwned {
                 gen: shared.gen,
                 host: shared.host.clone(),
-                hbm: shared.hbm.clone(),
+                hbm: shared.hbm_map.clone(),
                 bus_master: shared.bus_master.load(Ordering::Relaxed),
                 slow: shared.slow.load(Ordering::Relaxed),
                 trace: shared.tracer.clone(),
@@ -194,6 +196,11 @@ impl Device {
             Ok(h) => self.workers.lock().unwrap_or_else(|e| e.into_inner()).push(h),
             Err(e) => log::error!("cannot spawn worker for engine {}: {e}", eng.id),
         }
+    }
+
+    /// Device memory by device address (spec §1.3 HBM windows over BAR4).
+    pub fn hbm_map(&self) -> &Arc<mem::HbmMap> {
+        &self.shared.hbm_map
     }
 
     /// Posted writes held by unordered completion, summed over all engines (packets).

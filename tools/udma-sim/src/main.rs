@@ -23,9 +23,10 @@ struct Args {
     /// Absolute path of the vfio-user socket to create.
     #[arg(long)]
     socket: PathBuf,
-    /// Device memory (BAR4) size, e.g. 64M, 1G (power of two, >= 4K).
-    #[arg(long, default_value = "64M", value_parser = parse_hbm)]
-    hbm_size: u64,
+    /// Device memory (BAR4) size, e.g. 64M, 1G (power of two, >= 4K). Default: 64M (trn1,
+    /// inf2); 256M (trn2, where each of the four HBM windows is a quarter of BAR4).
+    #[arg(long, value_parser = parse_hbm)]
+    hbm_size: Option<u64>,
     /// Write one JSON line per consumed descriptor to FILE.
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -88,7 +89,11 @@ fn run(args: Args) -> Result<(), String> {
         sticky_errors: !args.reinit_clears_abort,
     };
     log::info!("model options: {options:?}");
-    let cfg = Config { model: args.model, hbm_size: args.hbm_size, trace: args.trace.clone(), options };
+    let hbm_size = args.hbm_size.unwrap_or(match args.model {
+        Model::Trn2 => 256 << 20,
+        Model::Trn1 | Model::Inf2 => 64 << 20,
+    });
+    let cfg = Config { model: args.model, hbm_size, trace: args.trace.clone(), options };
     let dev = Arc::new(Device::new(cfg, dma.clone()).map_err(|e| format!("device: {e}"))?);
     if let Some(p) = &args.control {
         control::serve(dev.clone(), p).map_err(|e| format!("control socket {}: {e}", p.display()))?;
@@ -104,7 +109,7 @@ fn run(args: Args) -> Result<(), String> {
         args.model.device_id(),
         args.socket.display(),
         dev.gen().bar0_size() >> 20,
-        args.hbm_size >> 20
+        hbm_size >> 20
     );
     let mut backend = Backend::new(dev.clone(), dma);
     let res = server.run(&mut backend);

@@ -316,3 +316,28 @@ fn registers_are_32_bit_only() {
     rig.dev.bar0_read(off, &mut b);
     assert_eq!(b, [0xFF; 8]);
 }
+
+#[test]
+fn device_addresses_follow_the_hbm_map() {
+    // Trn2, 16 MiB BAR4: four HBM windows of 4 MiB (spec 1.2 QEMU flavour, 1.3 bases).
+    let rig = Rig::new(Model::Trn2);
+    let e = 128;
+    rig.init_engine(e);
+    let mut sq = rig.init_queue(e, 2, TX_RING, RX_RING, 64);
+    let data = rig.fill(SRC, 4096, 6);
+    // HBM1 at its real base lands at BAR4 + 4 MiB; HBM3 at BAR4 + 12 MiB.
+    rig.prepare(&mut sq, rig.host(SRC), 0x40_0000_0100, 4096);
+    rig.prepare(&mut sq, rig.host(SRC), 0x8040_0000_0000, 4096);
+    rig.prepare(&mut sq, 0x40_0000_0100, rig.host(DST), 4096);
+    rig.start(&sq, 3);
+    rig.wait_done(&sq);
+    assert_eq!(rig.hbm_bytes((4 << 20) + 0x100, 4096), data);
+    assert_eq!(rig.hbm_bytes(12 << 20, 4096), data);
+    assert_eq!(rig.ram_bytes(DST, 4096), data);
+    // A BAR4-linear address past HBM0's window is no device memory.
+    rig.prepare(&mut sq, rig.host(SRC), 5 << 20, 4096);
+    rig.start(&sq, 1);
+    rig.wait_abort(e);
+    assert_eq!(rig.dev.last_error().unwrap().record.kind, ErrorKind::DataWrite);
+    assert_eq!(rig.cause_b(e), s2m_cause::DATA_WRITE);
+}
