@@ -20,8 +20,12 @@ pub const POSTED_WRITE_MAX: u64 = 64;
 /// Rx descriptors the S2M prefetcher reads (and ring-id checks) past the current packet, up
 /// to the tail (spec §3.5 S2M cause 11, §8.5).
 pub const RX_PREFETCH: u32 = 64;
-/// Bytes of held writes per queue above which the oldest land early (bounds model memory).
-const HELD_BYTES_MAX: usize = 256 << 20;
+/// Bytes of held writes per queue above which the oldest land early (bounds model memory and
+/// keeps the staging buffers cache-sized; the newest packet stays held, so a barrier-free
+/// marker still overtakes it).
+const HELD_BYTES_MAX: usize = 4 << 20;
+/// Bytes of landed buffers a queue keeps for reuse.
+const HELD_POOL_MAX: usize = 8 << 20;
 
 /// Retry interval of a queue stalled on a masked ring-id mismatch (V3 SENG).
 const RINGID_RETRY: Duration = Duration::from_millis(1);
@@ -405,6 +409,49 @@ struct Held {
     segs: Vec<Seg>,
     /// The packet's bytes, read from the source when the packet ran.
     data: Vec<u8>,
+}
+
+/// The held packets of one queue, oldest first, and their bytes.
+#[derive(Default)]
+struct HeldQueue {
+    list: VecDeque<Held>,
+    bytes: usize,
+    /// Buffers of landed packets, reused so that holding a packet does not fault in fresh
+    /// pages; at most [`HELD_POOL_MAX`] bytes.
+    pool: Vec<Vec<u8>>,
+    pool_bytes: usize,
+}
+
+impl HeldQueue {
+    fn push(&mut self, h: Held) {
+        self.bytes += h.data.len();
+        self.list.push_back(h);
+    }
+
+    fn pop(&mut self) -> Option<Held> {
+        let h = self.list.pop_front()?;
+        self.bytes -= h.data.len();
+        Some(h)
+    }
+
+    fn front(&self) -> Option<&Held> {
+        self.list.front()
+    }
+
+    /// A buffer of `n` bytes (contents unspecified, zero or from an earlier packet).
+    fn buffer(&mut self, n: usize) -> Vec<u8> {
+        let mut b = self.pool.pop().unwrap_or_default();
+        self.pool_bytes -= b.capacity();
+        b.resize(n, 0);
+        b
+    }
+
+    fn recycle(&mut self, b: Vec<u8>) {
+        if self.pool_bytes + b.capacity() <= HELD_POOL_MAX {
+            self.pool_bytes += b.capacity();
+            self.pool.push(b);
+        }
+    }
 }
 
 impl Held {
@@ -840,7 +887,7 @@ impl Engine {
         let mut scratch = Scratch::default();
         // Writes held by unordered completion, per queue, oldest first. Only this thread
         // touches them, so they land in the order the barriers require.
-        let mut held: Vec<VecDeque<Held>> = (0..regs::QUEUES_PER_ENGINE).map(|_| VecDeque::new()).collect();
+        let mut held: Vec<HeldQueue> = (0..regs::QUEUES_PER_ENGINE).map(|_| HeldQueue::default()).collect();
         let mut st = self.lock();
         loop {
             if st.shutdown {
@@ -848,7 +895,7 @@ impl Engine {
             }
             let now = Instant::now();
             let epochs: Vec<u64> = st.queues.iter().map(|q| q.epoch).collect();
-            let due = |h: &VecDeque<Held>, epoch: u64| h.front().is_some_and(|x| x.due <= now || x.epoch != epoch);
+            let due = |h: &HeldQueue, epoch: u64| h.front().is_some_and(|x| x.due <= now || x.epoch != epoch);
             if held.iter().zip(&epochs).any(|(h, &e)| due(h, e)) {
                 drop(st);
                 let owned = env();
@@ -969,19 +1016,19 @@ impl Engine {
         env: &Env<'_>,
         s: &Snapshot,
         sc: &Scratch,
-        held: &mut VecDeque<Held>,
+        held: &mut HeldQueue,
         bytes: u64,
         dmb: bool,
         wb: bool,
     ) -> Result<(), ErrorRecord> {
         // DMB (and, as the model does not model read-after-write hazards, a packet reading
         // bytes a held write targets) waits for the queue's earlier writes.
-        if dmb || (!held.is_empty() && sc.tx.iter().any(|t| held.iter().any(|h| h.overlaps(t)))) {
+        if dmb || (held.bytes > 0 && sc.tx.iter().any(|t| held.list.iter().any(|h| h.overlaps(t)))) {
             self.land(env, held, None, s.epoch);
         }
         match self.opts.unordered_delay {
             Some(delay) if !dmb && !wb && bytes > POSTED_WRITE_MAX => {
-                let mut data = vec![0u8; bytes as usize];
+                let mut data = held.buffer(bytes as usize);
                 let mut at = 0usize;
                 for t in &sc.tx {
                     let (m, a) = self.space(env, t.target, 0);
@@ -991,13 +1038,12 @@ impl Engine {
                     }
                     at += t.len as usize;
                 }
-                held.push_back(Held { epoch: s.epoch, due: Instant::now() + delay, segs: sc.rx.clone(), data });
+                held.push(Held { epoch: s.epoch, due: Instant::now() + delay, segs: sc.rx.clone(), data });
                 self.held.fetch_add(1, Relaxed);
-                let mut total: usize = held.iter().map(|h| h.data.len()).sum();
-                while total > HELD_BYTES_MAX {
-                    let Some(h) = held.pop_front() else { break };
-                    total -= h.data.len();
+                while held.bytes > HELD_BYTES_MAX {
+                    let Some(h) = held.pop() else { break };
                     self.write_held(env, &h);
+                    held.recycle(h.data);
                     self.held.fetch_sub(1, Relaxed);
                 }
                 Ok(())
@@ -1014,15 +1060,16 @@ impl Engine {
 
     /// Lands held writes in order: all of them (`upto` = None) or those due by `upto`. Writes
     /// of an older queue epoch (the queue was reset) are dropped.
-    fn land(&self, env: &Env<'_>, held: &mut VecDeque<Held>, upto: Option<Instant>, epoch: u64) {
+    fn land(&self, env: &Env<'_>, held: &mut HeldQueue, upto: Option<Instant>, epoch: u64) {
         while let Some(h) = held.front() {
             if h.epoch == epoch && upto.is_some_and(|t| h.due > t) {
                 break;
             }
-            let Some(h) = held.pop_front() else { break };
+            let Some(h) = held.pop() else { break };
             if h.epoch == epoch {
                 self.write_held(env, &h);
             }
+            held.recycle(h.data);
             self.held.fetch_sub(1, Relaxed);
         }
     }
