@@ -171,6 +171,17 @@ impl Arch {
         self.h2t.iter().any(|&(e, _)| e == eng)
     }
 
+    /// Whether engine `eng` can reach host memory (spec 2.5, `ndma_get_engines_with_host_connectivity`):
+    /// every v2 engine; on v3 the H2T engines 128-131 and, for HBM i, the SENG engines
+    /// 32i + {4-7, 12-15, 20-23, 28-31}. The reference driver never gives other v3 engines a host
+    /// address, so rings and buffers in host memory are used only on these engines.
+    pub(crate) fn has_host_connectivity(&self, eng: u32) -> bool {
+        match self.generation {
+            Generation::V2 => eng < self.engines,
+            Generation::V3 => (128..132).contains(&eng) || (eng < 128 && eng % 8 >= 4),
+        }
+    }
+
     /// Whether `eng` is a v3 SENG engine (id < 128), where the ring-id error is masked (spec 3.5).
     pub(crate) fn masks_ring_id_error(&self, eng: u32) -> bool {
         self.generation == Generation::V3 && eng < 128
@@ -189,6 +200,19 @@ impl Arch {
     /// address reaches into the route field.
     pub(crate) fn dma_address_bits(&self) -> u32 {
         self.host_route.trailing_zeros()
+    }
+
+    /// Bytes at the start of BAR4 that are HBM0, whose device-fabric addresses equal their BAR4
+    /// offsets (spec 1.2, 1.3): v2 `min(bar4_size, 16 GiB)` (HBM1 is device address
+    /// 0x10_0000_0000 at BAR4 + 16 GiB); v3 `min(bar4_size / 4, 24 GiB)` (each of the four HBMs
+    /// has a quarter of BAR4 on the QEMU device, the others start at device addresses
+    /// 0x40_0000_0000, 0x8000_0000_0000, 0x8040_0000_0000). Device memory is allocated from HBM0
+    /// only, so a buffer's device address is its BAR4 offset.
+    pub(crate) fn hbm0_len(&self, bar4_size: u64) -> u64 {
+        match self.generation {
+            Generation::V2 => bar4_size.min(16 << 30),
+            Generation::V3 => (bar4_size / 4).min(24 << 30),
+        }
     }
 
     /// Device-fabric address of a host DMA address (spec 1.3).
@@ -243,10 +267,31 @@ mod tests {
     }
 
     #[test]
+    fn host_connectivity() {
+        assert!((0..34).all(|e| TRN1.has_host_connectivity(e)));
+        assert!(!TRN1.has_host_connectivity(34));
+        let v3 = (0..132).filter(|&e| TRN2.has_host_connectivity(e));
+        let want = (0..4)
+            .flat_map(|i| {
+                [4, 12, 20, 28]
+                    .into_iter()
+                    .flat_map(move |b| (0..4).map(move |k| 32 * i + b + k))
+            })
+            .chain(128..132);
+        assert!(v3.eq(want));
+        assert!(TRN2.h2t.iter().all(|&(e, _)| TRN2.has_host_connectivity(e)));
+        assert!(!TRN2.has_host_connectivity(0) && !TRN2.has_host_connectivity(3));
+    }
+
+    #[test]
     fn bar0_sizes_and_routes() {
         assert_eq!(TRN1.bar0_min_size(), 0x30D0_0000 + 0x3C800);
         assert_eq!(TRN2.bar0_min_size(), 0xB5F0_0000 + 0x3C800);
         assert_eq!(TRN1.host_addr(0x1234_5000), 0x0000_1000_1234_5000);
         assert_eq!(TRN2.host_addr(0x1234_5000), 0x0000_4000_1234_5000);
+        assert_eq!(TRN1.hbm0_len(64 << 20), 64 << 20);
+        assert_eq!(TRN1.hbm0_len(32 << 30), 16 << 30);
+        assert_eq!(TRN2.hbm0_len(256 << 20), 64 << 20);
+        assert_eq!(TRN2.hbm0_len(256 << 30), 24 << 30);
     }
 }

@@ -488,10 +488,11 @@ mod tests {
         assert!(rx0.starts_with("rx[0] 00 10 00 01 00 00 00 00 "));
         assert!(rx0.contains(le_hex(dst)?.as_str()));
         assert!(rx0.contains("len=4096 ring_id=1 addr=0x0000000000300000 done"));
-        // Slot 1: the completion marker pair, 4 bytes, no barrier.
+        // Slot 1: the completion marker pair, 4 bytes, DMB (len_ctrl bit 30, queue.rs
+        // `MARKER_BARRIER`).
         assert!(rings
             .line("tx[1] ")
-            .starts_with("tx[1] 04 00 00 0d 03 00 08 01 "));
+            .starts_with("tx[1] 04 00 00 4d 03 00 08 01 "));
         assert!(rings
             .line("rx[1] ")
             .starts_with("rx[1] 04 00 00 01 00 00 00 00 "));

@@ -137,7 +137,8 @@ impl NeuronUdmaDriver {
             arch.engines
         );
 
-        let dram_size = bar4.as_ref().map_or(0, |b| b.size() as u64);
+        // Device buffers come from HBM0, where device address = BAR4 offset (spec 1.2, 1.3).
+        let dram_size = bar4.as_ref().map_or(0, |b| arch.hbm0_len(b.size() as u64));
         let dev = UdmaDevice::new(pdev, arch, bar0.into_devres()?, dram_size, model_ctl(pdev))?;
         dev.setup_h2t()
             .inspect_err(|e| dev_err!(pdev, "H2T queue init failed: {:?}\n", e))?;

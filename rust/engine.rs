@@ -317,6 +317,16 @@ pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool
     if let Some(fis) = arch.fis_offset(eng) {
         mask_ring_id_errors(io, window(bar, fis)?)?;
     }
+
+    // Not in the reference sequence, which runs after a firmware reset: the engine may still be
+    // aborted, or carry cause bits, from before this init (the cause bits stay set until
+    // software clears them, and only change_state NORMAL ends an abort; spec 3.5, 8.3). Start
+    // from a clean state so that a stale error neither stops the queues nor shows up in a later
+    // failure report.
+    let errors = engine_errors(io)?;
+    if errors.aborted() || errors.m2s_cause != 0 || errors.s2m_cause != 0 {
+        recover_engine(io, &errors)?;
+    }
     Ok(())
 }
 

@@ -272,6 +272,22 @@ impl OpenFile {
             q.reserved[0],
             q.reserved[1],
         ])?;
+        // The rings live in host memory, and so do host buffers: only an engine with host
+        // connectivity can fetch or copy them (spec 2.5). EOPNOTSUPP, not EINVAL: the engine
+        // exists, it just cannot serve a user queue.
+        let arch = self.dev.arch;
+        if self.dev.is_alive()
+            && arch.engine_offset(q.engine).is_some()
+            && !arch.has_host_connectivity(q.engine)
+        {
+            pr_debug!(
+                "queue {}/{}: engine {} cannot reach host memory\n",
+                q.engine,
+                q.queue,
+                q.engine
+            );
+            return Err(EOPNOTSUPP);
+        }
         let mut st = self.st.lock();
         st.queues.reserve(1, GFP_KERNEL)?;
         let cell = self

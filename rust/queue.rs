@@ -7,8 +7,9 @@
 //! given an [`EngineIo`] by the caller, so nothing here sleeps.
 //!
 //! Completion: a fence appends one 4-byte host-to-host pair that copies the marker 0xABCDEF01
-//! from word 0 of a completion slot to word 1 (spec 5.1). Processing is in order per queue, so
-//! when word 1 holds the marker, every descriptor before the pair is done and is acked.
+//! from word 0 of a completion slot to word 1 (spec 5.1). The marker's Tx descriptor carries
+//! DMB (see [`MARKER_BARRIER`]), so when word 1 holds the marker, every descriptor before the
+//! pair is done, its data visible, and is acked.
 
 use crate::{
     arch::Arch,
@@ -27,6 +28,18 @@ use kernel::{
 
 /// The completion marker (spec 5.1, `DMA_COMPLETION_MARKER`).
 pub(crate) const COMPLETION_MARKER: u32 = 0xABCD_EF01;
+/// Ordering of the completion marker's Tx descriptor: DMB (`len_ctrl` bit 30).
+///
+/// Descriptors are consumed in queue order, but their writes are not ordered: without a
+/// barrier, the marker's 4-byte write may become visible before the data writes of earlier
+/// pairs (spec 8.2 item 7: the completion protocol needs the marker's write to be visible after
+/// all earlier pairs' writes). The reference driver gets this order from a write barrier on its
+/// own last data pair (spec 4.4, 5.1), but pairs prepared by user space (COPY_PREPARE) usually
+/// carry no barrier, and the driver cannot know which pair the fence follows. DMB on the marker
+/// — "wait for all previous transfers before this one" (spec 4.2 bit 30) — makes the marker wait
+/// for every earlier transfer of the queue whatever the user pairs carry, at the cost of one
+/// pipeline drain per fence.
+pub(crate) const MARKER_BARRIER: Barrier = Barrier::Dmb;
 /// Most data pairs the driver puts in front of one marker pair (spec 6.1: 2032 + 1 per doorbell).
 pub(crate) const MAX_PAIRS_PER_SUBMISSION: u32 = 2032;
 /// Completion slots of a queue, i.e. the most fences in flight at once.
@@ -404,7 +417,7 @@ impl Queue {
                 src,
                 dst: src + 4,
                 len,
-                barrier: Barrier::None,
+                barrier: MARKER_BARRIER,
                 set_dst_int: false,
             },
             [None, None],

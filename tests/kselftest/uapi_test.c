@@ -15,7 +15,7 @@
 #include "kselftest_harness.h"
 #include "udma_util.h"
 
-#define ENG 0U
+#define ENG 4U	/* has host connectivity on v2 and v3 (spec 2.5) */
 #define QID 1U
 #define RING 256
 #define BUF (256U * 1024)
@@ -272,7 +272,7 @@ TEST_F(dev, reserved_queues_ebusy)
 		EXPECT_EQ(0, queue_init(self->fd, 128, 2, 64, 64));
 	}
 	/* The free queues of the user range. */
-	EXPECT_EQ(0, queue_init(self->fd, 3, 3, 32, 32));
+	EXPECT_EQ(0, queue_init(self->fd, 7, 3, 32, 32));
 }
 
 /* ---- one queue and three buffers ---- */
@@ -908,14 +908,14 @@ TEST_F_TIMEOUT(dev, threads, 180)
 	int i;
 
 	for (i = 0; i < 4; i++) {
-		w[i] = (struct worker){ .fd = self->fd, .eng = i };
+		w[i] = (struct worker){ .fd = self->fd, .eng = ENG + i };
 		ASSERT_EQ(0, pthread_create(&t[i], NULL, worker_fn, &w[i]));
 	}
 	for (i = 0; i < 4; i++)
 		ASSERT_EQ(0, pthread_join(t[i], NULL));
 	for (i = 0; i < 4; i++) {
 		EXPECT_EQ(0, w[i].failed_step) {
-			TH_LOG("engine %d: step %d failed: %s", i, w[i].failed_step, strerror(-w[i].err));
+			TH_LOG("engine %u: step %d failed: %s", w[i].eng, w[i].failed_step, strerror(-w[i].err));
 		}
 	}
 }

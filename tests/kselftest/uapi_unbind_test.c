@@ -32,7 +32,7 @@ TEST(unbound_file_enodev)
 	fd = udma_open();
 	ASSERT_LE(0, fd);
 	ASSERT_EQ(0, udma_bdf(bdf, sizeof(bdf)));
-	ASSERT_EQ(0, queue_init(fd, 1, 1, 64, 64));
+	ASSERT_EQ(0, queue_init(fd, 5, 1, 64, 64));
 	ASSERT_EQ(0, ubuf_host(fd, 8192, &a));
 	ASSERT_EQ(0, ubuf_dev(fd, 8192, &b));
 	/* The mapping goes first: it must not be touched once the device is gone. */
@@ -46,13 +46,13 @@ TEST(unbound_file_enodev)
 	EXPECT_EQ(-ENODEV, udma_info(fd, &info));
 	EXPECT_EQ(-ENODEV, ubuf_host(fd, 4096, &a2));
 	EXPECT_EQ(-ENODEV, mem_free(fd, b.handle));
-	EXPECT_EQ(-ENODEV, queue_init(fd, 1, 2, 64, 64));
-	EXPECT_EQ(-ENODEV, queue_state(fd, 1, 1, &st));
-	EXPECT_EQ(-ENODEV, prep_one(fd, 1, 1, ucopy(&a, 0, &b, 0, 16)));
-	EXPECT_EQ(-ENODEV, copy_start(fd, 1, 1, 1, 1));
-	EXPECT_EQ(-ENODEV, copy_wait(fd, 1, 1, 0, NULL));
+	EXPECT_EQ(-ENODEV, queue_init(fd, 5, 2, 64, 64));
+	EXPECT_EQ(-ENODEV, queue_state(fd, 5, 1, &st));
+	EXPECT_EQ(-ENODEV, prep_one(fd, 5, 1, ucopy(&a, 0, &b, 0, 16)));
+	EXPECT_EQ(-ENODEV, copy_start(fd, 5, 1, 1, 1));
+	EXPECT_EQ(-ENODEV, copy_wait(fd, 5, 1, 0, NULL));
 	EXPECT_EQ(-ENODEV, udma_memcpy(fd, &a, 0, &b, 0, 16, 0));
-	EXPECT_EQ(-ENODEV, queue_release(fd, 1, 1));
+	EXPECT_EQ(-ENODEV, queue_release(fd, 5, 1));
 	EXPECT_EQ(0, close(fd));
 
 	ret = sysfs_write(UDMA_DRV_DIR "/bind", bdf);
@@ -62,10 +62,10 @@ TEST(unbound_file_enodev)
 	fd2 = wait_for_dev();
 	ASSERT_LE(0, fd2);
 	ASSERT_EQ(0, udma_info(fd2, &info));
-	ASSERT_EQ(0, queue_init(fd2, 1, 1, 64, 64));
+	ASSERT_EQ(0, queue_init(fd2, 5, 1, 64, 64));
 	ASSERT_EQ(0, ubuf_host(fd2, 8192, &a2));
 	fill_pattern(a2.map, 8192, 3);
-	ASSERT_EQ(0, copy_sync(fd2, 1, 1, ucopy(&a2, 0, &a2, 4096, 4096)));
+	ASSERT_EQ(0, copy_sync(fd2, 5, 1, ucopy(&a2, 0, &a2, 4096, 4096)));
 	ASSERT_EQ(-1, first_diff(a2.map + 4096, a2.map, 4096));
 	close(fd2);
 }

@@ -86,7 +86,9 @@ struct neuron_udma_mem_free {
  * NEURON_UDMA_QUEUE_INIT: take queue (@engine, @queue) with rings of @tx_descs / @rx_descs
  * descriptors (powers of two, 32..2^23); the driver allocates the rings and programs the queue.
  * Errors: EINVAL (no such engine/queue, bad ring size, reserved set; a message names the limit),
- * EBUSY (the queue is taken by any file, or reserved for the driver), ENOMEM.
+ * EBUSY (the queue is taken by any file, or reserved for the driver), ENOMEM, EOPNOTSUPP (the
+ * engine cannot reach host memory, where the rings live: on Trainium2 only engines 32i + 4..7,
+ * 12..15, 20..23, 28..31 and 128..131 can; every Trainium1/Inferentia2 engine can).
  */
 struct neuron_udma_queue_init {
 	__u32 engine;

@@ -22,14 +22,19 @@ const E: u32 = 32;
 
 fn main() {
     let ram = Arc::new(FlatMemory::anonymous(RAM_BASE, 0x20_0000 + 2 * AREA).expect("ram"));
-    let dev =
-        Device::new(Config { model: Model::Trn1, hbm_size: 1 << 20, trace: None }, ram.clone() as Arc<dyn GuestMemory>)
-            .expect("device");
+    let dev = Device::new(
+        Config { model: Model::Trn1, hbm_size: 1 << 20, trace: None, options: Default::default() },
+        ram.clone() as Arc<dyn GuestMemory>,
+    )
+    .expect("device");
     let gen = dev.gen();
     let base = gen.engine_base(E).expect("engine");
     let route = gen.host_route();
     let wr = |unit: u32, v: u32| dev.write32(base + u64::from(unit), v);
     let rd = |unit: u32| dev.read32(base + u64::from(unit));
+    // Engine init steps the model depends on (spec §3.6 steps 6 and 19).
+    wr(regs::M2S_CFG_LEN, 0x010F_FFFF);
+    wr(regs::M2S_DESC_PREF_CFG_2, 0x0001_0041);
     for (tx, gpa) in [(true, TX_RING), (false, RX_RING)] {
         let b = if tx { regs::M2S_Q_BASE } else { regs::S2M_Q_BASE };
         wr(b + regs::Q_CFG, 0x0300_0000);
@@ -66,7 +71,9 @@ fn main() {
                 let rid = ((1 + k / u64::from(RING)) & 3) as u32;
                 let off = (k % chunks_per_area) * CHUNK as u64;
                 put(RX_RING, idx, rid << 24, 0, (DST + off) | route);
-                put(TX_RING, idx, desc::FIRST | desc::LAST | rid << 24, desc::META_COPY, (SRC + off) | route);
+                // The driver's ordering: a write barrier on the last pair of each submission.
+                let meta = if k + 1 == posted + n { desc::META_COPY_WB } else { desc::META_COPY };
+                put(TX_RING, idx, desc::FIRST | desc::LAST | rid << 24, meta, (SRC + off) | route);
             }
             wr(regs::S2M_Q_BASE + regs::Q_DOORBELL, n as u32);
             wr(regs::M2S_Q_BASE + regs::Q_DOORBELL, n as u32);

@@ -7,9 +7,25 @@ use crate::layout::{Gen, Target};
 use crate::mem::{self, GuestMemory};
 use crate::regs::{self, desc, m2s_cause, s2m_cause};
 use crate::trace::TraceRec;
-use std::collections::HashMap;
+use crate::Options;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// Longest packet, in bytes, whose writes are never held by unordered completion: one
+/// 64-byte write burst (a 4-byte completion marker is one) overtakes longer writes still in
+/// flight.
+pub const POSTED_WRITE_MAX: u64 = 64;
+/// Rx descriptors the S2M prefetcher reads (and ring-id checks) past the current packet, up
+/// to the tail (spec §3.5 S2M cause 11, §8.5).
+pub const RX_PREFETCH: u32 = 64;
+/// Bytes of held writes per queue above which the oldest land early (bounds model memory and
+/// keeps the staging buffers cache-sized; the newest packet stays held, so a barrier-free
+/// marker still overtakes it).
+const HELD_BYTES_MAX: usize = 4 << 20;
+/// Bytes of landed buffers a queue keeps for reuse.
+const HELD_POOL_MAX: usize = 8 << 20;
 
 /// Retry interval of a queue stalled on a masked ring-id mismatch (V3 SENG).
 const RINGID_RETRY: Duration = Duration::from_millis(1);
@@ -175,6 +191,10 @@ impl Ring {
         self.cfg & regs::Q_CFG_ENABLE == regs::Q_CFG_ENABLE
     }
 
+    fn idle(&self) -> bool {
+        self.pending == 0
+    }
+
     fn geometry_ok(&self) -> bool {
         self.base() & 0xFF == 0 && self.len.is_power_of_two() && (32..=1 << 23).contains(&self.len)
     }
@@ -233,9 +253,21 @@ struct State {
 }
 
 impl State {
-    fn new() -> State {
+    fn new(strict_reset: bool) -> State {
+        let mut regs = HashMap::new();
+        if strict_reset {
+            // Registers the driver's init must program (spec §3.6) reset to values that do not
+            // help it (spec §8.1 [I]): all error causes masked (no abort, no interrupt), no
+            // 64 KiB encoding and a maximum packet of 0 bytes, at most 0 descriptors per packet.
+            for g in [regs::IOFIC_SEC_A, regs::IOFIC_SEC_B, regs::IOFIC_SEC_C, regs::IOFIC_MAIN_D] {
+                regs.insert(g + regs::IOFIC_MASK, u32::MAX);
+                regs.insert(g + regs::IOFIC_ABORT_MASK, u32::MAX);
+            }
+            regs.insert(regs::M2S_CFG_LEN, 0);
+            regs.insert(regs::M2S_DESC_PREF_CFG_2, 0);
+        }
         State {
-            regs: HashMap::new(),
+            regs,
             m2s_state: regs::STATE_NORMAL,
             s2m_state: regs::STATE_NORMAL,
             cause: [0; 4],
@@ -248,7 +280,19 @@ impl State {
     }
 
     fn runnable(&self) -> bool {
-        self.error.is_none() && self.m2s_state == regs::STATE_NORMAL && self.s2m_state == regs::STATE_NORMAL
+        self.error.is_none()
+            && self.m2s_state == regs::STATE_NORMAL
+            && self.s2m_state == regs::STATE_NORMAL
+            && self.reg(regs::M2S_STREAM_CFG, 0) & regs::STREAM_DISABLE == 0
+            && self.reg(regs::S2M_STREAM_CFG, 0) & regs::STREAM_DISABLE == 0
+    }
+
+    /// Whether error `e` is masked by the abort masks of secondary groups A and B: it sets
+    /// its cause bits but does not abort the engine (spec §3.5 `int_abort_mask`, §8.3).
+    fn abort_masked(&self, e: &ErrorRecord) -> bool {
+        let a = self.reg(regs::IOFIC_SEC_A + regs::IOFIC_ABORT_MASK, 0);
+        let b = self.reg(regs::IOFIC_SEC_B + regs::IOFIC_ABORT_MASK, 0);
+        e.kind != ErrorKind::Abort && (e.m2s_bits | e.s2m_bits) != 0 && e.m2s_bits & !a == 0 && e.s2m_bits & !b == 0
     }
 
     fn reg(&self, off: u32, default: u32) -> u32 {
@@ -276,7 +320,16 @@ struct Snapshot {
     max_pkt: Option<u32>,
     tx_rid_masked: bool,
     rx_rid_masked: bool,
+    abort_mask_a: u32,
+    abort_mask_b: u32,
     fail_countdown: u32,
+}
+
+impl Snapshot {
+    /// Whether `e` is masked from aborting (see [`State::abort_masked`]).
+    fn masked(&self, e: &ErrorRecord) -> bool {
+        (e.m2s_bits | e.s2m_bits) != 0 && e.m2s_bits & !self.abort_mask_a == 0 && e.s2m_bits & !self.abort_mask_b == 0
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -308,8 +361,12 @@ struct Seg {
 
 /// Result of processing one packet.
 enum Outcome {
-    /// Packet copied.
-    Done { ntx: u32, nrx: u32, bytes: u64 },
+    /// Packet checked; its segments are in the scratch buffers, ready to move. `dmb`: a Tx
+    /// descriptor has len_ctrl bit 30; `wb`: one has the meta_ctrl write barrier.
+    Done { ntx: u32, nrx: u32, bytes: u64, dmb: bool, wb: bool },
+    /// A data error masked from aborting: the packet is consumed, nothing is written, the
+    /// cause bits are set (spec §8.3: a masked error does not abort).
+    Poisoned { ntx: u32, nrx: u32, rec: ErrorRecord },
     /// Not enough descriptors posted yet.
     NeedDoorbell,
     /// Masked ring-id mismatch: retry later.
@@ -342,10 +399,85 @@ pub struct Scratch {
     recs: Vec<TraceRec>,
 }
 
+/// Writes of one packet held by unordered completion.
+struct Held {
+    /// Queue epoch when the packet ran; a queue reset drops the held writes.
+    epoch: u64,
+    /// When the writes land at the latest.
+    due: Instant,
+    /// Destination segments, in order.
+    segs: Vec<Seg>,
+    /// The packet's bytes, read from the source when the packet ran.
+    data: Vec<u8>,
+}
+
+/// The held packets of one queue, oldest first, and their bytes.
+#[derive(Default)]
+struct HeldQueue {
+    list: VecDeque<Held>,
+    bytes: usize,
+    /// Buffers of landed packets, reused so that holding a packet does not fault in fresh
+    /// pages; at most [`HELD_POOL_MAX`] bytes.
+    pool: Vec<Vec<u8>>,
+    pool_bytes: usize,
+}
+
+impl HeldQueue {
+    fn push(&mut self, h: Held) {
+        self.bytes += h.data.len();
+        self.list.push_back(h);
+    }
+
+    fn pop(&mut self) -> Option<Held> {
+        let h = self.list.pop_front()?;
+        self.bytes -= h.data.len();
+        Some(h)
+    }
+
+    fn front(&self) -> Option<&Held> {
+        self.list.front()
+    }
+
+    /// A buffer of `n` bytes (contents unspecified, zero or from an earlier packet).
+    fn buffer(&mut self, n: usize) -> Vec<u8> {
+        let mut b = self.pool.pop().unwrap_or_default();
+        self.pool_bytes -= b.capacity();
+        b.resize(n, 0);
+        b
+    }
+
+    fn recycle(&mut self, b: Vec<u8>) {
+        if self.pool_bytes + b.capacity() <= HELD_POOL_MAX {
+            self.pool_bytes += b.capacity();
+            self.pool.push(b);
+        }
+    }
+}
+
+impl Held {
+    /// Whether source segment `t` reads bytes this held packet writes.
+    fn overlaps(&self, t: &Seg) -> bool {
+        let span = |x: Target| match x {
+            Target::Host(a) => (0u8, a),
+            Target::Device(a) => (1u8, a),
+        };
+        let (ts, ta) = span(t.target);
+        self.segs.iter().any(|r| {
+            let (rs, ra) = span(r.target);
+            rs == ts && ra < ta.saturating_add(u64::from(t.len)) && ta < ra.saturating_add(u64::from(r.len))
+        })
+    }
+}
+
 /// One UDMA engine.
 pub struct Engine {
     /// Engine id (spec §2.2).
     pub id: u32,
+    /// Whether this engine reaches host memory (spec §2.5).
+    host_ok: bool,
+    opts: Options,
+    /// Packets whose writes are held (unordered completion).
+    held: AtomicUsize,
     state: Mutex<State>,
     cv: Condvar,
     /// Statistics.
@@ -380,9 +512,22 @@ fn iofic_of(unit: u32) -> Option<(usize, u32)> {
 }
 
 impl Engine {
-    /// A freshly reset engine (state normal, spec §8.3).
-    pub fn new(id: u32) -> Engine {
-        Engine { id, state: Mutex::new(State::new()), cv: Condvar::new(), counters: Counters::default() }
+    /// A freshly reset engine (state normal, spec §8.3) of generation `gen`.
+    pub fn new(id: u32, gen: Gen, opts: &Options) -> Engine {
+        Engine {
+            id,
+            host_ok: !opts.host_connectivity || gen.has_host_connectivity(id),
+            opts: opts.clone(),
+            held: AtomicUsize::new(0),
+            state: Mutex::new(State::new(opts.strict_reset)),
+            cv: Condvar::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Packets whose writes are held by unordered completion.
+    pub fn held_writes(&self) -> usize {
+        self.held.load(Relaxed)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -394,7 +539,7 @@ impl Engine {
         let mut st = self.lock();
         let epochs: Vec<u64> = st.queues.iter().map(|q| q.epoch).collect();
         let (shutdown, started) = (st.shutdown, st.worker_started);
-        *st = State::new();
+        *st = State::new(self.opts.strict_reset);
         st.shutdown = shutdown;
         st.worker_started = started;
         for (q, e) in st.queues.iter_mut().zip(epochs) {
@@ -532,6 +677,11 @@ impl Engine {
                         }
                     }
                 }
+                regs::M2S_STREAM_CFG | regs::S2M_STREAM_CFG => {
+                    st.regs.insert(unit, val);
+                    // Re-enabling a stream resumes the posted work.
+                    fx.kick = val & regs::STREAM_DISABLE == 0;
+                }
                 _ => {
                     st.regs.insert(unit, val);
                 }
@@ -553,6 +703,15 @@ impl Engine {
                     fx.kick = true;
                 }
                 self.maybe_recover(st, q, fx);
+            }
+            regs::Q_BASE_LO | regs::Q_BASE_HI | regs::Q_LEN if !ring.idle() => {
+                // The ring geometry may change only on an idle (or reset) queue (spec §3.7:
+                // the driver pauses and resets the queue before writing it).
+                log::error!(
+                    "engine {} q{q} {dir:?}: ring register 0x{r:x} written with {} descriptors pending; ignored",
+                    self.id,
+                    ring.pending
+                );
             }
             regs::Q_BASE_LO => ring.base_lo = val,
             regs::Q_BASE_HI => ring.base_hi = val,
@@ -583,6 +742,9 @@ impl Engine {
     /// cleared (if it was caused by `q` or by no particular queue) together with
     /// the cause bits that error set.
     fn maybe_recover(&self, st: &mut State, q: usize, fx: &mut WriteEffect) {
+        if self.opts.sticky_errors {
+            return; // strict: only change_state NORMAL ends an abort; causes stay until cleared
+        }
         let Some(e) = st.error else { return };
         if e.queue.is_some_and(|eq| usize::from(eq) != q) {
             return;
@@ -624,8 +786,10 @@ impl Engine {
         if let Some(k) = kind {
             let tail = ring.tail;
             let e = err(k, q, dir, Some(tail));
-            self.raise(st, e);
-            fx.error = Some(e);
+            // A masked error only sets its cause bits; the doorbell is dropped either way.
+            if self.raise(st, e) {
+                fx.error = Some(e);
+            }
             return;
         }
         let next = ring.tail + n;
@@ -640,10 +804,27 @@ impl Engine {
         fx.kick = true;
     }
 
-    /// Aborts the engine with `e` (spec §8.3): cause bits set, state fields = 2.
-    fn raise(&self, st: &mut State, e: ErrorRecord) {
+    /// Reports error `e` (spec §8.3): sets its cause bits and, unless the abort masks mask
+    /// it, aborts the engine (state fields = 2). Returns whether the engine aborted.
+    fn raise(&self, st: &mut State, e: ErrorRecord) -> bool {
+        let new_bits = st.cause[0] & e.m2s_bits != e.m2s_bits || st.cause[1] & e.s2m_bits != e.s2m_bits;
         st.cause[0] |= e.m2s_bits;
         st.cause[1] |= e.s2m_bits;
+        if st.abort_masked(&e) {
+            if new_bits {
+                log::warn!(
+                    "engine {}: {} error (queue {:?}, ring {:?}, descriptor {:?}) masked by the abort mask; M2S cause 0x{:x} S2M cause 0x{:x}; no abort",
+                    self.id,
+                    e.kind.name(),
+                    e.queue,
+                    e.dir,
+                    e.index,
+                    e.m2s_bits,
+                    e.s2m_bits
+                );
+            }
+            return false;
+        }
         st.m2s_state = regs::STATE_ABORT;
         st.s2m_state = regs::STATE_ABORT;
         if st.error.is_none() {
@@ -664,6 +845,7 @@ impl Engine {
             e.m2s_bits,
             e.s2m_bits
         );
+        true
     }
 
     /// Applies an injected abort.
@@ -703,19 +885,36 @@ impl Engine {
     /// `env` is re-evaluated for every packet (bus master / slow factor may change).
     pub fn run(&self, env: &dyn Fn() -> EnvOwned, on_error: &dyn Fn(ErrorRecord)) {
         let mut scratch = Scratch::default();
+        // Writes held by unordered completion, per queue, oldest first. Only this thread
+        // touches them, so they land in the order the barriers require.
+        let mut held: Vec<HeldQueue> = (0..regs::QUEUES_PER_ENGINE).map(|_| HeldQueue::default()).collect();
         let mut st = self.lock();
         loop {
             if st.shutdown {
                 return;
             }
             let now = Instant::now();
-            let mut deadline: Option<Instant> = None;
+            let epochs: Vec<u64> = st.queues.iter().map(|q| q.epoch).collect();
+            let due = |h: &HeldQueue, epoch: u64| h.front().is_some_and(|x| x.due <= now || x.epoch != epoch);
+            if held.iter().zip(&epochs).any(|(h, &e)| due(h, e)) {
+                drop(st);
+                let owned = env();
+                let e = owned.env();
+                for (h, &ep) in held.iter_mut().zip(&epochs) {
+                    self.land(&e, h, Some(now), ep);
+                }
+                st = self.lock();
+                continue;
+            }
+            let mut deadline: Option<Instant> = held.iter().filter_map(|h| h.front().map(|x| x.due)).min();
             let mut pick = None;
             if st.runnable() {
                 for i in 0..regs::QUEUES_PER_ENGINE {
                     let q = (st.rr + i) % regs::QUEUES_PER_ENGINE;
                     let qu = &mut st.queues[q];
-                    if qu.tx.pending == 0 || qu.wait_doorbell {
+                    // A queue runs only while both directions have both enable bits set, at
+                    // every fetch, not just at doorbell time (spec §3.4, §3.8 queue pause).
+                    if qu.tx.pending == 0 || qu.wait_doorbell || !qu.tx.enabled() || !qu.rx.enabled() {
                         continue;
                     }
                     if let Some(t) = qu.not_before {
@@ -745,7 +944,12 @@ impl Engine {
             let owned = env();
             let e = owned.env();
             let t0 = Instant::now();
-            let outcome = self.process(&e, &snap, &mut scratch);
+            let mut outcome = self.process(&e, &snap, &mut scratch);
+            if let Outcome::Done { bytes, dmb, wb, .. } = outcome {
+                if let Err(rec) = self.move_data(&e, &snap, &scratch, &mut held[q], bytes, dmb, wb) {
+                    outcome = Outcome::Error(rec);
+                }
+            }
             if e.slow > 1 {
                 if let Outcome::Done { .. } = outcome {
                     let base = t0.elapsed().max(SLOW_BASE);
@@ -757,14 +961,13 @@ impl Engine {
                 continue; // queue reset while in flight: drop the result
             }
             match outcome {
-                Outcome::Done { ntx, nrx, bytes } => {
+                Outcome::Done { ntx, nrx, bytes, .. } => {
                     let qu = &mut st.queues[q];
                     qu.tx.advance_head(ntx);
                     qu.rx.advance_head(nrx);
                     if qu.fail_countdown > 0 {
                         qu.fail_countdown -= ntx.min(qu.fail_countdown);
                     }
-                    use std::sync::atomic::Ordering::Relaxed;
                     self.counters.descriptors.fetch_add(u64::from(ntx + nrx), Relaxed);
                     self.counters.packets.fetch_add(1, Relaxed);
                     self.counters.bytes.fetch_add(bytes, Relaxed);
@@ -772,19 +975,143 @@ impl Engine {
                         t.record(&scratch.recs);
                     }
                 }
+                Outcome::Poisoned { ntx, nrx, rec } => {
+                    if rec.kind == ErrorKind::InjectedFail {
+                        st.queues[q].fail_countdown = 0;
+                    }
+                    self.raise(&mut st, rec);
+                    let qu = &mut st.queues[q];
+                    qu.tx.advance_head(ntx);
+                    qu.rx.advance_head(nrx);
+                    self.counters.descriptors.fetch_add(u64::from(ntx + nrx), Relaxed);
+                }
                 Outcome::NeedDoorbell => st.queues[q].wait_doorbell = true,
                 Outcome::Retry => st.queues[q].not_before = Some(Instant::now() + RINGID_RETRY),
                 Outcome::Error(rec) => {
                     if rec.kind == ErrorKind::InjectedFail {
                         st.queues[q].fail_countdown = 0;
                     }
-                    self.raise(&mut st, rec);
-                    drop(st);
-                    on_error(rec);
-                    st = self.lock();
+                    if self.raise(&mut st, rec) {
+                        drop(st);
+                        on_error(rec);
+                        st = self.lock();
+                    } else {
+                        // Masked, and the packet cannot be delimited or moved: the queue
+                        // stalls on it (cause bits set), as the prefetcher does on hardware.
+                        st.queues[q].not_before = Some(Instant::now() + RINGID_RETRY);
+                    }
                 }
             }
         }
+    }
+
+    /// Moves the bytes of a checked packet (segments in `sc`), applying its barriers (spec
+    /// §4.2 bit 30 DMB: all earlier transfers of the queue complete first; §4.3 bit 26 write
+    /// barrier: this packet's and all earlier writes are visible before the packet completes).
+    /// With unordered completion on, a barrier-free packet longer than [`POSTED_WRITE_MAX`]
+    /// bytes is read now and its writes are held in `held` until a later barrier or the delay.
+    #[allow(clippy::too_many_arguments)]
+    fn move_data(
+        &self,
+        env: &Env<'_>,
+        s: &Snapshot,
+        sc: &Scratch,
+        held: &mut HeldQueue,
+        bytes: u64,
+        dmb: bool,
+        wb: bool,
+    ) -> Result<(), ErrorRecord> {
+        // DMB (and, as the model does not model read-after-write hazards, a packet reading
+        // bytes a held write targets) waits for the queue's earlier writes.
+        if dmb || (held.bytes > 0 && sc.tx.iter().any(|t| held.list.iter().any(|h| h.overlaps(t)))) {
+            self.land(env, held, None, s.epoch);
+        }
+        match self.opts.unordered_delay {
+            Some(delay) if !dmb && !wb && bytes > POSTED_WRITE_MAX => {
+                let mut data = held.buffer(bytes as usize);
+                let mut at = 0usize;
+                for t in &sc.tx {
+                    let (m, a) = self.space(env, t.target, 0);
+                    if !m.read(a, &mut data[at..at + t.len as usize]) {
+                        let (idx, _) = s.tx.slot(0);
+                        return Err(err(ErrorKind::DataRead, s.q, Dir::Tx, Some(idx)));
+                    }
+                    at += t.len as usize;
+                }
+                held.push(Held { epoch: s.epoch, due: Instant::now() + delay, segs: sc.rx.clone(), data });
+                self.held.fetch_add(1, Relaxed);
+                while held.bytes > HELD_BYTES_MAX {
+                    let Some(h) = held.pop() else { break };
+                    self.write_held(env, &h);
+                    held.recycle(h.data);
+                    self.held.fetch_sub(1, Relaxed);
+                }
+                Ok(())
+            }
+            _ => {
+                let r = self.copy(env, s, sc);
+                if wb {
+                    self.land(env, held, None, s.epoch);
+                }
+                r
+            }
+        }
+    }
+
+    /// Lands held writes in order: all of them (`upto` = None) or those due by `upto`. Writes
+    /// of an older queue epoch (the queue was reset) are dropped.
+    fn land(&self, env: &Env<'_>, held: &mut HeldQueue, upto: Option<Instant>, epoch: u64) {
+        while let Some(h) = held.front() {
+            if h.epoch == epoch && upto.is_some_and(|t| h.due > t) {
+                break;
+            }
+            let Some(h) = held.pop() else { break };
+            if h.epoch == epoch {
+                self.write_held(env, &h);
+            }
+            held.recycle(h.data);
+            self.held.fetch_sub(1, Relaxed);
+        }
+    }
+
+    fn write_held(&self, env: &Env<'_>, h: &Held) {
+        let mut at = 0usize;
+        for r in &h.segs {
+            let (m, a) = self.space(env, r.target, 0);
+            if !m.write(a, &h.data[at..at + r.len as usize]) {
+                log::warn!("engine {}: held write to {:?} no longer mapped; dropped", self.id, r.target);
+            }
+            at += r.len as usize;
+        }
+    }
+
+    /// Copies a checked packet from its Tx to its Rx segments.
+    fn copy(&self, env: &Env<'_>, s: &Snapshot, sc: &Scratch) -> Result<(), ErrorRecord> {
+        let (mut ti, mut to, mut ri, mut ro) = (0usize, 0u32, 0usize, 0u32);
+        while ti < sc.tx.len() && ri < sc.rx.len() {
+            let (t, r) = (sc.tx[ti], sc.rx[ri]);
+            let n = (t.len - to).min(r.len - ro);
+            if n > 0 {
+                let (smem, sa) = self.space(env, t.target, to);
+                let (dmem, da) = self.space(env, r.target, ro);
+                if !mem::copy(smem, sa, dmem, da, n as usize) {
+                    // Unmapped between check and copy (DMA_UNMAP race): report as write error.
+                    let (idx, _) = s.rx.slot(ri as u32);
+                    return Err(err(ErrorKind::DataWrite, s.q, Dir::Rx, Some(idx)));
+                }
+            }
+            to += n;
+            ro += n;
+            if to == t.len {
+                ti += 1;
+                to = 0;
+            }
+            if ro == r.len {
+                ri += 1;
+                ro = 0;
+            }
+        }
+        Ok(())
     }
 
     fn snapshot(&self, st: &State, q: usize) -> Snapshot {
@@ -799,11 +1126,13 @@ impl Engine {
             epoch: qu.epoch,
             tx: rs(&qu.tx),
             rx: rs(&qu.rx),
-            max_descs: if max == 0 { regs::DEFAULT_MAX_DESCS } else { max },
+            max_descs: if max == 0 && !self.opts.strict_reset { regs::DEFAULT_MAX_DESCS } else { max },
             len0_is_64k: cfg_len.is_none_or(|v| v & regs::CFG_LEN_64K != 0),
             max_pkt: cfg_len.map(|v| v & regs::CFG_LEN_MAX_MASK),
             tx_rid_masked: abort_mask_a & m2s_cause::RING_ID != 0,
             rx_rid_masked: abort_mask_b & s2m_cause::RING_ID != 0,
+            abort_mask_a,
+            abort_mask_b,
             fail_countdown: qu.fail_countdown,
         }
     }
@@ -817,7 +1146,7 @@ impl Engine {
         }
         let addr = r.base.wrapping_add(u64::from(idx) * desc::SIZE);
         let ok = match env.gen.decode_addr(addr) {
-            Some(Target::Host(a)) => env.host.read(a, &mut raw),
+            Some(Target::Host(a)) => self.host_ok && env.host.read(a, &mut raw),
             Some(Target::Device(a)) => env.hbm.read(a, &mut raw),
             None => false,
         };
@@ -838,6 +1167,10 @@ impl Engine {
                 l => l,
             }
         };
+        // A data error masked from aborting poisons the packet: it is still delimited and
+        // consumed, but nothing is written (spec §8.3).
+        let mut poison: Option<ErrorRecord> = None;
+        let (mut dmb, mut wb) = (false, false);
         // ---- Tx: collect FIRST..LAST ----
         let mut total: u64 = 0;
         let mut k = 0u32;
@@ -868,17 +1201,30 @@ impl Engine {
             if k + 1 > s.max_descs {
                 return Outcome::Error(err(ErrorKind::TooManyDescs, q, Dir::Tx, Some(idx)));
             }
-            if w0 & (desc::META | desc::CONCAT) != 0 || (w1 != desc::META_COPY && w1 != desc::META_COPY_WB) {
+            if w0 & (desc::META | desc::CONCAT | desc::TX_UNDEFINED) != 0
+                || (w1 != desc::META_COPY && w1 != desc::META_COPY_WB)
+            {
                 return Outcome::Error(err(ErrorKind::Unsupported, q, Dir::Tx, Some(idx)));
             }
-            if s.fail_countdown == k + 1 {
-                return Outcome::Error(err(ErrorKind::InjectedFail, q, Dir::Tx, Some(idx)));
-            }
+            dmb |= w0 & desc::DMB != 0;
+            wb |= w1 & desc::META_WB != 0;
             let len = dlen(w0);
-            let target = match env.gen.decode_addr(addr) {
-                Some(t) if self.mapped(env, t, len) => t,
-                _ => return Outcome::Error(err(ErrorKind::DataRead, q, Dir::Tx, Some(idx))),
+            let bad = if s.fail_countdown == k + 1 {
+                Some(ErrorKind::InjectedFail)
+            } else {
+                match env.gen.decode_addr(addr) {
+                    Some(t) if self.mapped(env, t, len) => None,
+                    _ => Some(ErrorKind::DataRead),
+                }
             };
+            if let Some(kind) = bad {
+                let e = err(kind, q, Dir::Tx, Some(idx));
+                if !s.masked(&e) {
+                    return Outcome::Error(e);
+                }
+                poison.get_or_insert(e);
+            }
+            let target = env.gen.decode_addr(addr).unwrap_or(Target::Device(0));
             total += u64::from(len);
             sc.tx.push(Seg { target, len });
             if env.trace.is_some() {
@@ -913,13 +1259,23 @@ impl Engine {
                 }
                 return Outcome::Error(err(ErrorKind::RingId, q, Dir::Rx, Some(idx)));
             }
+            if w0 & desc::RX_UNDEFINED != 0 {
+                return Outcome::Error(err(ErrorKind::Unsupported, q, Dir::Rx, Some(idx)));
+            }
             let len = dlen(w0);
             if placed + u64::from(len) > total || len == 0 {
                 return Outcome::Error(err(ErrorKind::LenMismatch, q, Dir::Rx, Some(idx)));
             }
             let target = match env.gen.decode_addr(addr) {
                 Some(t) if self.mapped(env, t, len) => t,
-                _ => return Outcome::Error(err(ErrorKind::DataWrite, q, Dir::Rx, Some(idx))),
+                _ => {
+                    let e = err(ErrorKind::DataWrite, q, Dir::Rx, Some(idx));
+                    if !s.masked(&e) {
+                        return Outcome::Error(e);
+                    }
+                    poison.get_or_insert(e);
+                    Target::Device(0)
+                }
             };
             placed += u64::from(len);
             sc.rx.push(Seg { target, len });
@@ -928,33 +1284,28 @@ impl Engine {
             }
             j += 1;
         }
-        // ---- copy: walk Tx and Rx segments in order (strictly in-order
-        // completion satisfies DMB and write barriers) ----
-        let (mut ti, mut to, mut ri, mut ro) = (0usize, 0u32, 0usize, 0u32);
-        while ti < sc.tx.len() && ri < sc.rx.len() {
-            let (t, r) = (sc.tx[ti], sc.rx[ri]);
-            let n = (t.len - to).min(r.len - ro);
-            if n > 0 {
-                let (smem, sa) = self.space(env, t.target, to);
-                let (dmem, da) = self.space(env, r.target, ro);
-                if !mem::copy(smem, sa, dmem, da, n as usize) {
-                    // Unmapped between check and copy (DMA_UNMAP race): report as write error.
-                    let (idx, _) = s.rx.slot(ri as u32);
-                    return Outcome::Error(err(ErrorKind::DataWrite, q, Dir::Rx, Some(idx)));
+        // ---- Rx prefetch: the S2M prefetcher reads ahead up to the tail (at most
+        // RX_PREFETCH descriptors) and checks each slot's ring id (spec §3.5 S2M cause 11):
+        // an over-counted Rx doorbell, or one rung before its descriptor was written, fails
+        // here even though the packet itself is complete ----
+        for jj in j..s.rx.pending.min(j + RX_PREFETCH) {
+            let (idx, raw) = match self.fetch(env, &s.rx, jj, Dir::Rx, q) {
+                Ok(v) => v,
+                Err(e) => return Outcome::Error(e),
+            };
+            let (_, want_rid) = s.rx.slot(jj);
+            let w0 = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
+            if (w0 >> desc::RING_ID_SHIFT) & desc::RING_ID_MASK != want_rid {
+                if s.rx_rid_masked {
+                    return Outcome::Retry;
                 }
-            }
-            to += n;
-            ro += n;
-            if to == t.len {
-                ti += 1;
-                to = 0;
-            }
-            if ro == r.len {
-                ri += 1;
-                ro = 0;
+                return Outcome::Error(err(ErrorKind::RingId, q, Dir::Rx, Some(idx)));
             }
         }
-        Outcome::Done { ntx: k, nrx: j, bytes: total }
+        if let Some(rec) = poison {
+            return Outcome::Poisoned { ntx: k, nrx: j, rec };
+        }
+        Outcome::Done { ntx: k, nrx: j, bytes: total, dmb, wb }
     }
 
     fn space<'a>(&self, env: &Env<'a>, t: Target, off: u32) -> (&'a dyn GuestMemory, u64) {
@@ -967,7 +1318,7 @@ impl Engine {
     fn mapped(&self, env: &Env<'_>, t: Target, len: u32) -> bool {
         env.bus_master
             && match t {
-                Target::Host(a) => env.host.is_mapped(a, len as usize),
+                Target::Host(a) => self.host_ok && env.host.is_mapped(a, len as usize),
                 Target::Device(a) => env.hbm.is_mapped(a, len as usize),
             }
     }

@@ -31,7 +31,7 @@ pub enum Gen {
 pub enum Target {
     /// Host memory at this guest-physical address (route bits stripped).
     Host(u64),
-    /// Device memory (HBM, backed by BAR4) at this byte offset.
+    /// Device memory (HBM) at this device address; [`Gen::hbm_windows`] maps it to BAR4.
     Device(u64),
 }
 
@@ -76,6 +76,14 @@ const V2_H2T: [u64; 2] = [0x3060_0000, 0x30D0_0000];
 const V3_SENG_BASE: [u64; 4] = [0x8200_0000, 0x9400_0000, 0xA200_0000, 0xB400_0000];
 /// V3 engine spacing inside a SENG (spec §2.2).
 const V3_STRIDE: u64 = 0x10_0000;
+/// V2 HBM1: device address 0x10_0000_0000, BAR4 offset 16 GiB (spec §1.2, §1.3).
+const V2_HBM1: (u64, u64) = (0x10_0000_0000, 16 << 30);
+/// V2 HBM size: 16 GiB each (spec §1.3).
+const V2_HBM_SIZE: u64 = 16 << 30;
+/// V3 HBM n device addresses (spec §1.3).
+const V3_HBM_BASE: [u64; 4] = [0, 0x40_0000_0000, 0x8000_0000_0000, 0x8040_0000_0000];
+/// V3 active bytes of each HBM (spec §1.3).
+const V3_HBM_ACTIVE: u64 = 24 << 30;
 /// V3 engines 128-131 (spec §2.2).
 const V3_H2T: [u64; 4] = [0x0680_0000, 0x0690_0000, 0x4680_0000, 0x4690_0000];
 
@@ -161,19 +169,48 @@ impl Gen {
     /// Decodes a device-fabric address (spec §1.3, §8.2 item 8).
     ///
     /// V2: bits 44-63 select the route; 0x001 = host (bits 44-48 = 0x01), 0 =
-    /// device memory. V3: bit 46 = host (bits 47-63 must be 0), bits 46-63 all
-    /// zero = device memory. Any other route (neighbour devices, east/west) is
-    /// unsupported and returns `None` (the caller reports an address error).
+    /// device memory. V3: bit 46 = host (bits 47-63 must be 0); bits 46-63 all
+    /// zero (HBM0/1) or bit 47 alone (HBM2/3 at 0x8000_0000_0000) = device
+    /// memory. Any other route (neighbour devices, east/west) is unsupported and
+    /// returns `None` (the caller reports an address error). A device address is
+    /// valid only inside an HBM window ([`Gen::hbm_windows`]).
     pub fn decode_addr(self, a: u64) -> Option<Target> {
         let shift = match self {
             Gen::V2 => 44,
             Gen::V3 => 46,
         };
         let low = a & ((1u64 << shift) - 1);
-        match a >> shift {
-            0 => Some(Target::Device(low)),
-            1 => Some(Target::Host(low)),
+        match (self, a >> shift) {
+            (_, 0) | (Gen::V3, 2) => Some(Target::Device(a)),
+            (_, 1) => Some(Target::Host(low)),
             _ => None,
+        }
+    }
+
+    /// The device-memory windows of a BAR4 of `bar4_size` bytes: `(device address, BAR4
+    /// offset, length)` of each HBM (spec §1.2, §1.3). V2: HBM0 at device address 0 = BAR4 0,
+    /// HBM1 at 0x10_0000_0000 = BAR4 + 16 GiB, 16 GiB each. V3 (QEMU flavour, spec §1.2: the
+    /// per-HBM size is BAR4 / 4): HBM n at its device address = BAR4 n x (size / 4), at most
+    /// 24 GiB active. Parts beyond the BAR are absent.
+    pub fn hbm_windows(self, bar4_size: u64) -> Vec<(u64, u64, u64)> {
+        let fit = |dev: u64, off: u64, len: u64| (off < bar4_size).then(|| (dev, off, len.min(bar4_size - off)));
+        match self {
+            Gen::V2 => [(0, 0), V2_HBM1].iter().filter_map(|&(d, o)| fit(d, o, V2_HBM_SIZE)).collect(),
+            Gen::V3 => {
+                let per = bar4_size / 4;
+                (0..4u64).filter_map(|n| fit(V3_HBM_BASE[n as usize], n * per, per.min(V3_HBM_ACTIVE))).collect()
+            }
+        }
+    }
+
+    /// Whether engine `id` can reach host memory (spec §2.5): every V2 engine; on V3 the H2T
+    /// engines 128-131 and the SENG engines 32i + {4-7, 12-15, 20-23, 28-31}. The spec lists
+    /// the engines the driver gives host addresses to [D] and assumes the others cannot reach
+    /// the host [I]; [`crate::Options::host_connectivity`] turns the rule off.
+    pub fn has_host_connectivity(self, id: u32) -> bool {
+        match self {
+            Gen::V2 => id < 34,
+            Gen::V3 => (128..132).contains(&id) || (id < 128 && (id % 8) >= 4),
         }
     }
 
@@ -207,12 +244,44 @@ mod tests {
     }
 
     #[test]
+    fn host_connectivity_table() {
+        assert!((0..34).all(|e| Gen::V2.has_host_connectivity(e)));
+        let v3: Vec<u32> = (0..132).filter(|&e| Gen::V3.has_host_connectivity(e)).collect();
+        let mut want: Vec<u32> = (0..4)
+            .flat_map(|i| [4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31].map(|e| 32 * i + e))
+            .collect();
+        want.extend(128..132);
+        assert_eq!(v3, want);
+        assert!(!Gen::V3.has_host_connectivity(0) && !Gen::V3.has_host_connectivity(132));
+    }
+
+    #[test]
     fn address_decoding() {
         assert_eq!(Gen::V2.decode_addr(0x1000_0000_1234), Some(Target::Host(0x1234)));
         assert_eq!(Gen::V2.decode_addr(0x1234), Some(Target::Device(0x1234)));
         assert_eq!(Gen::V2.decode_addr(0x3000_0000_1234), None);
         assert_eq!(Gen::V3.decode_addr(0x4000_0000_1234), Some(Target::Host(0x1234)));
         assert_eq!(Gen::V3.decode_addr(0x1000_0000_0000), Some(Target::Device(0x1000_0000_0000)));
+        assert_eq!(Gen::V3.decode_addr(0x8040_0000_0010), Some(Target::Device(0x8040_0000_0010)));
+        assert_eq!(Gen::V3.decode_addr(0xC000_0000_0000), None);
         assert_eq!(Gen::V3.decode_addr(0x10_0000_0000_0000), None);
+        assert_eq!(Gen::V2.decode_addr(0x10_0000_0000), Some(Target::Device(0x10_0000_0000)));
+    }
+
+    #[test]
+    fn hbm_windows() {
+        assert_eq!(Gen::V2.hbm_windows(64 << 20), vec![(0, 0, 64 << 20)]);
+        assert_eq!(Gen::V2.hbm_windows(32 << 30), vec![(0, 0, 16 << 30), (0x10_0000_0000, 16 << 30, 16 << 30)]);
+        let m = 1u64 << 20;
+        assert_eq!(
+            Gen::V3.hbm_windows(256 * m),
+            vec![
+                (0, 0, 64 * m),
+                (0x40_0000_0000, 64 * m, 64 * m),
+                (0x8000_0000_0000, 128 * m, 64 * m),
+                (0x8040_0000_0000, 192 * m, 64 * m)
+            ]
+        );
+        assert_eq!(Gen::V3.hbm_windows(256 << 30)[3], (0x8040_0000_0000, 192 << 30, 24 << 30));
     }
 }

@@ -37,6 +37,50 @@ pub struct Config {
     pub hbm_size: u64,
     /// Descriptor trace file, if any.
     pub trace: Option<PathBuf>,
+    /// Behaviour where the spec only infers what the silicon does ([I] rules).
+    pub options: Options,
+}
+
+/// Model choices for the rules the spec marks as inference [I]; [`Options::default`] is the
+/// strict setting (as strict as the silicon may be), [`Options::lenient`] the old model.
+/// `Documentation/udma-sim.rst` ("Strictness") lists every rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Unordered completion (spec §4.2 bit 30, §4.3 bit 26, §5.1, §8.2 item 7): the writes of
+    /// a packet without DMB or write barrier longer than [`engine::POSTED_WRITE_MAX`] bytes are
+    /// held for this long (or until a later DMB packet, or a write-barrier packet completes),
+    /// while later packets' writes land. `None`: every packet lands in order at once.
+    pub unordered_delay: Option<Duration>,
+    /// V3 SENG engines outside 32i + {4-7, 12-15, 20-23, 28-31} cannot reach host memory
+    /// (spec §2.5, "[I: assume no]"). `false`: every engine reaches host memory.
+    pub host_connectivity: bool,
+    /// Registers the driver must program reset to values that do not help it (spec §8.1 [I]):
+    /// `cfg_len` 0 (no 64 KiB encoding, maximum packet 0), `desc_pref_cfg_2` 0, IOFIC masks
+    /// and abort masks all ones. `false`: driver-like values.
+    pub strict_reset: bool,
+    /// An abort ends only by change_state NORMAL, and cause bits stay until software clears
+    /// them (spec §3.5, §8.3 [I]). `false`: a queue reset plus re-enable also clears the abort
+    /// and that error's cause bits.
+    pub sticky_errors: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            unordered_delay: Some(Duration::from_millis(100)),
+            host_connectivity: true,
+            strict_reset: true,
+            sticky_errors: true,
+        }
+    }
+}
+
+impl Options {
+    /// The lenient model of earlier versions: in-order completion, host memory from every
+    /// engine, driver-like reset values, queue re-init clears an abort.
+    pub fn lenient() -> Options {
+        Options { unordered_delay: None, host_connectivity: false, strict_reset: false, sticky_errors: false }
+    }
 }
 
 /// The last error raised on any engine (for BAR2 and the control socket).
@@ -52,8 +96,10 @@ pub struct LastError {
 pub(crate) struct Shared {
     pub(crate) model: Model,
     pub(crate) gen: Gen,
+    pub(crate) options: Options,
     pub(crate) host: Arc<dyn GuestMemory>,
     pub(crate) hbm: Arc<FlatMemory>,
+    pub(crate) hbm_map: Arc<mem::HbmMap>,
     pub(crate) engines: Vec<OnceLock<Arc<Engine>>>,
     pub(crate) bus_master: AtomicBool,
     pub(crate) slow: AtomicU32,
@@ -82,7 +128,9 @@ impl Device {
             shared: Arc::new(Shared {
                 model: cfg.model,
                 gen,
+                options: cfg.options.clone(),
                 host,
+                hbm_map: Arc::new(mem::HbmMap::new(gen, hbm.clone())),
                 hbm,
                 engines: (0..gen.engine_count()).map(|_| OnceLock::new()).collect(),
                 bus_master: AtomicBool::new(true),
@@ -105,7 +153,7 @@ impl Device {
         self.shared.gen
     }
 
-    /// HBM (BAR4 backing), device address 0 = BAR4 offset 0.
+    /// HBM (BAR4 backing), by BAR4 offset; [`Device::hbm_map`] maps device addresses to it.
     pub fn hbm(&self) -> &Arc<FlatMemory> {
         &self.shared.hbm
     }
@@ -119,7 +167,7 @@ impl Device {
     /// The engine with id `id`, allocated on first use.
     pub fn engine(&self, id: u32) -> Option<&Arc<Engine>> {
         let slot = self.shared.engines.get(id as usize)?;
-        Some(slot.get_or_init(|| Arc::new(Engine::new(id))))
+        Some(slot.get_or_init(|| Arc::new(Engine::new(id, self.shared.gen, &self.shared.options))))
     }
 
     fn ensure_worker(&self, eng: &Arc<Engine>) {
@@ -133,7 +181,7 @@ impl Device {
             let env = || EnvOwned {
                 gen: shared.gen,
                 host: shared.host.clone(),
-                hbm: shared.hbm.clone(),
+                hbm: shared.hbm_map.clone(),
                 bus_master: shared.bus_master.load(Ordering::Relaxed),
                 slow: shared.slow.load(Ordering::Relaxed),
                 trace: shared.tracer.clone(),
@@ -148,6 +196,21 @@ impl Device {
             Ok(h) => self.workers.lock().unwrap_or_else(|e| e.into_inner()).push(h),
             Err(e) => log::error!("cannot spawn worker for engine {}: {e}", eng.id),
         }
+    }
+
+    /// Device memory by device address (spec §1.3 HBM windows over BAR4).
+    pub fn hbm_map(&self) -> &Arc<mem::HbmMap> {
+        &self.shared.hbm_map
+    }
+
+    /// Posted writes held by unordered completion, summed over all engines (packets).
+    pub fn held_writes(&self) -> usize {
+        self.shared.engines.iter().filter_map(|s| s.get()).map(|e| e.held_writes()).sum()
+    }
+
+    /// Model options.
+    pub fn options(&self) -> &Options {
+        &self.shared.options
     }
 
     /// Reads a 32-bit BAR0 register at byte offset `off`.
@@ -179,21 +242,26 @@ impl Device {
         }
     }
 
-    /// BAR0 read of any size/alignment (split into 32-bit register accesses).
+    /// BAR0 read. Registers are accessed with aligned 32-bit reads only (spec §0 "Numbers",
+    /// `writel`/`readl`); any other size or alignment is logged as an error and reads all ones
+    /// (as an unclaimed PCIe read does).
     pub fn bar0_read(&self, off: u64, data: &mut [u8]) {
-        for_each_word(off, data.len(), |word, lo, n, at| {
-            let v = self.read32(word).to_le_bytes();
-            data[at..at + n].copy_from_slice(&v[lo..lo + n]);
-        });
+        if data.len() != 4 || off & 3 != 0 {
+            log::error!("BAR0 read of {} bytes at 0x{off:x}: registers are 32-bit only; reads all ones", data.len());
+            data.fill(0xFF);
+            return;
+        }
+        data.copy_from_slice(&self.read32(off).to_le_bytes());
     }
 
-    /// BAR0 write of any size/alignment; partial words are read-modify-write.
+    /// BAR0 write. Only aligned 32-bit writes reach a register (spec §0); any other size or
+    /// alignment is logged as an error and dropped.
     pub fn bar0_write(&self, off: u64, data: &[u8]) {
-        for_each_word(off, data.len(), |word, lo, n, at| {
-            let mut v = if n == 4 { [0u8; 4] } else { self.read32(word).to_le_bytes() };
-            v[lo..lo + n].copy_from_slice(&data[at..at + n]);
-            self.write32(word, u32::from_le_bytes(v));
-        });
+        if data.len() != 4 || off & 3 != 0 {
+            log::error!("BAR0 write of {} bytes at 0x{off:x}: registers are 32-bit only; dropped", data.len());
+            return;
+        }
+        self.write32(off, u32::from_le_bytes([data[0], data[1], data[2], data[3]]));
     }
 
     /// BAR4 (HBM) read; out-of-range bytes read as 0.

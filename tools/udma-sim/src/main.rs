@@ -7,10 +7,11 @@
 use clap::Parser;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 use udma_sim::layout::Model;
 use udma_sim::mem::DmaTable;
 use udma_sim::server::{irqs, regions, Backend};
-use udma_sim::{control, parse_size, Config, Device};
+use udma_sim::{control, parse_size, Config, Device, Options};
 
 /// Command line.
 #[derive(Parser, Debug)]
@@ -22,9 +23,10 @@ struct Args {
     /// Absolute path of the vfio-user socket to create.
     #[arg(long)]
     socket: PathBuf,
-    /// Device memory (BAR4) size, e.g. 64M, 1G (power of two, >= 4K).
-    #[arg(long, default_value = "64M", value_parser = parse_hbm)]
-    hbm_size: u64,
+    /// Device memory (BAR4) size, e.g. 64M, 1G (power of two, >= 4K). Default: 64M (trn1,
+    /// inf2); 256M (trn2, where each of the four HBM windows is a quarter of BAR4).
+    #[arg(long, value_parser = parse_hbm)]
+    hbm_size: Option<u64>,
     /// Write one JSON line per consumed descriptor to FILE.
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -34,6 +36,20 @@ struct Args {
     /// Create this file once the vfio-user socket is listening.
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    /// Unordered completion: hold the writes of a barrier-free packet (> 64 bytes) for up to
+    /// this many milliseconds; 0 = every packet lands in order at once (spec §4.4, §5.1 [I]).
+    #[arg(long, default_value_t = 100)]
+    unordered_delay_ms: u64,
+    /// Let every V3 engine reach host memory (spec §2.5 assumes only the listed ones can [I]).
+    #[arg(long)]
+    all_engines_reach_host: bool,
+    /// Reset unwritten registers to driver-like values (cfg_len bit 24 set, 65 descriptors per
+    /// packet, errors unmasked) instead of the strict ones (spec §8.1 [I]).
+    #[arg(long)]
+    driver_reset_values: bool,
+    /// A queue reset plus re-enable also ends an abort and clears its cause bits (spec §8.3 [I]).
+    #[arg(long)]
+    reinit_clears_abort: bool,
     /// More logging (-v: debug, -vv: trace). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -66,7 +82,18 @@ fn main() {
 
 fn run(args: Args) -> Result<(), String> {
     let dma = Arc::new(DmaTable::new());
-    let cfg = Config { model: args.model, hbm_size: args.hbm_size, trace: args.trace.clone() };
+    let options = Options {
+        unordered_delay: (args.unordered_delay_ms > 0).then(|| Duration::from_millis(args.unordered_delay_ms)),
+        host_connectivity: !args.all_engines_reach_host,
+        strict_reset: !args.driver_reset_values,
+        sticky_errors: !args.reinit_clears_abort,
+    };
+    log::info!("model options: {options:?}");
+    let hbm_size = args.hbm_size.unwrap_or(match args.model {
+        Model::Trn2 => 256 << 20,
+        Model::Trn1 | Model::Inf2 => 64 << 20,
+    });
+    let cfg = Config { model: args.model, hbm_size, trace: args.trace.clone(), options };
     let dev = Arc::new(Device::new(cfg, dma.clone()).map_err(|e| format!("device: {e}"))?);
     if let Some(p) = &args.control {
         control::serve(dev.clone(), p).map_err(|e| format!("control socket {}: {e}", p.display()))?;
@@ -82,7 +109,7 @@ fn run(args: Args) -> Result<(), String> {
         args.model.device_id(),
         args.socket.display(),
         dev.gen().bar0_size() >> 20,
-        args.hbm_size >> 20
+        hbm_size >> 20
     );
     let mut backend = Backend::new(dev.clone(), dma);
     let res = server.run(&mut backend);

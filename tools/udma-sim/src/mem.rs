@@ -246,6 +246,39 @@ impl GuestMemory for FlatMemory {
     }
 }
 
+/// Device memory as the engines address it: the HBM windows of the generation
+/// ([`crate::layout::Gen::hbm_windows`]) over the BAR4 backing. A device address outside every
+/// window is unmapped; a span never crosses a window's end.
+pub struct HbmMap {
+    bar4: Arc<FlatMemory>,
+    /// `(device address, BAR4 offset, length)`, sorted by device address.
+    windows: Vec<(u64, u64, u64)>,
+}
+
+impl HbmMap {
+    /// The map of `gen` over `bar4`.
+    pub fn new(gen: crate::layout::Gen, bar4: Arc<FlatMemory>) -> HbmMap {
+        let windows = gen.hbm_windows(bar4.len() as u64);
+        HbmMap { bar4, windows }
+    }
+
+    /// BAR4 offset of device address `addr` and the bytes left in its window.
+    pub fn bar4_offset(&self, addr: u64) -> Option<(u64, u64)> {
+        self.windows
+            .iter()
+            .find(|&&(d, _, l)| addr >= d && addr - d < l)
+            .map(|&(d, o, l)| (o + (addr - d), l - (addr - d)))
+    }
+}
+
+impl GuestMemory for HbmMap {
+    fn span(&self, addr: u64, max_len: usize) -> Option<Span<'_>> {
+        let (off, left) = self.bar4_offset(addr)?;
+        let n = usize::try_from(left).map_or(max_len, |l| max_len.min(l));
+        self.bar4.span(off, n)
+    }
+}
+
 /// One DMA_MAP entry.
 #[derive(Clone)]
 struct DmaEntry {

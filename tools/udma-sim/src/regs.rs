@@ -26,6 +26,8 @@ pub const M2S_CHANGE_STATE: u32 = 0x204;
 pub const M2S_ERR_LOG_MASK: u32 = 0x20C;
 /// `m2s.cfg_len`: [19:0] max packet bytes, [24] length 0 means 64 KiB (spec §3.2).
 pub const M2S_CFG_LEN: u32 = 0x254;
+/// `m2s.stream_cfg`: [0] disable (spec §3.2); the M2S stream stops while set.
+pub const M2S_STREAM_CFG: u32 = 0x258;
 /// `m2s_rd.desc_pref_cfg_2`: [7:0] max descriptors per packet (spec §3.2).
 pub const M2S_DESC_PREF_CFG_2: u32 = 0x304;
 
@@ -34,6 +36,12 @@ pub const M2S_DESC_PREF_CFG_2: u32 = 0x304;
 pub const S2M_STATE: u32 = 0x20200;
 /// `s2m.change_state` (spec §3.3).
 pub const S2M_CHANGE_STATE: u32 = 0x20204;
+
+/// `s2m.stream_cfg`: [0] disable, [4] flush, [8] stop prefetch (spec §3.3); the S2M stream
+/// stops while bit 0 is set.
+pub const S2M_STREAM_CFG: u32 = 0x20250;
+/// `stream_cfg` bit 0: stream disabled.
+pub const STREAM_DISABLE: u32 = 1 << 0;
 
 /// `cfg_len` bit 24: a descriptor length of 0 encodes 65536 bytes (spec §3.2).
 pub const CFG_LEN_64K: u32 = 1 << 24;
@@ -193,8 +201,13 @@ pub mod desc {
     pub const FIRST: u32 = 1 << 26;
     /// [27] LAST descriptor of a packet.
     pub const LAST: u32 = 1 << 27;
-    /// [28] interrupt on completion (ignored).
+    /// [28] interrupt on completion (no interrupt is modelled).
     pub const INT_EN: u32 = 1 << 28;
+    /// Tx `len_ctrl` bits with no meaning for M2M (spec §4.2: [22:16] unused, [29] undefined).
+    pub const TX_UNDEFINED: u32 = 0x007F_0000 | 1 << 29;
+    /// Rx `len_ctrl` bits with no meaning (spec §4.2: only length, ring id and INT_EN are
+    /// defined for S2M).
+    pub const RX_UNDEFINED: u32 = !(LEN_MASK | RING_ID_MASK << RING_ID_SHIFT | INT_EN);
     /// [30] DMB barrier.
     pub const DMB: u32 = 1 << 30;
     /// [31] CONCAT (userspace HAL only; unsupported by the model).

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use udma_sim::layout::{Gen, Model};
 use udma_sim::mem::{FlatMemory, GuestMemory};
 use udma_sim::regs::{self, desc};
-use udma_sim::{Config, Device};
+use udma_sim::{Config, Device, Options};
 
 /// Guest RAM starts at this guest-physical address.
 pub const RAM_BASE: u64 = 0x10_0000;
@@ -69,9 +69,14 @@ impl Rig {
     }
 
     pub fn with_trace(model: Model, trace: Option<std::path::PathBuf>) -> Rig {
+        Rig::with_options(model, trace, Options::default())
+    }
+
+    pub fn with_options(model: Model, trace: Option<std::path::PathBuf>, options: Options) -> Rig {
         let ram = Arc::new(FlatMemory::anonymous(RAM_BASE, RAM_SIZE).unwrap());
         let dev = Arc::new(
-            Device::new(Config { model, hbm_size: 16 << 20, trace }, ram.clone() as Arc<dyn GuestMemory>).unwrap(),
+            Device::new(Config { model, hbm_size: 16 << 20, trace, options }, ram.clone() as Arc<dyn GuestMemory>)
+                .unwrap(),
         );
         Rig { gen: model.gen(), dev, ram }
     }
@@ -190,6 +195,8 @@ impl Rig {
             );
             self.head(sq.eng, sq.q, true) == want_tx && self.head(sq.eng, sq.q, false) == want_rx
         });
+        // Barrier-free packets may still have writes held (unordered completion).
+        wait_until("held writes", || self.dev.held_writes() == 0);
     }
 
     pub fn wait_abort(&self, eng: u32) {

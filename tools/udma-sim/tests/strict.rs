@@ -1,0 +1,343 @@
+//! The strict rules (Documentation/udma-sim.rst, "Strictness"): one test per rule; each shows
+//! the wrong sequence failing with the right cause bits (or the data not landing), and the
+//! right one working.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+use udma_sim::engine::{ErrorKind, POSTED_WRITE_MAX};
+use udma_sim::layout::Model;
+use udma_sim::mem::GuestMemory;
+use udma_sim::regs::{self, desc, m2s_cause, s2m_cause};
+use udma_sim::Options;
+
+const TX_RING: u64 = RAM_BASE;
+const RX_RING: u64 = RAM_BASE + 0x40000;
+const SRC: u64 = RAM_BASE + 0x10_0000;
+const DST: u64 = RAM_BASE + 0x80_0000;
+const MARK: u64 = RAM_BASE + 0xF0_0000;
+const MARKER: u32 = 0xABCD_EF01;
+const E: u32 = 32;
+
+fn rig_with_delay(ms: u64) -> Rig {
+    Rig::with_options(
+        Model::Trn1,
+        None,
+        Options { unordered_delay: Some(Duration::from_millis(ms)), ..Options::default() },
+    )
+}
+
+/// One pair like `udma_m2m_copy_prepare_one` with extra `len_ctrl` bits and a `meta_ctrl`.
+fn pair(rig: &Rig, sq: &mut SwQueue, src: u64, dst: u64, len: u32, w0_extra: u32, meta: u32) {
+    let l = len & desc::LEN_MASK;
+    let (ri, rrid) = sq.rx.take();
+    let (ti, trid) = sq.tx.take();
+    rig.put_desc(&sq.rx, ri, rrid << 24 | l, 0, dst);
+    rig.put_desc(&sq.tx, ti, desc::FIRST | desc::LAST | w0_extra | trid << 24 | l, meta, src);
+}
+
+/// A 16 KiB data pair (barrier `data_w0`/`data_meta`) then the 4-byte marker pair (`mark_w0`).
+fn data_then_marker(rig: &Rig, data_w0: u32, data_meta: u32, mark_w0: u32) -> (SwQueue, Vec<u8>) {
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    let data = rig.fill(SRC, 16384, 9);
+    assert!(rig.ram.write(MARK, &MARKER.to_le_bytes()));
+    pair(rig, &mut sq, rig.host(SRC), rig.host(DST), 16384, data_w0, data_meta);
+    pair(rig, &mut sq, rig.host(MARK), rig.host(MARK + 4), 4, mark_w0, desc::META_COPY);
+    rig.start(&sq, 2);
+    wait_until("marker", || rig.ram_bytes(MARK + 4, 4) == MARKER.to_le_bytes());
+    (sq, data)
+}
+
+#[test]
+fn unordered_marker_lands_before_barrier_free_data() {
+    let rig = rig_with_delay(400);
+    let (sq, data) = data_then_marker(&rig, 0, desc::META_COPY, 0);
+    // The marker is there, the data is not: completion proves nothing without a barrier.
+    assert_eq!(rig.ram_bytes(DST, 16384), vec![0u8; 16384]);
+    assert_eq!(rig.dev.held_writes(), 1);
+    // It lands after the delay.
+    rig.wait_done(&sq);
+    assert_eq!(rig.ram_bytes(DST, 16384), data);
+}
+
+#[test]
+fn dmb_on_the_marker_orders_it_after_the_data() {
+    let rig = rig_with_delay(5000);
+    let (_, data) = data_then_marker(&rig, 0, desc::META_COPY, desc::DMB);
+    assert_eq!(rig.ram_bytes(DST, 16384), data);
+    assert_eq!(rig.dev.held_writes(), 0);
+}
+
+#[test]
+fn write_barrier_on_the_last_data_pair_orders_the_marker() {
+    let rig = rig_with_delay(5000);
+    let (_, data) = data_then_marker(&rig, 0, desc::META_COPY_WB, 0);
+    assert_eq!(rig.ram_bytes(DST, 16384), data);
+}
+
+#[test]
+fn short_writes_are_never_held_and_ordered_mode_holds_nothing() {
+    let rig = rig_with_delay(5000);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    let data = rig.fill(SRC, 4096, 3);
+    pair(&rig, &mut sq, rig.host(SRC), rig.host(DST), POSTED_WRITE_MAX as u32, 0, desc::META_COPY);
+    rig.start(&sq, 1);
+    wait_until("short write", || rig.ram_bytes(DST, 64) == data[..64]);
+    // With unordered completion off, a long barrier-free packet lands at once.
+    let rig = Rig::with_options(Model::Trn1, None, Options { unordered_delay: None, ..Options::default() });
+    let (_, data) = data_then_marker(&rig, 0, desc::META_COPY, 0);
+    assert_eq!(rig.ram_bytes(DST, 16384), data);
+}
+
+#[test]
+fn queue_reset_drops_held_writes() {
+    let rig = rig_with_delay(300);
+    let (_, _) = data_then_marker(&rig, 0, desc::META_COPY, 0);
+    rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    wait_until("held writes dropped", || rig.dev.held_writes() == 0);
+    assert_eq!(rig.ram_bytes(DST, 16384), vec![0u8; 16384]);
+}
+
+#[test]
+fn v3_engines_without_host_connectivity_cannot_fetch_host_rings() {
+    let rig = Rig::new(Model::Trn2);
+    rig.init_engine(0);
+    let mut sq = rig.init_queue(0, 1, TX_RING, RX_RING, 64);
+    rig.fill(SRC, 4096, 1);
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 4096);
+    rig.start(&sq, 1);
+    rig.wait_abort(0);
+    let le = rig.dev.last_error().unwrap();
+    assert_eq!((le.engine, le.record.kind), (0, ErrorKind::DescFetch));
+    assert_eq!(rig.cause_a(0), m2s_cause::DESC_FETCH);
+    // Engine 4 of the same SENG (spec 2.5) and the H2T engine 128 reach host memory.
+    for e in [4, 128] {
+        rig.init_engine(e);
+        let mut sq = rig.init_queue(e, 2, TX_RING + 0x8000, RX_RING + 0x8000, 64);
+        rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 4096);
+        rig.prepare(&mut sq, rig.host(MARK), rig.host(MARK + 4), 4);
+        rig.start(&sq, 2);
+        rig.wait_done(&sq);
+    }
+    assert_eq!(rig.ram_bytes(DST, 4096), rig.ram_bytes(SRC, 4096));
+    // Lenient option: every engine reaches the host.
+    let rig = Rig::with_options(Model::Trn2, None, Options { host_connectivity: false, ..Options::default() });
+    rig.init_engine(0);
+    let mut sq = rig.init_queue(0, 1, TX_RING, RX_RING, 64);
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 4096);
+    rig.start(&sq, 1);
+    rig.wait_done(&sq);
+}
+
+/// Queue init without the engine init's error unmasking: cfg_len and max descriptors written,
+/// abort masks at their reset value (all masked).
+fn engine_without_unmask(rig: &Rig) -> SwQueue {
+    rig.wr(E, regs::M2S_CFG_LEN, 0x010F_FFFF);
+    rig.wr(E, regs::M2S_DESC_PREF_CFG_2, 0x0001_0041);
+    rig.init_queue(E, 0, TX_RING, RX_RING, 64)
+}
+
+#[test]
+fn masked_error_does_not_abort_and_the_marker_still_lands() {
+    let rig = Rig::new(Model::Trn1);
+    assert_eq!(rig.rd(E, regs::IOFIC_SEC_B + regs::IOFIC_ABORT_MASK), u32::MAX, "reset value: masked");
+    let mut sq = engine_without_unmask(&rig);
+    assert!(rig.ram.write(MARK, &MARKER.to_le_bytes()));
+    // A copy to an unmapped destination, then the marker pair.
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(0x7000_0000), 4096);
+    rig.prepare(&mut sq, rig.host(MARK), rig.host(MARK + 4), 4);
+    rig.start(&sq, 2);
+    // The failed copy looks successful: marker there, engine normal, only the cause bit says it.
+    wait_until("marker", || rig.ram_bytes(MARK + 4, 4) == MARKER.to_le_bytes());
+    rig.wait_done(&sq);
+    assert_eq!(rig.rd(E, regs::M2S_STATE), regs::STATE_NORMAL);
+    assert_eq!(rig.cause_b(E), s2m_cause::DATA_WRITE);
+    assert!(rig.dev.last_error().is_none());
+    // The driver's init (spec 3.6 steps 15/16) unmasks: the same copy aborts.
+    rig.init_engine(E);
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(0x7000_0000), 4096);
+    rig.start(&sq, 1);
+    rig.wait_abort(E);
+    assert_eq!(rig.dev.last_error().unwrap().record.kind, ErrorKind::DataWrite);
+}
+
+#[test]
+fn cause_bits_stay_until_software_clears_them() {
+    let rig = Rig::new(Model::Trn1);
+    let mut sq = engine_without_unmask(&rig);
+    rig.prepare(&mut sq, rig.host(0x7000_0000), rig.host(DST), 64);
+    rig.start(&sq, 1);
+    rig.wait_done(&sq);
+    assert_eq!(rig.cause_a(E), m2s_cause::DATA_READ);
+    // Queue re-init does not clear them; write-0-to-clear does.
+    rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    assert_eq!(rig.cause_a(E), m2s_cause::DATA_READ);
+    rig.wr(E, regs::IOFIC_SEC_A + regs::IOFIC_CAUSE, !m2s_cause::DATA_READ);
+    assert_eq!(rig.cause_a(E), 0);
+}
+
+#[test]
+fn rx_prefetch_checks_ring_ids_up_to_the_tail() {
+    // An Rx doorbell one larger than the descriptors written: the packet itself is complete,
+    // but the prefetched slot 1 has a stale ring id (S2M cause 11).
+    let rig = Rig::new(Model::Trn1);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    rig.fill(SRC, 4096, 2);
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 4096);
+    rig.doorbell(E, 0, false, 2);
+    rig.doorbell(E, 0, true, 1);
+    rig.wait_abort(E);
+    let le = rig.dev.last_error().unwrap();
+    assert_eq!((le.record.kind, le.record.index), (ErrorKind::RingId, Some(1)));
+    assert_eq!(rig.cause_b(E), s2m_cause::RING_ID);
+    assert_eq!(rig.ram_bytes(DST, 4096), vec![0u8; 4096]);
+    // The same with the descriptor written first works.
+    let rig = Rig::new(Model::Trn1);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 4096);
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(DST + 4096), 4096);
+    rig.doorbell(E, 0, false, 2);
+    rig.doorbell(E, 0, true, 2);
+    rig.wait_done(&sq);
+}
+
+#[test]
+fn unwritten_cfg_len_has_no_64k_encoding_and_no_packet_fits() {
+    let rig = Rig::new(Model::Trn1);
+    assert_eq!(rig.rd(E, regs::M2S_CFG_LEN), 0);
+    rig.wr(E, regs::IOFIC_SEC_A + regs::IOFIC_ABORT_MASK, 0xF000_0000);
+    rig.wr(E, regs::M2S_DESC_PREF_CFG_2, 0x0001_0041);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 4096);
+    rig.start(&sq, 1);
+    rig.wait_abort(E);
+    assert_eq!(rig.cause_a(E), m2s_cause::PKT_TOO_LONG);
+    // cfg_len written without bit 24: a length-0 descriptor is 0 bytes, not 64 KiB.
+    let rig = Rig::new(Model::Trn1);
+    rig.init_engine(E);
+    rig.wr(E, regs::M2S_CFG_LEN, 0x000F_FFFF);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    rig.fill(SRC, 65536, 4);
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 65536);
+    rig.start(&sq, 1);
+    wait_until("tx head", || rig.head(E, 0, true) == 1 | 1 << 30);
+    assert_eq!(rig.head(E, 0, false), 1 << 30, "no Rx byte consumed");
+    assert_eq!(rig.ram_bytes(DST, 65536), vec![0u8; 65536]);
+}
+
+#[test]
+fn unwritten_max_descriptors_rejects_every_packet() {
+    let rig = Rig::new(Model::Trn1);
+    rig.wr(E, regs::IOFIC_SEC_A + regs::IOFIC_ABORT_MASK, 0xF000_0000);
+    rig.wr(E, regs::M2S_CFG_LEN, 0x010F_FFFF);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 64);
+    rig.start(&sq, 1);
+    rig.wait_abort(E);
+    assert_eq!(rig.cause_a(E), m2s_cause::TOO_MANY_DESCS);
+}
+
+#[test]
+fn a_paused_queue_stops_running_posted_work() {
+    let rig = Rig::new(Model::Trn1);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    let data = rig.fill(SRC, 4096, 5);
+    // Hold the engine, post, pause the queue, release the engine: nothing may run.
+    rig.wr(E, regs::M2S_CHANGE_STATE, regs::CHANGE_STATE_DISABLE);
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 4096);
+    rig.prepare(&mut sq, rig.host(MARK), rig.host(MARK + 4), 4);
+    rig.start(&sq, 2);
+    rig.wr(E, Rig::bank(true, 0) + regs::Q_CFG, 0x0300_0000);
+    rig.wr(E, regs::M2S_CHANGE_STATE, regs::CHANGE_STATE_NORMAL);
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(rig.head(E, 0, true), 1 << 30, "paused queue ran");
+    // A disabled M2S stream (stream_cfg bit 0) also stops it.
+    rig.wr(E, regs::M2S_STREAM_CFG, 0x103);
+    rig.wr(E, Rig::bank(true, 0) + regs::Q_CFG, 0x0303_0000);
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(rig.head(E, 0, true), 1 << 30, "disabled stream ran");
+    rig.wr(E, regs::M2S_STREAM_CFG, 0x102);
+    rig.wait_done(&sq);
+    assert_eq!(rig.ram_bytes(DST, 4096), data);
+}
+
+#[test]
+fn ring_registers_are_not_rewritten_with_work_pending() {
+    let rig = Rig::new(Model::Trn1);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    rig.wr(E, regs::M2S_CHANGE_STATE, regs::CHANGE_STATE_DISABLE);
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 64);
+    rig.start(&sq, 1);
+    let base = rig.rd(E, Rig::bank(true, 0) + regs::Q_BASE_LO);
+    rig.wr(E, Rig::bank(true, 0) + regs::Q_BASE_LO, base + 0x1000);
+    rig.wr(E, Rig::bank(true, 0) + regs::Q_LEN, 128);
+    assert_eq!(rig.rd(E, Rig::bank(true, 0) + regs::Q_BASE_LO), base);
+    assert_eq!(rig.rd(E, Rig::bank(true, 0) + regs::Q_LEN), 64);
+    rig.wr(E, regs::M2S_CHANGE_STATE, regs::CHANGE_STATE_NORMAL);
+    rig.wait_done(&sq);
+}
+
+#[test]
+fn undefined_descriptor_bits_are_rejected() {
+    for (bit, tx) in [(1u32 << 29, true), (1 << 20, true), (desc::FIRST, false), (desc::DMB, false)] {
+        let rig = Rig::new(Model::Trn1);
+        rig.init_engine(E);
+        let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+        let (ri, rrid) = sq.rx.take();
+        let (ti, trid) = sq.tx.take();
+        let rx_extra = if tx { 0 } else { bit };
+        let tx_extra = if tx { bit } else { 0 };
+        rig.put_desc(&sq.rx, ri, rx_extra | rrid << 24 | 64, 0, rig.host(DST));
+        rig.put_desc(&sq.tx, ti, tx_extra | desc::FIRST | desc::LAST | trid << 24 | 64, desc::META_COPY, rig.host(SRC));
+        rig.start(&sq, 1);
+        rig.wait_abort(E);
+        let le = rig.dev.last_error().unwrap();
+        assert_eq!(le.record.kind, ErrorKind::Unsupported, "bit 0x{bit:x} tx {tx}");
+        assert_eq!(rig.cause_a(E), m2s_cause::UNSUPPORTED);
+    }
+}
+
+#[test]
+fn registers_are_32_bit_only() {
+    let rig = Rig::new(Model::Trn1);
+    let off = rig.base(E) + u64::from(regs::SPARE_REG);
+    rig.wr(E, regs::SPARE_REG, 0x1111_1111);
+    rig.dev.bar0_write(off, &0x2222_2222_2222_2222u64.to_le_bytes());
+    rig.dev.bar0_write(off + 1, &[0x33]);
+    assert_eq!(rig.rd(E, regs::SPARE_REG), 0x1111_1111);
+    let mut b = [0u8; 8];
+    rig.dev.bar0_read(off, &mut b);
+    assert_eq!(b, [0xFF; 8]);
+}
+
+#[test]
+fn device_addresses_follow_the_hbm_map() {
+    // Trn2, 16 MiB BAR4: four HBM windows of 4 MiB (spec 1.2 QEMU flavour, 1.3 bases).
+    let rig = Rig::new(Model::Trn2);
+    let e = 128;
+    rig.init_engine(e);
+    let mut sq = rig.init_queue(e, 2, TX_RING, RX_RING, 64);
+    let data = rig.fill(SRC, 4096, 6);
+    // HBM1 at its real base lands at BAR4 + 4 MiB; HBM3 at BAR4 + 12 MiB.
+    rig.prepare(&mut sq, rig.host(SRC), 0x40_0000_0100, 4096);
+    rig.prepare(&mut sq, rig.host(SRC), 0x8040_0000_0000, 4096);
+    rig.prepare(&mut sq, 0x40_0000_0100, rig.host(DST), 4096);
+    rig.start(&sq, 3);
+    rig.wait_done(&sq);
+    assert_eq!(rig.hbm_bytes((4 << 20) + 0x100, 4096), data);
+    assert_eq!(rig.hbm_bytes(12 << 20, 4096), data);
+    assert_eq!(rig.ram_bytes(DST, 4096), data);
+    // A BAR4-linear address past HBM0's window is no device memory.
+    rig.prepare(&mut sq, rig.host(SRC), 5 << 20, 4096);
+    rig.start(&sq, 1);
+    rig.wait_abort(e);
+    assert_eq!(rig.dev.last_error().unwrap().record.kind, ErrorKind::DataWrite);
+    assert_eq!(rig.cause_b(e), s2m_cause::DATA_WRITE);
+}
