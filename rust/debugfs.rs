@@ -517,18 +517,104 @@ mod tests {
         Ok(())
     }
 
+    /// The contents of `neuron_udma/<pci name>/<name>` as user space reads them: the debugfs
+    /// file opened through the VFS (from a private kernel mount of debugfs: the test thread's
+    /// root need not see user space's `/sys/kernel/debug`) and read through its seq_file.
+    fn read_debugfs_file(dev: &UdmaDevice, name: &str) -> Result<Text> {
+        use kernel::bindings;
+        let mut path = Text::new();
+        write!(
+            path,
+            "neuron_udma/{}/{name}\0",
+            dev.pdev.as_ref().name().to_str().map_err(|_| EINVAL)?
+        )
+        .map_err(|_| ENOMEM)?;
+        // SAFETY: the argument is a NUL-terminated string.
+        let fs = unsafe { bindings::get_fs_type(c"debugfs".as_char_ptr()) };
+        if fs.is_null() {
+            return Err(ENODEV);
+        }
+        // SAFETY: `fs` is a registered file system type (debugfs is built in, so the reference
+        // `get_fs_type()` took is on no module and needs no put); the name is NUL-terminated.
+        let mnt = kernel::error::from_err_ptr(unsafe {
+            bindings::vfs_kern_mount(fs, 0, c"debugfs".as_char_ptr(), core::ptr::null_mut())
+        })?;
+        // SAFETY: `mnt` is a live mount (returned above, put only at the end).
+        let dentry = unsafe { (*mnt).mnt_root };
+        let root = bindings::path { mnt, dentry };
+        // SAFETY: `root` is a valid path of a live mount; `path` is NUL-terminated.
+        let file = kernel::error::from_err_ptr(unsafe {
+            bindings::file_open_root(&root, path.0.as_ptr().cast(), bindings::O_RDONLY as i32, 0)
+        });
+        let r = file.and_then(|file| {
+            // `kernel_read()` needs `read_iter`, which the debugfs proxy does not offer: read
+            // the way its `seq_read()` does, with `seq_read_iter()` into a kernel buffer (the
+            // device stays bound for the whole test, so the proxy's removal guard is not needed).
+            let mut out = Text::new();
+            let mut iocb = bindings::kiocb {
+                ki_filp: file,
+                ..Default::default()
+            };
+            let mut chunk = [0u8; 512];
+            let r = loop {
+                let kv = bindings::kvec {
+                    iov_base: chunk.as_mut_ptr().cast(),
+                    iov_len: chunk.len(),
+                };
+                let mut iter = core::mem::MaybeUninit::<bindings::iov_iter>::uninit();
+                // SAFETY: `iov_iter_kvec()` initialises the whole iterator over `kv`, which
+                // describes `chunk` (writable for its length) and outlives the read below.
+                unsafe {
+                    bindings::iov_iter_kvec(
+                        iter.as_mut_ptr(),
+                        bindings::ITER_DEST,
+                        &kv,
+                        1,
+                        chunk.len(),
+                    )
+                };
+                // SAFETY: `iocb` refers to the open seq_file `file` (closed only below) and
+                // `iter` was initialised above.
+                let n = unsafe { bindings::seq_read_iter(&mut iocb, iter.as_mut_ptr()) };
+                match usize::try_from(n) {
+                    Ok(0) => break Ok(()),
+                    Ok(n) => {
+                        if let Err(e) = out.0.extend_from_slice(&chunk[..n], GFP_KERNEL) {
+                            break Err(e.into());
+                        }
+                    }
+                    // CAST: a negative return is a negative errno.
+                    Err(_) => break Err(Error::from_errno(n as i32)),
+                }
+            };
+            // SAFETY: `file` was opened above and is not used after this call.
+            unsafe { bindings::filp_close(file, core::ptr::null_mut()) };
+            r.map(|()| out)
+        });
+        // SAFETY: the reference `vfs_kern_mount()` returned; nothing uses `mnt` afterwards.
+        unsafe { bindings::mntput(mnt) };
+        r
+    }
+
     #[test]
     fn files_list_the_driver_queue() -> Result {
         let dev = Registry::first().ok_or(ENODEV)?;
         let (eng, qid) = dev.arch.h2t[0];
-        let (mut queues, mut rings) = (Text::new(), Text::new());
-        render_queues(&dev, &mut queues).map_err(|_| ENOMEM)?;
-        render_rings(&dev, &mut rings).map_err(|_| ENOMEM)?;
+        let read = |name| {
+            read_debugfs_file(&dev, name).inspect_err(|e| {
+                pr_err!("reading neuron_udma/<device>/{name} through the VFS: {e:?}\n")
+            })
+        };
+        let queues = read("queues")?;
+        let rings = read("rings")?;
         let mut header = Text::new();
         write!(header, "engine {eng} queue {qid} owner driver").map_err(|_| ENOMEM)?;
         assert!(queues.line(header.as_str()) == header.as_str());
         assert!(rings.line(header.as_str()) == header.as_str());
         assert!(queues.line("sw tx: ").starts_with("sw tx: size 8192 "));
+        assert!(queues.line("m2s: ").contains(" len 8192 "));
+        assert!(rings.line("tx: ").starts_with("tx: size 8192 "));
+        assert!(rings.line("rx: ").starts_with("rx: size 8192 "));
         Ok(())
     }
 }

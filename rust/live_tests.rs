@@ -62,6 +62,7 @@ fn test_queue(dev: &UdmaDevice, qid: u32, descs: u32) -> Result<Arc<QueueCell>> 
 #[kunit_tests(neuron_udma_live)]
 mod tests {
     use super::*;
+    use crate::{engine::EngineIo, queue::Queue};
 
     #[test]
     fn host_to_host_round_trips() -> Result {
@@ -164,11 +165,35 @@ mod tests {
         Ok(())
     }
 
+    /// One look at the Tx ring of `cell`: whether it has descriptors in flight (written and
+    /// doorbelled, not yet retired by a completed fence: the queue state's `sw_next != sw_ack`
+    /// with nothing pending), its ack index, and whether the engine itself still has some
+    /// (hardware head behind the tail). Two register reads only, to keep samples short.
+    fn tx_look(dev: &UdmaDevice, cell: &QueueCell) -> Result<(bool, u32, bool)> {
+        use crate::regs::{M2s, Q_DRHP, Q_DRTP};
+        use kernel::io::{register::WithBase, Io};
+        let q = cell.qid as usize;
+        dev.with_queue(cell, |queue, io| {
+            let head = io
+                .read(Q_DRHP::of::<M2s>().try_at(q).ok_or(EINVAL)?)
+                .into_raw();
+            let tail = io
+                .read(Q_DRTP::of::<M2s>().try_at(q).ok_or(EINVAL)?)
+                .into_raw();
+            let tx = queue.tx_state();
+            let started = tx.outstanding() > queue.pending().0;
+            Ok((started, tx.ack_index(), head != tail))
+        })
+    }
+
     #[test]
     fn two_queues_in_parallel() -> Result {
         let dev = device()?;
+        // Queue 2 of the first and the last H2T engine (v2: 32, 33; v3: 128, 131): two engines,
+        // so the model runs them at once.
         let qa = test_queue(&dev, 2, 256)?;
-        let qb = test_queue(&dev, 3, 256)?;
+        let last = dev.arch.h2t.last().ok_or(EINVAL)?.0;
+        let qb = dev.queue_init(last, 2, 256, 256, Owner::Driver)?;
         const LEN: usize = 3 << 20;
         let bufs = [
             dev.alloc_coherent(LEN)?,
@@ -187,28 +212,74 @@ mod tests {
             dev.host_addr(bufs[3].dma_address()),
         );
 
-        let done = Arc::pin_init(Completion::new(), GFP_KERNEL)?;
-        let result = Arc::pin_init(new_mutex!(Err(EINPROGRESS)), GFP_KERNEL)?;
-        {
-            let (dev, qa, done, result) = (dev.clone(), qa.clone(), done.clone(), result.clone());
-            workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
-                let r = (0..4).try_for_each(|_| {
-                    dev.memcpy_on(&qa, a_src, a_dst, LEN as u64, DEFAULT_TIMEOUT)
-                });
-                *result.lock() = r;
-                done.complete_all();
-            })?;
+        // Both queues copy from their own worker, over and over until this thread, which
+        // watches the two queues' registers, has seen enough (bounded: 1000 rounds each).
+        let stop = Arc::pin_init(new_mutex!(false), GFP_KERNEL)?;
+        let mut workers = KVec::new();
+        for (q, src, dst) in [(&qa, a_src, a_dst), (&qb, b_src, b_dst)] {
+            let done = Arc::pin_init(Completion::new(), GFP_KERNEL)?;
+            let result = Arc::pin_init(new_mutex!(Err(EINPROGRESS)), GFP_KERNEL)?;
+            {
+                let (dev, q, done, result, stop) = (
+                    dev.clone(),
+                    q.clone(),
+                    done.clone(),
+                    result.clone(),
+                    stop.clone(),
+                );
+                workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+                    let mut r = Ok(());
+                    for _ in 0..1000 {
+                        r = dev.memcpy_on(&q, src, dst, LEN as u64, DEFAULT_TIMEOUT);
+                        if r.is_err() || *stop.lock() {
+                            break;
+                        }
+                    }
+                    *result.lock() = r;
+                    done.complete_all();
+                })?;
+            }
+            workers.push((done, result), GFP_KERNEL)?;
         }
-        let rb =
-            (0..4).try_for_each(|_| dev.memcpy_on(&qb, b_src, b_dst, LEN as u64, DEFAULT_TIMEOUT));
-        done.wait_for_completion();
-        let ra: Result = *result.lock();
+        // Both in flight at one instant: A has started, unretired descriptors before and after
+        // B is seen with some, and A's ack index did not move in between, so A's work was in
+        // flight all along. The engines' own overlap (hardware head behind the tail on both)
+        // is counted too, for the log: the model copies so fast that it is rarely seen.
+        let running = |i: usize| -> bool {
+            let r = workers[i].1.lock();
+            *r == Err(EINPROGRESS)
+        };
+        let (mut overlaps, mut hw_overlaps, mut samples) = (0u32, 0u32, 0u32);
+        let watched = (|| -> Result {
+            while running(0) && running(1) && overlaps < 20 && samples < 5000 {
+                let (a1, ack1, ha1) = tx_look(&dev, &qa)?;
+                let (b, _, hb) = tx_look(&dev, &qb)?;
+                let (a2, ack2, ha2) = tx_look(&dev, &qa)?;
+                samples += 1;
+                if a1 && b && a2 && ack1 == ack2 {
+                    overlaps += 1;
+                    hw_overlaps += u32::from(ha1 && hb && ha2);
+                }
+            }
+            Ok(())
+        })();
+        *stop.lock() = true;
+        for (done, _) in workers.iter() {
+            done.wait_for_completion();
+        }
+        let ra: Result = *workers[0].1.lock();
+        let rb: Result = *workers[1].1.lock();
         dev.queue_release(&qa);
         dev.queue_release(&qb);
+        watched?;
         ra?;
         rb?;
         assert!(copied(&bufs[1], 0, 0, LEN, 0x11));
         assert!(copied(&bufs[3], 0, 0, LEN, 0x22));
+        kernel::pr_info!(
+            "two_queues_in_parallel: both in flight in {overlaps} of {samples} samples (both engines busy in {hw_overlaps})\n"
+        );
+        assert!(overlaps > 0);
         Ok(())
     }
 
@@ -217,8 +288,21 @@ mod tests {
         let dev = device()?;
         let q = test_queue(&dev, 2, 32)?;
         let r = dev.with_queue(&q, |queue, io| {
-            let before = (*queue.tx_state(), *queue.rx_state(), queue.pending());
-            // 15 pairs fill the 16 free slots minus one; the 17th pair does not fit.
+            // The software view of both rings and the pending counts, plus the hardware tails
+            // (a doorbell moves them).
+            let snap = |queue: &Queue, io: EngineIo<'_>| -> Result<_> {
+                let tx = crate::engine::queue_regs::<crate::regs::M2s>(io, q.qid as usize)?;
+                let rx = crate::engine::queue_regs::<crate::regs::S2m>(io, q.qid as usize)?;
+                Ok((
+                    *queue.tx_state(),
+                    *queue.rx_state(),
+                    queue.pending(),
+                    tx.tail,
+                    rx.tail,
+                ))
+            };
+            let before = snap(queue, io)?;
+            // 16 pairs fill the 16 free slots; the 17th pair does not fit.
             let c = Copy {
                 src: 0,
                 dst: 0,
@@ -227,15 +311,18 @@ mod tests {
                 set_dst_int: false,
             };
             assert_eq!(queue.start(io, 0, 1), Err(EINVAL));
+            assert!(snap(queue, io)? == before);
             for _ in 0..16 {
                 queue.prepare_one(&c)?;
             }
-            let full = (*queue.tx_state(), *queue.rx_state(), queue.pending());
-            assert_eq!(queue.prepare_one(&c), Err(ENOSPC));
-            assert!((*queue.tx_state(), *queue.rx_state(), queue.pending()) == full);
-            assert_eq!(queue.start(io, 17, 16), Err(EINVAL));
-            assert_eq!(queue.start(io, 0, 0), Err(EINVAL));
+            let full = snap(queue, io)?;
             assert!(before.0 != full.0);
+            assert_eq!(queue.prepare_one(&c), Err(ENOSPC));
+            assert!(snap(queue, io)? == full);
+            assert_eq!(queue.start(io, 17, 16), Err(EINVAL));
+            assert!(snap(queue, io)? == full);
+            assert_eq!(queue.start(io, 0, 0), Err(EINVAL));
+            assert!(snap(queue, io)? == full);
             Ok(())
         });
         dev.queue_release(&q);

@@ -4,7 +4,8 @@
 
 usage: parse-results.py [--manifest TOML] [--lint LOG] [--unittest LOG] [--cargo LOG] MODEL=DIR...
        parse-results.py --boot-splat DIR     exit 0 if the kernel splatted before the module loaded
-       parse-results.py --list kunit|kselftest   the names the manifest requires, one a line
+       parse-results.py --list kunit|kselftest|guest-commands   what the manifest requires, one a line
+                                                 (kselftest: the programs; guest-commands: NAME COMMAND)
 
 Each DIR holds the console.log (kernel console) and output.log (the guest test plan's output, see
 tests/guest/run-tests) of one VM run on MODEL (trn1, trn2). A model fails when:
@@ -135,6 +136,15 @@ class Manifest:
     def required(self, kind):
         table = self.kunit if kind == "kunit" else self.kselftest
         return [n for n, e in table.items() if not e.get("optional", False)]
+
+    def binaries(self):
+        """The kselftests that are programs built from tests/kselftest/NAME.c."""
+        return [n for n in self.required("kselftest") if "command" not in self.kselftest[n]]
+
+    def commands(self):
+        """`NAME COMMAND...` of the kselftests that are guest commands (e.g. udmactl selftest)."""
+        return [f"{n} {self.kselftest[n]['command']}" for n in self.required("kselftest")
+                if "command" in self.kselftest[n]]
 
     def entry(self, kind, name):
         return (self.kunit if kind == "kunit" else self.kselftest).get(name)
@@ -498,7 +508,7 @@ def run(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--manifest", default=str(MANIFEST))
     ap.add_argument("--boot-splat", metavar="DIR")
-    ap.add_argument("--list", choices=("kunit", "kselftest"))
+    ap.add_argument("--list", choices=("kunit", "kselftest", "guest-commands"))
     ap.add_argument("--lint")
     ap.add_argument("--unittest")
     ap.add_argument("--cargo")
@@ -508,7 +518,9 @@ def run(argv):
         return 0 if boot_splat(args.boot_splat) else 1
     manifest = Manifest(args.manifest)
     if args.list:
-        print("\n".join(manifest.required(args.list)))
+        names = {"kunit": lambda: manifest.required("kunit"), "kselftest": manifest.binaries,
+                 "guest-commands": manifest.commands}[args.list]()
+        print("\n".join(names))
         return 0
     tally = Tally()
     if args.lint:

@@ -361,6 +361,15 @@ TEST_F(q, prepare_start_wait)
 	EXPECT_GE(1U, completed);
 }
 
+/* Slot @idx of ring @tx of the fixture's queue, read back from the debugfs ring dump. */
+#define READ_SLOT(tx, idx, slot) do {							\
+	int __r = ring_slot(ENG, QID, tx, idx, slot);					\
+	ASSERT_EQ(0, __r) {								\
+		TH_LOG("%s[%u] in the debugfs rings file: %s", (tx) ? "tx" : "rx",	\
+		       (unsigned int)(idx), strerror(-__r));				\
+	}										\
+} while (0)
+
 TEST_F(q, barriers_and_flags)
 {
 	struct neuron_udma_copy c[3] = {
@@ -368,14 +377,43 @@ TEST_F(q, barriers_and_flags)
 		ucopy(&self->d, 0, &self->b, 100, 8192),
 		ucopy(&self->a, 9000, &self->b, 20000, 777),
 	};
+	static const __u32 len[3] = { 8192, 8192, 777 };
+	struct neuron_udma_queue_state st;
+	struct uslot tx, rx;
+	__u32 i, t0, r0;
 
 	c[1].barrier = NEURON_UDMA_BARRIER_DMB;
 	c[2].barrier = NEURON_UDMA_BARRIER_WRITE;
 	c[2].flags = NEURON_UDMA_COPY_DST_INT;
+	ASSERT_EQ(0, queue_state(self->fd, ENG, QID, &st));
+	t0 = st.tx.sw_next;
+	r0 = st.rx.sw_next;
 	ASSERT_EQ(0, prep(self->fd, ENG, QID, c, 3));
 	ASSERT_EQ(0, copy_wait(self->fd, ENG, QID, 0, NULL));
 	ASSERT_BYTES(self->b.map + 100, self->a.map, 8192);
 	ASSERT_BYTES(self->b.map + 20000, self->a.map + 9000, 777);
+
+	/* The descriptors as written in ring memory: the barrier and flag bits of each pair. */
+	for (i = 0; i < 3; i++) {
+		READ_SLOT(true, (t0 + i) % RING, &tx);
+		READ_SLOT(false, (r0 + i) % RING, &rx);
+		EXPECT_EQ(len[i], tx.len_ctrl & DESC_LEN_MASK);
+		EXPECT_EQ(len[i], rx.len_ctrl & DESC_LEN_MASK);
+		EXPECT_EQ(DESC_FIRST | DESC_LAST, tx.len_ctrl & (DESC_FIRST | DESC_LAST));
+		EXPECT_EQ(i == 1 ? DESC_DMB : 0, tx.len_ctrl & DESC_DMB) {
+			TH_LOG("pair %u: tx len_ctrl %#x", i, tx.len_ctrl);
+		}
+		EXPECT_EQ(i == 2 ? META_WRITE_BARRIER : 0, tx.word1 & META_WRITE_BARRIER) {
+			TH_LOG("pair %u: tx meta_ctrl %#x", i, tx.word1);
+		}
+		EXPECT_EQ(i == 2 ? DESC_INT_EN : 0, rx.len_ctrl & DESC_INT_EN) {
+			TH_LOG("pair %u: rx len_ctrl %#x", i, rx.len_ctrl);
+		}
+		/* Only Rx descriptors carry INT_EN; the barriers are Tx bits only. */
+		EXPECT_EQ(0U, tx.len_ctrl & DESC_INT_EN);
+		EXPECT_EQ(0U, rx.len_ctrl & DESC_DMB);
+		EXPECT_EQ(0U, rx.word1);
+	}
 }
 
 TEST_F(q, partial_start)
@@ -920,22 +958,37 @@ TEST_F_TIMEOUT(dev, threads, 180)
 	}
 }
 
+#define CLOSE_PROBES 16
+
 TEST_F_TIMEOUT(dev, close_with_copies_in_flight, 120)
 {
+	struct ubuf a, d, probe[CLOSE_PROBES];
 	struct ubar2 bar2;
-	struct ubuf a, d;
-	int fd, i, n = 1024;
-	bool stalled;
+	int fd, i, j, n = 1024, ret;
+	__u64 nonzero = 0;
 
-	/* With the model's BAR2 window, a stall keeps the copies in flight for sure. */
-	stalled = bar2_open(&bar2) == 0 && bar2_fault(&bar2, FAULT_STALL, ENG, 3, 1000) == 0;
+	ret = bar2_open(&bar2);
+	ASSERT_EQ(0, ret) {
+		TH_LOG("BAR2 window of the model (sysfs resource2): %s", strerror(-ret));
+	}
+	bar2_write(&bar2, BAR2_CLEAR, 1);
 	fd = udma_open();
 	ASSERT_LE(0, fd);
 	ASSERT_EQ(0, queue_init(fd, ENG, 3, 4096, 4096));
 	ASSERT_EQ(0, ubuf_host(fd, 1 << 20, &a));
 	ASSERT_EQ(0, ubuf_dev(fd, 1 << 20, &d));
+	/* Device memory full of non-zero bytes, the source of the copies into host memory. */
+	memset(a.map, 0xC3, 1 << 20);
+	for (i = 0; i < 16; i++)
+		ASSERT_EQ(0, prep_one(fd, ENG, 3, ucopy(&a, i * UDMA_MAX_COPY, &d, i * UDMA_MAX_COPY,
+						     UDMA_MAX_COPY)));
+	ASSERT_EQ(0, copy_wait(fd, ENG, 3, 0, NULL));
+	memset(a.map, 0, 1 << 20);
+
+	/* HBM -> host copies held back by a stall of 1 s, then the file is closed. */
+	ASSERT_EQ(0, bar2_fault(&bar2, FAULT_STALL, ENG, 3, 1000));
 	for (i = 0; i < n; i++) {
-		struct neuron_udma_copy c = ucopy(&a, (i % 16) * UDMA_MAX_COPY, &d,
+		struct neuron_udma_copy c = ucopy(&d, (i % 16) * UDMA_MAX_COPY, &a,
 						  ((i + 5) % 16) * UDMA_MAX_COPY, UDMA_MAX_COPY);
 
 		ASSERT_EQ(0, prep_one(fd, ENG, 3, c));
@@ -944,11 +997,34 @@ TEST_F_TIMEOUT(dev, close_with_copies_in_flight, 120)
 	/* The mapping holds a reference to the file: drop it too, then close. */
 	munmap(a.map, a.size);
 	ASSERT_EQ(0, close(fd));
-	if (!stalled)
-		TH_LOG("no BAR2 stall: the copies may have completed before the close");
 
+	/*
+	 * The freed 1 MiB of host memory is handed out again at once (new zeroed coherent
+	 * buffers of the same size); none of it may change when the stall ends and later:
+	 * a copy still running after the close would write 0xC3 bytes into it.
+	 */
 	fd = udma_open();
 	ASSERT_LE(0, fd);
+	for (i = 0; i < CLOSE_PROBES; i++)
+		ASSERT_EQ(0, ubuf_host(fd, 1 << 20, &probe[i]));
+	/* Watch them until well after the stall would have ended (2.5 s from here). */
+	for (j = 0; j < 25; j++) {
+		for (i = 0; i < CLOSE_PROBES; i++) {
+			const __u64 *w = (const __u64 *)probe[i].map;
+			size_t k;
+
+			for (k = 0; k < (1 << 20) / 8; k++)
+				nonzero += w[k] != 0;
+		}
+		usleep(100 * 1000);
+	}
+	EXPECT_EQ(0ULL, nonzero) {
+		TH_LOG("%llu words of host memory freed at close were written after it",
+		       (unsigned long long)nonzero);
+	}
+	for (i = 0; i < CLOSE_PROBES; i++)
+		ubuf_free(fd, &probe[i]);
+
 	ASSERT_EQ(0, queue_init(fd, ENG, 3, 64, 64)) {
 		TH_LOG("the queue was not released at close");
 	}
@@ -957,8 +1033,7 @@ TEST_F_TIMEOUT(dev, close_with_copies_in_flight, 120)
 	ASSERT_EQ(0, copy_sync(fd, ENG, 3, ucopy(&a, 0, &a, 1 << 19, 65536)));
 	ASSERT_BYTES(a.map + (1 << 19), a.map, 65536);
 	close(fd);
-	if (bar2.regs)
-		bar2_write(&bar2, BAR2_CLEAR, 1);
+	bar2_write(&bar2, BAR2_CLEAR, 1);
 	bar2_close(&bar2);
 }
 
@@ -1040,9 +1115,179 @@ TEST_F(fault, wait_timeout_then_usable)
 	EXPECT_EQ(1U, st.resets);
 	EXPECT_EQ(0U, st.tx.sw_pending);
 	EXPECT_EQ(st.tx.sw_next, st.tx.sw_ack);
+	/* End the stall: a copy the reset did not drop would run now. */
 	bar2_write(&self->bar2, BAR2_CLEAR, 1);
-	ASSERT_EQ(0, copy_sync(self->fd, ENG, 2, ucopy(&self->a, 100, &self->b, 3, 5000)));
-	ASSERT_BYTES(self->b.map + 3, self->a.map + 100, 5000);
+	/* The next copy goes elsewhere, so it cannot hide a late write of the first. */
+	ASSERT_EQ(0, copy_sync(self->fd, ENG, 2, ucopy(&self->a, 100, &self->b, 65536 + 3, 5000)));
+	ASSERT_BYTES(self->b.map + 65536 + 3, self->a.map + 100, 5000);
+	usleep(200 * 1000);
+	/* The timed-out copy never landed, and nothing else changed. */
+	ASSERT_BYTES(self->b.map, self->save, 65536 + 3);
+	ASSERT_BYTES(self->b.map + 65536 + 3 + 5000, self->save + 65536 + 3 + 5000,
+		     BUF - 65536 - 3 - 5000);
+}
+
+/* COPY_WAIT in a thread: blocks until its marker arrives (or the timeout). */
+struct wait_job {
+	int fd, ret;
+	__u32 eng, q, timeout_ms;
+	pthread_t t;
+};
+
+static void *wait_thread(void *arg)
+{
+	struct wait_job *j = arg;
+
+	__atomic_store_n(&j->ret, copy_wait(j->fd, j->eng, j->q, j->timeout_ms, NULL),
+			 __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/*
+ * Starts a COPY_WAIT (timeout @timeout_ms) in a new thread and returns once its marker pair is
+ * in the ring (the queue's tx sw_next moved by one), i.e. the wait is in flight; 0 or -errno
+ * (of the wait, if it failed at once, or of the thread creation).
+ */
+static int start_waiter(int fd, __u32 eng, __u32 q, __u32 timeout_ms, struct wait_job *j)
+{
+	struct neuron_udma_queue_state a, b;
+	pthread_attr_t attr;
+	int i, ret;
+
+	*j = (struct wait_job){ .fd = fd, .ret = 1, .eng = eng, .q = q, .timeout_ms = timeout_ms };
+	ret = queue_state(fd, eng, q, &a);
+	if (ret)
+		return ret;
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 64 * 1024);
+	ret = -pthread_create(&j->t, &attr, wait_thread, j);
+	pthread_attr_destroy(&attr);
+	if (ret)
+		return ret;
+	for (i = 0; i < 60000; i++) {
+		ret = queue_state(fd, eng, q, &b);
+		if (ret)
+			return ret;
+		if (b.tx.sw_next != a.tx.sw_next)
+			return 0;
+		if (__atomic_load_n(&j->ret, __ATOMIC_SEQ_CST) <= 0)
+			return j->ret ? j->ret : -EPROTO;
+		usleep(1000);
+	}
+	return -ETIMEDOUT;
+}
+
+TEST_F_TIMEOUT(fault, copy_wait_enospc_then_usable, 120)
+{
+	struct neuron_udma_queue_state before;
+	struct wait_job w[64];
+	int i, n = 0, ret = 0;
+
+	/* A stalled 64-slot ring filled to the 16-slot reserve: waits in flight use the reserve
+	 * for their markers until not even a marker fits.
+	 */
+	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_STALL, ENG, 2, 120000));
+	for (i = 0; i < 64 - 16; i++)
+		ASSERT_EQ(0, prep_one(self->fd, ENG, 2, ucopy(&self->a, i * 64, &self->b, i * 64, 64)));
+	ASSERT_EQ(-ENOSPC, prep_one(self->fd, ENG, 2, ucopy(&self->a, 0, &self->b, 0, 64)));
+	for (n = 0; n < 64; n++) {
+		ret = start_waiter(self->fd, ENG, 2, 60000, &w[n]);
+		if (ret)
+			break;
+	}
+	ASSERT_EQ(-ENOSPC, ret) {
+		TH_LOG("after %d waits in flight: %s", n, strerror(-ret));
+	}
+	ASSERT_EQ(0, pthread_join(w[n].t, NULL));
+	EXPECT_LE(1, n);
+	EXPECT_GE(16, n);
+	ASSERT_EQ(0, queue_state(self->fd, ENG, 2, &before));
+	EXPECT_EQ(-ENOSPC, copy_wait(self->fd, ENG, 2, 1000, NULL));
+	ASSERT_UNCHANGED(self->fd, ENG, 2, &before);
+	ASSERT_BYTES(self->b.map, self->save, BUF);
+	/* Once the engine moves, the waits in flight complete and free the ring. */
+	bar2_write(&self->bar2, BAR2_CLEAR, 1);
+	for (i = 0; i < n; i++) {
+		ASSERT_EQ(0, pthread_join(w[i].t, NULL));
+		EXPECT_EQ(0, w[i].ret);
+	}
+	ASSERT_BYTES(self->b.map, self->a.map, 48 * 64);
+	ASSERT_EQ(0, copy_sync(self->fd, ENG, 2, ucopy(&self->a, 7, &self->b, 70001, 9000)));
+	ASSERT_BYTES(self->b.map + 70001, self->a.map + 7, 9000);
+}
+
+#define MAX_WAITS 256
+
+static void on_tick(int sig)
+{
+	(void)sig;
+}
+
+/*
+ * 256 waits in flight on a stalled queue: 255 interrupted by a signal (their fences stay in
+ * flight: "the copies go on") and one blocked in a thread; the 257th wait is EBUSY and changes
+ * nothing. When the engine moves, the blocked wait retires every fence and the queue works.
+ */
+TEST_F_TIMEOUT(fault, copy_wait_ebusy_256_waits, 120)
+{
+	struct sigaction sa = { .sa_handler = on_tick };	/* no SA_RESTART */
+	struct itimerval tick = { .it_interval = { .tv_usec = 3000 }, .it_value = { .tv_usec = 3000 } };
+	struct itimerval off = { 0 };
+	struct neuron_udma_queue_state st0, before;
+	struct wait_job w;
+	int n, ret = 0;
+
+	/* A ring with room for more markers than there are completion slots. */
+	ASSERT_EQ(0, queue_release(self->fd, ENG, 2));
+	ASSERT_EQ(0, queue_init(self->fd, ENG, 2, 1024, 1024));
+	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_STALL, ENG, 2, 120000));
+	ASSERT_EQ(0, prep_one(self->fd, ENG, 2, ucopy(&self->a, 0, &self->b, 0, 4096)));
+	ASSERT_EQ(0, queue_state(self->fd, ENG, 2, &st0));
+	ASSERT_EQ(0, sigaction(SIGALRM, &sa, NULL));
+	ASSERT_EQ(0, setitimer(ITIMER_REAL, &tick, NULL));
+	for (n = 0; n < MAX_WAITS - 1; n++) {
+		ret = copy_wait(self->fd, ENG, 2, 60000, NULL);
+		if (ret != -EINTR)
+			break;
+	}
+	ASSERT_EQ(0, setitimer(ITIMER_REAL, &off, NULL));
+	ASSERT_EQ(-EINTR, ret) {
+		TH_LOG("wait %d: %s", n, strerror(-ret));
+	}
+	ASSERT_EQ(0, queue_state(self->fd, ENG, 2, &before));
+	/* One marker pair per interrupted wait. */
+	EXPECT_EQ((st0.tx.sw_next + MAX_WAITS - 1) % 1024, before.tx.sw_next);
+	ret = start_waiter(self->fd, ENG, 2, 60000, &w);
+	ASSERT_EQ(0, ret) {
+		TH_LOG("the 256th wait: %s", strerror(-ret));
+	}
+	ASSERT_EQ(0, queue_state(self->fd, ENG, 2, &before));
+	EXPECT_EQ(-EBUSY, copy_wait(self->fd, ENG, 2, 1000, NULL));
+	ASSERT_UNCHANGED(self->fd, ENG, 2, &before);
+	ASSERT_BYTES(self->b.map, self->save, BUF);
+	bar2_write(&self->bar2, BAR2_CLEAR, 1);
+	ASSERT_EQ(0, pthread_join(w.t, NULL));
+	EXPECT_EQ(0, w.ret);
+	ASSERT_EQ(0, queue_state(self->fd, ENG, 2, &before));
+	EXPECT_EQ(before.tx.sw_next, before.tx.sw_ack);
+	ASSERT_BYTES(self->b.map, self->a.map, 4096);
+	ASSERT_EQ(0, copy_sync(self->fd, ENG, 2, ucopy(&self->a, 5, &self->b, 10000, 3000)));
+	ASSERT_BYTES(self->b.map + 10000, self->a.map + 5, 3000);
+}
+
+TEST_F(fault, memcpy_etimedout_then_usable)
+{
+	/* The driver's own H2T queue: engine 32 queue 0 (v2) or 128 queue 0 (v3). */
+	__u32 h2t = self->info.generation == NEURON_UDMA_GEN_V2 ? 32 : 128;
+
+	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_STALL, h2t, 0, 3000));
+	ASSERT_EQ(-ETIMEDOUT, udma_memcpy(self->fd, &self->a, 0, &self->b, 0, 4096, 200));
+	/* A copy the timeout did not drop would land once the engine moves again. */
+	bar2_write(&self->bar2, BAR2_CLEAR, 1);
+	ASSERT_EQ(0, udma_memcpy(self->fd, &self->a, 11, &self->b, 65536 + 1, 70000, 0));
+	ASSERT_BYTES(self->b.map + 65536 + 1, self->a.map + 11, 70000);
+	usleep(200 * 1000);
+	ASSERT_BYTES(self->b.map, self->save, 65536 + 1);
 }
 
 static void on_alarm(int sig)
@@ -1130,6 +1375,70 @@ TEST_F(fault, mem_free_busy_during_memcpy)
 	ASSERT_EQ(0, pthread_join(t, NULL));
 	ASSERT_EQ(0, j.ret);
 	ASSERT_EQ(-1, first_diff(self->b.map, self->a.map, BUF));
+}
+
+TEST_F(dev, mmap_wrong_offset_or_length_einval)
+{
+	struct ubuf a, b;
+	void *p;
+
+	ASSERT_EQ(0, ubuf_host(self->fd, 16384, &a));
+	ASSERT_EQ(0, ubuf_host(self->fd, 8192, &b));
+	/* A length other than the buffer's size: shorter, longer, the other buffer's. */
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, a.mmap_offset);
+	EXPECT_EQ(MAP_FAILED, p);
+	EXPECT_EQ(EINVAL, errno);
+	p = mmap(NULL, 20480, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, a.mmap_offset);
+	EXPECT_EQ(MAP_FAILED, p);
+	EXPECT_EQ(EINVAL, errno);
+	p = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, a.mmap_offset);
+	EXPECT_EQ(MAP_FAILED, p);
+	EXPECT_EQ(EINVAL, errno);
+	/* An offset that is not a host buffer's: inside one, past the last, zero. */
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, a.mmap_offset + 4096);
+	EXPECT_EQ(MAP_FAILED, p);
+	EXPECT_EQ(EINVAL, errno);
+	p = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd,
+		 b.mmap_offset + (64ULL << 20));
+	EXPECT_EQ(MAP_FAILED, p);
+	EXPECT_EQ(EINVAL, errno);
+	if (a.mmap_offset && b.mmap_offset) {
+		p = mmap(NULL, 16384, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, 0);
+		EXPECT_EQ(MAP_FAILED, p);
+		EXPECT_EQ(EINVAL, errno);
+	}
+	/* A freed buffer's offset is no longer a buffer's. */
+	EXPECT_EQ(0, ubuf_free(self->fd, &b));
+	p = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, b.mmap_offset);
+	EXPECT_EQ(MAP_FAILED, p);
+	EXPECT_EQ(EINVAL, errno);
+	/* The right offset and length still map, and the first mapping is intact. */
+	a.map[0] = 0x11;
+	p = mmap(NULL, 16384, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, a.mmap_offset);
+	ASSERT_NE(MAP_FAILED, p);
+	EXPECT_EQ(0x11, ((unsigned char *)p)[0]);
+	munmap(p, 16384);
+	EXPECT_EQ(0, ubuf_free(self->fd, &a));
+}
+
+TEST_F(dev, sigbus_after_mem_free)
+{
+	struct ubuf a, b;
+	unsigned char *stale;
+
+	ASSERT_EQ(0, ubuf_host(self->fd, 8192, &a));
+	ASSERT_EQ(0, ubuf_host(self->fd, 8192, &b));
+	memset(a.map, 0x5a, 8192);
+	EXPECT_EQ(0, touch_signal(a.map + 4096, false));
+	/* Free it but keep the mapping: both pages are gone from it. */
+	stale = a.map;
+	ASSERT_EQ(0, mem_free(self->fd, a.handle));
+	EXPECT_EQ(SIGBUS, touch_signal(stale, false));
+	EXPECT_EQ(SIGBUS, touch_signal(stale + 4096, true));
+	/* The other buffer's mapping is untouched. */
+	EXPECT_EQ(0, touch_signal(b.map, true));
+	munmap(stale, 8192);
+	EXPECT_EQ(0, ubuf_free(self->fd, &b));
 }
 
 TEST_F(fault, mmap_private_or_exec_refused)

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * ENODEV of the neuron_udma ABI: a file kept open across an unbind of its device fails every
- * ioctl with ENODEV and can still be closed; after a rebind a new file works again.
+ * ioctl with ENODEV, its host-buffer mappings raise SIGBUS, and it can still be closed; after a
+ * rebind a new file works again.
  */
 #include <stdlib.h>
 
@@ -25,7 +26,7 @@ TEST(unbound_file_enodev)
 {
 	struct neuron_udma_queue_state st;
 	struct neuron_udma_info info;
-	struct ubuf a, b, a2;
+	struct ubuf a, b, a2, kept;
 	char bdf[64];
 	int fd, fd2, ret;
 
@@ -35,9 +36,12 @@ TEST(unbound_file_enodev)
 	ASSERT_EQ(0, queue_init(fd, 5, 1, 64, 64));
 	ASSERT_EQ(0, ubuf_host(fd, 8192, &a));
 	ASSERT_EQ(0, ubuf_dev(fd, 8192, &b));
-	/* The mapping goes first: it must not be touched once the device is gone. */
+	/* One mapping goes before the unbind; the other stays and must fault afterwards. */
 	munmap(a.map, a.size);
 	a.map = NULL;
+	ASSERT_EQ(0, ubuf_host(fd, 8192, &kept));
+	memset(kept.map, 0x5a, 8192);
+	ASSERT_EQ(0, touch_signal(kept.map + 4096, false));
 
 	ret = sysfs_write(UDMA_DRV_DIR "/unbind", bdf);
 	ASSERT_EQ(0, ret) {
@@ -53,6 +57,10 @@ TEST(unbound_file_enodev)
 	EXPECT_EQ(-ENODEV, copy_wait(fd, 5, 1, 0, NULL));
 	EXPECT_EQ(-ENODEV, udma_memcpy(fd, &a, 0, &b, 0, 16, 0));
 	EXPECT_EQ(-ENODEV, queue_release(fd, 5, 1));
+	/* The coherent memory went with the device: the mapping is empty. */
+	EXPECT_EQ(SIGBUS, touch_signal(kept.map, false));
+	EXPECT_EQ(SIGBUS, touch_signal(kept.map + 4096, true));
+	munmap(kept.map, kept.size);
 	EXPECT_EQ(0, close(fd));
 
 	ret = sysfs_write(UDMA_DRV_DIR "/bind", bdf);

@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +20,15 @@
 #include <unistd.h>
 
 #include <linux/neuron_udma.h>
+
+/* Descriptor bits (Documentation/neuron-udma.rst, spec 4.2/4.3): len_ctrl (word 0), meta_ctrl. */
+#define DESC_LEN_MASK		0xFFFFU
+#define DESC_RING_ID(w0)	(((w0) >> 24) & 3U)
+#define DESC_FIRST		(1U << 26)
+#define DESC_LAST		(1U << 27)
+#define DESC_INT_EN		(1U << 28)
+#define DESC_DMB		(1U << 30)
+#define META_WRITE_BARRIER	(1U << 26)
 
 #define UDMA_DEV "/dev/neuron_udma0"
 #define UDMA_DRV_DIR "/sys/bus/pci/drivers/neuron_udma"
@@ -359,6 +370,98 @@ static inline int bar2_fault(struct ubar2 *b, __u32 kind, __u32 eng, __u32 q, __
 	bar2_write(b, BAR2_FAULT_ARG, arg);
 	bar2_write(b, BAR2_FAULT_COMMIT, 1);
 	return (int)bar2_read(b, BAR2_FAULT_COMMIT);
+}
+
+/* One ring slot as the driver's debugfs `rings` file shows it: the 16 raw bytes, decoded. */
+struct uslot {
+	__u32 len_ctrl;		/* word 0 */
+	__u32 word1;		/* Tx: meta_ctrl; Rx: 0 */
+	__u64 addr;
+};
+
+/*
+ * Reads slot @idx of the Tx (@tx) or Rx ring of (@eng, @q) from
+ * /sys/kernel/debug/neuron_udma/<bdf>/rings. The file shows, per ring, the last 8 completed
+ * slots and the outstanding ones. Returns 0, -ENOENT (queue or slot not shown) or -errno.
+ */
+static inline int ring_slot(__u32 eng, __u32 q, bool tx, __u32 idx, struct uslot *out)
+{
+	char bdf[64], path[160], head[64], want[32], line[512];
+	bool in_queue = false;
+	int ret = -ENOENT;
+	FILE *f;
+
+	if (udma_bdf(bdf, sizeof(bdf)))
+		return -ENOENT;
+	snprintf(path, sizeof(path), "/sys/kernel/debug/neuron_udma/%s/rings", bdf);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	snprintf(head, sizeof(head), "engine %u queue %u owner ", eng, q);
+	snprintf(want, sizeof(want), "%s[%u]", tx ? "tx" : "rx", idx);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned int b[16];
+		const char *p = line;
+		int i;
+
+		if (!strncmp(line, "engine ", 7)) {
+			in_queue = !strncmp(line, head, strlen(head));
+			continue;
+		}
+		while (*p == ' ')
+			p++;
+		if (!in_queue || strncmp(p, want, strlen(want)) || p[strlen(want)] != ' ')
+			continue;
+		if (sscanf(p + strlen(want), "%x %x %x %x %x %x %x %x %x %x %x %x %x %x %x %x",
+			   &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8], &b[9],
+			   &b[10], &b[11], &b[12], &b[13], &b[14], &b[15]) != 16) {
+			ret = -EPROTO;
+			break;
+		}
+		out->len_ctrl = b[0] | b[1] << 8 | b[2] << 16 | (__u32)b[3] << 24;
+		out->word1 = b[4] | b[5] << 8 | b[6] << 16 | (__u32)b[7] << 24;
+		out->addr = 0;
+		for (i = 15; i >= 8; i--)
+			out->addr = out->addr << 8 | b[i];
+		ret = 0;
+		break;
+	}
+	fclose(f);
+	return ret;
+}
+
+static sigjmp_buf udma_fault_jmp;
+static volatile sig_atomic_t udma_fault_sig;
+
+static void udma_fault_handler(int sig)
+{
+	udma_fault_sig = sig;
+	siglongjmp(udma_fault_jmp, 1);
+}
+
+/*
+ * Reads (or, with @write, writes) the byte at @p and returns the signal that access raised
+ * (SIGBUS, SIGSEGV) or 0 if it worked.
+ */
+static inline int touch_signal(volatile unsigned char *p, bool write)
+{
+	struct sigaction sa = { .sa_handler = udma_fault_handler }, old_bus, old_segv;
+	int sig;
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGBUS, &sa, &old_bus);
+	sigaction(SIGSEGV, &sa, &old_segv);
+	udma_fault_sig = 0;
+	if (!sigsetjmp(udma_fault_jmp, 1)) {
+		if (write)
+			*p = 0xA5;
+		else
+			(void)*p;
+	}
+	sig = udma_fault_sig;
+	sigaction(SIGBUS, &old_bus, NULL);
+	sigaction(SIGSEGV, &old_segv, NULL);
+	return sig;
 }
 
 #endif /* _UDMA_UTIL_H */

@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: GPL-2.0
+//! `udmactl selftest`: every wrapper of the neuron_udma client crate against a real device, with
+//! the results as TAP (one test point per group), for the guest test plan of `make check`.
+//!
+//! The checks use engine 1, queues 1..=3 (free on every generation) and the driver's MEMCPY
+//! queue; they need nothing else (no fault injection: tests/kselftest covers ETIMEDOUT/EIO).
+
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use neuron_udma::{
+    ring_id, ring_index, timeout_ms, Barrier, Buffer, Copy, Device, Error, Generation, Info, MAX_COPY_SIZE,
+};
+
+/// Engine of the test queues.
+const ENG: u32 = 1;
+
+/// Fails unless `r` is an error whose errno is `errno`.
+fn expect_errno<T: std::fmt::Debug>(r: neuron_udma::Result<T>, errno: i32, what: &str) -> Result<()> {
+    match r {
+        Err(e) if e.errno() == errno => Ok(()),
+        Err(e) => bail!("{what}: got {e} (errno {}), want errno {errno}", e.errno()),
+        Ok(v) => bail!("{what}: succeeded ({v:?}), want errno {errno}"),
+    }
+}
+
+/// Deterministic bytes, different per seed.
+fn pattern(buf: &mut [u8], seed: u8) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(37).wrapping_add(seed) ^ (i >> 9) as u8;
+    }
+}
+
+fn info(dev: &Device, i: &Info) -> Result<()> {
+    ensure!(i.abi_version == neuron_udma::sys::NEURON_UDMA_ABI_VERSION, "abi_version {}", i.abi_version);
+    ensure!(i.vendor_id == 0x1d0f, "vendor {:#x}", i.vendor_id);
+    let want = match i.device_id {
+        0x7164 | 0x7264 => Generation::V2,
+        0x7364 => Generation::V3,
+        d => bail!("unknown device id {d:#x}"),
+    };
+    ensure!(i.gen() == want, "generation {:?} for device {:#x}", i.gen(), i.device_id);
+    ensure!(i.max_copy_size == MAX_COPY_SIZE && i.queues_per_engine == 16 && i.engines >= 4, "limits {i:?}");
+    ensure!(dev.info()? == *i, "a second INFO differs");
+    ensure!(!i.h2t_queues().is_empty(), "no H2T queues for {:?}", i.gen());
+    let (e, q) = i.h2t_queues()[0];
+    ensure!(i.is_reserved_queue(e, q) && !i.is_reserved_queue(ENG, 1), "is_reserved_queue");
+    ensure!(i.pairs_per_round(64) == 64 - i.ring_reserve_descs - 1, "pairs_per_round(64)");
+    ensure!(ring_index(0xC000_0005) == 5 && ring_id(0xC000_0005) == 3, "ring_index/ring_id");
+    ensure!(timeout_ms(None) == 0 && timeout_ms(Some(Duration::from_micros(1))) == 1, "timeout_ms");
+    Ok(())
+}
+
+fn open_errors(dev: &Device, _: &Info) -> Result<()> {
+    let other = Device::open(dev.path())?;
+    ensure!(other.path() == dev.path(), "path");
+    match Device::open("/dev/neuron_udma_does_not_exist") {
+        Err(Error::Open { .. }) => {}
+        r => bail!("open of a missing device: {r:?}"),
+    }
+    // Every documented errno maps to its variant and back.
+    for errno in [
+        libc::EINVAL,
+        libc::ENOENT,
+        libc::ERANGE,
+        libc::ENOSPC,
+        libc::EBUSY,
+        libc::ETIMEDOUT,
+        libc::EIO,
+        libc::ENODEV,
+        libc::EFAULT,
+        libc::ENOTTY,
+        libc::EINTR,
+        libc::ENOMEM,
+        libc::EPERM,
+    ] {
+        ensure!(Error::from_errno(errno).errno() == errno, "errno {errno} round trip");
+    }
+    Ok(())
+}
+
+fn buffers(dev: &Device, _: &Info) -> Result<()> {
+    let mut h = dev.alloc_host(5000)?;
+    ensure!(h.handle() != 0 && h.size() == 5000 && h.len() >= 5000, "host buffer {h:?}");
+    h.as_mut_slice()[..5000].fill(0x5a);
+    ensure!(h.as_slice()[..5000].iter().all(|&b| b == 0x5a), "host bytes");
+    let d = dev.alloc_device(1 << 20)?;
+    ensure!(d.handle() != 0 && d.handle() != h.handle() && d.size() == 1 << 20, "device buffer");
+    let (hh, dh) = (h.handle(), d.handle());
+    h.free()?;
+    d.free()?;
+    // A freed handle is unknown: MEM_FREE through the raw ioctl says ENOENT.
+    for handle in [hh, dh] {
+        let mut f = neuron_udma::sys::neuron_udma_mem_free { handle, ..Default::default() };
+        // SAFETY: MEM_FREE takes a struct neuron_udma_mem_free, which `f` is.
+        expect_errno(
+            unsafe { dev.raw_ioctl(neuron_udma::sys::NEURON_UDMA_MEM_FREE, &mut f) },
+            libc::ENOENT,
+            "free twice",
+        )?;
+    }
+    expect_errno(dev.alloc_host(0), libc::EINVAL, "alloc_host(0)")?;
+    expect_errno(dev.alloc_device(0), libc::EINVAL, "alloc_device(0)")?;
+    // Dropping frees: the next allocation works and gets a new handle.
+    let again = dev.alloc_host(4096)?;
+    ensure!(again.handle() != hh, "handle reused");
+    Ok(())
+}
+
+fn queues(dev: &Device, i: &Info) -> Result<()> {
+    let q = dev.queue(ENG, 1, 64)?;
+    ensure!(q.engine() == ENG && q.queue() == 1 && q.ring_descs() == (64, 64), "queue accessors");
+    ensure!(std::ptr::eq(q.device(), dev), "queue device");
+    let st = q.state()?;
+    ensure!(st.engine == ENG && st.queue == 1 && st.tx.size == 64 && st.rx.size == 64, "state {st:?}");
+    ensure!(st.tx.sw_available == 64 - i.ring_reserve_descs && st.tx.sw_pending == 0, "state {st:?}");
+    expect_errno(dev.queue(ENG, 1, 64), libc::EBUSY, "the same queue twice")?;
+    let (e, hq) = i.h2t_queues()[0];
+    expect_errno(dev.queue(e, hq, 64), libc::EBUSY, "the driver's H2T queue")?;
+    expect_errno(dev.queue(ENG, 2, 48), libc::EINVAL, "ring of 48")?;
+    expect_errno(dev.queue(ENG, 16, 64), libc::EINVAL, "queue 16")?;
+    expect_errno(dev.queue(i.engines, 1, 64), libc::EINVAL, "engine out of range")?;
+    let q2 = dev.queue_with_rings(ENG, 2, 32, 128)?;
+    ensure!(q2.ring_descs() == (32, 128) && q2.state()?.rx.size == 128, "queue_with_rings");
+    q.release()?;
+    drop(q2); // released on drop
+    let q = dev.queue(ENG, 1, 32)?;
+    let q2 = dev.queue(ENG, 2, 32)?;
+    q.release()?;
+    q2.release()?;
+    Ok(())
+}
+
+fn copies(dev: &Device, _: &Info) -> Result<()> {
+    let q = dev.queue(ENG, 1, 256)?;
+    let mut a = dev.alloc_host(1 << 20)?;
+    let mut b = dev.alloc_host(1 << 20)?;
+    let d = dev.alloc_device(1 << 20)?;
+    pattern(&mut a, 1);
+    b.fill(0);
+    // prepare_one + wait: one pair and the marker.
+    q.prepare_one(&Copy::new(&a, 3, &b, 5, 4000)?)?;
+    let n = q.wait(Some(Duration::from_secs(10)))?;
+    ensure!(n == 2, "wait freed {n} pairs, want 2");
+    ensure!(b[5..4005] == a[3..4003] && b[4] == 0 && b[4005] == 0, "prepare_one bytes");
+    // A batch host -> HBM, then HBM -> host, with barriers and the interrupt flag.
+    let up: Vec<Copy> =
+        (0..16u64).map(|i| Copy::new(&a, i << 16, &d, i << 16, MAX_COPY_SIZE)).collect::<neuron_udma::Result<_>>()?;
+    q.prepare(&up)?;
+    q.wait(None)?;
+    let down: Vec<Copy> = (0..16u64)
+        .map(|i| {
+            Copy::new(&d, i << 16, &b, i << 16, MAX_COPY_SIZE)
+                .map(|c| c.barrier(if i == 15 { Barrier::Write } else { Barrier::Dmb }).dst_interrupt(i == 0))
+        })
+        .collect::<neuron_udma::Result<_>>()?;
+    ensure!(down[0].raw().flags == neuron_udma::sys::NEURON_UDMA_COPY_DST_INT, "dst_interrupt");
+    ensure!(down[15].raw().barrier == neuron_udma::sys::NEURON_UDMA_BARRIER_WRITE, "barrier");
+    ensure!(down[3].size() == MAX_COPY_SIZE && down[3].dst_interrupt(false).raw().flags == 0, "copy accessors");
+    q.prepare(&down)?;
+    let n = q.wait(None)?;
+    ensure!(n == 17, "batch wait freed {n} pairs, want 17");
+    ensure!(b[..] == a[..], "1 MiB through HBM differs");
+    // start: part of what is prepared, then wait for the rest.
+    b.fill(0);
+    for i in 0..4u64 {
+        q.prepare_one(&Copy::new(&a, i * 100, &b, i * 100, 100)?)?;
+    }
+    q.start(2, 2)?;
+    let st = q.state()?;
+    ensure!(st.tx.sw_pending == 2 && st.rx.sw_pending == 2, "pending after start(2, 2): {st:?}");
+    expect_errno(q.start(3, 3), libc::EINVAL, "start beyond the prepared")?;
+    ensure!(q.wait(None)? == 5, "wait after start");
+    ensure!(b[..400] == a[..400], "start bytes");
+    Ok(())
+}
+
+fn copy_errors(dev: &Device, i: &Info) -> Result<()> {
+    let q = dev.queue(ENG, 3, 32)?;
+    let a = dev.alloc_host(8192)?;
+    let b = dev.alloc_host(8192)?;
+    expect_errno(Copy::new(&a, 0, &b, 0, 0), libc::EINVAL, "size 0")?;
+    expect_errno(Copy::new(&a, 0, &b, 0, MAX_COPY_SIZE + 1), libc::EINVAL, "size 65537")?;
+    expect_errno(Copy::new(&a, 8000, &b, 0, 200), libc::EINVAL, "source range (library)")?;
+    // The kernel's own checks, past the library's: ERANGE, ENOENT, EINVAL.
+    let mut raw = *Copy::new(&a, 0, &b, 0, 100)?.raw();
+    raw.src_offset = 8100;
+    expect_errno(q.prepare_one(&Copy::from_raw(raw)), libc::ERANGE, "source range (kernel)")?;
+    raw.src_offset = 0;
+    raw.dst_handle = 0xdead_0000_beef;
+    expect_errno(q.prepare_one(&Copy::from_raw(raw)), libc::ENOENT, "unknown handle")?;
+    raw.dst_handle = b.handle();
+    raw.barrier = 7;
+    expect_errno(q.prepare_one(&Copy::from_raw(raw)), libc::EINVAL, "bad barrier")?;
+    expect_errno(q.prepare(&[]), libc::EINVAL, "empty batch")?;
+    let st = q.state()?;
+    ensure!(st.tx.sw_next == st.tx.sw_ack && st.tx.sw_pending == 0, "a refused copy changed the ring: {st:?}");
+    // The ring fills up to its reserve: ENOSPC, then a wait frees it.
+    let c = Copy::new(&a, 0, &b, 0, 64)?;
+    let room = 32 - i.ring_reserve_descs;
+    for _ in 0..room {
+        q.prepare_one(&c)?;
+    }
+    expect_errno(q.prepare_one(&c), libc::ENOSPC, "full ring")?;
+    expect_errno(q.prepare(&[c, c]), libc::ENOSPC, "full ring, batch")?;
+    ensure!(q.wait(None)? == u64::from(room) + 1, "wait on a full ring");
+    q.prepare_one(&c)?;
+    q.wait(None)?;
+    // Another file's queue and buffers are not ours.
+    let other = Device::open(dev.path())?;
+    expect_errno(other.queue(ENG, 3, 32), libc::EBUSY, "another file takes our queue")?;
+    let mut s = neuron_udma::sys::neuron_udma_queue_state { engine: ENG, queue: 3, ..Default::default() };
+    // SAFETY: QUEUE_STATE takes a struct neuron_udma_queue_state, which `s` is.
+    expect_errno(
+        unsafe { other.raw_ioctl(neuron_udma::sys::NEURON_UDMA_QUEUE_STATE, &mut s) },
+        libc::ENOENT,
+        "state of another file's queue",
+    )?;
+    Ok(())
+}
+
+fn memcpy(dev: &Device, _: &Info) -> Result<()> {
+    let mut a = dev.alloc_host(1 << 20)?;
+    let mut b = dev.alloc_host(1 << 20)?;
+    let d = dev.alloc_device(1 << 20)?;
+    pattern(&mut a, 9);
+    b.fill(0);
+    let n = (1 << 20) - 100;
+    dev.memcpy(&a, 7, &d, 3, n, None)?;
+    dev.memcpy(&d, 3, &b, 11, n, Some(Duration::from_secs(10)))?;
+    ensure!(b[11..11 + n as usize] == a[7..7 + n as usize], "memcpy via HBM differs");
+    ensure!(b[..11].iter().all(|&x| x == 0), "memcpy wrote before its range");
+    expect_errno(dev.memcpy(&a, 0, &b, 0, 0, None), libc::EINVAL, "memcpy of 0 bytes")?;
+    expect_errno(dev.memcpy(&a, 1, &b, 0, 1 << 20, None), libc::EINVAL, "memcpy range (library)")?;
+    let mut m = neuron_udma::sys::neuron_udma_memcpy {
+        src_handle: a.handle(),
+        src_offset: 1,
+        dst_handle: b.handle(),
+        size: 1 << 20,
+        ..Default::default()
+    };
+    // SAFETY: MEMCPY takes a struct neuron_udma_memcpy, which `m` is.
+    expect_errno(
+        unsafe { dev.raw_ioctl(neuron_udma::sys::NEURON_UDMA_MEMCPY, &mut m) },
+        libc::ERANGE,
+        "memcpy range (kernel)",
+    )?;
+    Ok(())
+}
+
+/// Runs every group and prints TAP; the error lists the failed groups.
+pub fn run(dev: &Device, info: &Info) -> Result<()> {
+    type Check = fn(&Device, &Info) -> Result<()>;
+    let checks: [(&str, Check); 7] = [
+        ("info", info_check),
+        ("open_and_errno_mapping", open_errors),
+        ("host_and_device_buffers", buffers),
+        ("queue_init_state_release", queues),
+        ("prepare_start_wait_copies", copies),
+        ("copy_errors_and_full_ring", copy_errors),
+        ("memcpy", memcpy),
+    ];
+    println!("TAP version 13");
+    println!("1..{}", checks.len());
+    let mut failed = Vec::new();
+    for (n, (name, f)) in checks.iter().enumerate() {
+        match f(dev, info).with_context(|| name.to_string()) {
+            Ok(()) => println!("ok {} {name}", n + 1),
+            Err(e) => {
+                println!("# {e:#}");
+                println!("not ok {} {name}", n + 1);
+                failed.push(*name);
+            }
+        }
+    }
+    println!("# Totals: pass:{} fail:{}", checks.len() - failed.len(), failed.len());
+    if !failed.is_empty() {
+        bail!("selftest failed: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+fn info_check(dev: &Device, i: &Info) -> Result<()> {
+    info(dev, i)
+}
