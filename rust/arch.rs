@@ -182,6 +182,18 @@ impl Arch {
         }
     }
 
+    /// [`Self::has_host_connectivity`] of every engine as a bitmap (bit `e % 64` of word
+    /// `e / 64`), as `INFO` reports it.
+    pub(crate) fn host_engine_bitmap(&self) -> [u64; 3] {
+        let mut map = [0u64; 3];
+        for e in (0..self.engines).filter(|&e| self.has_host_connectivity(e)) {
+            if let Some(w) = map.get_mut((e / 64) as usize) {
+                *w |= 1 << (e % 64);
+            }
+        }
+        map
+    }
+
     /// Whether `eng` is a v3 SENG engine (id < 128), where the ring-id error is masked (spec 3.5).
     pub(crate) fn masks_ring_id_error(&self, eng: u32) -> bool {
         self.generation == Generation::V3 && eng < 128

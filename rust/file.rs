@@ -205,6 +205,7 @@ impl OpenFile {
             ring_reserve_descs: RESERVE,
             max_batch: MAX_BATCH,
             max_host_buffer: MAX_HOST_BUFFER,
+            host_engines: arch.host_engine_bitmap(),
             ..Default::default()
         })
     }

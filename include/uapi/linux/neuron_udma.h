@@ -52,7 +52,13 @@ struct neuron_udma_info {
 	__u32 ring_reserve_descs;	/* slots kept free on each ring: 16 */
 	__u32 max_batch;		/* most entries of one COPY_PREPARE */
 	__u64 max_host_buffer;		/* largest host buffer of one MEM_ALLOC */
-	__u64 reserved[4];
+	/*
+	 * Bitmap of the engines that reach host memory (bit e % 64 of word e / 64): user queues
+	 * (their rings are in host memory) exist only on these; QUEUE_INIT refuses the others
+	 * with EOPNOTSUPP. v2: every engine; v3: 32i + {4-7, 12-15, 20-23, 28-31} and 128-131.
+	 */
+	__u64 host_engines[3];
+	__u64 reserved;
 };
 
 /* Buffer types (struct neuron_udma_mem_alloc.type). */

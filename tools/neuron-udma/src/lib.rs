@@ -110,6 +110,19 @@ impl sys::neuron_udma_info {
         }
     }
 
+    /// Whether `engine` reaches host memory (`host_engines` of `INFO`): user queues exist only
+    /// on such engines (`QUEUE_INIT` of another is `EOPNOTSUPP`).
+    pub fn has_host_connectivity(&self, engine: u32) -> bool {
+        engine < self.engines
+            && self.host_engines.get((engine / 64) as usize).is_some_and(|w| (w >> (engine % 64)) & 1 == 1)
+    }
+
+    /// The lowest engine with host connectivity whose queues 1..=3 are free for user queues
+    /// (V2: 0, V3: 4), or `None` if the device has none.
+    pub fn user_engine(&self) -> Option<u32> {
+        (0..self.engines).find(|&e| self.has_host_connectivity(e) && (1..=3).all(|q| !self.is_reserved_queue(e, q)))
+    }
+
     /// The most copy pairs one `COPY_PREPARE` + `COPY_WAIT` round can hold on a ring of
     /// `ring_descs` descriptors: the ring minus its reserve minus the completion marker pair,
     /// capped at `max_batch`.
@@ -822,6 +835,14 @@ mod tests {
                 assert!(!info.is_reserved_queue(e, q));
             }
         }
+        // V3 host connectivity as the driver reports it: engines 4-7 of each 8, and 128-131.
+        info.engines = 132;
+        info.host_engines = [0xF0F0_F0F0_F0F0_F0F0, 0xF0F0_F0F0_F0F0_F0F0, 0xF];
+        assert!(!info.has_host_connectivity(0) && info.has_host_connectivity(4));
+        assert!(info.has_host_connectivity(131) && !info.has_host_connectivity(132));
+        assert_eq!(info.user_engine(), Some(4));
+        info.host_engines = [0; 3];
+        assert_eq!(info.user_engine(), None);
         info.generation = 9;
         assert_eq!(info.gen(), Generation::Unknown(9));
     }

@@ -52,10 +52,11 @@ enum Cmd {
 
 #[derive(Args, Debug, Clone)]
 struct QueueOpts {
-    /// Engine of the user queue.
-    #[arg(long, default_value_t = 0)]
-    engine: u32,
-    /// Queue within the engine (engines 0..3, queues 1..3 are never reserved).
+    /// Engine of the user queue (default: the first engine that reaches host memory with queues
+    /// 1..3 free, from INFO: 0 on Trn1/Inf2, 4 on Trn2).
+    #[arg(long)]
+    engine: Option<u32>,
+    /// Queue within the engine (queues 1..3 of the default engine are never reserved).
     #[arg(long, default_value_t = 1)]
     queue: u32,
     /// Descriptors per ring (a power of two, 32..2^23).
@@ -310,8 +311,12 @@ impl Mover<'_> {
 }
 
 fn open_queue<'d>(dev: &'d Device, o: &QueueOpts) -> Result<Queue<'d>> {
-    dev.queue(o.engine, o.queue, o.ring_size)
-        .with_context(|| format!("NEURON_UDMA_QUEUE_INIT engine {} queue {} ring {}", o.engine, o.queue, o.ring_size))
+    let engine = match o.engine {
+        Some(e) => e,
+        None => dev.info()?.user_engine().context("INFO reports no engine that reaches host memory")?,
+    };
+    dev.queue(engine, o.queue, o.ring_size)
+        .with_context(|| format!("NEURON_UDMA_QUEUE_INIT engine {} queue {} ring {}", engine, o.queue, o.ring_size))
 }
 
 /// Whether to draw a progress bar: only when stderr (where the bar is drawn) is a terminal that

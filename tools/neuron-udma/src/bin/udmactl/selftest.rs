@@ -2,8 +2,9 @@
 //! `udmactl selftest`: every wrapper of the neuron_udma client crate against a real device, with
 //! the results as TAP (one test point per group), for the guest test plan of `make check`.
 //!
-//! The checks use engine 1, queues 1..=3 (free on every generation) and the driver's MEMCPY
-//! queue; they need nothing else (no fault injection: tests/kselftest covers ETIMEDOUT/EIO).
+//! The checks use queues 1..=3 of the first engine that reaches host memory and has them free
+//! (`Info::user_engine`: 0 on V2, 4 on V3) and the driver's MEMCPY queue; they need nothing
+//! else (no fault injection: tests/kselftest covers ETIMEDOUT/EIO).
 
 use std::time::Duration;
 
@@ -12,8 +13,12 @@ use neuron_udma::{
     ring_id, ring_index, timeout_ms, Barrier, Buffer, Copy, Device, Error, Generation, Info, MAX_COPY_SIZE,
 };
 
-/// Engine of the test queues.
-const ENG: u32 = 1;
+/// Engine of the test queues, chosen from `INFO` by [`run`].
+static ENG: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+fn eng() -> u32 {
+    *ENG.get().unwrap_or(&0)
+}
 
 /// Fails unless `r` is an error whose errno is `errno`.
 fn expect_errno<T: std::fmt::Debug>(r: neuron_udma::Result<T>, errno: i32, what: &str) -> Result<()> {
@@ -44,7 +49,7 @@ fn info(dev: &Device, i: &Info) -> Result<()> {
     ensure!(dev.info()? == *i, "a second INFO differs");
     ensure!(!i.h2t_queues().is_empty(), "no H2T queues for {:?}", i.gen());
     let (e, q) = i.h2t_queues()[0];
-    ensure!(i.is_reserved_queue(e, q) && !i.is_reserved_queue(ENG, 1), "is_reserved_queue");
+    ensure!(i.is_reserved_queue(e, q) && !i.is_reserved_queue(eng(), 1), "is_reserved_queue");
     ensure!(i.pairs_per_round(64) == 64 - i.ring_reserve_descs - 1, "pairs_per_round(64)");
     ensure!(ring_index(0xC000_0005) == 5 && ring_id(0xC000_0005) == 3, "ring_index/ring_id");
     ensure!(timeout_ms(None) == 0 && timeout_ms(Some(Duration::from_micros(1))) == 1, "timeout_ms");
@@ -108,31 +113,31 @@ fn buffers(dev: &Device, _: &Info) -> Result<()> {
 }
 
 fn queues(dev: &Device, i: &Info) -> Result<()> {
-    let q = dev.queue(ENG, 1, 64)?;
-    ensure!(q.engine() == ENG && q.queue() == 1 && q.ring_descs() == (64, 64), "queue accessors");
+    let q = dev.queue(eng(), 1, 64)?;
+    ensure!(q.engine() == eng() && q.queue() == 1 && q.ring_descs() == (64, 64), "queue accessors");
     ensure!(std::ptr::eq(q.device(), dev), "queue device");
     let st = q.state()?;
-    ensure!(st.engine == ENG && st.queue == 1 && st.tx.size == 64 && st.rx.size == 64, "state {st:?}");
+    ensure!(st.engine == eng() && st.queue == 1 && st.tx.size == 64 && st.rx.size == 64, "state {st:?}");
     ensure!(st.tx.sw_available == 64 - i.ring_reserve_descs && st.tx.sw_pending == 0, "state {st:?}");
-    expect_errno(dev.queue(ENG, 1, 64), libc::EBUSY, "the same queue twice")?;
+    expect_errno(dev.queue(eng(), 1, 64), libc::EBUSY, "the same queue twice")?;
     let (e, hq) = i.h2t_queues()[0];
     expect_errno(dev.queue(e, hq, 64), libc::EBUSY, "the driver's H2T queue")?;
-    expect_errno(dev.queue(ENG, 2, 48), libc::EINVAL, "ring of 48")?;
-    expect_errno(dev.queue(ENG, 16, 64), libc::EINVAL, "queue 16")?;
+    expect_errno(dev.queue(eng(), 2, 48), libc::EINVAL, "ring of 48")?;
+    expect_errno(dev.queue(eng(), 16, 64), libc::EINVAL, "queue 16")?;
     expect_errno(dev.queue(i.engines, 1, 64), libc::EINVAL, "engine out of range")?;
-    let q2 = dev.queue_with_rings(ENG, 2, 32, 128)?;
+    let q2 = dev.queue_with_rings(eng(), 2, 32, 128)?;
     ensure!(q2.ring_descs() == (32, 128) && q2.state()?.rx.size == 128, "queue_with_rings");
     q.release()?;
     drop(q2); // released on drop
-    let q = dev.queue(ENG, 1, 32)?;
-    let q2 = dev.queue(ENG, 2, 32)?;
+    let q = dev.queue(eng(), 1, 32)?;
+    let q2 = dev.queue(eng(), 2, 32)?;
     q.release()?;
     q2.release()?;
     Ok(())
 }
 
 fn copies(dev: &Device, _: &Info) -> Result<()> {
-    let q = dev.queue(ENG, 1, 256)?;
+    let q = dev.queue(eng(), 1, 256)?;
     let mut a = dev.alloc_host(1 << 20)?;
     let mut b = dev.alloc_host(1 << 20)?;
     let d = dev.alloc_device(1 << 20)?;
@@ -176,7 +181,7 @@ fn copies(dev: &Device, _: &Info) -> Result<()> {
 }
 
 fn copy_errors(dev: &Device, i: &Info) -> Result<()> {
-    let q = dev.queue(ENG, 3, 32)?;
+    let q = dev.queue(eng(), 3, 32)?;
     let a = dev.alloc_host(8192)?;
     let b = dev.alloc_host(8192)?;
     expect_errno(Copy::new(&a, 0, &b, 0, 0), libc::EINVAL, "size 0")?;
@@ -208,8 +213,8 @@ fn copy_errors(dev: &Device, i: &Info) -> Result<()> {
     q.wait(None)?;
     // Another file's queue and buffers are not ours.
     let other = Device::open(dev.path())?;
-    expect_errno(other.queue(ENG, 3, 32), libc::EBUSY, "another file takes our queue")?;
-    let mut s = neuron_udma::sys::neuron_udma_queue_state { engine: ENG, queue: 3, ..Default::default() };
+    expect_errno(other.queue(eng(), 3, 32), libc::EBUSY, "another file takes our queue")?;
+    let mut s = neuron_udma::sys::neuron_udma_queue_state { engine: eng(), queue: 3, ..Default::default() };
     // SAFETY: QUEUE_STATE takes a struct neuron_udma_queue_state, which `s` is.
     expect_errno(
         unsafe { other.raw_ioctl(neuron_udma::sys::NEURON_UDMA_QUEUE_STATE, &mut s) },
@@ -250,6 +255,8 @@ fn memcpy(dev: &Device, _: &Info) -> Result<()> {
 
 /// Runs every group and prints TAP; the error lists the failed groups.
 pub fn run(dev: &Device, info: &Info) -> Result<()> {
+    let engine = info.user_engine().context("INFO reports no engine that reaches host memory")?;
+    let _ = ENG.set(engine);
     type Check = fn(&Device, &Info) -> Result<()>;
     let checks: [(&str, Check); 7] = [
         ("info", info_check),
