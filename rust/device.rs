@@ -17,6 +17,7 @@ use crate::{
         MAX_HOST_BUFFER,
     },
     queue::{self, FenceState, Queue, MAX_PAIRS_PER_SUBMISSION},
+    ring::RingSize,
 };
 use kernel::{
     device::Bound,
@@ -47,6 +48,12 @@ const LOG_BURST: u32 = 10;
 /// Rate-limit window of the error messages.
 const LOG_WINDOW: Delta = Delta::from_secs(5);
 
+/// Whether the current task was killed (SIGKILL).
+pub(crate) fn fatal_signal_pending() -> bool {
+    // SAFETY: plain query of the current task.
+    unsafe { neuron_udma_fatal_signal_pending() }
+}
+
 /// How a wait treats signals.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WaitMode {
@@ -67,12 +74,21 @@ pub(crate) enum Src {
     Zeros,
 }
 
-/// A `MEMCPY` that ended (timeout or SIGKILL) while its last submission was still in flight
-/// on the shared H2T queue: its buffers stay busy until that fence is settled.
+/// What an [`Orphan`] keeps from being reused until its submission is settled.
+enum Hold {
+    /// The two buffers of a `MEMCPY` (busy).
+    Buffers([BusyGuard; 2]),
+    /// A device-memory range whose scrub was interrupted (given back to the allocator then).
+    Dram(u64),
+}
+
+/// A `MEMCPY` or a device-memory scrub that ended (timeout or SIGKILL) while its last
+/// submission was still in flight on the shared H2T queue: what it used stays reserved until
+/// that fence is settled.
 struct Orphan {
     seq: u64,
     file: u64,
-    guards: [BusyGuard; 2],
+    hold: Hold,
 }
 
 /// Keeps error messages that user space can provoke from flooding the log.
@@ -127,6 +143,10 @@ pub(crate) struct QueueCell {
     pub(crate) owner: Owner,
     #[pin]
     inner: Mutex<Option<Queue>>,
+    /// A file's queue memory (rings, completion slots, pair references) charged to the user
+    /// who took it; given back when the queue is released.
+    #[pin]
+    charge: Mutex<Option<Charge>>,
 }
 
 struct DevState {
@@ -267,6 +287,8 @@ impl UdmaDevice {
         }
         let mut in_flight = None;
         let remaining = timeout - start.elapsed();
+        // The shared queue is reset only when it made no progress for the default timeout,
+        // whatever this caller's timeout.
         let r = self.copy_on(
             &cell,
             Src::Linear(src),
@@ -274,16 +296,18 @@ impl UdmaDevice {
             size,
             remaining,
             WaitMode::Killable,
-            timeout >= DEFAULT_TIMEOUT,
+            false,
             &mut in_flight,
         );
         if let Some(seq) = in_flight {
             let mut st = self.state.lock();
             if st.orphans.reserve(1, GFP_KERNEL).is_ok() {
                 // Cannot fail: capacity was reserved.
-                let _ = st
-                    .orphans
-                    .push_within_capacity(Orphan { seq, file, guards });
+                let _ = st.orphans.push_within_capacity(Orphan {
+                    seq,
+                    file,
+                    hold: Hold::Buffers(guards),
+                });
             } else {
                 // No memory to remember the copy: wait for it (bounded by the engine's own
                 // progress: a stuck queue is reset by the wait).
@@ -313,6 +337,13 @@ impl UdmaDevice {
             if free_now {
                 self.free_buffer(b);
             }
+        }
+    }
+
+    /// [`Self::reap_orphans`] on the shared H2T queue (a no-op after unbind).
+    pub(crate) fn reap(&self) {
+        if let Ok(cell) = self.h2t() {
+            self.reap_orphans(&cell);
         }
     }
 
@@ -348,7 +379,13 @@ impl UdmaDevice {
                     continue;
                 }
                 if let Ok(o) = st.orphans.remove(i) {
-                    let bufs = [o.guards[0].buffer().clone(), o.guards[1].buffer().clone()];
+                    let bufs = match &o.hold {
+                        Hold::Buffers(g) => [g[0].buffer().clone(), g[1].buffer().clone()],
+                        Hold::Dram(addr) => {
+                            st.dram.free(*addr);
+                            continue;
+                        }
+                    };
                     // Not the last references: the device table holds the buffers.
                     drop(o);
                     for b in bufs {
@@ -462,6 +499,14 @@ impl UdmaDevice {
         // the device stays bound at least until the lock is released, and `dev` does not
         // outlive this scope.
         let dev = unsafe { self.pdev.as_ref().as_bound() };
+        // A file's queue is pinned memory like a host buffer: charged to RLIMIT_MEMLOCK (after
+        // the sizes are validated, so that a bad size is EINVAL, not ENOMEM).
+        RingSize::new(tx_descs)?;
+        RingSize::new(rx_descs)?;
+        let charge = match owner {
+            Owner::Driver => None,
+            Owner::File(_) => Some(Charge::new(Queue::memory_bytes(tx_descs, rx_descs))?),
+        };
         let mut q = Queue::new(dev, self.arch, eng, qid, tx_descs, rx_descs)?;
         self.ensure_engine(&mut st, eng)?;
         self.with_engine(eng, |io| q.hw_init(io))?;
@@ -471,6 +516,7 @@ impl UdmaDevice {
                 qid,
                 owner,
                 inner <- new_mutex!(Some(q)),
+                charge <- new_mutex!(charge),
             }),
             GFP_KERNEL,
         )?;
@@ -542,8 +588,7 @@ impl UdmaDevice {
             if size > MAX_HOST_BUFFER {
                 return Err(EINVAL);
             }
-            // Charged before anything is allocated, outside every lock (it takes the mmap
-            // lock).
+            // Charged before anything is allocated.
             let charge = Charge::new(size)?;
             let mut st = self.state.lock();
             if !st.alive {
@@ -576,7 +621,12 @@ impl UdmaDevice {
                 self.state.lock().dram.free(addr);
                 e
             };
-            self.scrub(addr, size).map_err(give_back)?;
+            match self.scrub(addr, size) {
+                (Ok(()), _) => {}
+                (Err(e), true) => return Err(give_back(e)),
+                // The range stays reserved until the engine is done with it.
+                (Err(e), false) => return Err(e),
+            }
             Buffer::new(handle, size, 0, owner_file, Backing::Device(addr)).map_err(give_back)?
         };
         let mut st = self.state.lock();
@@ -594,22 +644,41 @@ impl UdmaDevice {
         Ok(buf)
     }
 
-    /// Writes zeros over `size` bytes of device memory at `addr` with the engine, waiting
-    /// uninterruptibly (a failed scrub resets the queue, so the engine no longer touches the
-    /// range when this returns).
-    fn scrub(&self, addr: u64, size: u64) -> Result {
-        let cell = self.h2t()?;
+    /// Writes zeros over `size` bytes of device memory at `addr` with the engine. The wait
+    /// ends on SIGKILL; a failed scrub resets the queue (so the engine no longer touches the
+    /// range). Returns `false` when the range must not be given back yet: a SIGKILL left its
+    /// last submission in flight, and the range is given back when that is settled.
+    fn scrub(&self, addr: u64, size: u64) -> (Result, bool) {
+        let cell = match self.h2t() {
+            Ok(c) => c,
+            Err(e) => return (Err(e), true),
+        };
         let mut in_flight = None;
-        self.copy_on(
+        let r = self.copy_on(
             &cell,
             Src::Zeros,
             addr,
             size,
             DEFAULT_TIMEOUT,
-            WaitMode::Uninterruptible,
-            true,
+            WaitMode::Killable,
+            false,
             &mut in_flight,
-        )
+        );
+        if let Some(seq) = in_flight {
+            let mut st = self.state.lock();
+            if st.orphans.reserve(1, GFP_KERNEL).is_ok() {
+                // Cannot fail: capacity was reserved.
+                let _ = st.orphans.push_within_capacity(Orphan {
+                    seq,
+                    file: 0,
+                    hold: Hold::Dram(addr),
+                });
+                return (r, false);
+            }
+            drop(st);
+            let _ = self.wait_settled(&cell, seq);
+        }
+        (r, true)
     }
 
     /// Gives a buffer's memory back (device memory to the allocator).
@@ -668,6 +737,9 @@ impl UdmaDevice {
             let _ = self.with_engine(cell.eng, |io| q.pause(io));
         }
         *inner = None;
+        drop(inner);
+        let charge = cell.charge.lock().take();
+        drop(charge);
     }
 
     /// Called from the PCI unbind callback: no new operation starts, every queue is paused
@@ -810,10 +882,19 @@ impl UdmaDevice {
         if errors.aborted() {
             return self.fail(cell, seq, EIO, &errors, timeout);
         }
-        if !reset_on_timeout {
+        // A waiter that may not reset on its own timeout still resets a queue that has made no
+        // progress for the default timeout: it is stuck, not just slow or busy.
+        if !reset_on_timeout && self.with_queue(cell, |q, _| Ok(q.stalled_for()))? < DEFAULT_TIMEOUT
+        {
             return Err(ETIMEDOUT);
         }
-        self.fail(cell, seq, ETIMEDOUT, &errors, timeout)
+        // A stuck shared queue is an error whatever the caller's timeout.
+        let logged = if reset_on_timeout {
+            timeout
+        } else {
+            DEFAULT_TIMEOUT
+        };
+        self.fail(cell, seq, ETIMEDOUT, &errors, logged)
     }
 
     /// Logs a failed wait (rate-limited; a caller-chosen timeout at debug level) and resets

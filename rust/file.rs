@@ -62,6 +62,10 @@ pub(crate) struct OpenFile {
     file: usize,
     #[pin]
     st: Mutex<FileState>,
+    /// Held by the file's running `MEMCPY`: one at a time per file, so that threads cannot
+    /// get around the one-unfinished-copy-per-file rule of the shared queue.
+    #[pin]
+    memcpy_slot: Mutex<()>,
 }
 
 // SAFETY: `file` is an address only used while the file is open; the rest is `Send + Sync`.
@@ -210,7 +214,9 @@ impl OpenFile {
         })
     }
 
-    fn mem_alloc(&self, a: &mut uapi::neuron_udma_mem_alloc) -> Result {
+    /// Allocates the buffer of a `MEM_ALLOC` and fills in its result; the buffer is not in the
+    /// file's table yet (see [`Self::mem_alloc_publish`]), so no other call can use it.
+    fn mem_alloc(&self, a: &mut uapi::neuron_udma_mem_alloc) -> Result<Arc<Buffer>> {
         reserved_zero(&[a.reserved[0], a.reserved[1], u64::from(a.flags)])?;
         let host = match a.type_ {
             uapi::NEURON_UDMA_MEM_HOST => true,
@@ -226,23 +232,27 @@ impl OpenFile {
         a.handle = handle;
         a.mmap_offset = buf.mmap_offset;
         a.size = buf.size;
-        if let Err(e) = self.st.lock().bufs.push(buf.clone(), GFP_KERNEL) {
+        Ok(buf)
+    }
+
+    /// Adds a buffer whose `MEM_ALLOC` result reached user space to the file's table, or
+    /// frees it if `publish` is false (the copy-out failed: a failing call changes nothing).
+    fn mem_alloc_publish(&self, buf: Arc<Buffer>, publish: bool) -> Result {
+        let pushed = publish && self.st.lock().bufs.push(buf.clone(), GFP_KERNEL).is_ok();
+        if !pushed {
+            // Nothing references it: it was never in the file's table.
             self.dev.free_buffer(&buf);
-            return Err(e.into());
+            if publish {
+                return Err(ENOMEM);
+            }
         }
         Ok(())
     }
 
-    /// Undoes a `MEM_ALLOC` whose result could not be copied to user space.
-    fn mem_alloc_undo(&self, handle: u64) {
-        let _ = self.mem_free(&uapi::neuron_udma_mem_free {
-            handle,
-            ..Default::default()
-        });
-    }
-
     fn mem_free(&self, f: &uapi::neuron_udma_mem_free) -> Result {
         reserved_zero(&[f.reserved])?;
+        // Buffers of an abandoned MEMCPY become free once the engine is done with them.
+        self.dev.reap();
         let mut st = self.st.lock();
         let idx = st
             .bufs
@@ -473,6 +483,22 @@ impl OpenFile {
         if m.size == 0 {
             return Err(EINVAL);
         }
+        let limit = timeout(m.timeout_ms);
+        // One MEMCPY of this file at a time (the wait for the slot counts against the timeout
+        // and ends on SIGKILL).
+        let start = kernel::time::Instant::<kernel::time::Monotonic>::now();
+        let _slot = loop {
+            if let Some(g) = self.memcpy_slot.try_lock() {
+                break g;
+            }
+            if start.elapsed() >= limit {
+                return Err(ETIMEDOUT);
+            }
+            if crate::device::fatal_signal_pending() {
+                return Err(EINTR);
+            }
+            kernel::time::delay::fsleep(Delta::from_micros(200));
+        };
         let (src, dst, guards) = {
             let st = self.st.lock();
             let (s, d) = (st.buffer(m.src_handle)?, st.buffer(m.dst_handle)?);
@@ -482,8 +508,9 @@ impl OpenFile {
             // `MEM_FREE` refuses buffers in use until the engine is done with them.
             (src, dst, [s.busy(), d.busy()])
         };
+        let left = limit - start.elapsed();
         self.dev
-            .memcpy_for_file(self.id, src, dst, m.size, timeout(m.timeout_ms), guards)
+            .memcpy_for_file(self.id, src, dst, m.size, left, guards)
     }
 }
 
@@ -526,6 +553,7 @@ impl MiscDevice for OpenFile {
                     bufs: KVVec::new(),
                     queues: KVec::new(),
                 }),
+                memcpy_slot <- new_mutex!(()),
             }),
             GFP_KERNEL,
         )
@@ -596,17 +624,17 @@ impl MiscDevice for OpenFile {
                 Ok(0)
             }
             IOC_MEM_ALLOC => {
-                let mut handle = 0;
+                // The buffer joins the file's table only once its handle reached user space,
+                // so a failing copy-out frees a buffer nothing can have used.
+                let mut buf = None;
                 let r = in_out(arg, true, |a: &mut neuron_udma_mem_alloc| {
-                    me.mem_alloc(a)?;
-                    handle = a.handle;
+                    buf = Some(me.mem_alloc(a)?);
                     Ok(())
                 });
-                if r.is_err() && handle != 0 {
-                    // The result could not be copied out: a failing call changes nothing.
-                    me.mem_alloc_undo(handle);
+                match buf {
+                    Some(b) => me.mem_alloc_publish(b, r.is_ok()).and(r),
+                    None => r,
                 }
-                r
             }
             IOC_MEM_FREE => in_out(arg, false, |f: &mut neuron_udma_mem_free| me.mem_free(f)),
             IOC_QUEUE_INIT => in_out(arg, false, |q: &mut neuron_udma_queue_init| {

@@ -28,46 +28,48 @@ pub(crate) const DRAM_RESERVED: u64 = 16 << 20;
 extern "C" {
     fn neuron_udma_zap(file: *mut c_void, offset: u64, len: u64);
     fn neuron_udma_insert_page(vmf: *mut c_void, cpu_addr: *mut c_void) -> u32;
-    fn neuron_udma_charge(pages: usize, mm: *mut *mut c_void) -> c_int;
-    fn neuron_udma_uncharge(mm: *mut c_void, pages: usize);
+    fn neuron_udma_charge(pages: usize, user: *mut *mut c_void) -> c_int;
+    fn neuron_udma_uncharge(user: *mut c_void, pages: usize);
 }
 
-/// Host memory charged to the locked-memory limit (`RLIMIT_MEMLOCK`) of the process that
-/// allocated it, as RDMA and VFIO charge pinned memory; given back on drop.
+/// Pinned host memory (buffers, queue rings) charged to the locked-memory count of the user
+/// who allocated it, limited by `RLIMIT_MEMLOCK` (as io_uring charges pinned pages); given back
+/// on drop. The charge belongs to the user, so a process cannot escape the limit by allocating
+/// through a shared file and exiting.
 pub(crate) struct Charge {
-    /// The charged `struct mm_struct` (a counted reference: `mmgrab`).
-    mm: *mut c_void,
+    /// The charged `struct user_struct` (a counted reference).
+    user: *mut c_void,
     /// Pages charged.
     pages: usize,
 }
 
-// SAFETY: `mm` is a counted reference that may be dropped from any task; `neuron_udma_uncharge`
-// takes the locks it needs itself.
+// SAFETY: `user` is a counted reference that may be dropped from any task; the uncharge is an
+// atomic subtraction.
 unsafe impl Send for Charge {}
 // SAFETY: `Charge` has no method taking `&self`.
 unsafe impl Sync for Charge {}
 
 impl Charge {
-    /// Charges `bytes` (rounded up to pages) to the calling process.
+    /// Charges `bytes` (rounded up to pages) to the calling user.
     ///
     /// # Errors
     ///
-    /// `ENOMEM` if the charge would exceed `RLIMIT_MEMLOCK` (processes with `CAP_IPC_LOCK` are
-    /// not limited), `ESRCH` without a user address space (kernel threads).
+    /// `ENOMEM` if the user's pinned memory would exceed `RLIMIT_MEMLOCK` (callers with
+    /// `CAP_IPC_LOCK` are not limited).
     pub(crate) fn new(bytes: u64) -> Result<Self> {
         let pages = usize::try_from(bytes.div_ceil(PAGE_SIZE as u64)).map_err(|_| ENOMEM)?;
-        let mut mm = core::ptr::null_mut();
-        // SAFETY: `mm` is a valid out pointer; the function charges `current->mm`.
-        kernel::error::to_result(unsafe { neuron_udma_charge(pages, &mut mm) })?;
-        Ok(Self { mm, pages })
+        let mut user = core::ptr::null_mut();
+        // SAFETY: `user` is a valid out pointer; the function charges the current user.
+        kernel::error::to_result(unsafe { neuron_udma_charge(pages, &mut user) })?;
+        Ok(Self { user, pages })
     }
 }
 
 impl Drop for Charge {
     fn drop(&mut self) {
-        // SAFETY: `mm` was charged `pages` by `neuron_udma_charge`, which took the reference
+        // SAFETY: `user` was charged `pages` by `neuron_udma_charge`, which took the reference
         // this gives back.
-        unsafe { neuron_udma_uncharge(self.mm, self.pages) };
+        unsafe { neuron_udma_uncharge(self.user, self.pages) };
     }
 }
 
@@ -233,8 +235,7 @@ impl Buffer {
             old
         };
         match old {
-            // Outside the backing lock: the uncharge takes the mmap lock, which a fault holds
-            // while it takes the backing lock.
+            // The memory is released outside the backing lock.
             Some(Backing::Host(mem, charge)) => {
                 drop(mem);
                 drop(charge);

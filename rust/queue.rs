@@ -24,6 +24,7 @@ use kernel::{
     dma::Coherent,
     io::{io_project, io_read, io_write, Io},
     prelude::*,
+    time::{Delta, Instant, Monotonic},
 };
 
 /// The completion marker (spec 5.1, `DMA_COMPLETION_MARKER`).
@@ -175,6 +176,8 @@ pub(crate) struct Queue {
     /// Per Tx slot, the user buffers its pair references (same index as the Tx ring). Entries
     /// between the Tx ack index and the next index are live; the others are `None`.
     refs: KVVec<PairRefs>,
+    /// When a fence last completed, or the queue last went from idle to busy.
+    progress_at: Instant<Monotonic>,
 }
 
 impl Queue {
@@ -233,7 +236,18 @@ impl Queue {
             outcomes,
             resets: 0,
             refs,
+            progress_at: Instant::now(),
         })
+    }
+
+    /// Bytes of memory a queue with rings of `tx_descs` / `rx_descs` descriptors pins: both
+    /// rings, the completion slots and the per-slot pair references (what [`Self::new`]
+    /// allocates).
+    pub(crate) fn memory_bytes(tx_descs: u32, rx_descs: u32) -> u64 {
+        let descs = u64::from(tx_descs) + u64::from(rx_descs);
+        descs * DESC_SIZE as u64
+            + u64::from(tx_descs) * core::mem::size_of::<PairRefs>() as u64
+            + (FENCE_SLOTS * core::mem::size_of::<CompletionSlot>()) as u64
     }
 
     fn q(&self) -> usize {
@@ -439,6 +453,10 @@ impl Queue {
             state: FenceState::Pending,
             waiters: 1,
         };
+        if self.fences.len() == 1 {
+            // Idle until now: the time without progress starts here.
+            self.progress_at = Instant::now();
+        }
         self.next_seq += 1;
         Ok(seq)
     }
@@ -546,6 +564,19 @@ impl Queue {
             self.outcomes[old.slot].state = FenceState::Done;
         }
         self.fences.retain(|x| x.seq > f.seq);
+        self.progress_at = Instant::now();
+    }
+
+    /// How long fences have been in flight without any completing (zero when idle): a queue
+    /// stalled for [`crate::device::DEFAULT_TIMEOUT`] is stuck and may be reset even by a
+    /// waiter whose own timeout was shorter.
+    pub(crate) fn stalled_for(&mut self) -> Delta {
+        self.retire();
+        if self.fences.is_empty() {
+            Delta::from_millis(0)
+        } else {
+            self.progress_at.elapsed()
+        }
     }
 
     /// The Tx and Rx ring memory, for the benchmark's plain-store floor (`rust/bench.rs`).

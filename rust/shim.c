@@ -6,15 +6,18 @@
 #include <linux/dma-mapping.h>
 #include <linux/fs.h>
 #include <linux/mm.h>
+#include <linux/capability.h>
+#include <linux/cred.h>
 #include <linux/sched/mm.h>
+#include <linux/sched/user.h>
 #include <linux/sched/signal.h>
 
 /* Called from Rust (rust/file.rs, rust/mem.rs, rust/device.rs). */
 int neuron_udma_mmap_buffer(struct vm_area_struct *vma, const void *priv, u64 size);
 void neuron_udma_zap(struct file *file, u64 offset, u64 len);
 vm_fault_t neuron_udma_insert_page(struct vm_fault *vmf, void *cpu_addr);
-int neuron_udma_charge(unsigned long pages, struct mm_struct **mmp);
-void neuron_udma_uncharge(struct mm_struct *mm, unsigned long pages);
+int neuron_udma_charge(unsigned long pages, struct user_struct **userp);
+void neuron_udma_uncharge(struct user_struct *user, unsigned long pages);
 bool neuron_udma_fatal_signal_pending(void);
 
 /* Implemented in Rust (rust/mem.rs): the buffer behind a mapping, counted per VMA. */
@@ -75,33 +78,38 @@ vm_fault_t neuron_udma_insert_page(struct vm_fault *vmf, void *cpu_addr)
 }
 
 /*
- * No mm accounting in Rust: charge @pages of locked memory to the calling process, limited by
- * RLIMIT_MEMLOCK unless it has CAP_IPC_LOCK (as VFIO charges pinned pages). On success *@mmp
- * holds a reference to the charged mm for neuron_udma_uncharge().
+ * No locked-memory accounting in Rust: charge @pages of pinned memory to the calling user's
+ * locked_vm, limited by RLIMIT_MEMLOCK unless the caller has CAP_IPC_LOCK (as io_uring charges
+ * its pinned pages). The charge belongs to the user, not to a process: it lasts as long as the
+ * memory, also when the allocating process exits while the file lives on in others. On success
+ * *@userp holds a reference to the charged user for neuron_udma_uncharge().
  */
-int neuron_udma_charge(unsigned long pages, struct mm_struct **mmp)
+#if !(defined(CONFIG_NET) || defined(CONFIG_IO_URING) || defined(CONFIG_VFIO_PCI_ZDEV_KVM) || \
+      IS_ENABLED(CONFIG_IOMMUFD) || defined(CONFIG_SECRETMEM))
+#error "neuron_udma charges pinned memory to user_struct::locked_vm: it needs CONFIG_NET or CONFIG_IO_URING"
+#endif
+int neuron_udma_charge(unsigned long pages, struct user_struct **userp)
 {
-	struct mm_struct *mm = current->mm;
-	int ret;
+	struct user_struct *user = get_current_user();
+	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
+	unsigned long cur = atomic_long_read(&user->locked_vm), new;
 
-	if (!mm)
-		return -ESRCH;
-	ret = account_locked_vm(mm, pages, true);
-	if (ret)
-		return ret;
-	mmgrab(mm);
-	*mmp = mm;
+	do {
+		new = cur + pages;
+		if (new > limit && !capable(CAP_IPC_LOCK)) {
+			free_uid(user);
+			return -ENOMEM;
+		}
+	} while (!atomic_long_try_cmpxchg(&user->locked_vm, &cur, new));
+	*userp = user;
 	return 0;
 }
 
-/* Give back a charge of neuron_udma_charge(); nothing to give back once the mm is gone. */
-void neuron_udma_uncharge(struct mm_struct *mm, unsigned long pages)
+/* Give back a charge of neuron_udma_charge(). */
+void neuron_udma_uncharge(struct user_struct *user, unsigned long pages)
 {
-	if (mmget_not_zero(mm)) {
-		account_locked_vm(mm, pages, false);
-		mmput(mm);
-	}
-	mmdrop(mm);
+	atomic_long_sub(pages, &user->locked_vm);
+	free_uid(user);
 }
 
 /*

@@ -220,8 +220,8 @@ struct neuron_udma_queue_state {
 /*
  * NEURON_UDMA_MEMCPY: copy @size bytes (any size) with the driver's own H2T queue (shared by
  * all files), in 64 KiB pairs, and wait for completion (only SIGKILL interrupts it; bounded by
- * the timeout, at least 10 ms). A timeout below 10 s does not reset the shared queue: the copy
- * goes on and its buffers stay busy until it is done. Errors: ENOENT, ERANGE, EINVAL (size 0),
+ * the timeout, at least 10 ms). A timeout resets the shared queue only if it made no progress
+ * for 10 s: otherwise the copy goes on and its buffers stay busy until it is done. Errors: ENOENT, ERANGE, EINVAL (size 0),
  * ETIMEDOUT, EIO (engine error, or a reset dropped this copy), EINTR (SIGKILL).
  */
 struct neuron_udma_memcpy {
