@@ -534,6 +534,48 @@ TEST_F_TIMEOUT(stall, closed_file_orphans_never_reach_next_owner, 120)
 	close(fd2);
 }
 
+/*
+ * "A timeout shorter than 10 s ... its buffers stay busy (MEM_FREE gives EBUSY) until the engine
+ * is done". Only MEM_ALLOC, MEMCPY and a release reap orphans, MEM_FREE does not: after the
+ * engine finished the abandoned copy, MEM_FREE of its buffers stays EBUSY for good.
+ */
+TEST_F_TIMEOUT(stall, mem_free_after_abandoned_memcpy_settled, 60)
+{
+	struct neuron_udma_info info;
+	int ret, tries = 0;
+	double t0;
+
+	ASSERT_EQ(0, udma_info(self->fd, &info));
+	fill_pattern(self->a.map, 64 * KIB, 3);
+	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_STALL, h2t_engine(&info), 0, 1000));
+	t0 = now_ms();
+	ret = udma_memcpy(self->fd, &self->a, 0, &self->b, 0, 64 * KIB, 10);
+	ASSERT_EQ(-ETIMEDOUT, ret);
+	EXPECT_EQ(-EBUSY, mem_free(self->fd, self->b.handle));
+	/* The stall ends after 1 s; the copy lands. */
+	sleep_ms(2000);
+	EXPECT_EQ(-1, first_diff(self->a.map, self->b.map, 64 * KIB)) {
+		TH_LOG("the abandoned copy did not land after the stall");
+	}
+	do {
+		ret = mem_free(self->fd, self->b.handle);
+		tries++;
+		if (ret == -EBUSY)
+			sleep_ms(100);
+	} while (ret == -EBUSY && tries < 30);
+	TH_LOG("MEM_FREE %.0f ms after the abandoned copy: %s after %d tries", now_ms() - t0,
+	       ret ? strerror(-ret) : "0", tries);
+	EXPECT_EQ(0, ret);
+	if (ret == -EBUSY) {
+		/* Any MEM_ALLOC reaps the orphan. */
+		struct ubuf x;
+
+		ASSERT_EQ(0, ubuf_host(self->fd, 4096, &x));
+		TH_LOG("after one unrelated MEM_ALLOC: MEM_FREE %s",
+		       strerror(-mem_free(self->fd, self->b.handle)));
+	}
+}
+
 /* ---- 6: SIGKILL while MEM_ALLOC scrubs device memory on a hung H2T queue ---- */
 
 /*
@@ -584,7 +626,9 @@ struct storm {
 	volatile int stop;
 	pthread_t waiter, copier;
 	struct ubuf a, b, da, db;
-	int waits, eintr, prepared, inits, maps, frees, memcpys, sigs, sigbus;
+	volatile __u64 a_handle;
+	int waits, eintr, prepared, inits, maps, frees, memcpys, sigs, sigbus, refreed;
+	int mc_ok, mc_timedout, mc_other, prep_err;
 };
 
 static void *storm_waiter(void *arg)
@@ -593,13 +637,19 @@ static void *storm_waiter(void *arg)
 	struct neuron_udma_copy c[8];
 	int i;
 
-	for (i = 0; i < 8; i++)
-		c[i] = ucopy(&s->a, i * 4096, &s->b, i * 4096, 4096);
 	while (!s->stop) {
-		int n = 1 + s->waits % 8;
+		int n = 1 + s->waits % 8, ret;
 
-		if (!prep(s->fd, 11, 1, c, n))
+		for (i = 0; i < 8; i++) {
+			c[i] = ucopy(&s->a, i * 4096, &s->b, i * 4096, 4096);
+			c[i].src_handle = s->a_handle;
+		}
+
+		ret = prep(s->fd, 11, 1, c, n);
+		if (!ret)
 			s->prepared++;
+		else if (!s->prep_err)
+			s->prep_err = ret;
 		if (copy_wait(s->fd, 11, 1, s->waits % 2 ? 10 : 0, NULL) == -EINTR)
 			s->eintr++;
 		s->waits++;
@@ -644,17 +694,24 @@ static void *storm_maps(void *arg)
 		if (sec_probe(p + 4096, false, &v) == SIGBUS)
 			s->sigbus++;
 		munmap(p, q != MAP_FAILED ? 32 * KIB : 64 * KIB);
-		/* Frees of buffers that queued copies use must be refused. */
-		mem_free(s->fd, s->a.handle);
+		/* Frees of buffers that queued copies use must be refused; a free one is replaced. */
+		if (!mem_free(s->fd, s->a_handle)) {
+			__u64 h;
+
+			if (!raw_alloc(s->fd, NEURON_UDMA_MEM_HOST, 64 * KIB, &h, NULL))
+				s->a_handle = h;
+			s->refreed++;
+		}
 		/* A forked child shares the file, not the mappings. */
 		if (s->maps % 8 == 0) {
 			pid_t pid = fork();
 			__u64 h;
 
 			if (pid == 0) {
-				raw_alloc(s->fd, NEURON_UDMA_MEM_HOST, 4096, &h, NULL);
-				copy_wait(s->fd, 11, 1, 10, NULL);
-				mem_free(s->fd, s->b.handle);
+				if (!raw_alloc(s->fd, NEURON_UDMA_MEM_HOST, 4096, &h, NULL)) {
+					copy_wait(s->fd, 11, 1, 10, NULL);
+					mem_free(s->fd, h);
+				}
 				_exit(0);
 			}
 			if (pid > 0)
@@ -670,8 +727,17 @@ static void *storm_copier(void *arg)
 	struct storm *s = arg;
 
 	while (!s->stop) {
-		udma_memcpy(s->fd, &s->da, 0, &s->db, 0, 4 * MIB, 10);
+		int ret = udma_memcpy(s->fd, &s->da, 0, &s->db, 0, 4 * MIB, 10);
+
+		if (ret == -EBADF)
+			break;
 		s->memcpys++;
+		if (!ret)
+			s->mc_ok++;
+		else if (ret == -ETIMEDOUT)
+			s->mc_timedout++;
+		else
+			s->mc_other++;
 	}
 	return NULL;
 }
@@ -690,6 +756,7 @@ static int storm_child(void *arg)
 		return 2;
 	if (queue_init(s->fd, 11, 1, 64, 64))
 		return 3;
+	s->a_handle = s->a.handle;
 	if (pthread_create(&s->waiter, NULL, storm_waiter, s) ||
 	    pthread_create(&th[0], NULL, storm_queues, s) ||
 	    pthread_create(&th[1], NULL, storm_maps, s) ||
@@ -723,8 +790,9 @@ TEST_F_TIMEOUT(att, storm_of_signals_releases_and_close, 120)
 	ASSERT_EQ(0, sec_setup(0666));
 	rc = sec_reap(sec_spawn(UID_B, storm_child, s));
 	TH_LOG("storm: %d waits (%d EINTR), %d prepares, %d queue inits, %d maps (%d freed, %d "
-	       "SIGBUS), %d memcpys, %d signals", s->waits, s->eintr, s->prepared, s->inits,
-	       s->maps, s->frees, s->sigbus, s->memcpys, s->sigs);
+	       "SIGBUS), %d idle source buffers freed, %d memcpys (%d ok, %d ETIMEDOUT, %d other), "
+	       "%d signals; first prepare error %d", s->waits, s->eintr, s->prepared, s->inits, s->maps, s->frees,
+	       s->sigbus, s->refreed, s->memcpys, s->mc_ok, s->mc_timedout, s->mc_other, s->sigs, s->prep_err);
 	EXPECT_EQ(0, rc);
 	/* The same, killed at random points. */
 	for (k = 0; k < 4; k++) {
