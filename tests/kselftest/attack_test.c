@@ -576,6 +576,91 @@ TEST_F_TIMEOUT(stall, mem_free_after_abandoned_memcpy_settled, 60)
 	}
 }
 
+/* ---- 7: a default-timeout MEMCPY resets the shared queue after a short wait of its own ---- */
+
+struct late {
+	int fd;
+	struct ubuf *s, *d;
+	__u64 size;
+	__u32 timeout_ms, delay_ms;
+	int ret;
+	double end_ms, t0;
+};
+
+static void *late_memcpy(void *arg)
+{
+	struct late *l = arg;
+
+	sleep_ms(l->delay_ms);
+	l->ret = udma_memcpy(l->fd, l->s, 0, l->d, 0, l->size, l->timeout_ms);
+	l->end_ms = now_ms() - l->t0;
+	return NULL;
+}
+
+/*
+ * memcpy_for_file() first waits (within the caller's timeout) for the file's abandoned copy,
+ * then waits for its own submission only for what is left of the timeout, but decides whether
+ * a timeout may reset the shared H2T queue from the whole timeout (timeout >= 10 s). File F
+ * leaves a long copy behind (10 ms timeout on a slowed engine), then calls MEMCPY with the
+ * default timeout: its own submission gets the ~2 s left, times out behind file V's copy, and
+ * resets the shared queue: V, which asked for 30 s on a working engine, gets EIO.
+ */
+TEST_F_TIMEOUT(stall, default_timeout_resets_shared_queue_early, 120)
+{
+	struct neuron_udma_info info;
+	struct ubuf os, od, vs, vd, fh;
+	struct late orphan, victim, late;
+	pthread_t th[2];
+	__u64 osize;
+	double t0, pp;
+	__u32 factor = 2000;
+	int fd_f = self->fd, fd_v = udma_open();
+
+	ASSERT_LE(0, fd_v);
+	ASSERT_EQ(0, udma_info(fd_f, &info));
+	ASSERT_EQ(0, ubuf_dev(fd_f, 12 * MIB, &os));
+	ASSERT_EQ(0, ubuf_dev(fd_f, 12 * MIB, &od));
+	ASSERT_EQ(0, ubuf_dev(fd_v, 8 * MIB, &vs));
+	ASSERT_EQ(0, ubuf_dev(fd_v, 8 * MIB, &vd));
+	ASSERT_EQ(0, ubuf_host(fd_f, 64 * KIB, &fh));
+	/* Slow the engines down to ~40 ms per 64 KiB packet (calibrated on 1 MiB). */
+	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_SLOW, h2t_engine(&info), 0, factor));
+	t0 = now_ms();
+	ASSERT_EQ(0, udma_memcpy(fd_v, &vs, 0, &vd, 0, MIB, 30000));
+	pp = (now_ms() - t0) / 16;
+	if (pp < 35) {
+		factor = (__u32)(factor * 40 / (pp > 1 ? pp : 1));
+		ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_SLOW, h2t_engine(&info), 0, factor));
+		t0 = now_ms();
+		ASSERT_EQ(0, udma_memcpy(fd_v, &vs, 0, &vd, 0, MIB, 30000));
+		pp = (now_ms() - t0) / 16;
+	}
+	/* F's abandoned copy ends ~8 s from now. */
+	osize = (__u64)(8000 / pp) * 64 * KIB;
+	if (osize > 12 * MIB)
+		osize = 12 * MIB;
+	TH_LOG("slow factor %u: %.1f ms per 64 KiB packet; F's copy %llu KiB", factor, pp,
+	       (unsigned long long)osize / KIB);
+	t0 = now_ms();
+	orphan = (struct late){ fd_f, &os, &od, osize, 10, 0, 0, 0, t0 };
+	victim = (struct late){ fd_v, &vs, &vd, 8 * MIB, 30000, 100, 0, 0, t0 };
+	late = (struct late){ fd_f, &fh, &fh, 32 * KIB, 0, 300, 0, 0, t0 };
+	late_memcpy(&orphan);
+	ASSERT_EQ(-ETIMEDOUT, orphan.ret);
+	ASSERT_EQ(0, pthread_create(&th[0], NULL, late_memcpy, &victim));
+	ASSERT_EQ(0, pthread_create(&th[1], NULL, late_memcpy, &late));
+	pthread_join(th[0], NULL);
+	pthread_join(th[1], NULL);
+	bar2_write(&self->bar2, BAR2_CLEAR, 1);
+	TH_LOG("F's default-timeout MEMCPY: %s at %.0f ms; V's MEMCPY (30 s timeout): %s at %.0f ms",
+	       late.ret ? strerror(-late.ret) : "0", late.end_ms,
+	       victim.ret ? strerror(-victim.ret) : "0", victim.end_ms);
+	EXPECT_EQ(0, victim.ret) {
+		TH_LOG("another file's timeout failed V's copy on a working (slow) engine");
+	}
+	close(fd_v);
+}
+
 /* ---- 6: SIGKILL while MEM_ALLOC scrubs device memory on a hung H2T queue ---- */
 
 /*
@@ -619,7 +704,7 @@ TEST_F_TIMEOUT(stall, sigkill_during_scrub, 60)
 	sleep_ms(6500 - (reaped < 6000 ? (unsigned int)reaped : 6000));
 }
 
-/* ---- 7: a storm of waits, signals, releases, mappings and a close ---- */
+/* ---- 8: a storm of waits, signals, releases, mappings and a close ---- */
 
 struct storm {
 	int fd;
