@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Attacks on the neuron_udma security model (Documentation/userspace-api.rst, "Security
- * model") by an unprivileged second user: pinned memory that escapes RLIMIT_MEMLOCK, split and
- * moved mappings racing MEM_FREE, orphaned MEMCPYs of closed files, fence slots under a stall,
- * SIGKILL during a device-memory scrub, and a storm of signals, releases and closes for
- * lockdep/KASAN to look at.
+ * model") by an unprivileged second user: pinned memory that escapes RLIMIT_MEMLOCK (buffers
+ * of exited allocators, queue rings), split and moved mappings after MEM_FREE, orphaned
+ * MEMCPYs (of a closed file, of several threads, MEM_FREE after they settled), a default
+ * timeout resetting the shared queue early, fence slots under a stall, SIGKILL during a
+ * device-memory scrub, and a storm of signals, releases, forks and a close for lockdep/KASAN.
  *
  * Each test fails when the driver breaks the rule it checks. Queues are on engines 8-11,
- * which neither uapi_test nor security_test uses.
+ * which neither uapi_test nor security_test uses; stalls and slow-downs come from the device
+ * model's BAR2 window.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -657,6 +659,57 @@ TEST_F_TIMEOUT(stall, default_timeout_resets_shared_queue_early, 120)
 	       victim.ret ? strerror(-victim.ret) : "0", victim.end_ms);
 	EXPECT_EQ(0, victim.ret) {
 		TH_LOG("another file's timeout failed V's copy on a working (slow) engine");
+	}
+	close(fd_v);
+}
+
+/*
+ * "One unfinished copy per file: a caller with a tiny timeout cannot fill the queue"
+ * (memcpy_for_file): the check looks for an orphan of the file before submitting, but the
+ * orphan is recorded only after the submission timed out, so threads of one file pass it
+ * together. 8 threads with 10 ms timeouts put 8 MiB on the slowed shared queue; another
+ * file's 64 KiB copy then waits for all of it instead of for one abandoned copy.
+ */
+#define FLOOD_THREADS 8
+
+TEST_F_TIMEOUT(stall, threads_bypass_one_orphan_per_file, 120)
+{
+	struct neuron_udma_info info;
+	struct ubuf fs[FLOOD_THREADS], fd_[FLOOD_THREADS], vh;
+	struct late t[FLOOD_THREADS], v;
+	pthread_t th[FLOOD_THREADS];
+	int fd_v = udma_open(), i, timeouts = 0;
+	double t0, flood_ms;
+
+	ASSERT_LE(0, fd_v);
+	ASSERT_EQ(0, udma_info(self->fd, &info));
+	for (i = 0; i < FLOOD_THREADS; i++) {
+		ASSERT_EQ(0, ubuf_dev(self->fd, MIB, &fs[i]));
+		ASSERT_EQ(0, ubuf_dev(self->fd, MIB, &fd_[i]));
+	}
+	ASSERT_EQ(0, ubuf_host(fd_v, 64 * KIB, &vh));
+	/* ~40 ms per 64 KiB packet: 640 ms per 1 MiB copy. */
+	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_SLOW, h2t_engine(&info), 0, 2000));
+	t0 = now_ms();
+	for (i = 0; i < FLOOD_THREADS; i++) {
+		t[i] = (struct late){ self->fd, &fs[i], &fd_[i], MIB, 10, 0, 0, 0, t0 };
+		ASSERT_EQ(0, pthread_create(&th[i], NULL, late_memcpy, &t[i]));
+	}
+	for (i = 0; i < FLOOD_THREADS; i++) {
+		pthread_join(th[i], NULL);
+		timeouts += t[i].ret == -ETIMEDOUT;
+	}
+	flood_ms = now_ms() - t0;
+	v = (struct late){ fd_v, &vh, &vh, 32 * KIB, 30000, 0, 0, 0, now_ms() };
+	late_memcpy(&v);
+	bar2_write(&self->bar2, BAR2_CLEAR, 1);
+	TH_LOG("%d threads of one file: %d ETIMEDOUT within %.0f ms; another file's 32 KiB "
+	       "MEMCPY then took %.0f ms (%s)", FLOOD_THREADS, timeouts, flood_ms,
+	       v.end_ms, v.ret ? strerror(-v.ret) : "0");
+	EXPECT_EQ(0, v.ret);
+	/* One abandoned 1 MiB copy is ~640 ms of engine time; allow two. */
+	EXPECT_LT(v.end_ms, 1500.0) {
+		TH_LOG("the file had about %.0f copies in flight, not one", v.end_ms / 640);
 	}
 	close(fd_v);
 }
