@@ -2,7 +2,7 @@
 /*
  * Attacks on the neuron_udma security model (Documentation/userspace-api.rst, "Security
  * model") by an unprivileged second user: pinned memory that escapes RLIMIT_MEMLOCK (buffers
- * of exited allocators, queue rings), split and moved mappings after MEM_FREE, orphaned
+ * of exited allocators, queue rings), split, moved and adjacent mappings after MEM_FREE, orphaned
  * MEMCPYs (of a closed file, of several threads, MEM_FREE after they settled), a default
  * timeout resetting the shared queue early, fence slots under a stall, SIGKILL during a
  * device-memory scrub, and a storm of signals, releases, forks and a close for lockdep/KASAN.
@@ -436,6 +436,69 @@ TEST_F_TIMEOUT(stall, fence_slots_survive_interrupted_waits, 120)
 	}
 	EXPECT_EQ(0, mem_free(self->fd, self->a.handle));
 	EXPECT_EQ(0, mem_free(self->fd, self->b.handle));
+}
+
+struct adj_report {
+	int err, step;
+	int a_after, b_after;
+	unsigned char a_val;
+};
+
+static int adj_child(void *arg)
+{
+	struct adj_report *r = arg;
+	unsigned char *area, *pa, *pb, v;
+	__u64 ha, hb, oa, ob;
+	int fd = udma_open();
+
+	if (fd < 0 || sec_probe_install())
+		return 1;
+	/* Two buffers with consecutive mmap offsets, mapped back to back. */
+	if ((r->err = raw_alloc(fd, NEURON_UDMA_MEM_HOST, 2 * 4096, &ha, &oa)) ||
+	    (r->err = raw_alloc(fd, NEURON_UDMA_MEM_HOST, 2 * 4096, &hb, &ob)))
+		return 2;
+	r->step = 1;
+	if (ob != oa + 2 * 4096)
+		return 3;
+	area = mmap(NULL, 4 * 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (area == MAP_FAILED)
+		return 4;
+	pa = mmap(area, 2 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, oa);
+	pb = mmap(area + 2 * 4096, 2 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, ob);
+	if (pa == MAP_FAILED || pb == MAP_FAILED)
+		return r->err = -errno, 5;
+	memset(pa, 0xaa, 2 * 4096);
+	memset(pb, 0xbb, 2 * 4096);
+	r->step = 2;
+	/* If the two VMAs were merged, B's pages would be faulted through A's record. */
+	if ((r->err = mem_free(fd, hb)))
+		return 6;
+	r->b_after = sec_probe(pb + 4096, false, &v);
+	r->a_after = sec_probe(pa + 4096, false, &r->a_val);
+	munmap(area, 4 * 4096);
+	close(fd);
+	return 0;
+}
+
+/*
+ * Buffers with consecutive mmap offsets mapped back to back form two VMAs that look
+ * mergeable (same file, contiguous offsets): they must stay two mappings of two buffers.
+ * After MEM_FREE of the second, it raises SIGBUS and the first still reads its data.
+ */
+TEST_F_TIMEOUT(att, adjacent_mappings_stay_separate, 60)
+{
+	struct adj_report *r = sec_shared(sizeof(*r));
+	int rc;
+
+	ASSERT_NE(NULL, r);
+	ASSERT_EQ(0, sec_setup(0666));
+	rc = sec_reap(sec_spawn(UID_A, adj_child, r));
+	ASSERT_EQ(0, rc) {
+		TH_LOG("step %d: %s", r->step, r->err ? strerror(-r->err) : "-");
+	}
+	EXPECT_EQ(SIGBUS, r->b_after);
+	EXPECT_EQ(PROBE_OK, r->a_after);
+	EXPECT_EQ(0xaa, r->a_val);
 }
 
 /* ---- 4: orphaned MEMCPYs of several threads of a closed file ---- */
