@@ -7,8 +7,8 @@
  * timeout resetting the shared queue early, fence slots under a stall, SIGKILL during a
  * device-memory scrub, and a storm of signals, releases, forks and a close for lockdep/KASAN.
  *
- * Each test fails when the driver breaks the rule it checks. Queues are on engines 8-11,
- * which neither uapi_test nor security_test uses; stalls and slow-downs come from the device
+ * Each test fails when the driver breaks the rule it checks. Queues are on engines 12, 14 and
+ * 15 (host-connected on v2 and v3), which neither uapi_test nor security_test uses; stalls and slow-downs come from the device
  * model's BAR2 window.
  */
 #define _GNU_SOURCE
@@ -228,7 +228,7 @@ static int ring_child(void *arg)
 	if (fd < 0)
 		return 1;
 	for (i = 0; i < RING_QUEUES; i++) {
-		int err = queue_init(fd, 8, i, RING_DESCS, RING_DESCS);
+		int err = queue_init(fd, 12, i, RING_DESCS, RING_DESCS);
 
 		if (err) {
 			r->first_err = err;
@@ -238,7 +238,7 @@ static int ring_child(void *arg)
 	}
 	r->avail_drop_kib = a0 - mem_available_kib();
 	for (i = 0; i < r->inited; i++)
-		queue_release(fd, 8, i);
+		queue_release(fd, 12, i);
 	close(fd);
 	return 0;
 }
@@ -395,7 +395,7 @@ FIXTURE_TEARDOWN(stall)
  */
 TEST_F_TIMEOUT(stall, fence_slots_survive_interrupted_waits, 120)
 {
-	__u32 eng = 10, q = 2, i;
+	__u32 eng = 14, q = 2, i;
 	int eintr = 0, other = 0, other_err = 0, ret;
 	struct neuron_udma_queue_state st;
 	double t0;
@@ -846,12 +846,12 @@ static void *storm_waiter(void *arg)
 			c[i].src_handle = s->a_handle;
 		}
 
-		ret = prep(s->fd, 11, 1, c, n);
+		ret = prep(s->fd, 15, 1, c, n);
 		if (!ret)
 			s->prepared++;
 		else if (!s->prep_err)
 			s->prep_err = ret;
-		if (copy_wait(s->fd, 11, 1, s->waits % 2 ? 10 : 0, NULL) == -EINTR)
+		if (copy_wait(s->fd, 15, 1, s->waits % 2 ? 10 : 0, NULL) == -EINTR)
 			s->eintr++;
 		s->waits++;
 	}
@@ -864,9 +864,9 @@ static void *storm_queues(void *arg)
 	unsigned int n = 0;
 
 	while (!s->stop) {
-		queue_release(s->fd, 11, 1);
+		queue_release(s->fd, 15, 1);
 		n++;
-		if (!queue_init(s->fd, 11, 1, 32 << (n % 3), 32 << (n % 2)))
+		if (!queue_init(s->fd, 15, 1, 32 << (n % 3), 32 << (n % 2)))
 			s->inits++;
 		sleep_ms(20 + n % 17);
 	}
@@ -910,7 +910,7 @@ static void *storm_maps(void *arg)
 
 			if (pid == 0) {
 				if (!raw_alloc(s->fd, NEURON_UDMA_MEM_HOST, 4096, &h, NULL)) {
-					copy_wait(s->fd, 11, 1, 10, NULL);
+					copy_wait(s->fd, 15, 1, 10, NULL);
 					mem_free(s->fd, h);
 				}
 				_exit(0);
@@ -955,7 +955,7 @@ static int storm_child(void *arg)
 	if (ubuf_host(s->fd, 64 * KIB, &s->a) || ubuf_host(s->fd, 64 * KIB, &s->b) ||
 	    ubuf_dev(s->fd, 4 * MIB, &s->da) || ubuf_dev(s->fd, 4 * MIB, &s->db))
 		return 2;
-	if (queue_init(s->fd, 11, 1, 64, 64))
+	if (queue_init(s->fd, 15, 1, 64, 64))
 		return 3;
 	s->a_handle = s->a.handle;
 	if (pthread_create(&s->waiter, NULL, storm_waiter, s) ||
