@@ -250,8 +250,9 @@ impl UdmaDevice {
 
     /// The `MEMCPY` ioctl of the open file `file`: copies `size` bytes on the shared H2T
     /// queue, with `guards` keeping the two buffers busy. The wait ends on SIGKILL; a timeout
-    /// shorter than [`DEFAULT_TIMEOUT`] does not reset the shared queue (other files' copies
-    /// go on). When the call returns early (timeout, SIGKILL) with its last submission still
+    /// resets the shared queue only when it made no progress for [`DEFAULT_TIMEOUT`] (other
+    /// files' copies go on otherwise). When the call returns early (timeout, SIGKILL) with its
+    /// last submission still
     /// in flight, the buffers stay busy until the engine is done with it, and the file's next
     /// `MEMCPY` first waits for that submission.
     ///
@@ -279,8 +280,7 @@ impl UdmaDevice {
             if start.elapsed() >= timeout {
                 return Err(ETIMEDOUT);
             }
-            // SAFETY: plain query of the current task.
-            if unsafe { neuron_udma_fatal_signal_pending() } {
+            if fatal_signal_pending() {
                 return Err(EINTR);
             }
             fsleep(Delta::from_micros(200));
@@ -848,8 +848,7 @@ impl UdmaDevice {
             }
             let interrupted = match mode {
                 WaitMode::Interruptible => kernel::current!().signal_pending(),
-                // SAFETY: plain query of the current task.
-                WaitMode::Killable => unsafe { neuron_udma_fatal_signal_pending() },
+                WaitMode::Killable => fatal_signal_pending(),
                 WaitMode::Uninterruptible => false,
             };
             if interrupted {
@@ -1065,9 +1064,7 @@ impl UdmaDevice {
                     if start.elapsed() >= timeout {
                         return Err(ETIMEDOUT);
                     }
-                    // SAFETY: plain query of the current task.
-                    let killed = unsafe { neuron_udma_fatal_signal_pending() };
-                    if mode != WaitMode::Uninterruptible && killed {
+                    if mode != WaitMode::Uninterruptible && fatal_signal_pending() {
                         return Err(EINTR);
                     }
                     fsleep(Delta::from_micros(50));
