@@ -44,7 +44,7 @@ clean:
 	  echo "no test kernel in the cache: removing the module's build outputs directly"; \
 	  $(MODULE_CLEAN); \
 	fi
-	rm -rf build/kselftests
+	rm -rf build/kselftests build/demo
 else
 # An external kernel build tree (e.g. /lib/modules/$(uname -r)/build on a Neuron host). Pass
 # LLVM=1 when that kernel was built with clang.

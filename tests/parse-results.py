@@ -402,7 +402,7 @@ class Run:
                    f"the guest image for unprivileged users: {image or 'not reported'} "
                    f"(expected / 0755, /tmp 1777, /dev/neuron_udma0 0666, udma1 (uid 1001) can open it)")
         self.check(self.marker("NU-SYSCTL") == "hung_task_timeout_secs=60 watchdog_thresh=30",
-                   f"hung-task/soft-lockup detector settings: {self.marker('NU-SYSCTL')} "
+                   f"hung-task/soft-lockup detector settings: {self.marker('NU-SYSCTL') or 'not reported'} "
                    f"(scripts/vm-run sets 60 and 30 on the kernel command line)")
         self.check(self.marker("NU-RMMOD") == "ok", "the driver did not unload (rmmod)")
         reload = self.marker("NU-RELOAD")
@@ -531,6 +531,12 @@ def run(argv):
         cargo_counts(args.cargo, tally)
     for r in args.runs:
         label, _, d = r.partition("=")
+        if not (pathlib.Path(d) / "console.log").exists():
+            # Nothing booted: one failure that says so, not one per suite and check.
+            tally.fail(f"{label}: the VM did not boot (no console.log): the build of the model, "
+                       f"kernel, module or kselftests, or the VM start, failed: see the messages "
+                       f"above the summary")
+            continue
         one = Run(label, d, manifest, tally)
         one.check_all()
         one.summary()

@@ -154,6 +154,16 @@ class TestMissingTests(GateTest):
         self.assertFails("kselftest uapi_test:", "expects at least 999")
 
 
+class TestNoBoot(GateTest):
+    def test_build_failure_is_one_failure(self):
+        # The VM run stopped before booting (e.g. a kselftest did not compile): no console.log.
+        shutil.rmtree(self.tmp / "trn1")
+        (self.tmp / "trn1").mkdir()
+        out = self.assertFails("trn1: the VM did not boot (no console.log)")
+        trn1 = [ln for ln in out.splitlines() if ln.startswith("FAILED: trn1")]
+        self.assertEqual(len(trn1), 1, out)
+
+
 class TestPlansAndVerdicts(GateTest):
     def test_kunit_plan_8_with_7_cases_and_suite_not_ok(self):
         def edit(t):

@@ -189,6 +189,19 @@ impl Device {
         Ok(Device { file, path })
     }
 
+    /// Opens a neuron_udma device node read-only: enough for [`Device::info`]; every call that
+    /// allocates, starts DMA or changes a queue then fails with `EBADF` (the driver's rule for
+    /// read-only files).
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|source| Error::Open { path: path.clone(), source })?;
+        Ok(Device { file, path })
+    }
+
     /// Opens `/dev/neuron_udma<n>`.
     ///
     /// ```no_run

@@ -141,7 +141,17 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> Result<()> {
-    let dev = Device::open(&cli.device)?;
+    // `info` only reads: a read-only open works for users who may not write the node.
+    let dev = match cli.cmd {
+        Cmd::Info => Device::open_read_only(&cli.device),
+        _ => Device::open(&cli.device),
+    }
+    .with_context(|| {
+        format!(
+            "cannot open {} (its mode and group decide who may use it; copies need read-write)",
+            cli.device.display()
+        )
+    })?;
     let info = dev.info().with_context(|| format!("NEURON_UDMA_INFO on {}", cli.device.display()))?;
     match &cli.cmd {
         Cmd::Info => {
