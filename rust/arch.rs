@@ -4,11 +4,11 @@
 //!
 //! Everything that differs between Trainium1/Inferentia2 (arch v2) and Trainium2 (arch v3) lives in
 //! one [`Arch`] value per PCI device ID, so that no other module matches on the generation.
-//! Sources are the sections of `udma-hw-spec.md` ("spec") named on each item.
+//! Sources are the sections of `Documentation/hardware.rst` named on each item.
 
 use crate::desc::Barrier;
 
-/// The Neuron architecture generation (spec 1.1).
+/// The Neuron architecture generation (hardware.rst §1.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Generation {
     /// Trainium1 (0x7164) and Inferentia2 (0x7264).
@@ -17,7 +17,7 @@ pub(crate) enum Generation {
     V3,
 }
 
-/// Number of DMA queues of every UDMA engine (spec 2.1, `DMA_MAX_Q_V4`).
+/// Number of DMA queues of every UDMA engine (hardware.rst §2.1, `DMA_MAX_Q_V4`).
 pub(crate) const QUEUES_PER_ENGINE: u32 = 16;
 
 /// Per-generation data the driver needs to program the UDMA engines.
@@ -25,34 +25,39 @@ pub(crate) const QUEUES_PER_ENGINE: u32 = 16;
 pub(crate) struct Arch {
     /// Generation.
     pub(crate) generation: Generation,
-    /// Product name as the reference driver reports it (spec 1.1).
+    /// Product name as the reference driver reports it (hardware.rst §1.1).
     pub(crate) product: &'static str,
     /// PCI device ID.
     pub(crate) device_id: u16,
-    /// Host route bits OR-ed onto a host DMA address to form a device-fabric address (spec 1.3).
+    /// Host route bits OR-ed onto a host DMA address to form a device-fabric address
+    /// (hardware.rst §1.3).
     pub(crate) host_route: u64,
-    /// Number of UDMA engines, engine ids `0..engines` (spec 2.1: v2 32 + 2 H2T, v3 128 + 4 H2T).
+    /// Number of UDMA engines, engine ids `0..engines` (hardware.rst §2.1: v2 32 + 2 H2T, v3 128
+    /// + 4 H2T).
     pub(crate) engines: u32,
     /// `(engine, queue)` of the host-to-device ("H2T") queue of each NeuronCore, indexed by NC
-    /// (spec 2.3).
+    /// (hardware.rst §2.3).
     pub(crate) h2t: &'static [(u32, u32)],
-    /// Barrier applied to the last data descriptor of each submission (spec 4.4).
+    /// Barrier applied to the last data descriptor of each submission (hardware.rst §4.4).
     pub(crate) final_barrier: Barrier,
-    /// Maximum descriptors per packet programmed into `desc_pref_cfg_2` (spec 3.6 step 19).
+    /// Maximum descriptors per packet programmed into `desc_pref_cfg_2` (hardware.rst §3.6
+    /// step 19).
     pub(crate) max_descs_per_packet: u32,
-    /// M2S outstanding-transaction configuration (spec 3.6 step 3).
+    /// M2S outstanding-transaction configuration (hardware.rst §3.6 step 3).
     pub(crate) m2s_ostand_cfg: u32,
-    /// S2M outstanding read configuration (spec 3.6 step 12).
+    /// S2M outstanding read configuration (hardware.rst §3.6 step 12).
     pub(crate) s2m_ostand_cfg_rd: u32,
-    /// M2S data FIFO depth in beats (spec 3.2, `0x310`).
+    /// M2S data FIFO depth in beats (hardware.rst §3.2, `0x310`).
     pub(crate) m2s_data_fifo_beats: u32,
-    /// Whether AXI errors are routed to an engine abort at init (v2 only, spec 3.6 step 21).
+    /// Whether AXI errors are routed to an engine abort at init (v2 only, hardware.rst §3.6
+    /// step 21).
     pub(crate) axi_error_abort: bool,
 }
 
-/// Trainium1 / Inferentia2 H2T queues: NC0 -> engine 32, NC1 -> engine 33, queue 0 (spec 2.3).
+/// Trainium1 / Inferentia2 H2T queues: NC0 -> engine 32, NC1 -> engine 33, queue 0
+/// (hardware.rst §2.3).
 const V2_H2T: [(u32, u32); 2] = [(32, 0), (33, 0)];
-/// Trainium2 H2T queues: NC n -> engine {128,129,130,131}[n/2], queue n%2 (spec 2.3).
+/// Trainium2 H2T queues: NC n -> engine {128,129,130,131}[n/2], queue n%2 (hardware.rst §2.3).
 const V3_H2T: [(u32, u32); 8] = [
     (128, 0),
     (128, 1),
@@ -103,7 +108,7 @@ pub(crate) const TRN2: Arch = Arch {
 
 impl Arch {
     /// Byte offset of engine `eng`'s UDMA register block inside BAR0, or `None` if the generation
-    /// has no such engine (spec 2.2).
+    /// has no such engine (hardware.rst §2.2).
     pub(crate) fn engine_offset(&self, eng: u32) -> Option<usize> {
         let off: u32 = match self.generation {
             Generation::V2 => match eng {
@@ -129,7 +134,7 @@ impl Arch {
         Some(off as usize)
     }
 
-    /// Byte offset of engine `eng`'s SDMA wrapper block inside BAR0 (spec 2.2).
+    /// Byte offset of engine `eng`'s SDMA wrapper block inside BAR0 (hardware.rst §2.2).
     pub(crate) fn sdma_offset(&self, eng: u32) -> Option<usize> {
         let off: u32 = match self.generation {
             Generation::V2 => match eng {
@@ -145,7 +150,7 @@ impl Arch {
     }
 
     /// Byte offset of v3 SENG engine `eng`'s "user FIS" error-trigger block inside BAR0, whose
-    /// masks take part in the ring-id error masking (spec 2.2, 3.5); `None` elsewhere.
+    /// masks take part in the ring-id error masking (hardware.rst §2.2, 3.5); `None` elsewhere.
     pub(crate) fn fis_offset(&self, eng: u32) -> Option<usize> {
         const FIS_BASE: [u32; 4] = [0x8C00_0000, 0x9C40_0000, 0xAC00_0000, 0xBC40_0000];
         if !self.masks_ring_id_error(eng) {
@@ -155,7 +160,7 @@ impl Arch {
     }
 
     /// Whether `(eng, queue)` is reserved for the driver, the NX cores or collectives, and so must
-    /// not be handed to user space (spec 2.4).
+    /// not be handed to user space (hardware.rst §2.4).
     pub(crate) fn is_reserved_queue(&self, eng: u32, queue: u32) -> bool {
         if self.h2t.contains(&(eng, queue)) {
             return true;
@@ -166,15 +171,17 @@ impl Arch {
         }
     }
 
-    /// Whether `eng` is one of the generation's dedicated host DMA (H2T) engines (spec 2.1).
+    /// Whether `eng` is one of the generation's dedicated host DMA (H2T) engines
+    /// (hardware.rst §2.1).
     pub(crate) fn is_h2t_engine(&self, eng: u32) -> bool {
         self.h2t.iter().any(|&(e, _)| e == eng)
     }
 
-    /// Whether engine `eng` can reach host memory (spec 2.5, `ndma_get_engines_with_host_connectivity`):
-    /// every v2 engine; on v3 the H2T engines 128-131 and, for HBM i, the SENG engines
-    /// 32i + {4-7, 12-15, 20-23, 28-31}. The reference driver never gives other v3 engines a host
-    /// address, so rings and buffers in host memory are used only on these engines.
+    /// Whether engine `eng` can reach host memory (hardware.rst §2.5,
+    /// `ndma_get_engines_with_host_connectivity`): every v2 engine; on v3 the H2T engines 128-131
+    /// and, for HBM i, the SENG engines 32i + {4-7, 12-15, 20-23, 28-31}. The reference driver
+    /// never gives other v3 engines a host address, so rings and buffers in host memory are used
+    /// only on these engines.
     pub(crate) fn has_host_connectivity(&self, eng: u32) -> bool {
         match self.generation {
             Generation::V2 => eng < self.engines,
@@ -194,7 +201,8 @@ impl Arch {
         map
     }
 
-    /// Whether `eng` is a v3 SENG engine (id < 128), where the ring-id error is masked (spec 3.5).
+    /// Whether `eng` is a v3 SENG engine (id < 128), where the ring-id error is masked
+    /// (hardware.rst §3.5).
     pub(crate) fn masks_ring_id_error(&self, eng: u32) -> bool {
         self.generation == Generation::V3 && eng < 128
     }
@@ -208,14 +216,14 @@ impl Arch {
     }
 
     /// Width in bits of the host DMA addresses the fabric can carry: the bits below the host
-    /// route (spec 1.3), 44 on v2 and 46 on v3. The DMA mask is set to it, so that no host
+    /// route (hardware.rst §1.3), 44 on v2 and 46 on v3. The DMA mask is set to it, so that no host
     /// address reaches into the route field.
     pub(crate) fn dma_address_bits(&self) -> u32 {
         self.host_route.trailing_zeros()
     }
 
     /// Bytes at the start of BAR4 that are HBM0, whose device-fabric addresses equal their BAR4
-    /// offsets (spec 1.2, 1.3): v2 `min(bar4_size, 16 GiB)` (HBM1 is device address
+    /// offsets (hardware.rst §1.2, 1.3): v2 `min(bar4_size, 16 GiB)` (HBM1 is device address
     /// 0x10_0000_0000 at BAR4 + 16 GiB); v3 `min(bar4_size / 4, 24 GiB)` (each of the four HBMs
     /// has a quarter of BAR4 on the QEMU device, the others start at device addresses
     /// 0x40_0000_0000, 0x8000_0000_0000, 0x8040_0000_0000). Device memory is allocated from HBM0
@@ -227,7 +235,7 @@ impl Arch {
         }
     }
 
-    /// Device-fabric address of a host DMA address (spec 1.3).
+    /// Device-fabric address of a host DMA address (hardware.rst §1.3).
     pub(crate) fn host_addr(&self, dma: u64) -> u64 {
         dma | self.host_route
     }

@@ -2,13 +2,14 @@
 
 //! debugfs view of a bound device: `neuron_udma/<pci name>/queues` and `.../rings`.
 //!
-//! - `queues`: per queue in use, the queue-state registers of both directions (spec 3.8 "queue
-//!   state get": cfg, status, ring base, length, head, tail, completion head), the software
+//! - `queues`: per queue in use, the queue-state registers of both directions (hardware.rst §3.8
+//!   "queue state get": cfg, status, ring base, length, head, tail, completion head), the software
 //!   indices of both rings, the prepared-but-not-doorbelled counts and the engine's state and
 //!   error causes.
 //! - `rings`: per queue in use, both rings: the last [`HISTORY`] completed slots before the ack
 //!   index and every outstanding slot from the ack index to the next index (at most
-//!   [`MAX_OUTSTANDING`] per ring), each as its 16 raw bytes and the decoded fields (spec 4.1-4.3).
+//!   [`MAX_OUTSTANDING`] per ring), each as its 16 raw bytes and the decoded fields
+//!   (hardware.rst §4.1-4.3).
 //!
 //! Both files are generated at read time. Register values and ring slots are copied under the
 //! queue lock inside the BAR guard (an RCU read-side section) into memory allocated before, and
@@ -176,8 +177,8 @@ fn ptr(v: u32) -> (u32, u32) {
     (v & 0xFF_FFFF, v >> 30)
 }
 
-/// Renders the `queues` file: per queue in use, the spec 3.8 queue state of both directions,
-/// the software ring indices and the engine state and error causes.
+/// Renders the `queues` file: per queue in use, the hardware.rst §3.8 queue state of both
+/// directions, the software ring indices and the engine state and error causes.
 pub(crate) fn render_queues(dev: &UdmaDevice, w: &mut impl fmt::Write) -> fmt::Result {
     let Some(queues) = queues_or_note(dev, w)? else {
         return Ok(());

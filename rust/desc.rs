@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The 16-byte UDMA descriptor and its Tx (m2s) / Rx (s2m) builders (spec 4).
+//! The 16-byte UDMA descriptor and its Tx (m2s) / Rx (s2m) builders (hardware.rst §4).
 //!
 //! A copy is always a pair: one Tx descriptor on the queue's M2S ring names the source, one Rx
-//! descriptor on the S2M ring of the same queue names the destination (spec 4.5). The builders
-//! here produce the exact words of the reference driver's `udma_m2m.c`; the caller publishes the
-//! whole 16 bytes into the ring slot before any doorbell.
+//! descriptor on the S2M ring of the same queue names the destination (hardware.rst §4.5). The
+//! builders here produce the exact words of the reference driver's `udma_m2m.c`; the caller
+//! publishes the whole 16 bytes into the ring slot before any doorbell.
 
 use crate::ring::RingId;
 use kernel::{bitfield, prelude::*};
 
 bitfield! {
-    /// Word 0 of a descriptor, `len_ctrl`: length, ring id and packet flags (spec 4.2).
+    /// Word 0 of a descriptor, `len_ctrl`: length, ring id and packet flags (hardware.rst §4.2).
     pub(crate) struct LenCtrl(u32) {
         /// CONCAT (user-space HAL only, never set by the driver).
         31:31 concat => bool;
@@ -33,7 +33,7 @@ bitfield! {
 }
 
 bitfield! {
-    /// Word 1 of a Tx descriptor, `meta_ctrl`: the SDMA operation (spec 4.3).
+    /// Word 1 of a Tx descriptor, `meta_ctrl`: the SDMA operation (hardware.rst §4.3).
     pub(crate) struct MetaCtrl(u32) {
         /// Write barrier: the packet's writes are visible before later packets' writes.
         26:26 write_barrier => bool;
@@ -61,7 +61,7 @@ impl MetaCtrl {
     }
 }
 
-/// Ordering requested for a Tx descriptor (spec 4.4; values as in the reference ABI).
+/// Ordering requested for a Tx descriptor (hardware.rst §4.4; values as in the reference ABI).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Barrier {
     /// No ordering beyond the queue's order.
@@ -79,7 +79,7 @@ impl TryFrom<u32> for Barrier {
     ///
     /// # Errors
     ///
-    /// `EINVAL` for any value other than 0, 1 or 2 (spec 4.4).
+    /// `EINVAL` for any value other than 0, 1 or 2 (hardware.rst §4.4).
     fn try_from(v: u32) -> Result<Self> {
         match v {
             0 => Ok(Self::None),
@@ -90,7 +90,7 @@ impl TryFrom<u32> for Barrier {
     }
 }
 
-/// Largest number of bytes one descriptor moves (spec 4.8).
+/// Largest number of bytes one descriptor moves (hardware.rst §4.8).
 pub(crate) const MAX_DESC_BYTES: u32 = 65536;
 
 /// A validated descriptor length: 1..=65536 bytes, held in its 16-bit encoding (65536 -> 0).
@@ -124,8 +124,8 @@ impl DescLen {
     }
 }
 
-/// One 16-byte ring slot in CPU byte order (spec 4.1). Written to rings as little-endian words by
-/// [`Desc::to_le_bytes`].
+/// One 16-byte ring slot in CPU byte order (hardware.rst §4.1). Written to rings as little-endian
+/// words by [`Desc::to_le_bytes`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub(crate) struct Desc {
     /// `len_ctrl`.
@@ -136,12 +136,12 @@ pub(crate) struct Desc {
     pub(crate) addr: u64,
 }
 
-/// Size in bytes of one descriptor (spec 4.1).
+/// Size in bytes of one descriptor (hardware.rst §4.1).
 pub(crate) const DESC_SIZE: usize = 16;
 
 impl Desc {
     /// Tx (m2s) descriptor of a one-descriptor packet: FIRST | LAST [| DMB] | ring id | len,
-    /// `meta_ctrl` = 0x0108_0003 [| write barrier] (spec 4.5 step 4).
+    /// `meta_ctrl` = 0x0108_0003 [| write barrier] (hardware.rst §4.5 step 4).
     pub(crate) fn tx(len: DescLen, ring_id: RingId, barrier: Barrier, src: u64) -> Self {
         let len_ctrl = LenCtrl::zeroed()
             .with_first(true)
@@ -157,7 +157,7 @@ impl Desc {
         }
     }
 
-    /// Rx (s2m) descriptor: [INT_EN |] ring id | len, word 1 zero (spec 4.5 step 5).
+    /// Rx (s2m) descriptor: [INT_EN |] ring id | len, word 1 zero (hardware.rst §4.5 step 5).
     pub(crate) fn rx(len: DescLen, ring_id: RingId, int_en: bool, dst: u64) -> Self {
         let len_ctrl = LenCtrl::zeroed()
             .with_int_en(int_en)
@@ -206,7 +206,7 @@ mod tests {
 
     #[test]
     fn appendix_a_vectors() -> Result {
-        // Spec Appendix A: one 4 KiB host->HBM copy on v2, then the completion marker pair.
+        // hardware.rst Appendix A: one 4 KiB host->HBM copy on v2, then the completion marker pair.
         let src = 0x1234_5000 | H;
         let tx0 = Desc::tx(DescLen::new(0x1000)?, RingId::INITIAL, Barrier::Write, src);
         assert_eq!(tx0.len_ctrl, 0x0D00_1000);

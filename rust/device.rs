@@ -119,7 +119,7 @@ impl RateLimit {
         self.printed.fetch_add(1, Relaxed) < LOG_BURST
     }
 }
-/// Ring size of the driver's H2T queue, as in the reference (spec 3.7: 8192 descriptors).
+/// Ring size of the driver's H2T queue, as in the reference (hardware.rst §3.7: 8192 descriptors).
 pub(crate) const H2T_RING_DESCS: u32 = 8192;
 
 /// Who owns a queue.
@@ -225,7 +225,7 @@ impl UdmaDevice {
         )
     }
 
-    /// Takes the H2T queue of NeuronCore 0 (spec 2.3) for the driver's own copies, and the
+    /// Takes the H2T queue of NeuronCore 0 (hardware.rst §2.3) for the driver's own copies, and the
     /// zeroed source of device-memory scrubs.
     pub(crate) fn setup_h2t(&self) -> Result {
         let (eng, qid) = self.arch.h2t[0];
@@ -432,7 +432,7 @@ impl UdmaDevice {
         Coherent::<u8>::zeroed_slice(dev, len, GFP_KERNEL | __GFP_NOWARN)
     }
 
-    /// Device-fabric address of a host DMA address (spec 1.3).
+    /// Device-fabric address of a host DMA address (hardware.rst §1.3).
     pub(crate) fn host_addr(&self, dma: DmaAddress) -> u64 {
         self.arch.host_addr(dma)
     }
@@ -451,7 +451,7 @@ impl UdmaDevice {
         f(engine::engine_io(self.arch, &bar, eng)?)
     }
 
-    /// Runs the engine init sequence (spec 3.6) once per engine since probe.
+    /// Runs the engine init sequence (hardware.rst §3.6) once per engine since probe.
     fn ensure_engine(&self, st: &mut DevState, eng: u32) -> Result {
         let (word, bit) = ((eng / 64) as usize, eng % 64);
         let first = st.engines_init.iter().all(|w| *w == 0);
@@ -467,7 +467,7 @@ impl UdmaDevice {
     }
 
     /// Takes queue `qid` of engine `eng` for `owner`: allocates rings of `tx_descs`/`rx_descs`
-    /// descriptors, initialises the engine if needed and programs the queue (spec 3.7).
+    /// descriptors, initialises the engine if needed and programs the queue (hardware.rst §3.7).
     ///
     /// # Errors
     ///
@@ -957,8 +957,8 @@ impl UdmaDevice {
     /// Copies `size` bytes from device-fabric address `src` to `dst` on queue `cell`, in 64 KiB
     /// pairs: at most 2032 data pairs plus one marker pair per doorbell and never more than the
     /// ring's free space, the generation's final barrier on the last data pair of each
-    /// submission (spec 6.1), waiting (uninterruptibly, resetting the queue on a timeout) for
-    /// each submission before the next.
+    /// submission (hardware.rst §6.1), waiting (uninterruptibly, resetting the queue on a timeout)
+    /// for each submission before the next.
     ///
     /// # Errors
     ///

@@ -18,9 +18,9 @@ use kernel::{
     sync::Arc, //
 };
 
-/// BAR holding the APB register space, UDMA engines included (spec 1.2).
+/// BAR holding the APB register space, UDMA engines included (hardware.rst §1.2).
 const APB_BAR: u32 = 0;
-/// BAR holding device memory (HBM) (spec 1.2).
+/// BAR holding device memory (HBM) (hardware.rst §1.2).
 const DRAM_BAR: u32 = 4;
 
 /// Driver data of one bound device. Fields drop in declaration order.
@@ -35,7 +35,7 @@ pub(crate) struct NeuronUdma<'bound> {
     dev: Arc<UdmaDevice>,
     /// Registry entry: how `open()` finds `dev`.
     _entry: RegistryEntry,
-    /// BAR4: device memory (HBM). Optional on v3, as in the reference driver (spec 1.2).
+    /// BAR4: device memory (HBM). Optional on v3, as in the reference driver (hardware.rst §1.2).
     _bar4: Option<pci::Bar<'bound>>,
 }
 
@@ -137,7 +137,8 @@ impl NeuronUdmaDriver {
             arch.engines
         );
 
-        // Device buffers come from HBM0, where device address = BAR4 offset (spec 1.2, 1.3).
+        // Device buffers come from HBM0, where device address = BAR4 offset (hardware.rst §1.2,
+        // 1.3).
         let dram_size = bar4.as_ref().map_or(0, |b| arch.hbm0_len(b.size() as u64));
         let dev = UdmaDevice::new(pdev, arch, bar0.into_devres()?, dram_size, model_ctl(pdev))?;
         dev.setup_h2t()

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Register-level operations on one UDMA engine: the engine init sequence (spec 3.6), queue
-//! hardware init and reset (spec 3.7), doorbells (spec 3.8) and state readout.
+//! Register-level operations on one UDMA engine: the engine init sequence (hardware.rst §3.6),
+//! queue hardware init and reset (hardware.rst §3.7), doorbells (hardware.rst §3.8) and state
+//! readout.
 //!
 //! Everything here is a sequence of register accesses on an [`EngineIo`] view of the engine's
 //! register block; nothing sleeps, so callers may hold a spinlock or an RCU read section.
@@ -110,7 +111,8 @@ fn q_cfg_paused() -> regs::Q_CFG {
     regs::Q_CFG::zeroed().with_const_defaults::<3>()
 }
 
-/// Runs the engine init sequence of spec 3.6 on engine `eng`, register for register, in order.
+/// Runs the engine init sequence of hardware.rst §3.6 on engine `eng`, register for register, in
+/// order.
 ///
 /// `first` selects the queue-enable value of step 1: the first init after probe writes
 /// 0x0003_0000 (the reference's cached cfg is still 0), later inits 0x0303_0000.
@@ -320,9 +322,9 @@ pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool
 
     // Not in the reference sequence, which runs after a firmware reset: the engine may still be
     // aborted, or carry cause bits, from before this init (the cause bits stay set until
-    // software clears them, and only change_state NORMAL ends an abort; spec 3.5, 8.3). Start
-    // from a clean state so that a stale error neither stops the queues nor shows up in a later
-    // failure report.
+    // software clears them, and only change_state NORMAL ends an abort; hardware.rst §3.5, 8.3).
+    // Start from a clean state so that a stale error neither stops the queues nor shows up in a
+    // later failure report.
     let errors = engine_errors(io)?;
     if errors.aborted() || errors.m2s_cause != 0 || errors.s2m_cause != 0 {
         recover_engine(io, &errors)?;
@@ -331,7 +333,7 @@ pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool
 }
 
 /// Unmasks `errors` of secondary group `group` (and `group_c` of group C) so that they raise
-/// their summary bits in main group D and abort the engine (spec 3.6 steps 15/16).
+/// their summary bits in main group D and abort the engine (hardware.rst §3.6 steps 15/16).
 fn unmask_errors(
     io: EngineIo<'_>,
     group: usize,
@@ -383,7 +385,8 @@ fn unmask_errors(
     Ok(())
 }
 
-/// Masks the prefetch ring-id error (M2S bit 17, S2M bit 11) on a v3 SENG engine (spec 3.5).
+/// Masks the prefetch ring-id error (M2S bit 17, S2M bit 11) on a v3 SENG engine
+/// (hardware.rst §3.5).
 fn mask_ring_id_errors(io: EngineIo<'_>, fis: Mmio<'_, Region<{ regs::FIS_SIZE }>>) -> Result {
     for (group, bit) in [
         (regs::SECONDARY_GROUP_M2S, 17),
@@ -410,8 +413,8 @@ fn mask_ring_id_errors(io: EngineIo<'_>, fis: Mmio<'_, Region<{ regs::FIS_SIZE }
     Ok(())
 }
 
-/// Programs one direction of queue `q` (spec 3.7 steps b-h): rate-limit mask (M2S), pause, queue
-/// reset, ring base and length, completion config, enable.
+/// Programs one direction of queue `q` (hardware.rst §3.7 steps b-h): rate-limit mask (M2S), pause,
+/// queue reset, ring base and length, completion config, enable.
 ///
 /// `base` is the ring's device-fabric address (256-byte aligned), `descs` its size.
 pub(crate) fn init_queue_dir<D: Direction>(
@@ -447,8 +450,8 @@ pub(crate) fn init_queue_dir<D: Direction>(
     Ok(())
 }
 
-/// Pauses one direction of queue `q` (clears both enables) and resets it (spec 3.8 "queue
-/// pause", 3.7 step d), so the engine fetches nothing more from its ring.
+/// Pauses one direction of queue `q` (clears both enables) and resets it (hardware.rst §3.8 "queue
+/// pause", §3.7 step d), so the engine fetches nothing more from its ring.
 pub(crate) fn pause_queue_dir<D: Direction>(io: EngineIo<'_>, q: usize) -> Result {
     io.write(
         regs::Q_CFG::of::<D>().try_at(q).ok_or(EINVAL)?,
@@ -459,7 +462,7 @@ pub(crate) fn pause_queue_dir<D: Direction>(io: EngineIo<'_>, q: usize) -> Resul
 
 /// Rings the doorbells of queue `q`: a full memory barrier so that every descriptor written
 /// before is visible to the device, then RDRTP_inc += `s2m_count`, then TDRTP_inc += `m2s_count`
-/// when it is non-zero (spec 3.8, `udma_m2m_copy_start`).
+/// when it is non-zero (hardware.rst §3.8, `udma_m2m_copy_start`).
 pub(crate) fn doorbell(io: EngineIo<'_>, q: usize, m2s_count: u32, s2m_count: u32) -> Result {
     let rx = regs::Q_DRTP_INC::of::<S2m>().try_at(q).ok_or(EINVAL)?;
     let tx = regs::Q_DRTP_INC::of::<M2s>().try_at(q).ok_or(EINVAL)?;
@@ -473,7 +476,7 @@ pub(crate) fn doorbell(io: EngineIo<'_>, q: usize, m2s_count: u32, s2m_count: u3
     Ok(())
 }
 
-/// Register snapshot of one direction of a queue (spec 3.8 "queue state").
+/// Register snapshot of one direction of a queue (hardware.rst §3.8 "queue state").
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct QueueRegs {
     /// `cfg`.
@@ -525,7 +528,7 @@ pub(crate) fn queue_regs<D: Direction>(io: EngineIo<'_>, q: usize) -> Result<Que
     })
 }
 
-/// Engine error state: both state registers and the M2S/S2M error causes (spec 3.5, 3.8).
+/// Engine error state: both state registers and the M2S/S2M error causes (hardware.rst §3.5, 3.8).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct EngineErrors {
     /// `m2s.state`.
@@ -538,7 +541,7 @@ pub(crate) struct EngineErrors {
     pub(crate) s2m_cause: u32,
 }
 
-/// Value of a 2-bit engine state field in abort (spec 3.2).
+/// Value of a 2-bit engine state field in abort (hardware.rst §3.2).
 const STATE_ABORT: u32 = 2;
 
 impl EngineErrors {
@@ -566,7 +569,7 @@ pub(crate) fn engine_errors(io: EngineIo<'_>) -> Result<EngineErrors> {
 }
 
 /// Returns an aborted engine to normal operation: clears the M2S and S2M error causes it
-/// reports and writes change_state NORMAL to M2S, then S2M (spec 3.8, 8.3).
+/// reports and writes change_state NORMAL to M2S, then S2M (hardware.rst §3.8, 8.3).
 pub(crate) fn recover_engine(io: EngineIo<'_>, errors: &EngineErrors) -> Result {
     let cause = |g| {
         regs::IOFIC_INT_CAUSE::of::<SecondaryIofic>()

@@ -103,7 +103,7 @@ fn reserved_zero(fields: &[u64]) -> Result {
     Ok(())
 }
 
-/// Which limit of spec 4.8 a ring size breaks, if any.
+/// Which limit of hardware.rst §4.8 a ring size breaks, if any.
 fn ring_size_problem(descs: u32) -> Option<&'static str> {
     if !descs.is_power_of_two() {
         Some("not a power of two")
@@ -284,8 +284,8 @@ impl OpenFile {
             q.reserved[1],
         ])?;
         // The rings live in host memory, and so do host buffers: only an engine with host
-        // connectivity can fetch or copy them (spec 2.5). EOPNOTSUPP, not EINVAL: the engine
-        // exists, it just cannot serve a user queue.
+        // connectivity can fetch or copy them (hardware.rst §2.5). EOPNOTSUPP, not EINVAL: the
+        // engine exists, it just cannot serve a user queue.
         let arch = self.dev.arch;
         if self.dev.is_alive()
             && arch.engine_offset(q.engine).is_some()
@@ -311,8 +311,8 @@ impl OpenFile {
                 Owner::File(self.id),
             )
             .inspect_err(|e| {
-                // Say which ring-size limit was hit (spec 4.8); debug level, as user space can
-                // trigger it at will.
+                // Say which ring-size limit was hit (hardware.rst §4.8); debug level, as user space
+                // can trigger it at will.
                 let bad = [("tx", q.tx_descs), ("rx", q.rx_descs)]
                     .into_iter()
                     .find_map(|(ring, n)| ring_size_problem(n).map(|why| (ring, n, why)));

@@ -22,7 +22,7 @@ pub(crate) const BUF_ALIGN: u64 = 4096;
 /// allocator's largest block is 4 MiB (`MAX_PAGE_ORDER` 10 with 4 KiB pages).
 pub(crate) const MAX_HOST_BUFFER: u64 = 4 << 20;
 /// Device memory kept by the driver at the start of HBM (as the reference keeps 16 MiB per HBM
-/// for firmware, spec 1.3); the driver's own tests use it.
+/// for firmware, hardware.rst §1.3); the driver's own tests use it.
 pub(crate) const DRAM_RESERVED: u64 = 16 << 20;
 
 extern "C" {
@@ -158,7 +158,7 @@ impl Buffer {
     }
 
     /// Device-fabric address of bytes `[offset, offset + len)`; `route` is OR-ed onto host
-    /// DMA addresses (the generation's host route, spec 1.3).
+    /// DMA addresses (the generation's host route, hardware.rst §1.3).
     ///
     /// # Errors
     ///

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! One DMA queue: its Tx (M2S) and Rx (S2M) rings in coherent memory, `copy_prepare_one`,
-//! `copy_start`, and completion fences (spec 3.7, 4.5-4.7, 5).
+//! `copy_start`, and completion fences (hardware.rst §3.7, 4.5-4.7, 5).
 //!
 //! A [`Queue`] is plain data guarded by its owner's lock; the register accesses it needs are
 //! given an [`EngineIo`] by the caller, so nothing here sleeps.
 //!
 //! Completion: a fence appends one 4-byte host-to-host pair that copies the marker 0xABCDEF01
-//! from word 0 of a completion slot to word 1 (spec 5.1). The marker's Tx descriptor carries
-//! DMB (see [`MARKER_BARRIER`]), so when word 1 holds the marker, every descriptor before the
-//! pair is done, its data visible, and is acked.
+//! from word 0 of a completion slot to word 1 (hardware.rst §5.1). The marker's Tx descriptor
+//! carries DMB (see [`MARKER_BARRIER`]), so when word 1 holds the marker, every descriptor before
+//! the pair is done, its data visible, and is acked.
 
 use crate::{
     arch::Arch,
@@ -27,26 +27,27 @@ use kernel::{
     time::{Delta, Instant, Monotonic},
 };
 
-/// The completion marker (spec 5.1, `DMA_COMPLETION_MARKER`).
+/// The completion marker (hardware.rst §5.1, `DMA_COMPLETION_MARKER`).
 pub(crate) const COMPLETION_MARKER: u32 = 0xABCD_EF01;
 /// Ordering of the completion marker's Tx descriptor: DMB (`len_ctrl` bit 30).
 ///
 /// Descriptors are consumed in queue order, but their writes are not ordered: without a
 /// barrier, the marker's 4-byte write may become visible before the data writes of earlier
-/// pairs (spec 8.2 item 7: the completion protocol needs the marker's write to be visible after
-/// all earlier pairs' writes). The reference driver gets this order from a write barrier on its
-/// own last data pair (spec 4.4, 5.1), but pairs prepared by user space (COPY_PREPARE) usually
-/// carry no barrier, and the driver cannot know which pair the fence follows. DMB on the marker
-/// — "wait for all previous transfers before this one" (spec 4.2 bit 30) — makes the marker wait
-/// for every earlier transfer of the queue whatever the user pairs carry, at the cost of one
-/// pipeline drain per fence.
+/// pairs (hardware.rst §8.2 item 7: the completion protocol needs the marker's write to be visible
+/// after all earlier pairs' writes). The reference driver gets this order from a write barrier on
+/// its own last data pair (hardware.rst §4.4, 5.1), but pairs prepared by user space (COPY_PREPARE)
+/// usually carry no barrier, and the driver cannot know which pair the fence follows. DMB on the
+/// marker — "wait for all previous transfers before this one" (hardware.rst §4.2 bit 30) — makes
+/// the marker wait for every earlier transfer of the queue whatever the user pairs carry, at the
+/// cost of one pipeline drain per fence.
 pub(crate) const MARKER_BARRIER: Barrier = Barrier::Dmb;
-/// Most data pairs the driver puts in front of one marker pair (spec 6.1: 2032 + 1 per doorbell).
+/// Most data pairs the driver puts in front of one marker pair (hardware.rst §6.1: 2032 + 1 per
+/// doorbell).
 pub(crate) const MAX_PAIRS_PER_SUBMISSION: u32 = 2032;
 /// Completion slots of a queue, i.e. the most fences in flight at once.
 pub(crate) const FENCE_SLOTS: usize = 256;
 
-/// A descriptor slot as it lies in ring memory: four little-endian words (spec 4.1).
+/// A descriptor slot as it lies in ring memory: four little-endian words (hardware.rst §4.1).
 #[repr(C)]
 #[derive(Clone, Copy, Default, FromBytes, IntoBytes)]
 pub(crate) struct HwDesc {
@@ -187,7 +188,7 @@ impl Queue {
     /// # Errors
     ///
     /// `EINVAL` for a bad size or queue id, `ENOMEM` if the memory cannot be allocated, `EIO`
-    /// if the allocator returns memory that is not 256-byte aligned (spec 4.8).
+    /// if the allocator returns memory that is not 256-byte aligned (hardware.rst §4.8).
     pub(crate) fn new(
         dev: &Device<Bound>,
         arch: &Arch,
@@ -264,7 +265,7 @@ impl Queue {
         self.rx_ring.dma_address() | self.host_route
     }
 
-    /// Programs the queue registers (spec 3.7: Tx, then Rx) and resets the software state:
+    /// Programs the queue registers (hardware.rst §3.7: Tx, then Rx) and resets the software state:
     /// empty rings, ring id 1, no fences.
     pub(crate) fn hw_init(&mut self, io: EngineIo<'_>) -> Result {
         engine::init_queue_dir::<M2s>(io, self.q(), self.tx_base(), self.tx.size().descs())?;
@@ -325,7 +326,7 @@ impl Queue {
         (self.pending_tx, self.pending_rx)
     }
 
-    /// Free descriptor pairs, keeping the 16-slot reserve on both rings (spec 4.7).
+    /// Free descriptor pairs, keeping the 16-slot reserve on both rings (hardware.rst §4.7).
     pub(crate) fn available_pairs(&self) -> u32 {
         self.tx.available().min(self.rx.available())
     }
@@ -350,7 +351,7 @@ impl Queue {
         room(&self.tx) && room(&self.rx)
     }
 
-    /// Writes one descriptor pair (spec 4.5): Rx slot, then Tx slot, each written whole.
+    /// Writes one descriptor pair (hardware.rst §4.5): Rx slot, then Tx slot, each written whole.
     ///
     /// # Errors
     ///
@@ -385,7 +386,7 @@ impl Queue {
     }
 
     /// Rings the doorbells for `m2s_count` Tx and `s2m_count` Rx prepared descriptors
-    /// (spec 3.8: full barrier, Rx, then Tx if `m2s_count > 0`).
+    /// (hardware.rst §3.8: full barrier, Rx, then Tx if `m2s_count > 0`).
     ///
     /// # Errors
     ///

@@ -2,34 +2,36 @@
 
 //! UDMA register definitions: the only place where register offsets and bits appear.
 //!
-//! Offsets are relative to the start of one engine's UDMA register block ("unit offset", spec 3.1):
-//! M2S (Tx) engine registers at 0x0, S2M (Rx) engine registers at 0x20000, GEN at 0x38000, GEN_EX at
-//! 0x3C000. Each direction has 16 queue banks of 0x1000 bytes (M2S at 0x1000, S2M at 0x21000) that
-//! share one layout (spec 3.4). SDMA wrapper registers are relative to the wrapper block (spec 2.2).
-//! All registers are 32 bits wide and little-endian.
+//! Offsets are relative to the start of one engine's UDMA register block ("unit offset",
+//! hardware.rst §3.1): M2S (Tx) engine registers at 0x0, S2M (Rx) engine registers at 0x20000, GEN
+//! at 0x38000, GEN_EX at 0x3C000. Each direction has 16 queue banks of 0x1000 bytes (M2S at 0x1000,
+//! S2M at 0x21000) that share one layout (hardware.rst §3.4). SDMA wrapper registers are relative
+//! to the wrapper block (hardware.rst §2.2). All registers are 32 bits wide and little-endian.
 
 use kernel::io::register;
 use kernel::io::register::RegisterBase;
 
-/// Size in bytes of one engine's UDMA register block (spec 3.1, `sizeof(struct unit_regs_v4)`).
+/// Size in bytes of one engine's UDMA register block (hardware.rst §3.1,
+/// `sizeof(struct unit_regs_v4)`).
 pub(crate) const ENGINE_SIZE: usize = 0x3C800;
 
-/// Size in bytes of the v3 user FIS window the driver touches (spec 3.5).
+/// Size in bytes of the v3 user FIS window the driver touches (hardware.rst §3.5).
 pub(crate) const FIS_SIZE: usize = 0x1000;
 
-/// Size in bytes of the SDMA wrapper register window the driver touches (spec 3.6 step 20).
+/// Size in bytes of the SDMA wrapper register window the driver touches (hardware.rst §3.6
+/// step 20).
 pub(crate) const SDMA_SIZE: usize = 0x1000;
 
 /// Base family of the per-queue register banks.
 pub(crate) struct QueueBank;
 
-/// The M2S (Tx, source side) queue banks, at unit offset 0x1000 (spec 3.4).
+/// The M2S (Tx, source side) queue banks, at unit offset 0x1000 (hardware.rst §3.4).
 pub(crate) struct M2s;
 impl RegisterBase<QueueBank> for M2s {
     const BASE: usize = 0x1000;
 }
 
-/// The S2M (Rx, destination side) queue banks, at unit offset 0x21000 (spec 3.4).
+/// The S2M (Rx, destination side) queue banks, at unit offset 0x21000 (hardware.rst §3.4).
 pub(crate) struct S2m;
 impl RegisterBase<QueueBank> for S2m {
     const BASE: usize = 0x21000;
@@ -38,7 +40,7 @@ impl RegisterBase<QueueBank> for S2m {
 /// Base family of the IOFIC interrupt-controller groups.
 pub(crate) struct IoficGroup;
 
-/// The main IOFIC (groups A-D, 0x40 apart) at unit offset 0x38000 (spec 3.5).
+/// The main IOFIC (groups A-D, 0x40 apart) at unit offset 0x38000 (hardware.rst §3.5).
 pub(crate) struct MainIofic;
 impl RegisterBase<IoficGroup> for MainIofic {
     const BASE: usize = 0x38000;
@@ -50,22 +52,22 @@ impl RegisterBase<IoficGroup> for SecondaryIofic {
     const BASE: usize = 0x3A000;
 }
 
-/// Main IOFIC group D, the summary group of the secondary controller (spec 3.5).
+/// Main IOFIC group D, the summary group of the secondary controller (hardware.rst §3.5).
 pub(crate) const MAIN_GROUP_D: usize = 3;
-/// Secondary IOFIC group A: M2S errors (spec 3.5).
+/// Secondary IOFIC group A: M2S errors (hardware.rst §3.5).
 pub(crate) const SECONDARY_GROUP_M2S: usize = 0;
-/// Secondary IOFIC group B: S2M errors (spec 3.5).
+/// Secondary IOFIC group B: S2M errors (hardware.rst §3.5).
 pub(crate) const SECONDARY_GROUP_S2M: usize = 1;
-/// Secondary IOFIC group C: AXI FIFO parity errors (spec 3.5).
+/// Secondary IOFIC group C: AXI FIFO parity errors (hardware.rst §3.5).
 pub(crate) const SECONDARY_GROUP_C: usize = 2;
 
 /// Value of `int_control` written by the driver: cause set on rising edge (bit 3) and MSI-X
-/// suppressed (bit 5) (spec 3.5).
+/// suppressed (bit 5) (hardware.rst §3.5).
 pub(crate) const IOFIC_CONTROL_EDGE_NO_MSIX: u32 = 0x28;
 
-/// The secondary M2S errors the driver unmasks (bits 0-27) (spec 3.5).
+/// The secondary M2S errors the driver unmasks (bits 0-27) (hardware.rst §3.5).
 pub(crate) const M2S_ERRORS: u32 = 0x0FFF_FFFF;
-/// The secondary S2M errors the driver unmasks (spec 3.5).
+/// The secondary S2M errors the driver unmasks (hardware.rst §3.5).
 pub(crate) const S2M_ERRORS: u32 = 0xFFFF_EF07;
 /// Main group D summary bits of the M2S errors (bit 8 = secondary A, bit 10 = secondary C).
 pub(crate) const MAIN_D_M2S_SUMMARY: u32 = 0x500;
@@ -77,7 +79,7 @@ pub(crate) const GROUP_C_M2S: u32 = 0x3F;
 pub(crate) const GROUP_C_S2M: u32 = 0xFC0;
 
 register! {
-    // ---- M2S (Tx) engine level (spec 3.2) ----
+    // ---- M2S (Tx) engine level (hardware.rst §3.2) ----
 
     /// AXI M2S data read configuration.
     pub(crate) AXI_M2S_DATA_RD_CFG(u32) @ 0x118 {
@@ -185,7 +187,7 @@ register! {
         31:0 timeout;
     }
 
-    // ---- S2M (Rx) engine level (spec 3.3) ----
+    // ---- S2M (Rx) engine level (hardware.rst §3.3) ----
 
     /// AXI S2M descriptor read configuration 3.
     pub(crate) AXI_S2M_DESC_RD_CFG_3(u32) @ 0x2011C {
@@ -261,7 +263,7 @@ register! {
         31:0 timeout;
     }
 
-    // ---- Per-queue banks, common layout (spec 3.4) ----
+    // ---- Per-queue banks, common layout (hardware.rst §3.4) ----
 
     /// Queue configuration.
     pub(crate) Q_CFG(u32)[16, stride = 0x1000] @ QueueBank + 0x20 {
@@ -341,7 +343,7 @@ register! {
         23:0 index;
     }
 
-    // ---- Per-queue registers whose offset differs by direction (spec 3.4) ----
+    // ---- Per-queue registers whose offset differs by direction (hardware.rst §3.4) ----
 
     /// M2S queue rate-limiter mask (v2/v3); bit 2 is the internal "pause on DMB".
     pub(crate) M2S_Q_RLIMIT_MASK(u32)[16, stride = 0x1000] @ 0x1074 {
@@ -377,7 +379,7 @@ register! {
         8:8 rst_q => bool;
     }
 
-    // ---- IOFIC groups (spec 3.5) ----
+    // ---- IOFIC groups (hardware.rst §3.5) ----
 
     /// Interrupt cause.
     pub(crate) IOFIC_INT_CAUSE(u32)[4, stride = 0x40] @ IoficGroup + 0x00 {
@@ -409,7 +411,7 @@ register! {
         31:0 bits;
     }
 
-    // ---- GEN / GEN_EX (spec 3.5) ----
+    // ---- GEN / GEN_EX (hardware.rst §3.5) ----
 
     /// AXI transaction timeout.
     pub(crate) GEN_AXI_CFG_1(u32) @ 0x3A300 {
@@ -484,7 +486,7 @@ register! {
         31:0 value;
     }
 
-    // ---- SDMA wrapper, relative to the wrapper block (spec 3.6 steps 0 and 20) ----
+    // ---- SDMA wrapper, relative to the wrapper block (hardware.rst §3.6 steps 0 and 20) ----
 
     /// Event acceleration enable.
     pub(crate) SDMA_EVENT_ACCEL(u32) @ 0x00 {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Ring geometry and software index arithmetic (spec 4.6-4.8).
+//! Ring geometry and software index arithmetic (hardware.rst §4.6-4.8).
 //!
 //! A ring is a power-of-two number of 16-byte descriptor slots. The driver hands out slots at
 //! `next`, the engine consumes them, and completion acks advance `ack`; free space keeps a
@@ -10,18 +10,18 @@
 use crate::desc::DESC_SIZE;
 use kernel::{num::Bounded, prelude::*};
 
-/// Smallest ring, in descriptors (spec 4.8, `UDMA_MIN_Q_SIZE`).
+/// Smallest ring, in descriptors (hardware.rst §4.8, `UDMA_MIN_Q_SIZE`).
 pub(crate) const MIN_DESCS: u32 = 32;
 /// Largest ring this driver allocates, in descriptors (2^23; the hardware field allows
-/// 2^24 - 16, spec 4.8, and 2^23 is the largest power of two below that).
+/// 2^24 - 16, hardware.rst §4.8, and 2^23 is the largest power of two below that).
 pub(crate) const MAX_DESCS: u32 = 1 << 23;
-/// Descriptors kept free between the producer and the last acked slot (spec 4.7,
+/// Descriptors kept free between the producer and the last acked slot (hardware.rst §4.7,
 /// `UDMA_MAX_NUM_CDESC_PER_CACHE_LINE`).
 pub(crate) const RESERVE: u32 = 16;
-/// Required alignment in bytes of a ring's start and end (spec 4.8).
+/// Required alignment in bytes of a ring's start and end (hardware.rst §4.8).
 pub(crate) const ALIGN: usize = 256;
 
-/// A 2-bit ring id (phase) (spec 4.6).
+/// A 2-bit ring id (phase) (hardware.rst §4.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RingId(Bounded<u32, 2>);
 
@@ -50,7 +50,7 @@ impl RingSize {
     ///
     /// # Errors
     ///
-    /// `EINVAL` if `descs` is not a power of two or lies outside 32..=2^23 (spec 4.8).
+    /// `EINVAL` if `descs` is not a power of two or lies outside 32..=2^23 (hardware.rst §4.8).
     pub(crate) fn new(descs: u32) -> Result<Self> {
         if !descs.is_power_of_two() || !(MIN_DESCS..=MAX_DESCS).contains(&descs) {
             return Err(EINVAL);
@@ -70,7 +70,7 @@ impl RingSize {
     }
 }
 
-/// Software indices of one ring (spec 4.6-4.7).
+/// Software indices of one ring (hardware.rst §4.6-4.7).
 ///
 /// # Invariants
 ///
@@ -122,10 +122,10 @@ impl RingState {
         self.ring_id
     }
 
-    /// Free slots, keeping the 16-descriptor reserve (spec 4.7): `size - 16 - outstanding`, and
-    /// 0 whenever fewer than the reserve remain (a completion marker may use the reserve, and
-    /// the masked form `(ack - (next + 16)) & (size - 1)` would then wrap to almost a full
-    /// ring).
+    /// Free slots, keeping the 16-descriptor reserve (hardware.rst §4.7): `size - 16 -
+    /// outstanding`, and 0 whenever fewer than the reserve remain (a completion marker may use the
+    /// reserve, and the masked form `(ack - (next + 16)) & (size - 1)` would then wrap to almost a
+    /// full ring).
     pub(crate) fn available(&self) -> u32 {
         (self.size.0 - RESERVE).saturating_sub(self.outstanding())
     }
@@ -136,7 +136,7 @@ impl RingState {
     }
 
     /// Hands out the slot at `next`: returns its index and the ring id to stamp, then advances,
-    /// flipping the ring id when the index wraps to 0 (spec 4.6, `udma_ring_id_get`).
+    /// flipping the ring id when the index wraps to 0 (hardware.rst §4.6, `udma_ring_id_get`).
     ///
     /// The caller checks [`Self::available`] first.
     pub(crate) fn take(&mut self) -> (u32, RingId) {
@@ -149,7 +149,7 @@ impl RingState {
         slot
     }
 
-    /// Acks `n` completed descriptors, freeing their slots (spec 4.7, `udma_cdesc_ack`).
+    /// Acks `n` completed descriptors, freeing their slots (hardware.rst §4.7, `udma_cdesc_ack`).
     ///
     /// # Errors
     ///

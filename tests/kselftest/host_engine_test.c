@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Host connectivity (spec 2.5): user queues have their rings in host memory, so QUEUE_INIT
+ * Host connectivity (hardware.rst §2.5): user queues have their rings in host memory, so QUEUE_INIT
  * accepts only engines that can reach it. Every Trainium1/Inferentia2 engine can; on Trainium2
  * only the SENG engines 32i + 4..7, 12..15, 20..23, 28..31 and the H2T engines 128..131 can, the
  * others are refused with EOPNOTSUPP.

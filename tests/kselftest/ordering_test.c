@@ -4,8 +4,8 @@
  * copy is visible, whatever barriers the copies carry.
  *
  * On the hardware, descriptors are consumed in order but their writes are not ordered: without a
- * barrier, the 4-byte completion marker can land before the data of earlier pairs (spec 4.4,
- * 5.1). The device model holds the writes of barrier-free packets longer than 64 bytes (its
+ * barrier, the 4-byte completion marker can land before the data of earlier pairs (hardware.rst
+ * §4.4, 5.1). The device model holds the writes of barrier-free packets longer than 64 bytes (its
  * "unordered completion" rule, Documentation/udma-sim.rst), so a driver whose marker pair does
  * not wait for them returns from COPY_WAIT with the destination still unwritten.
  */
@@ -14,7 +14,7 @@
 #include "kselftest_harness.h"
 #include "udma_util.h"
 
-/* An engine with host connectivity on every generation (spec 2.5: v2 all, v3 32i + 4..7, ...). */
+/* Host connectivity on every generation (hardware.rst §2.5: v2 all, v3 32i + 4..7, ...). */
 #define ENG 4U
 #define QID 1U
 #define BUF (4 * UDMA_MAX_COPY)

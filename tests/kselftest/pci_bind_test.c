@@ -115,7 +115,7 @@ TEST_F(bound, bars)
 	unsigned long dev = read_hex(self->bdf, "device");
 	unsigned long long bar0 = bar_size(self->bdf, 0);
 
-	/* Spec 1.2: v2 engines end below 0x3100_0000, v3 engines reach 0xB6xx_xxxx. */
+	/* hardware.rst §1.2: v2 engines end below 0x3100_0000, v3 engines reach 0xB6xx_xxxx. */
 	if (dev == 0x7364) {
 		EXPECT_GE(bar0, 0xB6000000ULL);
 	} else {

@@ -28,7 +28,7 @@
 #define CHUNK 4096U	/* bytes of each copy of the ring tests */
 #define PAIRS 16U	/* pairs that fill a 32-slot ring down to its reserve */
 
-/* The driver's own MEMCPY queue: queue 0 of the H2T engine of NeuronCore 0 (spec 2.3). */
+/* The driver's own MEMCPY queue: queue 0 of the H2T engine of NeuronCore 0 (hardware.rst §2.3). */
 static __u32 h2t_engine(const struct neuron_udma_info *info)
 {
 	return info->generation == NEURON_UDMA_GEN_V2 ? 32 : 128;

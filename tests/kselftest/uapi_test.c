@@ -15,7 +15,7 @@
 #include "kselftest_harness.h"
 #include "udma_util.h"
 
-#define ENG 4U	/* has host connectivity on v2 and v3 (spec 2.5) */
+#define ENG 4U	/* has host connectivity on v2 and v3 (hardware.rst §2.5) */
 #define QID 1U
 #define RING 256
 #define BUF (256U * 1024)
@@ -1294,8 +1294,8 @@ TEST_F(fault, mem_free_busy_in_flight)
 
 TEST_F(fault, memcpy_eio_then_recovery)
 {
-	/* The driver's MEMCPY queue: H2T of NeuronCore 0 (spec 2.3), queue 0 of engine 32 (v2)
-	 * or 128 (v3).
+	/* The driver's MEMCPY queue: H2T of NeuronCore 0 (hardware.rst §2.3), queue 0 of engine
+	 * 32 (v2) or 128 (v3).
 	 */
 	__u32 h2t = self->info.generation == NEURON_UDMA_GEN_V2 ? 32 : 128;
 	struct ubuf hbm;

@@ -21,7 +21,7 @@
 
 #include <linux/neuron_udma.h>
 
-/* Descriptor bits (Documentation/neuron-udma.rst, spec 4.2/4.3): len_ctrl (word 0), meta_ctrl. */
+/* Descriptor bits (neuron-udma.rst, hardware.rst §4.2/4.3): len_ctrl (word 0), meta_ctrl. */
 #define DESC_LEN_MASK		0xFFFFU
 #define DESC_RING_ID(w0)	(((w0) >> 24) & 3U)
 #define DESC_FIRST		(1U << 26)

@@ -95,7 +95,7 @@ impl sys::neuron_udma_info {
     }
 
     /// Whether `QUEUE_INIT` of (`engine`, `queue`) is refused with `EBUSY` because the queue is
-    /// reserved (spec 2.4): the H2T queues, and the queues kept for the NeuronCores and
+    /// reserved (hardware.rst §2.4): the H2T queues, and the queues kept for the NeuronCores and
     /// collectives (V2: queue 15 of engines 0..32 and queue 14 of engines whose id % 16 < 11;
     /// V3: queue 14 of engines 0..128 whose id % 16 is 0..=4, 7 or 8). Engines 0..=3 with
     /// queues 1..=3 are free on every generation.

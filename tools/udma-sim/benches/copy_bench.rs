@@ -32,7 +32,7 @@ fn main() {
     let route = gen.host_route();
     let wr = |unit: u32, v: u32| dev.write32(base + u64::from(unit), v);
     let rd = |unit: u32| dev.read32(base + u64::from(unit));
-    // Engine init steps the model depends on (spec §3.6 steps 6 and 19).
+    // Engine init steps the model depends on (hardware.rst §3.6 steps 6 and 19).
     wr(regs::M2S_CFG_LEN, 0x010F_FFFF);
     wr(regs::M2S_DESC_PREF_CFG_2, 0x0001_0041);
     for (tx, gpa) in [(true, TX_RING), (false, RX_RING)] {

@@ -1,6 +1,6 @@
 //! One UDMA engine: register file, queue state, error/abort state machine and
 //! the descriptor processor that runs on the engine's worker thread
-//! (spec §3, §4, §8).
+//! (hardware.rst §3, §4, §8).
 
 use crate::fault::Counters;
 use crate::layout::{Gen, Target};
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 /// flight.
 pub const POSTED_WRITE_MAX: u64 = 64;
 /// Rx descriptors the S2M prefetcher reads (and ring-id checks) past the current packet, up
-/// to the tail (spec §3.5 S2M cause 11, §8.5).
+/// to the tail (hardware.rst §3.5 S2M cause 11, §8.5).
 pub const RX_PREFETCH: u32 = 64;
 /// Bytes of held writes per queue above which the oldest land early (bounds model memory and
 /// keeps the staging buffers cache-sized; the newest packet stays held, so a barrier-free
@@ -42,7 +42,7 @@ pub enum Dir {
 }
 
 /// Error classes detected by the model; see `Documentation/udma-sim.rst`
-/// ("Strictness") for the cause bit of each (spec §3.5, §8.5).
+/// ("Strictness") for the cause bit of each (hardware.rst §3.5, §8.5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum ErrorKind {
@@ -142,7 +142,7 @@ pub struct ErrorRecord {
     pub s2m_bits: u32,
 }
 
-/// One direction of one queue (spec §8.1).
+/// One direction of one queue (hardware.rst §8.1).
 #[derive(Clone, Debug)]
 struct Ring {
     base_lo: u32,
@@ -256,9 +256,10 @@ impl State {
     fn new(strict_reset: bool) -> State {
         let mut regs = HashMap::new();
         if strict_reset {
-            // Registers the driver's init must program (spec §3.6) reset to values that do not
-            // help it (spec §8.1 [I]): all error causes masked (no abort, no interrupt), no
-            // 64 KiB encoding and a maximum packet of 0 bytes, at most 0 descriptors per packet.
+            // Registers the driver's init must program (hardware.rst §3.6) reset to values that do
+            // not help it (hardware.rst §8.1 [I]): all error causes masked (no abort, no
+            // interrupt), no 64 KiB encoding and a maximum packet of 0 bytes, at most 0 descriptors
+            // per packet.
             for g in [regs::IOFIC_SEC_A, regs::IOFIC_SEC_B, regs::IOFIC_SEC_C, regs::IOFIC_MAIN_D] {
                 regs.insert(g + regs::IOFIC_MASK, u32::MAX);
                 regs.insert(g + regs::IOFIC_ABORT_MASK, u32::MAX);
@@ -288,7 +289,7 @@ impl State {
     }
 
     /// Whether error `e` is masked by the abort masks of secondary groups A and B: it sets
-    /// its cause bits but does not abort the engine (spec §3.5 `int_abort_mask`, §8.3).
+    /// its cause bits but does not abort the engine (hardware.rst §3.5 `int_abort_mask`, §8.3).
     fn abort_masked(&self, e: &ErrorRecord) -> bool {
         let a = self.reg(regs::IOFIC_SEC_A + regs::IOFIC_ABORT_MASK, 0);
         let b = self.reg(regs::IOFIC_SEC_B + regs::IOFIC_ABORT_MASK, 0);
@@ -365,7 +366,7 @@ enum Outcome {
     /// descriptor has len_ctrl bit 30; `wb`: one has the meta_ctrl write barrier.
     Done { ntx: u32, nrx: u32, bytes: u64, dmb: bool, wb: bool },
     /// A data error masked from aborting: the packet is consumed, nothing is written, the
-    /// cause bits are set (spec §8.3: a masked error does not abort).
+    /// cause bits are set (hardware.rst §8.3: a masked error does not abort).
     Poisoned { ntx: u32, nrx: u32, rec: ErrorRecord },
     /// Not enough descriptors posted yet.
     NeedDoorbell,
@@ -471,9 +472,9 @@ impl Held {
 
 /// One UDMA engine.
 pub struct Engine {
-    /// Engine id (spec §2.2).
+    /// Engine id (hardware.rst §2.2).
     pub id: u32,
-    /// Whether this engine reaches host memory (spec §2.5).
+    /// Whether this engine reaches host memory (hardware.rst §2.5).
     host_ok: bool,
     opts: Options,
     /// Packets whose writes are held (unordered completion).
@@ -512,7 +513,7 @@ fn iofic_of(unit: u32) -> Option<(usize, u32)> {
 }
 
 impl Engine {
-    /// A freshly reset engine (state normal, spec §8.3) of generation `gen`.
+    /// A freshly reset engine (state normal, hardware.rst §8.3) of generation `gen`.
     pub fn new(id: u32, gen: Gen, opts: &Options) -> Engine {
         Engine {
             id,
@@ -570,7 +571,7 @@ impl Engine {
         self.lock().error
     }
 
-    /// Reads the 32-bit register at unit offset `unit` (spec §3).
+    /// Reads the 32-bit register at unit offset `unit` (hardware.rst §3).
     pub fn read(&self, unit: u32) -> u32 {
         let st = self.lock();
         if let Some((q, dir, r)) = bank_of(unit) {
@@ -581,7 +582,7 @@ impl Engine {
                 regs::Q_BASE_LO => ring.base_lo,
                 regs::Q_BASE_HI => ring.base_hi,
                 regs::Q_LEN => ring.len,
-                // Completion = consumption in this model (spec §8.4).
+                // Completion = consumption in this model (hardware.rst §8.4).
                 regs::Q_HEAD | regs::Q_COMP_HEAD => Ring::ptr(ring.head, ring.head_rid),
                 regs::Q_TAIL => Ring::ptr(ring.tail, ring.tail_rid),
                 regs::Q_DOORBELL => 0,
@@ -615,7 +616,7 @@ impl Engine {
         }
     }
 
-    /// Writes the 32-bit register at unit offset `unit` (spec §3, §8).
+    /// Writes the 32-bit register at unit offset `unit` (hardware.rst §3, §8).
     pub fn write(&self, unit: u32, val: u32) -> WriteEffect {
         let mut st = self.lock();
         let mut fx = WriteEffect::default();
@@ -705,7 +706,7 @@ impl Engine {
                 self.maybe_recover(st, q, fx);
             }
             regs::Q_BASE_LO | regs::Q_BASE_HI | regs::Q_LEN if !ring.idle() => {
-                // The ring geometry may change only on an idle (or reset) queue (spec §3.7:
+                // The ring geometry may change only on an idle (or reset) queue (hardware.rst §3.7:
                 // the driver pauses and resets the queue before writing it).
                 log::error!(
                     "engine {} q{q} {dir:?}: ring register 0x{r:x} written with {} descriptors pending; ignored",
@@ -804,7 +805,7 @@ impl Engine {
         fx.kick = true;
     }
 
-    /// Reports error `e` (spec §8.3): sets its cause bits and, unless the abort masks mask
+    /// Reports error `e` (hardware.rst §8.3): sets its cause bits and, unless the abort masks mask
     /// it, aborts the engine (state fields = 2). Returns whether the engine aborted.
     fn raise(&self, st: &mut State, e: ErrorRecord) -> bool {
         let new_bits = st.cause[0] & e.m2s_bits != e.m2s_bits || st.cause[1] & e.s2m_bits != e.s2m_bits;
@@ -913,7 +914,7 @@ impl Engine {
                     let q = (st.rr + i) % regs::QUEUES_PER_ENGINE;
                     let qu = &mut st.queues[q];
                     // A queue runs only while both directions have both enable bits set, at
-                    // every fetch, not just at doorbell time (spec §3.4, §3.8 queue pause).
+                    // every fetch, not just at doorbell time (hardware.rst §3.4, §3.8 queue pause).
                     if qu.tx.pending == 0 || qu.wait_doorbell || !qu.tx.enabled() || !qu.rx.enabled() {
                         continue;
                     }
@@ -1005,11 +1006,12 @@ impl Engine {
         }
     }
 
-    /// Moves the bytes of a checked packet (segments in `sc`), applying its barriers (spec
-    /// §4.2 bit 30 DMB: all earlier transfers of the queue complete first; §4.3 bit 26 write
-    /// barrier: this packet's and all earlier writes are visible before the packet completes).
-    /// With unordered completion on, a barrier-free packet longer than [`POSTED_WRITE_MAX`]
-    /// bytes is read now and its writes are held in `held` until a later barrier or the delay.
+    /// Moves the bytes of a checked packet (segments in `sc`), applying its barriers
+    /// (hardware.rst §4.2 bit 30 DMB: all earlier transfers of the queue complete first; §4.3 bit
+    /// 26 write barrier: this packet's and all earlier writes are visible before the packet
+    /// completes). With unordered completion on, a barrier-free packet longer than
+    /// [`POSTED_WRITE_MAX`] bytes is read now and its writes are held in `held` until a later
+    /// barrier or the delay.
     #[allow(clippy::too_many_arguments)]
     fn move_data(
         &self,
@@ -1168,7 +1170,7 @@ impl Engine {
             }
         };
         // A data error masked from aborting poisons the packet: it is still delimited and
-        // consumed, but nothing is written (spec §8.3).
+        // consumed, but nothing is written (hardware.rst §8.3).
         let mut poison: Option<ErrorRecord> = None;
         let (mut dmb, mut wb) = (false, false);
         // ---- Tx: collect FIRST..LAST ----
@@ -1285,7 +1287,7 @@ impl Engine {
             j += 1;
         }
         // ---- Rx prefetch: the S2M prefetcher reads ahead up to the tail (at most
-        // RX_PREFETCH descriptors) and checks each slot's ring id (spec §3.5 S2M cause 11):
+        // RX_PREFETCH descriptors) and checks each slot's ring id (hardware.rst §3.5 S2M cause 11):
         // an over-counted Rx doorbell, or one rung before its descriptor was written, fails
         // here even though the packet itself is complete ----
         for jj in j..s.rx.pending.min(j + RX_PREFETCH) {

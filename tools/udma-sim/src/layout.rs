@@ -1,9 +1,9 @@
 //! Per-generation facts: PCI identity, BAR sizes, engine block offsets and
-//! device-fabric address decoding (spec §1, §2.2, §1.3, §8.2 item 8).
+//! device-fabric address decoding (hardware.rst §1, §2.2, §1.3, §8.2 item 8).
 
 use crate::regs::UNIT_FOOTPRINT;
 
-/// PCI vendor id of all Neuron devices (spec §1.1).
+/// PCI vendor id of all Neuron devices (hardware.rst §1.1).
 pub const PCI_VENDOR_ID: u16 = 0x1D0F;
 
 /// Chip model served by the simulator.
@@ -17,7 +17,7 @@ pub enum Model {
     Trn2,
 }
 
-/// Neuron architecture generation (spec §1.1).
+/// Neuron architecture generation (hardware.rst §1.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Gen {
     /// V2: Trn1/Inf2.
@@ -26,7 +26,7 @@ pub enum Gen {
     V3,
 }
 
-/// Where a device-fabric address points after decoding (spec §1.3).
+/// Where a device-fabric address points after decoding (hardware.rst §1.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
     /// Host memory at this guest-physical address (route bits stripped).
@@ -46,7 +46,7 @@ impl Model {
         }
     }
 
-    /// PCI device id (spec §1.1).
+    /// PCI device id (hardware.rst §1.1).
     pub fn device_id(self) -> u16 {
         match self {
             Model::Trn1 => 0x7164,
@@ -64,27 +64,27 @@ impl Model {
     }
 }
 
-/// V2 engines 0-15 (spec §2.2).
+/// V2 engines 0-15 (hardware.rst §2.2).
 const V2_NC0_BASE: u64 = 0x3000_0000;
-/// V2 engines 16-31 (spec §2.2).
+/// V2 engines 16-31 (hardware.rst §2.2).
 const V2_NC1_BASE: u64 = 0x3070_0000;
-/// V2 engine spacing (spec §2.2).
+/// V2 engine spacing (hardware.rst §2.2).
 const V2_STRIDE: u64 = 0x40000;
-/// V2 engine 32 (D2H) and 33 (H2D) (spec §2.2).
+/// V2 engine 32 (D2H) and 33 (H2D) (hardware.rst §2.2).
 const V2_H2T: [u64; 2] = [0x3060_0000, 0x30D0_0000];
-/// V3 SENG bases (spec §2.2).
+/// V3 SENG bases (hardware.rst §2.2).
 const V3_SENG_BASE: [u64; 4] = [0x8200_0000, 0x9400_0000, 0xA200_0000, 0xB400_0000];
-/// V3 engine spacing inside a SENG (spec §2.2).
+/// V3 engine spacing inside a SENG (hardware.rst §2.2).
 const V3_STRIDE: u64 = 0x10_0000;
-/// V2 HBM1: device address 0x10_0000_0000, BAR4 offset 16 GiB (spec §1.2, §1.3).
+/// V2 HBM1: device address 0x10_0000_0000, BAR4 offset 16 GiB (hardware.rst §1.2, §1.3).
 const V2_HBM1: (u64, u64) = (0x10_0000_0000, 16 << 30);
-/// V2 HBM size: 16 GiB each (spec §1.3).
+/// V2 HBM size: 16 GiB each (hardware.rst §1.3).
 const V2_HBM_SIZE: u64 = 16 << 30;
-/// V3 HBM n device addresses (spec §1.3).
+/// V3 HBM n device addresses (hardware.rst §1.3).
 const V3_HBM_BASE: [u64; 4] = [0, 0x40_0000_0000, 0x8000_0000_0000, 0x8040_0000_0000];
-/// V3 active bytes of each HBM (spec §1.3).
+/// V3 active bytes of each HBM (hardware.rst §1.3).
 const V3_HBM_ACTIVE: u64 = 24 << 30;
-/// V3 engines 128-131 (spec §2.2).
+/// V3 engines 128-131 (hardware.rst §2.2).
 const V3_H2T: [u64; 4] = [0x0680_0000, 0x0690_0000, 0x4680_0000, 0x4690_0000];
 
 impl Gen {
@@ -104,7 +104,7 @@ impl Gen {
         }
     }
 
-    /// BAR0 offset of engine `id`'s register block (spec §2.2).
+    /// BAR0 offset of engine `id`'s register block (hardware.rst §2.2).
     pub fn engine_base(self, id: u32) -> Option<u64> {
         let id64 = u64::from(id);
         match self {
@@ -158,7 +158,7 @@ impl Gen {
         }
     }
 
-    /// Host route base OR-ed onto host DMA addresses (spec §1.3).
+    /// Host route base OR-ed onto host DMA addresses (hardware.rst §1.3).
     pub fn host_route(self) -> u64 {
         match self {
             Gen::V2 => 0x0000_1000_0000_0000,
@@ -166,7 +166,7 @@ impl Gen {
         }
     }
 
-    /// Decodes a device-fabric address (spec §1.3, §8.2 item 8).
+    /// Decodes a device-fabric address (hardware.rst §1.3, §8.2 item 8).
     ///
     /// V2: bits 44-63 select the route; 0x001 = host (bits 44-48 = 0x01), 0 =
     /// device memory. V3: bit 46 = host (bits 47-63 must be 0); bits 46-63 all
@@ -188,9 +188,9 @@ impl Gen {
     }
 
     /// The device-memory windows of a BAR4 of `bar4_size` bytes: `(device address, BAR4
-    /// offset, length)` of each HBM (spec §1.2, §1.3). V2: HBM0 at device address 0 = BAR4 0,
-    /// HBM1 at 0x10_0000_0000 = BAR4 + 16 GiB, 16 GiB each. V3 (QEMU flavour, spec §1.2: the
-    /// per-HBM size is BAR4 / 4): HBM n at its device address = BAR4 n x (size / 4), at most
+    /// offset, length)` of each HBM (hardware.rst §1.2, §1.3). V2: HBM0 at device address 0 = BAR4
+    /// 0, HBM1 at 0x10_0000_0000 = BAR4 + 16 GiB, 16 GiB each. V3 (QEMU flavour, hardware.rst §1.2:
+    /// the per-HBM size is BAR4 / 4): HBM n at its device address = BAR4 n x (size / 4), at most
     /// 24 GiB active. Parts beyond the BAR are absent.
     pub fn hbm_windows(self, bar4_size: u64) -> Vec<(u64, u64, u64)> {
         let fit = |dev: u64, off: u64, len: u64| (off < bar4_size).then(|| (dev, off, len.min(bar4_size - off)));
@@ -203,9 +203,9 @@ impl Gen {
         }
     }
 
-    /// Whether engine `id` can reach host memory (spec §2.5): every V2 engine; on V3 the H2T
-    /// engines 128-131 and the SENG engines 32i + {4-7, 12-15, 20-23, 28-31}. The spec lists
-    /// the engines the driver gives host addresses to [D] and assumes the others cannot reach
+    /// Whether engine `id` can reach host memory (hardware.rst §2.5): every V2 engine; on V3 the
+    /// H2T engines 128-131 and the SENG engines 32i + {4-7, 12-15, 20-23, 28-31}. hardware.rst
+    /// lists the engines the driver gives host addresses to [D] and assumes the others cannot reach
     /// the host [I]; [`crate::Options::host_connectivity`] turns the rule off.
     pub fn has_host_connectivity(self, id: u32) -> bool {
         match self {
@@ -214,7 +214,8 @@ impl Gen {
         }
     }
 
-    /// True for V3 SENG engines (ids < 128), whose driver init masks ring-id errors (spec §3.5).
+    /// True for V3 SENG engines (ids < 128), whose driver init masks ring-id errors
+    /// (hardware.rst §3.5).
     pub fn is_seng(self, id: u32) -> bool {
         self == Gen::V3 && id < 128
     }

@@ -6,7 +6,7 @@
 //! [`mem::GuestMemory`]; device memory (HBM) is a memfd-backed
 //! [`mem::FlatMemory`] exposed as BAR4.
 //!
-//! Behaviour follows `shared/spec/udma-hw-spec.md` §1-4 and §8; model-specific
+//! Behaviour follows `Documentation/hardware.rst` §1-4 and §8; model-specific
 //! choices are documented in `Documentation/udma-sim.rst`.
 
 pub mod control;
@@ -37,30 +37,30 @@ pub struct Config {
     pub hbm_size: u64,
     /// Descriptor trace file, if any.
     pub trace: Option<PathBuf>,
-    /// Behaviour where the spec only infers what the silicon does ([I] rules).
+    /// Behaviour where hardware.rst only infers what the silicon does ([I] rules).
     pub options: Options,
 }
 
-/// Model choices for the rules the spec marks as inference [I]; [`Options::default`] is the
+/// Model choices for the rules hardware.rst marks as inference [I]; [`Options::default`] is the
 /// strict setting (as strict as the silicon may be), [`Options::lenient`] the old model.
 /// `Documentation/udma-sim.rst` ("Strictness") lists every rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
-    /// Unordered completion (spec §4.2 bit 30, §4.3 bit 26, §5.1, §8.2 item 7): the writes of
-    /// a packet without DMB or write barrier longer than [`engine::POSTED_WRITE_MAX`] bytes are
+    /// Unordered completion (hardware.rst §4.2 bit 30, §4.3 bit 26, §5.1, §8.2 item 7): the writes
+    /// of a packet without DMB or write barrier longer than [`engine::POSTED_WRITE_MAX`] bytes are
     /// held for this long (or until a later DMB packet, or a write-barrier packet completes),
     /// while later packets' writes land. `None`: every packet lands in order at once.
     pub unordered_delay: Option<Duration>,
     /// V3 SENG engines outside 32i + {4-7, 12-15, 20-23, 28-31} cannot reach host memory
-    /// (spec §2.5, "[I: assume no]"). `false`: every engine reaches host memory.
+    /// (hardware.rst §2.5: "assume they cannot [I]"). `false`: every engine reaches host memory.
     pub host_connectivity: bool,
-    /// Registers the driver must program reset to values that do not help it (spec §8.1 [I]):
-    /// `cfg_len` 0 (no 64 KiB encoding, maximum packet 0), `desc_pref_cfg_2` 0, IOFIC masks
+    /// Registers the driver must program reset to values that do not help it (hardware.rst §8.1
+    /// [I]): `cfg_len` 0 (no 64 KiB encoding, maximum packet 0), `desc_pref_cfg_2` 0, IOFIC masks
     /// and abort masks all ones. `false`: driver-like values.
     pub strict_reset: bool,
     /// An abort ends only by change_state NORMAL, and cause bits stay until software clears
-    /// them (spec §3.5, §8.3 [I]). `false`: a queue reset plus re-enable also clears the abort
-    /// and that error's cause bits.
+    /// them (hardware.rst §3.5, §8.3 [I]). `false`: a queue reset plus re-enable also clears the
+    /// abort and that error's cause bits.
     pub sticky_errors: bool,
 }
 
@@ -198,7 +198,7 @@ impl Device {
         }
     }
 
-    /// Device memory by device address (spec §1.3 HBM windows over BAR4).
+    /// Device memory by device address (hardware.rst §1.3 HBM windows over BAR4).
     pub fn hbm_map(&self) -> &Arc<mem::HbmMap> {
         &self.shared.hbm_map
     }
@@ -242,7 +242,7 @@ impl Device {
         }
     }
 
-    /// BAR0 read. Registers are accessed with aligned 32-bit reads only (spec §0 "Numbers",
+    /// BAR0 read. Registers are accessed with aligned 32-bit reads only (hardware.rst §0,
     /// `writel`/`readl`); any other size or alignment is logged as an error and reads all ones
     /// (as an unclaimed PCIe read does).
     pub fn bar0_read(&self, off: u64, data: &mut [u8]) {
@@ -254,7 +254,7 @@ impl Device {
         data.copy_from_slice(&self.read32(off).to_le_bytes());
     }
 
-    /// BAR0 write. Only aligned 32-bit writes reach a register (spec §0); any other size or
+    /// BAR0 write. Only aligned 32-bit writes reach a register (hardware.rst §0); any other size or
     /// alignment is logged as an error and dropped.
     pub fn bar0_write(&self, off: u64, data: &[u8]) {
         if data.len() != 4 || off & 3 != 0 {

@@ -37,17 +37,20 @@ struct Args {
     #[arg(long)]
     ready_file: Option<PathBuf>,
     /// Unordered completion: hold the writes of a barrier-free packet (> 64 bytes) for up to
-    /// this many milliseconds; 0 = every packet lands in order at once (spec §4.4, §5.1 [I]).
+    /// this many milliseconds; 0 = every packet lands in order at once (hardware.rst §4.4,
+    /// §5.1 [I]).
     #[arg(long, default_value_t = 100)]
     unordered_delay_ms: u64,
-    /// Let every V3 engine reach host memory (spec §2.5 assumes only the listed ones can [I]).
+    /// Let every V3 engine reach host memory (hardware.rst §2.5 assumes only the listed ones can
+    /// [I]).
     #[arg(long)]
     all_engines_reach_host: bool,
     /// Reset unwritten registers to driver-like values (cfg_len bit 24 set, 65 descriptors per
-    /// packet, errors unmasked) instead of the strict ones (spec §8.1 [I]).
+    /// packet, errors unmasked) instead of the strict ones (hardware.rst §8.1 [I]).
     #[arg(long)]
     driver_reset_values: bool,
-    /// A queue reset plus re-enable also ends an abort and clears its cause bits (spec §8.3 [I]).
+    /// A queue reset plus re-enable also ends an abort and clears its cause bits (hardware.rst
+    /// §8.3 [I]).
     #[arg(long)]
     reinit_clears_abort: bool,
     /// More logging (-v: debug, -vv: trace). RUST_LOG overrides.

@@ -1,6 +1,6 @@
 //! Guest memory abstraction.
 //!
-//! The engine reaches two address spaces (spec §1.3): host memory (guest RAM,
+//! The engine reaches two address spaces (hardware.rst §1.3): host memory (guest RAM,
 //! made available by vfio-user DMA_MAP messages, or an in-memory buffer in
 //! tests) and device memory (HBM, backing BAR4). Both implement
 //! [`GuestMemory`], which resolves an address to a contiguous host span. The

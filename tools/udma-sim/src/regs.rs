@@ -1,62 +1,66 @@
 //! Register offsets and bit fields of one UDMA engine block.
 //!
 //! All offsets are *unit offsets*: bytes from the start of one engine's register
-//! block (spec §3.1). All registers are 32 bits wide, little-endian. This module
+//! block (hardware.rst §3.1). All registers are 32 bits wide, little-endian. This module
 //! is the only place where register numbers appear; the rest of the model uses
 //! these names.
 
-/// Size of one engine's register block in bytes (`sizeof(struct unit_regs_v4)`, spec §2.1/§3.1).
+/// Size of one engine's register block in bytes (`sizeof(struct unit_regs_v4)`,
+/// hardware.rst §2.1/§3.1).
 pub const UNIT_FOOTPRINT: u32 = 0x3C800;
-/// Number of queues per engine (`DMA_MAX_Q_V4`, spec §2.1).
+/// Number of queues per engine (`DMA_MAX_Q_V4`, hardware.rst §2.1).
 pub const QUEUES_PER_ENGINE: usize = 16;
 
-/// Start of the M2S (Tx) queue banks; queue `q` is at `M2S_Q_BASE + q * Q_STRIDE` (spec §3.1).
+/// Start of the M2S (Tx) queue banks; queue `q` is at `M2S_Q_BASE + q * Q_STRIDE`
+/// (hardware.rst §3.1).
 pub const M2S_Q_BASE: u32 = 0x1000;
-/// Start of the S2M (Rx) queue banks; queue `q` is at `S2M_Q_BASE + q * Q_STRIDE` (spec §3.1).
+/// Start of the S2M (Rx) queue banks; queue `q` is at `S2M_Q_BASE + q * Q_STRIDE`
+/// (hardware.rst §3.1).
 pub const S2M_Q_BASE: u32 = 0x21000;
-/// Distance between two queue banks in bytes (spec §3.1).
+/// Distance between two queue banks in bytes (hardware.rst §3.1).
 pub const Q_STRIDE: u32 = 0x1000;
 
-// ---- engine-level M2S registers (spec §3.2) ----
-/// `m2s.state`: four 2-bit fields (spec §3.2).
+// ---- engine-level M2S registers (hardware.rst §3.2) ----
+/// `m2s.state`: four 2-bit fields (hardware.rst §3.2).
 pub const M2S_STATE: u32 = 0x200;
-/// `m2s.change_state`: bit 0 normal, bit 1 disable, bit 2 abort (spec §3.2).
+/// `m2s.change_state`: bit 0 normal, bit 1 disable, bit 2 abort (hardware.rst §3.2).
 pub const M2S_CHANGE_STATE: u32 = 0x204;
-/// `m2s.err_log_mask` (spec §3.2).
+/// `m2s.err_log_mask` (hardware.rst §3.2).
 pub const M2S_ERR_LOG_MASK: u32 = 0x20C;
-/// `m2s.cfg_len`: [19:0] max packet bytes, [24] length 0 means 64 KiB (spec §3.2).
+/// `m2s.cfg_len`: [19:0] max packet bytes, [24] length 0 means 64 KiB (hardware.rst §3.2).
 pub const M2S_CFG_LEN: u32 = 0x254;
-/// `m2s.stream_cfg`: [0] disable (spec §3.2); the M2S stream stops while set.
+/// `m2s.stream_cfg`: [0] disable (hardware.rst §3.2); the M2S stream stops while set.
 pub const M2S_STREAM_CFG: u32 = 0x258;
-/// `m2s_rd.desc_pref_cfg_2`: [7:0] max descriptors per packet (spec §3.2).
+/// `m2s_rd.desc_pref_cfg_2`: [7:0] max descriptors per packet (hardware.rst §3.2).
 pub const M2S_DESC_PREF_CFG_2: u32 = 0x304;
 
-// ---- engine-level S2M registers (spec §3.3) ----
-/// `s2m.state` (spec §3.3).
+// ---- engine-level S2M registers (hardware.rst §3.3) ----
+/// `s2m.state` (hardware.rst §3.3).
 pub const S2M_STATE: u32 = 0x20200;
-/// `s2m.change_state` (spec §3.3).
+/// `s2m.change_state` (hardware.rst §3.3).
 pub const S2M_CHANGE_STATE: u32 = 0x20204;
 
-/// `s2m.stream_cfg`: [0] disable, [4] flush, [8] stop prefetch (spec §3.3); the S2M stream
+/// `s2m.stream_cfg`: [0] disable, [4] flush, [8] stop prefetch (hardware.rst §3.3); the S2M stream
 /// stops while bit 0 is set.
 pub const S2M_STREAM_CFG: u32 = 0x20250;
 /// `stream_cfg` bit 0: stream disabled.
 pub const STREAM_DISABLE: u32 = 1 << 0;
 
-/// `cfg_len` bit 24: a descriptor length of 0 encodes 65536 bytes (spec §3.2).
+/// `cfg_len` bit 24: a descriptor length of 0 encodes 65536 bytes (hardware.rst §3.2).
 pub const CFG_LEN_64K: u32 = 1 << 24;
-/// `cfg_len` [19:0]: maximum packet length in bytes (spec §3.2).
+/// `cfg_len` [19:0]: maximum packet length in bytes (hardware.rst §3.2).
 pub const CFG_LEN_MAX_MASK: u32 = 0x000F_FFFF;
-/// `desc_pref_cfg_2` [7:0]: maximum descriptors per packet (spec §3.2).
+/// `desc_pref_cfg_2` [7:0]: maximum descriptors per packet (hardware.rst §3.2).
 pub const MAX_DESCS_MASK: u32 = 0xFF;
-/// Max descriptors per packet if 0x304 was never written (V2/V3 driver value, spec §3.6 step 19).
+/// Max descriptors per packet if 0x304 was never written (V2/V3 driver value, hardware.rst
+/// §3.6 step 19).
 pub const DEFAULT_MAX_DESCS: u32 = 65;
 
-/// change_state bit: go to normal (spec §3.2).
+/// change_state bit: go to normal (hardware.rst §3.2).
 pub const CHANGE_STATE_NORMAL: u32 = 1 << 0;
-/// change_state bit: disable (idle) (spec §3.2).
+/// change_state bit: disable (idle) (hardware.rst §3.2).
 pub const CHANGE_STATE_DISABLE: u32 = 1 << 1;
-/// change_state bit: abort (spec §3.2).
+/// change_state bit: abort (hardware.rst §3.2).
 pub const CHANGE_STATE_ABORT: u32 = 1 << 2;
 /// State register value with all four fields idle (0).
 pub const STATE_IDLE: u32 = 0x0000;
@@ -65,7 +69,7 @@ pub const STATE_NORMAL: u32 = 0x1111;
 /// State register value with all four fields abort (2).
 pub const STATE_ABORT: u32 = 0x2222;
 
-// ---- per-queue bank registers (offsets inside a bank, spec §3.4) ----
+// ---- per-queue bank registers (offsets inside a bank, hardware.rst §3.4) ----
 /// Queue cfg: [16] prefetch enable, [17] scheduling/stream enable.
 pub const Q_CFG: u32 = 0x20;
 /// Queue status (raw, reported as `hw_status`).
@@ -86,7 +90,8 @@ pub const Q_TAIL: u32 = 0x3C;
 pub const Q_COMP_BASE_LO: u32 = 0x44;
 /// Completion ring base high (stored only).
 pub const Q_COMP_BASE_HI: u32 = 0x48;
-/// Completion head (RO): [23:0] completed descriptors mod length, [31:30] ring id (spec §8.4).
+/// Completion head (RO): [23:0] completed descriptors mod length, [31:30] ring id
+/// (hardware.rst §8.4).
 pub const Q_COMP_HEAD: u32 = 0x4C;
 /// S2M comp_cfg (stored only).
 pub const S2M_Q_COMP_CFG: u32 = 0x54;
@@ -105,9 +110,9 @@ pub const Q_CFG_PREFETCH_EN: u32 = 1 << 16;
 pub const Q_CFG_SCHED_EN: u32 = 1 << 17;
 /// Both enable bits; a queue processes only when both are set.
 pub const Q_CFG_ENABLE: u32 = Q_CFG_PREFETCH_EN | Q_CFG_SCHED_EN;
-/// Queue cfg reset value assumed by the driver (spec §3.4, §8.1).
+/// Queue cfg reset value assumed by the driver (hardware.rst §3.4, §8.1).
 pub const Q_CFG_RESET: u32 = 0x0300_0000;
-/// M2S rlimit mask reset value (spec §8.1).
+/// M2S rlimit mask reset value (hardware.rst §8.1).
 pub const RLIMIT_MASK_RESET: u32 = 0x7;
 /// q_sw_ctrl bit 8: queue reset.
 pub const Q_SW_CTRL_RESET: u32 = 1 << 8;
@@ -116,7 +121,7 @@ pub const PTR_INDEX_MASK: u32 = 0x00FF_FFFF;
 /// Pointer registers: ring id field shift ([31:30]).
 pub const PTR_RING_ID_SHIFT: u32 = 30;
 
-// ---- IOFIC groups (spec §3.5) ----
+// ---- IOFIC groups (hardware.rst §3.5) ----
 /// Secondary IOFIC group A: M2S error causes.
 pub const IOFIC_SEC_A: u32 = 0x3A000;
 /// Secondary IOFIC group B: S2M error causes.
@@ -144,10 +149,10 @@ pub const MAIN_D_SUM_B: u32 = 1 << 9;
 /// Main group D summary bit for secondary group C.
 pub const MAIN_D_SUM_C: u32 = 1 << 10;
 
-/// `spare_reg.zeroes0` (spec §3.5); stored and read back.
+/// `spare_reg.zeroes0` (hardware.rst §3.5); stored and read back.
 pub const SPARE_REG: u32 = 0x3B460;
 
-/// M2S error cause bits (secondary group A, spec §3.5).
+/// M2S error cause bits (secondary group A, hardware.rst §3.5).
 pub mod m2s_cause {
     /// Stream serial mismatch; used by the model for Tx/Rx length mismatch.
     pub const LEN_MISMATCH: u32 = 1 << 0;
@@ -171,7 +176,7 @@ pub mod m2s_cause {
     pub const RING_ID: u32 = 1 << 17;
 }
 
-/// S2M error cause bits (secondary group B, spec §3.5).
+/// S2M error cause bits (secondary group B, hardware.rst §3.5).
 pub mod s2m_cause {
     /// Data write AXI response error (bad destination address).
     pub const DATA_WRITE: u32 = 1 << 1;
@@ -185,7 +190,7 @@ pub mod s2m_cause {
     pub const LEN_MISMATCH: u32 = 1 << 24;
 }
 
-/// Descriptor word 0 (`len_ctrl`) and word 1 (`meta_ctrl`) fields (spec §4.2, §4.3).
+/// Descriptor word 0 (`len_ctrl`) and word 1 (`meta_ctrl`) fields (hardware.rst §4.2, §4.3).
 pub mod desc {
     /// Size of one descriptor in bytes.
     pub const SIZE: u64 = 16;
@@ -203,9 +208,10 @@ pub mod desc {
     pub const LAST: u32 = 1 << 27;
     /// [28] interrupt on completion (no interrupt is modelled).
     pub const INT_EN: u32 = 1 << 28;
-    /// Tx `len_ctrl` bits with no meaning for M2M (spec §4.2: [22:16] unused, [29] undefined).
+    /// Tx `len_ctrl` bits with no meaning for M2M (hardware.rst §4.2: [22:16] unused, [29]
+    /// undefined).
     pub const TX_UNDEFINED: u32 = 0x007F_0000 | 1 << 29;
-    /// Rx `len_ctrl` bits with no meaning (spec §4.2: only length, ring id and INT_EN are
+    /// Rx `len_ctrl` bits with no meaning (hardware.rst §4.2: only length, ring id and INT_EN are
     /// defined for S2M).
     pub const RX_UNDEFINED: u32 = !(LEN_MASK | RING_ID_MASK << RING_ID_SHIFT | INT_EN);
     /// [30] DMB barrier.

@@ -54,7 +54,7 @@ impl PciConfig {
         let mut s = [0u8; CONFIG_SIZE];
         s[0..2].copy_from_slice(&PCI_VENDOR_ID.to_le_bytes());
         s[2..4].copy_from_slice(&model.device_id().to_le_bytes());
-        s[8] = 0; // revision 0: real hardware flavour (not 255 QEMU / 240 EMU, spec §1.1)
+        s[8] = 0; // revision 0: real hardware flavour (not 255 QEMU / 240 EMU, hardware.rst §1.1)
         s[9..12].copy_from_slice(&CLASS_CODE.to_le_bytes()[..3]);
         s[0x2C..0x2E].copy_from_slice(&PCI_VENDOR_ID.to_le_bytes());
         s[0x2E..0x30].copy_from_slice(&model.device_id().to_le_bytes());

@@ -1,5 +1,5 @@
 //! Test rig: a device with in-memory guest RAM, driven like the driver does
-//! (spec §3.6 engine init, §3.7 queue init, §4.5 descriptor pairs, §3.8 doorbells).
+//! (hardware.rst §3.6 engine init, §3.7 queue init, §4.5 descriptor pairs, §3.8 doorbells).
 #![allow(dead_code)]
 
 use std::sync::Arc;
@@ -104,7 +104,7 @@ impl Rig {
         (if dir_tx { regs::M2S_Q_BASE } else { regs::S2M_Q_BASE }) + q * regs::Q_STRIDE
     }
 
-    /// Engine init as in spec §3.6 (the parts with model semantics plus a few stored ones).
+    /// Engine init as in hardware.rst §3.6 (the parts with model semantics plus a few stored ones).
     pub fn init_engine(&self, eng: u32) {
         for q in 0..16 {
             self.wr(eng, Self::bank(true, q) + regs::Q_CFG, 0x0003_0000);
@@ -129,7 +129,7 @@ impl Rig {
         self.wr(eng, 0x308, 0x4181);
     }
 
-    /// Queue init as in spec §3.7 with rings at guest-physical tx_gpa / rx_gpa.
+    /// Queue init as in hardware.rst §3.7 with rings at guest-physical tx_gpa / rx_gpa.
     pub fn init_queue(&self, eng: u32, q: u32, tx_gpa: u64, rx_gpa: u64, size: u32) -> SwQueue {
         for (tx, gpa) in [(true, tx_gpa), (false, rx_gpa)] {
             let b = Self::bank(tx, q);
@@ -169,7 +169,7 @@ impl Rig {
         self.wr(eng, Self::bank(tx, q) + regs::Q_DOORBELL, n);
     }
 
-    /// Copy start: Rx doorbell then Tx doorbell (spec §3.8).
+    /// Copy start: Rx doorbell then Tx doorbell (hardware.rst §3.8).
     pub fn start(&self, sq: &SwQueue, n: u32) {
         self.doorbell(sq.eng, sq.q, false, n);
         self.doorbell(sq.eng, sq.q, true, n);

@@ -12,7 +12,7 @@ const TX_RING: u64 = RAM_BASE;
 const RX_RING: u64 = RAM_BASE + 0x40000;
 const SRC: u64 = RAM_BASE + 0x10_0000;
 const DST: u64 = RAM_BASE + 0x80_0000;
-/// V2 H2T engine of NC0 (spec §2.3).
+/// V2 H2T engine of NC0 (hardware.rst §2.3).
 const E: u32 = 32;
 
 fn setup(model: Model, size: u32) -> (Rig, SwQueue) {
@@ -85,7 +85,8 @@ fn single_pair_host_to_host() {
 fn host_to_hbm_and_back_with_completion_marker() {
     let (rig, mut sq) = setup(Model::Inf2, 64);
     let data = rig.fill(SRC, 8192, 7);
-    // host -> HBM at device address 0x1000, HBM -> host, then the 4-byte marker pair (spec §5.1).
+    // host -> HBM at device address 0x1000, HBM -> host, then the 4-byte marker pair
+    // (hardware.rst §5.1).
     assert!(rig.ram.write(DST + 0x10000, &0xABCD_EF01u32.to_le_bytes()));
     rig.prepare(&mut sq, rig.host(SRC), 0x1000, 8192);
     rig.prepare(&mut sq, 0x1000, rig.host(DST), 8192);

@@ -88,7 +88,7 @@ fn ring_id_mismatch_tx_and_rx() {
 #[test]
 fn masked_ring_id_stalls_until_slot_valid() {
     let (rig, mut sq) = setup();
-    // V3 SENG style masking (spec §3.5): abort mask bit 17 set.
+    // V3 SENG style masking (hardware.rst §3.5): abort mask bit 17 set.
     let m = rig.rd(E, regs::IOFIC_SEC_A + regs::IOFIC_MASK) | m2s_cause::RING_ID;
     rig.wr(E, regs::IOFIC_SEC_A + regs::IOFIC_MASK, m);
     rig.wr(E, regs::IOFIC_SEC_A + regs::IOFIC_ABORT_MASK, m);
@@ -269,8 +269,8 @@ fn queue_reinit_keeps_abort_and_cause_bits() {
     rig.start(&sq, 1);
     rig.wait_abort(E);
     assert_eq!(rig.cause_b(E), s2m_cause::DATA_WRITE);
-    // Strict (spec §8.3 [I]): a full queue init (spec §3.7) of the failing queue neither ends
-    // the abort nor clears the cause bits.
+    // Strict (hardware.rst §8.3 [I]): a full queue init (hardware.rst §3.7) of the failing queue
+    // neither ends the abort nor clears the cause bits.
     let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
     assert_eq!(rig.rd(E, regs::M2S_STATE), regs::STATE_ABORT);
     assert_eq!(rig.rd(E, regs::S2M_STATE), regs::STATE_ABORT);

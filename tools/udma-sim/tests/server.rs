@@ -88,7 +88,7 @@ fn vfio_user_end_to_end() {
     let (tx_ring, rx_ring, src, dst) = (RAM_GPA, RAM_GPA + 0x10000, RAM_GPA + 0x20000, RAM_GPA + 0x30000);
     let data: Vec<u8> = (0..4096u32).map(|i| (i * 13) as u8).collect();
     assert!(ram.write(src, &data));
-    // The engine init steps the model depends on (spec §3.6 steps 6, 15, 16, 19).
+    // The engine init steps the model depends on (hardware.rst §3.6 steps 6, 15, 16, 19).
     wr32(&mut c, BAR0, eng + u64::from(regs::M2S_CFG_LEN), 0x010F_FFFF);
     wr32(&mut c, BAR0, eng + u64::from(regs::M2S_DESC_PREF_CFG_2), 0x0001_0041);
     wr32(&mut c, BAR0, eng + u64::from(regs::IOFIC_SEC_A + regs::IOFIC_ABORT_MASK), 0xF000_0000);

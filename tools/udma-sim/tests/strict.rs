@@ -113,7 +113,7 @@ fn v3_engines_without_host_connectivity_cannot_fetch_host_rings() {
     let le = rig.dev.last_error().unwrap();
     assert_eq!((le.engine, le.record.kind), (0, ErrorKind::DescFetch));
     assert_eq!(rig.cause_a(0), m2s_cause::DESC_FETCH);
-    // Engine 4 of the same SENG (spec 2.5) and the H2T engine 128 reach host memory.
+    // Engine 4 of the same SENG (hardware.rst §2.5) and the H2T engine 128 reach host memory.
     for e in [4, 128] {
         rig.init_engine(e);
         let mut sq = rig.init_queue(e, 2, TX_RING + 0x8000, RX_RING + 0x8000, 64);
@@ -156,7 +156,7 @@ fn masked_error_does_not_abort_and_the_marker_still_lands() {
     assert_eq!(rig.rd(E, regs::M2S_STATE), regs::STATE_NORMAL);
     assert_eq!(rig.cause_b(E), s2m_cause::DATA_WRITE);
     assert!(rig.dev.last_error().is_none());
-    // The driver's init (spec 3.6 steps 15/16) unmasks: the same copy aborts.
+    // The driver's init (hardware.rst §3.6 steps 15/16) unmasks: the same copy aborts.
     rig.init_engine(E);
     rig.prepare(&mut sq, rig.host(SRC), rig.host(0x7000_0000), 4096);
     rig.start(&sq, 1);
@@ -319,7 +319,7 @@ fn registers_are_32_bit_only() {
 
 #[test]
 fn device_addresses_follow_the_hbm_map() {
-    // Trn2, 16 MiB BAR4: four HBM windows of 4 MiB (spec 1.2 QEMU flavour, 1.3 bases).
+    // Trn2, 16 MiB BAR4: four HBM windows of 4 MiB (hardware.rst §1.2 QEMU flavour, 1.3 bases).
     let rig = Rig::new(Model::Trn2);
     let e = 128;
     rig.init_engine(e);
