@@ -18,6 +18,7 @@ use crate::{
     },
     queue::{self, FenceState, Queue, MAX_PAIRS_PER_SUBMISSION},
     ring::RingSize,
+    shim::{fatal_signal_pending, MappedFile},
 };
 use kernel::{
     device::Bound,
@@ -32,10 +33,6 @@ use kernel::{
     time::{delay::fsleep, Delta, Instant, Monotonic},
 };
 
-extern "C" {
-    fn neuron_udma_fatal_signal_pending() -> bool;
-}
-
 /// Default time a completion wait may take before the queue is declared stuck; on the
 /// driver's shared H2T queue, only a wait at least this long resets the queue.
 pub(crate) const DEFAULT_TIMEOUT: Delta = Delta::from_secs(10);
@@ -47,12 +44,6 @@ const SCRUB_BYTES: usize = MAX_DESC_BYTES as usize;
 const LOG_BURST: u32 = 10;
 /// Rate-limit window of the error messages.
 const LOG_WINDOW: Delta = Delta::from_secs(5);
-
-/// Whether the current task was killed (SIGKILL).
-pub(crate) fn fatal_signal_pending() -> bool {
-    // SAFETY: plain query of the current task.
-    unsafe { neuron_udma_fatal_signal_pending() }
-}
 
 /// How a wait treats signals.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -574,7 +565,7 @@ impl UdmaDevice {
         host: bool,
         size: u64,
         handle: u64,
-        owner_file: *mut kernel::bindings::file,
+        owner_file: MappedFile,
     ) -> Result<Arc<Buffer>> {
         if size == 0 {
             return Err(EINVAL);

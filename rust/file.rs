@@ -15,10 +15,10 @@ use crate::{
     queue::{Copy, PairRefs, Queue},
     regs::{M2s, S2m},
     ring::{RingState, MAX_DESCS, MIN_DESCS, RESERVE},
+    shim::{self, MappedFile},
     uapi, Registry,
 };
 use kernel::{
-    bindings,
     fs::{file::flags, File},
     miscdevice::{MiscDevice, MiscDeviceRegistration},
     mm::virt::VmaNew,
@@ -43,10 +43,6 @@ static NEXT_FILE_ID: Atomic<u64> = Atomic::new(1);
 /// handle can never name another buffer.
 static NEXT_HANDLE: Atomic<u64> = Atomic::new(1);
 
-extern "C" {
-    fn neuron_udma_mmap_buffer(vma: *mut c_void, priv_: *const c_void, size: u64) -> c_int;
-}
-
 struct FileState {
     /// The file's buffers (a vmalloc-backed array: no limit from the slab's largest block).
     bufs: KVVec<Arc<Buffer>>,
@@ -58,8 +54,8 @@ struct FileState {
 pub(crate) struct OpenFile {
     dev: Arc<UdmaDevice>,
     id: u64,
-    /// The `struct file`, for the buffers' user mappings (valid while this value lives).
-    file: usize,
+    /// The `struct file`, for the buffers' user mappings (open while this value lives).
+    file: MappedFile,
     #[pin]
     st: Mutex<FileState>,
     /// Held by the file's running `MEMCPY`: one at a time per file, so that threads cannot
@@ -67,11 +63,6 @@ pub(crate) struct OpenFile {
     #[pin]
     memcpy_slot: Mutex<()>,
 }
-
-// SAFETY: `file` is an address only used while the file is open; the rest is `Send + Sync`.
-unsafe impl Send for OpenFile {}
-// SAFETY: As above.
-unsafe impl Sync for OpenFile {}
 
 #[pinned_drop]
 impl PinnedDrop for OpenFile {
@@ -226,9 +217,7 @@ impl OpenFile {
         self.st.lock().bufs.reserve(1, GFP_KERNEL)?;
         let handle = NEXT_HANDLE.fetch_add(1, Relaxed);
         // Outside the file lock: a device buffer is scrubbed by the engine first.
-        let buf = self
-            .dev
-            .alloc_buffer(host, a.size, handle, self.file as *mut bindings::file)?;
+        let buf = self.dev.alloc_buffer(host, a.size, handle, self.file)?;
         a.handle = handle;
         a.mmap_offset = buf.mmap_offset;
         a.size = buf.size;
@@ -494,7 +483,7 @@ impl OpenFile {
             if start.elapsed() >= limit {
                 return Err(ETIMEDOUT);
             }
-            if crate::device::fatal_signal_pending() {
+            if shim::fatal_signal_pending() {
                 return Err(EINTR);
             }
             kernel::time::delay::fsleep(Delta::from_micros(200));
@@ -548,7 +537,7 @@ impl MiscDevice for OpenFile {
             try_pin_init!(OpenFile {
                 dev,
                 id: NEXT_FILE_ID.fetch_add(1, Relaxed),
-                file: file.as_ptr() as usize,
+                file: MappedFile::new(file),
                 st <- new_mutex!(FileState {
                     bufs: KVVec::new(),
                     queues: KVec::new(),
@@ -590,13 +579,13 @@ impl MiscDevice for OpenFile {
         // memory that was freed, whenever it was made.
         let priv_ = mem::vma_private(&buf);
         // SAFETY: `vma` is being set up by this call; `priv_` is a counted `Arc<Buffer>`
-        // reference that the VMA's close gives back.
-        let ret = unsafe { neuron_udma_mmap_buffer(vma.as_ptr().cast(), priv_, buf.size) };
-        if ret != 0 {
+        // reference from `vma_private`, which the VMA's close gives back.
+        let r = unsafe { shim::mmap_buffer(vma, priv_, buf.size) };
+        if r.is_err() {
             // SAFETY: the VMA did not take the reference: give it back here.
             unsafe { mem::neuron_udma_vma_put(priv_) };
         }
-        kernel::error::to_result(ret)
+        r
     }
 
     fn ioctl(me: Pin<&OpenFile>, file: &File, cmd: u32, arg: usize) -> Result<isize> {

@@ -4,6 +4,7 @@
 //! buffers (ranges of the device memory, HBM). User space names them by handle; the driver
 //! translates (handle, offset, size) into device-fabric addresses after a bounds check.
 
+use crate::shim::{self, MappedFile, UserCharge};
 use kernel::{
     dma::Coherent,
     new_mutex,
@@ -25,29 +26,14 @@ pub(crate) const MAX_HOST_BUFFER: u64 = 4 << 20;
 /// for firmware, hardware.rst §1.3); the driver's own tests use it.
 pub(crate) const DRAM_RESERVED: u64 = 16 << 20;
 
-extern "C" {
-    fn neuron_udma_zap(file: *mut c_void, offset: u64, len: u64);
-    fn neuron_udma_insert_page(vmf: *mut c_void, cpu_addr: *mut c_void) -> u32;
-    fn neuron_udma_charge(pages: usize, user: *mut *mut c_void) -> c_int;
-    fn neuron_udma_uncharge(user: *mut c_void, pages: usize);
-}
-
 /// Pinned host memory (buffers, queue rings) charged to the locked-memory count of the user
 /// who allocated it, limited by `RLIMIT_MEMLOCK` (as io_uring charges pinned pages); given back
 /// on drop. The charge belongs to the user, so a process cannot escape the limit by allocating
 /// through a shared file and exiting.
 pub(crate) struct Charge {
-    /// The charged `struct user_struct` (a counted reference).
-    user: *mut c_void,
-    /// Pages charged.
-    pages: usize,
+    /// Given back when dropped.
+    _user: UserCharge,
 }
-
-// SAFETY: `user` is a counted reference that may be dropped from any task; the uncharge is an
-// atomic subtraction.
-unsafe impl Send for Charge {}
-// SAFETY: `Charge` has no method taking `&self`.
-unsafe impl Sync for Charge {}
 
 impl Charge {
     /// Charges `bytes` (rounded up to pages) to the calling user.
@@ -58,18 +44,9 @@ impl Charge {
     /// `CAP_IPC_LOCK` are not limited).
     pub(crate) fn new(bytes: u64) -> Result<Self> {
         let pages = usize::try_from(bytes.div_ceil(PAGE_SIZE as u64)).map_err(|_| ENOMEM)?;
-        let mut user = core::ptr::null_mut();
-        // SAFETY: `user` is a valid out pointer; the function charges the current user.
-        kernel::error::to_result(unsafe { neuron_udma_charge(pages, &mut user) })?;
-        Ok(Self { user, pages })
-    }
-}
-
-impl Drop for Charge {
-    fn drop(&mut self) {
-        // SAFETY: `user` was charged `pages` by `neuron_udma_charge`, which took the reference
-        // this gives back.
-        unsafe { neuron_udma_uncharge(self.user, self.pages) };
+        Ok(Self {
+            _user: UserCharge::new(pages)?,
+        })
     }
 }
 
@@ -98,8 +75,8 @@ pub(crate) struct Buffer {
     pub(crate) size: u64,
     /// Offset for mmap() of a host buffer (unique per device, never reused); 0 for device.
     pub(crate) mmap_offset: u64,
-    /// The owning open file (`struct file`), whose mapping holds the buffer's user mappings.
-    owner_file: usize,
+    /// The owning open file, whose mapping holds the buffer's user mappings.
+    owner_file: MappedFile,
     /// Synchronous copies (`MEMCPY`) using the buffer right now.
     users: Atomic<u32>,
     /// Prepared descriptor pairs referencing the buffer that the engine may still process.
@@ -113,20 +90,13 @@ pub(crate) struct Buffer {
     backing: Mutex<Option<Backing>>,
 }
 
-// SAFETY: `owner_file` is only an address passed to `neuron_udma_zap` while the file is open
-// (a buffer's memory is freed at the latest when its file is released or the device unbound,
-// and both happen while the `struct file` exists); everything else is `Send`.
-unsafe impl Send for Buffer {}
-// SAFETY: As above; shared access goes through the mutex and atomics.
-unsafe impl Sync for Buffer {}
-
 impl Buffer {
     /// Creates a buffer record.
     pub(crate) fn new(
         handle: u64,
         size: u64,
         mmap_offset: u64,
-        owner_file: *mut kernel::bindings::file,
+        owner_file: MappedFile,
         backing: Backing,
     ) -> Result<Arc<Self>> {
         Arc::pin_init(
@@ -134,7 +104,7 @@ impl Buffer {
                 handle,
                 size,
                 mmap_offset,
-                owner_file: owner_file as usize,
+                owner_file,
                 users: Atomic::new(0),
                 inflight: Atomic::new(0),
                 table_index: Atomic::new(usize::MAX),
@@ -183,7 +153,7 @@ impl Buffer {
     /// Maps page `pgoff` (in units of the file's page offsets) of this host buffer at the
     /// faulting address of `vmf`. Returns the `vm_fault_t` of the insertion, or `None` when
     /// the page does not exist: out of range, a device buffer, or freed.
-    fn fault(&self, pgoff: u64, vmf: *mut c_void) -> Option<u32> {
+    fn fault(&self, pgoff: u64, vmf: *mut kernel::bindings::vm_fault) -> Option<u32> {
         let idx = pgoff.checked_sub(self.mmap_offset >> PAGE_SHIFT)?;
         if idx >= self.size >> PAGE_SHIFT {
             return None;
@@ -201,7 +171,7 @@ impl Buffer {
         }
         // SAFETY: `off` lies inside the allocation, which stays alive while `backing` is held;
         // `vmf` is the fault being handled (see `neuron_udma_vma_fault`).
-        Some(unsafe { neuron_udma_insert_page(vmf, mem.as_mut_ptr().cast::<u8>().add(off).cast()) })
+        Some(unsafe { shim::insert_page(vmf, mem.as_mut_ptr().cast::<u8>().add(off).cast()) })
     }
 
     /// Records that the owning file is released (no mapping can exist any more). Taken under
@@ -228,9 +198,7 @@ impl Buffer {
                 // SAFETY: `owner_file` is the open file that created the buffer, not released
                 // yet (its release marks the buffer before freeing it, and waits for this lock
                 // in its own `free`), so the `struct file` is alive.
-                unsafe {
-                    neuron_udma_zap(self.owner_file as *mut c_void, self.mmap_offset, self.size)
-                };
+                unsafe { self.owner_file.zap(self.mmap_offset, self.size) };
             }
             old
         };
@@ -323,7 +291,7 @@ pub(crate) unsafe extern "C" fn neuron_udma_vma_put(priv_: *const c_void) {
 pub(crate) unsafe extern "C" fn neuron_udma_vma_fault(
     priv_: *const c_void,
     pgoff: u64,
-    vmf: *mut c_void,
+    vmf: *mut kernel::bindings::vm_fault,
 ) -> u32 {
     // SAFETY: the VMA holds a reference to the buffer for as long as it exists.
     let buf = unsafe { &*priv_.cast::<Buffer>() };

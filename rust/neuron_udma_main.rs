@@ -29,6 +29,7 @@ mod mem;
 mod queue;
 mod regs;
 mod ring;
+mod shim;
 mod uapi;
 
 /// Names of the character devices, one per bound device (`MiscDeviceOptions` needs `'static`).

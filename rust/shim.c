@@ -12,7 +12,7 @@
 #include <linux/sched/user.h>
 #include <linux/sched/signal.h>
 
-/* Called from Rust (rust/file.rs, rust/mem.rs, rust/device.rs). */
+/* Called from Rust through the typed wrappers of rust/shim.rs. */
 int neuron_udma_mmap_buffer(struct vm_area_struct *vma, const void *priv, u64 size);
 void neuron_udma_zap(struct file *file, u64 offset, u64 len);
 vm_fault_t neuron_udma_insert_page(struct vm_fault *vmf, void *cpu_addr);
