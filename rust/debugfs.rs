@@ -267,7 +267,6 @@ const SLOTS_PER_RING: usize = (HISTORY + MAX_OUTSTANDING) as usize;
 /// Copies the history and outstanding slots of one ring into `out` (which has the capacity).
 fn collect_ring(q: &crate::queue::Queue, tx: bool, st: &RingState, out: &mut KVec<Slot>) -> Result {
     let descs = st.size().descs();
-    let mask = descs - 1;
     let ack = st.ack_index();
     let outstanding = st.outstanding();
     let history = HISTORY.min(descs - outstanding);
@@ -283,10 +282,10 @@ fn collect_ring(q: &crate::queue::Queue, tx: bool, st: &RingState, out: &mut KVe
         .map_err(|_| ENOMEM)
     };
     for k in (1..=history).rev() {
-        push(ack.wrapping_sub(k) & mask, true)?;
+        push(st.size().index(ack.wrapping_sub(k)), true)?;
     }
-    for i in 0..outstanding.min(MAX_OUTSTANDING) {
-        push(ack.wrapping_add(i) & mask, false)?;
+    for i in st.size().slots(ack, outstanding.min(MAX_OUTSTANDING)) {
+        push(i, false)?;
     }
     Ok(())
 }

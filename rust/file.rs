@@ -432,9 +432,7 @@ impl OpenFile {
             }
             completed += self.dev.with_queue(&cell, |q, _| {
                 let t = q.tx_state();
-                Ok(u64::from(
-                    t.ack_index().wrapping_sub(ack_before) & (t.size().descs() - 1),
-                ))
+                Ok(u64::from(t.size().distance(ack_before, t.ack_index())))
             })?;
             if last {
                 break;

@@ -278,12 +278,9 @@ impl Queue {
     /// init or pause): empty rings, ring id 1; every fence in flight is settled as
     /// [`FenceState::Lost`] and every buffer reference of a pair is dropped.
     fn forget_inflight(&mut self) {
-        let mask = self.tx.size().descs() - 1;
-        let mut i = self.tx.ack_index();
-        while i != self.tx.next_index() {
-            // PANIC: `i` is masked to the ring size, the length of `refs`.
+        for i in self.tx.outstanding_slots() {
+            // PANIC: slot indices are below the ring size, the length of `refs`.
             self.refs[i as usize] = [None, None];
-            i = (i + 1) & mask;
         }
         self.tx = RingState::new(self.tx.size());
         self.rx = RingState::new(self.rx.size());
@@ -484,7 +481,7 @@ impl Queue {
     /// flight, not yet acked): work that no fence covers yet.
     pub(crate) fn unfenced(&self) -> u32 {
         let from = self.fences.last().map_or(self.tx.ack_index(), |f| f.tx_end);
-        self.tx.next_index().wrapping_sub(from) & (self.tx.size().descs() - 1)
+        self.tx.size().distance(from, self.tx.next_index())
     }
 
     /// The outcome of fence `seq` (one of the caller's registrations). Once it is settled
@@ -536,14 +533,11 @@ impl Queue {
             return;
         };
         let f = self.fences[n];
-        let tx_mask = self.tx.size().descs() - 1;
-        let tx_n = f.tx_end.wrapping_sub(self.tx.ack_index()) & tx_mask;
-        let rx_n = f.rx_end.wrapping_sub(self.rx.ack_index()) & (self.rx.size().descs() - 1);
-        let mut i = self.tx.ack_index();
-        for _ in 0..tx_n {
-            // PANIC: `i` is masked to the ring size, the length of `refs`.
+        let tx_n = self.tx.size().distance(self.tx.ack_index(), f.tx_end);
+        let rx_n = self.rx.size().distance(self.rx.ack_index(), f.rx_end);
+        for i in self.tx.size().slots(self.tx.ack_index(), tx_n) {
+            // PANIC: slot indices are below the ring size, the length of `refs`.
             self.refs[i as usize] = [None, None];
-            i = (i + 1) & tx_mask;
         }
         // The fence was recorded from these rings, so the counts are outstanding ones: an
         // error here means the software state is corrupt, and the fences stay unsettled

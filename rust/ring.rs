@@ -63,6 +63,21 @@ impl RingSize {
         self.0
     }
 
+    /// Slot index of the free-running position `i`: `i` wrapped to the ring.
+    pub(crate) fn index(self, i: u32) -> u32 {
+        i & (self.0 - 1)
+    }
+
+    /// Slots from index `from` forward to index `to`, wrapping (0 when they are equal).
+    pub(crate) fn distance(self, from: u32, to: u32) -> u32 {
+        self.index(to.wrapping_sub(from))
+    }
+
+    /// The `n` slot indices from index `from` on, wrapping.
+    pub(crate) fn slots(self, from: u32, n: u32) -> impl Iterator<Item = u32> {
+        (0..n).map(move |k| self.index(from.wrapping_add(k)))
+    }
+
     /// Size of the ring memory in bytes (a multiple of [`ALIGN`], since 32 * 16 = 512).
     #[cfg_attr(not(neuron_udma_kunit), expect(dead_code))]
     pub(crate) fn bytes(self) -> usize {
@@ -98,10 +113,6 @@ impl RingState {
         }
     }
 
-    fn mask(&self) -> u32 {
-        self.size.0 - 1
-    }
-
     /// Ring size.
     pub(crate) fn size(&self) -> RingSize {
         self.size
@@ -132,7 +143,12 @@ impl RingState {
 
     /// Descriptors handed out and not yet acked.
     pub(crate) fn outstanding(&self) -> u32 {
-        self.next.wrapping_sub(self.ack) & self.mask()
+        self.size.distance(self.ack, self.next)
+    }
+
+    /// Slot indices handed out and not yet acked, oldest first.
+    pub(crate) fn outstanding_slots(&self) -> impl Iterator<Item = u32> {
+        self.size.slots(self.ack, self.outstanding())
     }
 
     /// Hands out the slot at `next`: returns its index and the ring id to stamp, then advances,
@@ -141,8 +157,8 @@ impl RingState {
     /// The caller checks [`Self::available`] first.
     pub(crate) fn take(&mut self) -> (u32, RingId) {
         let slot = (self.next, self.ring_id);
-        // INVARIANT: masked with size - 1.
-        self.next = (self.next + 1) & self.mask();
+        // INVARIANT: wrapped to the ring size.
+        self.next = self.size.index(self.next + 1);
         if self.next == 0 {
             self.ring_id = self.ring_id.next();
         }
@@ -158,8 +174,8 @@ impl RingState {
         if n > self.outstanding() {
             return Err(EINVAL);
         }
-        // INVARIANT: masked with size - 1.
-        self.ack = self.ack.wrapping_add(n) & self.mask();
+        // INVARIANT: wrapped to the ring size.
+        self.ack = self.size.index(self.ack.wrapping_add(n));
         Ok(())
     }
 }
@@ -224,6 +240,17 @@ mod tests {
         assert_eq!(r.outstanding(), 16);
         let big = RingState::new(RingSize::new(8192)?);
         assert_eq!(big.available(), 8176);
+        // Index arithmetic across the wrap.
+        let s = RingSize::new(32)?;
+        assert_eq!(
+            (s.index(33), s.distance(30, 2), s.distance(5, 5)),
+            (1, 4, 0)
+        );
+        let mut slots = KVec::new();
+        for i in s.slots(30, 4) {
+            slots.push(i, GFP_KERNEL)?;
+        }
+        assert_eq!(&slots[..], &[30, 31, 0, 1]);
         // A marker in the reserve: 17 of 32 outstanding leaves no free space, not 31.
         let mut r = RingState::new(RingSize::new(32)?);
         for _ in 0..17 {
