@@ -178,6 +178,9 @@ pub(crate) struct UdmaDevice {
     model_ctl: Option<pci::DevresBar<{ crate::regs::MODEL_CTL_SIZE }>>,
     /// Rate limit of the wait failures' messages.
     log_limit: RateLimit,
+    /// Non-zero while bound: [`DevState::alive`] for the per-ioctl check, which so takes no
+    /// lock shared by every user (cleared under the state lock, before anything is torn down).
+    bound: Atomic<u32>,
     #[pin]
     state: Mutex<DevState>,
 }
@@ -200,6 +203,7 @@ impl UdmaDevice {
                 dram_size,
                 model_ctl,
                 log_limit: RateLimit::new(),
+                bound: Atomic::new(1),
                 state <- new_mutex!(DevState {
                     alive: true,
                     engines_init: [0; 3],
@@ -539,9 +543,10 @@ impl UdmaDevice {
         Ok(())
     }
 
-    /// Whether the device is still bound.
+    /// Whether the device is still bound: a lock-free early check; every path that touches
+    /// the device or its memory checks again under the state lock.
     pub(crate) fn is_alive(&self) -> bool {
-        self.state.lock().alive
+        self.bound.load(Relaxed) != 0
     }
 
     /// Bytes of device memory available to user buffers.
@@ -739,6 +744,7 @@ impl UdmaDevice {
         let queues = {
             let mut st = self.state.lock();
             st.alive = false;
+            self.bound.store(0, Relaxed);
             st.h2t = None;
             core::mem::take(&mut st.queues)
         };
