@@ -178,6 +178,9 @@ pub(crate) struct UdmaDevice {
     model_ctl: Option<pci::DevresBar<{ crate::regs::MODEL_CTL_SIZE }>>,
     /// Rate limit of the wait failures' messages.
     log_limit: RateLimit,
+    /// Orphans in [`DevState::orphans`] (updated under the state lock): lets [`Self::reap`]
+    /// return at once, without a lock, when there is nothing to reap.
+    orphan_count: Atomic<u32>,
     /// Non-zero while bound: [`DevState::alive`] for the per-ioctl check, which so takes no
     /// lock shared by every user (cleared under the state lock, before anything is torn down).
     bound: Atomic<u32>,
@@ -204,6 +207,7 @@ impl UdmaDevice {
                 model_ctl,
                 log_limit: RateLimit::new(),
                 bound: Atomic::new(1),
+                orphan_count: Atomic::new(0),
                 state <- new_mutex!(DevState {
                     alive: true,
                     engines_init: [0; 3],
@@ -273,6 +277,9 @@ impl UdmaDevice {
                 break;
             }
             if start.elapsed() >= timeout {
+                // The earlier copy may be on a stuck queue that nobody else waits on.
+                self.reset_if_stuck(&cell)?;
+                self.reap_orphans(&cell);
                 return Err(ETIMEDOUT);
             }
             if fatal_signal_pending() {
@@ -298,6 +305,7 @@ impl UdmaDevice {
             let mut st = self.state.lock();
             if st.orphans.reserve(1, GFP_KERNEL).is_ok() {
                 // Cannot fail: capacity was reserved.
+                self.orphan_count.fetch_add(1, Relaxed);
                 let _ = st.orphans.push_within_capacity(Orphan {
                     seq,
                     file,
@@ -337,6 +345,9 @@ impl UdmaDevice {
 
     /// [`Self::reap_orphans`] on the shared H2T queue (a no-op after unbind).
     pub(crate) fn reap(&self) {
+        if self.orphan_count.load(Relaxed) == 0 {
+            return;
+        }
         if let Ok(cell) = self.h2t() {
             self.reap_orphans(&cell);
         }
@@ -374,6 +385,7 @@ impl UdmaDevice {
                     continue;
                 }
                 if let Ok(o) = st.orphans.remove(i) {
+                    self.orphan_count.fetch_sub(1, Relaxed);
                     let bufs = match &o.hold {
                         Hold::Buffers(g) => [g[0].buffer().clone(), g[1].buffer().clone()],
                         Hold::Dram(addr) => {
@@ -584,8 +596,9 @@ impl UdmaDevice {
             if size > MAX_HOST_BUFFER {
                 return Err(EINVAL);
             }
-            // Charged before anything is allocated.
-            let charge = Charge::new(size)?;
+            // Charged before anything is allocated, for what the allocation really pins:
+            // coherent memory comes in power-of-two blocks of pages.
+            let charge = Charge::new(size.checked_next_power_of_two().ok_or(EINVAL)?)?;
             let mut st = self.state.lock();
             if !st.alive {
                 return Err(ENODEV);
@@ -664,6 +677,7 @@ impl UdmaDevice {
             let mut st = self.state.lock();
             if st.orphans.reserve(1, GFP_KERNEL).is_ok() {
                 // Cannot fail: capacity was reserved.
+                self.orphan_count.fetch_add(1, Relaxed);
                 let _ = st.orphans.push_within_capacity(Orphan {
                     seq,
                     file: 0,
@@ -757,7 +771,10 @@ impl UdmaDevice {
             let mut st = self.state.lock();
             (
                 core::mem::take(&mut st.bufs),
-                core::mem::take(&mut st.orphans),
+                {
+                    self.orphan_count.store(0, Relaxed);
+                    core::mem::take(&mut st.orphans)
+                },
                 st.zeros.take(),
             )
         };
@@ -936,6 +953,24 @@ impl UdmaDevice {
         Err(err)
     }
 
+    /// Resets the queue in `cell` if it made no progress for [`DEFAULT_TIMEOUT`] with fences
+    /// in flight (a hung queue); logged at error level, rate-limited.
+    fn reset_if_stuck(&self, cell: &QueueCell) -> Result {
+        if self.with_queue(cell, |q, _| Ok(q.stalled_for()))? < DEFAULT_TIMEOUT {
+            return Ok(());
+        }
+        if self.log_limit.allow() {
+            dev_err!(
+                self.pdev,
+                "engine {} queue {}: no progress for {} s; resetting the queue\n",
+                cell.eng,
+                cell.qid,
+                DEFAULT_TIMEOUT.as_millis() / 1000
+            );
+        }
+        self.reset_queue(cell)
+    }
+
     /// Resets the queue in `cell` (full queue init, ring id 1, fences dropped) and returns its
     /// engine to normal operation if it is still aborted.
     pub(crate) fn reset_queue(&self, cell: &QueueCell) -> Result {
@@ -1059,6 +1094,9 @@ impl UdmaDevice {
                 // caller's time.
                 None => {
                     if start.elapsed() >= timeout {
+                        // A queue whose slots are all held by submissions that no longer
+                        // complete is stuck: reset it, whoever waits.
+                        self.reset_if_stuck(cell)?;
                         return Err(ETIMEDOUT);
                     }
                     if mode != WaitMode::Uninterruptible && fatal_signal_pending() {

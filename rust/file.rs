@@ -599,6 +599,11 @@ impl MiscDevice for OpenFile {
         {
             return Err(EBADF);
         }
+        if !matches!(cmd, IOC_INFO | IOC_QUEUE_STATE) {
+            // Resources of abandoned copies come back as soon as the engine is done with them
+            // (checked at every call that may need them).
+            me.dev.reap();
+        }
         match cmd {
             IOC_INFO => {
                 let info = me.info()?;

@@ -44,6 +44,8 @@ pub(crate) const MARKER_BARRIER: Barrier = Barrier::Dmb;
 /// Most data pairs the driver puts in front of one marker pair (hardware.rst §6.1: 2032 + 1 per
 /// doorbell).
 pub(crate) const MAX_PAIRS_PER_SUBMISSION: u32 = 2032;
+/// Bytes of a page, for the memory a queue is charged for.
+const PAGE_BYTES: u64 = kernel::page::PAGE_SIZE as u64;
 /// Completion slots of a queue, i.e. the most fences in flight at once.
 pub(crate) const FENCE_SLOTS: usize = 256;
 
@@ -245,10 +247,19 @@ impl Queue {
     /// rings, the completion slots and the per-slot pair references (what [`Self::new`]
     /// allocates).
     pub(crate) fn memory_bytes(tx_descs: u32, rx_descs: u32) -> u64 {
-        let descs = u64::from(tx_descs) + u64::from(rx_descs);
-        descs * DESC_SIZE as u64
-            + u64::from(tx_descs) * core::mem::size_of::<PairRefs>() as u64
-            + (FENCE_SLOTS * core::mem::size_of::<CompletionSlot>()) as u64
+        // Coherent memory comes in power-of-two blocks of pages; the other allocations are
+        // counted in whole pages.
+        let block = |bytes: u64| bytes.max(PAGE_BYTES).next_power_of_two();
+        let pages = |bytes: u64| bytes.div_ceil(PAGE_BYTES) * PAGE_BYTES;
+        let size_of = |n: usize, each: usize| (n * each) as u64;
+        block(u64::from(tx_descs) * DESC_SIZE as u64)
+            + block(u64::from(rx_descs) * DESC_SIZE as u64)
+            + block(size_of(FENCE_SLOTS, core::mem::size_of::<CompletionSlot>()))
+            + pages(u64::from(tx_descs) * core::mem::size_of::<PairRefs>() as u64)
+            + pages(
+                size_of(FENCE_SLOTS, core::mem::size_of::<Fence>())
+                    + size_of(FENCE_SLOTS, core::mem::size_of::<SlotRecord>()),
+            )
     }
 
     fn q(&self) -> usize {
