@@ -264,4 +264,130 @@ TEST(queue_rings_pin_at_most_memlock)
 	munmap(r, sizeof(*r));
 }
 
+/* ---- 4: unbind and rebind with an orphan, a mapping and a queue of a live file ---- */
+
+struct unb_report {
+	volatile int ready, rebound;
+	int step, err;
+	int memcpy_ret, alloc1, alloc2, queue_ret, old_ioctl, probe;
+};
+
+static int unb_child(void *arg)
+{
+	struct unb_report *r = arg;
+	struct ubuf a, b, c, d;
+	unsigned char v;
+	double t0;
+	int fd, fd2;
+
+	r->step = 1;
+	if (sec_memlock(8 * MIB) || sec_probe_install())
+		return 1;
+	fd = udma_open();
+	if (fd < 0)
+		return r->err = fd, 2;
+	r->step = 2;
+	r->err = ubuf_host(fd, 4 * MIB, &a);
+	if (!r->err)
+		r->err = ubuf_host(fd, 2 * MIB, &b);
+	if (r->err)
+		return 3;
+	memset(a.map, 0x5a, 4 * MIB);
+	r->err = queue_init(fd, ORPH_ENGINE, 1, 32, 32);
+	if (r->err)
+		return 4;
+	r->step = 3;
+	if (bar2_fault(&orph_bar2, FAULT_STALL, orph_h2t, 0, 2000))
+		return 5;
+	r->memcpy_ret = udma_memcpy(fd, &a, 0, &b, 0, 64 * KIB, 10);
+	r->ready = 1;
+	t0 = now_ms();
+	while (!r->rebound && now_ms() - t0 < 30000)
+		sleep_ms(10);
+	if (!r->rebound)
+		return 6;
+	r->step = 4;
+	/*
+	 * The unbound device's memory and charges are gone: 7 MiB and a queue fit the 8 MiB
+	 * budget again (with the old 6 MiB and queue still charged they would not).
+	 */
+	fd2 = udma_open();
+	if (fd2 < 0)
+		return r->err = fd2, 7;
+	r->alloc1 = ubuf_host(fd2, 4 * MIB, &c);
+	r->alloc2 = ubuf_host(fd2, 3 * MIB, &d);
+	if (!r->alloc1)
+		munmap(c.map, 4 * MIB);
+	if (!r->alloc2)
+		munmap(d.map, 3 * MIB);
+	r->queue_ret = queue_init(fd2, ORPH_ENGINE, 1, 32, 32);
+	r->old_ioctl = queue_init(fd, ORPH_ENGINE, 2, 32, 32);
+	r->probe = sec_probe(a.map, false, &v);
+	close(fd2);
+	close(fd);
+	r->step = 5;
+	return 0;
+}
+
+/*
+ * Unbind frees every buffer and queue and drops every orphan: a file that outlives the unbind
+ * keeps nothing pinned or charged (its user gets the whole RLIMIT_MEMLOCK back on the rebound
+ * device), its old mapping raises SIGBUS and its ioctls give ENODEV. The test also leaves the
+ * console for lockdep/KASAN to speak.
+ */
+TEST(unbind_with_orphan_gives_everything_back)
+{
+	struct unb_report *r = sec_shared(sizeof(*r));
+	struct neuron_udma_info info;
+	char bdf[64];
+	double t0;
+	int fd, ret;
+	pid_t pid;
+
+	ASSERT_NE(NULL, r);
+	ASSERT_EQ(0, sec_setup(0666));
+	fd = udma_open();
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, udma_info(fd, &info));
+	close(fd);
+	ASSERT_EQ(0, udma_bdf(bdf, sizeof(bdf)));
+	orph_h2t = h2t_engine(&info);
+	ASSERT_EQ(0, bar2_open(&orph_bar2));
+	bar2_write(&orph_bar2, BAR2_CLEAR, 1);
+	pid = sec_spawn(UID_A, unb_child, r);
+	ASSERT_LT(0, pid);
+	t0 = now_ms();
+	while (!r->ready && now_ms() - t0 < 20000)
+		sleep_ms(10);
+	ASSERT_EQ(1, r->ready) {
+		TH_LOG("child stuck at step %d: %s", r->step, strerror(-r->err));
+	}
+	ret = sysfs_write(UDMA_DRV_DIR "/unbind", bdf);
+	ASSERT_EQ(0, ret);
+	sleep_ms(2500);		/* the stall is over */
+	bar2_write(&orph_bar2, BAR2_CLEAR, 1);
+	ret = sysfs_write(UDMA_DRV_DIR "/bind", bdf);
+	ASSERT_EQ(0, ret);
+	t0 = now_ms();
+	while (sec_setup(0666) && now_ms() - t0 < 5000)
+		sleep_ms(50);
+	r->rebound = 1;
+	ret = sec_reap(pid);
+	bar2_close(&orph_bar2);
+	TH_LOG("MEMCPY %s; after unbind+bind: 4 + 3 MiB MEM_ALLOC %s / %s, QUEUE_INIT %s, old file's QUEUE_INIT %s, old mapping %s",
+	       strerror(-r->memcpy_ret), strerror(-r->alloc1), strerror(-r->alloc2),
+	       strerror(-r->queue_ret), strerror(-r->old_ioctl),
+	       r->probe == PROBE_OK ? "readable" : strsignal(r->probe));
+	ASSERT_EQ(0, ret) {
+		TH_LOG("child failed at step %d: %s", r->step, strerror(-r->err));
+	}
+	EXPECT_EQ(-ETIMEDOUT, r->memcpy_ret);
+	EXPECT_EQ(0, r->alloc1);
+	EXPECT_EQ(0, r->alloc2);
+	EXPECT_EQ(0, r->queue_ret);
+	EXPECT_EQ(-ENODEV, r->old_ioctl);
+	EXPECT_EQ(SIGBUS, r->probe);
+	munmap(r, sizeof(*r));
+}
+
 TEST_HARNESS_MAIN
