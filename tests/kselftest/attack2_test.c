@@ -390,4 +390,94 @@ TEST(unbind_with_orphan_gives_everything_back)
 	munmap(r, sizeof(*r));
 }
 
+/* ---- 5: a hung shared queue whose fence slots all belong to abandoned copies ---- */
+
+#define SLOTS_FILES 270		/* more than the 256 completion slots of the H2T queue */
+#define SLOTS_STALL_MS 24000
+
+FIXTURE(hang) {
+	int fds[SLOTS_FILES];
+	struct ubuf src[SLOTS_FILES], dst[SLOTS_FILES];
+};
+
+FIXTURE_SETUP(hang)
+{
+	int i;
+
+	ASSERT_EQ(0, bar2_open(&orph_bar2));
+	bar2_write(&orph_bar2, BAR2_CLEAR, 1);
+	for (i = 0; i < SLOTS_FILES; i++) {
+		self->fds[i] = udma_open();
+		ASSERT_LE(0, self->fds[i]);
+		memset(&self->src[i], 0, sizeof(self->src[i]));
+		memset(&self->dst[i], 0, sizeof(self->dst[i]));
+		ASSERT_EQ(0, raw_alloc(self->fds[i], NEURON_UDMA_MEM_HOST, 4096,
+				       &self->src[i].handle, NULL));
+		ASSERT_EQ(0, raw_alloc(self->fds[i], NEURON_UDMA_MEM_HOST, 4096,
+				       &self->dst[i].handle, NULL));
+	}
+}
+
+FIXTURE_TEARDOWN(hang)
+{
+	int i;
+
+	if (orph_bar2.regs)
+		bar2_write(&orph_bar2, BAR2_CLEAR, 1);
+	bar2_close(&orph_bar2);
+	for (i = 0; i < SLOTS_FILES; i++)
+		if (self->fds[i] >= 0)
+			close(self->fds[i]);
+}
+
+/*
+ * userspace-api.rst, MEMCPY: a timeout resets the shared queue when "the queue made no
+ * progress at all for 10 s (it is stuck)". Only a caller whose own submission is in flight can
+ * take that decision: when the H2T queue hangs while every completion slot belongs to an
+ * abandoned MEMCPY (one 10 ms MEMCPY from each of 270 files), later callers cannot submit
+ * (can_fence() is false), time out in copy_on()'s no-room branch without looking at the stall,
+ * and nobody ever resets the stuck queue: MEMCPY and device MEM_ALLOC of every user fail until
+ * the hang ends by itself (never, for a real hang) or the device is unbound.
+ */
+TEST_F_TIMEOUT(hang, full_slots_on_a_stuck_queue_are_recovered, 90)
+{
+	struct neuron_udma_info info;
+	int i, timeouts = 0, victim = -1, freed = -1, fd_v = udma_open();
+	struct ubuf vs = { 0 }, vd = { 0 };
+	double t0, tv;
+
+	ASSERT_LE(0, fd_v);
+	ASSERT_EQ(0, raw_alloc(fd_v, NEURON_UDMA_MEM_HOST, 4096, &vs.handle, NULL));
+	ASSERT_EQ(0, raw_alloc(fd_v, NEURON_UDMA_MEM_HOST, 4096, &vd.handle, NULL));
+
+	ASSERT_EQ(0, udma_info(self->fds[0], &info));
+	orph_h2t = h2t_engine(&info);
+	ASSERT_EQ(0, bar2_fault(&orph_bar2, FAULT_STALL, orph_h2t, 0, SLOTS_STALL_MS));
+	t0 = now_ms();
+	for (i = 0; i < SLOTS_FILES; i++)
+		if (udma_memcpy(self->fds[i], &self->src[i], 0, &self->dst[i], 0, 4096, 10) ==
+		    -ETIMEDOUT)
+			timeouts++;
+	/* The queue has made no progress for more than 10 s from here on. */
+	while (now_ms() - t0 < 11000)
+		sleep_ms(100);
+	tv = now_ms();
+	/* Another file's caller of the stuck queue, with a timeout of its own of 3 s. */
+	victim = udma_memcpy(fd_v, &vs, 0, &vd, 0, 4096, 3000);
+	tv = now_ms() - tv;
+	/* After a reset every abandoned copy is settled: file 1's buffer (in flight) is free. */
+	freed = mem_free(self->fds[1], self->dst[1].handle);
+	TH_LOG("%d of %d 10 ms MEMCPYs timed out; at %.0f ms (stuck > 10 s) a 3 s MEMCPY: %s after %.0f ms; then MEM_FREE of an abandoned copy's buffer: %s",
+	       timeouts, SLOTS_FILES, now_ms() - t0 - tv, victim ? strerror(-victim) : "0", tv,
+	       freed ? strerror(-freed) : "0 (the queue was reset)");
+	EXPECT_EQ(SLOTS_FILES, timeouts);
+	EXPECT_EQ(0, freed) {
+		TH_LOG("nobody reset the stuck shared queue");
+	}
+	/* Let the model's stall end before the next test. */
+	while (now_ms() - t0 < SLOTS_STALL_MS + 500)
+		sleep_ms(100);
+	close(fd_v);
+}
+
 TEST_HARNESS_MAIN
