@@ -302,23 +302,35 @@ impl UdmaDevice {
             &mut in_flight,
         );
         if let Some(seq) = in_flight {
-            let mut st = self.state.lock();
-            if st.orphans.reserve(1, GFP_KERNEL).is_ok() {
-                // Cannot fail: capacity was reserved.
-                self.orphan_count.fetch_add(1, Relaxed);
-                let _ = st.orphans.push_within_capacity(Orphan {
+            self.adopt_orphan(
+                &cell,
+                Orphan {
                     seq,
                     file,
                     hold: Hold::Buffers(guards),
-                });
-            } else {
-                // No memory to remember the copy: wait for it (bounded by the engine's own
-                // progress: a stuck queue is reset by the wait).
-                drop(st);
-                let _ = self.wait_settled(&cell, seq);
-            }
+                },
+            );
         }
         r
+    }
+
+    /// Records `orphan`, whose submission is still in flight on `cell`, so that what it holds
+    /// stays reserved until the fence settles ([`Self::reap_orphans`]). Returns `false` when
+    /// there was no memory to record it: then this waits (uninterruptibly, bounded by the
+    /// stuck-queue reset) until the fence is settled and drops the orphan here.
+    fn adopt_orphan(&self, cell: &QueueCell, orphan: Orphan) -> bool {
+        let seq = orphan.seq;
+        let mut st = self.state.lock();
+        if st.orphans.reserve(1, GFP_KERNEL).is_ok() {
+            self.orphan_count.fetch_add(1, Relaxed);
+            // Cannot fail: capacity was reserved.
+            let _ = st.orphans.push_within_capacity(orphan);
+            return true;
+        }
+        drop(st);
+        let _ = self.wait_settled(cell, seq);
+        drop(orphan);
+        false
     }
 
     /// Called when the open file `file` is released, after its queues: releases its buffers.
@@ -674,19 +686,14 @@ impl UdmaDevice {
             &mut in_flight,
         );
         if let Some(seq) = in_flight {
-            let mut st = self.state.lock();
-            if st.orphans.reserve(1, GFP_KERNEL).is_ok() {
-                // Cannot fail: capacity was reserved.
-                self.orphan_count.fetch_add(1, Relaxed);
-                let _ = st.orphans.push_within_capacity(Orphan {
-                    seq,
-                    file: 0,
-                    hold: Hold::Dram(addr),
-                });
+            let orphan = Orphan {
+                seq,
+                file: 0,
+                hold: Hold::Dram(addr),
+            };
+            if self.adopt_orphan(&cell, orphan) {
                 return (r, false);
             }
-            drop(st);
-            let _ = self.wait_settled(&cell, seq);
         }
         (r, true)
     }
