@@ -11,8 +11,8 @@
 //! the guest's kernel log.
 
 use crate::{
+    channel::Owner,
     desc::{Barrier, DescLen},
-    device::Owner,
     queue::Copy,
     Registry,
 };
@@ -55,9 +55,9 @@ mod tests {
         let dev = Registry::first().ok_or(ENODEV)?;
         let (eng, _) = dev.arch.h2t[0];
         let q = dev.queue_init(eng, BENCH_QUEUE, RING_DESCS, RING_DESCS, Owner::Driver)?;
-        let src0 = dev.host_addr(0x1000_0000);
-        let dst0 = dev.host_addr(0x2000_0000);
-        let r = dev.with_queue(&q, |queue, io| {
+        let src0 = dev.arch.host_addr(0x1000_0000);
+        let dst0 = dev.arch.host_addr(0x2000_0000);
+        let r = q.with(|queue, io| {
             let len = DescLen::new(COPY_LEN)?;
             let (mut prep_ns, mut floor_ns, mut pairs) = (0u64, 0u64, 0u64);
             for _ in 0..ROUNDS {
@@ -80,8 +80,8 @@ mod tests {
 
                 // The floor: the same slots, 2 x 16 bytes per pair, plain stores.
                 let (tx_ring, rx_ring) = queue.rings();
-                let tx = tx_ring.as_mut_ptr().cast::<u64>();
-                let rx = rx_ring.as_mut_ptr().cast::<u64>();
+                let tx = tx_ring.memory().as_mut_ptr().cast::<u64>();
+                let rx = rx_ring.memory().as_mut_ptr().cast::<u64>();
                 let t = Instant::<Monotonic>::now();
                 for i in 0..n as usize {
                     let off = i as u64 * u64::from(COPY_LEN);
@@ -101,7 +101,7 @@ mod tests {
             queue.hw_init(io)?;
             Ok((prep_ns, floor_ns, pairs))
         });
-        dev.queue_release(&q);
+        dev.queue_release(q.owner, q.eng, q.qid)?;
         let (prep_ns, floor_ns, pairs) = r?;
         assert!(pairs >= 1_000_000);
         pr_info!(

@@ -17,19 +17,19 @@
 //!
 //! Lifetime: the files hold a reference to the [`UdmaDevice`], not to its queues. After
 //! [`UdmaDevice::shutdown`] the queue list is empty and the files say so; the files themselves
-//! go away when the [`DebugfsEntry`] (kept in the driver data) is dropped, and debugfs waits for
-//! readers in progress at that point.
+//! go away when the device's [`DeviceDir`] (a `debugfs::Scope`, kept in the driver data) is
+//! dropped, and debugfs waits for readers in progress at that point.
 
 use crate::{
-    desc::{Desc, LenCtrl, MetaCtrl},
-    device::{Owner, QueueCell, UdmaDevice},
+    channel::{Channel, Owner},
+    desc::{self, Desc},
+    device::UdmaDevice,
     engine::{self, EngineErrors, QueueRegs},
-    queue::HwDesc,
     regs::{M2s, S2m},
     ring::RingState,
 };
 use kernel::{
-    debugfs::{Dir, File},
+    debugfs::{Dir, Scope},
     fmt,
     prelude::*,
     sync::Arc, //
@@ -40,81 +40,55 @@ pub(crate) const HISTORY: u32 = 8;
 /// Most outstanding slots shown per ring (the rest is summarised in one line).
 pub(crate) const MAX_OUTSTANDING: u32 = 256;
 
-/// The shared `neuron_udma` debugfs directory and the number of devices using it.
-pub(crate) struct Root {
-    dir: Option<Dir>,
-    users: usize,
-}
+/// The module's `neuron_udma` directory: set in the module init before the PCI driver is
+/// registered, cleared by [`RootGuard`] after it is unregistered (as nova-core does).
+static mut ROOT: Option<Dir> = None;
 
-kernel::sync::global_lock! {
-    // SAFETY: `ROOT.init()` runs in the module init, before the PCI driver (the only caller of
-    // `register`) is registered.
-    pub(crate) unsafe(uninit) static ROOT: Mutex<Root> = Root { dir: None, users: 0 };
-}
+/// Creates the `neuron_udma` directory, and removes it when dropped.
+pub(crate) struct RootGuard;
 
-/// A `neuron_udma` debugfs file whose contents are rendered from the device at read time.
-type DevFile = Pin<KBox<File<Arc<UdmaDevice>>>>;
-
-/// The debugfs directory of one device. Dropping it removes the files (waiting for readers in
-/// progress) and, with the last device, the `neuron_udma` directory.
-pub(crate) struct DebugfsEntry {
-    files: Option<(DevFile, DevFile)>,
-    dir: Option<Dir>,
-}
-
-impl Drop for DebugfsEntry {
-    fn drop(&mut self) {
-        // Remove the files and the device directory under the root lock, so that a device that
-        // registers right after the last one goes never finds the old root still present.
-        let mut root = ROOT.lock();
-        self.files = None;
-        self.dir = None;
-        root.users -= 1;
-        if root.users == 0 {
-            root.dir = None;
-        }
+impl RootGuard {
+    /// Creates the `neuron_udma` directory (a directory that cannot be created, with debugfs
+    /// disabled or not mounted, is not an error: the files then simply do not exist).
+    ///
+    /// # Safety
+    ///
+    /// Called once, in the module init, before the PCI driver is registered; the guard is
+    /// dropped after the driver is unregistered.
+    pub(crate) unsafe fn create() -> Self {
+        // SAFETY: per the function's contract, no probe runs yet, so nothing reads `ROOT`.
+        unsafe { ROOT = Some(Dir::new(c"neuron_udma")) };
+        Self
     }
 }
 
-/// Creates `neuron_udma/<pci name>/{queues,rings}` for `dev`.
-///
-/// A debugfs directory that cannot be created (debugfs disabled or not mounted) is not an
-/// error: the files then simply do not exist.
-///
-/// # Errors
-///
-/// `ENOMEM`.
-pub(crate) fn register(dev: &Arc<UdmaDevice>) -> Result<DebugfsEntry> {
-    let root = {
-        let mut root = ROOT.lock();
-        let dir = match &root.dir {
-            Some(dir) => dir.clone(),
-            None => {
-                let dir = Dir::new(c"neuron_udma");
-                root.dir = Some(dir.clone());
-                dir
-            }
-        };
-        root.users += 1;
-        dir
-    };
-    // From here on, dropping `entry` (also on error) gives the root back.
-    let mut entry = DebugfsEntry {
-        files: None,
-        dir: None,
-    };
-    let dir = root.subdir(dev.pdev.as_ref().name());
-    let queues = KBox::pin_init(
-        dir.read_callback_file(c"queues", dev.clone(), &queues_show),
-        GFP_KERNEL,
-    )?;
-    let rings = KBox::pin_init(
-        dir.read_callback_file(c"rings", dev.clone(), &rings_show),
-        GFP_KERNEL,
-    )?;
-    entry.files = Some((queues, rings));
-    entry.dir = Some(dir);
-    Ok(entry)
+impl Drop for RootGuard {
+    fn drop(&mut self) {
+        // SAFETY: per `create`'s contract, the driver is unregistered: no probe can run and
+        // every device's scope (which holds a reference to the directory entry) is gone.
+        unsafe { ROOT = None };
+    }
+}
+
+/// The debugfs directory of one device, `neuron_udma/<pci name>/{queues,rings}`, rendered
+/// from the device at read time. Dropping it removes the files, waiting for readers in
+/// progress.
+pub(crate) type DeviceDir = Scope<Arc<UdmaDevice>>;
+
+/// Creates the debugfs directory `name` of `dev`.
+pub(crate) fn device_dir<'a>(dev: Arc<UdmaDevice>, name: &'a CStr) -> impl PinInit<DeviceDir> + 'a {
+    #[allow(static_mut_refs)]
+    // SAFETY: `ROOT` is set before the driver is registered and cleared after it is
+    // unregistered, so no probe (the only caller) races with its changes.
+    let root: &'static Option<Dir> = unsafe { &ROOT };
+    // PANIC: `ROOT` is `Some` whenever a probe can run (see `RootGuard`).
+    let root = root
+        .as_ref()
+        .expect("neuron_udma debugfs root is set before probe");
+    root.scope(dev, name, |dev, dir| {
+        dir.read_callback_file(c"queues", dev, &queues_show);
+        dir.read_callback_file(c"rings", dev, &rings_show);
+    })
 }
 
 fn queues_show(dev: &Arc<UdmaDevice>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -129,7 +103,7 @@ fn rings_show(dev: &Arc<UdmaDevice>, f: &mut fmt::Formatter<'_>) -> fmt::Result 
 fn queues_or_note(
     dev: &UdmaDevice,
     w: &mut impl fmt::Write,
-) -> Result<Option<KVec<Arc<QueueCell>>>, fmt::Error> {
+) -> Result<Option<KVec<Arc<Channel>>>, fmt::Error> {
     match dev.queues() {
         // The driver's H2T queue exists from probe to unbind: no queue at all means the device
         // was shut down.
@@ -145,7 +119,7 @@ fn queues_or_note(
     }
 }
 
-fn write_header(cell: &QueueCell, w: &mut impl fmt::Write) -> fmt::Result {
+fn write_header(cell: &Channel, w: &mut impl fmt::Write) -> fmt::Result {
     write!(w, "engine {} queue {} owner ", cell.eng, cell.qid)?;
     match cell.owner {
         Owner::Driver => writeln!(w, "driver"),
@@ -184,20 +158,16 @@ pub(crate) fn render_queues(dev: &UdmaDevice, w: &mut impl fmt::Write) -> fmt::R
         return Ok(());
     };
     for cell in queues.iter() {
-        render_queue_state(dev, cell, w)?;
+        render_queue_state(cell, w)?;
     }
     Ok(())
 }
 
 /// Renders the `queues` block of one queue.
-pub(crate) fn render_queue_state(
-    dev: &UdmaDevice,
-    cell: &QueueCell,
-    w: &mut impl fmt::Write,
-) -> fmt::Result {
+pub(crate) fn render_queue_state(cell: &Channel, w: &mut impl fmt::Write) -> fmt::Result {
     write_header(cell, w)?;
     // Inside the BAR guard: register reads and copies only.
-    let snap = dev.with_queue(cell, |q, io| {
+    let snap = cell.with(|q, io| {
         let qid = q.qid as usize;
         Ok(QueueSnapshot {
             regs: [
@@ -254,27 +224,30 @@ pub(crate) fn render_queue_state(
 /// One ring slot copied out of ring memory.
 #[derive(Clone, Copy)]
 struct Slot {
-    tx: bool,
+    dir: desc::Dir,
     idx: u32,
     /// Before the ack index (completed) rather than outstanding.
     done: bool,
-    desc: HwDesc,
+    desc: Desc,
 }
 
 /// Slots one ring contributes at most.
 const SLOTS_PER_RING: usize = (HISTORY + MAX_OUTSTANDING) as usize;
 
-/// Copies the history and outstanding slots of one ring into `out` (which has the capacity).
-fn collect_ring(q: &crate::queue::Queue, tx: bool, st: &RingState, out: &mut KVec<Slot>) -> Result {
+/// Copies the history and outstanding slots of ring `dir` of `q` into `out` (which has the
+/// capacity).
+fn collect_ring(q: &crate::queue::Queue, dir: desc::Dir, out: &mut KVec<Slot>) -> Result {
+    let ring = q.ring(dir);
+    let st = ring.state();
     let descs = st.size().descs();
     let ack = st.ack_index();
     let outstanding = st.outstanding();
     let history = HISTORY.min(descs - outstanding);
     let mut push = |idx: u32, done: bool| -> Result {
-        let desc = q.slot(tx, idx)?;
+        let desc = ring.read(idx)?;
         // Cannot fail: at most SLOTS_PER_RING per ring, and the capacity is twice that.
         out.push_within_capacity(Slot {
-            tx,
+            dir,
             idx,
             done,
             desc,
@@ -290,45 +263,25 @@ fn collect_ring(q: &crate::queue::Queue, tx: bool, st: &RingState, out: &mut KVe
     Ok(())
 }
 
+/// Name of ring `dir` in the files.
+fn ring_name(dir: desc::Dir) -> &'static str {
+    match dir {
+        desc::Dir::Tx => "tx",
+        desc::Dir::Rx => "rx",
+    }
+}
+
 /// Writes one slot: `tx[idx]` / `rx[idx]`, the 16 bytes as they lie in memory, then the
-/// decoded `len_ctrl` (length, ring id, flags), word 1 and the address.
+/// decoded fields ([`desc::Decoded`]).
 fn write_slot(s: &Slot, w: &mut impl fmt::Write) -> fmt::Result {
-    let b = s.desc.bytes();
-    write!(w, "  {}[{}]", if s.tx { "tx" } else { "rx" }, s.idx)?;
-    for x in b {
+    write!(w, "  {}[{}]", ring_name(s.dir), s.idx)?;
+    for x in s.desc.to_bytes() {
         write!(w, " {x:02x}")?;
-    }
-    let d = Desc::from_le_bytes(b);
-    let lc = LenCtrl::from_raw(d.len_ctrl);
-    let len = match lc.len().get() {
-        0 => 65536,
-        n => n,
-    };
-    write!(w, "  len={len} ring_id={}", lc.ring_id().get())?;
-    for (set, name) in [
-        (lc.first(), "first"),
-        (lc.last(), "last"),
-        (lc.dmb(), "dmb"),
-        (lc.int_en(), "int_en"),
-        (lc.meta(), "meta"),
-        (lc.concat(), "concat"),
-    ] {
-        if set {
-            write!(w, " {name}")?;
-        }
-    }
-    if s.tx {
-        if MetaCtrl::from_raw(d.word1).write_barrier() {
-            write!(w, " wb")?;
-        }
-        write!(w, " meta_ctrl={:#010x}", d.word1)?;
-    } else if d.word1 != 0 {
-        write!(w, " word1={:#010x}", d.word1)?;
     }
     writeln!(
         w,
-        " addr={:#018x} {}",
-        d.addr,
+        "  {} {}",
+        s.desc.decode(s.dir),
         if s.done { "done" } else { "outstanding" }
     )
 }
@@ -339,48 +292,43 @@ pub(crate) fn render_rings(dev: &UdmaDevice, w: &mut impl fmt::Write) -> fmt::Re
         return Ok(());
     };
     for cell in queues.iter() {
-        render_queue_rings(dev, cell, w)?;
+        render_queue_rings(cell, w)?;
     }
     Ok(())
 }
 
 /// Renders the `rings` block of one queue: per ring a summary line, then the last [`HISTORY`]
 /// completed slots (never-written, all-zero slots skipped) and the outstanding ones.
-pub(crate) fn render_queue_rings(
-    dev: &UdmaDevice,
-    cell: &QueueCell,
-    w: &mut impl fmt::Write,
-) -> fmt::Result {
+pub(crate) fn render_queue_rings(cell: &Channel, w: &mut impl fmt::Write) -> fmt::Result {
     write_header(cell, w)?;
     let mut slots = match KVec::<Slot>::with_capacity(2 * SLOTS_PER_RING, GFP_KERNEL) {
         Ok(v) => v,
         Err(_) => return writeln!(w, "  error {:?}", ENOMEM),
     };
     // Inside the BAR guard: copies into `slots`, which never grows.
-    let states = dev.with_queue(cell, |q, _| {
-        let (tx, rx) = (*q.tx_state(), *q.rx_state());
-        collect_ring(q, true, &tx, &mut slots)?;
-        collect_ring(q, false, &rx, &mut slots)?;
-        Ok([tx, rx])
+    let states = cell.with(|q, _| {
+        collect_ring(q, desc::Dir::Tx, &mut slots)?;
+        collect_ring(q, desc::Dir::Rx, &mut slots)?;
+        Ok([*q.tx_state(), *q.rx_state()])
     });
     let states = match states {
         Ok(s) => s,
         Err(e) => return write_unreadable(e, w),
     };
-    for (tx, st) in [(true, &states[0]), (false, &states[1])] {
+    for (dir, st) in [(desc::Dir::Tx, &states[0]), (desc::Dir::Rx, &states[1])] {
         let outstanding = st.outstanding();
         writeln!(
             w,
             " {}: size {} next {} ack {} ring_id {} outstanding {}",
-            if tx { "tx" } else { "rx" },
+            ring_name(dir),
             st.size().descs(),
             st.next_index(),
             st.ack_index(),
             st.ring_id().bits().get(),
             outstanding
         )?;
-        for s in slots.iter().filter(|s| s.tx == tx) {
-            if s.done && s.desc.bytes() == [0; 16] {
+        for s in slots.iter().filter(|s| s.dir == dir) {
+            if s.done && s.desc == Desc::default() {
                 continue;
             }
             write_slot(s, w)?;
@@ -401,8 +349,8 @@ pub(crate) fn render_queue_rings(
 mod tests {
     use super::*;
     use crate::{
+        channel::DEFAULT_TIMEOUT,
         desc::DescLen,
-        device::DEFAULT_TIMEOUT,
         queue::Copy,
         Registry, //
     };
@@ -453,7 +401,7 @@ mod tests {
         assert!(dev.dram_size >= 4 << 20);
         let q = dev.queue_init(dev.arch.h2t[0].0, 4, 64, 64, Owner::Driver)?;
         let src_buf = dev.alloc_coherent(4096)?;
-        let src = dev.host_addr(src_buf.dma_address());
+        let src = dev.arch.host_addr(src_buf.dma_address());
         let dst = 0x30_0000u64;
         let copy = Copy {
             src,
@@ -463,17 +411,17 @@ mod tests {
             set_dst_int: false,
         };
         let r = (|| -> Result<(Text, Text)> {
-            let seq = dev.with_queue(&q, |queue, io| {
+            let seq = q.with(|queue, io| {
                 queue.prepare_one(&copy)?;
                 queue.fence(io)
             })?;
-            dev.wait(&q, seq, DEFAULT_TIMEOUT)?;
+            q.wait(seq, DEFAULT_TIMEOUT)?;
             let (mut rings, mut state) = (Text::new(), Text::new());
-            render_queue_rings(&dev, &q, &mut rings).map_err(|_| ENOMEM)?;
-            render_queue_state(&dev, &q, &mut state).map_err(|_| ENOMEM)?;
+            render_queue_rings(&q, &mut rings).map_err(|_| ENOMEM)?;
+            render_queue_state(&q, &mut state).map_err(|_| ENOMEM)?;
             Ok((rings, state))
         })();
-        dev.queue_release(&q);
+        dev.queue_release(q.owner, q.eng, q.qid)?;
         let (rings, state) = r?;
 
         // Appendix A: TX slot 0 = 00 10 00 0D 03 00 08 05 <src LE>: len 0x1000, ring id 1,
@@ -512,7 +460,7 @@ mod tests {
 
         // A released queue renders as such.
         let mut gone = Text::new();
-        render_queue_rings(&dev, &q, &mut gone).map_err(|_| ENOMEM)?;
+        render_queue_rings(&q, &mut gone).map_err(|_| ENOMEM)?;
         assert!(gone.line("released") == "released");
         Ok(())
     }

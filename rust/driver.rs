@@ -30,7 +30,8 @@ pub(crate) struct NeuronUdma<'bound> {
     #[pin]
     misc: MiscDeviceRegistration<OpenFile>,
     /// debugfs files (`neuron_udma/<pci name>/`); before `dev`, so they go away first.
-    _debugfs: crate::debugfs::DebugfsEntry,
+    #[pin]
+    _debugfs: crate::debugfs::DeviceDir,
     /// State shared with open files and the KUnit suites; BAR0 lives in it (revocable).
     dev: Arc<UdmaDevice>,
     /// Registry entry: how `open()` finds `dev`.
@@ -140,36 +141,27 @@ impl NeuronUdmaDriver {
         // Device buffers come from HBM0, where device address = BAR4 offset (hardware.rst §1.2,
         // 1.3).
         let dram_size = bar4.as_ref().map_or(0, |b| arch.hbm0_len(b.size() as u64));
-        let dev = UdmaDevice::new(pdev, arch, bar0.into_devres()?, dram_size, model_ctl(pdev))?;
+        let dev = UdmaDevice::new(
+            pdev,
+            arch,
+            bar0.into_devres()?,
+            dram_size,
+            #[cfg(neuron_udma_kunit)]
+            crate::testing::ModelCtl::map(pdev),
+        )?;
         dev.setup_h2t()
             .inspect_err(|e| dev_err!(pdev, "H2T queue init failed: {:?}\n", e))?;
-        let debugfs = crate::debugfs::register(&dev)?;
+        let debugfs = crate::debugfs::device_dir(dev.clone(), pdev.as_ref().name());
         let entry = RegistryEntry::new(dev.clone())?;
         let name = entry.name;
         Ok(try_pin_init!(NeuronUdma {
             dev,
             _bar4: bar4,
             _entry: entry,
-            _debugfs: debugfs,
+            _debugfs <- debugfs,
             misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
         }))
     }
-}
-
-/// The device model's control window (BAR2), when the KUnit suites are built and the device is
-/// the model (checked by its magic value); `None` otherwise, and always on real devices.
-fn model_ctl(pdev: &pci::Device<Core<'_>>) -> Option<pci::DevresBar<{ regs::MODEL_CTL_SIZE }>> {
-    #[cfg(neuron_udma_kunit)]
-    {
-        let bar = pdev
-            .iomap_region_sized::<{ regs::MODEL_CTL_SIZE }>(2, c"neuron_udma/model")
-            .ok()?;
-        if bar.read(regs::model::MAGIC).into_raw() == regs::model::MAGIC_UDMA {
-            return bar.into_devres().ok();
-        }
-    }
-    let _ = pdev;
-    None
 }
 
 /// The device's registry entry (its name and its reachability from `open()`), removed on drop.

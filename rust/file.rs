@@ -8,8 +8,9 @@
 //! queue as it was. Closing the file (also by a killed process) releases everything it owns.
 
 use crate::{
+    channel::{Channel, Owner, DEFAULT_TIMEOUT, MIN_TIMEOUT_MS},
     desc::{Barrier, DescLen},
-    device::{Owner, QueueCell, UdmaDevice, DEFAULT_TIMEOUT, MIN_TIMEOUT_MS},
+    device::UdmaDevice,
     engine::{self, QueueRegs},
     mem::{self, Buffer, InFlight, MAX_HOST_BUFFER},
     queue::{Copy, PairRefs, Queue},
@@ -43,10 +44,14 @@ static NEXT_FILE_ID: Atomic<u64> = Atomic::new(1);
 /// handle can never name another buffer.
 static NEXT_HANDLE: Atomic<u64> = Atomic::new(1);
 
+/// What the file owns, by id: the device's queue table and buffer pool hold the objects
+/// (and know their owner).
 struct FileState {
-    /// The file's buffers (a vmalloc-backed array: no limit from the slab's largest block).
-    bufs: KVVec<Arc<Buffer>>,
-    queues: KVec<Arc<QueueCell>>,
+    /// Handles of the file's buffers (a vmalloc-backed array: no limit from the slab's largest
+    /// block).
+    handles: KVVec<u64>,
+    /// `(engine, queue)` of the file's queues.
+    queues: KVec<(u32, u32)>,
 }
 
 /// Per-open-file state.
@@ -56,6 +61,8 @@ pub(crate) struct OpenFile {
     id: u64,
     /// The `struct file`, for the buffers' user mappings (open while this value lives).
     file: MappedFile,
+    /// Held while a buffer is looked up and referenced by descriptors, and by `MEM_FREE`: a
+    /// buffer cannot be freed between its lookup and its reference.
     #[pin]
     st: Mutex<FileState>,
     /// Held by the file's running `MEMCPY`: one at a time per file, so that threads cannot
@@ -73,17 +80,14 @@ impl PinnedDrop for OpenFile {
         // exists any more: each one holds a reference to this file. The lists are taken out of
         // the file lock first: freeing a host buffer gives back its memory charge, which takes
         // the mmap lock, and mmap() takes the file lock under it.
-        let (queues, bufs) = {
+        let (queues, handles) = {
             let mut st = self.st.lock();
             (
                 core::mem::take(&mut st.queues),
-                core::mem::replace(&mut st.bufs, KVVec::new()),
+                core::mem::replace(&mut st.handles, KVVec::new()),
             )
         };
-        for q in queues.iter() {
-            self.dev.queue_release(q);
-        }
-        self.dev.release_file(&bufs);
+        self.dev.release_file(self.id, &queues, &handles);
     }
 }
 
@@ -134,29 +138,28 @@ fn ring_state(regs: &QueueRegs, sw: &RingState, pending: u32) -> uapi::neuron_ud
     }
 }
 
-impl FileState {
-    fn buffer(&self, handle: u64) -> Result<&Arc<Buffer>> {
-        self.bufs.iter().find(|b| b.handle == handle).ok_or(ENOENT)
+impl OpenFile {
+    /// Buffer `handle` of this file.
+    fn buffer(&self, handle: u64) -> Result<Arc<Buffer>> {
+        self.dev.pool.get(self.id, handle)
     }
 
-    fn queue(&self, eng: u32, qid: u32) -> Result<Arc<QueueCell>> {
-        self.queues
-            .iter()
-            .find(|q| q.eng == eng && q.qid == qid)
-            .cloned()
-            .ok_or(ENOENT)
+    /// Queue `qid` of engine `eng` of this file.
+    fn queue(&self, eng: u32, qid: u32) -> Result<Arc<Channel>> {
+        self.dev.queue(Owner::File(self.id), eng, qid)
     }
 
     /// Validates one copy and translates it to device-fabric addresses. The caller holds the
-    /// file lock until the copy is prepared, so `MEM_FREE` cannot free a buffer in between.
-    fn translate(&self, dev: &UdmaDevice, c: &uapi::neuron_udma_copy) -> Result<(Copy, PairRefs)> {
+    /// file lock (`_st`) until the copy is prepared, so `MEM_FREE` cannot free a buffer in
+    /// between.
+    fn translate(&self, _st: &FileState, c: &uapi::neuron_udma_copy) -> Result<(Copy, PairRefs)> {
         reserved_zero(&[u64::from(c.reserved)])?;
         if c.flags & !uapi::NEURON_UDMA_COPY_DST_INT != 0 {
             return Err(EINVAL);
         }
         let len = DescLen::new(c.size)?;
         let barrier = Barrier::try_from(c.barrier)?;
-        let route = dev.arch.host_route;
+        let route = self.dev.arch.host_route;
         let (sb, db) = (self.buffer(c.src_handle)?, self.buffer(c.dst_handle)?);
         let src = sb.addr(route, c.src_offset, u64::from(c.size))?;
         let dst = db.addr(route, c.dst_offset, u64::from(c.size))?;
@@ -168,14 +171,8 @@ impl FileState {
                 barrier,
                 set_dst_int: c.flags & uapi::NEURON_UDMA_COPY_DST_INT != 0,
             },
-            [Some(InFlight::new(sb)), Some(InFlight::new(db))],
+            [Some(InFlight::new(&sb)), Some(InFlight::new(&db))],
         ))
-    }
-}
-
-impl OpenFile {
-    fn queue(&self, eng: u32, qid: u32) -> Result<Arc<QueueCell>> {
-        self.st.lock().queue(eng, qid)
     }
 
     fn info(&self) -> Result<uapi::neuron_udma_info> {
@@ -194,7 +191,7 @@ impl OpenFile {
             engines: arch.engines,
             queues_per_engine: crate::arch::QUEUES_PER_ENGINE,
             max_copy_size: crate::desc::MAX_DESC_BYTES,
-            device_mem_size: self.dev.user_dram_size(),
+            device_mem_size: self.dev.pool.dram_capacity(),
             min_ring_descs: MIN_DESCS,
             max_ring_descs: MAX_DESCS,
             ring_reserve_descs: RESERVE,
@@ -214,26 +211,36 @@ impl OpenFile {
             uapi::NEURON_UDMA_MEM_DEVICE => false,
             _ => return Err(EINVAL),
         };
-        self.st.lock().bufs.reserve(1, GFP_KERNEL)?;
         let handle = NEXT_HANDLE.fetch_add(1, Relaxed);
         // Outside the file lock: a device buffer is scrubbed by the engine first.
-        let buf = self.dev.alloc_buffer(host, a.size, handle, self.file)?;
+        let buf = self
+            .dev
+            .alloc_buffer(host, a.size, handle, self.id, self.file)?;
         a.handle = handle;
         a.mmap_offset = buf.mmap_offset;
         a.size = buf.size;
         Ok(buf)
     }
 
-    /// Adds a buffer whose `MEM_ALLOC` result reached user space to the file's table, or
-    /// frees it if `publish` is false (the copy-out failed: a failing call changes nothing).
+    /// Adds a buffer whose `MEM_ALLOC` result reached user space to the device's pool and
+    /// the file, or frees it if `publish` is false (the copy-out failed: a failing call changes
+    /// nothing).
     fn mem_alloc_publish(&self, buf: Arc<Buffer>, publish: bool) -> Result {
-        let pushed = publish && self.st.lock().bufs.push(buf.clone(), GFP_KERNEL).is_ok();
-        if !pushed {
-            // Nothing references it: it was never in the file's table.
-            self.dev.free_buffer(&buf);
-            if publish {
-                return Err(ENOMEM);
-            }
+        if !publish {
+            // Nothing references it: it was never in the pool.
+            self.dev.pool.free(&buf);
+            return Ok(());
+        }
+        let mut st = self.st.lock();
+        if let Err(e) = st.handles.push(buf.handle, GFP_KERNEL) {
+            drop(st);
+            self.dev.pool.free(&buf);
+            return Err(e.into());
+        }
+        if let Err(e) = self.dev.pool.insert(&buf) {
+            // `insert` gave the memory back.
+            st.handles.pop();
+            return Err(e);
         }
         Ok(())
     }
@@ -244,24 +251,20 @@ impl OpenFile {
         self.dev.reap();
         let mut st = self.st.lock();
         let idx = st
-            .bufs
+            .handles
             .iter()
-            .position(|b| b.handle == f.handle)
+            .position(|&h| h == f.handle)
             .ok_or(ENOENT)?;
         // Retire what the engine has finished, then refuse while a prepared pair that the
         // engine has not consumed, or a running MEMCPY, references the buffer.
-        for q in st.queues.iter() {
-            self.dev.with_queue(q, |q, _| {
+        for &(eng, qid) in st.queues.iter() {
+            self.queue(eng, qid)?.with(|q, _| {
                 q.retire();
                 Ok(())
             })?;
         }
-        if st.bufs[idx].is_busy() {
-            return Err(EBUSY);
-        }
-        let buf = st.bufs.remove(idx).map_err(|_| ENOENT)?;
-        drop(st);
-        self.dev.free_buffer(&buf);
+        self.dev.pool.free_handle(self.id, f.handle)?;
+        st.handles.remove(idx).map_err(|_| ENOENT)?;
         Ok(())
     }
 
@@ -290,8 +293,7 @@ impl OpenFile {
         }
         let mut st = self.st.lock();
         st.queues.reserve(1, GFP_KERNEL)?;
-        let cell = self
-            .dev
+        self.dev
             .queue_init(
                 q.engine,
                 q.queue,
@@ -316,7 +318,8 @@ impl OpenFile {
                     );
                 }
             })?;
-        st.queues.push(cell, GFP_KERNEL)?;
+        // Cannot fail: capacity was reserved.
+        let _ = st.queues.push_within_capacity((q.engine, q.queue));
         Ok(())
     }
 
@@ -326,20 +329,19 @@ impl OpenFile {
         let idx = st
             .queues
             .iter()
-            .position(|c| c.eng == q.engine && c.qid == q.queue)
+            .position(|&id| id == (q.engine, q.queue))
             .ok_or(ENOENT)?;
-        let cell = st.queues.remove(idx).map_err(|_| ENOENT)?;
-        drop(st);
-        self.dev.queue_release(&cell);
+        self.dev
+            .queue_release(Owner::File(self.id), q.engine, q.queue)?;
+        st.queues.remove(idx).map_err(|_| ENOENT)?;
         Ok(())
     }
 
     fn copy_prepare_one(&self, p: &uapi::neuron_udma_copy_prepare_one) -> Result {
         let st = self.st.lock();
-        let cell = st.queue(p.engine, p.queue)?;
-        let (c, refs) = st.translate(&self.dev, &p.copy)?;
-        self.dev
-            .with_queue(&cell, |q, _| q.prepare_one_refs(&c, refs))
+        let chan = self.queue(p.engine, p.queue)?;
+        let (c, refs) = self.translate(&st, &p.copy)?;
+        chan.with(|q, _| q.prepare_one_refs(&c, refs))
     }
 
     fn copy_prepare(&self, p: &uapi::neuron_udma_copy_prepare) -> Result {
@@ -376,12 +378,12 @@ impl OpenFile {
         }
         // Held until the pairs are written: see `FileState::translate`.
         let st = self.st.lock();
-        let cell = st.queue(p.engine, p.queue)?;
+        let chan = self.queue(p.engine, p.queue)?;
         let mut copies = KVVec::with_capacity(count, GFP_KERNEL)?;
         for raw in staged.iter() {
-            copies.push(st.translate(&self.dev, raw)?, GFP_KERNEL)?;
+            copies.push(self.translate(&st, raw)?, GFP_KERNEL)?;
         }
-        self.dev.with_queue(&cell, |q, _| {
+        chan.with(|q, _| {
             q.retire();
             if q.available_pairs() < p.count {
                 return Err(ENOSPC);
@@ -395,14 +397,13 @@ impl OpenFile {
 
     fn copy_start(&self, s: &uapi::neuron_udma_copy_start) -> Result {
         reserved_zero(&[s.reserved])?;
-        let cell = self.queue(s.engine, s.queue)?;
-        self.dev
-            .with_queue(&cell, |q, io| q.start(io, s.m2s_count, s.s2m_count))
+        self.queue(s.engine, s.queue)?
+            .with(|q, io| q.start(io, s.m2s_count, s.s2m_count))
     }
 
     fn copy_wait(&self, w: &mut uapi::neuron_udma_copy_wait) -> Result {
         reserved_zero(&[u64::from(w.reserved)])?;
-        let cell = self.queue(w.engine, w.queue)?;
+        let chan = self.queue(w.engine, w.queue)?;
         let limit = timeout(w.timeout_ms);
         let start = kernel::time::Instant::<kernel::time::Monotonic>::now();
         let mut completed = 0u64;
@@ -411,7 +412,7 @@ impl OpenFile {
             // fence; with none, or no room for another marker, the wait is for the newest
             // fence in flight (interrupted waits leave their fences behind: they are reused,
             // not multiplied).
-            let (seq, last, ack_before) = self.dev.with_queue(&cell, |q, io| {
+            let (seq, last, ack_before) = chan.with(|q, io| {
                 q.retire();
                 let ack = q.tx_state().ack_index();
                 if q.unfenced() != 0 && q.can_fence() {
@@ -428,9 +429,9 @@ impl OpenFile {
             })?;
             if let Some(seq) = seq {
                 let left = limit - start.elapsed();
-                self.dev.wait(&cell, seq, left.max(Delta::from_millis(0)))?;
+                chan.wait(seq, left.max(Delta::from_millis(0)))?;
             }
-            completed += self.dev.with_queue(&cell, |q, _| {
+            completed += chan.with(|q, _| {
                 let t = q.tx_state();
                 Ok(u64::from(t.size().distance(ack_before, t.ack_index())))
             })?;
@@ -444,14 +445,14 @@ impl OpenFile {
 
     fn queue_state(&self, s: &mut uapi::neuron_udma_queue_state) -> Result {
         reserved_zero(&[u64::from(s.reserved)])?;
-        let cell = self.queue(s.engine, s.queue)?;
-        let q = cell.qid as usize;
-        *s = self.dev.with_queue(&cell, |queue: &mut Queue, io| {
+        let chan = self.queue(s.engine, s.queue)?;
+        let q = chan.qid as usize;
+        *s = chan.with(|queue: &mut Queue, io| {
             let errors = engine::engine_errors(io)?;
             let (ptx, prx) = queue.pending();
             Ok(uapi::neuron_udma_queue_state {
-                engine: cell.eng,
-                queue: cell.qid,
+                engine: chan.eng,
+                queue: chan.qid,
                 m2s_engine_state: errors.m2s_state,
                 s2m_engine_state: errors.s2m_state,
                 m2s_error_cause: errors.m2s_cause,
@@ -487,8 +488,8 @@ impl OpenFile {
             kernel::time::delay::fsleep(Delta::from_micros(200));
         };
         let (src, dst, guards) = {
-            let st = self.st.lock();
-            let (s, d) = (st.buffer(m.src_handle)?, st.buffer(m.dst_handle)?);
+            let _st = self.st.lock();
+            let (s, d) = (self.buffer(m.src_handle)?, self.buffer(m.dst_handle)?);
             let route = self.dev.arch.host_route;
             let src = s.addr(route, m.src_offset, m.size)?;
             let dst = d.addr(route, m.dst_offset, m.size)?;
@@ -497,7 +498,8 @@ impl OpenFile {
         };
         let left = limit - start.elapsed();
         self.dev
-            .memcpy_for_file(self.id, src, dst, m.size, left, guards)
+            .h2t()?
+            .memcpy_for_file(&self.dev.pool, self.id, src, dst, m.size, left, guards)
     }
 }
 
@@ -537,7 +539,7 @@ impl MiscDevice for OpenFile {
                 id: NEXT_FILE_ID.fetch_add(1, Relaxed),
                 file: MappedFile::new(file),
                 st <- new_mutex!(FileState {
-                    bufs: KVVec::new(),
+                    handles: KVVec::new(),
                     queues: KVec::new(),
                 }),
                 memcpy_slot <- new_mutex!(()),
@@ -553,14 +555,7 @@ impl MiscDevice for OpenFile {
         // SAFETY: `vma` is a valid VMA being set up by this mmap call.
         let pgoff = unsafe { (*vma.as_ptr()).vm_pgoff };
         let offset = u64::try_from(pgoff).map_err(|_| EINVAL)? << kernel::page::PAGE_SHIFT;
-        let buf = {
-            let st = me.st.lock();
-            st.bufs
-                .iter()
-                .find(|b| b.mmap_offset == offset && offset != 0)
-                .cloned()
-        }
-        .ok_or(EINVAL)?;
+        let buf = me.dev.pool.by_mmap_offset(me.id, offset)?;
         // The device and the process must see the same memory: no private (copy-on-write)
         // mappings, no execution.
         if vma.flags() & kernel::mm::virt::flags::SHARED == 0 {

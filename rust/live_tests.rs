@@ -4,8 +4,9 @@
 //! host->HBM->host round trips, many wraps of a small ring, two queues in parallel.
 
 use crate::{
+    channel::{Channel, Owner, DEFAULT_TIMEOUT},
     desc::{Barrier, DescLen},
-    device::{Owner, QueueCell, UdmaDevice, DEFAULT_TIMEOUT},
+    device::UdmaDevice,
     queue::Copy,
     Registry,
 };
@@ -55,7 +56,7 @@ fn copied(dst: &Coherent<[u8]>, doff: usize, soff: usize, len: usize, seed: u8) 
 }
 
 /// A driver-owned test queue on the H2T engine (queues 2 and 3 are free on both generations).
-fn test_queue(dev: &UdmaDevice, qid: u32, descs: u32) -> Result<Arc<QueueCell>> {
+fn test_queue(dev: &UdmaDevice, qid: u32, descs: u32) -> Result<Arc<Channel>> {
     dev.queue_init(dev.arch.h2t[0].0, qid, descs, descs, Owner::Driver)
 }
 
@@ -76,8 +77,8 @@ mod tests {
             clear(&dst);
             let (soff, doff) = (3 + n, 17 + 2 * n);
             dev.memcpy(
-                dev.host_addr(src.dma_address()) + soff as u64,
-                dev.host_addr(dst.dma_address()) + doff as u64,
+                dev.arch.host_addr(src.dma_address()) + soff as u64,
+                dev.arch.host_addr(dst.dma_address()) + doff as u64,
                 size,
                 DEFAULT_TIMEOUT,
             )?;
@@ -100,14 +101,14 @@ mod tests {
             let hbm = 0x10_0000 + 5 * n as u64;
             let (soff, doff) = (1 + n, 9 + n);
             dev.memcpy(
-                dev.host_addr(src.dma_address()) + soff as u64,
+                dev.arch.host_addr(src.dma_address()) + soff as u64,
                 hbm,
                 size,
                 DEFAULT_TIMEOUT,
             )?;
             dev.memcpy(
                 hbm,
-                dev.host_addr(dst.dma_address()) + doff as u64,
+                dev.arch.host_addr(dst.dma_address()) + doff as u64,
                 size,
                 DEFAULT_TIMEOUT,
             )?;
@@ -126,14 +127,14 @@ mod tests {
         let dst = dev.alloc_coherent(COPIES * CHUNK)?;
         fill(&src, 0x77);
         let (s, d) = (
-            dev.host_addr(src.dma_address()),
-            dev.host_addr(dst.dma_address()),
+            dev.arch.host_addr(src.dma_address()),
+            dev.arch.host_addr(dst.dma_address()),
         );
         let mut done = 0;
         let mut submissions = 0;
         let result = (|| -> Result {
             while done < COPIES {
-                let seq = dev.with_queue(&q, |queue, io| {
+                let seq = q.with(|queue, io| {
                     // Leave one pair for the marker.
                     while done < COPIES && queue.available_pairs() > 1 {
                         let off = (done * CHUNK) as u64;
@@ -148,15 +149,14 @@ mod tests {
                     }
                     queue.fence(io)
                 })?;
-                dev.wait(&q, seq, DEFAULT_TIMEOUT)?;
+                q.wait(seq, DEFAULT_TIMEOUT)?;
                 submissions += 1;
             }
             Ok(())
         })();
-        let (next, ack) = dev.with_queue(&q, |queue, _| {
-            Ok((queue.tx_state().next_index(), queue.tx_state().ack_index()))
-        })?;
-        dev.queue_release(&q);
+        let (next, ack) =
+            q.with(|queue, _| Ok((queue.tx_state().next_index(), queue.tx_state().ack_index())))?;
+        dev.queue_release(q.owner, q.eng, q.qid)?;
         result?;
         // 15 data pairs + 1 marker per submission on a 32-slot ring: many wraps.
         assert!(submissions >= COPIES / 15);
@@ -169,11 +169,11 @@ mod tests {
     /// doorbelled, not yet retired by a completed fence: the queue state's `sw_next != sw_ack`
     /// with nothing pending), its ack index, and whether the engine itself still has some
     /// (hardware head behind the tail). Two register reads only, to keep samples short.
-    fn tx_look(dev: &UdmaDevice, cell: &QueueCell) -> Result<(bool, u32, bool)> {
+    fn tx_look(cell: &Channel) -> Result<(bool, u32, bool)> {
         use crate::regs::{M2s, Q_DRHP, Q_DRTP};
         use kernel::io::{register::WithBase, Io};
         let q = cell.qid as usize;
-        dev.with_queue(cell, |queue, io| {
+        cell.with(|queue, io| {
             let head = io
                 .read(Q_DRHP::of::<M2s>().try_at(q).ok_or(EINVAL)?)
                 .into_raw();
@@ -204,12 +204,12 @@ mod tests {
         fill(&bufs[0], 0x11);
         fill(&bufs[2], 0x22);
         let (a_src, a_dst) = (
-            dev.host_addr(bufs[0].dma_address()),
-            dev.host_addr(bufs[1].dma_address()),
+            dev.arch.host_addr(bufs[0].dma_address()),
+            dev.arch.host_addr(bufs[1].dma_address()),
         );
         let (b_src, b_dst) = (
-            dev.host_addr(bufs[2].dma_address()),
-            dev.host_addr(bufs[3].dma_address()),
+            dev.arch.host_addr(bufs[2].dma_address()),
+            dev.arch.host_addr(bufs[3].dma_address()),
         );
 
         // Both queues copy from their own worker, over and over until this thread, which
@@ -220,17 +220,12 @@ mod tests {
             let done = Arc::pin_init(Completion::new(), GFP_KERNEL)?;
             let result = Arc::pin_init(new_mutex!(Err(EINPROGRESS)), GFP_KERNEL)?;
             {
-                let (dev, q, done, result, stop) = (
-                    dev.clone(),
-                    q.clone(),
-                    done.clone(),
-                    result.clone(),
-                    stop.clone(),
-                );
+                let (q, done, result, stop) =
+                    (q.clone(), done.clone(), result.clone(), stop.clone());
                 workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
                     let mut r = Ok(());
                     for _ in 0..1000 {
-                        r = dev.memcpy_on(&q, src, dst, LEN as u64, DEFAULT_TIMEOUT);
+                        r = q.memcpy(src, dst, LEN as u64, DEFAULT_TIMEOUT);
                         if r.is_err() || *stop.lock() {
                             break;
                         }
@@ -252,9 +247,9 @@ mod tests {
         let (mut overlaps, mut hw_overlaps, mut samples) = (0u32, 0u32, 0u32);
         let watched = (|| -> Result {
             while running(0) && running(1) && overlaps < 20 && samples < 5000 {
-                let (a1, ack1, ha1) = tx_look(&dev, &qa)?;
-                let (b, _, hb) = tx_look(&dev, &qb)?;
-                let (a2, ack2, ha2) = tx_look(&dev, &qa)?;
+                let (a1, ack1, ha1) = tx_look(&qa)?;
+                let (b, _, hb) = tx_look(&qb)?;
+                let (a2, ack2, ha2) = tx_look(&qa)?;
                 samples += 1;
                 if a1 && b && a2 && ack1 == ack2 {
                     overlaps += 1;
@@ -269,8 +264,8 @@ mod tests {
         }
         let ra: Result = *workers[0].1.lock();
         let rb: Result = *workers[1].1.lock();
-        dev.queue_release(&qa);
-        dev.queue_release(&qb);
+        dev.queue_release(qa.owner, qa.eng, qa.qid)?;
+        dev.queue_release(qb.owner, qb.eng, qb.qid)?;
         watched?;
         ra?;
         rb?;
@@ -287,7 +282,7 @@ mod tests {
     fn queue_errors_change_nothing() -> Result {
         let dev = device()?;
         let q = test_queue(&dev, 2, 32)?;
-        let r = dev.with_queue(&q, |queue, io| {
+        let r = q.with(|queue, io| {
             // The software view of both rings and the pending counts, plus the hardware tails
             // (a doorbell moves them).
             let snap = |queue: &Queue, io: EngineIo<'_>| -> Result<_> {
@@ -325,7 +320,7 @@ mod tests {
             assert!(snap(queue, io)? == full);
             Ok(())
         });
-        dev.queue_release(&q);
+        dev.queue_release(q.owner, q.eng, q.qid)?;
         r
     }
 
@@ -336,25 +331,28 @@ mod tests {
         let src = dev.alloc_coherent(8192)?;
         let dst = dev.alloc_coherent(8192)?;
         let (s, d) = (
-            dev.host_addr(src.dma_address()),
-            dev.host_addr(dst.dma_address()),
+            dev.arch.host_addr(src.dma_address()),
+            dev.arch.host_addr(dst.dma_address()),
         );
         fill(&src, 0x5a);
         let r = (|| -> Result {
             // The model fails the next Tx descriptor with a bad address: the engine aborts.
-            dev.inject_fail_nth(q.eng, q.qid, 1)?;
-            assert_eq!(dev.memcpy_on(&q, s, d, 4096, DEFAULT_TIMEOUT), Err(EIO));
-            let resets = dev.with_queue(&q, |queue, _| Ok(queue.resets))?;
+            dev.model
+                .as_ref()
+                .ok_or(ENODEV)?
+                .inject_fail_nth(q.eng, q.qid, 1)?;
+            assert_eq!(q.memcpy(s, d, 4096, DEFAULT_TIMEOUT), Err(EIO));
+            let resets = q.with(|queue, _| Ok(queue.resets))?;
             assert_eq!(resets, 1);
             // The queue (and the engine's other queues) work again.
-            dev.memcpy_on(&q, s, d, 8192, DEFAULT_TIMEOUT)?;
+            q.memcpy(s, d, 8192, DEFAULT_TIMEOUT)?;
             assert!(copied(&dst, 0, 0, 8192, 0x5a));
             clear(&dst);
             dev.memcpy(s, d, 8192, DEFAULT_TIMEOUT)?;
             assert!(copied(&dst, 0, 0, 8192, 0x5a));
             Ok(())
         })();
-        dev.queue_release(&q);
+        dev.queue_release(q.owner, q.eng, q.qid)?;
         r
     }
 
@@ -365,14 +363,14 @@ mod tests {
         let src = dev.alloc_coherent(8192)?;
         let dst = dev.alloc_coherent(8192)?;
         let (s, d) = (
-            dev.host_addr(src.dma_address()),
-            dev.host_addr(dst.dma_address()),
+            dev.arch.host_addr(src.dma_address()),
+            dev.arch.host_addr(dst.dma_address()),
         );
         fill(&src, 0x3c);
         let r = (|| -> Result {
             // A pair written slot by slot with the descriptor builders, doorbells by hand: the
             // engine copies the bytes.
-            let seq = dev.with_queue(&q, |queue, io| {
+            let seq = q.with(|queue, io| {
                 queue.prepare_one(&Copy {
                     src: s,
                     dst: d,
@@ -383,12 +381,12 @@ mod tests {
                 queue.start(io, 1, 1)?;
                 queue.fence(io)
             })?;
-            dev.wait(&q, seq, DEFAULT_TIMEOUT)?;
+            q.wait(seq, DEFAULT_TIMEOUT)?;
             assert!(copied(&dst, 0, 0, 4096, 0x3c));
             // The same with the Tx slot stamped with the wrong ring id (2 instead of 1 on the
             // first pass): the engine must abort with the M2S prefetch ring-id error (bit 17).
-            let idx = dev.with_queue(&q, |queue, _| Ok(queue.tx_state().next_index()))?;
-            dev.with_queue(&q, |queue, io| {
+            let idx = q.with(|queue, _| Ok(queue.tx_state().next_index()))?;
+            q.with(|queue, io| {
                 queue.prepare_one(&Copy {
                     src: s + 4096,
                     dst: d + 4096,
@@ -396,15 +394,15 @@ mod tests {
                     barrier: Barrier::None,
                     set_dst_int: false,
                 })?;
-                let wrong = crate::ring::RingId::INITIAL.next();
-                queue.write_tx_slot(
+                let wrong = crate::desc::RingId::INITIAL.next();
+                queue.tx_ring_mut().overwrite(
                     idx,
                     crate::desc::Desc::tx(DescLen::new(4096)?, wrong, Barrier::None, s + 4096),
                 )?;
                 queue.start(io, 1, 1)
             })?;
             let errors = kernel::io::poll::read_poll_timeout(
-                || dev.with_engine(q.eng, crate::engine::engine_errors),
+                || dev.bar.with_engine(q.eng, crate::engine::engine_errors),
                 |e| e.aborted(),
                 kernel::time::Delta::from_millis(1),
                 kernel::time::Delta::from_secs(5),
@@ -414,12 +412,12 @@ mod tests {
             // SAFETY: the engine stopped; no DMA is in flight.
             assert!(unsafe { dst.as_ref() }[4096..8192].iter().all(|&b| b == 0));
             // Queue reset and engine recovery, then the queue works again.
-            dev.reset_queue(&q)?;
-            dev.memcpy_on(&q, s, d, 8192, DEFAULT_TIMEOUT)?;
+            q.reset()?;
+            q.memcpy(s, d, 8192, DEFAULT_TIMEOUT)?;
             assert!(copied(&dst, 0, 0, 8192, 0x3c));
             Ok(())
         })();
-        dev.queue_release(&q);
+        dev.queue_release(q.owner, q.eng, q.qid)?;
         r
     }
 
@@ -430,8 +428,8 @@ mod tests {
         let src = dev.alloc_coherent(8192)?;
         let dst = dev.alloc_coherent(8192)?;
         let (s, d) = (
-            dev.host_addr(src.dma_address()),
-            dev.host_addr(dst.dma_address()),
+            dev.arch.host_addr(src.dma_address()),
+            dev.arch.host_addr(dst.dma_address()),
         );
         fill(&src, 0x42);
         let len = DescLen::new(4096)?;
@@ -444,31 +442,34 @@ mod tests {
         };
         let r = (|| -> Result {
             // Fence 1 completes, and its waiter has not collected the outcome yet.
-            let first = dev.with_queue(&q, |queue, io| {
+            let first = q.with(|queue, io| {
                 queue.prepare_one(&copy(0))?;
                 queue.fence(io)
             })?;
             kernel::io::poll::read_poll_timeout(
-                || dev.with_queue(&q, |queue, _| Ok(queue.is_settled(first))),
+                || q.with(|queue, _| Ok(queue.is_settled(first))),
                 |&settled| settled,
                 kernel::time::Delta::from_millis(1),
                 kernel::time::Delta::from_secs(5),
             )?;
             // Fence 2 fails: the model fails its first Tx descriptor, and the wait resets the
             // queue.
-            dev.inject_fail_nth(q.eng, q.qid, 1)?;
-            let second = dev.with_queue(&q, |queue, io| {
+            dev.model
+                .as_ref()
+                .ok_or(ENODEV)?
+                .inject_fail_nth(q.eng, q.qid, 1)?;
+            let second = q.with(|queue, io| {
                 queue.prepare_one(&copy(4096))?;
                 queue.fence(io)
             })?;
-            assert_eq!(dev.wait(&q, second, DEFAULT_TIMEOUT), Err(EIO));
+            assert_eq!(q.wait(second, DEFAULT_TIMEOUT), Err(EIO));
             // The reset settled only the fence it dropped: fence 1 is still a success, and
             // its bytes are there.
-            assert_eq!(dev.wait(&q, first, DEFAULT_TIMEOUT), Ok(()));
+            assert_eq!(q.wait(first, DEFAULT_TIMEOUT), Ok(()));
             assert!(copied(&dst, 0, 0, 4096, 0x42));
             Ok(())
         })();
-        dev.queue_release(&q);
+        dev.queue_release(q.owner, q.eng, q.qid)?;
         r
     }
 

@@ -3,6 +3,10 @@
 //! DMA buffers handed to user space: host buffers (coherent memory, mmap'able) and device
 //! buffers (ranges of the device memory, HBM). User space names them by handle; the driver
 //! translates (handle, offset, size) into device-fabric addresses after a bounds check.
+//!
+//! [`BufferPool`] is the device's table of buffers (keyed by handle, each knowing its owner) and
+//! its allocators: device-memory ranges, mmap offsets, and the memory that abandoned copies
+//! still hold ([`Held`]).
 
 use crate::shim::{self, MappedFile, UserCharge};
 use kernel::{
@@ -15,6 +19,7 @@ use kernel::{
         atomic::{Atomic, Relaxed},
         Arc, Mutex,
     },
+    xarray::{AllocKind, XArray},
 };
 
 /// Granularity and alignment of every buffer, in bytes.
@@ -22,6 +27,12 @@ pub(crate) const BUF_ALIGN: u64 = 4096;
 /// Largest host buffer in bytes: coherent memory is physically contiguous, and the page
 /// allocator's largest block is 4 MiB (`MAX_PAGE_ORDER` 10 with 4 KiB pages).
 pub(crate) const MAX_HOST_BUFFER: u64 = 4 << 20;
+/// Bytes of mmap offset space per handle: a host buffer's mmap offset is its handle times
+/// this (at least [`MAX_HOST_BUFFER`], so buffers' offset ranges never overlap).
+const MMAP_STRIDE_SHIFT: u32 = 22;
+const _: () = assert!(1u64 << MMAP_STRIDE_SHIFT >= MAX_HOST_BUFFER);
+/// Handles from this one on have no mmap offset that fits in a (signed) file offset.
+const HANDLE_LIMIT: u64 = 1 << (63 - MMAP_STRIDE_SHIFT);
 /// Device memory kept by the driver at the start of HBM (as the reference keeps 16 MiB per HBM
 /// for firmware, hardware.rst §1.3); the driver's own tests use it.
 pub(crate) const DRAM_RESERVED: u64 = 16 << 20;
@@ -73,37 +84,54 @@ pub(crate) struct Buffer {
     pub(crate) handle: u64,
     /// Size in bytes (a multiple of [`BUF_ALIGN`]).
     pub(crate) size: u64,
-    /// Offset for mmap() of a host buffer (unique per device, never reused); 0 for device.
+    /// Offset for mmap() of a host buffer (`handle << 22`: unique, never reused); 0 for
+    /// device memory.
     pub(crate) mmap_offset: u64,
+    /// Id of the owning open file: only it may use the handle.
+    pub(crate) owner: u64,
     /// The owning open file, whose mapping holds the buffer's user mappings.
     owner_file: MappedFile,
     /// Synchronous copies (`MEMCPY`) using the buffer right now.
     users: Atomic<u32>,
     /// Prepared descriptor pairs referencing the buffer that the engine may still process.
     inflight: Atomic<u32>,
-    /// Position in the device's buffer table (see `UdmaDevice`).
-    pub(crate) table_index: Atomic<usize>,
+    /// Position in the pool's table ([`BufferPool`]).
+    table_index: Atomic<usize>,
     /// Non-zero once the owning file is released ([`Self::mark_released`]); a buffer that is
-    /// busy then is freed by the device when its last user is done.
-    pub(crate) released: Atomic<u32>,
+    /// busy then is freed by the pool when its last user is done ([`BufferPool::reap`]).
+    released: Atomic<u32>,
     #[pin]
     backing: Mutex<Option<Backing>>,
 }
 
 impl Buffer {
-    /// Creates a buffer record.
+    /// Creates the record of buffer `handle` (`size` bytes) of the open file `owner` /
+    /// `owner_file`; a host buffer gets its mmap offset.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` if the record cannot be allocated or the handle has no mmap offset (after
+    /// 2^41 allocations).
     pub(crate) fn new(
         handle: u64,
         size: u64,
-        mmap_offset: u64,
+        owner: u64,
         owner_file: MappedFile,
         backing: Backing,
     ) -> Result<Arc<Self>> {
+        if handle >= HANDLE_LIMIT {
+            return Err(ENOMEM);
+        }
+        let mmap_offset = match backing {
+            Backing::Host(..) => handle << MMAP_STRIDE_SHIFT,
+            Backing::Device(_) => 0,
+        };
         Arc::pin_init(
             try_pin_init!(Self {
                 handle,
                 size,
                 mmap_offset,
+                owner,
                 owner_file,
                 users: Atomic::new(0),
                 inflight: Atomic::new(0),
@@ -296,6 +324,322 @@ pub(crate) unsafe extern "C" fn neuron_udma_vma_fault(
     // SAFETY: the VMA holds a reference to the buffer for as long as it exists.
     let buf = unsafe { &*priv_.cast::<Buffer>() };
     buf.fault(pgoff, vmf).unwrap_or(u32::MAX)
+}
+
+/// A `MEMCPY` or a device-memory scrub that returned (timeout, SIGKILL) while its last
+/// submission was still in flight on the driver's shared H2T queue: what it used stays
+/// reserved until fence `seq` of that queue is settled ([`BufferPool::reap`]).
+pub(crate) struct Held {
+    /// Fence of the H2T queue that covers the submission.
+    pub(crate) seq: u64,
+    /// Open file whose `MEMCPY` it was (0 for a scrub).
+    pub(crate) file: u64,
+    /// What stays reserved.
+    pub(crate) hold: Hold,
+}
+
+/// What a [`Held`] keeps from being reused.
+pub(crate) enum Hold {
+    /// The two buffers of a `MEMCPY` (busy).
+    Buffers([BusyGuard; 2]),
+    /// A device-memory range whose scrub was interrupted (given back to the allocator then).
+    Dram(u64),
+}
+
+struct PoolState {
+    /// False after [`BufferPool::shutdown`]: nothing is allocated any more.
+    alive: bool,
+    /// Every buffer in the pool, for the walks of unbind and file release; each knows its
+    /// index ([`Buffer::table_index`]), so removal is O(1).
+    table: KVVec<Arc<Buffer>>,
+    /// Device memory available to user space.
+    dram: DramAllocator,
+    /// Memory of abandoned copies, until their fences settle.
+    held: KVec<Held>,
+}
+
+/// The buffers of one device and their memory: the one place that knows which buffer exists
+/// and who owns it (an open file keeps only its id). Lookups by handle are O(1) (an XArray).
+#[pin_data]
+pub(crate) struct BufferPool {
+    /// Handle -> buffer.
+    #[pin]
+    handles: XArray<Arc<Buffer>>,
+    #[pin]
+    state: Mutex<PoolState>,
+    /// Entries of `PoolState::held` (updated under the lock): lets [`Self::has_held`] answer
+    /// without the lock.
+    held_count: Atomic<u32>,
+}
+
+impl BufferPool {
+    /// An empty pool over the device memory `dram`.
+    pub(crate) fn new(dram: DramAllocator) -> impl PinInit<Self, Error> {
+        try_pin_init!(Self {
+            handles <- XArray::new(AllocKind::Alloc),
+            state <- new_mutex!(PoolState {
+                alive: true,
+                table: KVVec::new(),
+                dram,
+                held: KVec::new(),
+            }),
+            held_count: Atomic::new(0),
+        })
+    }
+
+    /// Bytes of device memory available to user buffers.
+    pub(crate) fn dram_capacity(&self) -> u64 {
+        self.state.lock().dram.capacity()
+    }
+
+    /// Allocates `size` bytes of device memory ([`DramAllocator::alloc`]).
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` if no range is large enough, `ENODEV` after [`Self::shutdown`].
+    pub(crate) fn alloc_dram(&self, size: u64) -> Result<u64> {
+        let mut st = self.state.lock();
+        if !st.alive {
+            return Err(ENODEV);
+        }
+        st.dram.alloc(size)
+    }
+
+    /// Gives back the device-memory range at `addr`.
+    pub(crate) fn free_dram(&self, addr: u64) {
+        self.state.lock().dram.free(addr);
+    }
+
+    /// Adds `buf` to the pool (its handle becomes usable); on failure its memory is given back.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`, `ENODEV` after [`Self::shutdown`].
+    pub(crate) fn insert(&self, buf: &Arc<Buffer>) -> Result {
+        let r = {
+            let mut st = self.state.lock();
+            Self::link(&mut st, &self.handles, buf)
+        };
+        if r.is_err() {
+            // Freed outside the pool lock: giving back a host buffer's charge takes the mmap
+            // lock.
+            if let Some(addr) = buf.free() {
+                self.free_dram(addr);
+            }
+        }
+        r
+    }
+
+    fn link(st: &mut PoolState, handles: &XArray<Arc<Buffer>>, buf: &Arc<Buffer>) -> Result {
+        if !st.alive {
+            return Err(ENODEV);
+        }
+        st.table.reserve(1, GFP_KERNEL)?;
+        // CAST: handles are below HANDLE_LIMIT, which fits in `usize` on 64-bit kernels.
+        handles
+            .lock()
+            .store(buf.handle as usize, buf.clone(), GFP_KERNEL)?;
+        buf.table_index.store(st.table.len(), Relaxed);
+        // Cannot fail: capacity was reserved.
+        let _ = st.table.push_within_capacity(buf.clone());
+        Ok(())
+    }
+
+    /// The buffer `handle` of the open file `owner`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` if no such buffer exists or another file owns it.
+    pub(crate) fn get(&self, owner: u64, handle: u64) -> Result<Arc<Buffer>> {
+        let handle = usize::try_from(handle).map_err(|_| ENOENT)?;
+        let xa = self.handles.lock();
+        let buf = xa.get(handle).ok_or(ENOENT)?;
+        if buf.owner != owner {
+            return Err(ENOENT);
+        }
+        Ok(buf.into())
+    }
+
+    /// The host buffer of the open file `owner` whose mmap offset is `offset` (bytes).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if there is none (also for an offset inside a buffer rather than at its start).
+    pub(crate) fn by_mmap_offset(&self, owner: u64, offset: u64) -> Result<Arc<Buffer>> {
+        let buf = self
+            .get(owner, offset >> MMAP_STRIDE_SHIFT)
+            .map_err(|_| EINVAL)?;
+        if offset == 0 || buf.mmap_offset != offset {
+            return Err(EINVAL);
+        }
+        Ok(buf)
+    }
+
+    /// Removes buffer `handle` of the open file `owner` from the pool and frees it, unless a
+    /// descriptor or a running copy may still reach it. The caller keeps the file's other
+    /// users of the handle out (see `OpenFile`).
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` (see [`Self::get`]), `EBUSY` if the buffer is busy ([`Buffer::is_busy`]);
+    /// nothing changes then.
+    pub(crate) fn free_handle(&self, owner: u64, handle: u64) -> Result {
+        let buf = self.get(owner, handle)?;
+        {
+            let _st = self.state.lock();
+            if buf.is_busy() {
+                return Err(EBUSY);
+            }
+        }
+        self.free(&buf);
+        Ok(())
+    }
+
+    /// Removes `buf` from the pool and frees it ([`Buffer::free`]), giving device memory back.
+    /// The caller made sure no descriptor references it ([`Buffer::is_busy`] is false, or its
+    /// queues are paused).
+    pub(crate) fn free(&self, buf: &Buffer) {
+        let mut st = self.state.lock();
+        Self::unlink(&mut st, &self.handles, buf);
+        drop(st);
+        if let Some(addr) = buf.free() {
+            self.free_dram(addr);
+        }
+    }
+
+    /// Removes `buf` from the table and the handle index (if it is there).
+    fn unlink(st: &mut PoolState, handles: &XArray<Arc<Buffer>>, buf: &Buffer) {
+        let idx = buf.table_index.load(Relaxed);
+        if !st.table.get(idx).is_some_and(|b| core::ptr::eq(&**b, buf)) {
+            return;
+        }
+        // CAST: as in `insert`.
+        drop(handles.lock().remove(buf.handle as usize));
+        // O(1) removal: the last entry takes the freed place.
+        if let Some(last) = st.table.pop() {
+            if idx < st.table.len() {
+                last.table_index.store(idx, Relaxed);
+                st.table[idx] = last;
+            }
+        }
+    }
+
+    /// Releases the buffers `handles` of the closed file `owner` (after its queues were
+    /// released): a buffer that an abandoned `MEMCPY` of the file still uses stays in the pool,
+    /// marked, and is freed by [`Self::reap`] when the engine is done with it; the others are
+    /// freed now. Never waits for the engine.
+    pub(crate) fn release_owner(&self, owner: u64, handles: &[u64]) {
+        for &h in handles {
+            let Ok(b) = self.get(owner, h) else {
+                continue;
+            };
+            b.mark_released();
+            // Decided under the pool lock, which `reap` holds while it drops the guards and
+            // looks at the mark: exactly one of the two frees the buffer.
+            let free_now = {
+                let _st = self.state.lock();
+                !b.is_busy()
+            };
+            if free_now {
+                self.free(&b);
+            }
+        }
+    }
+
+    /// Records `held`, whose submission is still in flight; gives it back when there is no
+    /// memory to record it (the caller then waits for the fence itself).
+    pub(crate) fn hold(&self, held: Held) -> core::result::Result<(), Held> {
+        let mut st = self.state.lock();
+        if st.held.reserve(1, GFP_KERNEL).is_err() {
+            return Err(held);
+        }
+        self.held_count.fetch_add(1, Relaxed);
+        st.held.push_within_capacity(held).map_err(|e| e.0)
+    }
+
+    /// Whether any memory is held by abandoned copies (no lock taken).
+    pub(crate) fn has_held(&self) -> bool {
+        self.held_count.load(Relaxed) != 0
+    }
+
+    /// Whether an abandoned `MEMCPY` of the open file `file` is still held.
+    pub(crate) fn held_by(&self, file: u64) -> bool {
+        self.state.lock().held.iter().any(|h| h.file == file)
+    }
+
+    /// The fences that held memory waits for.
+    pub(crate) fn held_fences(&self) -> KVec<u64> {
+        let mut seqs = KVec::new();
+        for h in self.state.lock().held.iter() {
+            if seqs.push(h.seq, GFP_KERNEL).is_err() {
+                break;
+            }
+        }
+        seqs
+    }
+
+    /// Gives back what the abandoned copies of the settled fences `done` held: device ranges
+    /// to the allocator, buffers out of use; a buffer whose file is gone is freed then.
+    pub(crate) fn reap(&self, done: &[u64]) {
+        let mut to_free: KVec<Arc<Buffer>> = KVec::new();
+        {
+            let mut st = self.state.lock();
+            let mut i = 0;
+            while i < st.held.len() {
+                if !done.contains(&st.held[i].seq) {
+                    i += 1;
+                    continue;
+                }
+                let Ok(h) = st.held.remove(i) else {
+                    break;
+                };
+                self.held_count.fetch_sub(1, Relaxed);
+                let bufs = match h.hold {
+                    Hold::Buffers(g) => {
+                        let bufs = [g[0].buffer().clone(), g[1].buffer().clone()];
+                        // Not the last references: the pool's table holds the buffers.
+                        drop(g);
+                        bufs
+                    }
+                    Hold::Dram(addr) => {
+                        st.dram.free(addr);
+                        continue;
+                    }
+                };
+                for b in bufs {
+                    if b.released.load(Relaxed) != 0
+                        && !b.is_busy()
+                        && !to_free.iter().any(|x| Arc::ptr_eq(x, &b))
+                    {
+                        let _ = to_free.push(b, GFP_KERNEL);
+                    }
+                }
+            }
+        }
+        for b in to_free.iter() {
+            self.free(b);
+        }
+    }
+
+    /// Called at unbind, after every queue was paused: frees every buffer's memory (the records
+    /// stay with open files and mappings) and forgets held memory; nothing is allocated after.
+    pub(crate) fn shutdown(&self) {
+        let (table, held) = {
+            let mut st = self.state.lock();
+            st.alive = false;
+            self.held_count.store(0, Relaxed);
+            (
+                core::mem::replace(&mut st.table, KVVec::new()),
+                core::mem::take(&mut st.held),
+            )
+        };
+        for b in table.iter() {
+            // CAST: as in `insert`.
+            drop(self.handles.lock().remove(b.handle as usize));
+            b.free();
+        }
+        drop(held);
+    }
 }
 
 /// First-fit allocator of device-memory ranges: the free ranges (coalesced) and the

@@ -15,14 +15,17 @@ use kernel::{
 };
 
 mod arch;
+mod bar0;
 #[cfg(neuron_udma_bench)]
 mod bench;
+mod channel;
 mod debugfs;
 mod desc;
 mod device;
 mod driver;
 mod engine;
 mod file;
+mod h2t;
 #[cfg(neuron_udma_kunit)]
 mod live_tests;
 mod mem;
@@ -30,6 +33,8 @@ mod queue;
 mod regs;
 mod ring;
 mod shim;
+#[cfg(neuron_udma_kunit)]
+mod testing;
 mod uapi;
 
 /// Names of the character devices, one per bound device (`MiscDeviceOptions` needs `'static`).
@@ -111,6 +116,9 @@ impl Drop for RegistryCleanup {
 struct NeuronUdmaModule {
     #[pin]
     _driver: Registration<pci::Adapter<driver::NeuronUdmaDriver>>,
+    /// Removes the `neuron_udma` debugfs directory, after the driver (fields drop in
+    /// declaration order).
+    _debugfs: debugfs::RootGuard,
     _registry: RegistryCleanup,
 }
 
@@ -118,10 +126,12 @@ impl InPlaceModule for NeuronUdmaModule {
     fn init(module: &'static kernel::ThisModule) -> impl PinInit<Self, Error> {
         // SAFETY: Called once, before the driver that uses the registry is registered.
         unsafe { REGISTRY.init() };
-        // SAFETY: Called once, before the driver that registers debugfs entries is registered.
-        unsafe { debugfs::ROOT.init() };
+        // SAFETY: Called once, before the driver that creates the devices' directories is
+        // registered; the guard is dropped after the driver is unregistered.
+        let debugfs = unsafe { debugfs::RootGuard::create() };
         try_pin_init!(Self {
             _driver <- Registration::new(<LocalModule as kernel::ModuleMetadata>::NAME, module),
+            _debugfs: debugfs,
             _registry: RegistryCleanup,
         })
     }

@@ -13,16 +13,16 @@
 
 use crate::{
     arch::Arch,
-    desc::{Barrier, Desc, DescLen, DESC_SIZE},
+    desc::{Barrier, Desc, DescLen, Dir, DESC_SIZE},
     engine::{self, EngineIo},
     mem::InFlight,
     regs::{M2s, S2m},
-    ring::{RingSize, RingState, ALIGN},
+    ring::{Ring, RingSize, RingState},
 };
 use kernel::{
     device::{Bound, Device},
     dma::Coherent,
-    io::{io_project, io_read, io_write, Io},
+    io::{io_project, io_read, io_write},
     prelude::*,
     time::{Delta, Instant, Monotonic},
 };
@@ -48,37 +48,6 @@ pub(crate) const MAX_PAIRS_PER_SUBMISSION: u32 = 2032;
 const PAGE_BYTES: u64 = kernel::page::PAGE_SIZE as u64;
 /// Completion slots of a queue, i.e. the most fences in flight at once.
 pub(crate) const FENCE_SLOTS: usize = 256;
-
-/// A descriptor slot as it lies in ring memory: four little-endian words (hardware.rst §4.1).
-#[repr(C)]
-#[derive(Clone, Copy, Default, FromBytes, IntoBytes)]
-pub(crate) struct HwDesc {
-    words: [u32; 4],
-}
-
-// SAFETY: `repr(C)` array of `u32`, no padding; every bit pattern is valid.
-unsafe impl kernel::transmute::AsBytes for HwDesc {}
-// SAFETY: As above.
-unsafe impl kernel::transmute::FromBytes for HwDesc {}
-
-impl HwDesc {
-    fn from_desc(d: Desc) -> Self {
-        let b = d.to_le_bytes();
-        let w = |i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        Self {
-            words: [w(0), w(4), w(8), w(12)],
-        }
-    }
-
-    /// The 16 raw bytes of the slot.
-    pub(crate) fn bytes(&self) -> [u8; DESC_SIZE] {
-        let mut b = [0u8; DESC_SIZE];
-        for (i, w) in self.words.iter().enumerate() {
-            b[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
-        }
-        b
-    }
-}
 
 /// One completion slot: word 0 holds the marker (the pair's source), word 1 receives it.
 #[repr(C)]
@@ -159,11 +128,11 @@ pub(crate) struct Queue {
     /// Queue id, 0..16.
     pub(crate) qid: u32,
     host_route: u64,
-    tx_ring: Coherent<[HwDesc]>,
-    rx_ring: Coherent<[HwDesc]>,
+    /// The M2S (Tx, source) ring.
+    tx: Ring,
+    /// The S2M (Rx, destination) ring.
+    rx: Ring,
     completion: Coherent<[CompletionSlot]>,
-    tx: RingState,
-    rx: RingState,
     /// Prepared Tx descriptors whose doorbell has not been rung.
     pending_tx: u32,
     /// Prepared Rx descriptors whose doorbell has not been rung.
@@ -202,20 +171,9 @@ impl Queue {
         if arch.engine_offset(eng).is_none() || qid >= crate::arch::QUEUES_PER_ENGINE {
             return Err(EINVAL);
         }
-        let tx_size = RingSize::new(tx_descs)?;
-        let rx_size = RingSize::new(rx_descs)?;
-        // Rings are physically contiguous: a large one may not be available, which is ENOMEM
-        // for the caller, not a warning.
-        let gfp = GFP_KERNEL | __GFP_NOWARN;
-        let tx_ring = Coherent::<HwDesc>::zeroed_slice(dev, tx_descs as usize, gfp)?;
-        let rx_ring = Coherent::<HwDesc>::zeroed_slice(dev, rx_descs as usize, gfp)?;
+        let tx = Ring::new(dev, RingSize::new(tx_descs)?)?;
+        let rx = Ring::new(dev, RingSize::new(rx_descs)?)?;
         let completion = Coherent::<CompletionSlot>::zeroed_slice(dev, FENCE_SLOTS, GFP_KERNEL)?;
-        for ring in [&tx_ring, &rx_ring] {
-            // CAST: only the low bits matter for the alignment check.
-            if ring.dma_address() as usize % ALIGN != 0 {
-                return Err(EIO);
-            }
-        }
         let mut outcomes = KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL)?;
         for _ in 0..FENCE_SLOTS {
             outcomes.push(SlotRecord::FREE, GFP_KERNEL)?;
@@ -227,11 +185,9 @@ impl Queue {
         Ok(Self {
             qid,
             host_route: arch.host_route,
-            tx_ring,
-            rx_ring,
+            tx,
+            rx,
             completion,
-            tx: RingState::new(tx_size),
-            rx: RingState::new(rx_size),
             pending_tx: 0,
             pending_rx: 0,
             fences: KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL)?,
@@ -268,19 +224,29 @@ impl Queue {
 
     /// Device-fabric address of the Tx ring.
     pub(crate) fn tx_base(&self) -> u64 {
-        self.tx_ring.dma_address() | self.host_route
+        self.tx.dma_address() | self.host_route
     }
 
     /// Device-fabric address of the Rx ring.
     pub(crate) fn rx_base(&self) -> u64 {
-        self.rx_ring.dma_address() | self.host_route
+        self.rx.dma_address() | self.host_route
     }
 
     /// Programs the queue registers (hardware.rst §3.7: Tx, then Rx) and resets the software state:
     /// empty rings, ring id 1, no fences.
     pub(crate) fn hw_init(&mut self, io: EngineIo<'_>) -> Result {
-        engine::init_queue_dir::<M2s>(io, self.q(), self.tx_base(), self.tx.size().descs())?;
-        engine::init_queue_dir::<S2m>(io, self.q(), self.rx_base(), self.rx.size().descs())?;
+        engine::init_queue_dir::<M2s>(
+            io,
+            self.q(),
+            self.tx_base(),
+            self.tx.state().size().descs(),
+        )?;
+        engine::init_queue_dir::<S2m>(
+            io,
+            self.q(),
+            self.rx_base(),
+            self.rx.state().size().descs(),
+        )?;
         self.forget_inflight();
         Ok(())
     }
@@ -289,12 +255,12 @@ impl Queue {
     /// init or pause): empty rings, ring id 1; every fence in flight is settled as
     /// [`FenceState::Lost`] and every buffer reference of a pair is dropped.
     fn forget_inflight(&mut self) {
-        for i in self.tx.outstanding_slots() {
+        for i in self.tx.state().outstanding_slots() {
             // PANIC: slot indices are below the ring size, the length of `refs`.
             self.refs[i as usize] = [None, None];
         }
-        self.tx = RingState::new(self.tx.size());
-        self.rx = RingState::new(self.rx.size());
+        self.tx.reset();
+        self.rx.reset();
         self.pending_tx = 0;
         self.pending_rx = 0;
         for f in self.fences.iter() {
@@ -321,12 +287,12 @@ impl Queue {
 
     /// Tx ring state.
     pub(crate) fn tx_state(&self) -> &RingState {
-        &self.tx
+        self.tx.state()
     }
 
     /// Rx ring state.
     pub(crate) fn rx_state(&self) -> &RingState {
-        &self.rx
+        self.rx.state()
     }
 
     /// Prepared descriptors not yet doorbelled: `(tx, rx)`.
@@ -336,7 +302,7 @@ impl Queue {
 
     /// Free descriptor pairs, keeping the 16-slot reserve on both rings (hardware.rst §4.7).
     pub(crate) fn available_pairs(&self) -> u32 {
-        self.tx.available().min(self.rx.available())
+        self.tx.state().available().min(self.rx.state().available())
     }
 
     /// Whether a fence can be added now: a free completion slot and room for the marker pair.
@@ -356,7 +322,7 @@ impl Queue {
     /// Room for one pair beyond the reserve-keeping limit: the rings never fill completely.
     fn marker_room(&self) -> bool {
         let room = |r: &RingState| r.outstanding() + 2 < r.size().descs();
-        room(&self.tx) && room(&self.rx)
+        room(self.tx.state()) && room(self.rx.state())
     }
 
     /// Writes one descriptor pair (hardware.rst §4.5): Rx slot, then Tx slot, each written whole.
@@ -380,15 +346,10 @@ impl Queue {
 
     /// Writes one pair without the reserve check (callers check the space).
     fn write_pair(&mut self, c: &Copy, refs: PairRefs) {
-        let (rx_idx, rx_id) = self.rx.take();
-        let (tx_idx, tx_id) = self.tx.take();
-        // PANIC: `take` returns indices below the ring size, the length of `refs`.
+        self.rx.push(|id| Desc::rx(c.len, id, c.set_dst_int, c.dst));
+        let tx_idx = self.tx.push(|id| Desc::tx(c.len, id, c.barrier, c.src));
+        // PANIC: `push` returns indices below the ring size, the length of `refs`.
         self.refs[tx_idx as usize] = refs;
-        let rx = HwDesc::from_desc(Desc::rx(c.len, rx_id, c.set_dst_int, c.dst));
-        let tx = HwDesc::from_desc(Desc::tx(c.len, tx_id, c.barrier, c.src));
-        // PANIC: `take` returns indices below the ring size, which is the slice length.
-        io_project!(&self.rx_ring, [panic: rx_idx as usize]).copy_write(rx);
-        io_project!(&self.tx_ring, [panic: tx_idx as usize]).copy_write(tx);
         self.pending_rx += 1;
         self.pending_tx += 1;
     }
@@ -453,8 +414,8 @@ impl Queue {
             .push_within_capacity(Fence {
                 seq,
                 slot,
-                tx_end: self.tx.next_index(),
-                rx_end: self.rx.next_index(),
+                tx_end: self.tx.state().next_index(),
+                rx_end: self.rx.state().next_index(),
             })
             .map_err(|_| EBUSY)?;
         self.outcomes[slot] = SlotRecord {
@@ -491,8 +452,14 @@ impl Queue {
     /// Tx descriptors prepared or started after the newest fence (or, without a fence in
     /// flight, not yet acked): work that no fence covers yet.
     pub(crate) fn unfenced(&self) -> u32 {
-        let from = self.fences.last().map_or(self.tx.ack_index(), |f| f.tx_end);
-        self.tx.size().distance(from, self.tx.next_index())
+        let from = self
+            .fences
+            .last()
+            .map_or(self.tx.state().ack_index(), |f| f.tx_end);
+        self.tx
+            .state()
+            .size()
+            .distance(from, self.tx.state().next_index())
     }
 
     /// The outcome of fence `seq` (one of the caller's registrations). Once it is settled
@@ -544,17 +511,30 @@ impl Queue {
             return;
         };
         let f = self.fences[n];
-        let tx_n = self.tx.size().distance(self.tx.ack_index(), f.tx_end);
-        let rx_n = self.rx.size().distance(self.rx.ack_index(), f.rx_end);
-        for i in self.tx.size().slots(self.tx.ack_index(), tx_n) {
+        let tx_n = self
+            .tx
+            .state()
+            .size()
+            .distance(self.tx.state().ack_index(), f.tx_end);
+        let rx_n = self
+            .rx
+            .state()
+            .size()
+            .distance(self.rx.state().ack_index(), f.rx_end);
+        for i in self
+            .tx
+            .state()
+            .size()
+            .slots(self.tx.state().ack_index(), tx_n)
+        {
             // PANIC: slot indices are below the ring size, the length of `refs`.
             self.refs[i as usize] = [None, None];
         }
         // The fence was recorded from these rings, so the counts are outstanding ones: an
         // error here means the software state is corrupt, and the fences stay unsettled
         // rather than report copies as done.
-        if tx_n > self.tx.outstanding()
-            || rx_n > self.rx.outstanding()
+        if tx_n > self.tx.state().outstanding()
+            || rx_n > self.rx.state().outstanding()
             || self.tx.ack(tx_n).is_err()
             || self.rx.ack(rx_n).is_err()
         {
@@ -574,7 +554,7 @@ impl Queue {
     }
 
     /// How long fences have been in flight without any completing (zero when idle): a queue
-    /// stalled for [`crate::device::DEFAULT_TIMEOUT`] is stuck and may be reset even by a
+    /// stalled for the channel's default timeout is stuck and may be reset even by a
     /// waiter whose own timeout was shorter.
     pub(crate) fn stalled_for(&mut self) -> Delta {
         self.retire();
@@ -585,23 +565,24 @@ impl Queue {
         }
     }
 
-    /// The Tx and Rx ring memory, for the benchmark's plain-store floor (`rust/bench.rs`).
+    /// The Tx and Rx rings, for the benchmark's plain-store floor (`rust/bench.rs`).
     #[cfg(neuron_udma_bench)]
-    pub(crate) fn rings(&self) -> (&Coherent<[HwDesc]>, &Coherent<[HwDesc]>) {
-        (&self.tx_ring, &self.rx_ring)
+    pub(crate) fn rings(&self) -> (&Ring, &Ring) {
+        (&self.tx, &self.rx)
     }
 
-    /// Overwrites Tx slot `idx` with `d` (KUnit only: hand-built and deliberately broken
+    /// The Tx ring (`tx == true`) or the Rx ring.
+    pub(crate) fn ring(&self, dir: Dir) -> &Ring {
+        match dir {
+            Dir::Tx => &self.tx,
+            Dir::Rx => &self.rx,
+        }
+    }
+
+    /// The Tx ring, to overwrite slots (KUnit only: hand-built and deliberately broken
     /// descriptors for the device model's checks).
     #[cfg(neuron_udma_kunit)]
-    pub(crate) fn write_tx_slot(&mut self, idx: u32, d: Desc) -> Result {
-        io_project!(&self.tx_ring, [try: idx as usize]).copy_write(HwDesc::from_desc(d));
-        Ok(())
-    }
-
-    /// Reads ring slot `idx` of the Tx (`tx == true`) or Rx ring.
-    pub(crate) fn slot(&self, tx: bool, idx: u32) -> Result<HwDesc> {
-        let ring = if tx { &self.tx_ring } else { &self.rx_ring };
-        Ok(io_project!(ring, [try: idx as usize]).copy_read())
+    pub(crate) fn tx_ring_mut(&mut self) -> &mut Ring {
+        &mut self.tx
     }
 }

@@ -1,14 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Ring geometry and software index arithmetic (hardware.rst §4.6-4.8).
+//! Descriptor rings: their memory, geometry and software index arithmetic (hardware.rst §4.6-4.8).
 //!
 //! A ring is a power-of-two number of 16-byte descriptor slots. The driver hands out slots at
 //! `next`, the engine consumes them, and completion acks advance `ack`; free space keeps a
 //! 16-descriptor reserve. Every pass over the ring stamps descriptors with the next 2-bit ring id
 //! (1, 2, 3, 0, 1, ...), which the engine compares with the phase it expects.
 
-use crate::desc::DESC_SIZE;
-use kernel::{num::Bounded, prelude::*};
+use crate::desc::{Desc, RingId, DESC_SIZE};
+use kernel::{
+    device::{Bound, Device},
+    dma::{Coherent, DmaAddress},
+    io::{io_project, Io},
+    prelude::*,
+};
 
 /// Smallest ring, in descriptors (hardware.rst §4.8, `UDMA_MIN_Q_SIZE`).
 pub(crate) const MIN_DESCS: u32 = 32;
@@ -20,26 +25,6 @@ pub(crate) const MAX_DESCS: u32 = 1 << 23;
 pub(crate) const RESERVE: u32 = 16;
 /// Required alignment in bytes of a ring's start and end (hardware.rst §4.8).
 pub(crate) const ALIGN: usize = 256;
-
-/// A 2-bit ring id (phase) (hardware.rst §4.6).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct RingId(Bounded<u32, 2>);
-
-impl RingId {
-    /// The ring id after a queue reset, which the hardware expects first (`UDMA_INITIAL_RING_ID`).
-    pub(crate) const INITIAL: Self = Self(Bounded::<u32, 2>::new::<1>());
-
-    /// The ring id of the next pass: `(id + 1) & 3`.
-    pub(crate) fn next(self) -> Self {
-        // Values of a 2-bit `Bounded` are 0..=3, so the masked sum fits.
-        Self(Bounded::<u32, 2>::from_expr((self.0.get() + 1) & 3))
-    }
-
-    /// The 2-bit value.
-    pub(crate) fn bits(self) -> Bounded<u32, 2> {
-        self.0
-    }
-}
 
 /// Validated ring size in descriptors: a power of two in `MIN_DESCS..=MAX_DESCS`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,6 +162,107 @@ impl RingState {
         // INVARIANT: wrapped to the ring size.
         self.ack = self.size.index(self.ack.wrapping_add(n));
         Ok(())
+    }
+}
+
+/// One descriptor ring: its coherent memory (256-byte aligned, hardware.rst §4.8) and the
+/// software state of its slots. Every index into the memory comes from the state, so it is
+/// always below the ring size.
+pub(crate) struct Ring {
+    mem: Coherent<[Desc]>,
+    state: RingState,
+}
+
+impl Ring {
+    /// Allocates a zeroed ring of `size` descriptors for DMA by `dev`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` if the memory cannot be allocated (physically contiguous: a large ring may not
+    /// be available, which is the caller's ENOMEM, not a warning), `EIO` if the allocator
+    /// returned memory that is not 256-byte aligned.
+    pub(crate) fn new(dev: &Device<Bound>, size: RingSize) -> Result<Self> {
+        // CAST: at most MAX_DESCS.
+        let mem =
+            Coherent::<Desc>::zeroed_slice(dev, size.descs() as usize, GFP_KERNEL | __GFP_NOWARN)?;
+        // CAST: only the low bits matter for the alignment check.
+        if mem.dma_address() as usize % ALIGN != 0 {
+            return Err(EIO);
+        }
+        Ok(Self {
+            mem,
+            state: RingState::new(size),
+        })
+    }
+
+    /// DMA address of slot 0.
+    pub(crate) fn dma_address(&self) -> DmaAddress {
+        self.mem.dma_address()
+    }
+
+    /// The software state (indices, ring id, free space).
+    pub(crate) fn state(&self) -> &RingState {
+        &self.state
+    }
+
+    /// Empties the ring after the engine was stopped from using it (queue init or pause):
+    /// next and ack at slot 0, ring id 1.
+    pub(crate) fn reset(&mut self) {
+        self.state = RingState::new(self.state.size);
+    }
+
+    /// Writes the descriptor `build` makes for the ring id of the next slot into that slot,
+    /// whole, and advances; returns the slot index. The caller checks
+    /// [`RingState::available`] first.
+    pub(crate) fn push(&mut self, build: impl FnOnce(RingId) -> Desc) -> u32 {
+        let (idx, id) = self.state.take();
+        // PANIC: `take` returns indices below the ring size, which is the slice length.
+        io_project!(&self.mem, [panic: idx as usize]).copy_write(build(id));
+        idx
+    }
+
+    /// Acks `n` completed descriptors ([`RingState::ack`]).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if `n` exceeds the outstanding descriptors; nothing changes then.
+    pub(crate) fn ack(&mut self, n: u32) -> Result {
+        self.state.ack(n)
+    }
+
+    /// Reads slot `idx` (a copy of the 16 bytes in ring memory).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if `idx` is not below the ring size.
+    pub(crate) fn read(&self, idx: u32) -> Result<Desc> {
+        if idx >= self.state.size.descs() {
+            return Err(EINVAL);
+        }
+        // PANIC: checked above.
+        Ok(io_project!(&self.mem, [panic: idx as usize]).copy_read())
+    }
+
+    /// Overwrites slot `idx` with `d`, without touching the software state (KUnit only:
+    /// hand-built and deliberately broken descriptors for the device model's checks).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if `idx` is not below the ring size.
+    #[cfg(neuron_udma_kunit)]
+    pub(crate) fn overwrite(&mut self, idx: u32, d: Desc) -> Result {
+        if idx >= self.state.size.descs() {
+            return Err(EINVAL);
+        }
+        // PANIC: checked above.
+        io_project!(&self.mem, [panic: idx as usize]).copy_write(d);
+        Ok(())
+    }
+
+    /// The ring memory, for the benchmark's plain-store floor (`rust/bench.rs`).
+    #[cfg(neuron_udma_bench)]
+    pub(crate) fn memory(&self) -> &Coherent<[Desc]> {
+        &self.mem
     }
 }
 

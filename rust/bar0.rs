@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! BAR0 of a bound device: access to the engines' register blocks, the engine bring-up
+//! (hardware.rst §3.6, once per engine since probe), and the rate limit of the messages that
+//! engine errors print.
+//!
+//! Shared (reference counted) by the device and each of its queue channels, so that a channel
+//! reaches its engine's registers without knowing the device.
+
+use crate::{
+    arch::Arch,
+    engine::{self, EngineIo},
+};
+use kernel::{
+    new_mutex, pci,
+    prelude::*,
+    sync::{
+        aref::ARef,
+        atomic::{Atomic, Relaxed},
+        Mutex,
+    },
+    time::{Delta, Instant, Monotonic},
+};
+
+/// Error messages per [`LOG_WINDOW`]; the rest are dropped.
+const LOG_BURST: u32 = 10;
+/// Rate-limit window of the error messages.
+const LOG_WINDOW: Delta = Delta::from_secs(5);
+
+/// Keeps error messages that user space can provoke from flooding the log.
+pub(crate) struct RateLimit {
+    epoch: Instant<Monotonic>,
+    /// Start of the current window, in milliseconds since `epoch`.
+    window_start: Atomic<i64>,
+    printed: Atomic<u32>,
+}
+
+impl RateLimit {
+    fn new() -> Self {
+        Self {
+            epoch: Instant::<Monotonic>::now(),
+            window_start: Atomic::new(0),
+            printed: Atomic::new(0),
+        }
+    }
+
+    /// Whether one more message may be printed now (races only blur the count).
+    pub(crate) fn allow(&self) -> bool {
+        let ms = self.epoch.elapsed().as_millis();
+        let start = self.window_start.load(Relaxed);
+        if ms - start >= LOG_WINDOW.as_millis() {
+            self.window_start.store(ms, Relaxed);
+            self.printed.store(0, Relaxed);
+        }
+        self.printed.fetch_add(1, Relaxed) < LOG_BURST
+    }
+}
+
+/// The register BAR of one bound device.
+#[pin_data]
+pub(crate) struct Bar0 {
+    /// The PCI device (for messages).
+    pub(crate) pdev: ARef<pci::Device>,
+    /// Per-generation data.
+    pub(crate) arch: &'static Arch,
+    /// The mapping, revoked by devres at unbind.
+    bar: pci::DevresBar,
+    /// Engines whose init sequence ran since probe (bit per engine id).
+    #[pin]
+    engines_init: Mutex<[u64; 3]>,
+    /// Rate limit of the engine error messages of every queue of the device.
+    pub(crate) log_limit: RateLimit,
+}
+
+impl Bar0 {
+    /// Wraps the mapped BAR0 of `pdev`.
+    pub(crate) fn new(
+        pdev: ARef<pci::Device>,
+        arch: &'static Arch,
+        bar: pci::DevresBar,
+    ) -> impl PinInit<Self, Error> {
+        try_pin_init!(Self {
+            pdev,
+            arch,
+            bar,
+            engines_init <- new_mutex!([0; 3]),
+            log_limit: RateLimit::new(),
+        })
+    }
+
+    /// Runs `f` on engine `eng`'s registers (inside an RCU read section: `f` must not sleep).
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` once the device is unbound; `EINVAL` for an unknown engine.
+    pub(crate) fn with_engine<R>(
+        &self,
+        eng: u32,
+        f: impl FnOnce(EngineIo<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let bar = self.bar.try_access().ok_or(ENODEV)?;
+        f(engine::engine_io(self.arch, &bar, eng)?)
+    }
+
+    /// Runs the engine init sequence (hardware.rst §3.6) on engine `eng` unless it ran since
+    /// probe.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for an unknown engine, `ENODEV` once the device is unbound.
+    pub(crate) fn ensure_engine(&self, eng: u32) -> Result {
+        let mut init = self.engines_init.lock();
+        let (word, bit) = ((eng / 64) as usize, eng % 64);
+        let first = init.iter().all(|w| *w == 0);
+        if init.get(word).ok_or(EINVAL)? & (1 << bit) != 0 {
+            return Ok(());
+        }
+        {
+            let bar = self.bar.try_access().ok_or(ENODEV)?;
+            engine::init_engine(self.arch, &bar, eng, first)?;
+        }
+        init[word] |= 1 << bit;
+        Ok(())
+    }
+}
