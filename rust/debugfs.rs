@@ -154,11 +154,20 @@ fn ptr(v: u32) -> (u32, u32) {
 /// Renders the `queues` file: per queue in use, the hardware.rst §3.8 queue state of both
 /// directions, the software ring indices and the engine state and error causes.
 pub(crate) fn render_queues(dev: &UdmaDevice, w: &mut impl fmt::Write) -> fmt::Result {
+    render_each(dev, w, render_queue_state)
+}
+
+/// Renders `one` for every queue in use, or says why there is none.
+fn render_each<W: fmt::Write>(
+    dev: &UdmaDevice,
+    w: &mut W,
+    one: fn(&Channel, &mut W) -> fmt::Result,
+) -> fmt::Result {
     let Some(queues) = queues_or_note(dev, w)? else {
         return Ok(());
     };
     for cell in queues.iter() {
-        render_queue_state(cell, w)?;
+        one(cell, w)?;
     }
     Ok(())
 }
@@ -288,13 +297,7 @@ fn write_slot(s: &Slot, w: &mut impl fmt::Write) -> fmt::Result {
 
 /// Renders the `rings` file: both rings of every queue in use.
 pub(crate) fn render_rings(dev: &UdmaDevice, w: &mut impl fmt::Write) -> fmt::Result {
-    let Some(queues) = queues_or_note(dev, w)? else {
-        return Ok(());
-    };
-    for cell in queues.iter() {
-        render_queue_rings(cell, w)?;
-    }
-    Ok(())
+    render_each(dev, w, render_queue_rings)
 }
 
 /// Renders the `rings` block of one queue: per ring a summary line, then the last [`HISTORY`]

@@ -60,27 +60,70 @@ fn test_queue(dev: &UdmaDevice, qid: u32, descs: u32) -> Result<Arc<Channel>> {
     dev.queue_init(dev.arch.h2t[0].0, qid, descs, descs, Owner::Driver)
 }
 
+/// A driver-owned test queue and two coherent buffers of `bytes` bytes (`src` filled with the
+/// pattern of `seed`, `dst` zeroed) at device-fabric addresses `s` and `d`; the queue is
+/// released on drop, before the buffers are freed.
+struct Fixture {
+    dev: Arc<UdmaDevice>,
+    q: Arc<Channel>,
+    /// The source buffer (kept alive for the copies).
+    _src: Coherent<[u8]>,
+    dst: Coherent<[u8]>,
+    s: u64,
+    d: u64,
+}
+
+impl Fixture {
+    fn new(qid: u32, descs: u32, bytes: usize, seed: u8) -> Result<Self> {
+        let dev = device()?;
+        let src = dev.alloc_coherent(bytes)?;
+        let dst = dev.alloc_coherent(bytes)?;
+        let (s, d) = (
+            dev.arch.host_addr(src.dma_address()),
+            dev.arch.host_addr(dst.dma_address()),
+        );
+        fill(&src, seed);
+        let q = test_queue(&dev, qid, descs)?;
+        Ok(Self {
+            dev,
+            q,
+            _src: src,
+            dst,
+            s,
+            d,
+        })
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.dev.queue_release(self.q.owner, self.q.eng, self.q.qid);
+    }
+}
+
 #[kunit_tests(neuron_udma_live)]
 mod tests {
     use super::*;
     use crate::{engine::EngineIo, queue::Queue};
 
-    #[test]
-    fn host_to_host_round_trips() -> Result {
+    /// Copies each of [`SIZES`] between two host buffers at odd offsets with `copy(src, dst,
+    /// size, n)` (device-fabric addresses, bytes, the size's index) and checks the bytes and
+    /// their surroundings.
+    fn round_trips(seed0: u8, copy: impl Fn(u64, u64, u64, usize) -> Result) -> Result {
         let dev = device()?;
         let src = dev.alloc_coherent((2 << 20) + 64)?;
         let dst = dev.alloc_coherent((2 << 20) + 64)?;
         for (n, &size) in SIZES.iter().enumerate() {
             // CAST: small test values.
-            let seed = n as u8;
+            let seed = seed0 + n as u8;
             fill(&src, seed);
             clear(&dst);
             let (soff, doff) = (3 + n, 17 + 2 * n);
-            dev.memcpy(
+            copy(
                 dev.arch.host_addr(src.dma_address()) + soff as u64,
                 dev.arch.host_addr(dst.dma_address()) + doff as u64,
                 size,
-                DEFAULT_TIMEOUT,
+                n,
             )?;
             assert!(copied(&dst, doff, soff, size as usize, seed));
         }
@@ -88,33 +131,20 @@ mod tests {
     }
 
     #[test]
+    fn host_to_host_round_trips() -> Result {
+        let dev = device()?;
+        round_trips(0, |s, d, size, _| dev.memcpy(s, d, size, DEFAULT_TIMEOUT))
+    }
+
+    #[test]
     fn host_to_hbm_to_host() -> Result {
         let dev = device()?;
         assert!(dev.dram_size >= 4 << 20);
-        let src = dev.alloc_coherent((2 << 20) + 64)?;
-        let dst = dev.alloc_coherent((2 << 20) + 64)?;
-        for (n, &size) in SIZES.iter().enumerate() {
-            // CAST: small test values.
-            let seed = 0x40 + n as u8;
-            fill(&src, seed);
-            clear(&dst);
+        round_trips(0x40, |s, d, size, n| {
             let hbm = 0x10_0000 + 5 * n as u64;
-            let (soff, doff) = (1 + n, 9 + n);
-            dev.memcpy(
-                dev.arch.host_addr(src.dma_address()) + soff as u64,
-                hbm,
-                size,
-                DEFAULT_TIMEOUT,
-            )?;
-            dev.memcpy(
-                hbm,
-                dev.arch.host_addr(dst.dma_address()) + doff as u64,
-                size,
-                DEFAULT_TIMEOUT,
-            )?;
-            assert!(copied(&dst, doff, soff, size as usize, seed));
-        }
-        Ok(())
+            dev.memcpy(s, hbm, size, DEFAULT_TIMEOUT)?;
+            dev.memcpy(hbm, d, size, DEFAULT_TIMEOUT)
+        })
     }
 
     #[test]
@@ -326,112 +356,83 @@ mod tests {
 
     #[test]
     fn injected_fault_then_recovery() -> Result {
-        let dev = device()?;
-        let q = test_queue(&dev, 2, 64)?;
-        let src = dev.alloc_coherent(8192)?;
-        let dst = dev.alloc_coherent(8192)?;
-        let (s, d) = (
-            dev.arch.host_addr(src.dma_address()),
-            dev.arch.host_addr(dst.dma_address()),
-        );
-        fill(&src, 0x5a);
-        let r = (|| -> Result {
-            // The model fails the next Tx descriptor with a bad address: the engine aborts.
-            dev.model
-                .as_ref()
-                .ok_or(ENODEV)?
-                .inject_fail_nth(q.eng, q.qid, 1)?;
-            assert_eq!(q.memcpy(s, d, 4096, DEFAULT_TIMEOUT), Err(EIO));
-            let resets = q.with(|queue, _| Ok(queue.resets))?;
-            assert_eq!(resets, 1);
-            // The queue (and the engine's other queues) work again.
-            q.memcpy(s, d, 8192, DEFAULT_TIMEOUT)?;
-            assert!(copied(&dst, 0, 0, 8192, 0x5a));
-            clear(&dst);
-            dev.memcpy(s, d, 8192, DEFAULT_TIMEOUT)?;
-            assert!(copied(&dst, 0, 0, 8192, 0x5a));
-            Ok(())
-        })();
-        dev.queue_release(q.owner, q.eng, q.qid)?;
-        r
+        let f = Fixture::new(2, 64, 8192, 0x5a)?;
+        let (dev, q, dst, s, d) = (&f.dev, &f.q, &f.dst, f.s, f.d);
+        // The model fails the next Tx descriptor with a bad address: the engine aborts.
+        dev.model
+            .as_ref()
+            .ok_or(ENODEV)?
+            .inject_fail_nth(q.eng, q.qid, 1)?;
+        assert_eq!(q.memcpy(s, d, 4096, DEFAULT_TIMEOUT), Err(EIO));
+        let resets = q.with(|queue, _| Ok(queue.resets))?;
+        assert_eq!(resets, 1);
+        // The queue (and the engine's other queues) work again.
+        q.memcpy(s, d, 8192, DEFAULT_TIMEOUT)?;
+        assert!(copied(dst, 0, 0, 8192, 0x5a));
+        clear(dst);
+        dev.memcpy(s, d, 8192, DEFAULT_TIMEOUT)?;
+        assert!(copied(dst, 0, 0, 8192, 0x5a));
+        Ok(())
     }
 
     #[test]
     fn hand_built_pair_then_wrong_ring_id_aborts() -> Result {
-        let dev = device()?;
-        let q = test_queue(&dev, 3, 32)?;
-        let src = dev.alloc_coherent(8192)?;
-        let dst = dev.alloc_coherent(8192)?;
-        let (s, d) = (
-            dev.arch.host_addr(src.dma_address()),
-            dev.arch.host_addr(dst.dma_address()),
-        );
-        fill(&src, 0x3c);
-        let r = (|| -> Result {
-            // A pair written slot by slot with the descriptor builders, doorbells by hand: the
-            // engine copies the bytes.
-            let seq = q.with(|queue, io| {
-                queue.prepare_one(&Copy {
-                    src: s,
-                    dst: d,
-                    len: DescLen::new(4096)?,
-                    barrier: Barrier::Write,
-                    set_dst_int: false,
-                })?;
-                queue.start(io, 1, 1)?;
-                queue.fence(io)
+        let f = Fixture::new(3, 32, 8192, 0x3c)?;
+        let (dev, q, dst, s, d) = (&f.dev, &f.q, &f.dst, f.s, f.d);
+        // A pair written slot by slot with the descriptor builders, doorbells by hand: the
+        // engine copies the bytes.
+        let seq = q.with(|queue, io| {
+            queue.prepare_one(&Copy {
+                src: s,
+                dst: d,
+                len: DescLen::new(4096)?,
+                barrier: Barrier::Write,
+                set_dst_int: false,
             })?;
-            q.wait(seq, DEFAULT_TIMEOUT)?;
-            assert!(copied(&dst, 0, 0, 4096, 0x3c));
-            // The same with the Tx slot stamped with the wrong ring id (2 instead of 1 on the
-            // first pass): the engine must abort with the M2S prefetch ring-id error (bit 17).
-            let idx = q.with(|queue, _| Ok(queue.tx_state().next_index()))?;
-            q.with(|queue, io| {
-                queue.prepare_one(&Copy {
-                    src: s + 4096,
-                    dst: d + 4096,
-                    len: DescLen::new(4096)?,
-                    barrier: Barrier::None,
-                    set_dst_int: false,
-                })?;
-                let wrong = crate::desc::RingId::INITIAL.next();
-                queue.tx_ring_mut().overwrite(
-                    idx,
-                    crate::desc::Desc::tx(DescLen::new(4096)?, wrong, Barrier::None, s + 4096),
-                )?;
-                queue.start(io, 1, 1)
+            queue.start(io, 1, 1)?;
+            queue.fence(io)
+        })?;
+        q.wait(seq, DEFAULT_TIMEOUT)?;
+        assert!(copied(dst, 0, 0, 4096, 0x3c));
+        // The same with the Tx slot stamped with the wrong ring id (2 instead of 1 on the
+        // first pass): the engine must abort with the M2S prefetch ring-id error (bit 17).
+        let idx = q.with(|queue, _| Ok(queue.tx_state().next_index()))?;
+        q.with(|queue, io| {
+            queue.prepare_one(&Copy {
+                src: s + 4096,
+                dst: d + 4096,
+                len: DescLen::new(4096)?,
+                barrier: Barrier::None,
+                set_dst_int: false,
             })?;
-            let errors = kernel::io::poll::read_poll_timeout(
-                || dev.bar.with_engine(q.eng, crate::engine::engine_errors),
-                |e| e.aborted(),
-                kernel::time::Delta::from_millis(1),
-                kernel::time::Delta::from_secs(5),
+            let wrong = crate::desc::RingId::INITIAL.next();
+            queue.tx_ring_mut().overwrite(
+                idx,
+                crate::desc::Desc::tx(DescLen::new(4096)?, wrong, Barrier::None, s + 4096),
             )?;
-            assert!(errors.m2s_cause & (1 << 17) != 0);
-            // Nothing of the broken pair was written.
-            // SAFETY: the engine stopped; no DMA is in flight.
-            assert!(unsafe { dst.as_ref() }[4096..8192].iter().all(|&b| b == 0));
-            // Queue reset and engine recovery, then the queue works again.
-            q.reset()?;
-            q.memcpy(s, d, 8192, DEFAULT_TIMEOUT)?;
-            assert!(copied(&dst, 0, 0, 8192, 0x3c));
-            Ok(())
-        })();
-        dev.queue_release(q.owner, q.eng, q.qid)?;
-        r
+            queue.start(io, 1, 1)
+        })?;
+        let errors = kernel::io::poll::read_poll_timeout(
+            || dev.bar.with_engine(q.eng, crate::engine::engine_errors),
+            |e| e.aborted(),
+            kernel::time::Delta::from_millis(1),
+            kernel::time::Delta::from_secs(5),
+        )?;
+        assert!(errors.m2s_cause & (1 << 17) != 0);
+        // Nothing of the broken pair was written.
+        // SAFETY: the engine stopped; no DMA is in flight.
+        assert!(unsafe { dst.as_ref() }[4096..8192].iter().all(|&b| b == 0));
+        // Queue reset and engine recovery, then the queue works again.
+        q.reset()?;
+        q.memcpy(s, d, 8192, DEFAULT_TIMEOUT)?;
+        assert!(copied(dst, 0, 0, 8192, 0x3c));
+        Ok(())
     }
 
     #[test]
     fn reset_fails_exactly_the_dropped_fences() -> Result {
-        let dev = device()?;
-        let q = test_queue(&dev, 2, 64)?;
-        let src = dev.alloc_coherent(8192)?;
-        let dst = dev.alloc_coherent(8192)?;
-        let (s, d) = (
-            dev.arch.host_addr(src.dma_address()),
-            dev.arch.host_addr(dst.dma_address()),
-        );
-        fill(&src, 0x42);
+        let f = Fixture::new(2, 64, 8192, 0x42)?;
+        let (dev, q, dst, s, d) = (&f.dev, &f.q, &f.dst, f.s, f.d);
         let len = DescLen::new(4096)?;
         let copy = |off: u64| Copy {
             src: s + off,
@@ -440,37 +441,33 @@ mod tests {
             barrier: Barrier::Write,
             set_dst_int: false,
         };
-        let r = (|| -> Result {
-            // Fence 1 completes, and its waiter has not collected the outcome yet.
-            let first = q.with(|queue, io| {
-                queue.prepare_one(&copy(0))?;
-                queue.fence(io)
-            })?;
-            kernel::io::poll::read_poll_timeout(
-                || q.with(|queue, _| Ok(queue.is_settled(first))),
-                |&settled| settled,
-                kernel::time::Delta::from_millis(1),
-                kernel::time::Delta::from_secs(5),
-            )?;
-            // Fence 2 fails: the model fails its first Tx descriptor, and the wait resets the
-            // queue.
-            dev.model
-                .as_ref()
-                .ok_or(ENODEV)?
-                .inject_fail_nth(q.eng, q.qid, 1)?;
-            let second = q.with(|queue, io| {
-                queue.prepare_one(&copy(4096))?;
-                queue.fence(io)
-            })?;
-            assert_eq!(q.wait(second, DEFAULT_TIMEOUT), Err(EIO));
-            // The reset settled only the fence it dropped: fence 1 is still a success, and
-            // its bytes are there.
-            assert_eq!(q.wait(first, DEFAULT_TIMEOUT), Ok(()));
-            assert!(copied(&dst, 0, 0, 4096, 0x42));
-            Ok(())
-        })();
-        dev.queue_release(q.owner, q.eng, q.qid)?;
-        r
+        // Fence 1 completes, and its waiter has not collected the outcome yet.
+        let first = q.with(|queue, io| {
+            queue.prepare_one(&copy(0))?;
+            queue.fence(io)
+        })?;
+        kernel::io::poll::read_poll_timeout(
+            || q.with(|queue, _| Ok(queue.is_settled(first))),
+            |&settled| settled,
+            kernel::time::Delta::from_millis(1),
+            kernel::time::Delta::from_secs(5),
+        )?;
+        // Fence 2 fails: the model fails its first Tx descriptor, and the wait resets the
+        // queue.
+        dev.model
+            .as_ref()
+            .ok_or(ENODEV)?
+            .inject_fail_nth(q.eng, q.qid, 1)?;
+        let second = q.with(|queue, io| {
+            queue.prepare_one(&copy(4096))?;
+            queue.fence(io)
+        })?;
+        assert_eq!(q.wait(second, DEFAULT_TIMEOUT), Err(EIO));
+        // The reset settled only the fence it dropped: fence 1 is still a success, and
+        // its bytes are there.
+        assert_eq!(q.wait(first, DEFAULT_TIMEOUT), Ok(()));
+        assert!(copied(dst, 0, 0, 4096, 0x42));
+        Ok(())
     }
 
     #[test]
