@@ -385,5 +385,8 @@ class TestManifest(unittest.TestCase):
         self.assertLessEqual(set(fix.kselftest), set(self.m.kselftest))
 
 
+# The source layout rules run with these tests (make check, stage 2).
+from test_layout import Layout  # noqa: E402,F401
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

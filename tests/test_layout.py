@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""The module's layout rules (Documentation/neuron-udma.rst, "Components"), checked on the
+source: no two files of rust/ import each other (no module cycle at all), generations differ only
+in arch.rs, register sequences have no unreachable error paths, ring arithmetic stays in ring.rs,
+and every "hardware.rst §N.M" reference resolves to a section of Documentation/hardware.rst."""
+
+import pathlib
+import re
+import unittest
+
+TOP = pathlib.Path(__file__).resolve().parent.parent
+RUST = TOP / "rust"
+SOURCES = sorted(RUST.glob("*.rs"))
+
+
+def code(path):
+    """The file's text without comments (line comments, doc comments)."""
+    return re.sub(r"//.*", "", path.read_text())
+
+
+def modules():
+    return {p.stem for p in SOURCES if p.stem != "uapi_generated"}
+
+
+def imports(path, mods):
+    """The crate modules `path` uses: `crate::m` anywhere, and `m::` inside `use crate::{...}`."""
+    text = code(path)
+    used = set(re.findall(r"\bcrate::(\w+)", text))
+    for block in re.findall(r"use crate::\{(.*?)\};", text, re.S):
+        # Only the first path segment of each item at depth 0 of the braces.
+        depth, item = 0, ""
+        for ch in block + ",":
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+            if ch == "," and depth == 0:
+                first = re.match(r"\s*(\w+)", item)
+                if first:
+                    used.add(first.group(1))
+                item = ""
+            else:
+                item += ch
+    return {m for m in used if m in mods and m != path.stem}
+
+
+class Layout(unittest.TestCase):
+    def test_no_module_cycles(self):
+        mods = modules()
+        graph = {p.stem: imports(p, mods) for p in SOURCES if p.stem in mods}
+        # The KUnit-only test modules may use anything; nothing uses them but the crate root.
+        for m, deps in graph.items():
+            for d in deps:
+                self.assertNotIn(m, graph.get(d, set()), f"rust/{m}.rs and rust/{d}.rs import each other")
+        state = {}
+
+        def visit(m, path):
+            state[m] = "active"
+            for d in sorted(graph.get(m, ())):
+                if state.get(d) == "active":
+                    self.fail("module cycle: " + " -> ".join(path + [m, d]))
+                if d not in state:
+                    visit(d, path + [m])
+            state[m] = "done"
+
+        for m in sorted(graph):
+            if m not in state:
+                visit(m, [])
+
+    def test_generations_differ_only_in_arch(self):
+        for p in SOURCES:
+            if p.name in ("arch.rs", "uapi_generated.rs"):
+                continue
+            for n, line in enumerate(code(p).splitlines(), 1):
+                self.assertIsNone(re.search(r"Generation::|0x1d0f", line, re.I), f"{p.name}:{n}: {line.strip()}")
+
+    def test_engine_sequences_have_no_unreachable_errors(self):
+        self.assertEqual(code(RUST / "engine.rs").count("ok_or(EINVAL)"), 0)
+
+    def test_ring_arithmetic_only_in_ring(self):
+        for p in SOURCES:
+            if p.name == "ring.rs":
+                continue
+            text = code(p)
+            self.assertIsNone(re.search(r"&\s*\(\s*\w+\s*-\s*1\s*\)", text), f"{p.name}: ring index masking outside ring.rs")
+
+    def test_hardware_references_resolve(self):
+        labels = set(re.findall(r"^\.\. _hw-([\w.]+):", (TOP / "Documentation" / "hardware.rst").read_text(), re.M))
+        self.assertTrue(labels)
+        files = SOURCES + sorted((TOP / "Documentation").glob("*.rst")) + [TOP / "README.md"]
+        refs = 0
+        for p in files:
+            for ref in re.findall(r"hardware\.rst §([0-9]+(?:\.[0-9]+)*|[A-Z](?![\w.]))", p.read_text()):
+                refs += 1
+                self.assertIn(ref, labels, f"{p.relative_to(TOP)}: hardware.rst §{ref} has no section")
+            self.assertNotRegex(p.read_text(), r"\bspec [0-9]+\.[0-9]+", f"{p.relative_to(TOP)}: a 'spec N.M' reference")
+        self.assertGreater(refs, 50)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
