@@ -95,7 +95,7 @@ impl Registry {
     }
 
     /// The first bound device, if any.
-    #[cfg_attr(not(neuron_udma_kunit), expect(dead_code))]
+    #[cfg_attr(not(any(neuron_udma_kunit, neuron_udma_bench)), expect(dead_code))]
     pub(crate) fn first() -> Option<Arc<device::UdmaDevice>> {
         REGISTRY.lock().devs.first().map(|(_, d)| d.clone())
     }

@@ -98,5 +98,42 @@ class Layout(unittest.TestCase):
         self.assertGreater(refs, 50)
 
 
+class KernelFragments(unittest.TestCase):
+    """tests/kernel-bench.config is tests/kernel.config without the debug options (each turned
+    off explicitly where it has a prompt), plus perf events: the same base, nothing else."""
+
+    DEBUG = {
+        "CONFIG_RUST_OVERFLOW_CHECKS", "CONFIG_RUST_DEBUG_ASSERTIONS", "CONFIG_DEBUG_KERNEL",
+        "CONFIG_KASAN", "CONFIG_KASAN_GENERIC", "CONFIG_KASAN_INLINE", "CONFIG_PROVE_LOCKING",
+        "CONFIG_DEBUG_ATOMIC_SLEEP", "CONFIG_DEBUG_KMEMLEAK", "CONFIG_DEBUG_KMEMLEAK_AUTO_SCAN",
+        "CONFIG_DMA_API_DEBUG", "CONFIG_DEBUG_LIST", "CONFIG_DEBUG_OBJECTS",
+        "CONFIG_DEBUG_OBJECTS_FREE", "CONFIG_DEBUG_OBJECTS_TIMERS", "CONFIG_DEBUG_OBJECTS_WORK",
+        "CONFIG_DEBUG_OBJECTS_RCU_HEAD", "CONFIG_DEBUG_OBJECTS_PERCPU_COUNTER",
+        "CONFIG_DEBUG_OBJECTS_ENABLE_DEFAULT",
+    }
+
+    @staticmethod
+    def options(name):
+        opts = {}
+        for line in (TOP / "tests" / name).read_text().splitlines():
+            if line.startswith("CONFIG_"):
+                key, val = line.split("=", 1)
+                opts[key] = val
+        return opts
+
+    def test_bench_is_test_without_debug(self):
+        test, bench = self.options("kernel.config"), self.options("kernel-bench.config")
+        self.assertLessEqual(self.DEBUG & set(test), set(test))
+        for key, val in test.items():
+            if key in self.DEBUG:
+                self.assertIn(bench.get(key, "n"), ("n",), f"{key} is on in the bench kernel")
+            else:
+                self.assertEqual(bench.get(key), val, f"{key}: the bench base differs from the test base")
+        extra = {k: v for k, v in bench.items() if k not in test}
+        self.assertEqual(extra, {"CONFIG_PERF_EVENTS": "y"})
+        for key in ("CONFIG_KASAN", "CONFIG_PROVE_LOCKING", "CONFIG_RUST_OVERFLOW_CHECKS"):
+            self.assertEqual(test[key], "y")
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
