@@ -18,6 +18,7 @@ use crate::{
 use kernel::{
     new_mutex,
     prelude::*,
+    processor::cpu_relax,
     sync::{Arc, Mutex},
     time::{delay::fsleep, Delta, Instant, Monotonic},
 };
@@ -27,6 +28,18 @@ use kernel::{
 pub(crate) const DEFAULT_TIMEOUT: Delta = Delta::from_secs(10);
 /// Shortest timeout a caller may choose (shorter ones are raised to it), in milliseconds.
 pub(crate) const MIN_TIMEOUT_MS: u32 = 10;
+/// How long a wait polls its fence without sleeping: a small copy completes within it, and a
+/// sleep's wake-up alone costs more (Documentation/benchmarks.rst).
+const SPIN: Delta = Delta::from_micros(50);
+/// First sleep after the spin; each next one doubles, up to [`SLEEP_MAX`].
+const SLEEP_FIRST: Delta = Delta::from_micros(10);
+/// Longest sleep between two looks at the fence.
+const SLEEP_MAX: Delta = Delta::from_millis(1);
+/// When a wait first reads the engine's error state (a device register read, slow on the
+/// model), and how often afterwards: only a late fence costs register reads.
+const STATE_CHECK_FIRST: Delta = Delta::from_millis(5);
+/// Period of the engine state reads after [`STATE_CHECK_FIRST`].
+const STATE_CHECK_EVERY: Delta = Delta::from_millis(20);
 
 /// How a wait treats signals.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,8 +178,8 @@ impl Channel {
         collected: &mut bool,
     ) -> Result {
         let start = Instant::<Monotonic>::now();
-        let mut delay = Delta::from_micros(2);
-        let mut next_state_check = Delta::from_millis(5);
+        let mut delay = SLEEP_FIRST;
+        let mut next_state_check = STATE_CHECK_FIRST;
         let mut collect = |dev: &Self| {
             let state = dev.with(|q, _| Ok(q.collect(seq)))?;
             *collected = state != FenceState::Pending;
@@ -194,14 +207,21 @@ impl Channel {
             if elapsed >= next_state_check {
                 // An engine abort stops the queue for good: look for it now and then (an MMIO
                 // read is slow on the model, so not on every check).
-                next_state_check = elapsed + Delta::from_millis(20);
+                next_state_check = elapsed + STATE_CHECK_EVERY;
                 let errors = self.bar.with_engine(self.eng, engine::engine_errors)?;
                 if errors.aborted() {
                     return self.fail(seq, EIO, &errors, timeout);
                 }
             }
+            if elapsed < SPIN {
+                // A short copy completes within microseconds: poll the completion slot (host
+                // memory, no device access) before giving the CPU away.
+                cpu_relax();
+                continue;
+            }
             fsleep(delay);
-            delay = Delta::from_micros((delay.as_micros_ceil() * 2).min(1000));
+            delay =
+                Delta::from_micros((delay.as_micros_ceil() * 2).min(SLEEP_MAX.as_micros_ceil()));
         }
         // TIMEOUT: one last look, so that a completion racing the deadline is not lost.
         match collect(self)? {

@@ -30,6 +30,7 @@ use kernel::{
         Arc, Mutex,
     },
     time::Delta,
+    transmute::AsBytes,
     uaccess::{UserPtr, UserSlice, UserSliceReader},
 };
 
@@ -61,8 +62,9 @@ pub(crate) struct OpenFile {
     id: u64,
     /// The `struct file`, for the buffers' user mappings (open while this value lives).
     file: MappedFile,
-    /// Held while a buffer is looked up and referenced by descriptors, and by `MEM_FREE`: a
-    /// buffer cannot be freed between its lookup and its reference.
+    /// The ids of what the file owns; held while they change. Copies are prepared without it:
+    /// a buffer is kept from being freed between its lookup and its use by the handshake of
+    /// `mem::InFlight::new` and `MEM_FREE` (so threads on different queues do not serialise).
     #[pin]
     st: Mutex<FileState>,
     /// Held by the file's running `MEMCPY`: one at a time per file, so that threads cannot
@@ -149,10 +151,10 @@ impl OpenFile {
         self.dev.queue(Owner::File(self.id), eng, qid)
     }
 
-    /// Validates one copy and translates it to device-fabric addresses. The caller holds the
-    /// file lock (`_st`) until the copy is prepared, so `MEM_FREE` cannot free a buffer in
-    /// between.
-    fn translate(&self, _st: &FileState, c: &uapi::neuron_udma_copy) -> Result<(Copy, PairRefs)> {
+    /// Validates one copy and translates it to device-fabric addresses. The returned references
+    /// keep both buffers from being freed (`MEM_FREE` is `EBUSY`) until the pair is consumed or
+    /// dropped; a buffer whose `MEM_FREE` is under way is `ENOENT`.
+    fn translate(&self, c: &uapi::neuron_udma_copy) -> Result<(Copy, PairRefs)> {
         reserved_zero(&[u64::from(c.reserved)])?;
         if c.flags & !uapi::NEURON_UDMA_COPY_DST_INT != 0 {
             return Err(EINVAL);
@@ -171,7 +173,7 @@ impl OpenFile {
                 barrier,
                 set_dst_int: c.flags & uapi::NEURON_UDMA_COPY_DST_INT != 0,
             },
-            [Some(InFlight::new(&sb)), Some(InFlight::new(&db))],
+            [Some(InFlight::new(&sb)?), Some(InFlight::new(&db)?)],
         ))
     }
 
@@ -338,9 +340,8 @@ impl OpenFile {
     }
 
     fn copy_prepare_one(&self, p: &uapi::neuron_udma_copy_prepare_one) -> Result {
-        let st = self.st.lock();
         let chan = self.queue(p.engine, p.queue)?;
-        let (c, refs) = self.translate(&st, &p.copy)?;
+        let (c, refs) = self.translate(&p.copy)?;
         chan.with(|q, _| q.prepare_one_refs(&c, refs))
     }
 
@@ -371,17 +372,13 @@ impl OpenFile {
             }
             &mut heap[..]
         };
-        // Read the whole array before taking the file lock: a page fault takes the mmap lock,
+        // The whole array in one user copy, before any lock: a page fault takes the mmap lock,
         // which a fault on a buffer mapping holds while it takes a buffer's lock.
-        for raw in staged.iter_mut() {
-            *raw = reader.read()?;
-        }
-        // Held until the pairs are written: see `FileState::translate`.
-        let st = self.st.lock();
+        reader.read_slice(staged.as_bytes_mut())?;
         let chan = self.queue(p.engine, p.queue)?;
         let mut copies = KVVec::with_capacity(count, GFP_KERNEL)?;
         for raw in staged.iter() {
-            copies.push(self.translate(&st, raw)?, GFP_KERNEL)?;
+            copies.push(self.translate(raw)?, GFP_KERNEL)?;
         }
         chan.with(|q, _| {
             q.retire();
@@ -488,13 +485,12 @@ impl OpenFile {
             kernel::time::delay::fsleep(Delta::from_micros(200));
         };
         let (src, dst, guards) = {
-            let _st = self.st.lock();
             let (s, d) = (self.buffer(m.src_handle)?, self.buffer(m.dst_handle)?);
             let route = self.dev.arch.host_route;
             let src = s.addr(route, m.src_offset, m.size)?;
             let dst = d.addr(route, m.dst_offset, m.size)?;
             // `MEM_FREE` refuses buffers in use until the engine is done with them.
-            (src, dst, [s.busy(), d.busy()])
+            (src, dst, [s.busy()?, d.busy()?])
         };
         let left = limit - start.elapsed();
         self.dev

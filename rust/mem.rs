@@ -16,7 +16,7 @@ use kernel::{
     prelude::*,
     rbtree::{RBTree, RBTreeNode},
     sync::{
-        atomic::{Atomic, Relaxed},
+        atomic::{Atomic, Full, Relaxed, Release},
         Arc, Mutex,
     },
     xarray::{AllocKind, XArray},
@@ -93,6 +93,9 @@ pub(crate) struct Buffer {
     owner_file: MappedFile,
     /// Synchronous copies (`MEMCPY`) using the buffer right now.
     users: Atomic<u32>,
+    /// Non-zero while a `MEM_FREE` of the buffer decides ([`Self::take_for_free`]), and for
+    /// good once it freed it.
+    freeing: Atomic<u32>,
     /// Prepared descriptor pairs referencing the buffer that the engine may still process.
     inflight: Atomic<u32>,
     /// Position in the pool's table ([`BufferPool`]).
@@ -134,6 +137,7 @@ impl Buffer {
                 owner,
                 owner_file,
                 users: Atomic::new(0),
+                freeing: Atomic::new(0),
                 inflight: Atomic::new(0),
                 table_index: Atomic::new(usize::MAX),
                 released: Atomic::new(0),
@@ -144,9 +148,46 @@ impl Buffer {
     }
 
     /// Marks the buffer in use until the returned guard is dropped.
-    pub(crate) fn busy(self: &Arc<Self>) -> BusyGuard {
-        self.users.fetch_add(1, Relaxed);
-        BusyGuard(self.clone())
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` if a `MEM_FREE` of the buffer is under way ([`Self::take_for_free`]).
+    pub(crate) fn busy(self: &Arc<Self>) -> Result<BusyGuard> {
+        Self::claim(&self.users, &self.freeing)?;
+        Ok(BusyGuard(self.clone()))
+    }
+
+    /// Counts one more user in `counter` unless a `MEM_FREE` is under way. With
+    /// [`Self::take_for_free`] this is the classic store-then-load handshake: each side makes its
+    /// own mark with a fully ordered read-modify-write, then reads the other's, so at least one
+    /// of the two sees the other and backs off. This lets copies be prepared without a lock
+    /// shared with `MEM_FREE`.
+    fn claim(counter: &Atomic<u32>, freeing: &Atomic<u32>) -> Result {
+        counter.fetch_add(1, Full);
+        if freeing.load(Relaxed) != 0 {
+            counter.fetch_sub(1, Relaxed);
+            return Err(ENOENT);
+        }
+        Ok(())
+    }
+
+    /// Starts a `MEM_FREE`: from now on no new [`BusyGuard`] or [`InFlight`] reference can be
+    /// taken; then checks that none exists. On `EBUSY` the mark is taken back and nothing
+    /// changed.
+    ///
+    /// # Errors
+    ///
+    /// `EBUSY` if the buffer is busy ([`Self::is_busy`]) or another `MEM_FREE` of it is under
+    /// way.
+    fn take_for_free(&self) -> Result {
+        if self.freeing.xchg(1, Full) != 0 {
+            return Err(EBUSY);
+        }
+        if self.is_busy() {
+            self.freeing.store(0, Release);
+            return Err(EBUSY);
+        }
+        Ok(())
     }
 
     /// Whether a [`BusyGuard`] or an [`InFlight`] reference exists: a `MEMCPY` runs on the
@@ -267,9 +308,13 @@ pub(crate) struct InFlight(Arc<Buffer>);
 
 impl InFlight {
     /// Marks `buf` referenced by one more prepared pair.
-    pub(crate) fn new(buf: &Arc<Buffer>) -> Self {
-        buf.inflight.fetch_add(1, Relaxed);
-        Self(buf.clone())
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` if a `MEM_FREE` of the buffer is under way.
+    pub(crate) fn new(buf: &Arc<Buffer>) -> Result<Self> {
+        Buffer::claim(&buf.inflight, &buf.freeing)?;
+        Ok(Self(buf.clone()))
     }
 }
 
@@ -476,8 +521,9 @@ impl BufferPool {
     }
 
     /// Removes buffer `handle` of the open file `owner` from the pool and frees it, unless a
-    /// descriptor or a running copy may still reach it. The caller keeps the file's other
-    /// users of the handle out (see `OpenFile`).
+    /// descriptor or a running copy may still reach it. Copies being prepared concurrently
+    /// either take their reference first (then this is `EBUSY`) or fail with `ENOENT`
+    /// ([`InFlight::new`]).
     ///
     /// # Errors
     ///
@@ -486,10 +532,9 @@ impl BufferPool {
     pub(crate) fn free_handle(&self, owner: u64, handle: u64) -> Result {
         let buf = self.get(owner, handle)?;
         {
+            // Under the pool lock, like every other busy check (see `release_owner`).
             let _st = self.state.lock();
-            if buf.is_busy() {
-                return Err(EBUSY);
-            }
+            buf.take_for_free()?;
         }
         self.free(&buf);
         Ok(())
