@@ -41,6 +41,16 @@ pub enum Dir {
     Rx,
 }
 
+impl Dir {
+    /// Short name used in control replies: `tx` or `rx`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dir::Tx => "tx",
+            Dir::Rx => "rx",
+        }
+    }
+}
+
 /// Error classes detected by the model; see `Documentation/udma-sim.rst`
 /// ("Strictness") for the cause bit of each (hardware.rst §3.5, §8.5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +91,31 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, in code order.
+    pub const ALL: [ErrorKind; 16] = [
+        ErrorKind::DescFetch,
+        ErrorKind::RingId,
+        ErrorKind::QueueDisabled,
+        ErrorKind::BadRing,
+        ErrorKind::BadFirst,
+        ErrorKind::BadLast,
+        ErrorKind::TooManyDescs,
+        ErrorKind::LenMismatch,
+        ErrorKind::DataRead,
+        ErrorKind::DataWrite,
+        ErrorKind::Unsupported,
+        ErrorKind::Overrun,
+        ErrorKind::PktTooLong,
+        ErrorKind::InjectedFail,
+        ErrorKind::Abort,
+        ErrorKind::BusMasterOff,
+    ];
+
+    /// The kind whose code (`kind as u32`, BAR2 0x054) is `code`, if any.
+    pub fn from_code(code: u32) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|k| *k as u32 == code)
+    }
+
     /// Short name used in logs and control replies.
     pub fn name(self) -> &'static str {
         match self {
