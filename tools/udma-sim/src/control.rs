@@ -233,34 +233,14 @@ pub enum Command {
     Clear,
     /// `{"cmd":"last_error"}`: the most recent error on any engine, `null` if none.
     LastError,
-    /// `{"cmd":"fail_nth","engine":E,"queue":Q,"n":N}`: [`Fault::FailNth`].
-    FailNth {
-        /// Engine id.
-        engine: u32,
-        /// Queue id.
-        queue: u32,
-        /// 1-based descriptor count.
-        n: u32,
-    },
+    /// `{"cmd":"fail_nth","engine":E,"queue":Q,"n":N}`: [`Fault::FailNth`] (same fields).
+    FailNth { engine: u32, queue: u32, n: u32 },
     /// `{"cmd":"abort","engine":E}`: [`Fault::Abort`].
-    Abort {
-        /// Engine id.
-        engine: u32,
-    },
-    /// `{"cmd":"stall","engine":E,"queue":Q,"ms":MS}`: [`Fault::Stall`].
-    Stall {
-        /// Engine id.
-        engine: u32,
-        /// Queue id.
-        queue: u32,
-        /// Milliseconds.
-        ms: u32,
-    },
+    Abort { engine: u32 },
+    /// `{"cmd":"stall","engine":E,"queue":Q,"ms":MS}`: [`Fault::Stall`] (same fields).
+    Stall { engine: u32, queue: u32, ms: u32 },
     /// `{"cmd":"slow","factor":F}`: [`Fault::Slow`].
-    Slow {
-        /// Slow-down factor.
-        factor: u32,
-    },
+    Slow { factor: u32 },
 }
 
 impl Command {
