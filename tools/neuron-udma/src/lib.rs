@@ -10,7 +10,12 @@
 //!   unmapped and freed (`MEM_FREE`) on drop.
 //! * [`DeviceBuffer`]: device memory (HBM), freed on drop.
 //! * [`Queue`]: one (engine, queue) pair, released (`QUEUE_RELEASE`) on drop.
-//! * [`Copy`](struct@Copy): one validated descriptor pair (at most [`MAX_COPY_SIZE`] bytes).
+//! * [`Copy`](struct@Copy): one validated descriptor pair (at most `max_copy_size` of [`Info`]
+//!   bytes, checked when it is prepared on a queue).
+//!
+//! The ABI's structs, constants and ioctl numbers come from the header; the device's limits
+//! (copy size, ring sizes, batch size, host buffer size, engines, queues, host connectivity) come
+//! from `NEURON_UDMA_INFO` at run time ([`Device::limits`]), so nothing here restates them.
 //!
 //! ```no_run
 //! use neuron_udma::{Copy, Device};
@@ -47,12 +52,10 @@ use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 pub use error::{Error, Result};
-
-/// Largest size of one copy (one descriptor pair), in bytes.
-pub const MAX_COPY_SIZE: u32 = 65536;
 
 /// Facts about a device and its driver (`NEURON_UDMA_INFO`).
 pub type Info = sys::neuron_udma_info;
@@ -114,7 +117,10 @@ impl sys::neuron_udma_info {
     /// on such engines (`QUEUE_INIT` of another is `EOPNOTSUPP`).
     pub fn has_host_connectivity(&self, engine: u32) -> bool {
         engine < self.engines
-            && self.host_engines.get((engine / 64) as usize).is_some_and(|w| (w >> (engine % 64)) & 1 == 1)
+            && self
+                .host_engines
+                .get((engine / u64::BITS) as usize)
+                .is_some_and(|w| (w >> (engine % u64::BITS)) & 1 == 1)
     }
 
     /// The lowest engine with host connectivity whose queues 1..=3 are free for user queues
@@ -131,14 +137,19 @@ impl sys::neuron_udma_info {
     }
 }
 
+/// Bits `[23:0]` of a head, tail or length register of [`RingState`]: a slot index.
+pub const RING_PTR_INDEX_MASK: u32 = (1 << 24) - 1;
+/// Bits `[31:30]` of a head or tail register of [`RingState`]: the ring id.
+pub const RING_PTR_ID_SHIFT: u32 = 30;
+
 /// Index part (bits `[23:0]`) of a head or tail register.
 pub fn ring_index(reg: u32) -> u32 {
-    reg & 0x00FF_FFFF
+    reg & RING_PTR_INDEX_MASK
 }
 
 /// Ring id part (bits `[31:30]`) of a head or tail register.
 pub fn ring_id(reg: u32) -> u32 {
-    reg >> 30
+    reg >> RING_PTR_ID_SHIFT
 }
 
 /// Converts a wait timeout to the ABI's milliseconds (`None`: the driver's default, 10 s).
@@ -169,6 +180,8 @@ fn ioctl<T>(fd: RawFd, request: sys::IoctlRequest, arg: &mut T) -> Result<()> {
 pub struct Device {
     file: File,
     path: PathBuf,
+    /// `NEURON_UDMA_INFO`, read on first use by [`Device::limits`].
+    limits: OnceLock<Info>,
 }
 
 impl Device {
@@ -186,7 +199,7 @@ impl Device {
             .custom_flags(libc::O_CLOEXEC)
             .open(&path)
             .map_err(|source| Error::Open { path: path.clone(), source })?;
-        Ok(Device { file, path })
+        Ok(Device { file, path, limits: OnceLock::new() })
     }
 
     /// Opens a neuron_udma device node read-only: enough for [`Device::info`]; every call that
@@ -199,7 +212,7 @@ impl Device {
             .custom_flags(libc::O_CLOEXEC)
             .open(&path)
             .map_err(|source| Error::Open { path: path.clone(), source })?;
-        Ok(Device { file, path })
+        Ok(Device { file, path, limits: OnceLock::new() })
     }
 
     /// Opens `/dev/neuron_udma<n>`.
@@ -230,9 +243,27 @@ impl Device {
         Ok(info)
     }
 
+    /// The device's limits: `NEURON_UDMA_INFO`, read once and kept for the life of this
+    /// `Device` (the driver's facts do not change while the device is bound). The checks this
+    /// library makes before an ioctl use them. Errors: those of [`Device::info`] (e.g.
+    /// [`Error::Unsupported`] for a file that is not a neuron_udma device).
+    pub fn limits(&self) -> Result<&Info> {
+        if let Some(info) = self.limits.get() {
+            return Ok(info);
+        }
+        let info = self.info()?;
+        Ok(self.limits.get_or_init(|| info))
+    }
+
     fn alloc(&self, size: u64, kind: u32) -> Result<sys::neuron_udma_mem_alloc> {
         if size == 0 {
             return Err(Error::Argument("buffer size 0".into()));
+        }
+        if kind == sys::NEURON_UDMA_MEM_HOST {
+            let max = self.limits()?.max_host_buffer;
+            if size > max {
+                return Err(Error::Argument(format!("host buffer of {size} bytes above max_host_buffer {max} (INFO)")));
+            }
         }
         let mut arg = sys::neuron_udma_mem_alloc { size, type_: kind, ..Default::default() };
         ioctl(self.fd(), sys::NEURON_UDMA_MEM_ALLOC, &mut arg)?;
@@ -245,7 +276,8 @@ impl Device {
     }
 
     /// Allocates `size` bytes of coherent host memory (rounded up to 4 KiB by the driver) and
-    /// maps them into the process.
+    /// maps them into the process. [`Error::Argument`] (before the ioctl): a size of 0 or above
+    /// `max_host_buffer` of [`Info`].
     ///
     /// ```no_run
     /// let dev = neuron_udma::Device::open_index(0)?;
@@ -282,7 +314,10 @@ impl Device {
     }
 
     /// Takes queue (`engine`, `queue`) with Tx and Rx rings of `ring_descs` descriptors each
-    /// (a power of two, 32..2^23).
+    /// (a power of two from `min_ring_descs` to `max_ring_descs` of [`Info`]). Errors:
+    /// [`Error::Argument`] for another ring size (checked before the ioctl), those of
+    /// [`Device::limits`], and `QUEUE_INIT`'s (`EBUSY`: taken or reserved; `EOPNOTSUPP`: the
+    /// engine does not reach host memory; `EINVAL`: no such engine or queue).
     ///
     /// ```no_run
     /// let dev = neuron_udma::Device::open_index(0)?;
@@ -296,8 +331,17 @@ impl Device {
     /// Like [`Device::queue`] with separate Tx and Rx ring sizes.
     pub fn queue_with_rings(&self, engine: u32, queue: u32, tx_descs: u32, rx_descs: u32) -> Result<Queue<'_>> {
         for (name, n) in [("tx", tx_descs), ("rx", rx_descs)] {
-            if !n.is_power_of_two() || n < 32 {
-                return Err(Error::Argument(format!("{name} ring of {n} descriptors: not a power of two >= 32")));
+            if !n.is_power_of_two() {
+                return Err(Error::Argument(format!("{name} ring of {n} descriptors: not a power of two")));
+            }
+        }
+        let info = self.limits()?;
+        for (name, n) in [("tx", tx_descs), ("rx", rx_descs)] {
+            if !(info.min_ring_descs..=info.max_ring_descs).contains(&n) {
+                return Err(Error::Argument(format!(
+                    "{name} ring of {n} descriptors: outside {}..={} (INFO)",
+                    info.min_ring_descs, info.max_ring_descs
+                )));
             }
         }
         let mut arg = sys::neuron_udma_queue_init { engine, queue, tx_descs, rx_descs, ..Default::default() };
@@ -503,15 +547,17 @@ impl Barrier {
     }
 }
 
-/// One copy (one descriptor pair): `size` bytes, 1..=[`MAX_COPY_SIZE`], from (buffer, offset) to
-/// (buffer, offset). Built with [`Copy::new`], which checks the size and both ranges, so a
-/// `Copy` the kernel refuses can only come from [`Copy::from_raw`] or a freed buffer.
+/// One copy (one descriptor pair): `size` bytes from (buffer, offset) to (buffer, offset). Built
+/// with [`Copy::new`], which checks that the size is not 0 and both ranges; [`Queue::prepare`]
+/// and [`Queue::prepare_one`] check the size against the device's `max_copy_size`. A `Copy` the
+/// kernel refuses can only come from [`Copy::from_raw`] or a freed buffer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(transparent)]
 pub struct Copy(sys::neuron_udma_copy);
 
 impl Copy {
-    /// A copy of `size` bytes from `src` at `src_offset` to `dst` at `dst_offset`.
+    /// A copy of `size` bytes from `src` at `src_offset` to `dst` at `dst_offset`. Errors:
+    /// [`Error::Argument`] for a size of 0 or a range beyond its buffer.
     ///
     /// ```no_run
     /// # let dev = neuron_udma::Device::open_index(0)?;
@@ -525,8 +571,8 @@ impl Copy {
         S: Buffer + ?Sized,
         D: Buffer + ?Sized,
     {
-        if size == 0 || size > MAX_COPY_SIZE {
-            return Err(Error::Argument(format!("copy size {size} (must be 1..={MAX_COPY_SIZE})")));
+        if size == 0 {
+            return Err(Error::Argument("copy size 0".into()));
         }
         check_range("source", src.size(), src_offset, size.into())?;
         check_range("destination", dst.size(), dst_offset, size.into())?;
@@ -578,11 +624,12 @@ impl Copy {
 ///
 /// ```no_run
 /// # let dev = neuron_udma::Device::open_index(0)?;
-/// # let (src, dst) = (dev.alloc_host(1 << 20)?, dev.alloc_device(1 << 20)?);
+/// # let (src, dst) = (dev.alloc_host(4 << 20)?, dev.alloc_device(4 << 20)?);
 /// use neuron_udma::Copy;
 /// let q = dev.queue(1, 2, 64)?;
+/// let max = u64::from(dev.limits()?.max_copy_size);
 /// let copies = (0..16u64)
-///     .map(|i| Copy::new(&src, i << 16, &dst, i << 16, 65536))
+///     .map(|i| Copy::new(&src, i * max, &dst, i * max, max as u32))
 ///     .collect::<Result<Vec<_>, _>>()?;
 /// q.prepare(&copies)?;
 /// let completed = q.wait(None)?; // 16 pairs + the marker
@@ -618,19 +665,37 @@ impl<'d> Queue<'d> {
         self.dev
     }
 
-    /// Writes one descriptor pair (`COPY_PREPARE_ONE`). [`Error::RingFull`]: nothing written.
+    /// Checks the sizes of `copies` against the device's `max_copy_size` ([`Device::limits`]).
+    fn check_sizes(&self, copies: &[Copy]) -> Result<()> {
+        let max = self.dev.limits()?.max_copy_size;
+        match copies.iter().position(|c| c.size() > max) {
+            Some(i) => {
+                Err(Error::Argument(format!("copy {i}: size {} above max_copy_size {max} (INFO)", copies[i].size())))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Writes one descriptor pair (`COPY_PREPARE_ONE`). [`Error::Argument`]: a size above
+    /// `max_copy_size`; [`Error::RingFull`]: nothing written.
     pub fn prepare_one(&self, copy: &Copy) -> Result<()> {
+        self.check_sizes(std::slice::from_ref(copy))?;
         let mut arg = sys::neuron_udma_copy_prepare_one { engine: self.engine, queue: self.queue, copy: copy.0 };
         ioctl(self.dev.fd(), sys::NEURON_UDMA_COPY_PREPARE_ONE, &mut arg)
     }
 
-    /// Writes `copies.len()` pairs (`COPY_PREPARE`): all or nothing. At most `max_batch` of
-    /// [`Info`] entries.
+    /// Writes `copies.len()` pairs (`COPY_PREPARE`): all or nothing. [`Error::Argument`] (before
+    /// the ioctl): an empty batch, more than `max_batch` of [`Info`] entries, or a size above
+    /// `max_copy_size`.
     pub fn prepare(&self, copies: &[Copy]) -> Result<()> {
         if copies.is_empty() {
             return Err(Error::Argument("empty batch".into()));
         }
-        let count = u32::try_from(copies.len()).map_err(|_| Error::Argument("batch too large".into()))?;
+        let max_batch = self.dev.limits()?.max_batch;
+        let count = u32::try_from(copies.len()).ok().filter(|&n| n <= max_batch).ok_or_else(|| {
+            Error::Argument(format!("batch of {} copies above max_batch {max_batch} (INFO)", copies.len()))
+        })?;
+        self.check_sizes(copies)?;
         let mut arg = sys::neuron_udma_copy_prepare {
             engine: self.engine,
             queue: self.queue,
@@ -795,7 +860,6 @@ mod tests {
         let a = Fake(1, 1 << 20);
         let b = Fake(2, 8192);
         assert!(matches!(Copy::new(&a, 0, &b, 0, 0), Err(Error::Argument(_))));
-        assert!(matches!(Copy::new(&a, 0, &a, 0, 65537), Err(Error::Argument(_))));
         assert!(matches!(Copy::new(&a, 0, &b, 1, 8192), Err(Error::Argument(_))));
         assert!(matches!(Copy::new(&a, (1 << 20) - 1, &b, 0, 2), Err(Error::Argument(_))));
         assert!(matches!(Copy::new(&a, u64::MAX, &b, 0, 1), Err(Error::Argument(_))));
@@ -860,6 +924,42 @@ mod tests {
         assert_eq!(info.gen(), Generation::Unknown(9));
     }
 
+    /// /dev/null posing as a device whose INFO says `info`: every ioctl fails with ENOTTY, so
+    /// an `Error::Argument` can only come from the library's own checks against `info`.
+    fn fake_device(info: Info) -> Device {
+        let dev = Device::open("/dev/null").unwrap();
+        dev.limits.set(info).unwrap();
+        dev
+    }
+
+    #[test]
+    fn limits_come_from_info() {
+        let info = Info {
+            max_copy_size: 4096,
+            min_ring_descs: 64,
+            max_ring_descs: 256,
+            max_batch: 2,
+            max_host_buffer: 1 << 20,
+            ..Default::default()
+        };
+        let dev = fake_device(info);
+        assert_eq!(*dev.limits().unwrap(), info);
+        assert!(matches!(dev.queue(0, 1, 32), Err(Error::Argument(_))));
+        assert!(matches!(dev.queue_with_rings(0, 1, 64, 512), Err(Error::Argument(_))));
+        assert!(matches!(dev.queue(0, 1, 64), Err(Error::Unsupported)));
+        assert!(matches!(dev.queue(0, 1, 256), Err(Error::Unsupported)));
+        assert!(matches!(dev.alloc_host((1 << 20) + 1), Err(Error::Argument(_))));
+        assert!(matches!(dev.alloc_host(1 << 20), Err(Error::Unsupported)));
+        let q = Queue { dev: &dev, engine: 0, queue: 1, tx_descs: 64, rx_descs: 64 };
+        let buf = Fake(1, 1 << 20);
+        let (ok, big) = (Copy::new(&buf, 0, &buf, 8192, 4096).unwrap(), Copy::new(&buf, 0, &buf, 8192, 4097).unwrap());
+        assert!(matches!(q.prepare_one(&big), Err(Error::Argument(_))));
+        assert!(matches!(q.prepare_one(&ok), Err(Error::Unsupported)));
+        assert!(matches!(q.prepare(&[ok, big]), Err(Error::Argument(_))));
+        assert!(matches!(q.prepare(&[ok, ok, ok]), Err(Error::Argument(_))));
+        assert!(matches!(q.prepare(&[ok, ok]), Err(Error::Unsupported)));
+    }
+
     #[test]
     fn open_errors_and_foreign_files() {
         let e = Device::open("/nonexistent/neuron_udma0").unwrap_err();
@@ -872,7 +972,8 @@ mod tests {
         assert!(matches!(dev.alloc_device(4096), Err(Error::Unsupported)));
         assert!(matches!(dev.alloc_host(0), Err(Error::Argument(_))));
         assert!(matches!(dev.queue(0, 1, 48), Err(Error::Argument(_))));
-        assert!(matches!(dev.queue(0, 1, 16), Err(Error::Argument(_))));
+        // The ring size range comes from INFO, which /dev/null does not answer.
+        assert!(matches!(dev.queue(0, 1, 16), Err(Error::Unsupported)));
         assert!(matches!(dev.queue(0, 1, 64), Err(Error::Unsupported)));
         let a = Fake(1, 4096);
         assert!(matches!(dev.memcpy(&a, 0, &a, 0, 0, None), Err(Error::Argument(_))));

@@ -1,10 +1,11 @@
-//! Model control: the JSON control protocol (Unix socket, newline-delimited)
-//! and the in-band BAR2 control window. Both reach the same
+//! Model control: the JSON control protocol (Unix socket, newline-delimited; one
+//! [`Command`] per line, parsed by serde) and the in-band BAR2 control window. Both reach the same
 //! [`Device::inject`]/[`Device::clear`]/[`Device::counters`] entry points.
 
-use crate::engine::ErrorKind;
+use crate::engine::{Dir, ErrorKind};
 use crate::fault::{CounterValues, Fault};
 use crate::Device;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -31,10 +32,14 @@ pub const B2_FAULT_QUEUE: u64 = 0x018;
 pub const B2_FAULT_ARG: u64 = 0x01C;
 /// BAR2 0x020: write 1 = apply the staged fault; reads the last commit status (0 ok, 1 rejected).
 pub const B2_FAULT_COMMIT: u64 = 0x020;
-/// BAR2 0x040/0x044 (RO): descriptors consumed, low/high 32 bits.
+/// BAR2 0x040 (RO): descriptors consumed, low 32 bits.
 pub const B2_DESCS_LO: u64 = 0x040;
-/// BAR2 0x048/0x04C (RO): bytes copied, low/high 32 bits.
+/// BAR2 0x044 (RO): descriptors consumed, high 32 bits.
+pub const B2_DESCS_HI: u64 = 0x044;
+/// BAR2 0x048 (RO): bytes copied, low 32 bits.
 pub const B2_BYTES_LO: u64 = 0x048;
+/// BAR2 0x04C (RO): bytes copied, high 32 bits.
+pub const B2_BYTES_HI: u64 = 0x04C;
 /// BAR2 0x050 (RO): errors raised.
 pub const B2_ERRORS: u64 = 0x050;
 /// BAR2 0x054 (RO): last error kind code (0 none; see `ErrorKind`).
@@ -45,8 +50,10 @@ pub const B2_LAST_ERROR_ENGINE: u64 = 0x058;
 pub const B2_LAST_ERROR_QUEUE: u64 = 0x05C;
 /// BAR2 0x060 (WO): write 1 = clear faults, counters and last error.
 pub const B2_CLEAR: u64 = 0x060;
-/// BAR2 0x068/0x06C (RO): packets completed, low/high 32 bits.
+/// BAR2 0x068 (RO): packets completed, low 32 bits.
 pub const B2_PACKETS_LO: u64 = 0x068;
+/// BAR2 0x06C (RO): packets completed, high 32 bits.
+pub const B2_PACKETS_HI: u64 = 0x06C;
 
 /// Fault kind codes of [`B2_FAULT_KIND`].
 pub mod kind {
@@ -98,15 +105,15 @@ impl Device {
             B2_FAULT_ARG => st.arg,
             B2_FAULT_COMMIT => st.status,
             B2_DESCS_LO => c.descriptors as u32,
-            0x044 => (c.descriptors >> 32) as u32,
+            B2_DESCS_HI => (c.descriptors >> 32) as u32,
             B2_BYTES_LO => c.bytes as u32,
-            0x04C => (c.bytes >> 32) as u32,
+            B2_BYTES_HI => (c.bytes >> 32) as u32,
             B2_ERRORS => c.errors.min(u64::from(u32::MAX)) as u32,
             B2_LAST_ERROR => le.map_or(0, |l| l.record.kind as u32),
             B2_LAST_ERROR_ENGINE => le.map_or(0, |l| l.engine),
             B2_LAST_ERROR_QUEUE => le.and_then(|l| l.record.queue).map_or(u32::MAX, u32::from),
             B2_PACKETS_LO => c.packets as u32,
-            0x06C => (c.packets >> 32) as u32,
+            B2_PACKETS_HI => (c.packets >> 32) as u32,
             _ => 0,
         }
     }
@@ -161,22 +168,26 @@ impl Device {
         });
     }
 
-    /// Executes one JSON control command and returns the reply object.
+    /// Executes one JSON control command (a [`Command`] object) and returns the reply object:
+    /// `{"ok":true, ...}`, or `{"ok":false,"error":"..."}` for a command that does not parse
+    /// (unknown `cmd`, a missing or out-of-range field) or a fault the device rejects.
     pub fn control(&self, cmd: &Value) -> Value {
-        let u = |k: &str| cmd.get(k).and_then(Value::as_u64).and_then(|v| u32::try_from(v).ok());
-        let need = |k: &str| u(k).ok_or_else(|| format!("missing or invalid \"{k}\""));
-        let name = cmd.get("cmd").and_then(Value::as_str).unwrap_or("");
-        let fault = || -> Result<Fault, String> {
-            Ok(match name {
-                "fail_nth" => Fault::FailNth { engine: need("engine")?, queue: need("queue")?, n: need("n")? },
-                "abort" => Fault::Abort { engine: need("engine")? },
-                "stall" => Fault::Stall { engine: need("engine")?, queue: need("queue")?, ms: need("ms")? },
-                "slow" => Fault::Slow { factor: need("factor")? },
-                _ => return Err(format!("unknown command \"{name}\"")),
-            })
-        };
-        let res = match name {
-            "counters" => {
+        match Command::deserialize(cmd) {
+            Ok(c) => self.execute(c),
+            Err(e) => json!({"ok": false, "error": e.to_string()}),
+        }
+    }
+
+    /// Executes one parsed control command and returns the reply object (see [`Device::control`]).
+    pub fn execute(&self, cmd: Command) -> Value {
+        if let Some(f) = cmd.fault() {
+            return match self.inject(f) {
+                Ok(()) => json!({"ok": true}),
+                Err(e) => json!({"ok": false, "error": e}),
+            };
+        }
+        match cmd {
+            Command::Counters => {
                 let engines: Vec<Value> = self
                     .engine_counters()
                     .into_iter()
@@ -186,28 +197,62 @@ impl Device {
                         v
                     })
                     .collect();
-                return json!({"ok": true, "total": counters_json(self.counters()), "engines": engines});
+                json!({"ok": true, "total": counters_json(self.counters()), "engines": engines})
             }
-            "clear" => {
-                self.clear();
-                Ok(())
-            }
-            "last_error" => {
-                return match self.last_error() {
-                    Some(l) => json!({"ok": true, "error": {
+            Command::LastError => {
+                let error = self.last_error().map(|l| {
+                    json!({
                         "engine": l.engine, "kind": l.record.kind.name(), "code": l.record.kind as u32,
-                        "queue": l.record.queue, "ring": l.record.dir.map(|d| if d == crate::engine::Dir::Tx {"tx"} else {"rx"}),
-                        "index": l.record.index, "m2s_cause": l.record.m2s_bits, "s2m_cause": l.record.s2m_bits}}),
-                    None => json!({"ok": true, "error": null}),
-                };
+                        "queue": l.record.queue, "ring": l.record.dir.map(Dir::name),
+                        "index": l.record.index, "m2s_cause": l.record.m2s_bits, "s2m_cause": l.record.s2m_bits,
+                    })
+                });
+                json!({"ok": true, "error": error})
             }
-            "ping" => Ok(()),
-            _ => fault().and_then(|f| self.inject(f)),
-        };
-        match res {
-            Ok(()) => json!({"ok": true}),
-            Err(e) => json!({"ok": false, "error": e}),
+            Command::Clear => {
+                self.clear();
+                json!({"ok": true})
+            }
+            // Ping; the fault commands were applied above.
+            _ => json!({"ok": true}),
         }
+    }
+}
+
+/// One command of the control protocol: a JSON object whose `"cmd"` member names the command,
+/// with the command's arguments as further members (members a command does not take are
+/// ignored). Engine and queue ids are checked when the command runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Command {
+    /// `{"cmd":"ping"}`: replies `{"ok":true}`.
+    Ping,
+    /// `{"cmd":"counters"}`: the counters summed over all engines (`total`) and per engine.
+    Counters,
+    /// `{"cmd":"clear"}`: clears faults, counters and the last error.
+    Clear,
+    /// `{"cmd":"last_error"}`: the most recent error on any engine, `null` if none.
+    LastError,
+    /// `{"cmd":"fail_nth","engine":E,"queue":Q,"n":N}`: [`Fault::FailNth`] (same fields).
+    FailNth { engine: u32, queue: u32, n: u32 },
+    /// `{"cmd":"abort","engine":E}`: [`Fault::Abort`].
+    Abort { engine: u32 },
+    /// `{"cmd":"stall","engine":E,"queue":Q,"ms":MS}`: [`Fault::Stall`] (same fields).
+    Stall { engine: u32, queue: u32, ms: u32 },
+    /// `{"cmd":"slow","factor":F}`: [`Fault::Slow`].
+    Slow { factor: u32 },
+}
+
+impl Command {
+    /// The fault a fault command injects; `None` for the other commands.
+    pub fn fault(self) -> Option<Fault> {
+        Some(match self {
+            Command::FailNth { engine, queue, n } => Fault::FailNth { engine, queue, n },
+            Command::Abort { engine } => Fault::Abort { engine },
+            Command::Stall { engine, queue, ms } => Fault::Stall { engine, queue, ms },
+            Command::Slow { factor } => Fault::Slow { factor },
+            Command::Ping | Command::Counters | Command::Clear | Command::LastError => return None,
+        })
     }
 }
 
@@ -215,30 +260,9 @@ fn counters_json(c: CounterValues) -> Value {
     json!({"descriptors": c.descriptors, "packets": c.packets, "bytes": c.bytes, "errors": c.errors})
 }
 
-/// Error kind for a BAR2 last-error code (inverse of `kind as u32`).
+/// Error kind name for a BAR2 last-error code (inverse of `kind as u32`).
 pub fn error_kind_name(code: u32) -> Option<&'static str> {
-    use ErrorKind::*;
-    [
-        DescFetch,
-        RingId,
-        QueueDisabled,
-        BadRing,
-        BadFirst,
-        BadLast,
-        TooManyDescs,
-        LenMismatch,
-        DataRead,
-        DataWrite,
-        Unsupported,
-        Overrun,
-        PktTooLong,
-        InjectedFail,
-        Abort,
-        BusMasterOff,
-    ]
-    .into_iter()
-    .find(|k| *k as u32 == code)
-    .map(ErrorKind::name)
+    ErrorKind::from_code(code).map(ErrorKind::name)
 }
 
 /// Serves the control protocol on `path` in background threads (one per connection).
@@ -274,6 +298,47 @@ fn handle(dev: Arc<Device>, stream: UnixStream) {
         };
         if writeln!(out, "{reply}").is_err() {
             return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Command, String> {
+        serde_json::from_str::<Command>(s).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn commands_parse_from_the_wire_format() {
+        assert_eq!(parse(r#"{"cmd":"ping"}"#), Ok(Command::Ping));
+        assert_eq!(parse(r#"{"cmd":"counters"}"#), Ok(Command::Counters));
+        assert_eq!(parse(r#"{"cmd":"clear"}"#), Ok(Command::Clear));
+        assert_eq!(parse(r#"{"cmd":"last_error"}"#), Ok(Command::LastError));
+        let c = parse(r#"{"cmd":"fail_nth","engine":32,"queue":0,"n":3}"#).unwrap();
+        assert_eq!(c.fault(), Some(Fault::FailNth { engine: 32, queue: 0, n: 3 }));
+        let c = parse(r#"{"n":1,"cmd":"abort","engine":4}"#).unwrap();
+        assert_eq!(c.fault(), Some(Fault::Abort { engine: 4 }));
+        let c = parse(r#"{"cmd":"stall","engine":32,"queue":1,"ms":500,"note":"x"}"#).unwrap();
+        assert_eq!(c.fault(), Some(Fault::Stall { engine: 32, queue: 1, ms: 500 }));
+        assert_eq!(parse(r#"{"cmd":"slow","factor":4}"#).unwrap().fault(), Some(Fault::Slow { factor: 4 }));
+        assert_eq!(Command::Ping.fault(), None);
+    }
+
+    #[test]
+    fn bad_commands_name_the_problem() {
+        let bad = [
+            (r#"{"cmd":"nope"}"#, "unknown variant `nope`"),
+            (r#"{"engine":1}"#, "missing field `cmd`"),
+            (r#"{"cmd":"fail_nth","engine":1,"queue":0}"#, "missing field `n`"),
+            (r#"{"cmd":"abort","engine":-1}"#, "integer `-1`"),
+            (r#"{"cmd":"slow","factor":4294967296}"#, "integer `4294967296`"),
+            (r#"{"cmd":"stall","engine":1,"queue":"0","ms":1}"#, "expected u32"),
+        ];
+        for (s, want) in bad {
+            let e = parse(s).unwrap_err();
+            assert!(e.contains(want), "{s}: {e}");
         }
     }
 }

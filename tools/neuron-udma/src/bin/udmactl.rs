@@ -18,7 +18,6 @@ use neuron_udma::{Buffer, Device, Info, Queue, QueueState, RingState};
 #[path = "udmactl/selftest.rs"]
 mod selftest;
 
-const CHUNK: u64 = neuron_udma::MAX_COPY_SIZE as u64;
 /// Default largest buffer: big coherent host allocations are hard to get in a small guest.
 const DEFAULT_WINDOW: u64 = 4 << 20;
 
@@ -225,11 +224,13 @@ fn human_rate(bytes: u64, t: Duration) -> String {
     }
 }
 
-/// The 64 KiB pieces of `len` bytes: (offset, size).
-fn chunks(len: u64) -> impl Iterator<Item = (u64, u32)> {
-    (0..len.div_ceil(CHUNK)).map(move |i| {
-        let off = i * CHUNK;
-        (off, (len - off).min(CHUNK) as u32)
+/// The pieces of at most `chunk` bytes (one copy, `max_copy_size` of INFO) of `len` bytes:
+/// (offset, size).
+fn chunks(len: u64, chunk: u32) -> impl Iterator<Item = (u64, u32)> {
+    let chunk = u64::from(chunk.max(1));
+    (0..len.div_ceil(chunk)).map(move |i| {
+        let off = i * chunk;
+        (off, (len - off).min(chunk) as u32)
     })
 }
 
@@ -271,7 +272,7 @@ impl Fnv {
     }
 }
 
-/// Moves bytes with one device: through a user queue in 64 KiB pairs with batched
+/// Moves bytes with one device: through a user queue in pairs of `max_copy_size` with batched
 /// COPY_PREPARE + COPY_WAIT, or through MEMCPY when there is no queue.
 struct Mover<'a> {
     dev: &'a Device,
@@ -297,7 +298,7 @@ impl Mover<'_> {
         let (tx, rx) = q.ring_descs();
         let per_round = self.info.pairs_per_round(tx.min(rx)) as usize;
         let mut batch = Vec::with_capacity(per_round);
-        let mut pieces = chunks(len).peekable();
+        let mut pieces = chunks(len, self.info.max_copy_size).peekable();
         while pieces.peek().is_some() {
             batch.clear();
             let mut bytes = 0u64;
@@ -365,7 +366,8 @@ fn cmd_copy(dev: &Device, info: &Info, a: &CopyArgs) -> Result<()> {
         bail!("nothing to copy: {name} is empty");
     }
     let cap = a.window.unwrap_or(DEFAULT_WINDOW).min(info.max_host_buffer).min(info.device_mem_size / 2);
-    let window = if cap >= CHUNK { cap / CHUNK * CHUNK } else { cap }.min(total);
+    let chunk = u64::from(info.max_copy_size.max(1));
+    let window = if cap >= chunk { cap / chunk * chunk } else { cap }.min(total);
     if window == 0 {
         bail!("no usable window (max_host_buffer {}, device memory {})", info.max_host_buffer, info.device_mem_size);
     }
@@ -520,14 +522,23 @@ fn print_state(s: &QueueState) {
     }
 }
 
+/// The `m2s.state` / `s2m.state` register: four 4-bit fields (one per internal unit), whose
+/// low two bits are 0 idle, 1 normal, 2 abort (hardware.rst §3.2, §3.3).
+const STATE_FIELDS: u32 = 4;
+const STATE_FIELD_BITS: u32 = 4;
+const STATE_MASK: u32 = 3;
+/// Queue cfg register: bit 16 enables descriptor prefetch, bit 17 scheduling (hardware.rst §3.4).
+const Q_CFG_PREFETCH: u32 = 1 << 16;
+const Q_CFG_SCHEDULING: u32 = 1 << 17;
+
 fn engine_state(v: u32) -> String {
-    let field = |i: u32| match (v >> (4 * i)) & 3 {
+    let field = |i: u32| match (v >> (STATE_FIELD_BITS * i)) & STATE_MASK {
         0 => "idle",
         1 => "normal",
         2 => "abort",
         _ => "?",
     };
-    let names: Vec<&str> = (0..4).map(field).collect();
+    let names: Vec<&str> = (0..STATE_FIELDS).map(field).collect();
     format!("{v:#06x} [{}]", names.join(", "))
 }
 
@@ -546,8 +557,8 @@ fn print_ring(name: &str, r: &RingState) {
     println!(
         "  hw cfg        {:#010x}  prefetch {}  scheduling {}",
         r.hw_cfg,
-        if r.hw_cfg >> 16 & 1 == 1 { "on" } else { "off" },
-        if r.hw_cfg >> 17 & 1 == 1 { "on" } else { "off" }
+        if r.hw_cfg & Q_CFG_PREFETCH != 0 { "on" } else { "off" },
+        if r.hw_cfg & Q_CFG_SCHEDULING != 0 { "on" } else { "off" }
     );
     println!("  hw status     {:#010x}", r.hw_status);
     println!("  hw len        {}", idx(r.hw_len));
@@ -687,11 +698,12 @@ mod tests {
 
     #[test]
     fn chunks_cover_exactly() {
-        let v: Vec<_> = chunks(2 * CHUNK + 7).collect();
+        let v: Vec<_> = chunks(2 * 65536 + 7, 65536).collect();
         assert_eq!(v, vec![(0, 65536), (65536, 65536), (131072, 7)]);
-        assert_eq!(chunks(0).count(), 0);
-        assert_eq!(chunks(1).collect::<Vec<_>>(), vec![(0, 1)]);
-        assert_eq!(chunks(CHUNK).count(), 1);
+        assert_eq!(chunks(0, 65536).count(), 0);
+        assert_eq!(chunks(1, 65536).collect::<Vec<_>>(), vec![(0, 1)]);
+        assert_eq!(chunks(65536, 65536).count(), 1);
+        assert_eq!(chunks(10, 4).collect::<Vec<_>>(), vec![(0, 4), (4, 4), (8, 2)]);
     }
 
     #[test]

@@ -9,9 +9,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use neuron_udma::{
-    ring_id, ring_index, timeout_ms, Barrier, Buffer, Copy, Device, Error, Generation, Info, MAX_COPY_SIZE,
-};
+use neuron_udma::{ring_id, ring_index, timeout_ms, Barrier, Buffer, Copy, Device, Error, Generation, Info};
 
 /// Engine of the test queues, chosen from `INFO` by [`run`].
 static ENG: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
@@ -45,8 +43,11 @@ fn info(dev: &Device, i: &Info) -> Result<()> {
         d => bail!("unknown device id {d:#x}"),
     };
     ensure!(i.gen() == want, "generation {:?} for device {:#x}", i.gen(), i.device_id);
-    ensure!(i.max_copy_size == MAX_COPY_SIZE && i.queues_per_engine == 16 && i.engines >= 4, "limits {i:?}");
-    ensure!(dev.info()? == *i, "a second INFO differs");
+    // What the rest of the selftest relies on: queues 1..=3 and a user engine.
+    ensure!(i.max_copy_size > 0 && i.queues_per_engine > 3 && i.engines >= 4, "limits {i:?}");
+    ensure!(i.min_ring_descs.is_power_of_two() && i.min_ring_descs <= i.max_ring_descs, "ring limits {i:?}");
+    ensure!(i.ring_reserve_descs < i.min_ring_descs && i.max_batch > 0, "ring reserve, batch {i:?}");
+    ensure!(dev.info()? == *i && dev.limits()? == i, "a second INFO, or the cached one, differs");
     ensure!(!i.h2t_queues().is_empty(), "no H2T queues for {:?}", i.gen());
     let (e, q) = i.h2t_queues()[0];
     ensure!(i.is_reserved_queue(e, q) && !i.is_reserved_queue(eng(), 1), "is_reserved_queue");
@@ -123,7 +124,7 @@ fn queues(dev: &Device, i: &Info) -> Result<()> {
     let (e, hq) = i.h2t_queues()[0];
     expect_errno(dev.queue(e, hq, 64), libc::EBUSY, "the driver's H2T queue")?;
     expect_errno(dev.queue(eng(), 2, 48), libc::EINVAL, "ring of 48")?;
-    expect_errno(dev.queue(eng(), 16, 64), libc::EINVAL, "queue 16")?;
+    expect_errno(dev.queue(eng(), i.queues_per_engine, 64), libc::EINVAL, "queue queues_per_engine")?;
     expect_errno(dev.queue(i.engines, 1, 64), libc::EINVAL, "engine out of range")?;
     let q2 = dev.queue_with_rings(eng(), 2, 32, 128)?;
     ensure!(q2.ring_descs() == (32, 128) && q2.state()?.rx.size == 128, "queue_with_rings");
@@ -136,11 +137,14 @@ fn queues(dev: &Device, i: &Info) -> Result<()> {
     Ok(())
 }
 
-fn copies(dev: &Device, _: &Info) -> Result<()> {
+fn copies(dev: &Device, i: &Info) -> Result<()> {
     let q = dev.queue(eng(), 1, 256)?;
-    let mut a = dev.alloc_host(1 << 20)?;
-    let mut b = dev.alloc_host(1 << 20)?;
-    let d = dev.alloc_device(1 << 20)?;
+    // 16 copies of the largest size fill the buffers.
+    let max = i.max_copy_size;
+    let (m, size) = (u64::from(max), 16 * u64::from(max));
+    let mut a = dev.alloc_host(size)?;
+    let mut b = dev.alloc_host(size)?;
+    let d = dev.alloc_device(size)?;
     pattern(&mut a, 1);
     b.fill(0);
     // prepare_one + wait: one pair and the marker.
@@ -149,23 +153,22 @@ fn copies(dev: &Device, _: &Info) -> Result<()> {
     ensure!(n == 2, "wait freed {n} pairs, want 2");
     ensure!(b[5..4005] == a[3..4003] && b[4] == 0 && b[4005] == 0, "prepare_one bytes");
     // A batch host -> HBM, then HBM -> host, with barriers and the interrupt flag.
-    let up: Vec<Copy> =
-        (0..16u64).map(|i| Copy::new(&a, i << 16, &d, i << 16, MAX_COPY_SIZE)).collect::<neuron_udma::Result<_>>()?;
+    let up: Vec<Copy> = (0..16u64).map(|k| Copy::new(&a, k * m, &d, k * m, max)).collect::<neuron_udma::Result<_>>()?;
     q.prepare(&up)?;
     q.wait(None)?;
     let down: Vec<Copy> = (0..16u64)
-        .map(|i| {
-            Copy::new(&d, i << 16, &b, i << 16, MAX_COPY_SIZE)
-                .map(|c| c.barrier(if i == 15 { Barrier::Write } else { Barrier::Dmb }).dst_interrupt(i == 0))
+        .map(|k| {
+            Copy::new(&d, k * m, &b, k * m, max)
+                .map(|c| c.barrier(if k == 15 { Barrier::Write } else { Barrier::Dmb }).dst_interrupt(k == 0))
         })
         .collect::<neuron_udma::Result<_>>()?;
     ensure!(down[0].raw().flags == neuron_udma::sys::NEURON_UDMA_COPY_DST_INT, "dst_interrupt");
     ensure!(down[15].raw().barrier == neuron_udma::sys::NEURON_UDMA_BARRIER_WRITE, "barrier");
-    ensure!(down[3].size() == MAX_COPY_SIZE && down[3].dst_interrupt(false).raw().flags == 0, "copy accessors");
+    ensure!(down[3].size() == max && down[3].dst_interrupt(false).raw().flags == 0, "copy accessors");
     q.prepare(&down)?;
     let n = q.wait(None)?;
     ensure!(n == 17, "batch wait freed {n} pairs, want 17");
-    ensure!(b[..] == a[..], "1 MiB through HBM differs");
+    ensure!(b[..] == a[..], "16 x max_copy_size through HBM differs");
     // start: part of what is prepared, then wait for the rest.
     b.fill(0);
     for i in 0..4u64 {
@@ -181,11 +184,23 @@ fn copies(dev: &Device, _: &Info) -> Result<()> {
 }
 
 fn copy_errors(dev: &Device, i: &Info) -> Result<()> {
-    let q = dev.queue(eng(), 3, 32)?;
+    let ring = i.min_ring_descs;
+    let q = dev.queue(eng(), 3, ring)?;
     let a = dev.alloc_host(8192)?;
     let b = dev.alloc_host(8192)?;
     expect_errno(Copy::new(&a, 0, &b, 0, 0), libc::EINVAL, "size 0")?;
-    expect_errno(Copy::new(&a, 0, &b, 0, MAX_COPY_SIZE + 1), libc::EINVAL, "size 65537")?;
+    let big = dev.alloc_host(u64::from(i.max_copy_size) + 1)?;
+    let over = Copy::new(&big, 0, &big, 0, i.max_copy_size + 1)?;
+    expect_errno(q.prepare_one(&over), libc::EINVAL, "size max_copy_size + 1 (library)")?;
+    expect_errno(q.prepare(&[over]), libc::EINVAL, "size max_copy_size + 1 in a batch (library)")?;
+    let mut one = neuron_udma::sys::neuron_udma_copy_prepare_one { engine: eng(), queue: 3, copy: *over.raw() };
+    // SAFETY: COPY_PREPARE_ONE takes a struct neuron_udma_copy_prepare_one, which `one` is.
+    expect_errno(
+        unsafe { dev.raw_ioctl(neuron_udma::sys::NEURON_UDMA_COPY_PREPARE_ONE, &mut one) },
+        libc::EINVAL,
+        "size max_copy_size + 1 (kernel)",
+    )?;
+    drop(big);
     expect_errno(Copy::new(&a, 8000, &b, 0, 200), libc::EINVAL, "source range (library)")?;
     // The kernel's own checks, past the library's: ERANGE, ENOENT, EINVAL.
     let mut raw = *Copy::new(&a, 0, &b, 0, 100)?.raw();
@@ -202,7 +217,7 @@ fn copy_errors(dev: &Device, i: &Info) -> Result<()> {
     ensure!(st.tx.sw_next == st.tx.sw_ack && st.tx.sw_pending == 0, "a refused copy changed the ring: {st:?}");
     // The ring fills up to its reserve: ENOSPC, then a wait frees it.
     let c = Copy::new(&a, 0, &b, 0, 64)?;
-    let room = 32 - i.ring_reserve_descs;
+    let room = ring - i.ring_reserve_descs;
     for _ in 0..room {
         q.prepare_one(&c)?;
     }
@@ -213,7 +228,7 @@ fn copy_errors(dev: &Device, i: &Info) -> Result<()> {
     q.wait(None)?;
     // Another file's queue and buffers are not ours.
     let other = Device::open(dev.path())?;
-    expect_errno(other.queue(eng(), 3, 32), libc::EBUSY, "another file takes our queue")?;
+    expect_errno(other.queue(eng(), 3, ring), libc::EBUSY, "another file takes our queue")?;
     let mut s = neuron_udma::sys::neuron_udma_queue_state { engine: eng(), queue: 3, ..Default::default() };
     // SAFETY: QUEUE_STATE takes a struct neuron_udma_queue_state, which `s` is.
     expect_errno(

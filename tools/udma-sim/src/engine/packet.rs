@@ -1,0 +1,291 @@
+//! Packet processing: the checked descriptor fetch shared by the Tx and Rx rings, and the
+//! rules a packet must follow (hardware.rst §3.5, §4, §8.2).
+
+use super::regfile::step;
+use super::worker::Env;
+use super::{err, Dir, Engine, ErrorKind, ErrorRecord};
+use crate::layout::Target;
+use crate::regs::desc;
+use crate::trace::TraceRec;
+
+/// Rx descriptors the S2M prefetcher reads (and ring-id checks) past the current packet, up
+/// to the tail (hardware.rst §3.5 S2M cause 11, §8.5).
+pub const RX_PREFETCH: u32 = 64;
+
+/// Immutable per-packet inputs taken from the engine state under the lock.
+pub(super) struct Snapshot {
+    pub(super) q: usize,
+    pub(super) epoch: u64,
+    pub(super) tx: RingSnap,
+    pub(super) rx: RingSnap,
+    pub(super) max_descs: u32,
+    pub(super) len0_is_64k: bool,
+    pub(super) max_pkt: Option<u32>,
+    pub(super) abort_mask_a: u32,
+    pub(super) abort_mask_b: u32,
+    pub(super) fail_countdown: u32,
+}
+
+impl Snapshot {
+    /// Whether `e` is masked from aborting (as `State::abort_masked`).
+    pub(super) fn masked(&self, e: &ErrorRecord) -> bool {
+        (e.m2s_bits | e.s2m_bits) != 0 && e.m2s_bits & !self.abort_mask_a == 0 && e.s2m_bits & !self.abort_mask_b == 0
+    }
+}
+
+/// One ring of the queue a packet runs on, as it was when the packet started.
+#[derive(Clone, Copy)]
+pub(super) struct RingSnap {
+    /// Which ring.
+    pub(super) dir: Dir,
+    /// Ring base (bus address).
+    pub(super) base: u64,
+    /// Ring length, descriptors.
+    pub(super) len: u32,
+    /// Slot of the next descriptor to consume.
+    pub(super) head: u32,
+    /// Ring id expected at the head slot.
+    pub(super) rid: u32,
+    /// Descriptors posted by doorbells and not consumed yet.
+    pub(super) pending: u32,
+    /// A ring-id mismatch on this ring is masked from aborting: the queue retries instead.
+    pub(super) rid_masked: bool,
+}
+
+impl RingSnap {
+    /// Slot index and expected ring id of the descriptor `k` slots past the head.
+    pub(super) fn slot(&self, k: u32) -> (u32, u32) {
+        step(self.len, self.head, self.rid, k)
+    }
+}
+
+/// A buffer segment of a packet.
+#[derive(Clone, Copy)]
+pub(super) struct Seg {
+    pub(super) target: Target,
+    pub(super) len: u32,
+}
+
+/// Result of processing one packet.
+pub(super) enum Outcome {
+    /// Packet checked; its segments are in the scratch buffers, ready to move. `dmb`: a Tx
+    /// descriptor has len_ctrl bit 30; `wb`: one has the meta_ctrl write barrier.
+    Done { ntx: u32, nrx: u32, bytes: u64, dmb: bool, wb: bool },
+    /// A data error masked from aborting: the packet is consumed, nothing is written, the
+    /// cause bits are set (hardware.rst §8.3: a masked error does not abort).
+    Poisoned { ntx: u32, nrx: u32, rec: ErrorRecord },
+    /// Not enough descriptors posted yet.
+    NeedDoorbell,
+    /// Masked ring-id mismatch: retry later.
+    Retry,
+    /// Error: abort the engine.
+    Error(ErrorRecord),
+}
+
+/// One descriptor read from a ring, with its slot index.
+struct Fetched {
+    idx: u32,
+    raw: [u8; 16],
+}
+
+impl Fetched {
+    /// Word 0: len_ctrl.
+    fn w0(&self) -> u32 {
+        u32::from_le_bytes([self.raw[0], self.raw[1], self.raw[2], self.raw[3]])
+    }
+
+    /// Word 1: meta_ctrl.
+    fn w1(&self) -> u32 {
+        u32::from_le_bytes([self.raw[4], self.raw[5], self.raw[6], self.raw[7]])
+    }
+
+    /// Words 2-3: buffer address.
+    fn addr(&self) -> u64 {
+        let r = &self.raw;
+        u64::from_le_bytes([r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]])
+    }
+
+    /// The ring id (phase) the driver wrote into the descriptor.
+    fn ring_id(&self) -> u32 {
+        (self.w0() >> desc::RING_ID_SHIFT) & desc::RING_ID_MASK
+    }
+}
+
+/// Records data error `e` of a packet: it aborts the packet unless the abort masks mask it; a
+/// masked one poisons the packet (the first is kept), which is still delimited and consumed but
+/// writes nothing (hardware.rst §8.3).
+fn data_error(s: &Snapshot, poison: &mut Option<ErrorRecord>, e: ErrorRecord) -> Result<(), Outcome> {
+    if !s.masked(&e) {
+        return Err(Outcome::Error(e));
+    }
+    poison.get_or_insert(e);
+    Ok(())
+}
+
+/// Reusable per-worker buffers (no allocation per descriptor).
+#[derive(Default)]
+pub struct Scratch {
+    pub(super) tx: Vec<Seg>,
+    pub(super) rx: Vec<Seg>,
+    pub(super) recs: Vec<TraceRec>,
+}
+
+impl Scratch {
+    /// Adds `d` of ring `tx`/rx to the trace records of the packet, when tracing.
+    fn trace(&mut self, env: &Env<'_>, engine: u32, q: usize, tx: bool, d: &Fetched) {
+        if env.trace.is_some() {
+            self.recs.push(TraceRec { engine, queue: q as u8, tx, index: d.idx, raw: d.raw });
+        }
+    }
+}
+
+impl Engine {
+    /// The checked descriptor fetch of both rings: reads the descriptor `k` slots past the head
+    /// of ring `r` of queue `q`. Fails with [`Outcome::NeedDoorbell`] when fewer than `k + 1`
+    /// descriptors are posted, with a `bus_master_off` or `desc_fetch` error when the slot
+    /// cannot be read, and with a `ring_id` error (or [`Outcome::Retry`] when the abort mask
+    /// masks it) when the descriptor's ring id is not the one expected at that slot
+    /// (hardware.rst §3.5, §4.6).
+    fn fetch(&self, env: &Env<'_>, q: usize, r: &RingSnap, k: u32) -> Result<Fetched, Outcome> {
+        if k >= r.pending {
+            return Err(Outcome::NeedDoorbell);
+        }
+        let (idx, want_rid) = r.slot(k);
+        let fail = |kind| Outcome::Error(err(kind, q, r.dir, Some(idx)));
+        if !env.bus_master {
+            return Err(fail(ErrorKind::BusMasterOff));
+        }
+        let mut raw = [0u8; 16];
+        let addr = r.base.wrapping_add(u64::from(idx) * desc::SIZE);
+        let ok = match env.gen.decode_addr(addr) {
+            Some(Target::Host(a)) => self.host_ok && env.host.read(a, &mut raw),
+            Some(Target::Device(a)) => env.hbm.read(a, &mut raw),
+            None => false,
+        };
+        if !ok {
+            return Err(fail(ErrorKind::DescFetch));
+        }
+        let d = Fetched { idx, raw };
+        if d.ring_id() != want_rid {
+            return Err(if r.rid_masked { Outcome::Retry } else { fail(ErrorKind::RingId) });
+        }
+        Ok(d)
+    }
+
+    /// Checks the next packet of the snapshot's queue: its Tx descriptors (FIRST..LAST), the Rx
+    /// descriptors that take its bytes, and the Rx prefetch window. The segments to move are
+    /// left in `sc`.
+    pub(super) fn process(&self, env: &Env<'_>, s: &Snapshot, sc: &mut Scratch) -> Outcome {
+        sc.tx.clear();
+        sc.rx.clear();
+        sc.recs.clear();
+        match self.check_packet(env, s, sc) {
+            Ok(o) | Err(o) => o,
+        }
+    }
+
+    fn check_packet(&self, env: &Env<'_>, s: &Snapshot, sc: &mut Scratch) -> Result<Outcome, Outcome> {
+        let q = s.q;
+        let dlen = |w0: u32| -> u32 {
+            match w0 & desc::LEN_MASK {
+                0 if s.len0_is_64k => 65536,
+                l => l,
+            }
+        };
+        let mut poison: Option<ErrorRecord> = None;
+        let (mut dmb, mut wb) = (false, false);
+        // ---- Tx: collect FIRST..LAST ----
+        let mut total: u64 = 0;
+        let mut k = 0u32;
+        loop {
+            let d = self.fetch(env, q, &s.tx, k)?;
+            let (w0, w1) = (d.w0(), d.w1());
+            let fail = |kind| Err(Outcome::Error(err(kind, q, Dir::Tx, Some(d.idx))));
+            if k == 0 && w0 & desc::FIRST == 0 {
+                return fail(ErrorKind::BadFirst);
+            }
+            if k > 0 && w0 & desc::FIRST != 0 {
+                return fail(ErrorKind::BadLast);
+            }
+            if k + 1 > s.max_descs {
+                return fail(ErrorKind::TooManyDescs);
+            }
+            if w0 & (desc::META | desc::CONCAT | desc::TX_UNDEFINED) != 0
+                || (w1 != desc::META_COPY && w1 != desc::META_COPY_WB)
+            {
+                return fail(ErrorKind::Unsupported);
+            }
+            dmb |= w0 & desc::DMB != 0;
+            wb |= w1 & desc::META_WB != 0;
+            let len = dlen(w0);
+            let bad = if s.fail_countdown == k + 1 {
+                Some(ErrorKind::InjectedFail)
+            } else {
+                match env.gen.decode_addr(d.addr()) {
+                    Some(t) if self.mapped(env, t, len) => None,
+                    _ => Some(ErrorKind::DataRead),
+                }
+            };
+            if let Some(kind) = bad {
+                data_error(s, &mut poison, err(kind, q, Dir::Tx, Some(d.idx)))?;
+            }
+            let target = env.gen.decode_addr(d.addr()).unwrap_or(Target::Device(0));
+            total += u64::from(len);
+            sc.tx.push(Seg { target, len });
+            sc.trace(env, self.id, q, true, &d);
+            k += 1;
+            if w0 & desc::LAST != 0 {
+                break;
+            }
+        }
+        if s.max_pkt.is_some_and(|m| total > u64::from(m)) {
+            let (idx, _) = s.tx.slot(0);
+            return Err(Outcome::Error(err(ErrorKind::PktTooLong, q, Dir::Tx, Some(idx))));
+        }
+        // ---- Rx: consume descriptors until the packet's bytes are placed ----
+        let mut placed: u64 = 0;
+        let mut j = 0u32;
+        while placed < total {
+            let d = self.fetch(env, q, &s.rx, j)?;
+            let w0 = d.w0();
+            let fail = |kind| Err(Outcome::Error(err(kind, q, Dir::Rx, Some(d.idx))));
+            if w0 & desc::RX_UNDEFINED != 0 {
+                return fail(ErrorKind::Unsupported);
+            }
+            let len = dlen(w0);
+            if placed + u64::from(len) > total || len == 0 {
+                return fail(ErrorKind::LenMismatch);
+            }
+            let target = match env.gen.decode_addr(d.addr()) {
+                Some(t) if self.mapped(env, t, len) => t,
+                _ => {
+                    data_error(s, &mut poison, err(ErrorKind::DataWrite, q, Dir::Rx, Some(d.idx)))?;
+                    Target::Device(0)
+                }
+            };
+            placed += u64::from(len);
+            sc.rx.push(Seg { target, len });
+            sc.trace(env, self.id, q, false, &d);
+            j += 1;
+        }
+        // ---- Rx prefetch: the S2M prefetcher reads ahead up to the tail (at most
+        // RX_PREFETCH descriptors) and checks each slot's ring id (hardware.rst §3.5 S2M cause 11):
+        // an over-counted Rx doorbell, or one rung before its descriptor was written, fails
+        // here even though the packet itself is complete ----
+        for jj in j..s.rx.pending.min(j + RX_PREFETCH) {
+            self.fetch(env, q, &s.rx, jj)?;
+        }
+        if let Some(rec) = poison {
+            return Ok(Outcome::Poisoned { ntx: k, nrx: j, rec });
+        }
+        Ok(Outcome::Done { ntx: k, nrx: j, bytes: total, dmb, wb })
+    }
+
+    fn mapped(&self, env: &Env<'_>, t: Target, len: u32) -> bool {
+        env.bus_master
+            && match t {
+                Target::Host(a) => self.host_ok && env.host.is_mapped(a, len as usize),
+                Target::Device(a) => env.hbm.is_mapped(a, len as usize),
+            }
+    }
+}

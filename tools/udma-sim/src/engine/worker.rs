@@ -1,0 +1,218 @@
+//! The worker thread of one engine: picks the next runnable queue (round robin, honouring
+//! stalls and queue gating), runs one packet on it outside the engine lock and applies the
+//! outcome (hardware.rst §3.4, §8.3).
+
+use super::packet::{Outcome, RingSnap, Scratch, Snapshot};
+use super::regfile::{Ring, State};
+use super::transfer::HeldQueue;
+use super::{Dir, Engine, ErrorKind, ErrorRecord};
+use crate::layout::Gen;
+use crate::mem::GuestMemory;
+use crate::regs::{self, m2s_cause, s2m_cause};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+/// Retry interval of a queue stalled on a masked ring-id mismatch (V3 SENG).
+const RINGID_RETRY: Duration = Duration::from_millis(1);
+/// Minimum per-packet base time used by the slow-down fault.
+const SLOW_BASE: Duration = Duration::from_micros(20);
+
+/// Memories and settings the worker needs (owned by the device).
+pub struct Env<'a> {
+    /// Architecture (address decoding).
+    pub gen: Gen,
+    /// Host (guest RAM) address space.
+    pub host: &'a dyn GuestMemory,
+    /// Device memory (HBM / BAR4).
+    pub hbm: &'a dyn GuestMemory,
+    /// Whether the PCI function may master the bus.
+    pub bus_master: bool,
+    /// Slow-down factor (0/1 = off).
+    pub slow: u32,
+    /// Trace sink, if enabled.
+    pub trace: Option<&'a crate::trace::Tracer>,
+}
+
+impl Engine {
+    /// Worker thread body: processes packets until [`Engine::shutdown`].
+    /// `env` is re-evaluated for every packet (bus master / slow factor may change).
+    pub fn run(&self, env: &dyn Fn() -> EnvOwned, on_error: &dyn Fn(ErrorRecord)) {
+        let mut scratch = Scratch::default();
+        // Writes held by unordered completion, per queue, oldest first. Only this thread
+        // touches them, so they land in the order the barriers require.
+        let mut held: Vec<HeldQueue> = (0..regs::QUEUES_PER_ENGINE).map(|_| HeldQueue::default()).collect();
+        let mut st = self.lock();
+        loop {
+            if st.shutdown {
+                return;
+            }
+            let now = Instant::now();
+            let epochs: Vec<u64> = st.queues.iter().map(|q| q.epoch).collect();
+            if held.iter().zip(&epochs).any(|(h, &e)| h.due(now, e)) {
+                drop(st);
+                let owned = env();
+                let e = owned.env();
+                for (h, &ep) in held.iter_mut().zip(&epochs) {
+                    self.land(&e, h, Some(now), ep);
+                }
+                st = self.lock();
+                continue;
+            }
+            let mut deadline: Option<Instant> = held.iter().filter_map(HeldQueue::next_due).min();
+            let mut pick = None;
+            if st.runnable() {
+                for i in 0..regs::QUEUES_PER_ENGINE {
+                    let q = (st.rr + i) % regs::QUEUES_PER_ENGINE;
+                    let qu = &mut st.queues[q];
+                    // A queue runs only while both directions have both enable bits set, at
+                    // every fetch, not just at doorbell time (hardware.rst §3.4, §3.8 queue pause).
+                    if qu.tx.pending == 0 || qu.wait_doorbell || !qu.tx.enabled() || !qu.rx.enabled() {
+                        continue;
+                    }
+                    if let Some(t) = qu.not_before {
+                        if t > now {
+                            deadline = Some(deadline.map_or(t, |d: Instant| d.min(t)));
+                            continue;
+                        }
+                        qu.not_before = None;
+                    }
+                    pick = Some(q);
+                    break;
+                }
+            }
+            let Some(q) = pick else {
+                st = match deadline {
+                    Some(t) => {
+                        let d = t.saturating_duration_since(now);
+                        self.cv.wait_timeout(st, d).unwrap_or_else(|e| e.into_inner()).0
+                    }
+                    None => self.cv.wait(st).unwrap_or_else(|e| e.into_inner()),
+                };
+                continue;
+            };
+            st.rr = q + 1;
+            let snap = self.snapshot(&st, q);
+            drop(st);
+            let owned = env();
+            let e = owned.env();
+            let t0 = Instant::now();
+            let mut outcome = self.process(&e, &snap, &mut scratch);
+            if let Outcome::Done { bytes, dmb, wb, .. } = outcome {
+                if let Err(rec) = self.move_data(&e, &snap, &scratch, &mut held[q], bytes, dmb, wb) {
+                    outcome = Outcome::Error(rec);
+                }
+            }
+            if e.slow > 1 {
+                if let Outcome::Done { .. } = outcome {
+                    let base = t0.elapsed().max(SLOW_BASE);
+                    std::thread::sleep(base * (e.slow - 1));
+                }
+            }
+            st = self.lock();
+            if st.queues[q].epoch != snap.epoch {
+                continue; // queue reset while in flight: drop the result
+            }
+            match outcome {
+                Outcome::Done { ntx, nrx, bytes, .. } => {
+                    let qu = &mut st.queues[q];
+                    qu.tx.advance_head(ntx);
+                    qu.rx.advance_head(nrx);
+                    if qu.fail_countdown > 0 {
+                        qu.fail_countdown -= ntx.min(qu.fail_countdown);
+                    }
+                    self.counters.descriptors.fetch_add(u64::from(ntx + nrx), Relaxed);
+                    self.counters.packets.fetch_add(1, Relaxed);
+                    self.counters.bytes.fetch_add(bytes, Relaxed);
+                    if let Some(t) = e.trace {
+                        t.record(&scratch.recs);
+                    }
+                }
+                Outcome::Poisoned { ntx, nrx, rec } => {
+                    if rec.kind == ErrorKind::InjectedFail {
+                        st.queues[q].fail_countdown = 0;
+                    }
+                    self.raise(&mut st, rec);
+                    let qu = &mut st.queues[q];
+                    qu.tx.advance_head(ntx);
+                    qu.rx.advance_head(nrx);
+                    self.counters.descriptors.fetch_add(u64::from(ntx + nrx), Relaxed);
+                }
+                Outcome::NeedDoorbell => st.queues[q].wait_doorbell = true,
+                Outcome::Retry => st.queues[q].not_before = Some(Instant::now() + RINGID_RETRY),
+                Outcome::Error(rec) => {
+                    if rec.kind == ErrorKind::InjectedFail {
+                        st.queues[q].fail_countdown = 0;
+                    }
+                    if self.raise(&mut st, rec) {
+                        drop(st);
+                        on_error(rec);
+                        st = self.lock();
+                    } else {
+                        // Masked, and the packet cannot be delimited or moved: the queue
+                        // stalls on it (cause bits set), as the prefetcher does on hardware.
+                        st.queues[q].not_before = Some(Instant::now() + RINGID_RETRY);
+                    }
+                }
+            }
+        }
+    }
+
+    fn snapshot(&self, st: &State, q: usize) -> Snapshot {
+        let qu = &st.queues[q];
+        let cfg_len = st.regs.get(&regs::M2S_CFG_LEN).copied();
+        let abort_mask_a = st.reg(regs::IOFIC_SEC_A + regs::IOFIC_ABORT_MASK, 0);
+        let abort_mask_b = st.reg(regs::IOFIC_SEC_B + regs::IOFIC_ABORT_MASK, 0);
+        let rs = |dir, r: &Ring, rid_masked| RingSnap {
+            dir,
+            base: r.base(),
+            len: r.len,
+            head: r.head,
+            rid: r.head_rid,
+            pending: r.pending,
+            rid_masked,
+        };
+        let max = st.reg(regs::M2S_DESC_PREF_CFG_2, regs::DEFAULT_MAX_DESCS) & regs::MAX_DESCS_MASK;
+        Snapshot {
+            q,
+            epoch: qu.epoch,
+            tx: rs(Dir::Tx, &qu.tx, abort_mask_a & m2s_cause::RING_ID != 0),
+            rx: rs(Dir::Rx, &qu.rx, abort_mask_b & s2m_cause::RING_ID != 0),
+            max_descs: if max == 0 && !self.opts.strict_reset { regs::DEFAULT_MAX_DESCS } else { max },
+            len0_is_64k: cfg_len.is_none_or(|v| v & regs::CFG_LEN_64K != 0),
+            max_pkt: cfg_len.map(|v| v & regs::CFG_LEN_MAX_MASK),
+            abort_mask_a,
+            abort_mask_b,
+            fail_countdown: qu.fail_countdown,
+        }
+    }
+}
+
+/// Owned inputs from which an [`Env`] is borrowed for one packet.
+pub struct EnvOwned {
+    /// Architecture.
+    pub gen: Gen,
+    /// Host memory.
+    pub host: std::sync::Arc<dyn GuestMemory>,
+    /// Device memory.
+    pub hbm: std::sync::Arc<dyn GuestMemory>,
+    /// Bus master enable.
+    pub bus_master: bool,
+    /// Slow factor.
+    pub slow: u32,
+    /// Trace sink.
+    pub trace: Option<std::sync::Arc<crate::trace::Tracer>>,
+}
+
+impl EnvOwned {
+    /// Borrowed view.
+    pub fn env(&self) -> Env<'_> {
+        Env {
+            gen: self.gen,
+            host: &*self.host,
+            hbm: &*self.hbm,
+            bus_master: self.bus_master,
+            slow: self.slow,
+            trace: self.trace.as_deref(),
+        }
+    }
+}
