@@ -752,6 +752,70 @@ impl<'d> Queue<'d> {
     }
 }
 
+/// Streams batches of copies through two queues of one device so that the engine always has
+/// work: each [`Pipeline::submit`] first waits for the batch submitted two calls before on the
+/// same queue, then prepares and starts the new batch, so the preparation of one batch and the
+/// wait for the other overlap with the engine's work (Documentation/userspace-api.rst,
+/// "Streaming"). Copies of different batches may complete in any order; [`Pipeline::finish`]
+/// waits for all of them.
+pub struct Pipeline<'q, 'd> {
+    queues: [&'q Queue<'d>; 2],
+    in_flight: [bool; 2],
+    next: usize,
+    timeout: Option<Duration>,
+}
+
+impl<'q, 'd> Pipeline<'q, 'd> {
+    /// A pipeline over queues `a` and `b` (two different queues of the same device).
+    /// [`Error::Argument`]: the same queue twice, or queues of two devices.
+    pub fn new(a: &'q Queue<'d>, b: &'q Queue<'d>, timeout: Option<Duration>) -> Result<Self> {
+        if !std::ptr::eq(a.dev, b.dev) || (a.engine, a.queue) == (b.engine, b.queue) {
+            return Err(Error::Argument("a pipeline needs two different queues of one device".into()));
+        }
+        Ok(Self { queues: [a, b], in_flight: [false; 2], next: 0, timeout })
+    }
+
+    /// Most copies one [`Self::submit`] takes: what the smaller ring of either queue holds in
+    /// one round, from [`Info::pairs_per_round`].
+    pub fn batch_len(&self) -> Result<usize> {
+        let info = self.queues[0].dev.limits()?;
+        let descs = self.queues.iter().map(|q| q.tx_descs.min(q.rx_descs)).min().unwrap_or(0);
+        Ok(info.pairs_per_round(descs) as usize)
+    }
+
+    /// Waits for the older batch of the next queue (if any), then prepares and starts `copies`
+    /// there. Errors: those of [`Queue::wait`], [`Queue::prepare`] and [`Queue::start`]; after
+    /// an error the pipeline waits for nothing more (call [`Self::finish`] to collect the other
+    /// queue's batch).
+    pub fn submit(&mut self, copies: &[Copy]) -> Result<()> {
+        let i = self.next;
+        let q = self.queues[i];
+        if self.in_flight[i] {
+            self.in_flight[i] = false;
+            q.wait(self.timeout)?;
+        }
+        q.prepare(copies)?;
+        // CAST: `prepare` checked the count against max_batch (a u32).
+        let n = copies.len() as u32;
+        q.start(n, n)?;
+        self.in_flight[i] = true;
+        self.next ^= 1;
+        Ok(())
+    }
+
+    /// Waits for every batch in flight (oldest first).
+    pub fn finish(&mut self) -> Result<()> {
+        for k in 0..2 {
+            let i = (self.next + k) % 2;
+            if self.in_flight[i] {
+                self.in_flight[i] = false;
+                self.queues[i].wait(self.timeout)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Drop for Queue<'_> {
     fn drop(&mut self) {
         let _ = self.release_raw();

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use neuron_udma::{Buffer, Device, Info, Queue, QueueState, RingState};
+use neuron_udma::{Buffer, Device, Info, Pipeline, Queue, QueueState, RingState};
 
 #[path = "udmactl/selftest.rs"]
 mod selftest;
@@ -64,6 +64,10 @@ struct QueueOpts {
     /// COPY_WAIT / MEMCPY timeout in milliseconds (default: the driver's, 10 s).
     #[arg(long)]
     timeout_ms: Option<u64>,
+    /// Stream through two queues (--queue and the next one), preparing the next batch while the
+    /// engine works on the previous one (neuron_udma::Pipeline).
+    #[arg(long)]
+    pipeline: bool,
 }
 
 impl QueueOpts {
@@ -272,12 +276,15 @@ impl Fnv {
     }
 }
 
-/// Moves bytes with one device: through a user queue in pairs of `max_copy_size` with batched
-/// COPY_PREPARE + COPY_WAIT, or through MEMCPY when there is no queue.
+/// Moves bytes with one device: through user queues in pairs of `max_copy_size` (with a second
+/// queue, pipelined: the next batch is prepared and started while the engine works on the
+/// previous one; with one, batched COPY_PREPARE + COPY_WAIT), or through MEMCPY when there is
+/// no queue.
 struct Mover<'a> {
     dev: &'a Device,
     info: &'a Info,
     queue: Option<&'a Queue<'a>>,
+    second: Option<&'a Queue<'a>>,
     timeout: Option<Duration>,
 }
 
@@ -295,8 +302,17 @@ impl Mover<'_> {
             }
             return Ok(());
         };
-        let (tx, rx) = q.ring_descs();
-        let per_round = self.info.pairs_per_round(tx.min(rx)) as usize;
+        let mut pipe = match self.second {
+            Some(q2) => Some(Pipeline::new(q, q2, self.timeout)?),
+            None => None,
+        };
+        let per_round = match &pipe {
+            Some(p) => p.batch_len()?,
+            None => {
+                let (tx, rx) = q.ring_descs();
+                self.info.pairs_per_round(tx.min(rx)) as usize
+            }
+        };
         let mut batch = Vec::with_capacity(per_round);
         let mut pieces = chunks(len, self.info.max_copy_size).peekable();
         while pieces.peek().is_some() {
@@ -306,19 +322,51 @@ impl Mover<'_> {
                 batch.push(neuron_udma::Copy::new(src, off, dst, off, size)?);
                 bytes += u64::from(size);
             }
-            q.prepare(&batch).with_context(|| format!("NEURON_UDMA_COPY_PREPARE of {} pairs", batch.len()))?;
-            q.wait(self.timeout).context("NEURON_UDMA_COPY_WAIT")?;
+            match &mut pipe {
+                Some(p) => p.submit(&batch).with_context(|| format!("pipelined batch of {} pairs", batch.len()))?,
+                None => {
+                    q.prepare(&batch).with_context(|| format!("NEURON_UDMA_COPY_PREPARE of {} pairs", batch.len()))?;
+                    q.wait(self.timeout).context("NEURON_UDMA_COPY_WAIT")?;
+                }
+            }
             progress.inc(bytes);
+        }
+        if let Some(p) = &mut pipe {
+            p.finish().context("NEURON_UDMA_COPY_WAIT")?;
         }
         Ok(())
     }
 
     fn via(&self) -> String {
-        match self.queue {
-            Some(q) => format!("queue {}/{} (ring {})", q.engine(), q.queue(), q.ring_descs().0),
-            None => "MEMCPY".into(),
+        match (self.queue, self.second) {
+            (Some(q), Some(q2)) => format!(
+                "queues {}/{} + {}/{} pipelined (ring {})",
+                q.engine(),
+                q.queue(),
+                q2.engine(),
+                q2.queue(),
+                q.ring_descs().0
+            ),
+            (Some(q), None) => format!("queue {}/{} (ring {})", q.engine(), q.queue(), q.ring_descs().0),
+            (None, _) => "MEMCPY".into(),
         }
     }
+}
+
+/// The queues of a copy: none for MEMCPY; the user queue, and with --pipeline the next queue of
+/// the same engine for a [`Pipeline`].
+fn open_queues<'d>(dev: &'d Device, memcpy: bool, o: &QueueOpts) -> Result<(Option<Queue<'d>>, Option<Queue<'d>>)> {
+    if memcpy {
+        return Ok((None, None));
+    }
+    let q = open_queue(dev, o)?;
+    let second = if o.pipeline {
+        let next = QueueOpts { engine: Some(q.engine()), queue: o.queue + 1, ..o.clone() };
+        Some(open_queue(dev, &next).context("the pipeline's second queue (--queue + 1)")?)
+    } else {
+        None
+    };
+    Ok((Some(q), second))
 }
 
 fn open_queue<'d>(dev: &'d Device, o: &QueueOpts) -> Result<Queue<'d>> {
@@ -371,8 +419,8 @@ fn cmd_copy(dev: &Device, info: &Info, a: &CopyArgs) -> Result<()> {
     if window == 0 {
         bail!("no usable window (max_host_buffer {}, device memory {})", info.max_host_buffer, info.device_mem_size);
     }
-    let queue = if a.memcpy { None } else { Some(open_queue(dev, &a.q)?) };
-    let mover = Mover { dev, info, queue: queue.as_ref(), timeout: a.q.timeout() };
+    let (queue, second) = open_queues(dev, a.memcpy, &a.q)?;
+    let mover = Mover { dev, info, queue: queue.as_ref(), second: second.as_ref(), timeout: a.q.timeout() };
     let mut src = dev.alloc_host(window).context("NEURON_UDMA_MEM_ALLOC host source")?;
     let hbm = dev.alloc_device(window).context("NEURON_UDMA_MEM_ALLOC device buffer")?;
     let dst = dev.alloc_host(window).context("NEURON_UDMA_MEM_ALLOC host destination")?;
@@ -603,8 +651,8 @@ fn best_of(iters: u32, mut f: impl FnMut() -> Result<()>) -> Result<Duration> {
 }
 
 fn cmd_bench(dev: &Device, info: &Info, a: &BenchArgs) -> Result<()> {
-    let queue = if a.memcpy { None } else { Some(open_queue(dev, &a.q)?) };
-    let mover = Mover { dev, info, queue: queue.as_ref(), timeout: a.q.timeout() };
+    let (queue, second) = open_queues(dev, a.memcpy, &a.q)?;
+    let mover = Mover { dev, info, queue: queue.as_ref(), second: second.as_ref(), timeout: a.q.timeout() };
     let hidden = ProgressBar::hidden();
     println!("{:>8}  {:<11} {:>14} {:>14} {:>7}   via {}", "size", "path", "dma", "memcpy", "ratio", mover.via());
     for &size in &a.sizes {

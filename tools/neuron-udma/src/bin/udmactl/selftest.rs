@@ -183,6 +183,38 @@ fn copies(dev: &Device, i: &Info) -> Result<()> {
     Ok(())
 }
 
+/// A pipeline over queues 1 and 2: 3 MiB through HBM and back in small batches (so that each
+/// queue has several batches and the two overlap), byte-exact; then its argument errors.
+fn pipeline(dev: &Device, i: &Info) -> Result<()> {
+    let (q1, q2) = (dev.queue(eng(), 1, 64)?, dev.queue(eng(), 2, 64)?);
+    let max = i.max_copy_size;
+    let size = 48 * u64::from(max);
+    let mut a = dev.alloc_host(size)?;
+    let mut b = dev.alloc_host(size)?;
+    let d = dev.alloc_device(size)?;
+    pattern(&mut a, 7);
+    b.fill(0);
+    let mut p = neuron_udma::Pipeline::new(&q1, &q2, None)?;
+    let per = p.batch_len()?.min(8) as u64;
+    ensure!(per > 0, "pipeline batch length 0");
+    for (src, dst) in [(&a as &dyn neuron_udma::Buffer, &d as &dyn neuron_udma::Buffer), (&d, &b)] {
+        let mut k = 0u64;
+        while k < 48 {
+            let n = per.min(48 - k);
+            let batch: Vec<Copy> = (k..k + n)
+                .map(|j| Copy::new(src, j * u64::from(max), dst, j * u64::from(max), max))
+                .collect::<neuron_udma::Result<_>>()?;
+            p.submit(&batch)?;
+            k += n;
+        }
+        // The HBM -> host pass may only start once host -> HBM is complete.
+        p.finish()?;
+    }
+    ensure!(b[..] == a[..], "pipelined 48 x max_copy_size through HBM differs");
+    ensure!(neuron_udma::Pipeline::new(&q1, &q1, None).is_err(), "a pipeline over one queue");
+    Ok(())
+}
+
 fn copy_errors(dev: &Device, i: &Info) -> Result<()> {
     let ring = i.min_ring_descs;
     let q = dev.queue(eng(), 3, ring)?;
@@ -273,12 +305,13 @@ pub fn run(dev: &Device, info: &Info) -> Result<()> {
     let engine = info.user_engine().context("INFO reports no engine that reaches host memory")?;
     let _ = ENG.set(engine);
     type Check = fn(&Device, &Info) -> Result<()>;
-    let checks: [(&str, Check); 7] = [
+    let checks: [(&str, Check); 8] = [
         ("info", info_check),
         ("open_and_errno_mapping", open_errors),
         ("host_and_device_buffers", buffers),
         ("queue_init_state_release", queues),
         ("prepare_start_wait_copies", copies),
+        ("pipelined_copies_two_queues", pipeline),
         ("copy_errors_and_full_ring", copy_errors),
         ("memcpy", memcpy),
     ];
