@@ -6,7 +6,11 @@
 //! one [`Arch`] value per PCI device ID, so that no other module matches on the generation.
 //! Sources are the sections of `Documentation/hardware.rst` named on each item.
 
-use crate::desc::Barrier;
+use crate::{desc::Barrier, regs, uapi};
+use kernel::{num::Bounded, pci};
+
+/// PCI vendor of every Neuron device: Amazon, 0x1d0f (hardware.rst §1.1).
+pub(crate) const PCI_VENDOR: pci::Vendor = pci::Vendor::AMAZON;
 
 /// The Neuron architecture generation (hardware.rst §1.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,16 +46,37 @@ pub(crate) struct Arch {
     pub(crate) final_barrier: Barrier,
     /// Maximum descriptors per packet programmed into `desc_pref_cfg_2` (hardware.rst §3.6
     /// step 19).
-    pub(crate) max_descs_per_packet: u32,
+    pub(crate) max_descs_per_packet: Bounded<u32, 8>,
     /// M2S outstanding-transaction configuration (hardware.rst §3.6 step 3).
     pub(crate) m2s_ostand_cfg: u32,
     /// S2M outstanding read configuration (hardware.rst §3.6 step 12).
     pub(crate) s2m_ostand_cfg_rd: u32,
     /// M2S data FIFO depth in beats (hardware.rst §3.2, `0x310`).
-    pub(crate) m2s_data_fifo_beats: u32,
+    pub(crate) m2s_data_fifo_beats: Bounded<u32, 12>,
     /// Whether AXI errors are routed to an engine abort at init (v2 only, hardware.rst §3.6
     /// step 21).
     pub(crate) axi_error_abort: bool,
+    /// Value written to SDMA wrapper + 0x800 at init, if the generation has that register (v3
+    /// only, hardware.rst §3.6 step 20).
+    pub(crate) sdma_cfg: Option<u32>,
+    /// Whether the device may come up without its device-memory BAR (BAR4) mapped, losing only
+    /// device memory (v3; hardware.rst §1.2). On v2 probe fails without it.
+    pub(crate) dram_bar_optional: bool,
+}
+
+/// v2 SENG engines whose SDMA wrapper enables broadcast to the whole group, by engine index
+/// inside its 16-engine half (hardware.rst §3.6 step 0).
+const V2_SDMA_BROADCAST_SOURCES: [u32; 5] = [0, 3, 6, 9, 15];
+/// All 16 engines of a v2 SDMA broadcast group (hardware.rst §3.6 step 0).
+const V2_SDMA_BROADCAST_ALL: u32 = 0xFFFF;
+
+/// SDMA broadcast configuration of one v2 SENG engine (hardware.rst §3.6 step 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SdmaBroadcast {
+    /// Value of the broadcast group mask (SDMA + 0x100).
+    pub(crate) group: u32,
+    /// Value of the broadcast enable mask (SDMA + 0x104).
+    pub(crate) enable: u32,
 }
 
 /// Trainium1 / Inferentia2 H2T queues: NC0 -> engine 32, NC1 -> engine 33, queue 0
@@ -78,11 +103,13 @@ const fn v2(product: &'static str, device_id: u16) -> Arch {
         engines: 34,
         h2t: &V2_H2T,
         final_barrier: Barrier::Write,
-        max_descs_per_packet: 65,
+        max_descs_per_packet: Bounded::<u32, 8>::new::<65>(),
         m2s_ostand_cfg: 0x0000_086F,
         s2m_ostand_cfg_rd: 0x0040_0008,
-        m2s_data_fifo_beats: 1024,
+        m2s_data_fifo_beats: Bounded::<u32, 12>::new::<1024>(),
         axi_error_abort: true,
+        sdma_cfg: None,
+        dram_bar_optional: false,
     }
 }
 
@@ -99,14 +126,46 @@ pub(crate) const TRN2: Arch = Arch {
     engines: 132,
     h2t: &V3_H2T,
     final_barrier: Barrier::Write,
-    max_descs_per_packet: 65,
+    max_descs_per_packet: Bounded::<u32, 8>::new::<65>(),
     m2s_ostand_cfg: 0x2080_8080,
     s2m_ostand_cfg_rd: 0x0040_0080,
-    m2s_data_fifo_beats: 2296,
+    m2s_data_fifo_beats: Bounded::<u32, 12>::new::<2296>(),
     axi_error_abort: false,
+    sdma_cfg: Some(regs::SDMA_V3_CFG_INIT),
+    dram_bar_optional: true,
 };
 
 impl Arch {
+    /// The generation number `INFO` reports (`NEURON_UDMA_GEN_*`).
+    pub(crate) fn uapi_generation(&self) -> u32 {
+        match self.generation {
+            Generation::V2 => uapi::NEURON_UDMA_GEN_V2,
+            Generation::V3 => uapi::NEURON_UDMA_GEN_V3,
+        }
+    }
+
+    /// SDMA broadcast configuration that the init of engine `eng` writes first, or `None` if it
+    /// writes none: v2 SENG engines only (hardware.rst §3.6 step 0). For engine index `e` inside
+    /// its 16-engine half, the group mask is 0xFFFF with bits 15 down to 16 - `e` cleared, and
+    /// broadcast is enabled for the engines of [`V2_SDMA_BROADCAST_SOURCES`].
+    pub(crate) fn sdma_broadcast(&self, eng: u32) -> Option<SdmaBroadcast> {
+        if self.generation != Generation::V2 || self.is_h2t_engine(eng) {
+            return None;
+        }
+        let e = eng % 16;
+        let group = if e == 0 {
+            V2_SDMA_BROADCAST_ALL
+        } else {
+            V2_SDMA_BROADCAST_ALL & !(V2_SDMA_BROADCAST_ALL << (16 - e))
+        };
+        let enable = if V2_SDMA_BROADCAST_SOURCES.contains(&e) {
+            V2_SDMA_BROADCAST_ALL
+        } else {
+            0
+        };
+        Some(SdmaBroadcast { group, enable })
+    }
+
     /// Byte offset of engine `eng`'s UDMA register block inside BAR0, or `None` if the generation
     /// has no such engine (hardware.rst §2.2).
     pub(crate) fn engine_offset(&self, eng: u32) -> Option<usize> {
@@ -271,6 +330,17 @@ mod tests {
         assert_eq!(TRN2.fis_offset(127), Some(0xBC7E_0000));
         assert_eq!(TRN2.fis_offset(128), None);
         assert_eq!(TRN1.fis_offset(0), None);
+    }
+
+    #[test]
+    fn sdma_broadcast() {
+        let b = |group, enable| Some(SdmaBroadcast { group, enable });
+        assert_eq!(TRN1.sdma_broadcast(0), b(0xFFFF, 0xFFFF));
+        assert_eq!(TRN1.sdma_broadcast(1), b(0x7FFF, 0));
+        assert_eq!(TRN1.sdma_broadcast(3), b(0x1FFF, 0xFFFF));
+        assert_eq!(TRN1.sdma_broadcast(31), b(0x0001, 0xFFFF));
+        assert_eq!(TRN1.sdma_broadcast(32), None);
+        assert_eq!(TRN2.sdma_broadcast(0), None);
     }
 
     #[test]

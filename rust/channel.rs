@@ -208,7 +208,9 @@ impl Channel {
                 // An engine abort stops the queue for good: look for it now and then (an MMIO
                 // read is slow on the model, so not on every check).
                 next_state_check = elapsed + STATE_CHECK_EVERY;
-                let errors = self.bar.with_engine(self.eng, engine::engine_errors)?;
+                let errors = self
+                    .bar
+                    .with_engine(self.eng, |io| Ok(engine::engine_errors(io)))?;
                 if errors.aborted() {
                     return self.fail(seq, EIO, &errors, timeout);
                 }
@@ -229,7 +231,9 @@ impl Channel {
             FenceState::Lost => return Err(EIO),
             FenceState::Pending => {}
         }
-        let errors = self.bar.with_engine(self.eng, engine::engine_errors)?;
+        let errors = self
+            .bar
+            .with_engine(self.eng, |io| Ok(engine::engine_errors(io)))?;
         if errors.aborted() {
             return self.fail(seq, EIO, &errors, timeout);
         }
@@ -308,9 +312,9 @@ impl Channel {
             q.reset(io)?;
             // A queue reset clears an abort caused by this queue; if the engine is still
             // aborted (another queue's error), return it to normal operation too.
-            let now = engine::engine_errors(io)?;
+            let now = engine::engine_errors(io);
             if now.aborted() {
-                engine::recover_engine(io, &now)?;
+                engine::recover_engine(io, &now);
             }
             Ok(())
         })

@@ -148,7 +148,7 @@ struct QueueSnapshot {
 
 /// Splits a head/tail/completion-head register into index (23:0) and ring id (31:30).
 fn ptr(v: u32) -> (u32, u32) {
-    (v & 0xFF_FFFF, v >> 30)
+    crate::regs::Q_DRHP::position(v)
 }
 
 /// Renders the `queues` file: per queue in use, the hardware.rst §3.8 queue state of both
@@ -177,16 +177,15 @@ pub(crate) fn render_queue_state(cell: &Channel, w: &mut impl fmt::Write) -> fmt
     write_header(cell, w)?;
     // Inside the BAR guard: register reads and copies only.
     let snap = cell.with(|q, io| {
-        let qid = q.qid as usize;
         Ok(QueueSnapshot {
             regs: [
-                engine::queue_regs::<M2s>(io, qid)?,
-                engine::queue_regs::<S2m>(io, qid)?,
+                engine::queue_regs::<M2s>(io, q.q()),
+                engine::queue_regs::<S2m>(io, q.q()),
             ],
             sw: [*q.tx_state(), *q.rx_state()],
             pending: q.pending(),
             resets: q.resets,
-            errors: engine::engine_errors(io)?,
+            errors: engine::engine_errors(io),
         })
     });
     let s = match snap {

@@ -115,7 +115,7 @@ impl NeuronUdmaDriver {
         }
         let bar4 = match pdev.iomap_region(DRAM_BAR, c"neuron_udma/bar4") {
             Ok(bar) => Some(bar),
-            Err(e) if arch.generation == arch::Generation::V3 => {
+            Err(e) if arch.dram_bar_optional => {
                 dev_warn!(
                     pdev,
                     "BAR4 not mapped ({:?}); device memory unavailable\n",

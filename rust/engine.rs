@@ -8,14 +8,16 @@
 //! register block; nothing sleeps, so callers may hold a spinlock or an RCU read section.
 
 use crate::{
-    arch::{Arch, Generation, QUEUES_PER_ENGINE},
-    regs::{self, M2s, MainIofic, QueueBank, S2m, SecondaryIofic},
+    arch::{Arch, QUEUES_PER_ENGINE},
+    regs::{self, DirEngine, M2s, MainIofic, QueueBank, QueueCtl, S2m, SecondaryIofic},
+    ring::{RingSize, MAX_DESCS},
 };
 use kernel::{
     io::{
-        register::{Array, RegisterBase, WithBase},
+        register::{Array, RegisterBase, RelativeRegisterArrayLoc, WithBase},
         Io, IoBackend, IoBase, Mmio, MmioBackend, Region,
     },
+    num::{Bounded, TryIntoBounded},
     pci,
     prelude::*,
     sync::barrier::{mb, Full},
@@ -26,12 +28,20 @@ pub(crate) type EngineIo<'a> = Mmio<'a, Region<{ regs::ENGINE_SIZE }>>;
 /// I/O view of one engine's SDMA wrapper block.
 pub(crate) type SdmaIo<'a> = Mmio<'a, Region<{ regs::SDMA_SIZE }>>;
 
-/// A `N`-byte I/O view of BAR0 starting at byte `offset`.
+/// A `N`-byte I/O view of BAR0 starting at byte `offset`, for a register block of an engine that
+/// the generation may not have (`offset` is `None`).
 ///
 /// # Errors
 ///
-/// `ERANGE` if the window does not lie inside the BAR or is not 4-byte aligned.
-fn window<'a, const N: usize>(bar: &'a pci::Bar<'_>, offset: usize) -> Result<Mmio<'a, Region<N>>> {
+/// `EINVAL` if `offset` is `None`; `ERANGE` if the window does not lie inside the BAR or is not
+/// 4-byte aligned.
+fn window<'a, const N: usize>(
+    bar: &'a pci::Bar<'_>,
+    offset: Option<usize>,
+) -> Result<Mmio<'a, Region<N>>> {
+    let Some(offset) = offset else {
+        return Err(EINVAL);
+    };
     let view = bar.as_view();
     let whole = MmioBackend::as_ptr(view);
     let end = offset.checked_add(N).ok_or(ERANGE)?;
@@ -51,64 +61,129 @@ fn window<'a, const N: usize>(bar: &'a pci::Bar<'_>, offset: usize) -> Result<Mm
 ///
 /// `EINVAL` if the generation has no engine `eng`; `ERANGE` if BAR0 does not hold it.
 pub(crate) fn engine_io<'a>(arch: &Arch, bar: &'a pci::Bar<'_>, eng: u32) -> Result<EngineIo<'a>> {
-    window(bar, arch.engine_offset(eng).ok_or(EINVAL)?)
+    window(bar, arch.engine_offset(eng))
 }
 
-/// One of the two directions of a queue, with its direction-specific registers.
-pub(crate) trait Direction: RegisterBase<QueueBank> {
-    /// Writes the queue's completion configuration (`comp_cfg`).
-    fn write_comp_cfg(io: EngineIo<'_>, q: usize, v: u32) -> Result;
-    /// Requests a queue reset through `q_sw_ctrl`.
-    fn reset(io: EngineIo<'_>, q: usize) -> Result;
+/// Bits of a queue index: the per-queue register arrays have `1 << QUEUE_BITS` entries.
+const QUEUE_BITS: u32 = 4;
+const _: () = assert!(QUEUES_PER_ENGINE == 1 << QUEUE_BITS);
+
+/// Index of a queue of an engine, `0..QUEUES_PER_ENGINE`.
+///
+/// The per-queue register arrays have exactly [`QUEUES_PER_ENGINE`] entries, so every register
+/// location built from a `QueueIndex` is in bounds; the bound is carried by the type and checked
+/// at build time by the register accessors (`at`), not at each access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QueueIndex(Bounded<usize, QUEUE_BITS>);
+
+impl QueueIndex {
+    /// Queue `qid`, or `None` if `qid` is not below [`QUEUES_PER_ENGINE`].
+    pub(crate) fn new(qid: u32) -> Option<Self> {
+        qid.try_into_bounded().map(Self)
+    }
+
+    /// Every queue of an engine, in order (the range bounds each index, which the compiler sees).
+    fn all() -> impl Iterator<Item = Self> {
+        (0..QUEUES_PER_ENGINE as usize).map(|q| Self(Bounded::from_expr(q)))
+    }
+
+    /// The index as an array position, known to the compiler to be below
+    /// [`QUEUES_PER_ENGINE`].
+    #[inline(always)]
+    fn get(self) -> usize {
+        *self.0
+    }
+}
+
+/// A number of descriptors that fits the 24-bit ring-length and doorbell fields
+/// (hardware.rst §3.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DescCount(Bounded<u32, DESC_COUNT_BITS>);
+
+/// Width in bits of the ring-length and doorbell count fields (hardware.rst §3.4).
+const DESC_COUNT_BITS: u32 = 24;
+const _: () = assert!(MAX_DESCS < 1 << DESC_COUNT_BITS);
+
+impl DescCount {
+    /// `n` descriptors, or `None` if `n` does not fit the 24-bit register fields.
+    pub(crate) fn new(n: u32) -> Option<Self> {
+        Bounded::try_new(n).map(Self)
+    }
+
+    /// The size of a ring: at most [`MAX_DESCS`], which fits (asserted above).
+    fn ring(size: RingSize) -> Self {
+        // `size.descs() <= MAX_DESCS < 2^24`, so the mask changes nothing; it lets the compiler
+        // see the bound.
+        Self(Bounded::from_expr(
+            size.descs() & ((1 << DESC_COUNT_BITS) - 1),
+        ))
+    }
+}
+
+/// One of the two directions of a queue. The direction type carries its registers: the queue
+/// banks ([`QueueBank`]), the per-queue control registers ([`QueueCtl`]), the engine-level state
+/// registers ([`DirEngine`]) and the constants of its error group.
+pub(crate) trait Direction:
+    RegisterBase<QueueBank> + RegisterBase<QueueCtl> + RegisterBase<DirEngine>
+{
+    /// Secondary IOFIC group of this direction's errors (hardware.rst §3.5).
+    const ERROR_GROUP: usize;
+    /// The errors of [`Self::ERROR_GROUP`] that the init unmasks (hardware.rst §3.5).
+    const ERRORS: u32;
+    /// This direction's AXI FIFO parity bits of secondary group C (hardware.rst §3.5).
+    const GROUP_C: u32;
+    /// Main group D summary bits of this direction's errors (hardware.rst §3.5).
+    const MAIN_D_SUMMARY: u32;
+    /// Cause bit of this direction's prefetch ring-id mismatch (hardware.rst §3.5).
+    const RING_ID_ERROR: u32;
+
+    /// Writes the direction-specific registers that precede the pause in the queue init
+    /// (hardware.rst §3.7): the M2S rate-limiter mask; nothing for S2M.
+    fn init_queue_extra(_io: EngineIo<'_>, _q: QueueIndex) {}
 }
 
 impl Direction for M2s {
-    fn write_comp_cfg(io: EngineIo<'_>, q: usize, v: u32) -> Result {
-        io.write(
-            regs::M2S_Q_COMP_CFG::try_at(q).ok_or(EINVAL)?,
-            regs::M2S_Q_COMP_CFG::from(v),
-        );
-        Ok(())
-    }
+    const ERROR_GROUP: usize = regs::SECONDARY_GROUP_M2S;
+    const ERRORS: u32 = regs::M2S_ERRORS;
+    const GROUP_C: u32 = regs::GROUP_C_M2S;
+    const MAIN_D_SUMMARY: u32 = regs::MAIN_D_M2S_SUMMARY;
+    const RING_ID_ERROR: u32 = regs::M2S_RING_ID_ERROR;
 
-    fn reset(io: EngineIo<'_>, q: usize) -> Result {
+    fn init_queue_extra(io: EngineIo<'_>, q: QueueIndex) {
         io.write(
-            regs::M2S_Q_SW_CTRL::try_at(q).ok_or(EINVAL)?,
-            regs::M2S_Q_SW_CTRL::zeroed().with_rst_q(true),
+            regs::M2S_Q_RLIMIT_MASK::at(q.get()),
+            regs::M2S_Q_RLIMIT_MASK::zeroed().with_const_mask::<{ regs::RLIMIT_MASK_INIT }>(),
         );
-        Ok(())
     }
 }
 
 impl Direction for S2m {
-    fn write_comp_cfg(io: EngineIo<'_>, q: usize, v: u32) -> Result {
-        io.write(
-            regs::S2M_Q_COMP_CFG::try_at(q).ok_or(EINVAL)?,
-            regs::S2M_Q_COMP_CFG::from(v),
-        );
-        Ok(())
-    }
-
-    fn reset(io: EngineIo<'_>, q: usize) -> Result {
-        io.write(
-            regs::S2M_Q_SW_CTRL::try_at(q).ok_or(EINVAL)?,
-            regs::S2M_Q_SW_CTRL::zeroed().with_rst_q(true),
-        );
-        Ok(())
-    }
+    const ERROR_GROUP: usize = regs::SECONDARY_GROUP_S2M;
+    const ERRORS: u32 = regs::S2M_ERRORS;
+    const GROUP_C: u32 = regs::GROUP_C_S2M;
+    const MAIN_D_SUMMARY: u32 = regs::MAIN_D_S2M_SUMMARY;
+    const RING_ID_ERROR: u32 = regs::S2M_RING_ID_ERROR;
 }
 
 /// `cfg` value with both processing enables set and the reset-value bits kept (0x0303_0000).
 fn q_cfg_enabled() -> regs::Q_CFG {
-    regs::Q_CFG::zeroed()
-        .with_const_defaults::<3>()
-        .with_pref_en(true)
-        .with_sched_en(true)
+    q_cfg_paused().with_pref_en(true).with_sched_en(true)
 }
 
 /// `cfg` value of a paused queue (0x0300_0000).
 fn q_cfg_paused() -> regs::Q_CFG {
-    regs::Q_CFG::zeroed().with_const_defaults::<3>()
+    regs::Q_CFG::zeroed().with_const_defaults::<{ regs::Q_CFG_DEFAULTS }>()
+}
+
+/// The register windows of one engine that its init sequence writes, mapped and checked against
+/// BAR0 once.
+struct EngineWindows<'a> {
+    /// UDMA register block.
+    io: EngineIo<'a>,
+    /// SDMA wrapper block.
+    sdma: SdmaIo<'a>,
+    /// v3 SENG user FIS block, where the ring-id error is masked.
+    fis: Option<Mmio<'a, Region<{ regs::FIS_SIZE }>>>,
 }
 
 /// Runs the engine init sequence of hardware.rst §3.6 on engine `eng`, register for register, in
@@ -119,32 +194,29 @@ fn q_cfg_paused() -> regs::Q_CFG {
 ///
 /// # Errors
 ///
-/// `EINVAL`/`ERANGE` if the engine does not exist or is not inside BAR0.
+/// `EINVAL` if the generation has no engine `eng`; `ERANGE` if one of its register blocks is not
+/// inside BAR0. Nothing is written then.
 pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool) -> Result {
-    let io = engine_io(arch, bar, eng)?;
-    let sdma: SdmaIo<'_> = window(bar, arch.sdma_offset(eng).ok_or(EINVAL)?)?;
+    let w = EngineWindows {
+        io: engine_io(arch, bar, eng)?,
+        sdma: window(bar, arch.sdma_offset(eng))?,
+        fis: arch
+            .fis_offset(eng)
+            .map(|o| window(bar, Some(o)))
+            .transpose()?,
+    };
+    run_init(arch, eng, &w, first);
+    Ok(())
+}
+
+/// The register writes of [`init_engine`].
+fn run_init(arch: &Arch, eng: u32, w: &EngineWindows<'_>, first: bool) {
+    let (io, sdma) = (w.io, w.sdma);
 
     // Step 0 (v2 SENG engines only): SDMA broadcast configuration.
-    if arch.generation == Generation::V2 && !arch.is_h2t_engine(eng) {
-        let e = eng % 16;
-        let group = if e == 0 {
-            0xFFFF
-        } else {
-            0xFFFF & !(0xFFFFu32 << (16 - e))
-        };
-        let enable = if matches!(e, 0 | 3 | 6 | 9 | 15) {
-            0xFFFF
-        } else {
-            0
-        };
-        sdma.write(
-            regs::SDMA_BROADCAST_GROUP,
-            regs::SDMA_BROADCAST_GROUP::from(group),
-        );
-        sdma.write(
-            regs::SDMA_BROADCAST_ENABLE,
-            regs::SDMA_BROADCAST_ENABLE::from(enable),
-        );
+    if let Some(b) = arch.sdma_broadcast(eng) {
+        sdma.write_reg(regs::SDMA_BROADCAST_GROUP::from(b.group));
+        sdma.write_reg(regs::SDMA_BROADCAST_ENABLE::from(b.enable));
     }
 
     // Step 1: enable every queue, M2S then S2M.
@@ -153,39 +225,38 @@ pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool
     } else {
         q_cfg_enabled()
     };
-    for q in 0..QUEUES_PER_ENGINE as usize {
-        io.write(regs::Q_CFG::of::<M2s>().try_at(q).ok_or(EINVAL)?, cfg);
-        io.write(regs::Q_CFG::of::<S2m>().try_at(q).ok_or(EINVAL)?, cfg);
+    for q in QueueIndex::all() {
+        io.write(regs::Q_CFG::of::<M2s>().at(q.get()), cfg);
+        io.write(regs::Q_CFG::of::<S2m>().at(q.get()), cfg);
     }
 
     // Steps 2-7: M2S defaults.
     io.write_reg(
         regs::M2S_DATA_CFG::zeroed()
-            .with_const_max_pkt_limit::<0x100>()
-            .try_with_data_fifo_depth(arch.m2s_data_fifo_beats)?,
+            .with_const_max_pkt_limit::<{ regs::M2S_MAX_PKT_LIMIT }>()
+            .with_data_fifo_depth(arch.m2s_data_fifo_beats),
     );
     io.write_reg(regs::AXI_M2S_OSTAND_CFG::from(arch.m2s_ostand_cfg));
     io.write_reg(
-        regs::GEN_AXI_CFG_1::zeroed()
-            .with_timeout(kernel::num::Bounded::<u32, 32>::new::<100_000_000>()),
+        regs::GEN_AXI_CFG_1::zeroed().with_const_timeout::<{ regs::AXI_TIMEOUT_CYCLES }>(),
     );
     io.write_reg(regs::M2S_COMP_CFG_APPLICATION_ACK::zeroed());
     io.write_reg(
         regs::M2S_CFG_LEN::zeroed()
             .with_len0_is_64k(true)
-            .with_const_max_pkt_size::<0xFFFFF>(),
+            .with_const_max_pkt_size::<{ regs::M2S_MAX_PKT_SIZE }>(),
     );
     io.write_reg(
         regs::M2S_STREAM_CFG::zeroed()
-            .with_const_rd_threshold::<1>()
+            .with_const_rd_threshold::<{ regs::M2S_STREAM_RD_THRESHOLD }>()
             .with_threshold_mode(true),
     );
 
     // Step 8: Tx address-high selectors.
-    for q in 0..QUEUES_PER_ENGINE as usize {
+    for q in QueueIndex::all() {
         io.write(
-            regs::VMPR_TX_SEL::try_at(q).ok_or(EINVAL)?,
-            regs::VMPR_TX_SEL::from(u32::MAX),
+            regs::VMPR_TX_SEL::at(q.get()),
+            regs::VMPR_TX_SEL::from(regs::VMPR_SEL_ALL),
         );
     }
 
@@ -193,55 +264,42 @@ pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool
     io.write_reg(
         regs::AXI_M2S_DATA_RD_CFG::zeroed()
             .with_break_on_max_boundary(true)
-            .with_const_max_burst::<8>(),
+            .with_const_max_burst::<{ regs::AXI_MAX_BURST }>(),
     );
 
     // Step 10: S2M app-ack timeout. Step 11: Rx address-high selectors.
     io.write_reg(regs::S2M_COMP_CFG_APPLICATION_ACK::zeroed());
-    for q in 0..QUEUES_PER_ENGINE as usize {
+    for q in QueueIndex::all() {
         io.write(
-            regs::VMPR_RX_SEL0::try_at(q).ok_or(EINVAL)?,
-            regs::VMPR_RX_SEL0::from(u32::MAX),
+            regs::VMPR_RX_SEL0::at(q.get()),
+            regs::VMPR_RX_SEL0::from(regs::VMPR_SEL_ALL),
         );
         io.write(
-            regs::VMPR_RX_SEL1::try_at(q).ok_or(EINVAL)?,
-            regs::VMPR_RX_SEL1::from(u32::MAX),
+            regs::VMPR_RX_SEL1::at(q.get()),
+            regs::VMPR_RX_SEL1::from(regs::VMPR_SEL_ALL),
         );
         io.write(
-            regs::VMPR_RX_SEL2::try_at(q).ok_or(EINVAL)?,
-            regs::VMPR_RX_SEL2::from(u32::MAX),
+            regs::VMPR_RX_SEL2::at(q.get()),
+            regs::VMPR_RX_SEL2::from(regs::VMPR_SEL_ALL),
         );
     }
 
     // Steps 12-13: S2M outstanding reads and writes.
     io.write_reg(regs::AXI_S2M_OSTAND_CFG_RD::from(arch.s2m_ostand_cfg_rd));
-    io.write_reg(regs::AXI_S2M_OSTAND_CFG_WR::from(0x4080_4080));
+    io.write_reg(regs::AXI_S2M_OSTAND_CFG_WR::from(regs::S2M_OSTAND_CFG_WR));
 
     // Step 14: turn completion-head reporting on (clear spare bit 0).
     io.update(regs::SPARE_ZEROES0, |r| r.with_crhp_off(false));
 
-    // Step 15: unmask the M2S errors and let them abort the engine.
-    unmask_errors(
-        io,
-        regs::SECONDARY_GROUP_M2S,
-        regs::M2S_ERRORS,
-        regs::GROUP_C_M2S,
-        regs::MAIN_D_M2S_SUMMARY,
-    )?;
-    // Step 16: the same for the S2M errors.
-    unmask_errors(
-        io,
-        regs::SECONDARY_GROUP_S2M,
-        regs::S2M_ERRORS,
-        regs::GROUP_C_S2M,
-        regs::MAIN_D_S2M_SUMMARY,
-    )?;
+    // Step 15: unmask the M2S errors and let them abort the engine. Step 16: the same for S2M.
+    unmask_errors::<M2s>(io);
+    unmask_errors::<S2m>(io);
 
     // Step 17: completion descriptor size, 4 words.
     io.write_reg(
         regs::S2M_COMP_CFG_1C::zeroed()
             .with_q_promotion(true)
-            .with_const_desc_size::<4>(),
+            .with_const_desc_size::<{ regs::COMP_DESC_WORDS }>(),
     );
 
     // Step 19: prefetch and maximum descriptors per packet.
@@ -249,75 +307,41 @@ pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool
     io.write_reg(
         regs::M2S_DESC_PREF_CFG_2::zeroed()
             .with_force_rr(true)
-            .try_with_max_descs_per_pkt(n)?,
+            .with_max_descs_per_pkt(n),
     );
     let pref3 = regs::M2S_DESC_PREF_CFG_3::zeroed()
-        .try_with_pref_thr(n)?
-        .with_const_min_burst_above_thr::<8>()
-        .with_const_min_burst_below_thr::<1>();
+        .with_pref_thr(n)
+        .with_const_min_burst_above_thr::<{ regs::PREF_MIN_BURST_ABOVE_THR }>()
+        .with_const_min_burst_below_thr::<{ regs::PREF_MIN_BURST_BELOW_THR }>();
     io.write_reg(pref3);
     io.write_reg(regs::S2M_DESC_PREF_CFG_3::from(pref3.into_raw()));
     io.write_reg(
         regs::AXI_M2S_DESC_RD_CFG_3::zeroed()
             .with_always_break_on_max_boundary(true)
-            .with_const_max_burst::<8>(),
+            .with_const_max_burst::<{ regs::AXI_MAX_BURST }>(),
     );
     io.write_reg(
         regs::AXI_S2M_DESC_RD_CFG_3::zeroed()
             .with_always_break_on_max_boundary(true)
-            .with_const_max_burst::<8>(),
+            .with_const_max_burst::<{ regs::AXI_MAX_BURST }>(),
     );
 
     // Step 20: SDMA wrapper: read and write reordering, event acceleration (v3: + 0x800).
     sdma.write_reg(regs::SDMA_RD_REORDER::zeroed().with_enable(true));
     sdma.write_reg(regs::SDMA_WR_REORDER::zeroed().with_enable(true));
     sdma.write_reg(regs::SDMA_EVENT_ACCEL::zeroed().with_enable(true));
-    if arch.generation == Generation::V3 {
-        sdma.write_reg(regs::SDMA_V3_CFG::from(0x26));
+    if let Some(v) = arch.sdma_cfg {
+        sdma.write_reg(regs::SDMA_V3_CFG::from(v));
     }
 
     // Step 21 (v2): AXI errors abort the engine.
     if arch.axi_error_abort {
-        for table in 0..6 {
-            for addr in [1, 2, 3, 9, 10, 11] {
-                io.write(
-                    regs::AXI_ERR_DETECTION_TABLE::try_at(table * 16 + addr).ok_or(EINVAL)?,
-                    regs::AXI_ERR_DETECTION_TABLE::from(0xF),
-                );
-            }
-        }
-        for ctrl in 0..6 {
-            for q in 0..QUEUES_PER_ENGINE {
-                io.write(
-                    regs::AXI_ERR_CONTROL_TABLE_ADDR::try_at(ctrl).ok_or(EINVAL)?,
-                    regs::AXI_ERR_CONTROL_TABLE_ADDR::from((q << 3) | 7),
-                );
-                io.write(
-                    regs::AXI_ERR_CONTROL_TABLE_DATA::try_at(ctrl).ok_or(EINVAL)?,
-                    regs::AXI_ERR_CONTROL_TABLE_DATA::from(0x10),
-                );
-            }
-        }
-        for blk in 0..6 {
-            io.write(
-                regs::AXI_ERR_IOFIC_CONTROL::try_at(blk).ok_or(EINVAL)?,
-                regs::AXI_ERR_IOFIC_CONTROL::from(regs::IOFIC_CONTROL_EDGE_NO_MSIX),
-            );
-            io.write(
-                regs::AXI_ERR_IOFIC_ABORT_MASK::try_at(blk).ok_or(EINVAL)?,
-                regs::AXI_ERR_IOFIC_ABORT_MASK::zeroed(),
-            );
-            io.write(
-                regs::AXI_ERR_IOFIC_MASK_CLEAR::try_at(blk).ok_or(EINVAL)?,
-                regs::AXI_ERR_IOFIC_MASK_CLEAR::zeroed(),
-            );
-        }
-        io.write_reg(regs::GEN_AXI_CFG_1::from(u32::MAX));
+        route_axi_errors_to_abort(io);
     }
 
     // Step 22 (v3 SENG engines): ring-id errors neither interrupt, log nor abort.
-    if let Some(fis) = arch.fis_offset(eng) {
-        mask_ring_id_errors(io, window(bar, fis)?)?;
+    if let Some(fis) = w.fis {
+        mask_ring_id_errors(io, fis);
     }
 
     // Not in the reference sequence, which runs after a firmware reset: the engine may still be
@@ -325,155 +349,183 @@ pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool
     // software clears them, and only change_state NORMAL ends an abort; hardware.rst §3.5, 8.3).
     // Start from a clean state so that a stale error neither stops the queues nor shows up in a
     // later failure report.
-    let errors = engine_errors(io)?;
+    let errors = engine_errors(io);
     if errors.aborted() || errors.m2s_cause != 0 || errors.s2m_cause != 0 {
-        recover_engine(io, &errors)?;
+        recover_engine(io, &errors);
     }
-    Ok(())
 }
 
-/// Unmasks `errors` of secondary group `group` (and `group_c` of group C) so that they raise
-/// their summary bits in main group D and abort the engine (hardware.rst §3.6 steps 15/16).
-fn unmask_errors(
-    io: EngineIo<'_>,
-    group: usize,
-    errors: u32,
-    group_c: u32,
-    summary: u32,
-) -> Result {
-    let sec = |i| {
-        regs::IOFIC_INT_CONTROL::of::<SecondaryIofic>()
-            .try_at(i)
-            .ok_or(EINVAL)
-    };
+/// Routes the v2 AXI errors to an engine abort (hardware.rst §3.5, §3.6 step 21): detection
+/// tables, control entries, AXI-error IOFIC blocks, then the final AXI timeout.
+fn route_axi_errors_to_abort(io: EngineIo<'_>) {
+    for table in 0..regs::AXI_ERR_BLOCKS {
+        for entry in regs::AXI_ERR_DETECTED {
+            io.write(
+                regs::AXI_ERR_DETECTION_TABLE::at(table * regs::AXI_ERR_DETECTION_ENTRIES + entry),
+                regs::AXI_ERR_DETECTION_TABLE::from(regs::AXI_ERR_DETECTION_ON),
+            );
+        }
+    }
+    for ctrl in 0..regs::AXI_ERR_BLOCKS {
+        for q in 0..QUEUES_PER_ENGINE {
+            io.write(
+                regs::AXI_ERR_CONTROL_TABLE_ADDR::at(ctrl),
+                regs::AXI_ERR_CONTROL_TABLE_ADDR::from(regs::axi_err_control_addr(q)),
+            );
+            io.write(
+                regs::AXI_ERR_CONTROL_TABLE_DATA::at(ctrl),
+                regs::AXI_ERR_CONTROL_TABLE_DATA::from(regs::AXI_ERR_CONTROL_DATA),
+            );
+        }
+    }
+    for blk in 0..regs::AXI_ERR_BLOCKS {
+        io.write(
+            regs::AXI_ERR_IOFIC_CONTROL::at(blk),
+            regs::AXI_ERR_IOFIC_CONTROL::edge_no_msix(),
+        );
+        io.write(
+            regs::AXI_ERR_IOFIC_ABORT_MASK::at(blk),
+            regs::AXI_ERR_IOFIC_ABORT_MASK::zeroed(),
+        );
+        io.write(
+            regs::AXI_ERR_IOFIC_MASK_CLEAR::at(blk),
+            regs::AXI_ERR_IOFIC_MASK_CLEAR::zeroed(),
+        );
+    }
+    io.write_reg(regs::GEN_AXI_CFG_1::from(regs::AXI_TIMEOUT_V2_ABORTING));
+}
+
+/// Unmasks the errors of direction `D` (and its bits of group C) so that they raise their summary
+/// bits in main group D and abort the engine (hardware.rst §3.6 steps 15/16).
+fn unmask_errors<D: Direction>(io: EngineIo<'_>) {
+    let sec_control = regs::IOFIC_INT_CONTROL::of::<SecondaryIofic>();
+    let sec_abort = regs::IOFIC_INT_ABORT_MASK::of::<SecondaryIofic>();
+    let sec_unmask = regs::IOFIC_INT_MASK_CLEAR::of::<SecondaryIofic>();
     io.write(
-        sec(group)?,
-        regs::IOFIC_INT_CONTROL::from(regs::IOFIC_CONTROL_EDGE_NO_MSIX),
+        sec_control.at(D::ERROR_GROUP),
+        regs::IOFIC_INT_CONTROL::edge_no_msix(),
     );
     io.write(
-        regs::IOFIC_INT_CONTROL::of::<MainIofic>()
-            .try_at(regs::MAIN_GROUP_D)
-            .ok_or(EINVAL)?,
-        regs::IOFIC_INT_CONTROL::from(regs::IOFIC_CONTROL_EDGE_NO_MSIX),
-    );
-    let abort = |i| {
-        regs::IOFIC_INT_ABORT_MASK::of::<SecondaryIofic>()
-            .try_at(i)
-            .ok_or(EINVAL)
-    };
-    let unmask = |i| {
-        regs::IOFIC_INT_MASK_CLEAR::of::<SecondaryIofic>()
-            .try_at(i)
-            .ok_or(EINVAL)
-    };
-    io.write(abort(group)?, regs::IOFIC_INT_ABORT_MASK::from(!errors));
-    io.write(
-        abort(regs::SECONDARY_GROUP_C)?,
-        regs::IOFIC_INT_ABORT_MASK::from(!group_c),
-    );
-    io.write(unmask(group)?, regs::IOFIC_INT_MASK_CLEAR::from(!errors));
-    io.write(
-        unmask(regs::SECONDARY_GROUP_C)?,
-        regs::IOFIC_INT_MASK_CLEAR::from(!group_c),
+        regs::IOFIC_INT_CONTROL::of::<MainIofic>().at(regs::MAIN_GROUP_D),
+        regs::IOFIC_INT_CONTROL::edge_no_msix(),
     );
     io.write(
-        regs::IOFIC_INT_MASK_CLEAR::of::<MainIofic>()
-            .try_at(regs::MAIN_GROUP_D)
-            .ok_or(EINVAL)?,
-        regs::IOFIC_INT_MASK_CLEAR::from(!summary),
+        sec_abort.at(D::ERROR_GROUP),
+        regs::IOFIC_INT_ABORT_MASK::from(!D::ERRORS),
     );
-    Ok(())
+    io.write(
+        regs::IOFIC_INT_ABORT_MASK::of::<SecondaryIofic>().at(regs::SECONDARY_GROUP_C),
+        regs::IOFIC_INT_ABORT_MASK::from(!D::GROUP_C),
+    );
+    io.write(
+        sec_unmask.at(D::ERROR_GROUP),
+        regs::IOFIC_INT_MASK_CLEAR::from(!D::ERRORS),
+    );
+    io.write(
+        regs::IOFIC_INT_MASK_CLEAR::of::<SecondaryIofic>().at(regs::SECONDARY_GROUP_C),
+        regs::IOFIC_INT_MASK_CLEAR::from(!D::GROUP_C),
+    );
+    io.write(
+        regs::IOFIC_INT_MASK_CLEAR::of::<MainIofic>().at(regs::MAIN_GROUP_D),
+        regs::IOFIC_INT_MASK_CLEAR::from(!D::MAIN_D_SUMMARY),
+    );
+}
+
+/// Masks the prefetch ring-id error of direction `D` in the engine's secondary IOFIC: neither
+/// interrupt nor abort (hardware.rst §3.5).
+fn mask_ring_id_error<D: Direction>(io: EngineIo<'_>) {
+    let mask_loc = regs::IOFIC_INT_MASK::of::<SecondaryIofic>().at(D::ERROR_GROUP);
+    let mask = io.read(mask_loc).into_raw() | D::RING_ID_ERROR;
+    io.write(
+        regs::IOFIC_INT_MASK::of::<SecondaryIofic>().at(D::ERROR_GROUP),
+        regs::IOFIC_INT_MASK::from(mask),
+    );
+    io.write(
+        regs::IOFIC_INT_ABORT_MASK::of::<SecondaryIofic>().at(D::ERROR_GROUP),
+        regs::IOFIC_INT_ABORT_MASK::from(mask),
+    );
 }
 
 /// Masks the prefetch ring-id error (M2S bit 17, S2M bit 11) on a v3 SENG engine
 /// (hardware.rst §3.5).
-fn mask_ring_id_errors(io: EngineIo<'_>, fis: Mmio<'_, Region<{ regs::FIS_SIZE }>>) -> Result {
-    for (group, bit) in [
-        (regs::SECONDARY_GROUP_M2S, 17),
-        (regs::SECONDARY_GROUP_S2M, 11),
-    ] {
-        let mask_loc = || {
-            regs::IOFIC_INT_MASK::of::<SecondaryIofic>()
-                .try_at(group)
-                .ok_or(EINVAL)
-        };
-        let mask = io.read(mask_loc()?).into_raw() | (1 << bit);
-        io.write(mask_loc()?, regs::IOFIC_INT_MASK::from(mask));
-        io.write(
-            regs::IOFIC_INT_ABORT_MASK::of::<SecondaryIofic>()
-                .try_at(group)
-                .ok_or(EINVAL)?,
-            regs::IOFIC_INT_ABORT_MASK::from(mask),
-        );
-    }
+fn mask_ring_id_errors(io: EngineIo<'_>, fis: Mmio<'_, Region<{ regs::FIS_SIZE }>>) {
+    mask_ring_id_error::<M2s>(io);
+    mask_ring_id_error::<S2m>(io);
     fis.update(regs::FIS_GRP2_INT_MASK, |r| r.with_ring_id_error(true));
     fis.update(regs::FIS_GRP3_INT_MASK, |r| r.with_ring_id_error(true));
     io.update(regs::M2S_ERR_LOG_MASK, |r| r.with_ring_id_error(true));
     io.update(regs::S2M_ERR_LOG_MASK, |r| r.with_ring_id_error(true));
-    Ok(())
+}
+
+/// Requests a reset of direction `D` of queue `q` through `q_sw_ctrl` (hardware.rst §3.4).
+fn reset_queue_dir<D: Direction>(io: EngineIo<'_>, q: QueueIndex) {
+    io.write(
+        regs::Q_SW_CTRL::of::<D>().at(q.get()),
+        regs::Q_SW_CTRL::zeroed().with_rst_q(true),
+    );
 }
 
 /// Programs one direction of queue `q` (hardware.rst §3.7 steps b-h): rate-limit mask (M2S), pause,
 /// queue reset, ring base and length, completion config, enable.
 ///
-/// `base` is the ring's device-fabric address (256-byte aligned), `descs` its size.
+/// `base` is the ring's device-fabric address (256-byte aligned), `size` its size.
 pub(crate) fn init_queue_dir<D: Direction>(
     io: EngineIo<'_>,
-    q: usize,
+    q: QueueIndex,
     base: u64,
-    descs: u32,
-) -> Result {
-    let cfg = || regs::Q_CFG::of::<D>().try_at(q).ok_or(EINVAL);
-    if D::BASE == M2s::BASE {
-        io.write(
-            regs::M2S_Q_RLIMIT_MASK::try_at(q).ok_or(EINVAL)?,
-            regs::M2S_Q_RLIMIT_MASK::zeroed().with_const_mask::<3>(),
-        );
-    }
-    io.write(cfg()?, q_cfg_paused());
-    D::reset(io, q)?;
+    size: RingSize,
+) {
+    let cfg = regs::Q_CFG::of::<D>().at(q.get());
+    D::init_queue_extra(io, q);
+    io.write(cfg, q_cfg_paused());
+    reset_queue_dir::<D>(io, q);
     // CAST: splitting the 64-bit base into its register halves.
     io.write(
-        regs::Q_DRBP_LOW::of::<D>().try_at(q).ok_or(EINVAL)?,
+        regs::Q_DRBP_LOW::of::<D>().at(q.get()),
         regs::Q_DRBP_LOW::from(base as u32),
     );
     io.write(
-        regs::Q_DRBP_HIGH::of::<D>().try_at(q).ok_or(EINVAL)?,
+        regs::Q_DRBP_HIGH::of::<D>().at(q.get()),
         regs::Q_DRBP_HIGH::from((base >> 32) as u32),
     );
     io.write(
-        regs::Q_DRL::of::<D>().try_at(q).ok_or(EINVAL)?,
-        regs::Q_DRL::zeroed().try_with_len(descs)?,
+        regs::Q_DRL::of::<D>().at(q.get()),
+        regs::Q_DRL::zeroed().with_len(DescCount::ring(size).0),
     );
-    D::write_comp_cfg(io, q, 0)?;
-    io.write(cfg()?, q_cfg_enabled());
-    Ok(())
+    io.write(
+        regs::Q_COMP_CFG::of::<D>().at(q.get()),
+        regs::Q_COMP_CFG::zeroed(),
+    );
+    io.write(regs::Q_CFG::of::<D>().at(q.get()), q_cfg_enabled());
 }
 
 /// Pauses one direction of queue `q` (clears both enables) and resets it (hardware.rst §3.8 "queue
 /// pause", §3.7 step d), so the engine fetches nothing more from its ring.
-pub(crate) fn pause_queue_dir<D: Direction>(io: EngineIo<'_>, q: usize) -> Result {
-    io.write(
-        regs::Q_CFG::of::<D>().try_at(q).ok_or(EINVAL)?,
-        q_cfg_paused(),
-    );
-    D::reset(io, q)
+pub(crate) fn pause_queue_dir<D: Direction>(io: EngineIo<'_>, q: QueueIndex) {
+    io.write(regs::Q_CFG::of::<D>().at(q.get()), q_cfg_paused());
+    reset_queue_dir::<D>(io, q);
 }
 
 /// Rings the doorbells of queue `q`: a full memory barrier so that every descriptor written
 /// before is visible to the device, then RDRTP_inc += `s2m_count`, then TDRTP_inc += `m2s_count`
 /// when it is non-zero (hardware.rst §3.8, `udma_m2m_copy_start`).
-pub(crate) fn doorbell(io: EngineIo<'_>, q: usize, m2s_count: u32, s2m_count: u32) -> Result {
-    let rx = regs::Q_DRTP_INC::of::<S2m>().try_at(q).ok_or(EINVAL)?;
-    let tx = regs::Q_DRTP_INC::of::<M2s>().try_at(q).ok_or(EINVAL)?;
-    let rx_val = regs::Q_DRTP_INC::zeroed().try_with_count(s2m_count)?;
-    let tx_val = regs::Q_DRTP_INC::zeroed().try_with_count(m2s_count)?;
+pub(crate) fn doorbell(
+    io: EngineIo<'_>,
+    q: QueueIndex,
+    m2s_count: DescCount,
+    s2m_count: DescCount,
+) {
     mb(Full);
-    io.write(rx, rx_val);
-    if m2s_count > 0 {
-        io.write(tx, tx_val);
+    io.write(
+        regs::Q_DRTP_INC::of::<S2m>().at(q.get()),
+        regs::Q_DRTP_INC::zeroed().with_count(s2m_count.0),
+    );
+    if m2s_count.0.get() > 0 {
+        io.write(
+            regs::Q_DRTP_INC::of::<M2s>().at(q.get()),
+            regs::Q_DRTP_INC::zeroed().with_count(m2s_count.0),
+        );
     }
-    Ok(())
 }
 
 /// Register snapshot of one direction of a queue (hardware.rst §3.8 "queue state").
@@ -496,36 +548,19 @@ pub(crate) struct QueueRegs {
 }
 
 /// Reads the queue-state registers of one direction of queue `q`.
-pub(crate) fn queue_regs<D: Direction>(io: EngineIo<'_>, q: usize) -> Result<QueueRegs> {
-    let lo = io
-        .read(regs::Q_DRBP_LOW::of::<D>().try_at(q).ok_or(EINVAL)?)
-        .into_raw()
-        & 0xFFFF_FFC0;
-    let hi = io
-        .read(regs::Q_DRBP_HIGH::of::<D>().try_at(q).ok_or(EINVAL)?)
-        .into_raw();
-    Ok(QueueRegs {
-        cfg: io
-            .read(regs::Q_CFG::of::<D>().try_at(q).ok_or(EINVAL)?)
-            .into_raw(),
-        status: io
-            .read(regs::Q_STATUS::of::<D>().try_at(q).ok_or(EINVAL)?)
-            .into_raw(),
+pub(crate) fn queue_regs<D: Direction>(io: EngineIo<'_>, q: QueueIndex) -> QueueRegs {
+    let q = q.get();
+    let lo = io.read(regs::Q_DRBP_LOW::of::<D>().at(q)).base_low();
+    let hi = io.read(regs::Q_DRBP_HIGH::of::<D>().at(q)).into_raw();
+    QueueRegs {
+        cfg: io.read(regs::Q_CFG::of::<D>().at(q)).into_raw(),
+        status: io.read(regs::Q_STATUS::of::<D>().at(q)).into_raw(),
         base: (u64::from(hi) << 32) | u64::from(lo),
-        len: io
-            .read(regs::Q_DRL::of::<D>().try_at(q).ok_or(EINVAL)?)
-            .len()
-            .get(),
-        head: io
-            .read(regs::Q_DRHP::of::<D>().try_at(q).ok_or(EINVAL)?)
-            .into_raw(),
-        tail: io
-            .read(regs::Q_DRTP::of::<D>().try_at(q).ok_or(EINVAL)?)
-            .into_raw(),
-        comp_head: io
-            .read(regs::Q_CRHP::of::<D>().try_at(q).ok_or(EINVAL)?)
-            .into_raw(),
-    })
+        len: io.read(regs::Q_DRL::of::<D>().at(q)).len().get(),
+        head: io.read(regs::Q_DRHP::of::<D>().at(q)).into_raw(),
+        tail: io.read(regs::Q_DRTP::of::<D>().at(q)).into_raw(),
+        comp_head: io.read(regs::Q_CRHP::of::<D>().at(q)).into_raw(),
+    }
 }
 
 /// Engine error state: both state registers and the M2S/S2M error causes (hardware.rst §3.5, 3.8).
@@ -541,51 +576,96 @@ pub(crate) struct EngineErrors {
     pub(crate) s2m_cause: u32,
 }
 
-/// Value of a 2-bit engine state field in abort (hardware.rst §3.2).
-const STATE_ABORT: u32 = 2;
-
 impl EngineErrors {
     /// Whether any state field of either direction reads "abort".
     pub(crate) fn aborted(&self) -> bool {
-        [self.m2s_state, self.s2m_state]
-            .iter()
-            .any(|s| (0..4).any(|f| (s >> (f * 4)) & 3 == STATE_ABORT))
+        regs::DIR_STATE::from(self.m2s_state).aborted()
+            || regs::DIR_STATE::from(self.s2m_state).aborted()
     }
 }
 
+/// Location of the error-cause register of direction `D` (hardware.rst §3.5).
+fn cause<D: Direction>() -> RelativeRegisterArrayLoc<regs::IOFIC_INT_CAUSE, SecondaryIofic> {
+    regs::IOFIC_INT_CAUSE::of::<SecondaryIofic>().at(D::ERROR_GROUP)
+}
+
 /// Reads the engine's state and error-cause registers.
-pub(crate) fn engine_errors(io: EngineIo<'_>) -> Result<EngineErrors> {
-    let cause = |g| {
-        regs::IOFIC_INT_CAUSE::of::<SecondaryIofic>()
-            .try_at(g)
-            .ok_or(EINVAL)
-    };
-    Ok(EngineErrors {
-        m2s_state: io.read(regs::M2S_STATE).into_raw(),
-        s2m_state: io.read(regs::S2M_STATE).into_raw(),
-        m2s_cause: io.read(cause(regs::SECONDARY_GROUP_M2S)?).into_raw(),
-        s2m_cause: io.read(cause(regs::SECONDARY_GROUP_S2M)?).into_raw(),
-    })
+pub(crate) fn engine_errors(io: EngineIo<'_>) -> EngineErrors {
+    EngineErrors {
+        m2s_state: io.read(regs::DIR_STATE::of::<M2s>()).into_raw(),
+        s2m_state: io.read(regs::DIR_STATE::of::<S2m>()).into_raw(),
+        m2s_cause: io.read(cause::<M2s>()).into_raw(),
+        s2m_cause: io.read(cause::<S2m>()).into_raw(),
+    }
 }
 
 /// Returns an aborted engine to normal operation: clears the M2S and S2M error causes it
 /// reports and writes change_state NORMAL to M2S, then S2M (hardware.rst §3.8, 8.3).
-pub(crate) fn recover_engine(io: EngineIo<'_>, errors: &EngineErrors) -> Result {
-    let cause = |g| {
-        regs::IOFIC_INT_CAUSE::of::<SecondaryIofic>()
-            .try_at(g)
-            .ok_or(EINVAL)
-    };
+pub(crate) fn recover_engine(io: EngineIo<'_>, errors: &EngineErrors) {
     // The cause registers are write-0-to-clear: keep every bit except those seen.
     io.write(
-        cause(regs::SECONDARY_GROUP_M2S)?,
+        cause::<M2s>(),
         regs::IOFIC_INT_CAUSE::from(!errors.m2s_cause),
     );
     io.write(
-        cause(regs::SECONDARY_GROUP_S2M)?,
+        cause::<S2m>(),
         regs::IOFIC_INT_CAUSE::from(!errors.s2m_cause),
     );
-    io.write_reg(regs::M2S_CHANGE_STATE::zeroed().with_normal(true));
-    io.write_reg(regs::S2M_CHANGE_STATE::zeroed().with_normal(true));
-    Ok(())
+    let normal = regs::DIR_CHANGE_STATE::zeroed().with_normal(true);
+    io.write(regs::DIR_CHANGE_STATE::of::<M2s>(), normal);
+    io.write(regs::DIR_CHANGE_STATE::of::<S2m>(), normal);
+}
+
+#[cfg(neuron_udma_kunit)]
+#[kernel::prelude::kunit_tests(neuron_udma_engine)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_index_bounds() {
+        assert_eq!(QueueIndex::new(0).map(QueueIndex::get), Some(0));
+        assert_eq!(QueueIndex::new(15).map(QueueIndex::get), Some(15));
+        assert_eq!(QueueIndex::new(16), None);
+        assert_eq!(QueueIndex::new(u32::MAX), None);
+        assert!(QueueIndex::all().map(QueueIndex::get).eq(0..16));
+    }
+
+    #[test]
+    fn desc_count_bounds() -> Result {
+        assert!(DescCount::new((1 << 24) - 1).is_some());
+        assert_eq!(DescCount::new(1 << 24), None);
+        assert_eq!(
+            DescCount::ring(RingSize::new(MAX_DESCS)?).0.get(),
+            MAX_DESCS
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn init_values() {
+        // Values hardware.rst §3.6 gives as numbers, built from the typed fields.
+        assert_eq!(q_cfg_enabled().into_raw(), 0x0303_0000);
+        assert_eq!(q_cfg_paused().into_raw(), 0x0300_0000);
+        assert_eq!(regs::IOFIC_INT_CONTROL::edge_no_msix().into_raw(), 0x28);
+        assert_eq!(regs::AXI_ERR_IOFIC_CONTROL::edge_no_msix().into_raw(), 0x28);
+        assert_eq!(regs::AXI_TIMEOUT_CYCLES, 0x05F5_E100);
+        assert_eq!(regs::axi_err_control_addr(15), 0x7F);
+    }
+
+    #[test]
+    fn state_decoding() {
+        let state = |m2s_state, s2m_state| EngineErrors {
+            m2s_state,
+            s2m_state,
+            ..Default::default()
+        };
+        assert!([0, 4, 8, 12]
+            .iter()
+            .all(|&shift| state(2 << shift, 0).aborted() && state(0, 2 << shift).aborted()));
+        assert!(!state(0x1111, 0x3333).aborted());
+        assert!(!state(0x2222_0000, 0x0000_0022 << 14).aborted());
+        assert_eq!(regs::Q_DRHP::position(0xC000_0010), (0x10, 3));
+        assert_eq!(regs::Q_DRHP::position(0x4123_4567), (0x23_4567, 1));
+        assert_eq!(regs::Q_DRBP_LOW::from(0x1234_56FF).base_low(), 0x1234_56C0);
+    }
 }

@@ -184,11 +184,8 @@ impl OpenFile {
         let arch = self.dev.arch;
         Ok(uapi::neuron_udma_info {
             abi_version: uapi::NEURON_UDMA_ABI_VERSION,
-            generation: match arch.generation {
-                crate::arch::Generation::V2 => uapi::NEURON_UDMA_GEN_V2,
-                crate::arch::Generation::V3 => uapi::NEURON_UDMA_GEN_V3,
-            },
-            vendor_id: 0x1d0f,
+            generation: arch.uapi_generation(),
+            vendor_id: crate::arch::PCI_VENDOR.as_raw(),
             device_id: arch.device_id,
             engines: arch.engines,
             queues_per_engine: crate::arch::QUEUES_PER_ENGINE,
@@ -443,9 +440,9 @@ impl OpenFile {
     fn queue_state(&self, s: &mut uapi::neuron_udma_queue_state) -> Result {
         reserved_zero(&[u64::from(s.reserved)])?;
         let chan = self.queue(s.engine, s.queue)?;
-        let q = chan.qid as usize;
         *s = chan.with(|queue: &mut Queue, io| {
-            let errors = engine::engine_errors(io)?;
+            let q = queue.q();
+            let errors = engine::engine_errors(io);
             let (ptx, prx) = queue.pending();
             Ok(uapi::neuron_udma_queue_state {
                 engine: chan.eng,
@@ -456,8 +453,8 @@ impl OpenFile {
                 s2m_error_cause: errors.s2m_cause,
                 resets: queue.resets,
                 reserved: 0,
-                tx: ring_state(&engine::queue_regs::<M2s>(io, q)?, queue.tx_state(), ptx),
-                rx: ring_state(&engine::queue_regs::<S2m>(io, q)?, queue.rx_state(), prx),
+                tx: ring_state(&engine::queue_regs::<M2s>(io, q), queue.tx_state(), ptx),
+                rx: ring_state(&engine::queue_regs::<S2m>(io, q), queue.rx_state(), prx),
             })
         })?;
         Ok(())

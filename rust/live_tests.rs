@@ -316,8 +316,8 @@ mod tests {
             // The software view of both rings and the pending counts, plus the hardware tails
             // (a doorbell moves them).
             let snap = |queue: &Queue, io: EngineIo<'_>| -> Result<_> {
-                let tx = crate::engine::queue_regs::<crate::regs::M2s>(io, q.qid as usize)?;
-                let rx = crate::engine::queue_regs::<crate::regs::S2m>(io, q.qid as usize)?;
+                let tx = crate::engine::queue_regs::<crate::regs::M2s>(io, queue.q());
+                let rx = crate::engine::queue_regs::<crate::regs::S2m>(io, queue.q());
                 Ok((
                     *queue.tx_state(),
                     *queue.rx_state(),
@@ -413,12 +413,15 @@ mod tests {
             queue.start(io, 1, 1)
         })?;
         let errors = kernel::io::poll::read_poll_timeout(
-            || dev.bar.with_engine(q.eng, crate::engine::engine_errors),
+            || {
+                dev.bar
+                    .with_engine(q.eng, |io| Ok(crate::engine::engine_errors(io)))
+            },
             |e| e.aborted(),
             kernel::time::Delta::from_millis(1),
             kernel::time::Delta::from_secs(5),
         )?;
-        assert!(errors.m2s_cause & (1 << 17) != 0);
+        assert!(errors.m2s_cause & crate::regs::M2S_RING_ID_ERROR != 0);
         // Nothing of the broken pair was written.
         // SAFETY: the engine stopped; no DMA is in flight.
         assert!(unsafe { dst.as_ref() }[4096..8192].iter().all(|&b| b == 0));

@@ -14,7 +14,7 @@
 use crate::{
     arch::Arch,
     desc::{Barrier, Desc, DescLen, Dir, DESC_SIZE},
-    engine::{self, EngineIo},
+    engine::{self, DescCount, EngineIo, QueueIndex},
     mem::InFlight,
     regs::{M2s, S2m},
     ring::{Ring, RingSize, RingState},
@@ -127,6 +127,7 @@ pub(crate) struct Copy {
 pub(crate) struct Queue {
     /// Queue id, 0..16.
     pub(crate) qid: u32,
+    index: QueueIndex,
     host_route: u64,
     /// The M2S (Tx, source) ring.
     tx: Ring,
@@ -168,7 +169,8 @@ impl Queue {
         tx_descs: u32,
         rx_descs: u32,
     ) -> Result<Self> {
-        if arch.engine_offset(eng).is_none() || qid >= crate::arch::QUEUES_PER_ENGINE {
+        let index = QueueIndex::new(qid).ok_or(EINVAL)?;
+        if arch.engine_offset(eng).is_none() {
             return Err(EINVAL);
         }
         let tx = Ring::new(dev, RingSize::new(tx_descs)?)?;
@@ -184,6 +186,7 @@ impl Queue {
         }
         Ok(Self {
             qid,
+            index,
             host_route: arch.host_route,
             tx,
             rx,
@@ -218,8 +221,9 @@ impl Queue {
             )
     }
 
-    fn q(&self) -> usize {
-        self.qid as usize
+    /// The queue's index in its engine.
+    pub(crate) fn q(&self) -> QueueIndex {
+        self.index
     }
 
     /// Device-fabric address of the Tx ring.
@@ -235,18 +239,8 @@ impl Queue {
     /// Programs the queue registers (hardware.rst §3.7: Tx, then Rx) and resets the software state:
     /// empty rings, ring id 1, no fences.
     pub(crate) fn hw_init(&mut self, io: EngineIo<'_>) -> Result {
-        engine::init_queue_dir::<M2s>(
-            io,
-            self.q(),
-            self.tx_base(),
-            self.tx.state().size().descs(),
-        )?;
-        engine::init_queue_dir::<S2m>(
-            io,
-            self.q(),
-            self.rx_base(),
-            self.rx.state().size().descs(),
-        )?;
+        engine::init_queue_dir::<M2s>(io, self.q(), self.tx_base(), self.tx.state().size());
+        engine::init_queue_dir::<S2m>(io, self.q(), self.rx_base(), self.rx.state().size());
         self.forget_inflight();
         Ok(())
     }
@@ -272,8 +266,8 @@ impl Queue {
 
     /// Stops the engine from using the rings: pauses both directions and resets the queue.
     pub(crate) fn pause(&mut self, io: EngineIo<'_>) -> Result {
-        engine::pause_queue_dir::<M2s>(io, self.q())?;
-        engine::pause_queue_dir::<S2m>(io, self.q())?;
+        engine::pause_queue_dir::<M2s>(io, self.q());
+        engine::pause_queue_dir::<S2m>(io, self.q());
         self.forget_inflight();
         Ok(())
     }
@@ -365,7 +359,10 @@ impl Queue {
         if s2m_count == 0 || m2s_count > self.pending_tx || s2m_count > self.pending_rx {
             return Err(EINVAL);
         }
-        engine::doorbell(io, self.q(), m2s_count, s2m_count)?;
+        let (Some(tx), Some(rx)) = (DescCount::new(m2s_count), DescCount::new(s2m_count)) else {
+            return Err(EINVAL);
+        };
+        engine::doorbell(io, self.q(), tx, rx);
         self.pending_tx -= m2s_count;
         self.pending_rx -= s2m_count;
         Ok(())

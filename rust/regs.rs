@@ -10,6 +10,7 @@
 
 use kernel::io::register;
 use kernel::io::register::RegisterBase;
+use kernel::prelude::Zeroable;
 
 /// Size in bytes of one engine's UDMA register block (hardware.rst §3.1,
 /// `sizeof(struct unit_regs_v4)`).
@@ -37,6 +38,27 @@ impl RegisterBase<QueueBank> for S2m {
     const BASE: usize = 0x21000;
 }
 
+/// Base family of the per-queue control registers whose offset inside the queue bank differs by
+/// direction: `comp_cfg` at bank + 0xA0 (M2S) / + 0x54 (S2M), `q_sw_ctrl` 0x10 above it
+/// (hardware.rst §3.4).
+pub(crate) struct QueueCtl;
+impl RegisterBase<QueueCtl> for M2s {
+    const BASE: usize = 0x10A0;
+}
+impl RegisterBase<QueueCtl> for S2m {
+    const BASE: usize = 0x21054;
+}
+
+/// Base family of the engine-level registers both directions share the layout of: M2S at unit
+/// offset 0x0, S2M at 0x20000 (hardware.rst §3.2, 3.3).
+pub(crate) struct DirEngine;
+impl RegisterBase<DirEngine> for M2s {
+    const BASE: usize = 0;
+}
+impl RegisterBase<DirEngine> for S2m {
+    const BASE: usize = 0x20000;
+}
+
 /// Base family of the IOFIC interrupt-controller groups.
 pub(crate) struct IoficGroup;
 
@@ -61,10 +83,6 @@ pub(crate) const SECONDARY_GROUP_S2M: usize = 1;
 /// Secondary IOFIC group C: AXI FIFO parity errors (hardware.rst §3.5).
 pub(crate) const SECONDARY_GROUP_C: usize = 2;
 
-/// Value of `int_control` written by the driver: cause set on rising edge (bit 3) and MSI-X
-/// suppressed (bit 5) (hardware.rst §3.5).
-pub(crate) const IOFIC_CONTROL_EDGE_NO_MSIX: u32 = 0x28;
-
 /// The secondary M2S errors the driver unmasks (bits 0-27) (hardware.rst §3.5).
 pub(crate) const M2S_ERRORS: u32 = 0x0FFF_FFFF;
 /// The secondary S2M errors the driver unmasks (hardware.rst §3.5).
@@ -77,6 +95,69 @@ pub(crate) const MAIN_D_S2M_SUMMARY: u32 = 0x600;
 pub(crate) const GROUP_C_M2S: u32 = 0x3F;
 /// Secondary group C bits of the S2M AXI FIFO parity errors.
 pub(crate) const GROUP_C_S2M: u32 = 0xFC0;
+
+/// Secondary IOFIC cause bit of the M2S prefetch ring-id mismatch (hardware.rst §3.5).
+pub(crate) const M2S_RING_ID_ERROR: u32 = 1 << 17;
+/// Secondary IOFIC cause bit of the S2M prefetch ring-id mismatch (hardware.rst §3.5).
+pub(crate) const S2M_RING_ID_ERROR: u32 = 1 << 11;
+
+// ---- Values of the engine init sequence (hardware.rst §3.6) ----
+
+/// Reset-value bits 25:24 of a queue `cfg` that the driver keeps once it has cached them
+/// (0x0300_0000; hardware.rst §3.4, §3.6 steps 1 and 18).
+pub(crate) const Q_CFG_DEFAULTS: u32 = 3;
+/// Maximum packets in the M2S data FIFO, `0x310` bits 27:16 (hardware.rst §3.6 step 2).
+pub(crate) const M2S_MAX_PKT_LIMIT: u32 = 0x100;
+/// AXI transaction timeout in cycles, `gen.axi.cfg_1` (hardware.rst §3.5, §3.6 step 4).
+pub(crate) const AXI_TIMEOUT_CYCLES: u32 = 100_000_000;
+/// Maximum M2S packet length in bytes, `0x254` bits 19:0 (hardware.rst §3.6 step 6).
+pub(crate) const M2S_MAX_PKT_SIZE: u32 = 0xF_FFFF;
+/// M2S stream read threshold in beats, `0x258` bits 18:8 (hardware.rst §3.6 step 7).
+pub(crate) const M2S_STREAM_RD_THRESHOLD: u32 = 1;
+/// Address-high selector value of every Tx and Rx VMPR entry (hardware.rst §3.5, §3.6 steps 8
+/// and 11).
+pub(crate) const VMPR_SEL_ALL: u32 = u32::MAX;
+/// Maximum AXI burst of the M2S data reads and of the M2S/S2M descriptor reads (hardware.rst
+/// §3.6 steps 9 and 19).
+pub(crate) const AXI_MAX_BURST: u32 = 8;
+/// The four S2M outstanding-write limits, `0x20128` (hardware.rst §3.3, §3.6 step 13).
+pub(crate) const S2M_OSTAND_CFG_WR: u32 = 0x4080_4080;
+/// Completion descriptor size in 32-bit words: 16-byte descriptors (hardware.rst §3.3, §3.6
+/// step 17).
+pub(crate) const COMP_DESC_WORDS: u32 = 4;
+/// Minimum descriptor prefetch burst above the prefetch threshold (hardware.rst §3.6 step 19).
+pub(crate) const PREF_MIN_BURST_ABOVE_THR: u32 = 8;
+/// Minimum descriptor prefetch burst below the prefetch threshold (hardware.rst §3.6 step 19).
+pub(crate) const PREF_MIN_BURST_BELOW_THR: u32 = 1;
+/// v3 SDMA wrapper configuration written to wrapper + 0x800 (hardware.rst §3.6 step 20).
+pub(crate) const SDMA_V3_CFG_INIT: u32 = 0x26;
+/// Number of v2 AXI error detection tables, control entries and AXI-error IOFIC blocks the init
+/// programs (hardware.rst §3.5, §3.6 step 21).
+pub(crate) const AXI_ERR_BLOCKS: usize = 6;
+/// Entries of one v2 AXI error detection table (0x40 bytes apart; hardware.rst §3.5).
+pub(crate) const AXI_ERR_DETECTION_ENTRIES: usize = 16;
+/// The detection-table entries that the v2 init sets (hardware.rst §3.5, §3.6 step 21).
+pub(crate) const AXI_ERR_DETECTED: [usize; 6] = [1, 2, 3, 9, 10, 11];
+/// Value written to a set detection-table entry (hardware.rst §3.5).
+pub(crate) const AXI_ERR_DETECTION_ON: u32 = 0xF;
+/// Value written to the data half of every v2 AXI error control entry (hardware.rst §3.5).
+pub(crate) const AXI_ERR_CONTROL_DATA: u32 = 0x10;
+/// AXI timeout of a v2 engine once AXI errors abort it (hardware.rst §3.5, §3.6 step 21).
+pub(crate) const AXI_TIMEOUT_V2_ABORTING: u32 = u32::MAX;
+/// Rate-limiter mask of an M2S queue: types 0 and 1 masked, "pause on DMB" clear (hardware.rst
+/// §3.4, §3.7).
+pub(crate) const RLIMIT_MASK_INIT: u32 = 3;
+/// Value of a 2-bit engine state field in abort (hardware.rst §3.2, §3.8 "Engine state get").
+pub(crate) const STATE_ABORT: u32 = 2;
+/// Bits of a ring base's low half that the queue-state readout keeps: bits 5:0 are not part of
+/// the address (hardware.rst §3.4, §3.8 "Queue state get").
+pub(crate) const RING_BASE_LOW_MASK: u32 = 0xFFFF_FFC0;
+
+/// Address half of v2 AXI error control entry `queue` (hardware.rst §3.5):
+/// `(queue << 3) | 7`.
+pub(crate) const fn axi_err_control_addr(queue: u32) -> u32 {
+    (queue << 3) | 7
+}
 
 register! {
     // ---- M2S (Tx) engine level (hardware.rst §3.2) ----
@@ -107,28 +188,6 @@ register! {
         15:8 max_desc_reads;
         /// Maximum data reads.
         7:0 max_data_reads;
-    }
-
-    /// M2S engine state: four 2-bit fields, 0 idle, 1 normal, 2 abort.
-    pub(crate) M2S_STATE(u32) @ 0x200 {
-        /// Descriptor prefetch.
-        13:12 desc_prefetch;
-        /// Data read controller.
-        9:8 data_read;
-        /// Stream interface.
-        5:4 stream_if;
-        /// Completion controller.
-        1:0 comp_ctrl;
-    }
-
-    /// M2S change-state command.
-    pub(crate) M2S_CHANGE_STATE(u32) @ 0x204 {
-        /// Abort.
-        2:2 abort => bool;
-        /// Disable.
-        1:1 disable => bool;
-        /// Go to normal operation.
-        0:0 normal => bool;
     }
 
     /// M2S error log mask.
@@ -209,28 +268,6 @@ register! {
     pub(crate) AXI_S2M_OSTAND_CFG_WR(u32) @ 0x20128 {
         /// Raw limits.
         31:0 value;
-    }
-
-    /// S2M engine state (same layout as [`M2S_STATE`]).
-    pub(crate) S2M_STATE(u32) @ 0x20200 {
-        /// Descriptor prefetch.
-        13:12 desc_prefetch;
-        /// Data write controller.
-        9:8 data_write;
-        /// Stream interface.
-        5:4 stream_if;
-        /// Completion controller.
-        1:0 comp_ctrl;
-    }
-
-    /// S2M change-state command (same layout as [`M2S_CHANGE_STATE`]).
-    pub(crate) S2M_CHANGE_STATE(u32) @ 0x20204 {
-        /// Abort.
-        2:2 abort => bool;
-        /// Disable.
-        1:1 disable => bool;
-        /// Go to normal operation.
-        0:0 normal => bool;
     }
 
     /// S2M error log mask.
@@ -351,32 +388,42 @@ register! {
         2:0 mask;
     }
 
-    /// M2S queue completion configuration.
-    pub(crate) M2S_Q_COMP_CFG(u32)[16, stride = 0x1000] @ 0x10A0 {
+    /// Queue completion configuration (M2S bank + 0xA0, S2M bank + 0x54).
+    pub(crate) Q_COMP_CFG(u32)[16, stride = 0x1000] @ QueueCtl + 0x00 {
         /// Disable coalescing.
         1:1 dis_coal => bool;
         /// Completion-ring update enable.
         0:0 en_comp_ring_update => bool;
     }
 
-    /// M2S queue software control.
-    pub(crate) M2S_Q_SW_CTRL(u32)[16, stride = 0x1000] @ 0x10B0 {
+    /// Queue software control (M2S bank + 0xB0, S2M bank + 0x64).
+    pub(crate) Q_SW_CTRL(u32)[16, stride = 0x1000] @ QueueCtl + 0x10 {
         /// Reset the queue.
         8:8 rst_q => bool;
     }
 
-    /// S2M queue completion configuration.
-    pub(crate) S2M_Q_COMP_CFG(u32)[16, stride = 0x1000] @ 0x21054 {
-        /// Disable coalescing.
-        1:1 dis_coal => bool;
-        /// Completion-ring update enable.
-        0:0 en_comp_ring_update => bool;
+    // ---- Engine level, common layout of M2S (0x0) and S2M (0x20000) (hardware.rst §3.2, 3.3) ----
+
+    /// Engine state: four 2-bit fields, 0 idle, 1 normal, 2 abort.
+    pub(crate) DIR_STATE(u32) @ DirEngine + 0x200 {
+        /// Descriptor prefetch.
+        13:12 desc_prefetch;
+        /// Data read (M2S) / write (S2M) controller.
+        9:8 data;
+        /// Stream interface.
+        5:4 stream_if;
+        /// Completion controller.
+        1:0 comp_ctrl;
     }
 
-    /// S2M queue software control.
-    pub(crate) S2M_Q_SW_CTRL(u32)[16, stride = 0x1000] @ 0x21064 {
-        /// Reset the queue.
-        8:8 rst_q => bool;
+    /// Change-state command.
+    pub(crate) DIR_CHANGE_STATE(u32) @ DirEngine + 0x204 {
+        /// Abort.
+        2:2 abort => bool;
+        /// Disable.
+        1:1 disable => bool;
+        /// Go to normal operation.
+        0:0 normal => bool;
     }
 
     // ---- IOFIC groups (hardware.rst §3.5) ----
@@ -401,8 +448,10 @@ register! {
 
     /// Interrupt control.
     pub(crate) IOFIC_INT_CONTROL(u32)[4, stride = 0x40] @ IoficGroup + 0x28 {
-        /// Raw control.
-        31:0 value;
+        /// MSI-X suppressed.
+        5:5 no_msix => bool;
+        /// Cause set on the rising edge.
+        3:3 edge => bool;
     }
 
     /// Abort mask: a 0 bit makes that cause abort the engine.
@@ -446,8 +495,10 @@ register! {
 
     /// v2 AXI error IOFIC blocks: control.
     pub(crate) AXI_ERR_IOFIC_CONTROL(u32)[6, stride = 0x100] @ 0x3AD28 {
-        /// Raw control.
-        31:0 value;
+        /// MSI-X suppressed.
+        5:5 no_msix => bool;
+        /// Cause set on the rising edge.
+        3:3 edge => bool;
     }
 
     /// v2 AXI error IOFIC blocks: abort mask.
@@ -536,6 +587,53 @@ register! {
     pub(crate) SDMA_V3_CFG(u32) @ 0x800 {
         /// Raw value.
         31:0 value;
+    }
+}
+
+impl IOFIC_INT_CONTROL {
+    /// The `int_control` value the driver writes (0x28): cause set on the rising edge, MSI-X
+    /// suppressed (hardware.rst §3.5, §3.6 steps 15/16).
+    pub(crate) fn edge_no_msix() -> Self {
+        Self::zeroed().with_edge(true).with_no_msix(true)
+    }
+}
+
+impl AXI_ERR_IOFIC_CONTROL {
+    /// The control value of a v2 AXI-error IOFIC block, as [`IOFIC_INT_CONTROL::edge_no_msix`]
+    /// (hardware.rst §3.5, §3.6 step 21).
+    pub(crate) fn edge_no_msix() -> Self {
+        Self::zeroed().with_edge(true).with_no_msix(true)
+    }
+}
+
+impl DIR_STATE {
+    /// Whether any of the four state fields reads "abort" (hardware.rst §3.8 "Engine state
+    /// get").
+    pub(crate) fn aborted(self) -> bool {
+        [
+            self.desc_prefetch().get(),
+            self.data().get(),
+            self.stream_if().get(),
+            self.comp_ctrl().get(),
+        ]
+        .contains(&STATE_ABORT)
+    }
+}
+
+impl Q_DRBP_LOW {
+    /// The ring base bits 31:6 this register holds, bits 5:0 cleared (hardware.rst §3.8 "Queue
+    /// state get").
+    pub(crate) fn base_low(self) -> u32 {
+        self.into_raw() & RING_BASE_LOW_MASK
+    }
+}
+
+impl Q_DRHP {
+    /// `(index, ring id)` of a head, tail or completion-head register, which share this layout
+    /// (hardware.rst §3.4).
+    pub(crate) fn position(raw: u32) -> (u32, u32) {
+        let p = Self::from(raw);
+        (p.index().get(), p.ring_id().get())
     }
 }
 
