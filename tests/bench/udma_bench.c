@@ -9,8 +9,8 @@
  *       queue on two queues (two engines) at once;
  *       with the time spent inside the COPY_PREPARE calls alone, per pair (the ABI's cost over
  *       the in-kernel prepare_one of rust/bench.rs, which scripts/bench's report puts next to it);
- *   buffer lookups: that time per pair with 2 buffers open in the file and with 1,000, the
- *       copies spread over all of them;
+ *   buffer lookups: that time per pair for COPY_PREPARE x256 with 2 buffers open in the file,
+ *       and with 1,000 open, the copies between the first and the last one allocated;
  *   latency: one 4-byte copy from COPY_PREPARE_ONE to a completed COPY_WAIT, p50/p99, against
  *       a null ioctl (NEURON_UDMA_INFO) as the syscall floor, with the model's BAR2 counters.
  *
