@@ -330,8 +330,9 @@ def main():
     missed = [r for r in rows if "target" in r and not r["met"]]
     shown = set()
     if missed:
-        print("\nProfiles of the workloads of missed rows (perf record -e cpu-clock -F 1000 in the "
-              "guest, perf report --sort dso,sym, entries >= 1.5 %; under TCG the sampling timer "
+        print("\nProfiles of the workloads of missed rows (perf record -g -e cpu-clock -F 1000 in the "
+              "guest, perf report --sort dso,sym, entries >= 1.5 %, then the call chains of the "
+              "entries >= 15 %; under TCG the sampling timer "
               "fires far less often than asked and interrupts are taken at translation-block ends, "
               "which MMIO accesses force, so MMIO helpers are over-represented):")
     for r in missed:
