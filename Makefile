@@ -7,7 +7,8 @@
 #   make CLIPPY=1        the same, with clippy on every Rust object
 #   make check           cargo test + VM runs on the trn1 and trn2 models (KUnit + kselftests)
 #   make demo            boot the trn1 model; udmactl copies a 64 MiB file host -> HBM -> host
-#   make bench           boot the trn1 model and print the benchmark table (Documentation/benchmarks.rst)
+#   make bench           boot the trn1 model on the production-config bench kernel and print the
+#                        benchmark table (Documentation/benchmarks.rst); KERNEL=debug: the test kernel
 #   make vm MODEL=trn2 CMD='...'   run a guest command with the module loaded
 #   make fmt / fmt-check rustfmt on the module and the tools workspace
 #   make clean
@@ -17,6 +18,8 @@ KDIR ?=
 # Compile the KUnit suites into the module (the test kernel has CONFIG_KUNIT=y).
 KUNIT ?= $(if $(KDIR),0,1)
 MODEL ?= trn1
+# The kernel of make bench: bench (production config, the default) or debug (the test kernel).
+KERNEL ?= bench
 CMD ?= true
 
 # What kbuild's `M=... clean` removes, for `make clean` without a kernel build tree.
@@ -66,7 +69,7 @@ demo:
 	scripts/demo
 
 bench:
-	scripts/bench
+	KERNEL=$(KERNEL) scripts/bench
 
 vm:
 	scripts/vm-run --model $(MODEL) -- '$(CMD)'

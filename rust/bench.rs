@@ -5,21 +5,108 @@
 //!
 //! It takes a driver-owned queue with 2^16-slot rings, fills it with `prepare_one` (no doorbell,
 //! so the engine never runs) in rounds, resetting the software ring state between rounds with
-//! `hw_init` outside the timed region, and compares with the physical floor: the same 32 bytes per
-//! pair written with plain 16-byte stores (two 8-byte volatile stores each) into the same coherent
-//! ring memory. Results are printed as `NU-BENCH {json}` lines, which `scripts/bench` reads from
-//! the guest's kernel log.
+//! `hw_init` outside the timed region, and compares, in the same rounds and on the same ring
+//! memory, with the reference driver's own sequence re-expressed in C (`rust/bench_ref.c`) and
+//! with the physical floor: the same 32 bytes per pair written with plain 16-byte stores (two
+//! 8-byte volatile stores each). It also times one doorbell-sized BAR0 write, the unit of the
+//! small-copy latency floor of `tests/bench/udma_bench.c`. Results are printed as
+//! `NU-BENCH {json}` lines, which `scripts/bench` reads from the guest's kernel log.
 
 use crate::{
     channel::Owner,
     desc::{Barrier, DescLen},
     queue::Copy,
+    regs,
+    ring::Ring,
     Registry,
 };
 use kernel::{
+    io::{register::Array, Io},
     prelude::*,
-    time::{Instant, Monotonic},
+    str::CString,
+    time::{delay::udelay, Delta, Instant, Monotonic},
 };
+
+mod ffi {
+    use kernel::prelude::*;
+
+    /// Software state of one ring as `rust/bench_ref.c` keeps it (`struct nu_ref_ring`).
+    #[repr(C)]
+    pub(super) struct RefRing {
+        /// The ring memory: `size` descriptors of 16 bytes.
+        pub(super) slots: *mut c_void,
+        /// Descriptors in the ring, a power of two.
+        pub(super) size: u32,
+        /// Next slot to hand out.
+        pub(super) next: u32,
+        /// First slot not yet completed.
+        pub(super) ack: u32,
+        /// Ring id (phase) of the next slot.
+        pub(super) ring_id: u32,
+    }
+
+    extern "C" {
+        /// `rust/bench_ref.c`: prepares `pairs` copies of `len` bytes the reference's way.
+        pub(super) fn neuron_udma_bench_ref_fill(
+            tx: *mut RefRing,
+            rx: *mut RefRing,
+            pairs: u32,
+            src: u64,
+            dst: u64,
+            len: u32,
+        ) -> c_int;
+    }
+}
+
+/// Fills slots `0..pairs` of both rings with the C reference sequence (`rust/bench_ref.c`),
+/// starting from empty rings (next and ack at 0, ring id 1), pair `i` copying `len` bytes from
+/// `src + i * len` to `dst + i * len`. The rings' software state is not touched.
+///
+/// # Errors
+///
+/// `EINVAL` if a ring is smaller than `pairs` + 16 slots or its size is not a power of two (the
+/// reference's free-space arithmetic needs one), else the C sequence's error (`ENOMEM`, `EINVAL`).
+fn ref_fill(tx: &Ring, rx: &Ring, pairs: u32, src: u64, dst: u64, len: u32) -> Result {
+    let ring = |r: &Ring| -> Result<ffi::RefRing> {
+        let size = u32::try_from(r.memory().len()).map_err(|_| EINVAL)?;
+        if !size.is_power_of_two() || size < pairs.saturating_add(16) {
+            return Err(EINVAL);
+        }
+        Ok(ffi::RefRing {
+            slots: r.memory().as_mut_ptr().cast(),
+            size,
+            next: 0,
+            ack: 0,
+            ring_id: 1,
+        })
+    };
+    let (mut t, mut r) = (ring(tx)?, ring(rx)?);
+    // SAFETY: each `RefRing` points at its ring's coherent memory of `size` 16-byte slots, which
+    // outlives the call; the C side writes only slots below `size` (its indices are masked with
+    // `size - 1`, a power of two). The callers hold the queue's lock and never doorbell the
+    // queue while these slots are written, so neither the driver nor the engine uses them
+    // concurrently.
+    let ret = unsafe { ffi::neuron_udma_bench_ref_fill(&mut t, &mut r, pairs, src, dst, len) };
+    kernel::error::to_result(ret)
+}
+
+/// The 16 bytes of slot `idx` of `ring`, as two words.
+///
+/// # Panics
+///
+/// If `idx` is not below the ring size.
+fn slot_words(ring: &Ring, idx: usize) -> [u64; 2] {
+    assert!(idx < ring.memory().len());
+    let p = ring.memory().as_mut_ptr().cast::<u64>();
+    // SAFETY: `idx` is below the ring length (checked above), 2 words per 16-byte slot; the
+    // memory is coherent and the queue lock is held, so nothing writes it concurrently.
+    unsafe {
+        [
+            p.add(2 * idx).read_volatile(),
+            p.add(2 * idx + 1).read_volatile(),
+        ]
+    }
+}
 
 /// Descriptors per ring of the bench queue.
 const RING_DESCS: u32 = 1 << 16;
@@ -29,6 +116,11 @@ const ROUNDS: u32 = 16;
 const BENCH_QUEUE: u32 = 5;
 /// Bytes per prepared copy (the copies never run).
 const COPY_LEN: u32 = 64;
+/// Doorbell-sized BAR0 writes timed, each on its own.
+const MMIO_WRITES: usize = 1000;
+/// Pause between two timed BAR0 writes, so that each is as isolated as a copy's doorbells are
+/// (back-to-back writes would measure how fast the model drains a queue of them).
+const MMIO_GAP: Delta = Delta::from_micros(200);
 
 /// `num / den` with three decimals, as a JSON number.
 struct Fixed3(u64, u64);
@@ -55,11 +147,13 @@ mod tests {
         let dev = Registry::first().ok_or(ENODEV)?;
         let (eng, _) = dev.arch.h2t[0];
         let q = dev.queue_init(eng, BENCH_QUEUE, RING_DESCS, RING_DESCS, Owner::Driver)?;
+        let mut mmio = KVec::<u64>::with_capacity(MMIO_WRITES, GFP_KERNEL)?;
         let src0 = dev.arch.host_addr(0x1000_0000);
         let dst0 = dev.arch.host_addr(0x2000_0000);
         let r = q.with(|queue, io| {
             let len = DescLen::new(COPY_LEN)?;
-            let (mut prep_ns, mut floor_ns, mut pairs) = (0u64, 0u64, 0u64);
+            let (mut prep_ns, mut ref_ns, mut floor_ns, mut pairs) = (0u64, 0u64, 0u64, 0u64);
+            let mut same = true;
             for _ in 0..ROUNDS {
                 // Not timed: back to empty rings (also reprograms the queue registers).
                 queue.hw_init(io)?;
@@ -78,8 +172,23 @@ mod tests {
                 prep_ns += ns_since(t);
                 pairs += u64::from(n);
 
-                // The floor: the same slots, 2 x 16 bytes per pair, plain stores.
                 let (tx_ring, rx_ring) = queue.rings();
+                // The reference sequence in C, over the same slots: it must write the same bytes.
+                let probe = [0, n as usize / 2, n as usize - 1];
+                let mut rust_bytes = [[0u64; 2]; 6];
+                for (k, &i) in probe.iter().enumerate() {
+                    rust_bytes[2 * k] = slot_words(tx_ring, i);
+                    rust_bytes[2 * k + 1] = slot_words(rx_ring, i);
+                }
+                let t = Instant::<Monotonic>::now();
+                ref_fill(tx_ring, rx_ring, n, src0, dst0, COPY_LEN)?;
+                ref_ns += ns_since(t);
+                for (k, &i) in probe.iter().enumerate() {
+                    same &= rust_bytes[2 * k] == slot_words(tx_ring, i)
+                        && rust_bytes[2 * k + 1] == slot_words(rx_ring, i);
+                }
+
+                // The floor: the same slots, 2 x 16 bytes per pair, plain stores.
                 let tx = tx_ring.memory().as_mut_ptr().cast::<u64>();
                 let rx = rx_ring.memory().as_mut_ptr().cast::<u64>();
                 let t = Instant::<Monotonic>::now();
@@ -99,24 +208,91 @@ mod tests {
                 floor_ns += ns_since(t);
             }
             queue.hw_init(io)?;
-            Ok((prep_ns, floor_ns, pairs))
+
+            // One doorbell-sized BAR0 write: the queue's M2S rate-limit mask, rewritten with
+            // the value `hw_init` programmed (no effect on the engine). Each is one 32-bit MMIO
+            // write, as a doorbell is; under QEMU a vfio-user message to the model.
+            let reg = || regs::M2S_Q_RLIMIT_MASK::try_at(BENCH_QUEUE as usize).ok_or(EINVAL);
+            let val = regs::M2S_Q_RLIMIT_MASK::zeroed().with_const_mask::<3>();
+            for _ in 0..MMIO_WRITES {
+                let t = Instant::<Monotonic>::now();
+                io.write(reg()?, val);
+                mmio.push_within_capacity(ns_since(t)).map_err(|_| ENOMEM)?;
+                udelay(MMIO_GAP);
+            }
+            Ok((prep_ns, ref_ns, floor_ns, pairs, same))
         });
         dev.queue_release(q.owner, q.eng, q.qid)?;
-        let (prep_ns, floor_ns, pairs) = r?;
+        let (prep_ns, ref_ns, floor_ns, pairs, same) = r?;
+        mmio.sort_unstable();
+        // PANIC: `mmio` holds MMIO_WRITES > 0 entries (pushed above, or `r` was an error).
+        let mmio_p50 = mmio[mmio.len() / 2];
+        let mmio_sum: u64 = mmio.iter().sum();
         assert!(pairs >= 1_000_000);
+        let how = |what: &str| {
+            CString::try_from_fmt(fmt!(
+                "{} pairs ({} rounds filling a {}-slot ring, {}-byte copies, no doorbell, hw_init \
+                 between rounds not timed); {}",
+                pairs,
+                ROUNDS,
+                RING_DESCS,
+                COPY_LEN,
+                what
+            ))
+        };
         pr_info!(
             "NU-BENCH {{\"name\":\"prepare_one (in kernel)\",\"value\":{},\"unit\":\"ns/pair\",\
-             \"baseline\":{},\"ratio\":{},\"how\":\"{} pairs ({} rounds filling a {}-slot ring, \
-             {}-byte copies, no doorbell, hw_init between rounds not timed); baseline: 2 x 16-byte \
-             plain stores per pair into the same coherent ring slots\"}}\n",
+             \"baseline\":{},\"ratio\":{},\"how\":\"{}\"}}\n",
             Fixed3(prep_ns, pairs),
             Fixed3(floor_ns, pairs),
             Fixed3(prep_ns, floor_ns),
-            pairs,
-            ROUNDS,
-            RING_DESCS,
-            COPY_LEN,
+            how("baseline: 2 x 16-byte plain stores per pair into the same coherent ring slots")?
+                .to_str()?,
         );
+        pr_info!(
+            "NU-BENCH {{\"name\":\"C reference pair sequence (in kernel)\",\"value\":{},\
+             \"unit\":\"ns/pair\",\"baseline\":{},\"ratio\":{},\"how\":\"{}\"}}\n",
+            Fixed3(ref_ns, pairs),
+            Fixed3(floor_ns, pairs),
+            Fixed3(ref_ns, floor_ns),
+            how(if same {
+                "rust/bench_ref.c (both rings' free-space check, Rx then Tx slot, ring ids, \
+                 descriptors built in a zeroed stack union and copied into the slots, one \
+                 non-inlined call per pair) over the same slots right after prepare_one, wrote \
+                 the same bytes; baseline: the plain-store floor"
+            } else {
+                "rust/bench_ref.c over the same slots right after prepare_one: WROTE OTHER \
+                 BYTES than prepare_one; baseline: the plain-store floor"
+            })?
+            .to_str()?,
+        );
+        pr_info!(
+            "NU-BENCH {{\"name\":\"prepare_one vs C reference (in kernel)\",\"value\":{},\
+             \"unit\":\"ns/pair\",\"baseline\":{},\"ratio\":{},\"how\":\"{}\"}}\n",
+            Fixed3(prep_ns, pairs),
+            Fixed3(ref_ns, pairs),
+            Fixed3(prep_ns, ref_ns),
+            how(
+                "the two rows above, timed in the same rounds on the same ring memory; \
+                 baseline: the C reference sequence"
+            )?
+            .to_str()?,
+        );
+        pr_info!(
+            "NU-BENCH {{\"name\":\"BAR0 doorbell-sized write (in kernel)\",\"value\":{},\
+             \"unit\":\"ns/write\",\"baseline\":{},\"ratio\":{},\"how\":\"p50 of {} writes \
+             timed one by one, 200 us apart (mean {} ns), of the bench queue's M2S rate-limit \
+             mask with its programmed value (one 32-bit MMIO write each, like a doorbell; a \
+             vfio-user message to the model under QEMU); baseline: prepare_one ns/pair above\"}}\n",
+            mmio_p50,
+            Fixed3(prep_ns, pairs),
+            Fixed3(mmio_p50 * pairs, prep_ns),
+            MMIO_WRITES,
+            // CAST: MMIO_WRITES is a small constant.
+            Fixed3(mmio_sum, MMIO_WRITES as u64),
+        );
+        // The C reference sequence must have written the same bytes as prepare_one.
+        assert!(same);
 
         // Per-call cost of COPY_PREPARE that COPY_PREPARE_ONE does not have: its entry array,
         // allocated and freed on every call (KVVec, as in `file.rs`).

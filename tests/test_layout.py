@@ -110,6 +110,8 @@ class KernelFragments(unittest.TestCase):
         "CONFIG_DEBUG_OBJECTS_FREE", "CONFIG_DEBUG_OBJECTS_TIMERS", "CONFIG_DEBUG_OBJECTS_WORK",
         "CONFIG_DEBUG_OBJECTS_RCU_HEAD", "CONFIG_DEBUG_OBJECTS_PERCPU_COUNTER",
         "CONFIG_DEBUG_OBJECTS_ENABLE_DEFAULT",
+        # Not debug options as such, but they depend on DEBUG_KERNEL.
+        "CONFIG_SOFTLOCKUP_DETECTOR", "CONFIG_DETECT_HUNG_TASK",
     }
 
     @staticmethod

@@ -7,6 +7,10 @@
  *       1, 16, 256 and 2032 pairs per call, each submission of 2032 pairs closed by COPY_WAIT
  *       (start + fence + wait amortised over the 2032 pairs); one thread, then one thread per
  *       queue on two queues (two engines) at once;
+ *       with the time spent inside the COPY_PREPARE calls alone, per pair (the ABI's cost over
+ *       the in-kernel prepare_one of rust/bench.rs, which scripts/bench's report puts next to it);
+ *   buffer lookups: that time per pair for COPY_PREPARE x256 with 2 buffers open in the file,
+ *       and with 1,000 open, the copies between the first and the last one allocated;
  *   latency: one 4-byte copy from COPY_PREPARE_ONE to a completed COPY_WAIT, p50/p99, against
  *       a null ioctl (NEURON_UDMA_INFO) as the syscall floor, with the model's BAR2 counters.
  *
@@ -25,8 +29,13 @@
 #define COPY_SIZE 4U
 #define BUF_SIZE (1U << 20)
 
+#define LOOKUP_BUFS 1000U	/* buffers open in the file for the lookup row */
+#define LOOKUP_REPS 3U		/* runs per lookup figure, the best counts */
+
 static unsigned int subs = 8;		/* submissions per measurement */
 static unsigned int lat_runs = 10000;
+static unsigned int only_threads;	/* 0: one thread, then two; else only this many */
+static unsigned int only_batch = ~0U;	/* ~0: every batch size; else only this one */
 
 static double now(void)
 {
@@ -60,6 +69,7 @@ struct qctx {
 	/* in: batch (0 = PREPARE_ONE), out: seconds */
 	unsigned int batch;
 	double secs;
+	double prep_secs;	/* of which inside COPY_PREPARE(_ONE) calls */
 	int err;
 };
 
@@ -103,10 +113,13 @@ static void qctx_close(struct qctx *c)
 static int submit(struct qctx *c, unsigned int batch, unsigned int n_subs)
 {
 	unsigned int s, i, n;
+	double t0;
 	int ret;
 
+	c->prep_secs = 0;
 	for (s = 0; s < n_subs; s++) {
 		for (i = 0; i < PER_SUB; i += n) {
+			t0 = now();
 			if (batch == 0) {
 				n = 1;
 				ret = prep_one(c->fd, c->eng, c->q, c->copies[i]);
@@ -114,6 +127,7 @@ static int submit(struct qctx *c, unsigned int batch, unsigned int n_subs)
 				n = PER_SUB - i < batch ? PER_SUB - i : batch;
 				ret = prep(c->fd, c->eng, c->q, &c->copies[i], n);
 			}
+			c->prep_secs += now() - t0;
 			if (ret)
 				return ret;
 		}
@@ -153,6 +167,8 @@ static void bench_submission(void)
 	__u64 pairs = (__u64)subs * PER_SUB;
 
 	for (nthreads = 1; nthreads <= 2; nthreads++) {
+		if (only_threads && nthreads != only_threads)
+			continue;
 		for (t = 0; t < nthreads; t++)
 			qctx_open(&qs[t], t, 1);
 		/* Warm up: page in the buffers, settle the model's queue. */
@@ -166,6 +182,8 @@ static void bench_submission(void)
 			pthread_t th[2];
 			double rate = 0, slowest = 0;
 
+			if (only_batch != ~0U && batches[b] != only_batch)
+				continue;
 			for (t = 0; t < nthreads; t++) {
 				qs[t].batch = batches[b];
 				if (pthread_create(&th[t], NULL, submit_thread, &qs[t]))
@@ -189,6 +207,16 @@ static void bench_submission(void)
 					 "COPY_WAIT every %u pairs; baseline: PREPARE_ONE, 1 thread",
 					 (unsigned long long)pairs, COPY_SIZE, RING, PER_SUB);
 				result(name, rate, "pairs/s", single[0], how);
+				if (batches[b] >= 256) {
+					snprintf(name, sizeof(name), "COPY_PREPARE x%u time per pair", batches[b]);
+					snprintf(how, sizeof(how),
+						 "time inside the COPY_PREPARE calls of the row above (ioctl entry, user "
+						 "copy of the entries, validation, buffer lookups, slot writes; not "
+						 "COPY_WAIT nor the copies), over %llu pairs; baseline: the in-kernel "
+						 "prepare_one ns/pair of the same run",
+						 (unsigned long long)pairs);
+					result(name, qs[0].prep_secs * 1e9 / pairs, "ns/pair", 0, how);
+				}
 			} else {
 				snprintf(name, sizeof(name), "submit %s, 2 threads", mode);
 				snprintf(how, sizeof(how),
@@ -203,6 +231,73 @@ static void bench_submission(void)
 		for (t = 0; t < nthreads; t++)
 			qctx_close(&qs[t]);
 	}
+}
+
+/* Time inside COPY_PREPARE x256 for @subs submissions, best of LOOKUP_REPS runs. */
+static double lookup_best(struct qctx *c)
+{
+	double best = 0;
+	unsigned int r;
+	int ret;
+
+	for (r = 0; r < LOOKUP_REPS; r++) {
+		ret = submit(c, 256, subs);
+		if (ret)
+			die("lookup", ret);
+		if (!r || c->prep_secs < best)
+			best = c->prep_secs;
+	}
+	return best;
+}
+
+/*
+ * COPY_PREPARE x256 time per pair with the file holding 2 buffers (every copy between them), then
+ * with LOOKUP_BUFS buffers open, every copy from the first buffer allocated to the last one (the
+ * far end of a list for a lookup that scans from either end): what the per-copy handle lookups
+ * cost as the file's buffer set grows, with the same two buffers touched in both runs.
+ */
+static void bench_lookup(void)
+{
+	struct ubuf *bufs;
+	struct qctx c;
+	double two, many;
+	char how[512];
+	unsigned int i;
+	int ret;
+
+	bufs = calloc(LOOKUP_BUFS, sizeof(*bufs));
+	if (!bufs)
+		die("calloc", -ENOMEM);
+	qctx_open(&c, 0, 1);
+	ret = submit(&c, 256, 1);		/* warm-up */
+	if (ret)
+		die("lookup, 2 buffers", ret);
+	two = lookup_best(&c);
+	/* The queue's two buffers count: LOOKUP_BUFS in all. */
+	for (i = 2; i < LOOKUP_BUFS; i++) {
+		ret = ubuf_host(c.fd, 4096, &bufs[i]);
+		if (ret)
+			die("MEM_ALLOC (lookup buffers)", ret);
+	}
+	for (i = 0; i < PER_SUB; i++)
+		c.copies[i] = ucopy(&c.src, i * 64, &bufs[LOOKUP_BUFS - 1], (i * COPY_SIZE) % 4096,
+				    COPY_SIZE);
+	ret = submit(&c, 256, 1);		/* warm-up */
+	if (ret)
+		die("lookup, many buffers", ret);
+	many = lookup_best(&c);
+	snprintf(how, sizeof(how),
+		 "COPY_PREPARE x256 on one queue, best of %u runs of %u submissions of %u pairs, time "
+		 "inside the COPY_PREPARE calls only, with %u buffers open in the file, every copy from "
+		 "the first buffer allocated to the last; baseline: the same copies with 2 buffers open "
+		 "in the file",
+		 LOOKUP_REPS, subs, PER_SUB, LOOKUP_BUFS);
+	result("COPY_PREPARE x256 per pair, 1000 buffers open", many * 1e9 / ((double)subs * PER_SUB),
+	       "ns/pair", two * 1e9 / ((double)subs * PER_SUB), how);
+	for (i = 2; i < LOOKUP_BUFS; i++)
+		ubuf_free(c.fd, &bufs[i]);
+	qctx_close(&c);
+	free(bufs);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -331,6 +426,9 @@ static void bench_latency(void)
 		 (double)descs / lat_runs, (double)pkts / lat_runs, lat_runs);
 	result("latency 4 B copy p50", pct(lat, lat_runs, 50) * 1e6, "us", pct(null_t, lat_runs, 50) * 1e6, how);
 	result("latency 4 B copy p99", pct(lat, lat_runs, 99) * 1e6, "us", pct(null_t, lat_runs, 99) * 1e6, how);
+	snprintf(how, sizeof(how), "the same %u runs: p99 of the copy latency; baseline: its p50", lat_runs);
+	result("latency 4 B copy p99 vs p50", pct(lat, lat_runs, 99) * 1e6, "us", pct(lat, lat_runs, 50) * 1e6,
+	       how);
 	snprintf(how, sizeof(how),
 		 "%u separate runs of PREPARE_ONE + COPY_START (p50 %.1f us), then a user-space spin on "
 		 "the mapped destination until the 4 bytes land (this row: time left after START "
@@ -349,7 +447,7 @@ static void bench_latency(void)
 
 int main(int argc, char **argv)
 {
-	bool do_sub = true, do_lat = true;
+	bool do_sub = true, do_lat = true, do_lookup = true;
 	int i;
 
 	for (i = 1; i < argc; i++) {
@@ -357,19 +455,29 @@ int main(int argc, char **argv)
 			subs = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
 			lat_runs = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+			only_threads = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+			only_batch = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--only-latency"))
-			do_sub = false;
+			do_sub = do_lookup = false;
 		else if (!strcmp(argv[i], "--only-submit"))
-			do_lat = false;
+			do_lat = do_lookup = false;
+		else if (!strcmp(argv[i], "--only-lookup"))
+			do_sub = do_lat = false;
 		else {
-			fprintf(stderr, "usage: udma_bench [--subs N] [--runs N] [--only-latency|--only-submit]\n");
+			fprintf(stderr, "usage: udma_bench [--subs N] [--runs N] [--threads 1|2] [--batch N] "
+				"[--only-latency|--only-submit|--only-lookup]\n"
+				"  --batch 0 is PREPARE_ONE; --threads and --batch select submission rows\n");
 			return 2;
 		}
 	}
-	if (!subs || !lat_runs)
+	if (!subs || !lat_runs || only_threads > 2)
 		return 2;
 	if (do_sub)
 		bench_submission();
+	if (do_lookup)
+		bench_lookup();
 	if (do_lat)
 		bench_latency();
 	return 0;
