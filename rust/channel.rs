@@ -329,6 +329,8 @@ impl Channel {
     /// # Errors
     ///
     /// `EINVAL` for size 0; the errors of [`Self::wait`] but `EINTR`.
+    // Only the KUnit suites copy through it; the ioctl paths use `copy`.
+    #[cfg(neuron_udma_kunit)]
     pub(crate) fn memcpy(&self, src: u64, dst: u64, size: u64, timeout: Delta) -> Result {
         let mut in_flight = None;
         self.copy(

@@ -31,7 +31,6 @@ use kernel::{
         atomic::{Atomic, Relaxed},
         Arc, Mutex,
     },
-    time::Delta,
     xarray::{AllocKind, XArray},
 };
 
@@ -133,7 +132,15 @@ impl UdmaDevice {
     /// # Errors
     ///
     /// See [`Channel::memcpy`]; `ENODEV` after unbind.
-    pub(crate) fn memcpy(&self, src: u64, dst: u64, size: u64, timeout: Delta) -> Result {
+    // Only the KUnit suites copy through it; the ioctl paths use `copy`.
+    #[cfg(neuron_udma_kunit)]
+    pub(crate) fn memcpy(
+        &self,
+        src: u64,
+        dst: u64,
+        size: u64,
+        timeout: kernel::time::Delta,
+    ) -> Result {
         self.h2t()?.memcpy(src, dst, size, timeout)
     }
 

@@ -70,6 +70,8 @@ impl H2t {
     /// # Errors
     ///
     /// See [`Channel::memcpy`].
+    // Only the KUnit suites copy through it; the ioctl paths use `copy`.
+    #[cfg(neuron_udma_kunit)]
     pub(crate) fn memcpy(&self, src: u64, dst: u64, size: u64, timeout: Delta) -> Result {
         self.chan.memcpy(src, dst, size, timeout)
     }

@@ -648,6 +648,7 @@ register! {
 }
 
 /// Size in bytes of the device model's control window (BAR2 of `tools/udma-sim`).
+#[cfg(neuron_udma_kunit)]
 pub(crate) const MODEL_CTL_SIZE: usize = 0x1000;
 
 /// Registers of the device model's control window (BAR2 of `tools/udma-sim`, absent on real
