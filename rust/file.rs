@@ -140,6 +140,53 @@ fn ring_state(regs: &QueueRegs, sw: &RingState, pending: u32) -> uapi::neuron_ud
     }
 }
 
+/// The buffers one `COPY_PREPARE` has looked up, with the device-fabric address of their byte
+/// 0: a batch that names the same few buffers again and again looks each up in the device's
+/// table (a lock shared by every file) and reads its address once, not twice per entry.
+///
+/// A cached address stays valid for the whole call: the entry that cached it holds a reference
+/// on the buffer from then on (so `MEM_FREE` is `EBUSY`), and an unbind in between pauses the
+/// queue before any memory is freed (the prepare then fails with `ENODEV`).
+#[derive(Default)]
+struct Lookups {
+    seen: [Option<(u64, Arc<Buffer>, u64)>; LOOKUPS],
+    next: usize,
+}
+
+/// Buffers [`Lookups`] remembers (a copy names two; a few more cover gather/scatter batches).
+const LOOKUPS: usize = 4;
+
+impl Lookups {
+    /// Buffer `handle` of `file` and the device-fabric address of its bytes
+    /// `[offset, offset + len)`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` for an unknown handle, `ERANGE` for a range outside the buffer, `ENODEV` if it
+    /// was freed by an unbind.
+    fn addr(
+        &mut self,
+        file: &OpenFile,
+        handle: u64,
+        offset: u64,
+        len: u32,
+    ) -> Result<(Arc<Buffer>, u64)> {
+        let hit = self.seen.iter().flatten().find(|(h, _, _)| *h == handle);
+        let (buf, base) = match hit {
+            Some((_, b, base)) => (b.clone(), *base),
+            None => {
+                let b = file.buffer(handle)?;
+                let base = b.base(file.dev.arch.host_route)?;
+                self.seen[self.next] = Some((handle, b.clone(), base));
+                self.next = (self.next + 1) % LOOKUPS;
+                (b, base)
+            }
+        };
+        buf.check_range(offset, u64::from(len))?;
+        Ok((buf, base + offset))
+    }
+}
+
 impl OpenFile {
     /// Buffer `handle` of this file.
     fn buffer(&self, handle: u64) -> Result<Arc<Buffer>> {
@@ -151,20 +198,23 @@ impl OpenFile {
         self.dev.queue(Owner::File(self.id), eng, qid)
     }
 
-    /// Validates one copy and translates it to device-fabric addresses. The returned references
-    /// keep both buffers from being freed (`MEM_FREE` is `EBUSY`) until the pair is consumed or
-    /// dropped; a buffer whose `MEM_FREE` is under way is `ENOENT`.
-    fn translate(&self, c: &uapi::neuron_udma_copy) -> Result<(Copy, PairRefs)> {
+    /// Validates one copy and translates it to device-fabric addresses, looking its buffers up
+    /// through `seen`. The returned references keep both buffers from being freed (`MEM_FREE`
+    /// is `EBUSY`) until the pair is consumed or dropped; a buffer whose `MEM_FREE` is under way
+    /// is `ENOENT`.
+    fn translate(
+        &self,
+        seen: &mut Lookups,
+        c: &uapi::neuron_udma_copy,
+    ) -> Result<(Copy, PairRefs)> {
         reserved_zero(&[u64::from(c.reserved)])?;
         if c.flags & !uapi::NEURON_UDMA_COPY_DST_INT != 0 {
             return Err(EINVAL);
         }
         let len = DescLen::new(c.size)?;
         let barrier = Barrier::try_from(c.barrier)?;
-        let route = self.dev.arch.host_route;
-        let (sb, db) = (self.buffer(c.src_handle)?, self.buffer(c.dst_handle)?);
-        let src = sb.addr(route, c.src_offset, u64::from(c.size))?;
-        let dst = db.addr(route, c.dst_offset, u64::from(c.size))?;
+        let (sb, src) = seen.addr(self, c.src_handle, c.src_offset, c.size)?;
+        let (db, dst) = seen.addr(self, c.dst_handle, c.dst_offset, c.size)?;
         Ok((
             Copy {
                 src,
@@ -338,7 +388,7 @@ impl OpenFile {
 
     fn copy_prepare_one(&self, p: &uapi::neuron_udma_copy_prepare_one) -> Result {
         let chan = self.queue(p.engine, p.queue)?;
-        let (c, refs) = self.translate(&p.copy)?;
+        let (c, refs) = self.translate(&mut Lookups::default(), &p.copy)?;
         chan.with(|q, _| q.prepare_one_refs(&c, refs))
     }
 
@@ -374,8 +424,9 @@ impl OpenFile {
         reader.read_slice(staged.as_bytes_mut())?;
         let chan = self.queue(p.engine, p.queue)?;
         let mut copies = KVVec::with_capacity(count, GFP_KERNEL)?;
+        let mut seen = Lookups::default();
         for raw in staged.iter() {
-            copies.push(self.translate(raw)?, GFP_KERNEL)?;
+            copies.push(self.translate(&mut seen, raw)?, GFP_KERNEL)?;
         }
         chan.with(|q, _| {
             q.retire();

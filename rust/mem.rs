@@ -203,13 +203,32 @@ impl Buffer {
     ///
     /// `ERANGE` if the range does not lie inside the buffer, `ENODEV` if it was freed.
     pub(crate) fn addr(&self, route: u64, offset: u64, len: u64) -> Result<u64> {
+        self.check_range(offset, len)?;
+        Ok(self.base(route)? + offset)
+    }
+
+    /// Checks that bytes `[offset, offset + len)` lie inside the buffer.
+    ///
+    /// # Errors
+    ///
+    /// `ERANGE` if they do not.
+    pub(crate) fn check_range(&self, offset: u64, len: u64) -> Result {
         let end = offset.checked_add(len).ok_or(ERANGE)?;
         if end > self.size {
             return Err(ERANGE);
         }
+        Ok(())
+    }
+
+    /// Device-fabric address of byte 0 (see [`Self::addr`]).
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` if the buffer was freed.
+    pub(crate) fn base(&self, route: u64) -> Result<u64> {
         match &*self.backing.lock() {
-            Some(Backing::Host(c, _)) => Ok((c.dma_address() | route) + offset),
-            Some(Backing::Device(a)) => Ok(a + offset),
+            Some(Backing::Host(c, _)) => Ok(c.dma_address() | route),
+            Some(Backing::Device(a)) => Ok(*a),
             None => Err(ENODEV),
         }
     }
