@@ -21,6 +21,7 @@ use kernel::{
     },
     xarray::{AllocKind, XArray},
 };
+use pin_init::pin_init_array_from_fn;
 
 /// Granularity and alignment of every buffer, in bytes.
 pub(crate) const BUF_ALIGN: u64 = 4096;
@@ -422,13 +423,18 @@ struct PoolState {
     held: KVec<Held>,
 }
 
+/// Handle indexes of a [`BufferPool`], each for the files whose id has that remainder: files
+/// look their buffers up under different locks (one XArray lock for all files made two threads
+/// of two files spin on it, Documentation/benchmarks.rst).
+const SHARDS: usize = 16;
+
 /// The buffers of one device and their memory: the one place that knows which buffer exists
 /// and who owns it (an open file keeps only its id). Lookups by handle are O(1) (an XArray).
 #[pin_data]
 pub(crate) struct BufferPool {
-    /// Handle -> buffer.
+    /// Handle -> buffer, in [`SHARDS`] indexes by owner.
     #[pin]
-    handles: XArray<Arc<Buffer>>,
+    handles: [XArray<Arc<Buffer>>; SHARDS],
     #[pin]
     state: Mutex<PoolState>,
     /// Entries of `PoolState::held` (updated under the lock): lets [`Self::has_held`] answer
@@ -440,7 +446,7 @@ impl BufferPool {
     /// An empty pool over the device memory `dram`.
     pub(crate) fn new(dram: DramAllocator) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
-            handles <- XArray::new(AllocKind::Alloc),
+            handles <- pin_init_array_from_fn(|_| XArray::new(AllocKind::Alloc)),
             state <- new_mutex!(PoolState {
                 alive: true,
                 table: KVVec::new(),
@@ -449,6 +455,12 @@ impl BufferPool {
             }),
             held_count: Atomic::new(0),
         })
+    }
+
+    /// The handle index of the buffers of open file `owner`.
+    fn shard(&self, owner: u64) -> &XArray<Arc<Buffer>> {
+        // CAST: the remainder is below SHARDS.
+        &self.handles[(owner % SHARDS as u64) as usize]
     }
 
     /// Bytes of device memory available to user buffers.
@@ -482,7 +494,7 @@ impl BufferPool {
     pub(crate) fn insert(&self, buf: &Arc<Buffer>) -> Result {
         let r = {
             let mut st = self.state.lock();
-            Self::link(&mut st, &self.handles, buf)
+            Self::link(&mut st, self.shard(buf.owner), buf)
         };
         if r.is_err() {
             // Freed outside the pool lock: giving back a host buffer's charge takes the mmap
@@ -516,7 +528,7 @@ impl BufferPool {
     /// `ENOENT` if no such buffer exists or another file owns it.
     pub(crate) fn get(&self, owner: u64, handle: u64) -> Result<Arc<Buffer>> {
         let handle = usize::try_from(handle).map_err(|_| ENOENT)?;
-        let xa = self.handles.lock();
+        let xa = self.shard(owner).lock();
         let buf = xa.get(handle).ok_or(ENOENT)?;
         if buf.owner != owner {
             return Err(ENOENT);
@@ -564,7 +576,7 @@ impl BufferPool {
     /// queues are paused).
     pub(crate) fn free(&self, buf: &Buffer) {
         let mut st = self.state.lock();
-        Self::unlink(&mut st, &self.handles, buf);
+        Self::unlink(&mut st, self.shard(buf.owner), buf);
         drop(st);
         if let Some(addr) = buf.free() {
             self.free_dram(addr);
@@ -699,7 +711,7 @@ impl BufferPool {
         };
         for b in table.iter() {
             // CAST: as in `insert`.
-            drop(self.handles.lock().remove(b.handle as usize));
+            drop(self.shard(b.owner).lock().remove(b.handle as usize));
             b.free();
         }
         drop(held);
