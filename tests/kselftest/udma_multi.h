@@ -235,10 +235,18 @@ static inline int copy_worker(int node, unsigned int queue, __u32 seed, __u32 si
 	sigemptyset(&sa.sa_mask);
 	fd = node_open(node);
 	if (fd < 0)
+		ret = -errno, what = "open";
+	else if ((ret = queue_init(fd, UDMA_HOST_ENGINE, queue, 64, 64)))
+		what = "QUEUE_INIT";
+	else if ((ret = ubuf_host(fd, size, &src)) || (ret = ubuf_host(fd, size, &dst)))
+		what = "MEM_ALLOC (host)";
+	else if ((ret = ubuf_dev(fd, size, &hbm)))
+		what = "MEM_ALLOC (device)";
+	if (ret) {
+		fprintf(stderr, "# worker on /dev/neuron_udma%d queue %u: %s: %s\n", node, queue,
+			what, strerror(-ret));
 		return WK_SETUP;
-	if (queue_init(fd, UDMA_HOST_ENGINE, queue, 64, 64) || ubuf_host(fd, size, &src) ||
-	    ubuf_host(fd, size, &dst) || ubuf_dev(fd, size, &hbm))
-		return WK_SETUP;
+	}
 	sigaction(SIGBUS, &sa, NULL);
 	if (sigsetjmp(worker_jmp, 1)) {
 		/* A buffer access faulted: only a lost device may do that. */
