@@ -309,6 +309,16 @@ class TestSplats(GateTest):
         self.edit("trn1", "console.log", lambda t: "[    0.100000] WARNING: CPU: 0 PID: 0 at early\n" + t)
         self.assertTrue(pr.boot_splat(d))
 
+    def test_boot_splat_after_a_command_line_naming_the_module(self):
+        # The multi-device pass boots with kunit.filter_glob=neuron_udma_...: still a boot splat.
+        d = self.tmp / "trn1-multi"
+        shutil.copytree(FIXTURES / "trn1-multi", d)
+        self.assertFalse(pr.boot_splat(d))
+        self.edit("trn1-multi", "console.log", lambda t: sub1(
+            r"^(.*KernelAddressSanitizer initialized.*\n)",
+            r"\1[    0.006368] BUG: KASAN: wild-memory-access in do_raw_spin_lock+0xb6/0x1f0\n", t))
+        self.assertTrue(pr.boot_splat(d))
+
 
 class TestRunIdentity(GateTest):
     def test_trn2_directory_holds_a_trn1_run(self):
