@@ -233,13 +233,22 @@ impl UdmaDevice {
     ///
     /// # Errors
     ///
-    /// `ENOENT` if the queue is not in use by `owner`.
+    /// `ENOENT` if the queue is not in use by `owner`, `ENODEV` if it is gone because the device
+    /// was unbound.
     pub(crate) fn queue(&self, owner: Owner, eng: u32, qid: u32) -> Result<Arc<Channel>> {
         if self.arch.engine_offset(eng).is_none() || qid >= QUEUES_PER_ENGINE {
             return Err(ENOENT);
         }
         let xa = self.queues.lock();
-        let chan = xa.get(queue_key(eng, qid)).ok_or(ENOENT)?;
+        // [`Self::shutdown`] marks the device dead before it empties the table under this lock:
+        // a call that raced with the unbind finds no queue and must say why.
+        let chan = xa.get(queue_key(eng, qid)).ok_or_else(|| {
+            if self.is_alive() {
+                ENOENT
+            } else {
+                ENODEV
+            }
+        })?;
         if chan.owner != owner {
             return Err(ENOENT);
         }

@@ -37,17 +37,27 @@ mod shim;
 mod testing;
 mod uapi;
 
+/// The most devices the driver binds at once (one character device name each). Real hosts have
+/// up to 16 Neuron devices (trn1.32xlarge, trn2.48xlarge); a probe beyond this fails with `EBUSY`.
+pub(crate) const MAX_DEVICES: usize = 32;
+
+/// `[c"neuron_udma0", c"neuron_udma1", ...]` for the decimal numbers given.
+macro_rules! device_names {
+    ($($n:literal)*) => {
+        [$(kernel::c_str!(concat!("neuron_udma", $n))),*]
+    };
+}
+
 /// Names of the character devices, one per bound device (`MiscDeviceOptions` needs `'static`).
-pub(crate) const NAMES: [&CStr; 8] = [
-    c"neuron_udma0",
-    c"neuron_udma1",
-    c"neuron_udma2",
-    c"neuron_udma3",
-    c"neuron_udma4",
-    c"neuron_udma5",
-    c"neuron_udma6",
-    c"neuron_udma7",
-];
+/// The array type makes the list exactly [`MAX_DEVICES`] long.
+pub(crate) const NAMES: [&CStr; MAX_DEVICES] = device_names!(
+    0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
+);
+
+/// The first name of [`NAMES`] for which `taken` is false, or `None` if all are taken.
+fn free_name(taken: impl Fn(&CStr) -> bool) -> Option<&'static CStr> {
+    NAMES.into_iter().find(|n| !taken(n))
+}
 
 /// Bound devices with their character device names, in probe order.
 pub(crate) struct Registry {
@@ -65,13 +75,10 @@ impl Registry {
     ///
     /// # Errors
     ///
-    /// `EBUSY` if all names are taken, `ENOMEM`.
+    /// `EBUSY` if all [`MAX_DEVICES`] names are taken, `ENOMEM`.
     pub(crate) fn add(dev: Arc<device::UdmaDevice>) -> Result<&'static CStr> {
         let mut reg = REGISTRY.lock();
-        let name = NAMES
-            .into_iter()
-            .find(|n| reg.devs.iter().all(|(m, _)| m != n))
-            .ok_or(EBUSY)?;
+        let name = free_name(|n| reg.devs.iter().any(|(m, _)| *m == n)).ok_or(EBUSY)?;
         reg.devs.push((name, dev), GFP_KERNEL)?;
         Ok(name)
     }
@@ -109,6 +116,35 @@ impl Drop for RegistryCleanup {
     fn drop(&mut self) {
         let old = core::mem::replace(&mut REGISTRY.lock().devs, KVec::new());
         drop(old);
+    }
+}
+
+#[cfg(neuron_udma_kunit)]
+#[kunit_tests(neuron_udma_names)]
+mod tests {
+    use super::*;
+    use kernel::str::CString;
+
+    #[test]
+    fn names_are_numbered_and_distinct() -> Result {
+        for (i, n) in NAMES.iter().enumerate() {
+            let want = CString::try_from_fmt(fmt!("neuron_udma{i}"))?;
+            assert_eq!(n.to_bytes(), want.to_bytes());
+            assert!(NAMES[..i].iter().all(|m| m != n));
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn free_name_takes_the_lowest_and_stops_at_the_limit() -> Result {
+        assert_eq!(free_name(|_| false), Some(NAMES[0]));
+        // Names 0..=16 taken except 5: the hole is filled first.
+        let hole = |n: &CStr| NAMES[..17].contains(&n) && n != NAMES[5];
+        assert_eq!(free_name(hole), Some(NAMES[5]));
+        let all_but_last = |n: &CStr| n != NAMES[MAX_DEVICES - 1];
+        assert_eq!(free_name(all_but_last), Some(c"neuron_udma31"));
+        assert_eq!(free_name(|_| true), None);
+        Ok(())
     }
 }
 

@@ -2,13 +2,19 @@
 # SPDX-License-Identifier: GPL-2.0
 """The gate of `make check`: check every result against tests/expected.toml and summarise.
 
-usage: parse-results.py [--manifest TOML] [--lint LOG] [--unittest LOG] [--cargo LOG] MODEL=DIR...
+usage: parse-results.py [--manifest TOML] [--lint LOG] [--unittest LOG] [--cargo LOG] MODEL[:PASS]=DIR...
        parse-results.py --boot-splat DIR     exit 0 if the kernel splatted before the module loaded
-       parse-results.py --list kunit|kselftest|guest-commands   what the manifest requires, one a line
-                                                 (kselftest: the programs; guest-commands: NAME COMMAND)
+       parse-results.py --list kunit|kselftest|guest-commands|passes [--pass PASS]
+                                                 what the manifest requires, one a line (kselftest:
+                                                 the programs; guest-commands: NAME COMMAND; passes:
+                                                 NAME DEVICES of each extra pass); with --pass only
+                                                 that pass's (main: the one-device pass)
 
 Each DIR holds the console.log (kernel console) and output.log (the guest test plan's output, see
-tests/guest/run-tests) of one VM run on MODEL (trn1, trn2). A model fails when:
+tests/guest/run-tests) of one VM run on MODEL (trn1, trn2): MODEL=DIR is its main pass (one device,
+the KUnit suites and the kselftests without a `pass` in the manifest), MODEL:PASS=DIR a pass of
+the manifest's [passes] (its `devices` devices, its kselftests). Every pass of the manifest must be
+given for each model given. A model fails when:
   - a KUnit suite or kselftest named in the manifest did not run, or one not named there ran;
   - a suite's or binary's plan line (1..N) disagrees with its reported cases, has fewer cases than
     the manifest's min_cases, its own verdict is `not ok`, or a block lost its end marker;
@@ -20,7 +26,9 @@ tests/guest/run-tests) of one VM run on MODEL (trn1, trn2). A model fails when:
   - kmemleak or DMA-API debugging disabled itself, kmemleak did not accept both scans after the
     unloads or reported a leak, or DMA-API debugging counted an error;
   - the bound device is not the model's (trn1 = 1d0f:7164, trn2 = 1d0f:7364), the driver did not
-    unload, load and unload again, or the test plan did not complete.
+    unload, load and unload again, or the test plan did not complete;
+  - in an extra pass, the guest did not have the pass's number of devices, all of the model's and
+    bound to neuron_udma (NU-DEVICE lines), or the pass did not run at all.
 The last line is `N passed, N failed` (`, N skipped`) over everything, shellcheck (one per script),
 the parser's unit tests and cargo tests included. Exit status 1 on any failure.
 """
@@ -124,6 +132,14 @@ class Manifest:
         self.kunit = data.get("kunit", {})
         self.kselftest = data.get("kselftest", {})
         self.skips = data.get("skip", [])
+        self.passes = data.get("passes", {})
+        for name, entry in self.passes.items():
+            if name == "main" or not isinstance(entry.get("devices"), int) or entry["devices"] < 1:
+                raise ValueError(f"{self.path}: passes.{name}: needs devices = an integer >= 1 "
+                                 f"(and `main` is the one-device pass's name)")
+        for name, entry in self.kselftest.items():
+            if entry.get("pass", "main") not in ("main", *self.passes):
+                raise ValueError(f"{self.path}: kselftest.{name}: pass {entry['pass']!r} is not in [passes]")
         for kind, table in (("kunit", self.kunit), ("kselftest", self.kselftest)):
             for name, entry in table.items():
                 if not isinstance(entry.get("min_cases", 0), int) or entry.get("min_cases", 0) < 0:
@@ -133,17 +149,26 @@ class Manifest:
                 if key not in s:
                     raise ValueError(f"{self.path}: a [[skip]] entry has no {key}: {s}")
 
-    def required(self, kind):
+    def required(self, kind, pass_=None):
+        """What must run: in pass `pass_` (KUnit only in "main"), or in any pass (None)."""
         table = self.kunit if kind == "kunit" else self.kselftest
-        return [n for n, e in table.items() if not e.get("optional", False)]
+        names = [n for n, e in table.items() if not e.get("optional", False)]
+        if pass_ is None:
+            return names
+        if kind == "kunit":
+            return names if pass_ == "main" else []
+        return [n for n in names if self.pass_of(n) == pass_]
 
-    def binaries(self):
+    def pass_of(self, kselftest):
+        return self.kselftest[kselftest].get("pass", "main")
+
+    def binaries(self, pass_=None):
         """The kselftests that are programs built from tests/kselftest/NAME.c."""
-        return [n for n in self.required("kselftest") if "command" not in self.kselftest[n]]
+        return [n for n in self.required("kselftest", pass_) if "command" not in self.kselftest[n]]
 
-    def commands(self):
+    def commands(self, pass_=None):
         """`NAME COMMAND...` of the kselftests that are guest commands (e.g. udmactl selftest)."""
-        return [f"{n} {self.kselftest[n]['command']}" for n in self.required("kselftest")
+        return [f"{n} {self.kselftest[n]['command']}" for n in self.required("kselftest", pass_)
                 if "command" in self.kselftest[n]]
 
     def entry(self, kind, name):
@@ -250,6 +275,8 @@ def blocks(lines):
 class Run:
     def __init__(self, label, d, manifest, tally):
         self.label = label
+        self.model, _, self.pass_ = label.partition(":")
+        self.pass_ = self.pass_ or "main"
         self.d = pathlib.Path(d)
         self.m = manifest
         self.t = tally
@@ -275,10 +302,10 @@ class Run:
         self.cases[kind] += 1
         what = f"{kind} {test}: {case}"
         if directive == "SKIP":
-            if self.m.skip_allowed(f"{kind} {test}", case, self.label):
+            if self.m.skip_allowed(f"{kind} {test}", case, self.model):
                 self.t.skipped += 1
             else:
-                self.fail(f"{what}: skipped, and not allowed to skip on {self.label} "
+                self.fail(f"{what}: skipped, and not allowed to skip on {self.model} "
                           f"(fix it, or add a [[skip]] entry with the reason to tests/expected.toml)")
         elif ok:
             self.t.ok()
@@ -307,7 +334,7 @@ class Run:
         for ok, case, directive in s.cases:
             self.case("kunit", name, case, ok, directive)
         suite_skip = s.directive == "SKIP"
-        if suite_skip and not self.m.skip_allowed(f"kunit {name}", "*", self.label):
+        if suite_skip and not self.m.skip_allowed(f"kunit {name}", "*", self.model):
             self.fail(f"kunit {name}: the whole suite skipped")
         self.plan_checks("kunit", name, s.plan, len(s.cases), s.verdict == "ok" or suite_skip,
                          "debugfs results")
@@ -358,7 +385,7 @@ class Run:
         for c in ktap_suites(self.clines):
             console.setdefault(c.name, []).append(c)
         for kind in ("kunit", "kselftest"):
-            required = set(self.m.required(kind))
+            required = set(self.m.required(kind, self.pass_))
             missing = required - self.ran[kind]
             reported = {ln.split()[2] for ln in self.olines
                         if re.match(rf"^NU-(MISSING|NOT-EXECUTABLE) {kind} \S+", ln)}
@@ -372,9 +399,16 @@ class Run:
             unknown = self.ran[kind] - set(self.m.kunit if kind == "kunit" else self.m.kselftest)
             self.check(not unknown, f"{kind} {fmt_list(unknown)}: ran but not named in tests/expected.toml "
                                     f"(add it there)")
+            elsewhere = self.ran[kind] - required - unknown
+            self.check(not elsewhere, f"{kind} {fmt_list(elsewhere)}: ran in the {self.pass_} pass, "
+                                      f"tests/expected.toml puts it in another")
         # A suite KUnit ran at load whose debugfs results were not printed (and not required).
         for n in sorted(console):
-            if n.startswith("neuron_udma") and n not in self.ran["kunit"] and n not in self.m.required("kunit"):
+            if not n.startswith("neuron_udma") or n in self.ran["kunit"]:
+                continue
+            if self.pass_ != "main":
+                self.fail(f"kunit {n}: ran in the {self.pass_} pass (its KUnit suites are filtered out)")
+            elif n not in self.m.required("kunit"):
                 self.fail(f"kunit {n}: on the console but its debugfs results were not printed")
         self.infra()
 
@@ -390,13 +424,15 @@ class Run:
         # The device, and that it is the model's.
         bound = [m.group(1) for m in (re.search(r"NU-BOUND \S+ ?(\S*)", ln) for ln in self.clines) if m]
         self.check(bool(bound), "the device did not bind (see console.log)")
-        want = self.m.models.get(self.label)
+        want = self.m.models.get(self.model)
         if want is None:
-            self.fail(f"model {self.label} is not in tests/expected.toml [models]")
+            self.fail(f"model {self.model} is not in tests/expected.toml [models]")
         elif bound:
             got = bound[-1].lower() or "not printed"
-            self.check(got == want, f"the bound device is {got}, the {self.label} model is {want} "
+            self.check(got == want, f"the bound device is {got}, the {self.model} model is {want} "
                                     f"(logs of another model's run?)")
+        if self.pass_ != "main":
+            self.devices(want)
         image = self.marker("NU-IMAGE")
         self.check(image == "root=755 tmp=1777 dev=666 udma1=1001 ok",
                    f"the guest image for unprivileged users: {image or 'not reported'} "
@@ -431,6 +467,20 @@ class Run:
         more = f" (and {len(splats) - 1} more lines, see console.log and output.log)" if len(splats) > 1 else ""
         self.check(not splats, f"kernel splat: {splats[0] if splats else ''}{more}")
         self.splats = splats
+
+    def devices(self, want):
+        """An extra pass: the guest had the pass's devices, all of the model's, all bound."""
+        entry = self.m.passes.get(self.pass_)
+        if entry is None:
+            self.fail(f"pass {self.pass_} is not in tests/expected.toml [passes]")
+            return
+        devs = [ln.split()[1:] for ln in self.olines if ln.startswith("NU-DEVICE ")]
+        self.check(len(devs) == entry["devices"],
+                   f"{len(devs)} Neuron devices in the guest (NU-DEVICE lines), the {self.pass_} pass "
+                   f"needs {entry['devices']}")
+        wrong = [" ".join(d) for d in devs if len(d) != 3 or d[1].lower() != want or d[2] != "neuron_udma"]
+        self.check(not wrong, f"devices not the {self.model} model's ({want}) or not bound to neuron_udma: "
+                              f"{'; '.join(wrong)}")
 
     def summary(self):
         print(f"{self.label}: {len(self.ran['kunit'])} KUnit suites ({self.cases['kunit']} cases), "
@@ -497,7 +547,9 @@ def boot_splat(d):
     p = pathlib.Path(d) / "console.log"
     console = p.read_text(errors="replace") if p.exists() else ""
     for line in console.splitlines():
-        if "neuron_udma" in line:
+        # The kernel command line may name the module (kunit.filter_glob=... of an extra pass):
+        # that is not the module loading.
+        if "neuron_udma" in line and "command line:" not in line.lower():
             return False
         if SPLAT_RE.search(line):
             return True
@@ -508,7 +560,8 @@ def run(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--manifest", default=str(MANIFEST))
     ap.add_argument("--boot-splat", metavar="DIR")
-    ap.add_argument("--list", choices=("kunit", "kselftest", "guest-commands"))
+    ap.add_argument("--list", choices=("kunit", "kselftest", "guest-commands", "passes"))
+    ap.add_argument("--pass", dest="pass_", metavar="PASS")
     ap.add_argument("--lint")
     ap.add_argument("--unittest")
     ap.add_argument("--cargo")
@@ -518,8 +571,10 @@ def run(argv):
         return 0 if boot_splat(args.boot_splat) else 1
     manifest = Manifest(args.manifest)
     if args.list:
-        names = {"kunit": lambda: manifest.required("kunit"), "kselftest": manifest.binaries,
-                 "guest-commands": manifest.commands}[args.list]()
+        names = {"kunit": lambda: manifest.required("kunit", args.pass_),
+                 "kselftest": lambda: manifest.binaries(args.pass_),
+                 "guest-commands": lambda: manifest.commands(args.pass_),
+                 "passes": lambda: [f"{n} {e['devices']}" for n, e in manifest.passes.items()]}[args.list]()
         print("\n".join(names))
         return 0
     tally = Tally()
@@ -529,6 +584,11 @@ def run(argv):
         unittest_counts(args.unittest, tally)
     if args.cargo:
         cargo_counts(args.cargo, tally)
+    given = {r.partition("=")[0] for r in args.runs}
+    for model in sorted({g.partition(":")[0] for g in given}):
+        for p in manifest.passes:
+            if f"{model}:{p}" not in given:
+                tally.fail(f"{model}:{p}: the {p} pass did not run (tests/expected.toml [passes.{p}])")
     for r in args.runs:
         label, _, d = r.partition("=")
         if not (pathlib.Path(d) / "console.log").exists():

@@ -309,6 +309,16 @@ class TestSplats(GateTest):
         self.edit("trn1", "console.log", lambda t: "[    0.100000] WARNING: CPU: 0 PID: 0 at early\n" + t)
         self.assertTrue(pr.boot_splat(d))
 
+    def test_boot_splat_after_a_command_line_naming_the_module(self):
+        # The multi-device pass boots with kunit.filter_glob=neuron_udma_...: still a boot splat.
+        d = self.tmp / "trn1-multi"
+        shutil.copytree(FIXTURES / "trn1-multi", d)
+        self.assertFalse(pr.boot_splat(d))
+        self.edit("trn1-multi", "console.log", lambda t: sub1(
+            r"^(.*KernelAddressSanitizer initialized.*\n)",
+            r"\1[    0.006368] BUG: KASAN: wild-memory-access in do_raw_spin_lock+0xb6/0x1f0\n", t))
+        self.assertTrue(pr.boot_splat(d))
+
 
 class TestRunIdentity(GateTest):
     def test_trn2_directory_holds_a_trn1_run(self):
@@ -357,6 +367,89 @@ class TestHostStages(GateTest):
         self.assertIn("FAILED: parser unit test test_x", out)
 
 
+# The fixture manifest plus the multi-device pass, as tests/expected.toml has it.
+MULTI_PASS = """
+[passes.multi]
+devices = 4
+
+[kselftest.multi_device_test]
+pass = "multi"
+min_cases = 4
+
+[kselftest.unbind_load_test]
+pass = "multi"
+min_cases = 3
+"""
+
+
+class TestPasses(GateTest):
+    """An extra pass ([passes] of the manifest): tests/fixtures/trn1-multi is the multi-device pass
+    (4 devices) of a real trn1 run of 2026-11-30, its console trimmed to the lines the gate reads."""
+
+    def setUp(self):
+        super().setUp()
+        shutil.copytree(FIXTURES / "trn1-multi", self.tmp / "trn1-multi")
+        self.manifest.write_text(self.manifest.read_text() + MULTI_PASS)
+        self.runs = [f"trn1={self.tmp / 'trn1'}", f"trn1:multi={self.tmp / 'trn1-multi'}"]
+
+    def test_both_passes_pass(self):
+        rc, out = self.gate(self.runs)
+        self.assertEqual(rc, 0, out)
+        self.assertRegex(out, r"(?m)^trn1:multi: 0 KUnit suites \(0 cases\), 2 kselftests \(\d+ cases\)")
+
+    def test_missing_pass(self):
+        self.assertFails("trn1:multi: the multi pass did not run", runs=self.runs[:1])
+
+    def test_pass_that_did_not_boot(self):
+        shutil.rmtree(self.tmp / "trn1-multi")
+        self.assertFails("trn1:multi: the VM did not boot", runs=self.runs)
+
+    def test_three_devices(self):
+        self.edit("trn1-multi", "output.log", lambda t: sub1(r"^NU-DEVICE .*\n", "", t))
+        self.assertFails("3 Neuron devices in the guest", runs=self.runs)
+
+    def test_unbound_device(self):
+        self.edit("trn1-multi", "output.log",
+                  lambda t: sub1(r"^(NU-DEVICE \S+ \S+) neuron_udma$", r"\1 none", t))
+        self.assertFails("or not bound to neuron_udma", runs=self.runs)
+
+    def test_another_models_device(self):
+        self.edit("trn1-multi", "output.log",
+                  lambda t: sub1(r"^(NU-DEVICE \S+) 1d0f:7164", r"\1 1d0f:7364", t))
+        self.assertFails("not the trn1 model's", runs=self.runs)
+
+    def test_unbind_test_did_not_run(self):
+        self.edit("trn1-multi", "output.log", lambda t: drop_block(t, "kselftest", "unbind_load_test"))
+        self.assertFails("trn1:multi: kselftest unbind_load_test: did not run", runs=self.runs)
+
+    def test_multi_test_in_the_main_pass(self):
+        multi = block_of(self.read("trn1-multi", "output.log"), "kselftest", "multi_device_test").group(0)
+        self.edit("trn1", "output.log", lambda t: sub1(r"^NU-RMMOD", multi + "NU-RMMOD", t))
+        self.assertFails("trn1: kselftest multi_device_test: ran in the main pass", runs=self.runs)
+
+    def test_splat_in_the_pass(self):
+        self.edit("trn1-multi", "console.log",
+                  lambda t: t + "[   40.1] INFO: task unbind_load_te:123 blocked for more than 60 seconds.\n")
+        self.assertFails("trn1:multi: kernel splat: INFO: task", runs=self.runs)
+
+    def test_dma_api_leak_in_the_pass(self):
+        self.edit("trn1-multi", "output.log", lambda t: sub1(
+            r"^NU-DMA-API final disabled=N error_count=0", "NU-DMA-API final disabled=N error_count=2", t))
+        self.assertFails("trn1:multi: DMA-API debugging final", runs=self.runs)
+
+    def test_kmemleak_in_the_pass(self):
+        self.edit("trn1-multi", "output.log", lambda t: sub1(
+            r"^NU-BEGIN kmemleak report\n",
+            "NU-BEGIN kmemleak report\nunreferenced object 0xffff888004f1c000 (size 64):\n", t))
+        self.assertFails("trn1:multi: kmemleak reports 1 leaked objects", runs=self.runs)
+
+    def test_kunit_in_the_pass(self):
+        ktap = "".join(f"[   20.0] {ln}\n" for ln in (
+            "    # Subtest: neuron_udma_ring", "    1..1", "    ok 1 x", "ok 1 neuron_udma_ring"))
+        self.edit("trn1-multi", "console.log", lambda t: t + ktap)
+        self.assertFails("trn1:multi: kunit neuron_udma_ring: ran in the multi pass", runs=self.runs)
+
+
 class TestManifest(unittest.TestCase):
     """tests/expected.toml names exactly the suites and kselftests of the tree."""
 
@@ -377,6 +470,12 @@ class TestManifest(unittest.TestCase):
 
     def test_every_model_has_an_id(self):
         self.assertEqual(self.m.models, {"trn1": "1d0f:7164", "trn2": "1d0f:7364"})
+
+    def test_passes(self):
+        self.assertEqual({n: e["devices"] for n, e in self.m.passes.items()}, {"multi": 4})
+        self.assertEqual(set(self.m.required("kselftest", "multi")), {"multi_device_test", "unbind_load_test"})
+        self.assertEqual(self.m.required("kunit", "multi"), [])
+        self.assertNotIn("unbind_load_test", self.m.required("kselftest", "main"))
 
     def test_fixture_manifest_is_the_real_one_of_its_time(self):
         # The fixture's manifest differs from the real one only by what was added since.
