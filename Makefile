@@ -9,6 +9,7 @@
 #   make demo            boot the trn1 model; udmactl copies a 64 MiB file host -> HBM -> host
 #   make bench           boot the trn1 model and print the benchmark table (Documentation/benchmarks.rst)
 #   make vm MODEL=trn2 CMD='...'   run a guest command with the module loaded
+#   make fuzz [MODEL=trn1] [SEED=n] [OPS=n]   a long run of the ABI fuzzer (Documentation/udma-fuzz.rst)
 #   make fmt / fmt-check rustfmt on the module and the tools workspace
 #   make clean
 
@@ -27,7 +28,7 @@ MODULE_CLEAN := cd $(CURDIR) && rm -f $(foreach d,. rust,$(addprefix $(d)/,*.o *
 KBUILD_ARGS := M=$(CURDIR) $(if $(filter 1,$(KUNIT)),NEURON_UDMA_KUNIT=y) $(if $(CLIPPY),CLIPPY=$(CLIPPY)) \
 	$(if $(filter y,$(NEURON_UDMA_BENCH)),NEURON_UDMA_BENCH=y)
 
-.PHONY: all modules clean check demo bench vm fmt fmt-check kernel toolchain
+.PHONY: all modules clean check demo bench vm fuzz fmt fmt-check kernel toolchain
 
 all: modules
 
@@ -70,6 +71,14 @@ bench:
 
 vm:
 	scripts/vm-run --model $(MODEL) -- '$(CMD)'
+
+# Long fuzzer runs: OPS operations (half of them with fault storms) from SEED (default: the
+# clock), on the production-like guest of `make vm`; the guest may run for up to 12 hours.
+OPS ?= 1000000
+SEED ?=
+fuzz:
+	scripts/vm-run --model $(MODEL) --timeout 43200 -- \
+	  'udma-fuzz --ops $(OPS) $(if $(SEED),--seed $(SEED))'
 
 RUSTFMT := scripts/in-root rustfmt --edition 2021 --config-path /usr/src/linux/.rustfmt.toml
 RUST_SRCS := $(filter-out rust/uapi_generated.rs,$(wildcard rust/*.rs))
