@@ -134,6 +134,14 @@ impl Op {
 pub static OP_COUNTS: [AtomicU64; 19] = [const { AtomicU64::new(0) }; 19];
 /// Faults injected, by kind: fail_nth, abort, stall, slow, slow off, clear.
 pub static FAULT_COUNTS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+/// Calls that succeeded, by operation kind (`OP_NAMES`).
+pub static OP_OK: [AtomicU64; 20] = [const { AtomicU64::new(0) }; 20];
+static CUR_OP: AtomicU64 = AtomicU64::new(0);
+
+/// Counts the running operation as one that succeeded (for calls not checked by `expect`).
+fn succeeded() {
+    OP_OK[CUR_OP.load(Relaxed) as usize].fetch_add(1, Relaxed);
+}
 /// Answers checked, by errno (0: success).
 pub static OUTCOMES: [AtomicU64; 128] = [const { AtomicU64::new(0) }; 128];
 /// Whether generated sequences contain fault injections.
@@ -200,6 +208,9 @@ macro_rules! fail {
 /// Checks a call's result against the allowed outcomes: `ok` (success allowed) and `errs`.
 fn expect(what: &str, got: Result<(), Errno>, ok: bool, errs: &[Errno]) -> Result<(), Errno> {
     OUTCOMES[got.err().unwrap_or(0).clamp(0, 127) as usize].fetch_add(1, Relaxed);
+    if got.is_ok() {
+        OP_OK[CUR_OP.load(Relaxed) as usize].fetch_add(1, Relaxed);
+    }
     match got {
         Ok(()) if ok => {}
         Err(e) if errs.contains(&e) => {}
@@ -259,7 +270,7 @@ fn copy_op() -> impl Strategy<Value = CopyOp> {
         any::<u8>(),
         0u8..3,
         any::<bool>(),
-        prop_oneof![16 => Just(0u8), 1 => 1u8..=9],
+        prop_oneof![60 => Just(0u8), 1 => 1u8..=9],
     )
         .prop_map(|(src, dst, soff, doff, size, barrier, int, bad)| CopyOp {
             src: src % 4,
@@ -290,7 +301,7 @@ impl ReferenceStateMachine for FuzzRef {
         let slot = 0u8..BUF_SLOTS as u8;
         let f = 0u8..FILES as u8;
         let base = prop_oneof![
-            8 => (f.clone(), slot.clone(), any::<u8>(), any::<u8>()).prop_map(|(file, slot, kind, size)| Op::Alloc { file, slot, kind, size }),
+            10 => (f.clone(), slot.clone(), any::<u8>(), any::<u8>()).prop_map(|(file, slot, kind, size)| Op::Alloc { file, slot, kind, size }),
             3 => (f.clone(), slot.clone(), how(3)).prop_map(|(file, slot, how)| Op::Free { file, slot, how }),
             5 => (f.clone(), slot.clone(), how(5)).prop_map(|(file, slot, how)| Op::Map { file, slot, how }),
             1 => (f.clone(), slot.clone()).prop_map(|(file, slot)| Op::Unmap { file, slot }),
@@ -298,7 +309,7 @@ impl ReferenceStateMachine for FuzzRef {
             4 => (f.clone(), slot.clone()).prop_map(|(file, slot)| Op::Check { file, slot }),
             5 => (f.clone(), q.clone(), any::<u8>(), any::<u8>(), how(7)).prop_map(|(file, q, tx, rx, how)| Op::QueueInit { file, q, tx, rx, how }),
             2 => (file(), q.clone(), how(2)).prop_map(|(file, q, how)| Op::QueueRelease { file, q, how }),
-            14 => (file(), q.clone(), any::<bool>(), prop::collection::vec(copy_op(), 1..=40), how(3)).prop_map(|(file, q, one, copies, how)| Op::Prepare { file, q, one, copies, how }),
+            14 => (file(), q.clone(), any::<bool>(), prop_oneof![3 => prop::collection::vec(copy_op(), 1..=8), 1 => prop::collection::vec(copy_op(), 9..=40)], how(3)).prop_map(|(file, q, one, copies, how)| Op::Prepare { file, q, one, copies, how }),
             3 => (file(), q.clone(), any::<u8>(), any::<bool>(), how(3)).prop_map(|(file, q, n, tx, how)| Op::Start { file, q, n, tx, how }),
             12 => (file(), q.clone(), prop_oneof![6 => Just(0u8), 1 => 1u8..=3], any::<u16>()).prop_map(|(file, q, how, us)| Op::Wait { file, q, how, us }),
             2 => (file(), q.clone(), any::<bool>()).prop_map(|(file, q, ro)| Op::State { file, q, ro }),
@@ -389,6 +400,15 @@ impl Sut {
         }
     }
 
+    /// The buffer slot an operation on slot `slot` of file `f` uses: `slot`, or if it is empty
+    /// (or not a host buffer when `host`), the next one that fits (`slot` when none does).
+    fn bslot(&self, f: usize, slot: usize, host: bool) -> usize {
+        (0..BUF_SLOTS)
+            .map(|i| (slot + i) % BUF_SLOTS)
+            .find(|&s| self.files[f].bufs[s].as_ref().is_some_and(|b| b.host || !host))
+            .unwrap_or(slot)
+    }
+
     /// The queue slot an operation on slot `q` uses: `q`, or if it has no queue, the next
     /// slot that has one (`q` when none has).
     fn qslot(&self, q: usize) -> usize {
@@ -417,17 +437,27 @@ impl Sut {
 
     fn apply(&mut self, op: Op) {
         OP_COUNTS[op.kind()].fetch_add(1, Relaxed);
+        CUR_OP.store(op.kind() as u64, Relaxed);
         match op {
             Op::Alloc { file, slot, kind, size } => self.alloc(file as usize, slot as usize, kind, size),
-            Op::Free { file, slot, how } => self.free(file as usize, slot as usize, how),
-            Op::Map { file, slot, how } => self.map(file as usize, slot as usize, how),
+            Op::Free { file, slot, how } => {
+                self.free(file as usize, self.bslot(file as usize, slot as usize, false), how)
+            }
+            Op::Map { file, slot, how } => {
+                self.map(file as usize, self.bslot(file as usize, slot as usize, how == 0), how)
+            }
             Op::Unmap { file, slot } => {
-                if let Some(b) = self.files[file as usize].bufs[slot as usize].as_mut() {
-                    b.map = None;
+                let slot = self.bslot(file as usize, slot as usize, true);
+                if let Some(b) = self.files[file as usize].bufs[slot].as_mut() {
+                    if b.map.take().is_some() {
+                        succeeded();
+                    }
                 }
             }
-            Op::Write { file, slot, off, len, seed } => self.write(file as usize, slot as usize, off, len, seed),
-            Op::Check { file, slot } => self.check(file as usize, slot as usize),
+            Op::Write { file, slot, off, len, seed } => {
+                self.write(file as usize, self.bslot(file as usize, slot as usize, true), off, len, seed)
+            }
+            Op::Check { file, slot } => self.check(file as usize, self.bslot(file as usize, slot as usize, false)),
             Op::QueueInit { file, q, tx, rx, how } => self.queue_init(file as usize, q as usize, tx, rx, how),
             Op::QueueRelease { file, q, how } => self.queue_release(file, q as usize, how),
             Op::Prepare { file, q, one, copies, how } => self.prepare(file, q as usize, one, &copies, how),
@@ -585,6 +615,7 @@ impl Sut {
         let ok = errs.is_empty();
         match r {
             Ok(m) if ok => {
+                succeeded();
                 // A second mapping of the same buffer is allowed: it must see the same bytes.
                 if b.map.is_some() {
                     let (a, c) = (b.map.as_ref().map(|m| m.read()).unwrap_or_default(), m.read());
@@ -602,8 +633,15 @@ impl Sut {
     }
 
     fn write(&mut self, f: usize, slot: usize, off: u16, len: u16, seed: u8) {
-        let Some(b) = self.files[f].bufs[slot].as_mut() else { return };
+        let fd = self.devs[f].raw();
+        let Some(b) = self.files[f].bufs[slot].as_mut().filter(|b| b.host) else { return };
+        if b.map.is_none() {
+            let rw = libc::PROT_READ | libc::PROT_WRITE;
+            let r = Mapping::new(fd, b.size, b.mmap_offset, rw, libc::MAP_SHARED);
+            b.map = Some(r.unwrap_or_else(|e| fail!("mmap of host buffer {}: {}", b.handle, name(e))));
+        }
         let Some(m) = b.map.as_ref() else { return };
+        succeeded();
         let o = (off as usize * b.size) >> 16;
         let l = ((len as usize * (b.size - o)) >> 16).max(1);
         let s = PATTERN_SEQ.fetch_add(1, Relaxed) as u32 ^ u32::from(seed) << 24;
@@ -947,7 +985,7 @@ impl Sut {
         let r = if how % 4 == 2 {
             let t = libc::itimerval {
                 it_interval: libc::timeval { tv_sec: 0, tv_usec: 0 },
-                it_value: libc::timeval { tv_sec: 0, tv_usec: 1 + libc::suseconds_t::from(us % 3000) },
+                it_value: libc::timeval { tv_sec: 0, tv_usec: 1 + libc::suseconds_t::from(us % 500) },
             };
             // SAFETY: arms a one-shot SIGALRM (empty handler, see `init`).
             unsafe { libc::setitimer(libc::ITIMER_REAL, &t, std::ptr::null_mut()) };
@@ -1127,7 +1165,7 @@ impl Sut {
             }
         });
         match child.join(Duration::from_secs(20)) {
-            Ok(0) => {}
+            Ok(0) => succeeded(),
             r => fail!("fork (child {}): {r:?}", ["uses the file", "exits", "closes the file"][how as usize % 3]),
         }
     }
@@ -1144,13 +1182,14 @@ impl Sut {
         let (dev, scratch) = open_file();
         self.devs[f] = dev;
         self.scratch[f] = scratch;
+        succeeded();
     }
 
     fn second(&mut self, join: bool) {
         if join {
             if let Some(c) = self.second.take() {
                 match c.join(Duration::from_secs(120)) {
-                    Ok(0) => {}
+                    Ok(0) => succeeded(),
                     r => fail!("the second process (its own file and queue) failed: {r:?}"),
                 }
             }
@@ -1166,9 +1205,11 @@ impl Sut {
         let path = ctx().path.clone();
         let seed = PATTERN_SEQ.fetch_add(100, Relaxed) as u32;
         let t = std::thread::spawn(move || workers::memcpy_thread(&path, 4, seed));
+        CUR_OP.store(10, Relaxed); // the wait's answer counts as a wait's
         self.wait(0, q, 0, 0);
+        CUR_OP.store(16, Relaxed);
         match t.join() {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => succeeded(),
             r => fail!("a MEMCPY thread with its own file failed: {r:?}"),
         }
     }
@@ -1202,6 +1243,7 @@ impl Sut {
                 true
             }
         };
+        succeeded();
         if !ok {
             fail!("the model rejected fault {kind} on engine {engine} queue {queue}");
         }
@@ -1263,6 +1305,7 @@ impl Sut {
     /// End of a test case: the second process must have succeeded; engines that a fault may
     /// have left aborted must recover with one failing wait at most.
     fn teardown(mut self) {
+        CUR_OP.store(19, Relaxed); // not an operation of the sequence
         self.second(true);
         drop(self);
         if let Some(w) = ctx().window.as_ref() {

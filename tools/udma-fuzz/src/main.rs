@@ -46,7 +46,7 @@ fn parse() -> Args {
     let mut a = Args {
         ops: 20_000,
         seed: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64),
-        len: 64,
+        len: 128,
         device: PathBuf::from("/dev/neuron_udma0"),
         replay: None,
         faults: "both".into(),
@@ -210,9 +210,10 @@ fn main() {
         t0.elapsed().as_secs_f64(),
         total as f64 / t0.elapsed().as_secs_f64()
     );
-    for (name, c) in fuzz::OP_NAMES.iter().zip(fuzz::OP_COUNTS.iter()) {
+    println!("#   {:15} {:>9} {:>6} {:>9}", "operation", "count", "share", "succeeded");
+    for ((name, c), ok) in fuzz::OP_NAMES.iter().zip(fuzz::OP_COUNTS.iter()).zip(fuzz::OP_OK.iter()) {
         let c = c.load(Relaxed);
-        println!("#   {name:15} {c:9} {:5.1}%", 100.0 * c as f64 / total.max(1) as f64);
+        println!("#   {name:15} {c:9} {:5.1}% {:9}", 100.0 * c as f64 / total.max(1) as f64, ok.load(Relaxed));
     }
     let f: Vec<String> = ["fail_nth", "abort", "stall", "slow", "slow_off", "clear"]
         .iter()
