@@ -123,12 +123,18 @@ fn run_case(seed: u64, len: usize, faults: bool) -> bool {
 fn pass(a: &Args, ops: u64, faults: bool) -> bool {
     let start = total_ops();
     let mut i = 0u64;
+    let t = Instant::now();
+    let mut next_report = 100_000;
     while total_ops() - start < ops {
         let seed = case_seed(a.seed ^ u64::from(faults), i);
         if !run_case(seed, a.len, faults) {
             return false;
         }
         i += 1;
+        if total_ops() - start >= next_report {
+            println!("# {} operations in {:.0} s", total_ops() - start, t.elapsed().as_secs_f64());
+            next_report += 100_000;
+        }
     }
     true
 }
