@@ -73,12 +73,16 @@ vm:
 	scripts/vm-run --model $(MODEL) -- '$(CMD)'
 
 # Long fuzzer runs: OPS operations (half of them with fault storms) from SEED (default: the
-# clock), on the production-like guest of `make vm`; the guest may run for up to 12 hours.
+# clock), on the guest of `make vm` (debug kernel, the module as `make` builds it); the guest may
+# run for up to 12 hours. Logs in build/fuzz/MODEL/; the run fails on a kernel splat too.
 OPS ?= 1000000
 SEED ?=
+SPLATS := BUG:|WARNING:|KASAN|possible (circular|recursive)|INFO: task .* blocked|soft lockup|rcu_.*stall|Oops|Kernel panic
 fuzz:
-	scripts/vm-run --model $(MODEL) --timeout 43200 -- \
+	scripts/vm-run --model $(MODEL) --timeout 43200 --log-dir build/fuzz/$(MODEL) -- \
 	  'udma-fuzz --ops $(OPS) $(if $(SEED),--seed $(SEED))'
+	@if grep -E '$(SPLATS)' build/fuzz/$(MODEL)/console.log; then \
+	  echo "kernel splat during the fuzz run (build/fuzz/$(MODEL)/console.log)"; exit 1; fi
 
 RUSTFMT := scripts/in-root rustfmt --edition 2021 --config-path /usr/src/linux/.rustfmt.toml
 RUST_SRCS := $(filter-out rust/uapi_generated.rs,$(wildcard rust/*.rs))
