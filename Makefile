@@ -10,6 +10,7 @@
 #   make bench           boot the trn1 model on the production-config bench kernel and print the
 #                        benchmark table (Documentation/benchmarks.rst); KERNEL=debug: the test kernel
 #   make vm MODEL=trn2 CMD='...'   run a guest command with the module loaded
+#   make fuzz [MODEL=trn1] [SEED=n] [OPS=n]   a long run of the ABI fuzzer (Documentation/udma-fuzz.rst)
 #   make fmt / fmt-check rustfmt on the module and the tools workspace
 #   make clean
 
@@ -30,7 +31,7 @@ MODULE_CLEAN := cd $(CURDIR) && rm -f $(foreach d,. rust,$(addprefix $(d)/,*.o *
 KBUILD_ARGS := M=$(CURDIR) $(if $(filter 1,$(KUNIT)),NEURON_UDMA_KUNIT=y) $(if $(CLIPPY),CLIPPY=$(CLIPPY)) \
 	$(if $(filter y,$(NEURON_UDMA_BENCH)),NEURON_UDMA_BENCH=y)
 
-.PHONY: all modules clean check demo bench vm fmt fmt-check kernel toolchain
+.PHONY: all modules clean check demo bench vm fuzz fmt fmt-check kernel toolchain
 
 all: modules
 
@@ -73,6 +74,18 @@ bench:
 
 vm:
 	scripts/vm-run --model $(MODEL) -- '$(CMD)'
+
+# Long fuzzer runs: OPS operations (half of them with fault storms) from SEED (default: the
+# clock), on the guest of `make vm` (debug kernel, the module as `make` builds it); the guest may
+# run for up to 12 hours. Logs in build/fuzz/MODEL/; the run fails on a kernel splat too.
+OPS ?= 1000000
+SEED ?=
+SPLATS := BUG:|WARNING:|KASAN|possible (circular|recursive)|INFO: task .* blocked|soft lockup|rcu_.*stall|Oops|Kernel panic
+fuzz:
+	scripts/vm-run --model $(MODEL) --timeout 43200 --log-dir build/fuzz/$(MODEL) -- \
+	  'udma-fuzz --ops $(OPS) $(if $(SEED),--seed $(SEED))'
+	@if grep -E '$(SPLATS)' build/fuzz/$(MODEL)/console.log; then \
+	  echo "kernel splat during the fuzz run (build/fuzz/$(MODEL)/console.log)"; exit 1; fi
 
 RUSTFMT := scripts/in-root rustfmt --edition 2021 --config-path /usr/src/linux/.rustfmt.toml
 RUST_SRCS := $(filter-out rust/uapi_generated.rs,$(wildcard rust/*.rs))

@@ -1,0 +1,1392 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The state machine: the operations (every ioctl with valid and invalid arguments, mmap and
+//! munmap, fork, close and reopen, signals during waits, a second process and threads, and
+//! the model's faults), how they are generated, and what the device must answer to each one
+//! according to the reference model (`model.rs`).
+//!
+//! Operations name buffers and queues by small slot numbers, so every operation is valid in
+//! every state and any subsequence of a failing run is a run: proptest's shrinking deletes and
+//! simplifies operations freely. The expected answer of an operation is computed from the
+//! model at the time it runs.
+
+use crate::dev::{ioctl_raw, Dev, Errno, FaultKind, FaultWindow, Mapping};
+use crate::model::*;
+use crate::workers::{self, Child};
+use libc::{
+    EBADF, EBUSY, EFAULT, EINTR, EINVAL, EIO, ENOENT, ENOMEM, ENOSPC, ENOTTY, EOPNOTSUPP, EPERM, ERANGE, ETIMEDOUT,
+};
+use neuron_udma::sys;
+use proptest::prelude::*;
+use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// One copy entry of a `Prepare` operation.
+#[derive(Clone, Debug)]
+pub struct CopyOp {
+    src: u8,
+    dst: u8,
+    soff: u16,
+    doff: u16,
+    size: u8,
+    barrier: u8,
+    int: bool,
+    bad: u8,
+}
+
+/// One operation of the state machine. `file` fields pick a file (0 or 1) or, for queue
+/// operations, the queue's owner (0) or the other file (1); `how` picks the valid call (0,
+/// the most likely) or one of the invalid variants.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// `MEM_ALLOC` into a buffer slot.
+    Alloc { file: u8, slot: u8, kind: u8, size: u8 },
+    /// `MEM_FREE` of a slot's buffer.
+    Free { file: u8, slot: u8, how: u8 },
+    /// `mmap()` of a slot's buffer.
+    Map { file: u8, slot: u8, how: u8 },
+    /// `munmap()` of a slot's mapping.
+    Unmap { file: u8, slot: u8 },
+    /// Writes bytes through a mapping.
+    Write { file: u8, slot: u8, off: u16, len: u16, seed: u8 },
+    /// Compares a buffer's bytes with the model (through its mapping, or a MEMCPY).
+    Check { file: u8, slot: u8 },
+    /// `QUEUE_INIT` of a queue slot.
+    QueueInit { file: u8, q: u8, tx: u8, rx: u8, how: u8 },
+    /// `QUEUE_RELEASE`.
+    QueueRelease { file: u8, q: u8, how: u8 },
+    /// `COPY_PREPARE` (or `COPY_PREPARE_ONE` of the first entry).
+    Prepare { file: u8, q: u8, one: bool, copies: Vec<CopyOp>, how: u8 },
+    /// `COPY_START`.
+    Start { file: u8, q: u8, n: u8, tx: bool, how: u8 },
+    /// `COPY_WAIT` (default or short timeout, or with a signal arriving).
+    Wait { file: u8, q: u8, how: u8, us: u16 },
+    /// `QUEUE_STATE` (also from a read-only file).
+    State { file: u8, q: u8, ro: bool },
+    /// `MEMCPY` between two slots.
+    Memcpy { file: u8, src: u8, dst: u8, soff: u16, doff: u16, size: u8, how: u8 },
+    /// `fork()`: the child uses the file, exits, or closes it.
+    Fork { file: u8, how: u8 },
+    /// Closes a file (releasing everything it owns) and opens it again.
+    Reopen { file: u8 },
+    /// Starts (or joins) the second process.
+    Second { join: bool },
+    /// A thread copies with MEMCPY on its own file while this one waits on a queue.
+    Thread { q: u8 },
+    /// Injects one of the model's faults (fault storms).
+    Fault { kind: u8, q: u8, arg: u8 },
+    /// Unknown commands, bad pointers, writes through a read-only file.
+    BadIoctl { how: u8 },
+}
+
+/// Names of the operation kinds, for the operation mix.
+pub const OP_NAMES: [&str; 19] = [
+    "alloc",
+    "free",
+    "mmap",
+    "munmap",
+    "write",
+    "check",
+    "queue_init",
+    "queue_release",
+    "prepare",
+    "start",
+    "wait",
+    "queue_state",
+    "memcpy",
+    "fork",
+    "reopen",
+    "second_process",
+    "thread",
+    "fault",
+    "bad_ioctl",
+];
+
+impl Op {
+    fn kind(&self) -> usize {
+        match self {
+            Op::Alloc { .. } => 0,
+            Op::Free { .. } => 1,
+            Op::Map { .. } => 2,
+            Op::Unmap { .. } => 3,
+            Op::Write { .. } => 4,
+            Op::Check { .. } => 5,
+            Op::QueueInit { .. } => 6,
+            Op::QueueRelease { .. } => 7,
+            Op::Prepare { .. } => 8,
+            Op::Start { .. } => 9,
+            Op::Wait { .. } => 10,
+            Op::State { .. } => 11,
+            Op::Memcpy { .. } => 12,
+            Op::Fork { .. } => 13,
+            Op::Reopen { .. } => 14,
+            Op::Second { .. } => 15,
+            Op::Thread { .. } => 16,
+            Op::Fault { .. } => 17,
+            Op::BadIoctl { .. } => 18,
+        }
+    }
+}
+
+/// Operations run, by kind (`OP_NAMES`), since the start of the program.
+pub static OP_COUNTS: [AtomicU64; 19] = [const { AtomicU64::new(0) }; 19];
+/// Faults injected, by kind: fail_nth, abort, stall, slow, slow off, clear.
+pub static FAULT_COUNTS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+/// Calls that succeeded, by operation kind (`OP_NAMES`).
+pub static OP_OK: [AtomicU64; 20] = [const { AtomicU64::new(0) }; 20];
+static CUR_OP: AtomicU64 = AtomicU64::new(0);
+
+/// Counts the running operation as one that succeeded (for calls not checked by `expect`).
+fn succeeded() {
+    OP_OK[CUR_OP.load(Relaxed) as usize].fetch_add(1, Relaxed);
+}
+/// Answers checked, by errno (0: success).
+pub static OUTCOMES: [AtomicU64; 128] = [const { AtomicU64::new(0) }; 128];
+/// Whether generated sequences contain fault injections.
+pub static FAULTS: AtomicBool = AtomicBool::new(false);
+
+/// What every test case shares: the device and the engines the slots use.
+#[derive(Debug)]
+pub struct Ctx {
+    /// The device node.
+    pub path: PathBuf,
+    /// Its `INFO`.
+    pub info: sys::neuron_udma_info,
+    /// Engines: slots 0 and 1 use `engines[0]` (queues 2 and 3), slot 2 `engines[1]`, slot 3
+    /// `engines[2]`; the second process `engines[3]`.
+    pub engines: [u32; 4],
+    /// The model's fault window, if this is the model and we may map it.
+    pub window: Option<FaultWindow>,
+}
+
+static CTX: OnceLock<Ctx> = OnceLock::new();
+/// The model of the engines, kept across test cases (an abort outlives a case).
+static ENGINES: Mutex<[EngineM; 3]> = Mutex::new([EngineM { armed: false, maybe_aborted: false }; 3]);
+/// The newest handle seen: handles are never reused, so each new one is larger.
+static LAST_HANDLE: AtomicU64 = AtomicU64::new(0);
+static PATTERN_SEQ: AtomicU64 = AtomicU64::new(1);
+
+/// Sets the shared context (once).
+pub fn init(ctx: Ctx) {
+    CTX.set(ctx).expect("init once");
+    extern "C" fn on_alarm(_: libc::c_int) {}
+    // SAFETY: installs an empty handler without SA_RESTART, so a SIGALRM interrupts a wait.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_alarm as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGALRM, &sa, std::ptr::null_mut());
+    }
+}
+
+fn ctx() -> &'static Ctx {
+    CTX.get().expect("fuzz::init")
+}
+
+/// (engine, queue) of queue slot `q`, and the index of its engine in `ENGINES`.
+fn slot_queue(q: usize) -> (u32, u32, usize) {
+    let e = &ctx().engines;
+    match q {
+        0 => (e[0], 2, 0),
+        1 => (e[0], 3, 0),
+        2 => (e[1], 2, 1),
+        _ => (e[2], 2, 2),
+    }
+}
+
+fn engines() -> std::sync::MutexGuard<'static, [EngineM; 3]> {
+    ENGINES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Fails the test case with the operation's context.
+macro_rules! fail {
+    ($($arg:tt)*) => { panic!($($arg)*) };
+}
+
+/// Checks a call's result against the allowed outcomes: `ok` (success allowed) and `errs`.
+fn expect(what: &str, got: Result<(), Errno>, ok: bool, errs: &[Errno]) -> Result<(), Errno> {
+    OUTCOMES[got.err().unwrap_or(0).clamp(0, 127) as usize].fetch_add(1, Relaxed);
+    if got.is_ok() {
+        OP_OK[CUR_OP.load(Relaxed) as usize].fetch_add(1, Relaxed);
+    }
+    match got {
+        Ok(()) if ok => {}
+        Err(e) if errs.contains(&e) => {}
+        _ => fail!(
+            "{what}: got {}, expected {}{}",
+            show(got),
+            if ok { "success" } else { "" },
+            errs.iter().map(|e| format!("{}{}", if ok { " or " } else { " " }, name(*e))).collect::<String>()
+        ),
+    }
+    got
+}
+
+fn show(r: Result<(), Errno>) -> String {
+    match r {
+        Ok(()) => "success".into(),
+        Err(e) => name(e).into(),
+    }
+}
+
+/// The errno's name.
+pub fn name(e: Errno) -> &'static str {
+    match e {
+        EBADF => "EBADF",
+        EBUSY => "EBUSY",
+        EFAULT => "EFAULT",
+        EINTR => "EINTR",
+        EINVAL => "EINVAL",
+        EIO => "EIO",
+        ENOENT => "ENOENT",
+        ENOMEM => "ENOMEM",
+        ENOSPC => "ENOSPC",
+        ENOTTY => "ENOTTY",
+        EOPNOTSUPP => "EOPNOTSUPP",
+        EPERM => "EPERM",
+        ERANGE => "ERANGE",
+        ETIMEDOUT => "ETIMEDOUT",
+        libc::ENODEV => "ENODEV",
+        _ => "another errno",
+    }
+}
+
+/// The reference state machine's own state: nothing (operations are valid in every state;
+/// the model lives next to the device in [`Sut`]).
+pub struct FuzzRef;
+
+fn how(invalid: u8) -> impl Strategy<Value = u8> {
+    prop_oneof![6 => Just(0u8), 1 => 1..=invalid]
+}
+
+fn copy_op() -> impl Strategy<Value = CopyOp> {
+    (
+        any::<u8>(),
+        any::<u8>(),
+        any::<u16>(),
+        any::<u16>(),
+        any::<u8>(),
+        0u8..3,
+        any::<bool>(),
+        prop_oneof![60 => Just(0u8), 1 => 1u8..=9],
+    )
+        .prop_map(|(src, dst, soff, doff, size, barrier, int, bad)| CopyOp {
+            src: src % 4,
+            dst: dst % 4,
+            soff,
+            doff,
+            size,
+            barrier,
+            int,
+            bad,
+        })
+}
+
+fn file() -> impl Strategy<Value = u8> {
+    prop_oneof![9 => Just(0u8), 1 => Just(1u8)]
+}
+
+impl ReferenceStateMachine for FuzzRef {
+    type State = ();
+    type Transition = Op;
+
+    fn init_state() -> BoxedStrategy<()> {
+        Just(()).boxed()
+    }
+
+    fn transitions(_: &()) -> BoxedStrategy<Op> {
+        let q = 0u8..QUEUE_SLOTS as u8;
+        let slot = 0u8..BUF_SLOTS as u8;
+        let f = 0u8..FILES as u8;
+        let base = prop_oneof![
+            10 => (f.clone(), slot.clone(), any::<u8>(), any::<u8>()).prop_map(|(file, slot, kind, size)| Op::Alloc { file, slot, kind, size }),
+            3 => (f.clone(), slot.clone(), how(3)).prop_map(|(file, slot, how)| Op::Free { file, slot, how }),
+            5 => (f.clone(), slot.clone(), how(5)).prop_map(|(file, slot, how)| Op::Map { file, slot, how }),
+            1 => (f.clone(), slot.clone()).prop_map(|(file, slot)| Op::Unmap { file, slot }),
+            6 => (f.clone(), slot.clone(), any::<u16>(), any::<u16>(), any::<u8>()).prop_map(|(file, slot, off, len, seed)| Op::Write { file, slot, off, len, seed }),
+            4 => (f.clone(), slot.clone()).prop_map(|(file, slot)| Op::Check { file, slot }),
+            5 => (f.clone(), q.clone(), any::<u8>(), any::<u8>(), how(7)).prop_map(|(file, q, tx, rx, how)| Op::QueueInit { file, q, tx, rx, how }),
+            2 => (file(), q.clone(), how(2)).prop_map(|(file, q, how)| Op::QueueRelease { file, q, how }),
+            14 => (file(), q.clone(), any::<bool>(), prop_oneof![3 => prop::collection::vec(copy_op(), 1..=8), 1 => prop::collection::vec(copy_op(), 9..=40)], how(3)).prop_map(|(file, q, one, copies, how)| Op::Prepare { file, q, one, copies, how }),
+            3 => (file(), q.clone(), any::<u8>(), any::<bool>(), how(3)).prop_map(|(file, q, n, tx, how)| Op::Start { file, q, n, tx, how }),
+            12 => (file(), q.clone(), prop_oneof![6 => Just(0u8), 1 => 1u8..=3], any::<u16>()).prop_map(|(file, q, how, us)| Op::Wait { file, q, how, us }),
+            2 => (file(), q.clone(), any::<bool>()).prop_map(|(file, q, ro)| Op::State { file, q, ro }),
+            5 => (f.clone(), slot.clone(), slot.clone(), any::<u16>(), any::<u16>(), any::<u8>(), how(5)).prop_map(|(file, src, dst, soff, doff, size, how)| Op::Memcpy { file, src, dst, soff, doff, size, how }),
+            1 => (f.clone(), 0u8..3).prop_map(|(file, how)| Op::Fork { file, how }),
+            1 => f.clone().prop_map(|file| Op::Reopen { file }),
+            1 => any::<bool>().prop_map(|join| Op::Second { join }),
+            1 => q.clone().prop_map(|q| Op::Thread { q }),
+            2 => (0u8..6).prop_map(|how| Op::BadIoctl { how }),
+        ];
+        if FAULTS.load(Relaxed) && ctx().window.is_some() {
+            prop_oneof![
+                30 => base,
+                2 => (0u8..6, q, any::<u8>()).prop_map(|(kind, q, arg)| Op::Fault { kind, q, arg }),
+            ]
+            .boxed()
+        } else {
+            base.boxed()
+        }
+    }
+
+    fn apply(state: (), _: &Op) {
+        state
+    }
+}
+
+/// The device side and the reference model of one test case.
+pub struct Sut {
+    devs: [Dev; FILES],
+    ro: Dev,
+    files: [FileM; FILES],
+    queues: [Option<QueueM>; QUEUE_SLOTS],
+    /// Per file, a host buffer (not in any slot) that device buffers are read into.
+    scratch: [(u64, Mapping); FILES],
+    /// Handles that no longer exist (freed, or of a closed file).
+    stale: Vec<u64>,
+    second: Option<Child>,
+}
+
+const SCRATCH: usize = 73728;
+
+fn open_file() -> (Dev, (u64, Mapping)) {
+    let dev = Dev::open(&ctx().path, false).unwrap_or_else(|e| fail!("open: {}", name(e)));
+    let mut a =
+        sys::neuron_udma_mem_alloc { size: SCRATCH as u64, type_: sys::NEURON_UDMA_MEM_HOST, ..Default::default() };
+    dev.ioctl(sys::NEURON_UDMA_MEM_ALLOC, &mut a).unwrap_or_else(|e| fail!("scratch MEM_ALLOC: {}", name(e)));
+    let map = Mapping::new(dev.raw(), SCRATCH, a.mmap_offset, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED)
+        .unwrap_or_else(|e| fail!("scratch mmap: {}", name(e)));
+    note_handle(a.handle);
+    (dev, (a.handle, map))
+}
+
+fn note_handle(h: u64) {
+    let last = LAST_HANDLE.swap(h, Relaxed);
+    if h <= last {
+        fail!("MEM_ALLOC returned handle {h}, not above the previous one ({last}): handles must never be reused");
+    }
+}
+
+fn round_up(n: u64) -> u64 {
+    n.div_ceil(4096) * 4096
+}
+
+impl Sut {
+    fn new() -> Self {
+        let (d0, s0) = open_file();
+        let (d1, s1) = open_file();
+        Self {
+            devs: [d0, d1],
+            ro: Dev::open(&ctx().path, true).unwrap_or_else(|e| fail!("open read-only: {}", name(e))),
+            files: Default::default(),
+            queues: Default::default(),
+            scratch: [s0, s1],
+            stale: vec![u64::MAX >> 1],
+            second: None,
+        }
+    }
+
+    /// The handle a copy's or MEMCPY's slot number names in file `f`: 0..3 its own slots (an
+    /// empty one stands for the next buffer of the file), 4 another file's buffer, 5 a stale
+    /// handle (the last two, and a file without buffers, are `ENOENT`).
+    fn handle(&self, f: usize, slot: u8) -> Option<u64> {
+        let bufs = &self.files[f].bufs;
+        match slot % 6 {
+            s @ 0..=3 => (0..BUF_SLOTS).find_map(|i| bufs[(s as usize + i) % BUF_SLOTS].as_ref()).map(|b| b.handle),
+            4 => self.files[1 - f].bufs.iter().flatten().next().map(|b| b.handle),
+            _ => None,
+        }
+    }
+
+    /// The buffer slot an operation on slot `slot` of file `f` uses: `slot`, or if it is empty
+    /// (or not a host buffer when `host`), the next one that fits (`slot` when none does).
+    fn bslot(&self, f: usize, slot: usize, host: bool) -> usize {
+        (0..BUF_SLOTS)
+            .map(|i| (slot + i) % BUF_SLOTS)
+            .find(|&s| self.files[f].bufs[s].as_ref().is_some_and(|b| b.host || !host))
+            .unwrap_or(slot)
+    }
+
+    /// The queue slot an operation on slot `q` uses: `q`, or if it has no queue, the next
+    /// slot that has one (`q` when none has).
+    fn qslot(&self, q: usize) -> usize {
+        (0..QUEUE_SLOTS).map(|i| (q + i) % QUEUE_SLOTS).find(|&s| self.queues[s].is_some()).unwrap_or(q)
+    }
+
+    fn stale_handle(&self) -> u64 {
+        *self.stale.last().expect("never empty")
+    }
+
+    /// The file a queue operation runs on: the owner, or with `other` the other file.
+    fn qfile(&self, q: usize, other: u8) -> usize {
+        let owner = self.queues[q].as_ref().map_or(0, |q| q.owner);
+        if other == 1 {
+            1 - owner
+        } else {
+            owner
+        }
+    }
+
+    fn lenient(&self, q: usize) -> bool {
+        let (_, _, e) = slot_queue(q);
+        let eng = engines()[e];
+        eng.armed || eng.maybe_aborted || self.queues[q].as_ref().is_some_and(|q| q.tainted)
+    }
+
+    fn apply(&mut self, op: Op) {
+        OP_COUNTS[op.kind()].fetch_add(1, Relaxed);
+        CUR_OP.store(op.kind() as u64, Relaxed);
+        match op {
+            Op::Alloc { file, slot, kind, size } => self.alloc(file as usize, slot as usize, kind, size),
+            Op::Free { file, slot, how } => {
+                self.free(file as usize, self.bslot(file as usize, slot as usize, false), how)
+            }
+            Op::Map { file, slot, how } => {
+                self.map(file as usize, self.bslot(file as usize, slot as usize, how == 0), how)
+            }
+            Op::Unmap { file, slot } => {
+                let slot = self.bslot(file as usize, slot as usize, true);
+                if let Some(b) = self.files[file as usize].bufs[slot].as_mut() {
+                    if b.map.take().is_some() {
+                        succeeded();
+                    }
+                }
+            }
+            Op::Write { file, slot, off, len, seed } => {
+                self.write(file as usize, self.bslot(file as usize, slot as usize, true), off, len, seed)
+            }
+            Op::Check { file, slot } => self.check(file as usize, self.bslot(file as usize, slot as usize, false)),
+            Op::QueueInit { file, q, tx, rx, how } => self.queue_init(file as usize, q as usize, tx, rx, how),
+            Op::QueueRelease { file, q, how } => self.queue_release(file, q as usize, how),
+            Op::Prepare { file, q, one, copies, how } => self.prepare(file, q as usize, one, &copies, how),
+            Op::Start { file, q, n, tx, how } => self.start(file, q as usize, n, tx, how),
+            Op::Wait { file, q, how, us } => self.wait(file, q as usize, how, us),
+            Op::State { file, q, ro } => self.state(file, q as usize, ro),
+            Op::Memcpy { file, src, dst, soff, doff, size, how } => {
+                self.memcpy(file as usize, src, dst, soff, doff, size, how)
+            }
+            Op::Fork { file, how } => self.fork(file as usize, how),
+            Op::Reopen { file } => self.reopen(file as usize),
+            Op::Second { join } => self.second(join),
+            Op::Thread { q } => self.thread(q as usize),
+            Op::Fault { kind, q, arg } => self.fault(kind, q as usize, arg),
+            Op::BadIoctl { how } => self.bad_ioctl(how),
+        }
+    }
+
+    fn alloc(&mut self, f: usize, slot: usize, kind: u8, size: u8) {
+        const SIZES: [u64; 8] = [4096, 1, 5000, 65536, 65537, 12288, 100, 8192];
+        let info = &ctx().info;
+        let mut a = sys::neuron_udma_mem_alloc { size: SIZES[size as usize % 8], ..Default::default() };
+        let host = kind % 8 < 4;
+        a.type_ = if host { sys::NEURON_UDMA_MEM_HOST } else { sys::NEURON_UDMA_MEM_DEVICE };
+        let mut errs = vec![];
+        match kind % 8 {
+            6 => {
+                match size % 5 {
+                    0 => a.size = 0,
+                    1 => a.type_ = 7,
+                    2 => a.flags = 1,
+                    3 => a.reserved[1] = 1,
+                    _ => {
+                        a.type_ = sys::NEURON_UDMA_MEM_HOST;
+                        a.size = info.max_host_buffer + 1;
+                    }
+                }
+                errs.push(EINVAL);
+            }
+            7 => {
+                a.size = info.device_mem_size + 4096;
+                errs.push(ENOMEM);
+            }
+            _ => {}
+        }
+        let want = round_up(a.size);
+        let r = self.devs[f].ioctl(sys::NEURON_UDMA_MEM_ALLOC, &mut a);
+        if expect("MEM_ALLOC", r, errs.is_empty(), &errs).is_err() {
+            return;
+        }
+        note_handle(a.handle);
+        if a.size != want || (host != (a.mmap_offset != 0)) {
+            fail!(
+                "MEM_ALLOC: size {} mmap_offset {:#x}, expected size {want} and an offset only for host memory",
+                a.size,
+                a.mmap_offset
+            );
+        }
+        let b = BufM {
+            handle: a.handle,
+            size: a.size as usize,
+            host,
+            mmap_offset: a.mmap_offset,
+            map: None,
+            data: vec![Some(0); a.size as usize],
+        };
+        if let Some(old) = self.files[f].bufs[slot].replace(b) {
+            self.files[f].extra.push(old);
+        }
+    }
+
+    /// Pending copies of file `f` that reference `handle`: (any unfenced, any at all).
+    fn refs(&self, f: usize, handle: u64) -> (bool, bool) {
+        let mut unfenced = false;
+        let mut any = false;
+        for q in self.queues.iter().flatten().filter(|q| q.owner == f) {
+            for p in q.pending.iter().filter(|p| p.src.0 == handle || p.dst.0 == handle) {
+                any = true;
+                unfenced |= !p.fenced;
+            }
+        }
+        (unfenced, any)
+    }
+
+    fn free(&mut self, f: usize, slot: usize, how: u8) {
+        let own = self.files[f].bufs[slot].as_ref().map(|b| b.handle);
+        let mut arg = sys::neuron_udma_mem_free::default();
+        let (ok, errs): (bool, Vec<Errno>) = match (how % 4, own) {
+            (0, Some(h)) => {
+                arg.handle = h;
+                match self.refs(f, h) {
+                    (true, _) => (false, vec![EBUSY]),
+                    (false, true) => (true, vec![EBUSY]),
+                    _ => (true, vec![]),
+                }
+            }
+            (1, _) => {
+                arg.handle = self.handle(f, 4).unwrap_or(self.stale_handle());
+                (false, vec![ENOENT])
+            }
+            (3, h) => {
+                arg.handle = h.unwrap_or(0);
+                arg.reserved = 1;
+                (false, vec![EINVAL])
+            }
+            _ => {
+                arg.handle = self.stale_handle();
+                (false, vec![ENOENT])
+            }
+        };
+        let r = self.devs[f].ioctl(sys::NEURON_UDMA_MEM_FREE, &mut arg);
+        if expect("MEM_FREE", r, ok, &errs).is_err() || !ok {
+            return;
+        }
+        let h = arg.handle;
+        // Freed while only fenced copies used it: those copies (and the ones before them on
+        // their queue) completed.
+        for qi in 0..QUEUE_SLOTS {
+            let Some(q) = self.queues[qi].as_mut().filter(|q| q.owner == f) else { continue };
+            if let Some(last) = q.pending.iter().rposition(|p| p.src.0 == h || p.dst.0 == h) {
+                let done: Vec<PendingCopy> = q.pending.drain(..=last).collect();
+                for c in &done {
+                    land(&mut self.files[f], &mut self.queues, f, c);
+                }
+            }
+        }
+        self.files[f].bufs[slot] = None;
+        self.stale.push(h);
+    }
+
+    fn map(&mut self, f: usize, slot: usize, how: u8) {
+        let other = self.files[1 - f].bufs.iter().flatten().find(|b| b.host).map(|b| b.mmap_offset);
+        let fd = self.devs[f].raw();
+        let Some(b) = self.files[f].bufs[slot].as_mut() else {
+            let r = Mapping::new(fd, 4096, 1 << 40, libc::PROT_READ, libc::MAP_SHARED).map(drop);
+            expect("mmap of no buffer", r, false, &[EINVAL]).ok();
+            return;
+        };
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let (len, off, prot, flags, errs) = match how % 6 {
+            0 if b.host => (b.size, b.mmap_offset, rw, libc::MAP_SHARED, vec![]),
+            1 if b.host => (
+                if b.size > 4096 { b.size - 4096 } else { b.size + 4096 },
+                b.mmap_offset,
+                rw,
+                libc::MAP_SHARED,
+                vec![EINVAL],
+            ),
+            2 if b.host => (b.size, b.mmap_offset, rw, libc::MAP_PRIVATE, vec![EINVAL]),
+            3 if b.host => (b.size, b.mmap_offset, rw | libc::PROT_EXEC, libc::MAP_SHARED, vec![EINVAL, EPERM]),
+            4 if other.is_some() => (4096, other.unwrap_or(0), rw, libc::MAP_SHARED, vec![EINVAL]),
+            _ => (b.size, if b.host { b.mmap_offset + 4096 } else { 0 }, rw, libc::MAP_SHARED, vec![EINVAL]),
+        };
+        let r = Mapping::new(fd, len, off, prot, flags);
+        let ok = errs.is_empty();
+        match r {
+            Ok(m) if ok => {
+                succeeded();
+                // A second mapping of the same buffer is allowed: it must show the bytes of
+                // the model (those no copy in flight may write).
+                if b.map.is_some() {
+                    let (h, got) = (b.handle, m.read());
+                    self.compare(f, h, &got, "bytes through a second mapping");
+                } else {
+                    b.map = Some(m);
+                }
+            }
+            r => {
+                expect("mmap", r.map(drop), ok, &errs).ok();
+            }
+        }
+    }
+
+    fn write(&mut self, f: usize, slot: usize, off: u16, len: u16, seed: u8) {
+        let fd = self.devs[f].raw();
+        let Some(b) = self.files[f].bufs[slot].as_mut().filter(|b| b.host) else { return };
+        if b.map.is_none() {
+            let rw = libc::PROT_READ | libc::PROT_WRITE;
+            let r = Mapping::new(fd, b.size, b.mmap_offset, rw, libc::MAP_SHARED);
+            b.map = Some(r.unwrap_or_else(|e| fail!("mmap of host buffer {}: {}", b.handle, name(e))));
+        }
+        let Some(m) = b.map.as_ref() else { return };
+        succeeded();
+        let o = (off as usize * b.size) >> 16;
+        let l = ((len as usize * (b.size - o)) >> 16).max(1);
+        let s = PATTERN_SEQ.fetch_add(1, Relaxed) as u32 ^ u32::from(seed) << 24;
+        let data: Vec<u8> = (0..l).map(|i| pattern(s, i)).collect();
+        m.write(o, &data);
+        for (d, v) in b.data[o..o + l].iter_mut().zip(data) {
+            *d = Some(v);
+        }
+        let h = b.handle;
+        touch_write(&mut self.queues, f, h, o, l);
+    }
+
+    fn compare(&self, f: usize, handle: u64, got: &[u8], what: &str) {
+        let b = self.files[f].by_handle(handle).expect("buffer");
+        let mut racy = vec![false; b.size];
+        for q in self.queues.iter().flatten().filter(|q| q.owner == f) {
+            for p in q.pending.iter().filter(|p| p.dst.0 == handle) {
+                racy[p.dst.1..p.dst.1 + p.len].fill(true);
+            }
+        }
+        for i in 0..b.size {
+            if let (Some(v), false) = (b.data[i], racy[i]) {
+                if got[i] != v {
+                    fail!(
+                        "{what}: buffer {handle} ({} bytes, {}) byte {i} is {:#04x}, the model says {v:#04x}",
+                        b.size,
+                        if b.host { "host" } else { "device" },
+                        got[i]
+                    );
+                }
+            }
+        }
+    }
+
+    fn check(&mut self, f: usize, slot: usize) {
+        let Some(b) = self.files[f].bufs[slot].as_ref() else { return };
+        let h = b.handle;
+        if let Some(m) = b.map.as_ref() {
+            let got = m.read();
+            self.compare(f, h, &got, "bytes through mmap");
+            return;
+        }
+        let mut m = sys::neuron_udma_memcpy {
+            src_handle: h,
+            dst_handle: self.scratch[f].0,
+            size: b.size as u64,
+            ..Default::default()
+        };
+        let r = self.devs[f].ioctl(sys::NEURON_UDMA_MEMCPY, &mut m);
+        expect("MEMCPY to the scratch buffer", r, true, &[]).ok();
+        let got = self.scratch[f].1.read();
+        self.compare(f, h, &got, "bytes copied out with MEMCPY");
+    }
+
+    fn queue_init(&mut self, f: usize, q: usize, tx: u8, rx: u8, how: u8) {
+        const LOG2: [u32; 8] = [5, 6, 5, 7, 12, 8, 5, 6];
+        // Mostly a free slot (EBUSY stays reachable: every fourth call, or all slots taken).
+        let q = if tx % 4 == 3 {
+            q
+        } else {
+            (0..QUEUE_SLOTS).map(|i| (q + i) % QUEUE_SLOTS).find(|&s| self.queues[s].is_none()).unwrap_or(q)
+        };
+        let (engine, queue, e) = slot_queue(q);
+        let info = &ctx().info;
+        let mut a = sys::neuron_udma_queue_init {
+            engine,
+            queue,
+            tx_descs: 1 << LOG2[tx as usize % 8],
+            rx_descs: 1 << LOG2[rx as usize % 8],
+            ..Default::default()
+        };
+        let busy = self.queues[q].is_some();
+        let (ok, errs) = match how % 8 {
+            0 if busy => (false, vec![EBUSY]),
+            0 => (true, vec![]),
+            1 => {
+                a.tx_descs = 48;
+                (false, vec![EINVAL, EBUSY])
+            }
+            2 => {
+                a.rx_descs = 16;
+                (false, vec![EINVAL, EBUSY])
+            }
+            3 => {
+                a.tx_descs = 1 << 24;
+                (false, vec![EINVAL, EBUSY])
+            }
+            4 => {
+                a.reserved[0] = 1;
+                (false, vec![EINVAL])
+            }
+            5 => {
+                a.engine = info.engines;
+                (false, vec![EINVAL])
+            }
+            6 => {
+                // Queue 14 of engine 4 is reserved for collectives on both generations.
+                a.engine = 4;
+                a.queue = 14;
+                (false, vec![EBUSY])
+            }
+            _ => {
+                if info.generation == sys::NEURON_UDMA_GEN_V3 {
+                    a.engine = 0; // no host connectivity on Trainium2
+                    (false, vec![EOPNOTSUPP])
+                } else {
+                    a.queue = 16;
+                    (false, vec![EINVAL])
+                }
+            }
+        };
+        let r = self.devs[f].ioctl(sys::NEURON_UDMA_QUEUE_INIT, &mut a);
+        if expect("QUEUE_INIT", r, ok, &errs).is_ok() {
+            let eng = engines()[e];
+            self.queues[q] = Some(QueueM {
+                owner: f,
+                tx: a.tx_descs,
+                rx: a.rx_descs,
+                hi: 0,
+                lo: 0,
+                ptx: 0,
+                prx: 0,
+                pending: vec![],
+                tainted: eng.armed || eng.maybe_aborted,
+            });
+        }
+    }
+
+    fn queue_release(&mut self, other: u8, q: usize, how: u8) {
+        let q = self.qslot(q);
+        let f = self.qfile(q, other);
+        let (engine, queue, _) = slot_queue(q);
+        let mut a = sys::neuron_udma_queue_id { engine, queue, ..Default::default() };
+        let owned = self.queues[q].as_ref().is_some_and(|m| m.owner == f);
+        let (ok, errs) = match how % 3 {
+            0 if owned => (true, vec![]),
+            2 => {
+                a.reserved = 1;
+                (false, vec![EINVAL])
+            }
+            _ => {
+                let f2 = 1 - self.queues[q].as_ref().map_or(1, |m| m.owner);
+                let r = self.devs[f2].ioctl(sys::NEURON_UDMA_QUEUE_RELEASE, &mut a);
+                expect("QUEUE_RELEASE by a file that does not own the queue", r, false, &[ENOENT]).ok();
+                return;
+            }
+        };
+        let r = self.devs[f].ioctl(sys::NEURON_UDMA_QUEUE_RELEASE, &mut a);
+        if expect("QUEUE_RELEASE", r, ok, &errs).is_ok() {
+            let m = self.queues[q].take().expect("owned");
+            drop_pending(&mut self.files[f], m.pending);
+        }
+    }
+
+    fn prepare(&mut self, other: u8, q: usize, one: bool, copies: &[CopyOp], how: u8) {
+        let q = self.qslot(q);
+        let f = self.qfile(q, other);
+        let (engine, queue, _) = slot_queue(q);
+        let owned = self.queues[q].as_ref().is_some_and(|m| m.owner == f);
+        let copies = if one { &copies[..1] } else { copies };
+        // The raw entries, and the errors the first bad one may give.
+        let mut raw = Vec::with_capacity(copies.len());
+        let mut pend = Vec::with_capacity(copies.len());
+        let mut entry_errs: Option<Vec<Errno>> = None;
+        const SIZES: [u32; 8] = [4096, 1, 64, 65, 1000, 65536, 8192, 3];
+        for c in copies {
+            // Bad entries 8 and 9: another file's buffer, a stale handle.
+            let sh = self.handle(f, if c.bad == 8 { 4 } else { c.src });
+            let dh = self.handle(f, if c.bad == 9 { 5 } else { c.dst });
+            let sb = sh.and_then(|h| self.files[f].by_handle(h));
+            let db = dh.and_then(|h| self.files[f].by_handle(h));
+            let ssz = sb.map_or(4096, |b| b.size);
+            let dsz = db.map_or(4096, |b| b.size);
+            let so = (c.soff as usize * ssz) >> 16;
+            let doff = (c.doff as usize * dsz) >> 16;
+            let size = (SIZES[c.size as usize % 8] as usize).min(ssz - so).min(dsz - doff);
+            let mut e = sys::neuron_udma_copy {
+                src_handle: sh.unwrap_or(self.stale_handle()),
+                src_offset: so as u64,
+                dst_handle: dh.unwrap_or(self.stale_handle()),
+                dst_offset: doff as u64,
+                size: size as u32,
+                barrier: u32::from(c.barrier),
+                flags: if c.int { sys::NEURON_UDMA_COPY_DST_INT } else { 0 },
+                reserved: 0,
+            };
+            let mut errs = vec![];
+            match c.bad {
+                1 => e.size = 0,
+                2 => e.size = 65537,
+                3 => e.barrier = 3,
+                4 => e.flags = 2,
+                5 => e.reserved = 1,
+                6 => e.dst_offset = dsz as u64,
+                7 => e.src_offset = u64::MAX - 1,
+                _ => {}
+            }
+            if matches!(c.bad, 1..=5) {
+                errs.push(EINVAL);
+            }
+            if matches!(c.bad, 6 | 7) {
+                errs.push(ERANGE);
+            }
+            if sb.is_none() || db.is_none() {
+                errs.push(ENOENT);
+            }
+            if !errs.is_empty() && entry_errs.is_none() {
+                entry_errs = Some(errs);
+            }
+            raw.push(e);
+            pend.push(PendingCopy {
+                src: (e.src_handle, so),
+                dst: (e.dst_handle, doff),
+                len: size,
+                fenced: false,
+                fuzzy: false,
+            });
+        }
+        let count = raw.len() as u32;
+        let mut errs: Vec<Errno>;
+        let r = if one {
+            errs = if owned { entry_errs.unwrap_or_default() } else { vec![ENOENT] };
+            let mut a = sys::neuron_udma_copy_prepare_one { engine, queue, copy: raw[0] };
+            self.devs[f].ioctl(sys::NEURON_UDMA_COPY_PREPARE_ONE, &mut a)
+        } else {
+            let mut a =
+                sys::neuron_udma_copy_prepare { engine, queue, count, reserved: 0, copies: raw.as_ptr() as u64 };
+            errs = match how % 4 {
+                1 => {
+                    a.count = 0;
+                    vec![EINVAL]
+                }
+                2 => {
+                    a.copies = 8;
+                    vec![EFAULT]
+                }
+                3 => {
+                    a.count = ctx().info.max_batch + 1;
+                    vec![EINVAL]
+                }
+                _ if !owned => vec![ENOENT],
+                _ => entry_errs.unwrap_or_default(),
+            };
+            self.devs[f].ioctl(sys::NEURON_UDMA_COPY_PREPARE, &mut a)
+        };
+        let mut ok = errs.is_empty();
+        if ok {
+            let m = self.queues[q].as_ref().expect("owned");
+            let cap = m.cap();
+            if count > cap.saturating_sub(m.lo) {
+                ok = false;
+                errs.push(ENOSPC);
+            } else if count > cap.saturating_sub(m.hi) {
+                errs.push(ENOSPC);
+            }
+        }
+        let what = format!("COPY_PREPARE{} of {count} on queue slot {q}", if one { "_ONE" } else { "" });
+        if expect(&what, r, ok || errs.is_empty(), &errs).is_err() {
+            return;
+        }
+        let tainted = self.lenient(q);
+        let m = self.queues[q].as_mut().expect("owned");
+        m.hi += count;
+        m.lo += count;
+        m.ptx += count;
+        m.prx += count;
+        m.tainted |= tainted;
+        for mut p in pend {
+            p.fuzzy = tainted;
+            add_pending(&mut self.queues, q, p);
+        }
+    }
+
+    fn start(&mut self, other: u8, q: usize, n: u8, tx: bool, how: u8) {
+        let q = self.qslot(q);
+        let f = self.qfile(q, other);
+        let (engine, queue, _) = slot_queue(q);
+        let Some(m) = self.queues[q].as_ref().filter(|m| m.owner == f) else {
+            let mut a = sys::neuron_udma_copy_start { engine, queue, m2s_count: 0, s2m_count: 1, reserved: 0 };
+            let r = self.devs[f].ioctl(sys::NEURON_UDMA_COPY_START, &mut a);
+            expect("COPY_START on a queue not of this file", r, false, &[ENOENT]).ok();
+            return;
+        };
+        let k = if m.prx == 0 { 0 } else { 1 + u32::from(n) % m.prx };
+        let mut a = sys::neuron_udma_copy_start {
+            engine,
+            queue,
+            m2s_count: if tx { k.min(m.ptx) } else { 0 },
+            s2m_count: k,
+            reserved: 0,
+        };
+        match how % 4 {
+            1 => a.s2m_count = 0,
+            2 => a.s2m_count = m.prx + 1,
+            3 => {
+                a.s2m_count = a.s2m_count.max(1);
+                a.m2s_count = m.ptx + 1;
+            }
+            _ => {}
+        }
+        let ok = a.s2m_count != 0 && a.s2m_count <= m.prx && a.m2s_count <= m.ptx;
+        let r = self.devs[f].ioctl(sys::NEURON_UDMA_COPY_START, &mut a);
+        if expect(
+            &format!("COPY_START m2s {} s2m {} (prepared {}/{})", a.m2s_count, a.s2m_count, m.ptx, m.prx),
+            r,
+            ok,
+            &[EINVAL],
+        )
+        .is_ok()
+        {
+            let m = self.queues[q].as_mut().expect("owned");
+            m.ptx -= a.m2s_count;
+            m.prx -= a.s2m_count;
+        }
+    }
+
+    fn wait(&mut self, other: u8, q: usize, how: u8, us: u16) {
+        let q = self.qslot(q);
+        let f = self.qfile(q, other);
+        let (engine, queue, e) = slot_queue(q);
+        let mut a = sys::neuron_udma_copy_wait { engine, queue, ..Default::default() };
+        let owned = self.queues[q].as_ref().is_some_and(|m| m.owner == f);
+        let lenient = self.lenient(q);
+        let mut errs = vec![];
+        match how % 4 {
+            1 => {
+                a.timeout_ms = 10 + u32::from(us) % 40;
+                errs.push(ETIMEDOUT);
+            }
+            2 => errs.push(EINTR),
+            3 => a.reserved = 1,
+            _ => {}
+        }
+        if lenient {
+            errs.extend([EIO, ETIMEDOUT]);
+        }
+        let ok = owned && how % 4 != 3;
+        if !ok {
+            errs = vec![if how % 4 == 3 { EINVAL } else { ENOENT }];
+        }
+        let r = if how % 4 == 2 {
+            let t = libc::itimerval {
+                it_interval: libc::timeval { tv_sec: 0, tv_usec: 0 },
+                it_value: libc::timeval { tv_sec: 0, tv_usec: 1 + libc::suseconds_t::from(us % 500) },
+            };
+            // SAFETY: arms a one-shot SIGALRM (empty handler, see `init`).
+            unsafe { libc::setitimer(libc::ITIMER_REAL, &t, std::ptr::null_mut()) };
+            let r = self.devs[f].ioctl(sys::NEURON_UDMA_COPY_WAIT, &mut a);
+            let zero: libc::itimerval = unsafe { std::mem::zeroed() };
+            // SAFETY: disarms the timer.
+            unsafe { libc::setitimer(libc::ITIMER_REAL, &zero, std::ptr::null_mut()) };
+            r
+        } else {
+            self.devs[f].ioctl(sys::NEURON_UDMA_COPY_WAIT, &mut a)
+        };
+        let r = expect(&format!("COPY_WAIT on queue slot {q}"), r, ok, &errs);
+        if !ok {
+            return;
+        }
+        if let Err(err) = r {
+            let m = self.queues[q].as_mut().expect("owned");
+            if err == EINTR {
+                m.hi += 1;
+                m.lo = 0;
+                m.ptx = 0;
+                m.prx = 0;
+                m.pending.iter_mut().for_each(|p| p.fenced = true);
+                return;
+            }
+            // ETIMEDOUT / EIO: the queue was reset; what had not completed is lost.
+            let had_work = m.hi > 0;
+            let pending = std::mem::take(&mut m.pending);
+            (m.hi, m.lo, m.ptx, m.prx) = (0, 0, 0, 0);
+            drop_pending(&mut self.files[f], pending);
+            self.healed(q, e, had_work);
+            return;
+        }
+        let got = a.completed;
+        let m = self.queues[q].as_mut().expect("owned");
+        let certain = m.hi == m.lo && m.pending.iter().all(|p| !p.fenced);
+        let expected = if m.hi > 0 { u64::from(m.hi) + 1 } else { 0 };
+        if (certain && !lenient && got != expected) || got > u64::from(m.hi) + 1 {
+            fail!("COPY_WAIT on queue slot {q}: completed {got} pairs, the model says {expected} (at most {} with interrupted waits)", m.hi + 1);
+        }
+        let had_work = m.hi > 0;
+        let pending = std::mem::take(&mut m.pending);
+        (m.hi, m.lo, m.ptx, m.prx) = (0, 0, 0, 0);
+        for c in &pending {
+            land(&mut self.files[f], &mut self.queues, f, c);
+        }
+        self.healed(q, e, had_work);
+    }
+
+    /// A wait with work returned on queue slot `q` (engine index `e`): once no fault is armed,
+    /// the engine is out of abort state (the wait would have reset it) and the queue is
+    /// strict again.
+    fn healed(&mut self, q: usize, e: usize, had_work: bool) {
+        let mut eng = engines();
+        if had_work && !eng[e].armed {
+            eng[e].maybe_aborted = false;
+            if let Some(m) = self.queues[q].as_mut() {
+                m.tainted = false;
+            }
+        }
+    }
+
+    fn state(&mut self, other: u8, q: usize, ro: bool) {
+        let q = self.qslot(q);
+        let (engine, queue, _) = slot_queue(q);
+        let mut a = sys::neuron_udma_queue_state { engine, queue, ..Default::default() };
+        if ro {
+            let r = self.ro.ioctl(sys::NEURON_UDMA_QUEUE_STATE, &mut a);
+            expect("QUEUE_STATE from a read-only file", r, false, &[ENOENT]).ok();
+            return;
+        }
+        let f = self.qfile(q, other);
+        let Some(m) = self.queues[q].as_ref().filter(|m| m.owner == f) else {
+            let r = self.devs[f].ioctl(sys::NEURON_UDMA_QUEUE_STATE, &mut a);
+            expect("QUEUE_STATE of a queue not of this file", r, false, &[ENOENT]).ok();
+            return;
+        };
+        let r = self.devs[f].ioctl(sys::NEURON_UDMA_QUEUE_STATE, &mut a);
+        expect("QUEUE_STATE", r, true, &[]).ok();
+        for (ring, s, size, pending) in [("tx", &a.tx, m.tx, m.ptx), ("rx", &a.rx, m.rx, m.prx)] {
+            let lo = (size - RESERVE).saturating_sub(m.hi);
+            let hi = (size - RESERVE).saturating_sub(m.lo);
+            if s.size != size || s.sw_pending != pending || s.sw_available < lo || s.sw_available > hi {
+                fail!("QUEUE_STATE of slot {q} {ring}: size {} pending {} available {}; the model says size {size} pending {pending} available {lo}..={hi}", s.size, s.sw_pending, s.sw_available);
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn memcpy(&mut self, f: usize, src: u8, dst: u8, soff: u16, doff: u16, size: u8, how: u8) {
+        const SIZES: [u64; 8] = [4096, 1, 65536, 100, 65537, 8192, 3, 12288];
+        // `how` 4 and 5: another file's source, a stale destination (ENOENT).
+        let src = if how % 6 == 4 { 4 } else { src };
+        let dst = if how % 6 == 5 { 5 } else { dst };
+        let (sh, dh) = (self.handle(f, src), self.handle(f, dst));
+        let sb = sh.and_then(|h| self.files[f].by_handle(h));
+        let db = dh.and_then(|h| self.files[f].by_handle(h));
+        let ssz = sb.map_or(4096, |b| b.size);
+        let dsz = db.map_or(4096, |b| b.size);
+        let so = (soff as usize * ssz) >> 16;
+        let dof = (doff as usize * dsz) >> 16;
+        let n = (SIZES[size as usize % 8] as usize).min(ssz - so).min(dsz - dof);
+        let mut a = sys::neuron_udma_memcpy {
+            src_handle: sh.unwrap_or(self.stale_handle()),
+            src_offset: so as u64,
+            dst_handle: dh.unwrap_or(self.stale_handle()),
+            dst_offset: dof as u64,
+            size: n as u64,
+            ..Default::default()
+        };
+        let mut errs = vec![];
+        match how % 6 {
+            1 => {
+                a.size = 0;
+                errs.push(EINVAL);
+            }
+            2 => {
+                a.reserved = 1;
+                errs.push(EINVAL);
+            }
+            3 => {
+                a.size = ssz.max(dsz) as u64 + 1;
+                errs.push(ERANGE);
+            }
+            _ => {}
+        }
+        if sb.is_none() || db.is_none() {
+            errs.push(ENOENT);
+        }
+        let r = self.devs[f].ioctl(sys::NEURON_UDMA_MEMCPY, &mut a);
+        if expect("MEMCPY", r, errs.is_empty(), &errs).is_err() {
+            return;
+        }
+        let (sh, dh) = (a.src_handle, a.dst_handle);
+        let unknown = racy_read(&self.queues, f, sh, so, n) || overlaps(sh, so, n, dh, dof, n);
+        let data: Vec<Option<u8>> = match self.files[f].by_handle(sh) {
+            Some(b) if !unknown => b.data[so..so + n].to_vec(),
+            _ => vec![None; n],
+        };
+        if let Some(b) = self.files[f].by_handle_mut(dh) {
+            b.data[dof..dof + n].copy_from_slice(&data);
+        }
+        touch_write(&mut self.queues, f, dh, dof, n);
+    }
+
+    fn fork(&mut self, f: usize, how: u8) {
+        let fd = self.devs[f].raw();
+        let child = Child::spawn(Some(fd), move || {
+            match how {
+                0 => {
+                    let mut info = sys::neuron_udma_info::default();
+                    ioctl_raw(fd, sys::NEURON_UDMA_INFO, (&mut info as *mut sys::neuron_udma_info).cast())
+                        .map_err(|e| format!("INFO: {}", name(e)))?;
+                    let mut a = sys::neuron_udma_mem_alloc {
+                        size: 4096,
+                        type_: sys::NEURON_UDMA_MEM_HOST,
+                        ..Default::default()
+                    };
+                    ioctl_raw(fd, sys::NEURON_UDMA_MEM_ALLOC, (&mut a as *mut sys::neuron_udma_mem_alloc).cast())
+                        .map_err(|e| format!("MEM_ALLOC: {}", name(e)))?;
+                    let mut fr = sys::neuron_udma_mem_free { handle: a.handle, reserved: 0 };
+                    ioctl_raw(fd, sys::NEURON_UDMA_MEM_FREE, (&mut fr as *mut sys::neuron_udma_mem_free).cast())
+                        .map_err(|e| format!("MEM_FREE: {}", name(e)))?;
+                    // Mappings are not inherited.
+                    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+                    if maps.contains("neuron_udma") {
+                        return Err("the child inherited a buffer mapping".into());
+                    }
+                    Ok(())
+                }
+                1 => Ok(()),
+                _ => {
+                    // SAFETY: the child's own copy of the descriptor.
+                    unsafe { libc::close(fd) };
+                    Ok(())
+                }
+            }
+        });
+        match child.join(Duration::from_secs(20)) {
+            Ok(0) => succeeded(),
+            r => fail!("fork (child {}): {r:?}", ["uses the file", "exits", "closes the file"][how as usize % 3]),
+        }
+    }
+
+    fn reopen(&mut self, f: usize) {
+        for q in self.queues.iter_mut() {
+            if q.as_ref().is_some_and(|m| m.owner == f) {
+                *q = None;
+            }
+        }
+        let old = std::mem::take(&mut self.files[f]);
+        self.stale.extend(old.bufs.iter().flatten().chain(old.extra.iter()).map(|b| b.handle));
+        drop(old);
+        let (dev, scratch) = open_file();
+        self.devs[f] = dev;
+        self.scratch[f] = scratch;
+        succeeded();
+    }
+
+    fn second(&mut self, join: bool) {
+        if join {
+            if let Some(c) = self.second.take() {
+                match c.join(Duration::from_secs(120)) {
+                    Ok(0) => succeeded(),
+                    r => fail!("the second process (its own file and queue) failed: {r:?}"),
+                }
+            }
+        } else if self.second.is_none() {
+            let path = ctx().path.clone();
+            let engine = ctx().engines[3];
+            let seed = PATTERN_SEQ.fetch_add(1000, Relaxed) as u32;
+            self.second = Some(Child::spawn(None, move || workers::second_process(&path, engine, 2, 8, seed)));
+        }
+    }
+
+    fn thread(&mut self, q: usize) {
+        let path = ctx().path.clone();
+        let seed = PATTERN_SEQ.fetch_add(100, Relaxed) as u32;
+        let t = std::thread::spawn(move || workers::memcpy_thread(&path, 4, seed));
+        CUR_OP.store(10, Relaxed); // the wait's answer counts as a wait's
+        self.wait(0, q, 0, 0);
+        CUR_OP.store(16, Relaxed);
+        match t.join() {
+            Ok(Ok(())) => succeeded(),
+            r => fail!("a MEMCPY thread with its own file failed: {r:?}"),
+        }
+    }
+
+    fn fault(&mut self, kind: u8, q: usize, arg: u8) {
+        let Some(w) = ctx().window.as_ref() else { return };
+        let (engine, queue, e) = slot_queue(q);
+        FAULT_COUNTS[kind as usize % 6].fetch_add(1, Relaxed);
+        let ok = match kind % 6 {
+            0 | 1 => {
+                let ok = if kind.is_multiple_of(6) {
+                    w.inject(FaultKind::FailNth, engine, queue, 1 + u32::from(arg) % 3)
+                } else {
+                    w.inject(FaultKind::Abort, engine, queue, 0)
+                };
+                engines()[e] = EngineM { armed: true, maybe_aborted: true };
+                for (i, m) in self.queues.iter_mut().enumerate() {
+                    if let Some(m) = m.as_mut().filter(|_| slot_queue(i).2 == e) {
+                        m.tainted = true;
+                        m.pending.iter_mut().for_each(|p| p.fuzzy = true);
+                    }
+                }
+                ok
+            }
+            2 => w.inject(FaultKind::Stall, engine, queue, 1 + u32::from(arg) % 100),
+            3 => w.inject(FaultKind::Slow, 0, 0, 2 + u32::from(arg) % 3),
+            4 => w.inject(FaultKind::Slow, 0, 0, 1),
+            _ => {
+                w.clear();
+                engines().iter_mut().for_each(|m| m.armed = false);
+                true
+            }
+        };
+        succeeded();
+        if !ok {
+            fail!("the model rejected fault {kind} on engine {engine} queue {queue}");
+        }
+    }
+
+    fn bad_ioctl(&mut self, how: u8) {
+        let fd = self.devs[0].raw();
+        let mut buf = [0u8; 256];
+        let p = buf.as_mut_ptr().cast();
+        let ioc = |dir: u64, nr: u64, size: u64| ((dir << 30) | (size << 16) | (0xB9 << 8) | nr) as sys::IoctlRequest;
+        match how % 6 {
+            0 => {
+                expect("ioctl 0x0B", ioctl_raw(fd, ioc(3, 0x0B, 16), p), false, &[ENOTTY]).ok();
+            }
+            1 => {
+                expect("ioctl 0x7F", ioctl_raw(fd, ioc(0, 0x7F, 0), p), false, &[ENOTTY]).ok();
+            }
+            2 => {
+                expect(
+                    "INFO to a NULL pointer",
+                    ioctl_raw(fd, sys::NEURON_UDMA_INFO, std::ptr::null_mut()),
+                    false,
+                    &[EFAULT],
+                )
+                .ok();
+            }
+            3 => {
+                let mut a = sys::neuron_udma_mem_alloc { size: 4096, ..Default::default() };
+                expect(
+                    "MEM_ALLOC on a read-only file",
+                    self.ro.ioctl(sys::NEURON_UDMA_MEM_ALLOC, &mut a),
+                    false,
+                    &[EBADF],
+                )
+                .ok();
+            }
+            4 => {
+                let (engine, queue, _) = slot_queue(3);
+                let mut a =
+                    sys::neuron_udma_queue_init { engine, queue, tx_descs: 32, rx_descs: 32, ..Default::default() };
+                expect(
+                    "QUEUE_INIT on a read-only file",
+                    self.ro.ioctl(sys::NEURON_UDMA_QUEUE_INIT, &mut a),
+                    false,
+                    &[EBADF],
+                )
+                .ok();
+            }
+            _ => {
+                let mut i = sys::neuron_udma_info::default();
+                expect("INFO on a read-only file", self.ro.ioctl(sys::NEURON_UDMA_INFO, &mut i), true, &[]).ok();
+                if i.abi_version != sys::NEURON_UDMA_ABI_VERSION || i.ring_reserve_descs != RESERVE {
+                    fail!("INFO: abi {} reserve {}", i.abi_version, i.ring_reserve_descs);
+                }
+            }
+        }
+    }
+
+    /// End of a test case: the second process must have succeeded; engines that a fault may
+    /// have left aborted must recover with one failing wait at most.
+    fn teardown(mut self) {
+        CUR_OP.store(19, Relaxed); // not an operation of the sequence
+        self.second(true);
+        drop(self);
+        if let Some(w) = ctx().window.as_ref() {
+            let dirty = engines().iter().any(|e| e.armed || e.maybe_aborted);
+            if dirty {
+                w.clear();
+                engines().iter_mut().for_each(|m| m.armed = false);
+                for q in [0, 2, 3] {
+                    if engines()[slot_queue(q).2].maybe_aborted {
+                        heal(q);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs copies on queue slot `q` of a new file until one succeeds (at most one may fail:
+/// the first wait recovers an aborted engine) and checks its bytes.
+fn heal(q: usize) {
+    let (engine, queue, e) = slot_queue(q);
+    let (dev, (scratch, smap)) = open_file();
+    let mut a = sys::neuron_udma_queue_init { engine, queue, tx_descs: 32, rx_descs: 32, ..Default::default() };
+    expect("QUEUE_INIT (recovery)", dev.ioctl(sys::NEURON_UDMA_QUEUE_INIT, &mut a), true, &[]).ok();
+    let mut b = sys::neuron_udma_mem_alloc { size: 4096, type_: sys::NEURON_UDMA_MEM_HOST, ..Default::default() };
+    expect("MEM_ALLOC (recovery)", dev.ioctl(sys::NEURON_UDMA_MEM_ALLOC, &mut b), true, &[]).ok();
+    note_handle(b.handle);
+    for attempt in 0..2 {
+        let data: Vec<u8> = (0..4096).map(|i| pattern(attempt + 77, i)).collect();
+        smap.write(0, &data);
+        let mut p = sys::neuron_udma_copy_prepare_one {
+            engine,
+            queue,
+            copy: sys::neuron_udma_copy {
+                src_handle: scratch,
+                dst_handle: b.handle,
+                size: 4096,
+                barrier: sys::NEURON_UDMA_BARRIER_WRITE,
+                ..Default::default()
+            },
+        };
+        expect("COPY_PREPARE_ONE (recovery)", dev.ioctl(sys::NEURON_UDMA_COPY_PREPARE_ONE, &mut p), true, &[]).ok();
+        let mut w = sys::neuron_udma_copy_wait { engine, queue, ..Default::default() };
+        let r = dev.ioctl(sys::NEURON_UDMA_COPY_WAIT, &mut w);
+        let errs: &[Errno] = if attempt == 0 { &[EIO, ETIMEDOUT] } else { &[] };
+        if expect(&format!("COPY_WAIT after a fault on engine {engine} (attempt {attempt})"), r, true, errs).is_ok() {
+            // Read back through the scratch buffer: copy the destination over it.
+            smap.write(0, &[0; 4096]);
+            let mut m =
+                sys::neuron_udma_memcpy { src_handle: b.handle, dst_handle: scratch, size: 4096, ..Default::default() };
+            expect("MEMCPY (recovery)", dev.ioctl(sys::NEURON_UDMA_MEMCPY, &mut m), true, &[]).ok();
+            if smap.read()[..4096] != data[..] {
+                fail!("engine {engine}: the copy after recovery has wrong bytes");
+            }
+            engines()[e].maybe_aborted = false;
+            return;
+        }
+    }
+}
+
+/// The state machine test: the device and the model side by side.
+pub struct FuzzTest;
+
+impl StateMachineTest for FuzzTest {
+    type SystemUnderTest = Sut;
+    type Reference = FuzzRef;
+
+    fn init_test(_: &()) -> Sut {
+        Sut::new()
+    }
+
+    fn apply(mut state: Sut, _: &(), op: Op) -> Sut {
+        state.apply(op);
+        state
+    }
+
+    fn teardown(state: Sut, _: ()) {
+        state.teardown();
+    }
+}
+
+/// Whether the model's fault window is mapped (fault storms are possible).
+pub fn has_window() -> bool {
+    ctx().window.is_some()
+}

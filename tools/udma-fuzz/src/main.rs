@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: GPL-2.0
+//! `udma-fuzz`: a stateful fuzzer of the `neuron_udma` ioctl ABI with a reference model
+//! (Documentation/udma-fuzz.rst).
+//!
+//! It runs random sequences of operations (proptest state machines, `fuzz.rs`) against
+//! `/dev/neuron_udma0` and checks every answer and every byte against the model; a failing
+//! sequence is shrunk to a minimal one and printed with the seed that replays it. The output is
+//! TAP: one case for the ABI pass, one for the pass with fault storms.
+//!
+//! ```text
+//! udma-fuzz [--ops N] [--seed S] [--len L] [--device PATH] [--replay CASE_SEED] [--faults on|off|both]
+//! ```
+
+mod dev;
+mod fuzz;
+mod model;
+mod workers;
+
+use proptest::test_runner::{Config, RngSeed, TestError, TestRunner};
+use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// The message of the last panic of a test case (printed once, for the shrunk sequence).
+static LAST_PANIC: Mutex<String> = Mutex::new(String::new());
+
+struct Args {
+    ops: u64,
+    seed: u64,
+    len: usize,
+    device: PathBuf,
+    replay: Option<u64>,
+    faults: String,
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: udma-fuzz [--ops N] [--seed S] [--len L] [--device PATH] [--replay CASE_SEED] [--faults on|off|both]"
+    );
+    std::process::exit(2);
+}
+
+fn parse() -> Args {
+    let mut a = Args {
+        ops: 20_000,
+        seed: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64),
+        len: 128,
+        device: PathBuf::from("/dev/neuron_udma0"),
+        replay: None,
+        faults: "both".into(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let v = it.next().unwrap_or_else(|| usage());
+        let num = || v.parse::<u64>().unwrap_or_else(|_| usage());
+        match k.as_str() {
+            "--ops" => a.ops = num(),
+            "--seed" => a.seed = num(),
+            "--len" => a.len = num().max(1) as usize,
+            "--device" => a.device = PathBuf::from(&v),
+            "--replay" => a.replay = Some(num()),
+            "--faults" if ["on", "off", "both"].contains(&v.as_str()) => a.faults = v,
+            _ => usage(),
+        }
+    }
+    a
+}
+
+/// splitmix64: the seed of case `i` of a run.
+fn case_seed(seed: u64, i: u64) -> u64 {
+    let mut z = seed.wrapping_add(i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn total_ops() -> u64 {
+    fuzz::OP_COUNTS.iter().map(|c| c.load(Relaxed)).sum()
+}
+
+/// Runs one test case (`len` operations) from `seed`; on failure prints the shrunk sequence.
+fn run_case(seed: u64, len: usize, faults: bool) -> bool {
+    fuzz::FAULTS.store(faults, Relaxed);
+    let config = Config {
+        cases: 1,
+        failure_persistence: None,
+        rng_seed: RngSeed::Fixed(seed),
+        max_shrink_iters: 4096,
+        max_shrink_time: 300_000,
+        verbose: 0,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config.clone());
+    let strategy = fuzz::FuzzRef::sequential_strategy(len..=len);
+    let r = runner.run(&strategy, |(init, ops, seen)| {
+        fuzz::FuzzTest::test_sequential(config.clone(), init, ops, seen);
+        Ok(())
+    });
+    match r {
+        Ok(()) => true,
+        Err(TestError::Fail(_, (_, ops, _))) => {
+            println!("# FAILED: {}", LAST_PANIC.lock().map(|s| s.clone()).unwrap_or_default());
+            println!(
+                "# minimal sequence ({} operations), replay with: udma-fuzz --replay {seed} --len {len} --faults {}",
+                ops.len(),
+                if faults { "on" } else { "off" }
+            );
+            for (i, op) in ops.iter().enumerate() {
+                println!("#   {:3}. {op:?}", i + 1);
+            }
+            false
+        }
+        Err(TestError::Abort(why)) => {
+            println!("# aborted: {why}");
+            false
+        }
+    }
+}
+
+/// Runs cases until `ops` operations ran; the pass's TAP verdict.
+fn pass(a: &Args, ops: u64, faults: bool) -> bool {
+    let start = total_ops();
+    let mut i = 0u64;
+    let t = Instant::now();
+    let mut next_report = 100_000;
+    while total_ops() - start < ops {
+        let seed = case_seed(a.seed ^ u64::from(faults), i);
+        if !run_case(seed, a.len, faults) {
+            return false;
+        }
+        i += 1;
+        if total_ops() - start >= next_report {
+            println!("# {} operations in {:.0} s", total_ops() - start, t.elapsed().as_secs_f64());
+            next_report += 100_000;
+        }
+    }
+    true
+}
+
+fn main() {
+    let a = parse();
+    std::panic::set_hook(Box::new(|p| {
+        let msg = p
+            .payload()
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.payload().downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        let loc = p.location().map(|l| format!(" ({}:{})", l.file(), l.line())).unwrap_or_default();
+        if let Ok(mut s) = LAST_PANIC.lock() {
+            *s = format!("{msg}{loc}");
+        }
+    }));
+    let dev = match dev::Dev::open(&a.device, false) {
+        Ok(d) => d,
+        Err(e) => {
+            println!("1..0 # SKIP cannot open {}: errno {e}", a.device.display());
+            std::process::exit(1);
+        }
+    };
+    let mut info = neuron_udma::sys::neuron_udma_info::default();
+    if let Err(e) = dev.ioctl(neuron_udma::sys::NEURON_UDMA_INFO, &mut info) {
+        println!("1..0 # SKIP INFO failed: errno {e}");
+        std::process::exit(1);
+    }
+    drop(dev);
+    let host = |e: u32| info.host_engines[(e / 64) as usize] >> (e % 64) & 1 == 1;
+    // Engines 4..7 reach host memory on every generation and hold no driver queue.
+    let engines = [4, 5, 6, 7];
+    assert!(engines.iter().all(|&e| host(e) && e < info.engines), "engines 4..7 must reach host memory");
+    let window = dev::FaultWindow::open();
+    fuzz::init(fuzz::Ctx { path: a.device.clone(), info, engines, window });
+    let has_window = fuzz::has_window();
+    println!("TAP version 13");
+    println!(
+        "# udma-fuzz: device {} generation {} seed {} ops {} len {} fault window {}",
+        a.device.display(),
+        info.generation,
+        a.seed,
+        a.ops,
+        a.len,
+        if has_window { "mapped" } else { "absent" }
+    );
+    let t0 = Instant::now();
+    if let Some(seed) = a.replay {
+        println!("1..1");
+        let ok = run_case(seed, a.len, a.faults != "off" && has_window);
+        println!("{} 1 replay {seed}", if ok { "ok" } else { "not ok" });
+        std::process::exit(i32::from(!ok));
+    }
+    let passes: Vec<(&str, bool, u64)> = match a.faults.as_str() {
+        "off" => vec![("abi_model", false, a.ops)],
+        "on" => vec![("fault_storm", true, a.ops)],
+        _ => vec![("abi_model", false, a.ops / 2), ("fault_storm", true, a.ops - a.ops / 2)],
+    };
+    println!("1..{}", passes.len());
+    let mut failed = 0;
+    for (n, (name, faults, ops)) in passes.iter().enumerate() {
+        let t = Instant::now();
+        let before = total_ops();
+        let ok = if *faults && !has_window {
+            println!("# no fault window (not the model, or not root)");
+            false
+        } else {
+            pass(&a, *ops, *faults)
+        };
+        println!("# {name}: {} operations in {:.1} s", total_ops() - before, t.elapsed().as_secs_f64());
+        println!("{} {} {name}", if ok { "ok" } else { "not ok" }, n + 1);
+        failed += usize::from(!ok);
+    }
+    let total = total_ops();
+    println!(
+        "# {total} operations in {:.1} s ({:.0}/s); mix:",
+        t0.elapsed().as_secs_f64(),
+        total as f64 / t0.elapsed().as_secs_f64()
+    );
+    println!("#   {:15} {:>9} {:>6} {:>9}", "operation", "count", "share", "succeeded");
+    for ((name, c), ok) in fuzz::OP_NAMES.iter().zip(fuzz::OP_COUNTS.iter()).zip(fuzz::OP_OK.iter()) {
+        let c = c.load(Relaxed);
+        println!("#   {name:15} {c:9} {:5.1}% {:9}", 100.0 * c as f64 / total.max(1) as f64, ok.load(Relaxed));
+    }
+    let f: Vec<String> = ["fail_nth", "abort", "stall", "slow", "slow_off", "clear"]
+        .iter()
+        .zip(fuzz::FAULT_COUNTS.iter())
+        .map(|(n, c)| format!("{n} {}", c.load(Relaxed)))
+        .collect();
+    println!("# faults injected: {}", f.join(", "));
+    let o: Vec<String> = fuzz::OUTCOMES
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.load(Relaxed) != 0)
+        .map(|(e, c)| format!("{} {}", if e == 0 { "success" } else { fuzz::name(e as i32) }, c.load(Relaxed)))
+        .collect();
+    println!("# answers checked: {}", o.join(", "));
+    std::process::exit(i32::from(failed != 0));
+}
