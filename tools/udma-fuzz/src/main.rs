@@ -16,6 +16,7 @@ mod fuzz;
 mod model;
 mod workers;
 
+use clap::Parser;
 use proptest::test_runner::{Config, RngSeed, TestError, TestRunner};
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 use std::path::PathBuf;
@@ -26,46 +27,32 @@ use std::time::Instant;
 /// The message of the last panic of a test case (printed once, for the shrunk sequence).
 static LAST_PANIC: Mutex<String> = Mutex::new(String::new());
 
+/// Command line (clap).
+#[derive(Parser, Debug)]
+#[command(about = "Stateful fuzzer of the neuron_udma ioctl ABI with a reference model")]
 struct Args {
+    /// Operations to run in total.
+    #[arg(long, default_value_t = 20_000)]
     ops: u64,
+    /// Seed of the run (default: from the clock); each case's seed derives from it.
+    #[arg(long, default_value_t = clock_seed())]
     seed: u64,
-    len: usize,
+    /// Operations per test case (the length of one sequence).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
+    len: u64,
+    /// The device node.
+    #[arg(long, default_value = "/dev/neuron_udma0")]
     device: PathBuf,
+    /// Replay the one case with this seed (as printed by a failure).
+    #[arg(long)]
     replay: Option<u64>,
+    /// Fault storms: on, off, or both passes.
+    #[arg(long, default_value = "both", value_parser = ["on", "off", "both"])]
     faults: String,
 }
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: udma-fuzz [--ops N] [--seed S] [--len L] [--device PATH] [--replay CASE_SEED] [--faults on|off|both]"
-    );
-    std::process::exit(2);
-}
-
-fn parse() -> Args {
-    let mut a = Args {
-        ops: 20_000,
-        seed: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64),
-        len: 128,
-        device: PathBuf::from("/dev/neuron_udma0"),
-        replay: None,
-        faults: "both".into(),
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(k) = it.next() {
-        let v = it.next().unwrap_or_else(|| usage());
-        let num = || v.parse::<u64>().unwrap_or_else(|_| usage());
-        match k.as_str() {
-            "--ops" => a.ops = num(),
-            "--seed" => a.seed = num(),
-            "--len" => a.len = num().max(1) as usize,
-            "--device" => a.device = PathBuf::from(&v),
-            "--replay" => a.replay = Some(num()),
-            "--faults" if ["on", "off", "both"].contains(&v.as_str()) => a.faults = v,
-            _ => usage(),
-        }
-    }
-    a
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
 }
 
 /// splitmix64: the seed of case `i` of a run.
@@ -127,7 +114,7 @@ fn pass(a: &Args, ops: u64, faults: bool) -> bool {
     let mut next_report = 100_000;
     while total_ops() - start < ops {
         let seed = case_seed(a.seed ^ u64::from(faults), i);
-        if !run_case(seed, a.len, faults) {
+        if !run_case(seed, a.len as usize, faults) {
             return false;
         }
         i += 1;
@@ -140,7 +127,7 @@ fn pass(a: &Args, ops: u64, faults: bool) -> bool {
 }
 
 fn main() {
-    let a = parse();
+    let a = Args::parse();
     std::panic::set_hook(Box::new(|p| {
         let msg = p
             .payload()
@@ -186,7 +173,7 @@ fn main() {
     let t0 = Instant::now();
     if let Some(seed) = a.replay {
         println!("1..1");
-        let ok = run_case(seed, a.len, a.faults != "off" && has_window);
+        let ok = run_case(seed, a.len as usize, a.faults != "off" && has_window);
         println!("{} 1 replay {seed}", if ok { "ok" } else { "not ok" });
         std::process::exit(i32::from(!ok));
     }
