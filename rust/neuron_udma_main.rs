@@ -22,6 +22,7 @@ mod channel;
 mod debugfs;
 mod desc;
 mod device;
+mod dmaengine;
 mod driver;
 mod engine;
 mod file;
@@ -143,4 +144,10 @@ module! {
     authors: ["The neuron-udma developers"],
     description: "AWS Neuron UDMA memory-to-memory DMA driver",
     license: "GPL v2",
+    params: {
+        dma_channels: u32 {
+            default: 4,
+            description: "dmaengine memcpy channels per device (0: no dmaengine provider; at most 8)",
+        },
+    },
 }
