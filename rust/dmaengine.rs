@@ -72,6 +72,8 @@ enum Stage {
     Active,
     /// Terminated while on the ring: dropped once the queue was stopped.
     Terminated,
+    /// Lost in a queue reset: completes (in order) as aborted.
+    Failed,
     /// Completed; its callback may be running (only the completion work removes it).
     Completing,
     /// Completed and called back, waiting for the client's ack (`DMA_CTRL_ACK`).
@@ -122,7 +124,7 @@ impl State {
     fn has_work(&self) -> bool {
         self.terminate
             || self.descs.iter().any(|d| match d.stage {
-                Stage::Issued | Stage::Active | Stage::Terminated => true,
+                Stage::Issued | Stage::Active | Stage::Terminated | Stage::Failed => true,
                 Stage::Submitted => self.dead,
                 Stage::Completing | Stage::Done => false,
             })
@@ -250,10 +252,11 @@ impl DmaChan {
                 self.step(q, io, check, &mut done);
                 Ok(())
             });
-            if let Err(e) = r {
+            if r.is_err() {
                 // The queue is gone (unbind): fail what is left.
                 let mut st = self.state.lock();
-                self.fail_all(&mut st, &mut done, e);
+                Self::fail_all(&mut st);
+                Self::complete(&mut st, &mut done);
             }
             let progressed = done.n > 0;
             for (txd, result, residue) in done.items.iter().flatten() {
@@ -301,7 +304,8 @@ impl DmaChan {
             st.terminate = false;
             st.descs.retain(|d| d.stage != Stage::Terminated);
             if st.dead {
-                self.fail_all(&mut st, done, ENODEV);
+                Self::fail_all(&mut st);
+                Self::complete(&mut st, done);
                 return;
             }
         }
@@ -337,25 +341,9 @@ impl DmaChan {
                 what
             );
             Self::stop(q, io, &mut st);
-            self.fail_active(&mut st, done);
+            Self::fail_active(&mut st);
         }
-        // Complete, in order, what the newest completed fence covers.
-        let done_seq = st.done_seq;
-        let mut completed = st.completed;
-        for d in st.descs.iter_mut() {
-            match d.stage {
-                Stage::Completing | Stage::Done | Stage::Terminated => continue,
-                Stage::Active => {}
-                Stage::Submitted | Stage::Issued => break,
-            }
-            let covered = matches!((d.fence, done_seq), (Some(f), Some(s)) if f <= s);
-            if d.written < d.len || !covered || done.is_full() {
-                break;
-            }
-            completed = d.cookie;
-            done.push(d, TxResult::NoError);
-        }
-        st.completed = completed;
+        Self::complete(&mut st, done);
         self.write(q, io, &mut st);
     }
 
@@ -438,34 +426,49 @@ impl DmaChan {
         }
     }
 
-    /// Completes the descriptors on the ring as aborted (the queue was reset).
-    fn fail_active(&self, st: &mut State, done: &mut Completed) {
-        let mut range: Option<(i32, i32)> = None;
+    /// Completes, in order, the descriptors the newest completed fence covers, and the failed
+    /// ones, up to [`BATCH`] per round.
+    fn complete(st: &mut State, done: &mut Completed) {
+        let done_seq = st.done_seq;
         let mut completed = st.completed;
-        for d in st.descs.iter_mut().filter(|d| d.stage == Stage::Active) {
-            if done.is_full() {
-                // Dropped without a callback: the ring is reset, the client sees DMA_ERROR.
-                d.stage = Stage::Terminated;
-            } else {
-                done.push(d, TxResult::Aborted);
+        for d in st.descs.iter_mut() {
+            let result = match d.stage {
+                Stage::Completing | Stage::Done | Stage::Terminated => continue,
+                Stage::Failed => TxResult::Aborted,
+                Stage::Active => TxResult::NoError,
+                Stage::Submitted | Stage::Issued => break,
+            };
+            let covered = matches!((d.fence, done_seq), (Some(f), Some(s)) if f <= s);
+            if done.is_full() || (result == TxResult::NoError && (d.written < d.len || !covered)) {
+                break;
             }
             completed = d.cookie;
-            range = Some((range.map_or(d.cookie, |r| r.0), d.cookie));
+            done.push(d, result);
         }
         st.completed = completed;
+    }
+
+    /// Marks the descriptors on the ring as failed (the queue was reset) and remembers their
+    /// cookies for `tx_status`.
+    fn fail_active(st: &mut State) {
+        let mut range: Option<(i32, i32)> = None;
+        for d in st.descs.iter_mut().filter(|d| d.stage == Stage::Active) {
+            d.stage = Stage::Failed;
+            range = Some((range.map_or(d.cookie, |r| r.0), d.cookie));
+        }
         if let Some((a, b)) = range {
             st.record_failed(a, b);
         }
     }
 
-    /// Completes every descriptor not yet completed as aborted (unbind, queue gone).
-    fn fail_all(&self, st: &mut State, done: &mut Completed, _why: Error) {
+    /// Fails every descriptor not yet completed (unbind, or the queue is gone).
+    fn fail_all(st: &mut State) {
         for d in st.descs.iter_mut() {
             if matches!(d.stage, Stage::Submitted | Stage::Issued) {
                 d.stage = Stage::Active;
             }
         }
-        self.fail_active(st, done);
+        Self::fail_active(st);
         st.fences.clear();
     }
 
@@ -614,20 +617,32 @@ extern "C" fn neuron_udma_dma_status(chan: *const c_void, cookie: i32, residue: 
     DMA_IN_PROGRESS
 }
 
-/// `device_terminate_all`: drops every descriptor not completed, without callbacks; those on
-/// the ring are dropped once the completion work stopped the queue (`device_synchronize`
-/// waits for it).
+/// `device_terminate_all`: drops every descriptor that did not complete, without callbacks
+/// (their cookies read `DMA_ERROR` from now on); those on the ring are dropped once the
+/// completion work stopped the queue (`device_synchronize` waits for it).
 #[no_mangle]
 extern "C" fn neuron_udma_dma_terminate(chan: *const c_void) {
     let this = DmaChan::from_raw(chan);
     let mut st = this.state.lock();
     let mut on_ring = false;
-    for d in st.descs.iter_mut().filter(|d| d.stage == Stage::Active) {
-        d.stage = Stage::Terminated;
-        on_ring = true;
+    let mut range: Option<(i32, i32)> = None;
+    for d in st.descs.iter_mut() {
+        match d.stage {
+            Stage::Active | Stage::Failed => {
+                d.stage = Stage::Terminated;
+                on_ring = true;
+            }
+            Stage::Submitted | Stage::Issued => {}
+            _ => continue,
+        }
+        range = Some((range.map_or(d.cookie, |r| r.0), d.cookie));
     }
     st.descs
         .retain(|d| !matches!(d.stage, Stage::Submitted | Stage::Issued));
+    if let Some((first, last)) = range {
+        st.record_failed(first, last);
+        st.completed = last;
+    }
     if on_ring && !st.dead {
         st.terminate = true;
         this.kick(&mut st);
@@ -653,9 +668,9 @@ extern "C" fn neuron_udma_dma_put_chan(chan: *const c_void) {
 #[pin_data(PinnedDrop)]
 pub(crate) struct DmaProvider {
     chans: KVec<Arc<DmaChan>>,
-    /// `None` once unregistered.
+    /// The registration (`None` once unregistered) and whether [`Self::shutdown`] ran.
     #[pin]
-    reg: Mutex<Option<DmaRegistration>>,
+    reg: Mutex<(Option<DmaRegistration>, bool)>,
 }
 
 impl DmaProvider {
@@ -685,7 +700,7 @@ impl DmaProvider {
         }
         if chans.is_empty() {
             return KBox::pin_init(
-                pin_init!(Self { chans, reg <- new_mutex!(None) }),
+                pin_init!(Self { chans, reg <- new_mutex!((None, false)) }),
                 GFP_KERNEL,
             );
         }
@@ -703,7 +718,7 @@ impl DmaProvider {
                     eng
                 );
                 KBox::pin_init(
-                    pin_init!(Self { chans, reg <- new_mutex!(Some(reg)) }),
+                    pin_init!(Self { chans, reg <- new_mutex!((Some(reg), false)) }),
                     GFP_KERNEL,
                 )
             }
@@ -722,7 +737,14 @@ impl DmaProvider {
     /// Afterwards no callback runs and every operation fails; a client that still holds a
     /// channel keeps it (and its memory) until it lets go.
     pub(crate) fn shutdown(&self) {
-        let reg = self.reg.lock().take();
+        let reg = {
+            let mut r = self.reg.lock();
+            if r.1 {
+                return;
+            }
+            r.1 = true;
+            r.0.take()
+        };
         if let Some(reg) = reg {
             reg.unregister();
         }
@@ -757,5 +779,14 @@ impl DmaProvider {
 impl PinnedDrop for DmaProvider {
     fn drop(self: Pin<&mut Self>) {
         self.shutdown();
+    }
+}
+
+/// Frees the released `dma_device`s at module unload (dropped after the driver is unregistered).
+pub(crate) struct ReleasedGuard;
+
+impl Drop for ReleasedGuard {
+    fn drop(&mut self) {
+        shim::dma_free_released();
     }
 }

@@ -121,6 +121,8 @@ struct NeuronUdmaModule {
     /// declaration order).
     _debugfs: debugfs::RootGuard,
     _registry: RegistryCleanup,
+    /// Frees the released dmaengine devices, after the driver.
+    _dma: dmaengine::ReleasedGuard,
 }
 
 impl InPlaceModule for NeuronUdmaModule {
@@ -134,6 +136,7 @@ impl InPlaceModule for NeuronUdmaModule {
             _driver <- Registration::new(<LocalModule as kernel::ModuleMetadata>::NAME, module),
             _debugfs: debugfs,
             _registry: RegistryCleanup,
+            _dma: dmaengine::ReleasedGuard,
         })
     }
 }

@@ -148,6 +148,7 @@ struct neuron_udma_dchan {
 
 struct neuron_udma_dma {
 	struct dma_device ddev;
+	struct list_head released;
 	unsigned int nr;
 	struct neuron_udma_dchan chans[];
 };
@@ -173,6 +174,7 @@ void neuron_udma_dma_put_chan(const void *chan);
 struct neuron_udma_dma *neuron_udma_dma_register(struct device *dev, const void *const *chans,
 						 unsigned int nr);
 void neuron_udma_dma_unregister(struct neuron_udma_dma *dma);
+void neuron_udma_dma_free_released(void);
 void neuron_udma_txd_set_cookie(struct dma_async_tx_descriptor *txd, dma_cookie_t cookie);
 bool neuron_udma_txd_acked(struct dma_async_tx_descriptor *txd);
 void neuron_udma_txd_complete(struct dma_async_tx_descriptor *txd, u32 result, u32 residue);
@@ -248,7 +250,16 @@ static void neuron_udma_synchronize(struct dma_chan *chan)
 	neuron_udma_dma_sync(neuron_udma_rs(chan));
 }
 
-/* The last reference is gone (after unregister): give the channels back to Rust, free. */
+/*
+ * Released dma_devices, freed at module unload. When the last client lets go of a channel after
+ * unregister, the release runs inside dma_release_channel(), which still touches the channel
+ * (embedded here) after it returns; a client holds a module reference until then, so the memory
+ * is kept until the module is unloaded.
+ */
+static LIST_HEAD(neuron_udma_released);
+static DEFINE_SPINLOCK(neuron_udma_released_lock);
+
+/* The last reference is gone (after unregister): give the channels back to Rust. */
 static void neuron_udma_release(struct dma_device *ddev)
 {
 	struct neuron_udma_dma *dma = container_of(ddev, struct neuron_udma_dma, ddev);
@@ -256,7 +267,22 @@ static void neuron_udma_release(struct dma_device *ddev)
 
 	for (i = 0; i < dma->nr; i++)
 		neuron_udma_dma_put_chan(dma->chans[i].rs);
-	kfree(dma);
+	spin_lock(&neuron_udma_released_lock);
+	list_add(&dma->released, &neuron_udma_released);
+	spin_unlock(&neuron_udma_released_lock);
+}
+
+/* Module unload: frees the released dma_devices (no client holds a channel any more). */
+void neuron_udma_dma_free_released(void)
+{
+	struct neuron_udma_dma *dma, *next;
+	LIST_HEAD(list);
+
+	spin_lock(&neuron_udma_released_lock);
+	list_splice_init(&neuron_udma_released, &list);
+	spin_unlock(&neuron_udma_released_lock);
+	list_for_each_entry_safe(dma, next, &list, released)
+		kfree(dma);
 }
 
 /*

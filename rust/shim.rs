@@ -37,6 +37,7 @@ mod ffi {
             nr: c_uint,
         ) -> *mut c_void;
         pub(super) fn neuron_udma_dma_unregister(dma: *mut c_void);
+        pub(super) fn neuron_udma_dma_free_released();
         pub(super) fn neuron_udma_txd_set_cookie(txd: *mut c_void, cookie: i32);
         pub(super) fn neuron_udma_txd_acked(txd: *mut c_void) -> bool;
         pub(super) fn neuron_udma_txd_complete(txd: *mut c_void, result: u32, residue: u32);
@@ -280,6 +281,13 @@ impl DmaRegistration {
         // SAFETY: by the type invariant registered, and `self` is consumed.
         unsafe { ffi::neuron_udma_dma_unregister(self.0.as_ptr()) }
     }
+}
+
+/// Frees the `dma_device`s released so far (module unload, once no client can hold a channel:
+/// each holds a module reference).
+pub(crate) fn dma_free_released() {
+    // SAFETY: plain call; the shim frees only released `dma_device`s.
+    unsafe { ffi::neuron_udma_dma_free_released() }
 }
 
 /// Waits until `work` is neither queued nor running (`flush_work()`).
