@@ -32,6 +32,8 @@ pub(crate) struct NeuronUdma<'bound> {
     /// debugfs files (`neuron_udma/<pci name>/`); before `dev`, so they go away first.
     #[pin]
     _debugfs: crate::debugfs::DeviceDir,
+    /// The dmaengine provider; unregistered first at unbind.
+    dma: Pin<KBox<crate::dmaengine::DmaProvider>>,
     /// State shared with open files and the KUnit suites; BAR0 lives in it (revocable).
     dev: Arc<UdmaDevice>,
     /// Registry entry: how `open()` finds `dev`.
@@ -76,6 +78,8 @@ impl pci::Driver for NeuronUdmaDriver {
     }
 
     fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
+        // dmaengine clients first: no new transfer, no callback after this.
+        this.dma.shutdown();
         Registry::remove(&this.dev);
         // Quiesce every queue and free its rings and buffers while the device is still bound.
         this.dev.shutdown();
@@ -151,10 +155,17 @@ impl NeuronUdmaDriver {
         )?;
         dev.setup_h2t()
             .inspect_err(|e| dev_err!(pdev, "H2T queue init failed: {:?}\n", e))?;
+        let dma = crate::dmaengine::DmaProvider::register(
+            &dev,
+            pdev,
+            crate::module_parameters::dma_channels.value(),
+        )
+        .inspect_err(|e| dev_err!(pdev, "dmaengine registration failed: {:?}\n", e))?;
         let debugfs = crate::debugfs::device_dir(dev.clone(), pdev.as_ref().name());
         let entry = RegistryEntry::new(dev.clone())?;
         let name = entry.name;
         Ok(try_pin_init!(NeuronUdma {
+            dma,
             dev,
             _bar4: bar4,
             _entry: entry,

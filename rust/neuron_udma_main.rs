@@ -22,6 +22,7 @@ mod channel;
 mod debugfs;
 mod desc;
 mod device;
+mod dmaengine;
 mod driver;
 mod engine;
 mod file;
@@ -156,6 +157,8 @@ struct NeuronUdmaModule {
     /// declaration order).
     _debugfs: debugfs::RootGuard,
     _registry: RegistryCleanup,
+    /// Frees the released dmaengine devices, after the driver.
+    _dma: dmaengine::ReleasedGuard,
 }
 
 impl InPlaceModule for NeuronUdmaModule {
@@ -169,6 +172,7 @@ impl InPlaceModule for NeuronUdmaModule {
             _driver <- Registration::new(<LocalModule as kernel::ModuleMetadata>::NAME, module),
             _debugfs: debugfs,
             _registry: RegistryCleanup,
+            _dma: dmaengine::ReleasedGuard,
         })
     }
 }
@@ -179,4 +183,10 @@ module! {
     authors: ["The neuron-udma developers"],
     description: "AWS Neuron UDMA memory-to-memory DMA driver",
     license: "GPL v2",
+    params: {
+        dma_channels: u32 {
+            default: 4,
+            description: "dmaengine memcpy channels per device (0: no dmaengine provider; at most 8)",
+        },
+    },
 }

@@ -130,3 +130,258 @@ void neuron_udma_zap(struct file *file, u64 offset, u64 len)
 {
 	unmap_mapping_range(file->f_mapping, offset, len, 1);
 }
+
+/*
+ * No dmaengine abstraction in Rust: the provider of rust/dmaengine.rs. The C side is only the
+ * dma_device with its channels (registration, the operation trampolines, the release) and the
+ * descriptor's struct dma_async_tx_descriptor; channel state, cookies, descriptor building and
+ * completion are Rust's. @rs pointers are Rust objects: a channel (a counted reference owned by
+ * the dma_device until its release) or a descriptor (owned by its txd until submitted).
+ */
+#include <linux/dmaengine.h>
+#include <linux/slab.h>
+
+struct neuron_udma_dchan {
+	struct dma_chan chan;
+	const void *rs;
+};
+
+struct neuron_udma_dma {
+	struct dma_device ddev;
+	struct list_head released;
+	unsigned int nr;
+	struct neuron_udma_dchan chans[];
+};
+
+struct neuron_udma_txd {
+	struct dma_async_tx_descriptor txd;
+	void *rs;
+};
+
+/* Implemented in Rust (rust/dmaengine.rs). */
+int neuron_udma_dma_alloc_chan(const void *chan);
+void neuron_udma_dma_free_chan(const void *chan);
+void *neuron_udma_dma_prep(const void *chan, struct dma_async_tx_descriptor *txd, u64 dst,
+			   u64 src, u64 len);
+dma_cookie_t neuron_udma_dma_submit(const void *chan, void *desc);
+void neuron_udma_dma_issue(const void *chan);
+int neuron_udma_dma_status(const void *chan, dma_cookie_t cookie, u32 *residue);
+void neuron_udma_dma_terminate(const void *chan);
+void neuron_udma_dma_sync(const void *chan);
+void neuron_udma_dma_put_chan(const void *chan);
+
+/* Called from Rust through the typed wrappers of rust/shim.rs. */
+struct neuron_udma_dma *neuron_udma_dma_register(struct device *dev, const void *const *chans,
+						 unsigned int nr);
+void neuron_udma_dma_unregister(struct neuron_udma_dma *dma);
+void neuron_udma_dma_free_released(void);
+void neuron_udma_txd_set_cookie(struct dma_async_tx_descriptor *txd, dma_cookie_t cookie);
+bool neuron_udma_txd_acked(struct dma_async_tx_descriptor *txd);
+void neuron_udma_txd_complete(struct dma_async_tx_descriptor *txd, u32 result, u32 residue);
+void neuron_udma_txd_free(struct dma_async_tx_descriptor *txd);
+void neuron_udma_flush_work(struct work_struct *work);
+
+static const void *neuron_udma_rs(struct dma_chan *chan)
+{
+	return container_of(chan, struct neuron_udma_dchan, chan)->rs;
+}
+
+static int neuron_udma_alloc_chan_resources(struct dma_chan *chan)
+{
+	return neuron_udma_dma_alloc_chan(neuron_udma_rs(chan));
+}
+
+static void neuron_udma_free_chan_resources(struct dma_chan *chan)
+{
+	neuron_udma_dma_free_chan(neuron_udma_rs(chan));
+}
+
+static dma_cookie_t neuron_udma_tx_submit(struct dma_async_tx_descriptor *txd)
+{
+	struct neuron_udma_txd *d = container_of(txd, struct neuron_udma_txd, txd);
+
+	return neuron_udma_dma_submit(neuron_udma_rs(txd->chan), d->rs);
+}
+
+static struct dma_async_tx_descriptor *
+neuron_udma_prep_memcpy(struct dma_chan *chan, dma_addr_t dst, dma_addr_t src, size_t len,
+			unsigned long flags)
+{
+	struct neuron_udma_txd *d = kzalloc(sizeof(*d), GFP_NOWAIT);
+	void *rs;
+
+	if (!d)
+		return NULL;
+	dma_async_tx_descriptor_init(&d->txd, chan);
+	d->txd.flags = flags;
+	d->txd.tx_submit = neuron_udma_tx_submit;
+	/* From here on Rust owns @d: it has freed it if it returns NULL. */
+	rs = neuron_udma_dma_prep(neuron_udma_rs(chan), &d->txd, dst, src, len);
+	if (!rs)
+		return NULL;
+	d->rs = rs;
+	return &d->txd;
+}
+
+static void neuron_udma_issue_pending(struct dma_chan *chan)
+{
+	neuron_udma_dma_issue(neuron_udma_rs(chan));
+}
+
+static enum dma_status neuron_udma_tx_status(struct dma_chan *chan, dma_cookie_t cookie,
+					     struct dma_tx_state *state)
+{
+	u32 residue = 0;
+	int st = neuron_udma_dma_status(neuron_udma_rs(chan), cookie, &residue);
+
+	if (state)
+		state->residue = residue;
+	return st;
+}
+
+static int neuron_udma_terminate_all(struct dma_chan *chan)
+{
+	neuron_udma_dma_terminate(neuron_udma_rs(chan));
+	return 0;
+}
+
+static void neuron_udma_synchronize(struct dma_chan *chan)
+{
+	neuron_udma_dma_sync(neuron_udma_rs(chan));
+}
+
+/*
+ * Released dma_devices, freed at module unload. When the last client lets go of a channel after
+ * unregister, the release runs inside dma_release_channel(), which still touches the channel
+ * (embedded here) after it returns; a client holds a module reference until then, so the memory
+ * is kept until the module is unloaded.
+ */
+static LIST_HEAD(neuron_udma_released);
+static DEFINE_SPINLOCK(neuron_udma_released_lock);
+
+/* The last reference is gone (after unregister): give the channels back to Rust. */
+static void neuron_udma_release(struct dma_device *ddev)
+{
+	struct neuron_udma_dma *dma = container_of(ddev, struct neuron_udma_dma, ddev);
+	unsigned int i;
+
+	for (i = 0; i < dma->nr; i++)
+		neuron_udma_dma_put_chan(dma->chans[i].rs);
+	spin_lock(&neuron_udma_released_lock);
+	list_add(&dma->released, &neuron_udma_released);
+	spin_unlock(&neuron_udma_released_lock);
+}
+
+/* Module unload: frees the released dma_devices (no client holds a channel any more). */
+void neuron_udma_dma_free_released(void)
+{
+	struct neuron_udma_dma *dma, *next;
+	LIST_HEAD(list);
+
+	spin_lock(&neuron_udma_released_lock);
+	list_splice_init(&neuron_udma_released, &list);
+	spin_unlock(&neuron_udma_released_lock);
+	list_for_each_entry_safe(dma, next, &list, released)
+		kfree(dma);
+}
+
+/*
+ * Registers a DMA_MEMCPY dma_device of @dev with @nr channels backed by the Rust channels
+ * @chans; on success the dma_device owns one reference of each (given back by the release). The
+ * channels are private (DMA_PRIVATE): only clients that ask for a channel get one, never async_tx
+ * or the opportunistic dma_find_channel() users (Documentation/neuron-udma.rst, "dmaengine").
+ */
+struct neuron_udma_dma *neuron_udma_dma_register(struct device *dev, const void *const *chans,
+						 unsigned int nr)
+{
+	struct neuron_udma_dma *dma = kzalloc(struct_size(dma, chans, nr), GFP_KERNEL);
+	struct dma_device *dd;
+	unsigned int i;
+	int ret;
+
+	if (!dma)
+		return ERR_PTR(-ENOMEM);
+	dd = &dma->ddev;
+	dma->nr = nr;
+	dd->dev = dev;
+	INIT_LIST_HEAD(&dd->channels);
+	dma_cap_set(DMA_MEMCPY, dd->cap_mask);
+	dma_cap_set(DMA_PRIVATE, dd->cap_mask);
+	/* The engine copies any byte count from any byte address. */
+	dd->copy_align = DMAENGINE_ALIGN_1_BYTE;
+	dd->directions = BIT(DMA_MEM_TO_MEM);
+	dd->residue_granularity = DMA_RESIDUE_GRANULARITY_DESCRIPTOR;
+	dd->device_alloc_chan_resources = neuron_udma_alloc_chan_resources;
+	dd->device_free_chan_resources = neuron_udma_free_chan_resources;
+	dd->device_prep_dma_memcpy = neuron_udma_prep_memcpy;
+	dd->device_issue_pending = neuron_udma_issue_pending;
+	dd->device_tx_status = neuron_udma_tx_status;
+	dd->device_terminate_all = neuron_udma_terminate_all;
+	dd->device_synchronize = neuron_udma_synchronize;
+	dd->device_release = neuron_udma_release;
+	for (i = 0; i < nr; i++) {
+		dma->chans[i].rs = chans[i];
+		dma->chans[i].chan.device = dd;
+		list_add_tail(&dma->chans[i].chan.device_node, &dd->channels);
+	}
+	ret = dma_async_device_register(dd);
+	if (ret) {
+		/* The release never runs: the channels stay the caller's. */
+		kfree(dma);
+		return ERR_PTR(ret);
+	}
+	return dma;
+}
+
+/*
+ * Unregisters @dma: no new client finds its channels. The dma_device (and the Rust channels it
+ * holds) is freed by the release once the last client gave its channel back.
+ */
+void neuron_udma_dma_unregister(struct neuron_udma_dma *dma)
+{
+	dma_async_device_unregister(&dma->ddev);
+}
+
+void neuron_udma_txd_set_cookie(struct dma_async_tx_descriptor *txd, dma_cookie_t cookie)
+{
+	txd->cookie = cookie;
+}
+
+bool neuron_udma_txd_acked(struct dma_async_tx_descriptor *txd)
+{
+	return async_tx_test_ack(txd);
+}
+
+/*
+ * Completes @txd: unmaps what the client asked to be unmapped, then runs its callback if it
+ * asked for one (DMA_PREP_INTERRUPT), with @result (enum dmaengine_tx_result) and @residue in
+ * bytes. Called without any lock of the driver held: the callback may submit more work.
+ */
+void neuron_udma_txd_complete(struct dma_async_tx_descriptor *txd, u32 result, u32 residue)
+{
+	struct dmaengine_result res = { .result = result, .residue = residue };
+	dma_async_tx_callback_result cb_result = txd->callback_result;
+	dma_async_tx_callback cb = txd->callback;
+	void *param = txd->callback_param;
+
+	dma_descriptor_unmap(txd);
+	if (!(txd->flags & DMA_PREP_INTERRUPT))
+		return;
+	if (cb_result)
+		cb_result(param, &res);
+	else if (cb)
+		cb(param);
+}
+
+/* Frees @txd (and the client's unmap data if it never completed). */
+void neuron_udma_txd_free(struct dma_async_tx_descriptor *txd)
+{
+	dma_descriptor_unmap(txd);
+	kfree(container_of(txd, struct neuron_udma_txd, txd));
+}
+
+/* No flush_work() in Rust: wait until @work is neither queued nor running. */
+void neuron_udma_flush_work(struct work_struct *work)
+{
+	flush_work(work);
+}

@@ -2,7 +2,8 @@
 
 //! Typed wrappers of `rust/shim.c`: the kernel facilities Linux 7.3 has no Rust abstraction for
 //! (VMA operations with a fault handler, `vmf_insert_pfn()`, `unmap_mapping_range()`, locked
-//! memory accounting, `fatal_signal_pending()`). Every raw pointer the C side takes is behind a
+//! memory accounting, `fatal_signal_pending()`, the dmaengine provider's `dma_device` and
+//! descriptors, `flush_work()`). Every raw pointer the C side takes is behind a
 //! type here; the rest of the driver calls these functions only.
 
 use kernel::{bindings, prelude::*};
@@ -30,6 +31,18 @@ mod ffi {
         ) -> c_int;
         pub(super) fn neuron_udma_uncharge(user: *mut bindings::user_struct, pages: usize);
         pub(super) fn neuron_udma_fatal_signal_pending() -> bool;
+        pub(super) fn neuron_udma_dma_register(
+            dev: *mut bindings::device,
+            chans: *const *const c_void,
+            nr: c_uint,
+        ) -> *mut c_void;
+        pub(super) fn neuron_udma_dma_unregister(dma: *mut c_void);
+        pub(super) fn neuron_udma_dma_free_released();
+        pub(super) fn neuron_udma_txd_set_cookie(txd: *mut c_void, cookie: i32);
+        pub(super) fn neuron_udma_txd_acked(txd: *mut c_void) -> bool;
+        pub(super) fn neuron_udma_txd_complete(txd: *mut c_void, result: u32, residue: u32);
+        pub(super) fn neuron_udma_txd_free(txd: *mut c_void);
+        pub(super) fn neuron_udma_flush_work(work: *mut bindings::work_struct);
     }
 }
 
@@ -141,4 +154,144 @@ impl Drop for UserCharge {
 pub(crate) fn fatal_signal_pending() -> bool {
     // SAFETY: plain query of the current task.
     unsafe { ffi::neuron_udma_fatal_signal_pending() }
+}
+
+/// A dmaengine client descriptor (`struct dma_async_tx_descriptor`, allocated by the shim's
+/// `device_prep_dma_memcpy`); freed on drop.
+///
+/// # Invariants
+///
+/// The pointer is a descriptor of `neuron_udma_prep_memcpy`, not freed, owned by this value.
+pub(crate) struct Txd(core::ptr::NonNull<c_void>);
+
+// SAFETY: a descriptor may be completed and freed from any task; the client does not touch it
+// concurrently (dmaengine's rules: after submit the provider owns it until completion).
+unsafe impl Send for Txd {}
+// SAFETY: the methods taking `&self` are read-only or called by one owner at a time.
+unsafe impl Sync for Txd {}
+
+/// Outcome of a transfer (`enum dmaengine_tx_result`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TxResult {
+    /// The copy completed.
+    NoError = 0,
+    /// The copy was aborted (engine error, timeout, unbind): the destination is undefined.
+    Aborted = 3,
+}
+
+impl Txd {
+    /// Takes ownership of `ptr`.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is the descriptor `neuron_udma_prep_memcpy` is preparing, owned by nobody else.
+    pub(crate) unsafe fn from_raw(ptr: *mut c_void) -> Option<Self> {
+        // INVARIANT: per the function's contract.
+        core::ptr::NonNull::new(ptr).map(Self)
+    }
+
+    /// Stores the cookie the client's `tx_submit` returns.
+    pub(crate) fn set_cookie(&self, cookie: i32) {
+        // SAFETY: by the type invariant the descriptor is alive.
+        unsafe { ffi::neuron_udma_txd_set_cookie(self.0.as_ptr(), cookie) }
+    }
+
+    /// Whether the client acked the descriptor (`DMA_CTRL_ACK`): it may be freed once done.
+    pub(crate) fn acked(&self) -> bool {
+        // SAFETY: by the type invariant the descriptor is alive.
+        unsafe { ffi::neuron_udma_txd_acked(self.0.as_ptr()) }
+    }
+
+    /// A handle to complete the descriptor while its owner keeps it.
+    pub(crate) fn handle(&self) -> TxdRef {
+        TxdRef(self.0)
+    }
+}
+
+/// A borrowed [`Txd`], to complete it without the lock that guards its owner.
+#[derive(Clone, Copy)]
+pub(crate) struct TxdRef(core::ptr::NonNull<c_void>);
+
+impl TxdRef {
+    /// Unmaps the client's unmap data and runs its callback if it asked for one
+    /// (`DMA_PREP_INTERRUPT`), with `result` and `residue` bytes not copied. Must be called
+    /// without any driver lock held (the callback may submit more work), once.
+    ///
+    /// # Safety
+    ///
+    /// The [`Txd`] is alive until this returns.
+    pub(crate) unsafe fn complete(self, result: TxResult, residue: u32) {
+        // SAFETY: per the function's contract the descriptor is alive.
+        unsafe { ffi::neuron_udma_txd_complete(self.0.as_ptr(), result as u32, residue) }
+    }
+}
+
+impl Drop for Txd {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant the descriptor is alive and ours; not used again.
+        unsafe { ffi::neuron_udma_txd_free(self.0.as_ptr()) }
+    }
+}
+
+/// A registered `dma_device` (see `rust/dmaengine.rs`).
+///
+/// # Invariants
+///
+/// The pointer is a `neuron_udma_dma_register` result, registered until [`Self::unregister`].
+pub(crate) struct DmaRegistration(core::ptr::NonNull<c_void>);
+
+// SAFETY: the registration is an address; unregistering works from any task.
+unsafe impl Send for DmaRegistration {}
+// SAFETY: no method takes `&self`.
+unsafe impl Sync for DmaRegistration {}
+
+impl DmaRegistration {
+    /// Registers a `DMA_MEMCPY` `dma_device` of `dev` with one channel per entry of `chans`;
+    /// each is a counted reference (`Arc::into_raw`) that the `dma_device` owns from now on and
+    /// gives back through `neuron_udma_dma_put_chan` when it is released.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`, or the error of `dma_async_device_register()`; the references stay the
+    /// caller's then.
+    ///
+    /// # Safety
+    ///
+    /// Each entry of `chans` is a reference the trampolines of `rust/dmaengine.rs` accept.
+    pub(crate) unsafe fn register(
+        dev: &kernel::device::Device<kernel::device::Bound>,
+        chans: &[*const c_void],
+    ) -> Result<Self> {
+        let nr = u32::try_from(chans.len()).map_err(|_| EINVAL)?;
+        // `Device` is a transparent wrapper of `struct device` (7.3 keeps its `as_raw` private).
+        let raw = core::ptr::from_ref(dev)
+            .cast::<bindings::device>()
+            .cast_mut();
+        // SAFETY: `raw` is the bound device `dev`; `chans` holds `nr` valid entries (per the
+        // contract).
+        let p = unsafe { ffi::neuron_udma_dma_register(raw, chans.as_ptr(), nr) };
+        let p = kernel::error::from_err_ptr(p)?;
+        // INVARIANT: registered now.
+        core::ptr::NonNull::new(p).map(Self).ok_or(ENOMEM)
+    }
+
+    /// Unregisters the `dma_device`: no client finds its channels any more; the release gives
+    /// the channels back once the last client let go of its channel.
+    pub(crate) fn unregister(self) {
+        // SAFETY: by the type invariant registered, and `self` is consumed.
+        unsafe { ffi::neuron_udma_dma_unregister(self.0.as_ptr()) }
+    }
+}
+
+/// Frees the `dma_device`s released so far (module unload, once no client can hold a channel:
+/// each holds a module reference).
+pub(crate) fn dma_free_released() {
+    // SAFETY: plain call; the shim frees only released `dma_device`s.
+    unsafe { ffi::neuron_udma_dma_free_released() }
+}
+
+/// Waits until `work` is neither queued nor running (`flush_work()`).
+pub(crate) fn flush_work<T: ?Sized, const ID: u64>(work: &kernel::workqueue::Work<T, ID>) {
+    // SAFETY: `work` is a valid, initialised work item for the duration of the call.
+    unsafe { ffi::neuron_udma_flush_work(kernel::workqueue::Work::raw_get(work)) }
 }

@@ -25,6 +25,9 @@ given for each model given. A model fails when:
     stall, DMA-API error or leak, a Rust assertion outside KUnit, Oops, panic);
   - kmemleak or DMA-API debugging disabled itself, kmemleak did not accept both scans after the
     unloads or reported a leak, or DMA-API debugging counted an error;
+  - a dmatest phase (tests/kselftest/dmatest_test.c) is missing or unfinished, or its summary
+    lines show a failure, a result line, fewer tests per channel than requested or fewer channels
+    (or, for the injected fault, no failure);
   - the bound device is not the model's (trn1 = 1d0f:7164, trn2 = 1d0f:7364), the driver did not
     unload, load and unload again, or the test plan did not complete;
   - in an extra pass, the guest did not have the pass's number of devices, all of the model's and
@@ -269,6 +272,79 @@ def blocks(lines):
     return out
 
 
+# ---- dmatest, the kernel's dmaengine test client (tests/kselftest/dmatest_test.c) ----
+
+# The kselftest that runs dmatest and the phases it must log.
+DMATEST_TEST = "dmatest_test"
+DMATEST_PHASES = ("random", "polled", "size65536", "size65537", "align", "fault", "after-fault",
+                  "unbind", "after-rebind")
+DMATEST_PHASE_RE = re.compile(r"neuron_udma-dmatest: phase (\S+) channels (\d+) min (\d+) expect (\w+)")
+DMATEST_END_RE = re.compile(r"neuron_udma-dmatest: phase (\S+) end")
+DMATEST_SUMMARY_RE = re.compile(r"dmatest: (\S+?)-\w+?\d+: summary (\d+) tests, (\d+) failures")
+DMATEST_RESULT_RE = re.compile(r"dmatest: \S+: result #")
+
+
+def dmatest_phases(lines):
+    """The dmatest phases of a console log, in order: dicts with name, channels, min (tests per
+    channel), expect (clean, failures, any), tests and failures per channel (from dmatest's own
+    summary lines), results (its result lines: one per failed test) and ended."""
+    phases, cur = [], None
+    for ln in lines:
+        m = DMATEST_PHASE_RE.search(ln)
+        if m:
+            cur = {"name": m.group(1), "channels": int(m.group(2)), "min": int(m.group(3)),
+                   "expect": m.group(4), "tests": {}, "failures": {}, "results": 0, "ended": False}
+            phases.append(cur)
+            continue
+        if cur is None:
+            continue
+        m = DMATEST_END_RE.search(ln)
+        if m and m.group(1) == cur["name"]:
+            cur["ended"] = True
+            cur = None
+            continue
+        m = DMATEST_SUMMARY_RE.search(ln)
+        if m:
+            ch = m.group(1)
+            cur["tests"][ch] = cur["tests"].get(ch, 0) + int(m.group(2))
+            cur["failures"][ch] = cur["failures"].get(ch, 0) + int(m.group(3))
+        elif DMATEST_RESULT_RE.search(ln):
+            cur["results"] += 1
+    return phases
+
+
+def dmatest_problems(phases):
+    """What is wrong with the dmatest phases of one run (empty: nothing)."""
+    out = []
+    seen = [p["name"] for p in phases]
+    for name in DMATEST_PHASES:
+        if name not in seen:
+            out.append(f"dmatest phase {name} did not run")
+    for p in phases:
+        what = f"dmatest phase {p['name']}"
+        if not p["ended"]:
+            out.append(f"{what}: no end marker (the run hung or crashed?)")
+            continue
+        fails = sum(p["failures"].values())
+        if p["expect"] == "clean":
+            if len(p["tests"]) != p["channels"]:
+                out.append(f"{what}: summaries of {len(p['tests'])} channels, {p['channels']} expected")
+            for ch, n in sorted(p["tests"].items()):
+                if n < p["min"]:
+                    out.append(f"{what}: {ch} ran {n} tests, fewer than {p['min']}")
+            if fails or p["results"]:
+                out.append(f"{what}: {fails} failures, {p['results']} result lines")
+        elif p["expect"] == "failures" and not fails:
+            out.append(f"{what}: the injected fault failed no test")
+    return out
+
+
+def dmatest_counts(phases):
+    """`phase: channel=tests/failures ...` lines for the summary."""
+    return [f"{p['name']}: " + " ".join(f"{ch}={p['tests'][ch]}/{p['failures'].get(ch, 0)}"
+                                       for ch in sorted(p["tests"])) for p in phases]
+
+
 # ---- one model's run ----
 
 
@@ -410,6 +486,14 @@ class Run:
                 self.fail(f"kunit {n}: ran in the {self.pass_} pass (its KUnit suites are filtered out)")
             elif n not in self.m.required("kunit"):
                 self.fail(f"kunit {n}: on the console but its debugfs results were not printed")
+        self.dmatest = []
+        if DMATEST_TEST in self.m.required("kselftest"):
+            self.dmatest = dmatest_phases(self.clines)
+            problems = dmatest_problems(self.dmatest)
+            for pb in problems:
+                self.fail(pb)
+            if not problems:
+                self.t.ok()
         self.infra()
 
     def marker(self, prefix):
@@ -485,6 +569,8 @@ class Run:
     def summary(self):
         print(f"{self.label}: {len(self.ran['kunit'])} KUnit suites ({self.cases['kunit']} cases), "
               f"{len(self.ran['kselftest'])} kselftests ({self.cases['kselftest']} cases)")
+        for ln in dmatest_counts(getattr(self, "dmatest", [])):
+            print(f"{self.label}:   dmatest {ln}")
         for s in self.splats[:20]:
             print(f"{self.label}:   splat: {s}")
 

@@ -320,6 +320,63 @@ class TestSplats(GateTest):
         self.assertTrue(pr.boot_splat(d))
 
 
+class TestDmatest(unittest.TestCase):
+    """dmatest's summary lines, phase by phase (tests/kselftest/dmatest_test.c)."""
+
+    @staticmethod
+    def log(name, summaries, expect="clean", results=0, end=True, channels=2, min_tests=1000):
+        lines = [f"neuron_udma-dmatest: phase {name} channels {channels} min {min_tests} expect {expect}"]
+        for ch, tests, fails in summaries:
+            for t in range(2):
+                lines.append(f"dmatest: {ch}-copy{t}: summary {tests} tests, {fails} failures 10.00 iops 40 KB/s (0)")
+        lines += [f"dmatest: dma0chan0-copy0: result #{i + 1}: 'data error' with src_off=0x0" for i in range(results)]
+        if end:
+            lines.append(f"neuron_udma-dmatest: phase {name} end")
+        return lines
+
+    def all_clean(self, **over):
+        lines = []
+        for name in pr.DMATEST_PHASES:
+            kw = dict(expect="failures" if name == "fault" else "any" if name == "unbind" else "clean")
+            fails = 1 if name == "fault" else 0
+            kw.update(over.get(name, {}))
+            summ = kw.pop("summaries", [("dma0chan0", 500, fails), ("dma0chan1", 500, 0)])
+            lines += self.log(name, summ, **kw)
+        return lines
+
+    def test_clean_run_passes(self):
+        phases = pr.dmatest_phases(self.all_clean())
+        self.assertEqual([], pr.dmatest_problems(phases))
+        self.assertEqual({"dma0chan0": 1000, "dma0chan1": 1000}, phases[0]["tests"])
+
+    def test_a_failure_fails(self):
+        bad = self.all_clean(random={"summaries": [("dma0chan0", 500, 1), ("dma0chan1", 500, 0)]})
+        self.assertIn("dmatest phase random: 2 failures, 0 result lines", pr.dmatest_problems(pr.dmatest_phases(bad)))
+
+    def test_a_result_line_fails(self):
+        bad = self.all_clean(polled={"results": 1})
+        self.assertIn("dmatest phase polled: 0 failures, 1 result lines", pr.dmatest_problems(pr.dmatest_phases(bad)))
+
+    def test_fewer_tests_or_channels_fail(self):
+        few = self.all_clean(random={"summaries": [("dma0chan0", 400, 0), ("dma0chan1", 500, 0)]})
+        self.assertIn("dmatest phase random: dma0chan0 ran 800 tests, fewer than 1000",
+                      pr.dmatest_problems(pr.dmatest_phases(few)))
+        one = self.all_clean(align={"summaries": [("dma0chan0", 500, 0)]})
+        self.assertIn("dmatest phase align: summaries of 1 channels, 2 expected",
+                      pr.dmatest_problems(pr.dmatest_phases(one)))
+
+    def test_fault_without_failures_and_missing_phase_fail(self):
+        bad = self.all_clean(fault={"summaries": [("dma0chan0", 500, 0), ("dma0chan1", 500, 0)]})
+        self.assertIn("dmatest phase fault: the injected fault failed no test", pr.dmatest_problems(pr.dmatest_phases(bad)))
+        lines = [ln for ln in self.all_clean() if "phase size65537" not in ln]
+        self.assertIn("dmatest phase size65537 did not run", pr.dmatest_problems(pr.dmatest_phases(lines)))
+
+    def test_unfinished_phase_fails(self):
+        bad = self.all_clean(unbind={"end": False})
+        self.assertIn("dmatest phase unbind: no end marker (the run hung or crashed?)",
+                      pr.dmatest_problems(pr.dmatest_phases(bad)))
+
+
 class TestRunIdentity(GateTest):
     def test_trn2_directory_holds_a_trn1_run(self):
         self.assertFails("trn2: the bound device is 1d0f:7164, the trn2 model is 1d0f:7364",

@@ -1,0 +1,792 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The dmaengine provider (`Documentation/neuron-udma.rst`, "dmaengine"): each bound device
+//! registers one private `DMA_MEMCPY` `dma_device` whose channels are driver-owned queues of the
+//! last H2T engine, so that in-kernel clients (and the kernel's own `dmatest`) copy with the
+//! engine.
+//!
+//! Everything but the `dma_device` itself is here: channel state, cookies, descriptor building
+//! (the same `queue.rs` pairs as the ioctl path: 64 KiB each, at most 2032 per doorbell),
+//! completion and residue. Completion is polled from a work item that runs only while a channel
+//! has work: it spins [`SPIN`] after each progress, then sleeps with a doubling delay
+//! ([`SLEEP_FIRST`] to [`SLEEP_MAX`]). Client callbacks run from that work item without any lock
+//! of the driver held, so a callback may prepare and submit the next descriptor.
+
+use crate::{
+    arch::{Arch, QUEUES_PER_ENGINE},
+    channel::{Channel, Owner, DEFAULT_TIMEOUT},
+    desc::{Barrier, DescLen, MAX_DESC_BYTES},
+    device::UdmaDevice,
+    engine::{self, EngineIo},
+    queue::{self, FenceState, Queue, FENCE_SLOTS, MAX_PAIRS_PER_SUBMISSION},
+    shim::{self, DmaRegistration, TxResult, Txd, TxdRef},
+};
+use kernel::{
+    device::Bound,
+    new_mutex, new_spinlock, new_work, pci,
+    prelude::*,
+    processor::cpu_relax,
+    sync::{aref::ARef, Arc, ArcBorrow, Mutex, SpinLock},
+    time::{delay::fsleep, Delta, Instant, Monotonic},
+    workqueue::{self, impl_has_work, Work, WorkItem},
+};
+
+/// Most channels a device registers (`dma_channels` is clamped to it): the free queues of the
+/// last H2T engine, from queue 15 down.
+pub(crate) const MAX_CHANNELS: u32 = 8;
+/// Ring size of a channel's queue, in descriptors: room for one full submission (2032 pairs and
+/// its marker) while the previous one runs.
+const RING_DESCS: u32 = 4096;
+/// How long the completion work polls without sleeping after it saw progress: a small copy
+/// completes within it, and a sleep's wake-up alone costs more.
+const SPIN: Delta = Delta::from_micros(50);
+/// First sleep after the spin; each next one doubles, up to [`SLEEP_MAX`].
+const SLEEP_FIRST: Delta = Delta::from_micros(10);
+/// Longest sleep between two looks at the fences: the latency the polling adds at most.
+const SLEEP_MAX: Delta = Delta::from_millis(1);
+/// How often the engine's error state is read while fences are outstanding (a device register
+/// read, slow on the model).
+const STATE_CHECK_EVERY: Delta = Delta::from_millis(5);
+/// How long unbind waits for clients to give their channels back.
+const CLIENT_WAIT: Delta = Delta::from_secs(30);
+/// Descriptors completed per round of the completion work (callbacks run between rounds).
+const BATCH: usize = 16;
+/// Failed cookie ranges remembered for `tx_status` (`DMA_ERROR`).
+const FAILED_RANGES: usize = 8;
+/// `DMA_MIN_COOKIE`.
+const MIN_COOKIE: i32 = 1;
+
+/// `enum dma_status` values returned by `device_tx_status`.
+const DMA_COMPLETE: i32 = 0;
+const DMA_IN_PROGRESS: i32 = 1;
+const DMA_ERROR: i32 = 3;
+
+/// Where a descriptor is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Submitted (`tx_submit`), not yet issued.
+    Submitted,
+    /// Issued (`issue_pending`), not yet on the ring.
+    Issued,
+    /// On the ring, entirely or in part.
+    Active,
+    /// Terminated while on the ring: dropped once the queue was stopped.
+    Terminated,
+    /// Lost in a queue reset: completes (in order) as aborted.
+    Failed,
+    /// Completed; its callback may be running (only the completion work removes it).
+    Completing,
+    /// Completed and called back, waiting for the client's ack (`DMA_CTRL_ACK`).
+    Done,
+}
+
+/// One memcpy descriptor.
+struct Desc {
+    txd: Txd,
+    /// Host DMA addresses and length in bytes.
+    src: u64,
+    dst: u64,
+    len: u64,
+    cookie: i32,
+    stage: Stage,
+    /// Bytes written to the ring.
+    written: u64,
+    /// The newest fence covering the written pairs (`None`: not fenced yet).
+    fence: Option<u64>,
+}
+
+/// State of a channel, behind its spinlock (every dmaengine operation but `synchronize` and
+/// `free_chan_resources` may be called in atomic context).
+struct State {
+    /// The device is unbound: nothing new is accepted.
+    dead: bool,
+    /// The completion work is queued or running.
+    running: bool,
+    /// A client holds the channel (between `alloc_chan_resources` and `free_chan_resources`).
+    client: bool,
+    /// `terminate_all` left descriptors on the ring: the work stops the queue.
+    terminate: bool,
+    last_cookie: i32,
+    completed: i32,
+    /// Descriptors in cookie order.
+    descs: KVec<Desc>,
+    /// Fences in flight, oldest first (capacity [`FENCE_SLOTS`], never reallocated).
+    fences: KVec<u64>,
+    /// The newest fence that completed.
+    done_seq: Option<u64>,
+    /// Inclusive cookie ranges that failed, most recent at `failed_next - 1`.
+    failed: [(i32, i32); FAILED_RANGES],
+    failed_next: usize,
+}
+
+impl State {
+    /// Whether the completion work has anything to do.
+    fn has_work(&self) -> bool {
+        self.terminate
+            || self.descs.iter().any(|d| match d.stage {
+                Stage::Issued | Stage::Active | Stage::Terminated | Stage::Failed => true,
+                Stage::Submitted => self.dead,
+                Stage::Completing | Stage::Done => false,
+            })
+    }
+
+    fn record_failed(&mut self, first: i32, last: i32) {
+        // PANIC: `failed_next` is kept below FAILED_RANGES.
+        self.failed[self.failed_next] = (first, last);
+        self.failed_next = (self.failed_next + 1) % FAILED_RANGES;
+    }
+
+    fn is_failed(&self, cookie: i32) -> bool {
+        self.failed
+            .iter()
+            .any(|&(a, b)| a >= MIN_COOKIE && cookie >= a && cookie <= b)
+    }
+}
+
+/// Completed descriptors of one round, called back outside the locks.
+struct Completed {
+    items: [Option<(TxdRef, TxResult, u32)>; BATCH],
+    n: usize,
+}
+
+impl Completed {
+    fn new() -> Self {
+        Self {
+            items: [None; BATCH],
+            n: 0,
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.n == BATCH
+    }
+
+    fn push(&mut self, d: &mut Desc, result: TxResult) {
+        let residue = if result == TxResult::NoError {
+            0
+        } else {
+            // CAST: dmaengine's residue is 32 bits; clamp a larger transfer.
+            d.len.min(u64::from(u32::MAX)) as u32
+        };
+        d.stage = Stage::Completing;
+        // PANIC: callers check `is_full` first.
+        self.items[self.n] = Some((d.txd.handle(), result, residue));
+        self.n += 1;
+    }
+}
+
+/// One dmaengine channel: a driver-owned queue and its descriptors.
+#[pin_data]
+pub(crate) struct DmaChan {
+    chan: Arc<Channel>,
+    arch: &'static Arch,
+    pdev: ARef<pci::Device>,
+    #[pin]
+    state: SpinLock<State>,
+    #[pin]
+    work: Work<DmaChan>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for DmaChan { self.work }
+}
+
+impl WorkItem for DmaChan {
+    type Pointer = Arc<DmaChan>;
+
+    fn run(this: Arc<DmaChan>) {
+        this.poll();
+    }
+}
+
+impl DmaChan {
+    fn new(dev: &UdmaDevice, chan: Arc<Channel>) -> Result<Arc<Self>> {
+        let mut fences = KVec::new();
+        fences.reserve(FENCE_SLOTS, GFP_KERNEL)?;
+        Arc::pin_init(
+            pin_init!(Self {
+                chan,
+                arch: dev.arch,
+                pdev: dev.pdev.clone(),
+                state <- new_spinlock!(State {
+                    dead: false,
+                    running: false,
+                    client: false,
+                    terminate: false,
+                    last_cookie: MIN_COOKIE,
+                    completed: MIN_COOKIE,
+                    descs: KVec::new(),
+                    fences,
+                    done_seq: None,
+                    failed: [(0, 0); FAILED_RANGES],
+                    failed_next: 0,
+                }),
+                work <- new_work!("neuron_udma::dma"),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Queues the completion work unless it is queued or running (called under the lock).
+    fn kick(self: ArcBorrow<'_, Self>, st: &mut State) {
+        if !st.running {
+            st.running = true;
+            let this: Arc<Self> = self.into();
+            // Cannot be queued already: `running` was false.
+            let _ = workqueue::system_unbound().enqueue(this);
+        }
+    }
+
+    /// The completion work: rounds of [`Self::step`] and callbacks until nothing is left.
+    fn poll(&self) {
+        let mut delay = SLEEP_FIRST;
+        let mut progress_at = Instant::<Monotonic>::now();
+        let mut checked_at = Instant::<Monotonic>::now();
+        loop {
+            let mut done = Completed::new();
+            let check = checked_at.elapsed() >= STATE_CHECK_EVERY;
+            if check {
+                checked_at = Instant::now();
+            }
+            let r = self.chan.with(|q, io| {
+                self.step(q, io, check, &mut done);
+                Ok(())
+            });
+            if r.is_err() {
+                // The queue is gone (unbind): fail what is left.
+                let mut st = self.state.lock();
+                Self::fail_all(&mut st);
+                Self::complete(&mut st, &mut done);
+            }
+            let progressed = done.n > 0;
+            for (txd, result, residue) in done.items.iter().flatten() {
+                // SAFETY: the descriptor is `Completing`: only this work removes it, below.
+                unsafe { txd.complete(*result, *residue) };
+            }
+            {
+                let mut st = self.state.lock();
+                if progressed {
+                    for d in st.descs.iter_mut().filter(|d| d.stage == Stage::Completing) {
+                        d.stage = Stage::Done;
+                    }
+                    st.descs
+                        .retain(|d| !(d.stage == Stage::Done && d.txd.acked()));
+                }
+                if !st.has_work() {
+                    st.running = false;
+                    return;
+                }
+            }
+            if progressed {
+                progress_at = Instant::now();
+                delay = SLEEP_FIRST;
+            }
+            if progress_at.elapsed() < SPIN {
+                cpu_relax();
+            } else {
+                fsleep(delay);
+                delay = Delta::from_micros(
+                    (delay.as_micros_ceil() * 2).min(SLEEP_MAX.as_micros_ceil()),
+                );
+            }
+        }
+    }
+
+    /// One round on the queue (under the queue lock, in an RCU read section: no sleeping):
+    /// stop the queue for `terminate_all` or unbind, collect the fences, detect errors (engine
+    /// state read when `check`), complete descriptors in order, and write issued ones.
+    fn step(&self, q: &mut Queue, io: EngineIo<'_>, check: bool, done: &mut Completed) {
+        let mut st = self.state.lock();
+        if st.terminate || st.dead {
+            if !st.fences.is_empty() {
+                Self::stop(q, io, &mut st);
+            }
+            st.terminate = false;
+            st.descs.retain(|d| d.stage != Stage::Terminated);
+            if st.dead {
+                Self::fail_all(&mut st);
+                Self::complete(&mut st, done);
+                return;
+            }
+        }
+        let mut lost = false;
+        while let Some(&seq) = st.fences.first() {
+            match q.collect(seq) {
+                FenceState::Pending => break,
+                FenceState::Done => st.done_seq = Some(seq),
+                FenceState::Lost => lost = true,
+            }
+            let _ = st.fences.remove(0);
+        }
+        let mut failed = lost.then_some(EIO);
+        if failed.is_none() && check && !st.fences.is_empty() {
+            let errors = engine::engine_errors(io);
+            if errors.aborted() {
+                failed = Some(EIO);
+            } else if q.stalled_for() >= DEFAULT_TIMEOUT {
+                failed = Some(ETIMEDOUT);
+            }
+        }
+        if let Some(e) = failed {
+            let what = if e == EIO {
+                "failed: engine error"
+            } else {
+                "timed out"
+            };
+            dev_err!(
+                self.pdev,
+                "dma engine {} queue {}: transfer {}; resetting the queue\n",
+                self.chan.eng,
+                self.chan.qid,
+                what
+            );
+            Self::stop(q, io, &mut st);
+            Self::fail_active(&mut st);
+        }
+        Self::complete(&mut st, done);
+        self.write(q, io, &mut st);
+    }
+
+    /// Writes issued descriptors to the ring, in order: as many pairs as the ring has room for,
+    /// at most [`MAX_PAIRS_PER_SUBMISSION`], then one fence.
+    fn write(&self, q: &mut Queue, io: EngineIo<'_>, st: &mut State) {
+        if st.fences.len() >= FENCE_SLOTS {
+            return;
+        }
+        q.retire();
+        let room = q
+            .available_pairs()
+            .saturating_sub(1)
+            .min(MAX_PAIRS_PER_SUBMISSION);
+        if room == 0 || !q.can_fence() {
+            return;
+        }
+        let mut pairs = 0;
+        let mut broken = false;
+        for d in st.descs.iter_mut() {
+            match d.stage {
+                Stage::Issued => d.stage = Stage::Active,
+                Stage::Active if d.written < d.len => {}
+                Stage::Submitted => break,
+                _ => continue,
+            }
+            while d.written < d.len && pairs < room {
+                // CAST: bounded by MAX_DESC_BYTES.
+                let len = (d.len - d.written).min(u64::from(MAX_DESC_BYTES)) as u32;
+                let last = d.written + u64::from(len) >= d.len || pairs + 1 == room;
+                let copy = DescLen::new(len).map(|len| queue::Copy {
+                    src: self.arch.host_addr(d.src + d.written),
+                    dst: self.arch.host_addr(d.dst + d.written),
+                    len,
+                    barrier: if last {
+                        self.arch.final_barrier
+                    } else {
+                        Barrier::None
+                    },
+                    set_dst_int: false,
+                });
+                if copy.and_then(|c| q.prepare_one(&c)).is_err() {
+                    broken = true;
+                    break;
+                }
+                d.written += u64::from(len);
+                pairs += 1;
+                d.fence = None;
+            }
+            if pairs == room || broken {
+                break;
+            }
+        }
+        if pairs == 0 {
+            return;
+        }
+        // Cannot fail: room for the marker and a free slot were checked above.
+        let Ok(seq) = q.fence(io) else {
+            return;
+        };
+        // Cannot fail: fewer than FENCE_SLOTS fences are in flight (checked above).
+        let _ = st.fences.push_within_capacity(seq);
+        for d in st.descs.iter_mut() {
+            if d.stage == Stage::Active && d.fence.is_none() && d.written > 0 {
+                d.fence = Some(seq);
+            }
+        }
+    }
+
+    /// Stops the queue (full queue reset, an aborted engine recovered) and gives back the
+    /// registrations of the fences in flight, which the reset dropped.
+    fn stop(q: &mut Queue, io: EngineIo<'_>, st: &mut State) {
+        let _ = q.reset(io);
+        let now = engine::engine_errors(io);
+        if now.aborted() {
+            engine::recover_engine(io, &now);
+        }
+        for seq in st.fences.drain_all() {
+            let _ = q.collect(seq);
+        }
+    }
+
+    /// Completes, in order, the descriptors the newest completed fence covers, and the failed
+    /// ones, up to [`BATCH`] per round.
+    fn complete(st: &mut State, done: &mut Completed) {
+        let done_seq = st.done_seq;
+        let mut completed = st.completed;
+        for d in st.descs.iter_mut() {
+            let result = match d.stage {
+                Stage::Completing | Stage::Done | Stage::Terminated => continue,
+                Stage::Failed => TxResult::Aborted,
+                Stage::Active => TxResult::NoError,
+                Stage::Submitted | Stage::Issued => break,
+            };
+            let covered = matches!((d.fence, done_seq), (Some(f), Some(s)) if f <= s);
+            if done.is_full() || (result == TxResult::NoError && (d.written < d.len || !covered)) {
+                break;
+            }
+            completed = d.cookie;
+            done.push(d, result);
+        }
+        st.completed = completed;
+    }
+
+    /// Marks the descriptors on the ring as failed (the queue was reset) and remembers their
+    /// cookies for `tx_status`.
+    fn fail_active(st: &mut State) {
+        let mut range: Option<(i32, i32)> = None;
+        for d in st.descs.iter_mut().filter(|d| d.stage == Stage::Active) {
+            d.stage = Stage::Failed;
+            range = Some((range.map_or(d.cookie, |r| r.0), d.cookie));
+        }
+        if let Some((a, b)) = range {
+            st.record_failed(a, b);
+        }
+    }
+
+    /// Fails every descriptor not yet completed (unbind, or the queue is gone).
+    fn fail_all(st: &mut State) {
+        for d in st.descs.iter_mut() {
+            if matches!(d.stage, Stage::Submitted | Stage::Issued) {
+                d.stage = Stage::Active;
+            }
+        }
+        Self::fail_active(st);
+        st.fences.clear();
+    }
+
+    fn from_raw<'a>(ptr: *const c_void) -> ArcBorrow<'a, Self> {
+        // SAFETY: the shim passes the pointers it got from `DmaProvider::register`, which it
+        // owns (`Arc::into_raw`) until it gives them back in `neuron_udma_dma_put_chan`.
+        unsafe { ArcBorrow::from_raw(ptr.cast()) }
+    }
+}
+
+/// `device_alloc_chan_resources`: a client takes the channel; cookies restart.
+#[no_mangle]
+extern "C" fn neuron_udma_dma_alloc_chan(chan: *const c_void) -> c_int {
+    let this = DmaChan::from_raw(chan);
+    let mut st = this.state.lock();
+    if st.dead {
+        return ENODEV.to_errno();
+    }
+    st.last_cookie = MIN_COOKIE;
+    st.completed = MIN_COOKIE;
+    st.failed = [(0, 0); FAILED_RANGES];
+    st.client = true;
+    0
+}
+
+/// `device_free_chan_resources`: the client let go; everything left is stopped and freed.
+#[no_mangle]
+extern "C" fn neuron_udma_dma_free_chan(chan: *const c_void) {
+    neuron_udma_dma_terminate(chan);
+    neuron_udma_dma_sync(chan);
+    let this = DmaChan::from_raw(chan);
+    let old = {
+        let mut st = this.state.lock();
+        st.client = false;
+        core::mem::take(&mut st.descs)
+    };
+    drop(old);
+}
+
+/// `device_prep_dma_memcpy`: a descriptor of `len` bytes from `src` to `dst` (host DMA
+/// addresses); `NULL` for length 0, no memory, or after unbind.
+#[no_mangle]
+extern "C" fn neuron_udma_dma_prep(
+    chan: *const c_void,
+    txd: *mut c_void,
+    dst: u64,
+    src: u64,
+    len: u64,
+) -> *mut c_void {
+    // SAFETY: the shim's prep passes the descriptor it is preparing, which is ours from now on
+    // (the shim frees nothing on a null return: dropping the `Txd` frees it).
+    let Some(txd) = (unsafe { Txd::from_raw(txd) }) else {
+        return core::ptr::null_mut();
+    };
+    let this = DmaChan::from_raw(chan);
+    if len == 0 || this.state.lock().dead {
+        return core::ptr::null_mut();
+    }
+    let desc = Desc {
+        txd,
+        src,
+        dst,
+        len,
+        cookie: 0,
+        stage: Stage::Submitted,
+        written: 0,
+        fence: None,
+    };
+    match KBox::new(desc, GFP_NOWAIT) {
+        Ok(d) => KBox::into_raw(d).cast(),
+        Err(_) => core::ptr::null_mut(),
+    }
+}
+
+/// `tx_submit`: queues `desc` (from [`neuron_udma_dma_prep`]) and returns its cookie, or a
+/// negative errno (`ENODEV` after unbind, `ENOMEM`) after freeing it.
+#[no_mangle]
+extern "C" fn neuron_udma_dma_submit(chan: *const c_void, desc: *mut c_void) -> i32 {
+    // SAFETY: `desc` is the `KBox::into_raw` of `neuron_udma_dma_prep`, submitted once (a
+    // client submits a descriptor once, dmaengine's rule).
+    let mut d = unsafe { KBox::from_raw(desc.cast::<Desc>()) };
+    let this = DmaChan::from_raw(chan);
+    let mut st = this.state.lock();
+    if st.dead {
+        return ENODEV.to_errno();
+    }
+    let mut cookie = st.last_cookie.wrapping_add(1);
+    if cookie < MIN_COOKIE {
+        cookie = MIN_COOKIE;
+    }
+    d.cookie = cookie;
+    d.txd.set_cookie(cookie);
+    if st.descs.push(KBox::into_inner(d), GFP_NOWAIT).is_err() {
+        return ENOMEM.to_errno();
+    }
+    st.last_cookie = cookie;
+    cookie
+}
+
+/// `device_issue_pending`: the submitted descriptors go to the ring (from the completion work).
+#[no_mangle]
+extern "C" fn neuron_udma_dma_issue(chan: *const c_void) {
+    let this = DmaChan::from_raw(chan);
+    let mut st = this.state.lock();
+    if st.dead {
+        return;
+    }
+    let mut any = false;
+    for d in st.descs.iter_mut().filter(|d| d.stage == Stage::Submitted) {
+        d.stage = Stage::Issued;
+        any = true;
+    }
+    if any {
+        this.kick(&mut st);
+    }
+}
+
+/// `device_tx_status`: `DMA_COMPLETE`, `DMA_ERROR` (the transfer was aborted) or
+/// `DMA_IN_PROGRESS` with the whole length as residue (descriptor granularity).
+#[no_mangle]
+extern "C" fn neuron_udma_dma_status(chan: *const c_void, cookie: i32, residue: *mut u32) -> c_int {
+    let this = DmaChan::from_raw(chan);
+    let st = this.state.lock();
+    let (done, used) = (st.completed, st.last_cookie);
+    // dma_async_is_complete(): the cookies wrap.
+    let complete = if done <= used {
+        cookie <= done || cookie > used
+    } else {
+        cookie <= done && cookie > used
+    };
+    if complete {
+        return if st.is_failed(cookie) {
+            DMA_ERROR
+        } else {
+            DMA_COMPLETE
+        };
+    }
+    let left = st
+        .descs
+        .iter()
+        .find(|d| d.cookie == cookie)
+        .map_or(0, |d| d.len.min(u64::from(u32::MAX)));
+    // SAFETY: the shim passes a valid out pointer.
+    // CAST: clamped to u32 above.
+    unsafe { *residue = left as u32 };
+    DMA_IN_PROGRESS
+}
+
+/// `device_terminate_all`: drops every descriptor that did not complete, without callbacks
+/// (their cookies read `DMA_ERROR` from now on); those on the ring are dropped once the
+/// completion work stopped the queue (`device_synchronize` waits for it).
+#[no_mangle]
+extern "C" fn neuron_udma_dma_terminate(chan: *const c_void) {
+    let this = DmaChan::from_raw(chan);
+    let mut st = this.state.lock();
+    let mut on_ring = false;
+    let mut range: Option<(i32, i32)> = None;
+    for d in st.descs.iter_mut() {
+        match d.stage {
+            Stage::Active | Stage::Failed => {
+                d.stage = Stage::Terminated;
+                on_ring = true;
+            }
+            Stage::Submitted | Stage::Issued => {}
+            _ => continue,
+        }
+        range = Some((range.map_or(d.cookie, |r| r.0), d.cookie));
+    }
+    st.descs
+        .retain(|d| !matches!(d.stage, Stage::Submitted | Stage::Issued));
+    if let Some((first, last)) = range {
+        st.record_failed(first, last);
+        st.completed = last;
+    }
+    if on_ring && !st.dead {
+        st.terminate = true;
+        this.kick(&mut st);
+    }
+}
+
+/// `device_synchronize`: waits until the completion work is idle (terminated transfers stopped,
+/// no callback running).
+#[no_mangle]
+extern "C" fn neuron_udma_dma_sync(chan: *const c_void) {
+    let this = DmaChan::from_raw(chan);
+    shim::flush_work(&this.work);
+}
+
+/// The `dma_device` was released: gives back its reference of the channel.
+#[no_mangle]
+extern "C" fn neuron_udma_dma_put_chan(chan: *const c_void) {
+    // SAFETY: the reference `DmaProvider::register` gave the shim, given back once.
+    drop(unsafe { Arc::<DmaChan>::from_raw(chan.cast()) });
+}
+
+/// A device's dmaengine provider: its channels and the registered `dma_device`.
+#[pin_data(PinnedDrop)]
+pub(crate) struct DmaProvider {
+    chans: KVec<Arc<DmaChan>>,
+    /// The registration (`None` once unregistered) and whether [`Self::shutdown`] ran.
+    #[pin]
+    reg: Mutex<(Option<DmaRegistration>, bool)>,
+}
+
+impl DmaProvider {
+    /// Takes `n` (at most [`MAX_CHANNELS`]) free queues of the last H2T engine of `dev` for the
+    /// driver and registers a `dma_device` with one channel each. `n == 0` registers nothing.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`, the errors of `UdmaDevice::queue_init`, or those of
+    /// `dma_async_device_register()`; the queues taken so far stay taken until unbind.
+    pub(crate) fn register(
+        dev: &UdmaDevice,
+        pdev: &pci::Device<Bound>,
+        n: u32,
+    ) -> Result<Pin<KBox<Self>>> {
+        let mut chans = KVec::new();
+        let Some(&(eng, _)) = dev.arch.h2t.last() else {
+            return Err(ENODEV);
+        };
+        let queues = (0..QUEUES_PER_ENGINE)
+            .rev()
+            .filter(|&qid| !dev.arch.is_reserved_queue(eng, qid))
+            .take(n.min(MAX_CHANNELS) as usize);
+        for qid in queues {
+            let q = dev.queue_init(eng, qid, RING_DESCS, RING_DESCS, Owner::Driver)?;
+            chans.push(DmaChan::new(dev, q)?, GFP_KERNEL)?;
+        }
+        if chans.is_empty() {
+            return KBox::pin_init(
+                pin_init!(Self { chans, reg <- new_mutex!((None, false)) }),
+                GFP_KERNEL,
+            );
+        }
+        let mut raw = KVec::with_capacity(chans.len(), GFP_KERNEL)?;
+        for c in chans.iter() {
+            raw.push(Arc::into_raw(c.clone()).cast::<c_void>(), GFP_KERNEL)?;
+        }
+        // SAFETY: each entry is an `Arc<DmaChan>` reference that the trampolines accept.
+        match unsafe { DmaRegistration::register(pdev.as_ref(), &raw) } {
+            Ok(reg) => {
+                dev_info!(
+                    pdev,
+                    "dmaengine: {} memcpy channels on engine {}\n",
+                    chans.len(),
+                    eng
+                );
+                KBox::pin_init(
+                    pin_init!(Self { chans, reg <- new_mutex!((Some(reg), false)) }),
+                    GFP_KERNEL,
+                )
+            }
+            Err(e) => {
+                for p in raw.iter() {
+                    neuron_udma_dma_put_chan(*p);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Unbind, before the queues are released: unregisters the `dma_device`, then completes
+    /// every outstanding descriptor as aborted (callbacks run here), waits for the completion
+    /// work, and waits (at most [`CLIENT_WAIT`]) for the clients to give their channels back.
+    /// Afterwards no callback runs and every operation fails; a client that still holds a
+    /// channel keeps it (and its memory) until it lets go.
+    pub(crate) fn shutdown(&self) {
+        let reg = {
+            let mut r = self.reg.lock();
+            if r.1 {
+                return;
+            }
+            r.1 = true;
+            r.0.take()
+        };
+        if let Some(reg) = reg {
+            reg.unregister();
+        }
+        for c in self.chans.iter() {
+            {
+                let mut st = c.state.lock();
+                st.dead = true;
+                c.as_arc_borrow().kick(&mut st);
+            }
+            shim::flush_work(&c.work);
+        }
+        // A client still using a channel also has buffers mapped for this device: give it time
+        // to see its transfers fail and let go, so that nothing of it is mapped once the
+        // device is unbound.
+        let start = Instant::<Monotonic>::now();
+        while self.chans.iter().any(|c| c.state.lock().client) {
+            if start.elapsed() >= CLIENT_WAIT {
+                if let Some(c) = self.chans.first() {
+                    dev_warn!(
+                        c.pdev,
+                        "dmaengine: unbinding with a client still holding a channel\n"
+                    );
+                }
+                break;
+            }
+            fsleep(Delta::from_millis(10));
+        }
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for DmaProvider {
+    fn drop(self: Pin<&mut Self>) {
+        self.shutdown();
+    }
+}
+
+/// Frees the released `dma_device`s at module unload (dropped after the driver is unregistered).
+pub(crate) struct ReleasedGuard;
+
+impl Drop for ReleasedGuard {
+    fn drop(&mut self) {
+        shim::dma_free_released();
+    }
+}
