@@ -309,7 +309,7 @@ impl Channel {
     /// engine to normal operation if it is still aborted.
     pub(crate) fn reset(&self) -> Result {
         self.with(|q, io| {
-            q.reset(io)?;
+            q.reset(io);
             // A queue reset clears an abort caused by this queue; if the engine is still
             // aborted (another queue's error), return it to normal operation too.
             let now = engine::engine_errors(io);
@@ -458,7 +458,10 @@ impl Channel {
         let mut inner = self.inner.lock();
         if let Some(q) = (*inner).as_mut() {
             // A reset stops the engine from fetching from the rings before they are freed.
-            let _ = self.bar.with_engine(self.eng, |io| q.pause(io));
+            let _ = self.bar.with_engine(self.eng, |io| {
+                q.pause(io);
+                Ok(())
+            });
         }
         *inner = None;
         drop(inner);

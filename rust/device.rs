@@ -215,7 +215,10 @@ impl UdmaDevice {
         };
         let mut q = Queue::new(dev, self.arch, eng, qid, tx_descs, rx_descs)?;
         self.bar.ensure_engine(eng)?;
-        self.bar.with_engine(eng, |io| q.hw_init(io))?;
+        self.bar.with_engine(eng, |io| {
+            q.hw_init(io);
+            Ok(())
+        })?;
         let chan = Channel::new(self.bar.clone(), eng, qid, owner, q, charge)?;
         if let Err(e) = self
             .queues

@@ -416,7 +416,7 @@ impl DmaChan {
     /// Stops the queue (full queue reset, an aborted engine recovered) and gives back the
     /// registrations of the fences in flight, which the reset dropped.
     fn stop(q: &mut Queue, io: EngineIo<'_>, st: &mut State) {
-        let _ = q.reset(io);
+        q.reset(io);
         let now = engine::engine_errors(io);
         if now.aborted() {
             engine::recover_engine(io, &now);

@@ -238,11 +238,10 @@ impl Queue {
 
     /// Programs the queue registers (hardware.rst §3.7: Tx, then Rx) and resets the software state:
     /// empty rings, ring id 1, no fences.
-    pub(crate) fn hw_init(&mut self, io: EngineIo<'_>) -> Result {
+    pub(crate) fn hw_init(&mut self, io: EngineIo<'_>) {
         engine::init_queue_dir::<M2s>(io, self.q(), self.tx_base(), self.tx.state().size());
         engine::init_queue_dir::<S2m>(io, self.q(), self.rx_base(), self.rx.state().size());
         self.forget_inflight();
-        Ok(())
     }
 
     /// Resets the software state after the engine was stopped from using the rings (queue
@@ -265,18 +264,17 @@ impl Queue {
     }
 
     /// Stops the engine from using the rings: pauses both directions and resets the queue.
-    pub(crate) fn pause(&mut self, io: EngineIo<'_>) -> Result {
+    pub(crate) fn pause(&mut self, io: EngineIo<'_>) {
         engine::pause_queue_dir::<M2s>(io, self.q());
         engine::pause_queue_dir::<S2m>(io, self.q());
         self.forget_inflight();
-        Ok(())
     }
 
     /// Resets the queue after a timeout or an engine error: the full queue init sequence again
     /// (which includes `q_sw_ctrl` reset), so the next submission starts from slot 0, ring id 1.
-    pub(crate) fn reset(&mut self, io: EngineIo<'_>) -> Result {
+    pub(crate) fn reset(&mut self, io: EngineIo<'_>) {
         self.resets = self.resets.wrapping_add(1);
-        self.hw_init(io)
+        self.hw_init(io);
     }
 
     /// Tx ring state.
