@@ -108,10 +108,10 @@ def derive(rows):
             new.append({"name": f"streaming 64M {d}: user queue vs MEMCPY", "value": uq["value"],
                         "unit": "B/s", "baseline": mc["value"],
                         "ratio": uq["value"] / mc["value"] if mc["value"] else 0,
-                        "how": "udmactl bench --sizes 64M through a user queue (one COPY_PREPARE + "
-                               "COPY_WAIT per 4 MiB round, prepare and copy not overlapped: the "
-                               "pipelined client API of item 2(d) is a later step); baseline: "
-                               "udmactl bench --memcpy (the MEMCPY ioctl) of the same run"})
+                        "how": "udmactl bench --pipeline --sizes 64M through two user queues "
+                               "(neuron_udma::Pipeline: the next batch is prepared and started "
+                               "while the engine runs the previous one); baseline: udmactl bench "
+                               "--memcpy (the MEMCPY ioctl) of the same run"})
     return new
 
 
@@ -141,7 +141,7 @@ def udmactl_rows(path):
                 continue
             size, path_, v, vu, b, bu = m.groups()
             value, base = float(v) * UNIT[vu], float(b) * UNIT[bu]
-            how = (f"udmactl bench{' --memcpy' if via == 'MEMCPY' else ''} --iters 3 --sizes "
+            how = (f"udmactl bench{' --memcpy' if via == 'MEMCPY' else ' --pipeline'} --iters 3 --sizes "
                    f"4K,64K,1M,64M: best of 3; sizes above 4 MiB move in 4 MiB rounds (host buffers are "
                    f"at most 4 MiB), via {ring}; baseline: guest memcpy of the same bytes (best of 3)")
             rows.append({"name": f"{via} {size} {path_}", "value": value, "unit": "B/s",
