@@ -245,4 +245,85 @@ TEST(foreign_handles_touch_nothing)
 	close(fa);
 }
 
+/* ---- 4: a MEM_FREE that fails (EBUSY) must not fail a concurrent prepare ---- */
+
+struct busy_race {
+	int fd;
+	struct ubuf s, x;
+	_Atomic bool stop;
+	unsigned long frees, prepares, enoent;
+	int bad_free, bad_prep;
+};
+
+static void *busy_freer(void *arg)
+{
+	struct busy_race *r = arg;
+	int ret;
+
+	while (!atomic_load(&r->stop)) {
+		ret = mem_free(r->fd, r->x.handle);
+		r->frees++;
+		if (ret != -EBUSY) {
+			r->bad_free = ret;
+			break;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * x stays referenced by a pair prepared (never started) on one queue, so every MEM_FREE of it
+ * is EBUSY and x is never freed. Copies into x on a second queue are valid calls on a live
+ * buffer: none may fail with ENOENT because a MEM_FREE looked at x at the same moment.
+ */
+TEST(failed_free_does_not_fail_prepare)
+{
+	struct busy_race *r = calloc(1, sizeof(*r));
+	double end;
+	pthread_t t;
+	int ret;
+
+	ASSERT_NE(NULL, r);
+	r->fd = udma_open();
+	ASSERT_LE(0, r->fd);
+	ASSERT_EQ(0, queue_init(r->fd, ENGINE, QUEUE, 64, 64));
+	ASSERT_EQ(0, queue_init(r->fd, ENGINE, QUEUE + 1, 256, 256));
+	ASSERT_EQ(0, ubuf_host(r->fd, BUF, &r->s));
+	ASSERT_EQ(0, ubuf_host(r->fd, BUF, &r->x));
+	ASSERT_EQ(0, prep_one(r->fd, ENGINE, QUEUE, ucopy(&r->s, 0, &r->x, 0, CHUNK)));
+	ASSERT_EQ(0, pthread_create(&t, NULL, busy_freer, r));
+	end = now_ms() + 4000;
+	while (now_ms() < end && r->prepares < 200000) {
+		ret = prep_one(r->fd, ENGINE, QUEUE + 1, ucopy(&r->s, 0, &r->x, CHUNK, CHUNK));
+		r->prepares++;
+		if (ret == -ENOENT) {
+			r->enoent++;
+			continue;
+		}
+		if (ret) {
+			r->bad_prep = ret;
+			break;
+		}
+		ret = copy_wait(r->fd, ENGINE, QUEUE + 1, 5000, NULL);
+		if (ret) {
+			r->bad_prep = ret;
+			break;
+		}
+	}
+	atomic_store(&r->stop, true);
+	pthread_join(t, NULL);
+	TH_LOG("%lu prepares into a live buffer, %lu ENOENT; %lu MEM_FREE (EBUSY) meanwhile",
+	       r->prepares, r->enoent, r->frees);
+	EXPECT_EQ(0, r->bad_free);
+	EXPECT_EQ(0, r->bad_prep);
+	EXPECT_EQ(0UL, r->enoent);
+	EXPECT_LT(100UL, r->frees);
+	/* Started and waited for, the pending pair lets x go. */
+	EXPECT_EQ(0, copy_wait(r->fd, ENGINE, QUEUE, 5000, NULL));
+	EXPECT_EQ(0, ubuf_free(r->fd, &r->x));
+	EXPECT_EQ(0, ubuf_free(r->fd, &r->s));
+	close(r->fd);
+	free(r);
+}
+
 TEST_HARNESS_MAIN
