@@ -14,6 +14,7 @@ use kernel::{
     new_mutex,
     page::{PAGE_SHIFT, PAGE_SIZE},
     prelude::*,
+    processor::cpu_relax,
     rbtree::{RBTree, RBTreeNode},
     sync::{
         atomic::{Atomic, Full, Relaxed, Release},
@@ -71,6 +72,13 @@ pub(crate) enum Backing {
     Device(u64),
 }
 
+/// [`Buffer`] `freeing`: no `MEM_FREE` of the buffer is deciding or has freed it.
+const FREE_NONE: u32 = 0;
+/// [`Buffer`] `freeing`: a `MEM_FREE` is deciding whether the buffer is busy.
+const FREE_DECIDING: u32 = 1;
+/// [`Buffer`] `freeing`: a `MEM_FREE` decided to free the buffer; no reference is taken any more.
+const FREE_DONE: u32 = 2;
+
 /// One buffer. The backing is `None` once freed (also by unbind).
 ///
 /// Lifetime: the memory is freed by [`Buffer::free`] (`MEM_FREE`, closing the file, unbind)
@@ -94,8 +102,8 @@ pub(crate) struct Buffer {
     owner_file: MappedFile,
     /// Synchronous copies (`MEMCPY`) using the buffer right now.
     users: Atomic<u32>,
-    /// Non-zero while a `MEM_FREE` of the buffer decides ([`Self::take_for_free`]), and for
-    /// good once it freed it.
+    /// [`FREE_NONE`], [`FREE_DECIDING`] while a `MEM_FREE` of the buffer decides
+    /// ([`Self::take_for_free`]), [`FREE_DONE`] for good once it decided to free it.
     freeing: Atomic<u32>,
     /// Prepared descriptor pairs referencing the buffer that the engine may still process.
     inflight: Atomic<u32>,
@@ -152,24 +160,33 @@ impl Buffer {
     ///
     /// # Errors
     ///
-    /// `ENOENT` if a `MEM_FREE` of the buffer is under way ([`Self::take_for_free`]).
+    /// `ENOENT` if a `MEM_FREE` freed the buffer ([`Self::take_for_free`]).
     pub(crate) fn busy(self: &Arc<Self>) -> Result<BusyGuard> {
         Self::claim(&self.users, &self.freeing)?;
         Ok(BusyGuard(self.clone()))
     }
 
-    /// Counts one more user in `counter` unless a `MEM_FREE` is under way. With
+    /// Counts one more user in `counter` unless the buffer was freed. With
     /// [`Self::take_for_free`] this is the classic store-then-load handshake: each side makes its
     /// own mark with a fully ordered read-modify-write, then reads the other's, so at least one
-    /// of the two sees the other and backs off. This lets copies be prepared without a lock
-    /// shared with `MEM_FREE`.
+    /// of the two sees the other. This lets copies be prepared without a lock shared with
+    /// `MEM_FREE`. A claim that sees a `MEM_FREE` deciding ([`FREE_DECIDING`]) waits for the
+    /// decision, a few instructions under the pool lock that never sleep: either that
+    /// `MEM_FREE` saw this count and gives up (`EBUSY`, the claim succeeds), or it did not and
+    /// frees the buffer (the claim is `ENOENT`). A `MEM_FREE` that fails therefore never makes a
+    /// valid copy fail.
     fn claim(counter: &Atomic<u32>, freeing: &Atomic<u32>) -> Result {
         counter.fetch_add(1, Full);
-        if freeing.load(Relaxed) != 0 {
-            counter.fetch_sub(1, Relaxed);
-            return Err(ENOENT);
+        loop {
+            match freeing.load(Relaxed) {
+                FREE_NONE => return Ok(()),
+                FREE_DONE => {
+                    counter.fetch_sub(1, Relaxed);
+                    return Err(ENOENT);
+                }
+                _ => cpu_relax(),
+            }
         }
-        Ok(())
     }
 
     /// Starts a `MEM_FREE`: from now on no new [`BusyGuard`] or [`InFlight`] reference can be
@@ -181,13 +198,19 @@ impl Buffer {
     /// `EBUSY` if the buffer is busy ([`Self::is_busy`]) or another `MEM_FREE` of it is under
     /// way.
     fn take_for_free(&self) -> Result {
-        if self.freeing.xchg(1, Full) != 0 {
+        if self
+            .freeing
+            .cmpxchg(FREE_NONE, FREE_DECIDING, Full)
+            .is_err()
+        {
             return Err(EBUSY);
         }
+        // Nothing between the mark and its outcome may sleep: claims wait for the outcome.
         if self.is_busy() {
-            self.freeing.store(0, Release);
+            self.freeing.store(FREE_NONE, Release);
             return Err(EBUSY);
         }
+        self.freeing.store(FREE_DONE, Release);
         Ok(())
     }
 
@@ -202,7 +225,8 @@ impl Buffer {
     ///
     /// # Errors
     ///
-    /// `ERANGE` if the range does not lie inside the buffer, `ENODEV` if it was freed.
+    /// `ERANGE` if the range does not lie inside the buffer, `ENOENT` or `ENODEV` if it was
+    /// freed ([`Self::base`]).
     pub(crate) fn addr(&self, route: u64, offset: u64, len: u64) -> Result<u64> {
         self.check_range(offset, len)?;
         Ok(self.base(route)? + offset)
@@ -225,11 +249,14 @@ impl Buffer {
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the buffer was freed.
+    /// `ENOENT` if a `MEM_FREE` freed the buffer (a lookup that raced with it), `ENODEV` if
+    /// the unbind did.
     pub(crate) fn base(&self, route: u64) -> Result<u64> {
         match &*self.backing.lock() {
             Some(Backing::Host(c, _)) => Ok(c.dma_address() | route),
             Some(Backing::Device(a)) => Ok(*a),
+            // `MEM_FREE` marks the buffer before it takes the backing under this lock.
+            None if self.freeing.load(Relaxed) == FREE_DONE => Err(ENOENT),
             None => Err(ENODEV),
         }
     }
@@ -331,7 +358,7 @@ impl InFlight {
     ///
     /// # Errors
     ///
-    /// `ENOENT` if a `MEM_FREE` of the buffer is under way.
+    /// `ENOENT` if a `MEM_FREE` freed the buffer.
     pub(crate) fn new(buf: &Arc<Buffer>) -> Result<Self> {
         Buffer::claim(&buf.inflight, &buf.freeing)?;
         Ok(Self(buf.clone()))
