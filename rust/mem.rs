@@ -11,14 +11,14 @@
 use crate::shim::{self, MappedFile, UserCharge};
 use kernel::{
     dma::Coherent,
-    new_mutex,
+    new_mutex, new_spinlock,
     page::{PAGE_SHIFT, PAGE_SIZE},
     prelude::*,
     processor::cpu_relax,
     rbtree::{RBTree, RBTreeNode},
     sync::{
         atomic::{Atomic, Full, Relaxed, Release},
-        Arc, Mutex,
+        Arc, Mutex, SpinLock,
     },
     xarray::{AllocKind, XArray},
 };
@@ -467,6 +467,10 @@ pub(crate) struct BufferPool {
     /// Entries of `PoolState::held` (updated under the lock): lets [`Self::has_held`] answer
     /// without the lock.
     held_count: Atomic<u32>,
+    /// Held while a `MEM_FREE` decides ([`Buffer::take_for_free`]): keeps the decider on its
+    /// CPU while claims spin for the outcome.
+    #[pin]
+    deciding: SpinLock<()>,
 }
 
 impl BufferPool {
@@ -481,6 +485,7 @@ impl BufferPool {
                 held: KVec::new(),
             }),
             held_count: Atomic::new(0),
+            deciding <- new_spinlock!(()),
         })
     }
 
@@ -590,8 +595,11 @@ impl BufferPool {
     pub(crate) fn free_handle(&self, owner: u64, handle: u64) -> Result {
         let buf = self.get(owner, handle)?;
         {
-            // Under the pool lock, like every other busy check (see `release_owner`).
+            // Under the pool lock, like every other busy check (see `release_owner`), and with
+            // preemption off (a spinlock) for the few instructions of the decision, which
+            // concurrent claims wait for by spinning.
             let _st = self.state.lock();
+            let _deciding = self.deciding.lock();
             buf.take_for_free()?;
         }
         self.free(&buf);
