@@ -122,6 +122,7 @@ TEST_F_TIMEOUT(victim, unbind_under_load, 900)
 			ASSERT_LE(0, fpid);
 			if (!fpid) {
 				char seed[16];
+				int null_fd;
 
 				/*
 				 * Without fault injection: a fault would hit the workers'
@@ -130,6 +131,17 @@ TEST_F_TIMEOUT(victim, unbind_under_load, 900)
 				 */
 				snprintf(seed, sizeof(seed), "%d", cycle + 1);
 				close(gone[1]);
+				/*
+				 * Its own TAP report ends in "not ok" when the device goes away
+				 * under it (ENODEV, ENOENT: expected here); it must not be read as
+				 * this test's cases, and its exit status is not judged.
+				 */
+				null_fd = open("/dev/null", O_WRONLY);
+				if (null_fd >= 0) {
+					dup2(null_fd, STDOUT_FILENO);
+					dup2(null_fd, STDERR_FILENO);
+					close(null_fd);
+				}
 				execl(FUZZER, FUZZER, "--device", "/dev/neuron_udma0", "--faults", "off",
 				      "--seed", seed, "--ops", "100000000", (char *)NULL);
 				_exit(127);
