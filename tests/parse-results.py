@@ -487,7 +487,7 @@ class Run:
             elif n not in self.m.required("kunit"):
                 self.fail(f"kunit {n}: on the console but its debugfs results were not printed")
         self.dmatest = []
-        if DMATEST_TEST in self.m.required("kselftest"):
+        if DMATEST_TEST in self.m.required("kselftest", self.pass_):
             self.dmatest = dmatest_phases(self.clines)
             problems = dmatest_problems(self.dmatest)
             for pb in problems:
