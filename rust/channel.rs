@@ -12,7 +12,7 @@ use crate::{
     desc::{Barrier, DescLen, MAX_DESC_BYTES},
     engine::{self, EngineErrors, EngineIo},
     mem::Charge,
-    queue::{self, FenceState, Queue, MAX_PAIRS_PER_SUBMISSION},
+    queue::{self, FenceState, Queue},
     shim::fatal_signal_pending,
 };
 use kernel::{
@@ -365,13 +365,8 @@ impl Channel {
         let mut done = 0u64;
         while done < size {
             let (seq, bytes) = self.with(|q, io| {
-                q.retire();
-                // One pair of the free space is for the marker.
-                let room = q
-                    .available_pairs()
-                    .saturating_sub(1)
-                    .min(MAX_PAIRS_PER_SUBMISSION);
-                if room == 0 || !q.can_fence() {
+                let room = q.submission_room();
+                if room == 0 {
                     return Ok((None, 0));
                 }
                 let mut off = done;

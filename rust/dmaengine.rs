@@ -18,7 +18,7 @@ use crate::{
     desc::{Barrier, DescLen, MAX_DESC_BYTES},
     device::UdmaDevice,
     engine::{self, EngineIo},
-    queue::{self, FenceState, Queue, FENCE_SLOTS, MAX_PAIRS_PER_SUBMISSION},
+    queue::{self, FenceState, Queue, FENCE_SLOTS},
     shim::{self, DmaRegistration, TxResult, Txd, TxdRef},
 };
 use kernel::{
@@ -348,17 +348,13 @@ impl DmaChan {
     }
 
     /// Writes issued descriptors to the ring, in order: as many pairs as the ring has room for,
-    /// at most [`MAX_PAIRS_PER_SUBMISSION`], then one fence.
+    /// at most [`queue::MAX_PAIRS_PER_SUBMISSION`], then one fence.
     fn write(&self, q: &mut Queue, io: EngineIo<'_>, st: &mut State) {
         if st.fences.len() >= FENCE_SLOTS {
             return;
         }
-        q.retire();
-        let room = q
-            .available_pairs()
-            .saturating_sub(1)
-            .min(MAX_PAIRS_PER_SUBMISSION);
-        if room == 0 || !q.can_fence() {
+        let room = q.submission_room();
+        if room == 0 {
             return;
         }
         let mut pairs = 0;

@@ -297,6 +297,19 @@ impl Queue {
         self.tx.state().available().min(self.rx.state().available())
     }
 
+    /// Pairs one fenced submission may write now, after retiring what completed: the free space
+    /// less one pair for the marker, at most [`MAX_PAIRS_PER_SUBMISSION`]; 0 when no fence can
+    /// be added ([`Self::can_fence`]).
+    pub(crate) fn submission_room(&mut self) -> u32 {
+        self.retire();
+        if !self.can_fence() {
+            return 0;
+        }
+        self.available_pairs()
+            .saturating_sub(1)
+            .min(MAX_PAIRS_PER_SUBMISSION)
+    }
+
     /// Whether a fence can be added now: a free completion slot and room for the marker pair.
     /// The marker may use the 16-descriptor reserve, so a wait is possible on a ring that
     /// `prepare_one` considers full.
