@@ -26,21 +26,6 @@ static __u32 h2t_engine(const struct neuron_udma_info *info)
 	return info->generation == NEURON_UDMA_GEN_V2 ? 32 : 128;
 }
 
-static long mem_available_kib(void)
-{
-	char line[256];
-	long kb = -1;
-	FILE *f = fopen("/proc/meminfo", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "MemAvailable: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
-}
-
 /* ---- 1: host buffers pin more than they charge (power-of-two coherent allocations) ---- */
 
 #define ROUND_LIMIT (32 * MIB)

@@ -51,22 +51,6 @@ static int alarm_us(unsigned int us)
 	return setitimer(ITIMER_REAL, &it, NULL);
 }
 
-/* VmLck of this process in KiB (locked_vm, what RLIMIT_MEMLOCK is checked against), or -1. */
-static long vmlck_kib(void)
-{
-	char line[256];
-	long kb = -1;
-	FILE *f = fopen("/proc/self/status", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmLck: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
-}
-
 FIXTURE(att) {
 	int unused;
 };
@@ -152,21 +136,6 @@ static int esc_holder(void *arg)
 	r->step = 4;
 	pause();	/* keeps everything pinned until the parent has looked */
 	return 0;
-}
-
-static long mem_available_kib(void)
-{
-	char line[256];
-	long kb = -1;
-	FILE *f = fopen("/proc/meminfo", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "MemAvailable: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
 }
 
 /*

@@ -18,21 +18,6 @@
 #define PCI_COMMAND_MEMORY 0x2
 #define PCI_COMMAND_MASTER 0x4
 
-static unsigned long read_hex(const char *bdf, const char *attr)
-{
-	char path[256], buf[64] = "";
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/%s", bdf, attr);
-	f = fopen(path, "r");
-	if (!f)
-		return ~0UL;
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = 0;
-	fclose(f);
-	return strtoul(buf, NULL, 16);
-}
-
 static int read_command(const char *bdf)
 {
 	char path[256];
@@ -94,9 +79,9 @@ FIXTURE_TEARDOWN(bound)
 
 TEST_F(bound, identity)
 {
-	unsigned long dev = read_hex(self->bdf, "device");
+	unsigned long dev = pci_attr_hex(self->bdf, "device");
 
-	EXPECT_EQ(0x1d0fUL, read_hex(self->bdf, "vendor"));
+	EXPECT_EQ(0x1d0fUL, pci_attr_hex(self->bdf, "vendor"));
 	EXPECT_TRUE(dev == 0x7164 || dev == 0x7264 || dev == 0x7364)
 		TH_LOG("device id %#lx", dev);
 }
@@ -112,7 +97,7 @@ TEST_F(bound, enabled_and_mastering)
 
 TEST_F(bound, bars)
 {
-	unsigned long dev = read_hex(self->bdf, "device");
+	unsigned long dev = pci_attr_hex(self->bdf, "device");
 	unsigned long long bar0 = bar_size(self->bdf, 0);
 
 	/* hardware.rst §1.2: v2 engines end below 0x3100_0000, v3 engines reach 0xB6xx_xxxx. */

@@ -19,7 +19,6 @@
 
 #define UDMA_MAX_DEVS 32
 #define UDMA_NODE_FMT "/dev/neuron_udma%d"
-#define PCI_DEVS_DIR "/sys/bus/pci/devices"
 #define UDMA_DEBUGFS "/sys/kernel/debug/neuron_udma"
 /* An engine with host connectivity on every generation (userspace-api.rst): user queues on it. */
 #define UDMA_HOST_ENGINE 5
@@ -30,21 +29,6 @@ struct udma_pci {
 	char bdf[16];
 	unsigned int device;	/* PCI device id */
 };
-
-static inline unsigned long pci_attr_hex(const char *bdf, const char *attr)
-{
-	char path[512], buf[32] = "";
-	FILE *f;
-
-	snprintf(path, sizeof(path), PCI_DEVS_DIR "/%s/%s", bdf, attr);
-	f = fopen(path, "re");
-	if (!f)
-		return ~0UL;
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = 0;
-	fclose(f);
-	return strtoul(buf, NULL, 16);
-}
 
 static inline int pci_cmp(const void *a, const void *b)
 {

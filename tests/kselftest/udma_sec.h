@@ -50,6 +50,36 @@ static inline int sec_memlock(rlim_t bytes)
 	return setrlimit(RLIMIT_MEMLOCK, &lim) ? -errno : 0;
 }
 
+/* The "KEY: N kB" line of the proc file @path, in KiB, or -1. */
+static inline long proc_kib(const char *path, const char *key)
+{
+	char line[256];
+	size_t n = strlen(key);
+	long kb = -1;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, n) && line[n] == ':' &&
+		    sscanf(line + n + 1, " %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
+/* VmLck of this process in KiB (locked_vm, what RLIMIT_MEMLOCK is checked against), or -1. */
+static inline long vmlck_kib(void)
+{
+	return proc_kib("/proc/self/status", "VmLck");
+}
+
+/* MemAvailable of the system in KiB, or -1. */
+static inline long mem_available_kib(void)
+{
+	return proc_kib("/proc/meminfo", "MemAvailable");
+}
+
 /* Anonymous memory shared with forked children (zeroed), or NULL. */
 static inline void *sec_shared(size_t len)
 {

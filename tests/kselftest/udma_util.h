@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -53,6 +54,24 @@
 #define FAULT_STALL	3
 #define FAULT_SLOW	4
 #define ERR_INJECTED_FAIL 14U
+
+#define PCI_DEVS_DIR "/sys/bus/pci/devices"
+
+/* PCI attribute @attr (a hex number in sysfs, e.g. "vendor") of device @bdf, or ~0UL. */
+static inline unsigned long pci_attr_hex(const char *bdf, const char *attr)
+{
+	char path[512], buf[32] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), PCI_DEVS_DIR "/%s/%s", bdf, attr);
+	f = fopen(path, "re");
+	if (!f)
+		return ~0UL;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	return strtoul(buf, NULL, 16);
+}
 
 static inline int udma_ioc(int fd, unsigned long req, void *arg)
 {
