@@ -116,30 +116,17 @@ impl H2t {
             }
             fsleep(Delta::from_micros(200));
         }
-        let mut in_flight = None;
         let remaining = timeout - start.elapsed();
-        // The shared queue is reset only when it made no progress for the default timeout,
-        // whatever this caller's timeout.
-        let r = self.chan.copy(
+        self.copy_or_hold(
+            pool,
             Src::Linear(src),
             dst,
             size,
             remaining,
-            WaitMode::Killable,
-            false,
-            &mut in_flight,
-        );
-        if let Some(seq) = in_flight {
-            self.hold(
-                pool,
-                Held {
-                    seq,
-                    file,
-                    hold: Hold::Buffers(guards),
-                },
-            );
-        }
-        r
+            file,
+            Hold::Buffers(guards),
+        )
+        .0
     }
 
     /// Writes zeros over `size` bytes of device memory at `addr` with the engine. The wait
@@ -151,27 +138,50 @@ impl H2t {
             Some((_, a)) => *a,
             None => return (Err(ENODEV), true),
         };
-        let mut in_flight = None;
-        let r = self.chan.copy(
+        let (r, held) = self.copy_or_hold(
+            pool,
             Src::Repeat(zeros),
             addr,
             size,
             DEFAULT_TIMEOUT,
+            0,
+            Hold::Dram(addr),
+        );
+        (r, !held)
+    }
+
+    /// Copies `size` bytes to `dst` with the policy of the shared queue's interruptible
+    /// callers: the wait ends on SIGKILL, and a timeout resets the queue only when it made no
+    /// progress for [`DEFAULT_TIMEOUT`], whatever `timeout`. When the call returns with its last
+    /// submission still in flight, `hold` (of the open file `file`, 0 for the driver) is left
+    /// with the pool until that submission is settled; otherwise it is dropped here. Returns the
+    /// copy's result and whether `hold` was left with the pool.
+    #[expect(clippy::too_many_arguments)]
+    fn copy_or_hold(
+        &self,
+        pool: &BufferPool,
+        src: Src,
+        dst: u64,
+        size: u64,
+        timeout: Delta,
+        file: u64,
+        hold: Hold,
+    ) -> (Result, bool) {
+        let mut in_flight = None;
+        let r = self.chan.copy(
+            src,
+            dst,
+            size,
+            timeout,
             WaitMode::Killable,
             false,
             &mut in_flight,
         );
-        if let Some(seq) = in_flight {
-            let held = Held {
-                seq,
-                file: 0,
-                hold: Hold::Dram(addr),
-            };
-            if self.hold(pool, held) {
-                return (r, false);
-            }
-        }
-        (r, true)
+        let held = match in_flight {
+            Some(seq) => self.hold(pool, Held { seq, file, hold }),
+            None => false,
+        };
+        (r, held)
     }
 
     /// Leaves `held`, whose submission is still in flight, with the pool. Returns `false` when
