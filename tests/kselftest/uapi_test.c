@@ -92,7 +92,7 @@ TEST_F(dev, unknown_ioctl_enotty)
 {
 	char buf[256] = { 0 };
 
-	EXPECT_EQ(-ENOTTY, udma_ioc(self->fd, _IOWR(NEURON_UDMA_IOC_MAGIC, 0x0B, struct neuron_udma_copy), buf));
+	EXPECT_EQ(-ENOTTY, udma_ioc(self->fd, _IOWR(NEURON_UDMA_IOC_MAGIC, 0x0C, struct neuron_udma_copy), buf));
 	EXPECT_EQ(-ENOTTY, udma_ioc(self->fd, _IO(NEURON_UDMA_IOC_MAGIC, 0x7F), buf));
 	EXPECT_EQ(-ENOTTY, udma_ioc(self->fd, _IOR(NEURON_UDMA_IOC_MAGIC + 1, 0x00, struct neuron_udma_info), buf));
 	/* A known number with the wrong size or direction is a different command. */

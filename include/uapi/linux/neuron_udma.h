@@ -6,7 +6,8 @@
  *
  * User space names memory only as (buffer handle, byte offset); it never sees a bus address.
  * Host buffers are coherent DMA memory, mapped into the process with mmap() at the offset
- * MEM_ALLOC returns; device buffers are ranges of the device memory (HBM, BAR4).
+ * MEM_ALLOC returns; device buffers are ranges of the device memory (HBM, BAR4); imported
+ * buffers (ABI 2, MEM_IMPORT) are the caller's own memory, pinned for DMA (zero-copy).
  *
  * A queue is one (engine, queue) pair with a Tx (m2s, source) and an Rx (s2m, destination)
  * descriptor ring. Copies are prepared as descriptor pairs (COPY_PREPARE_ONE / COPY_PREPARE),
@@ -28,7 +29,11 @@
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
-#define NEURON_UDMA_ABI_VERSION 1
+/*
+ * 1: the first ABI. 2: MEM_IMPORT, NEURON_UDMA_COPY_SPLIT, neuron_udma_info.max_import_size
+ * (ABI 1 calls are unchanged; an ABI 1 driver answers MEM_IMPORT with ENOTTY).
+ */
+#define NEURON_UDMA_ABI_VERSION 2
 
 /* 0xB9 is unassigned in Documentation/userspace-api/ioctl/ioctl-number.rst. */
 #define NEURON_UDMA_IOC_MAGIC 0xB9
@@ -58,7 +63,7 @@ struct neuron_udma_info {
 	 * with EOPNOTSUPP. v2: every engine; v3: 32i + {4-7, 12-15, 20-23, 28-31} and 128-131.
 	 */
 	__u64 host_engines[3];
-	__u64 reserved;
+	__u64 max_import_size;		/* ABI 2: largest range of one MEM_IMPORT (0 before) */
 };
 
 /* Buffer types (struct neuron_udma_mem_alloc.type). */
@@ -78,8 +83,39 @@ struct neuron_udma_mem_alloc {
 	__u64 reserved[2];
 };
 
+/* Import flags (struct neuron_udma_mem_import.flags). */
+#define NEURON_UDMA_IMPORT_WRITE (1U << 0)	/* the engine may write it: usable as destination */
+
 /*
- * NEURON_UDMA_MEM_FREE: free a buffer of this file.
+ * NEURON_UDMA_MEM_IMPORT (ABI 2): pin the caller's memory [@addr, @addr + @size) for DMA
+ * (zero-copy: no bounce buffer, no CPU copy) and return a handle usable wherever a host
+ * buffer's is: as source of every copy ioctl and MEMCPY, and as destination only with
+ * NEURON_UDMA_IMPORT_WRITE (else those fail with EPERM). Offsets count bytes from @addr; any
+ * alignment and size (1..max_import_size) is accepted. The pages are charged to the caller's
+ * RLIMIT_MEMLOCK (with host buffers and rings), stay pinned and belong to the importer whatever
+ * the process does with the range (munmap, mremap; fork gives the child copies), and are
+ * unpinned by MEM_FREE or close only once no descriptor can reach them (MEM_FREE is EBUSY
+ * before). Not mmap'able: the process reads and writes its own mapping.
+ * @segments is the number of physically contiguous runs the range maps to: a copy whose source
+ * or destination range crosses from one run to the next needs one descriptor pair per piece
+ * (see NEURON_UDMA_COPY_SPLIT).
+ * Errors: EINVAL (size 0 or > max_import_size, addr + size wraps, flags or reserved set),
+ * EFAULT (part of the range is not mapped, or is read-only and IMPORT_WRITE was asked),
+ * ENOMEM (RLIMIT_MEMLOCK would be exceeded, or no memory: nothing stays pinned), EOPNOTSUPP
+ * (memory that cannot be pinned long-term, such as some file mappings, or that the device
+ * could only reach through bounce buffers).
+ */
+struct neuron_udma_mem_import {
+	__u64 addr;			/* in: user address */
+	__u64 size;			/* in: bytes */
+	__u32 flags;			/* in: NEURON_UDMA_IMPORT_* */
+	__u32 segments;			/* out: physically contiguous runs of the range */
+	__u64 handle;			/* out: non-zero buffer handle */
+	__u64 reserved[2];
+};
+
+/*
+ * NEURON_UDMA_MEM_FREE: free a buffer of this file (allocated or imported).
  * Errors: ENOENT (no such handle in this file), EBUSY (a descriptor pair the engine has not
  * consumed, or a MEMCPY, still uses it; wait for them first).
  */
@@ -120,6 +156,14 @@ struct neuron_udma_queue_id {
 
 /* Copy flags (struct neuron_udma_copy.flags). */
 #define NEURON_UDMA_COPY_DST_INT (1U << 0)	/* interrupt flag on the Rx descriptor */
+/*
+ * ABI 2: the copy may take several descriptor pairs. A copy whose source or destination is an
+ * imported buffer and whose range crosses from one physically contiguous run to the next is
+ * written as one pair per piece (each piece within one run of each side, in order; every piece
+ * has the copy's barrier, only the last one its DST_INT). Without this flag such a copy fails
+ * with EXDEV, so a copy is never silently more than one pair.
+ */
+#define NEURON_UDMA_COPY_SPLIT (1U << 1)
 
 /* One copy: @size bytes from (src_handle, src_offset) to (dst_handle, dst_offset). */
 struct neuron_udma_copy {
@@ -134,10 +178,14 @@ struct neuron_udma_copy {
 };
 
 /*
- * NEURON_UDMA_COPY_PREPARE_ONE: write one descriptor pair (Rx slot, then Tx slot).
+ * NEURON_UDMA_COPY_PREPARE_ONE: write one descriptor pair (Rx slot, then Tx slot), or with
+ * NEURON_UDMA_COPY_SPLIT the pairs of its pieces.
+ * Returns 0, or with NEURON_UDMA_COPY_SPLIT the number of pairs written (>= 1; the counts to
+ * give COPY_START).
  * Errors: ENOENT (unknown handle, or queue not this file's), ERANGE (offset + size beyond a
- * buffer), EINVAL (size 0 or > 65536, bad barrier, flags/reserved set), ENOSPC (ring full:
- * nothing written; COPY_WAIT frees space).
+ * buffer), EINVAL (size 0 or > 65536, bad barrier, flags/reserved set), ENOSPC (no room for all
+ * its pairs: nothing written; COPY_WAIT frees space), EXDEV (crosses a run of an imported buffer
+ * without NEURON_UDMA_COPY_SPLIT), EPERM (destination imported without IMPORT_WRITE).
  */
 struct neuron_udma_copy_prepare_one {
 	__u32 engine;
@@ -146,9 +194,11 @@ struct neuron_udma_copy_prepare_one {
 };
 
 /*
- * NEURON_UDMA_COPY_PREPARE: write @count pairs from the array at @copies. Every entry is
- * validated, and the space for all of them checked, before any slot is written: on any error
- * nothing changes. Errors: as COPY_PREPARE_ONE, EINVAL also for count 0 or > max_batch.
+ * NEURON_UDMA_COPY_PREPARE: write the pairs of @count copies from the array at @copies. Every
+ * entry is validated, and the space for all their pairs checked, before any slot is written: on
+ * any error nothing changes. Returns 0, or when any entry has NEURON_UDMA_COPY_SPLIT the total
+ * number of pairs written (>= @count). Errors: as COPY_PREPARE_ONE, EINVAL also for count 0 or
+ * > max_batch.
  */
 struct neuron_udma_copy_prepare {
 	__u32 engine;
@@ -221,8 +271,10 @@ struct neuron_udma_queue_state {
  * NEURON_UDMA_MEMCPY: copy @size bytes (any size) with the driver's own H2T queue (shared by
  * all files), in 64 KiB pairs, and wait for completion (only SIGKILL interrupts it; bounded by
  * the timeout, at least 10 ms). A timeout resets the shared queue only if it made no progress
- * for 10 s: otherwise the copy goes on and its buffers stay busy until it is done. Errors: ENOENT, ERANGE, EINVAL (size 0),
- * ETIMEDOUT, EIO (engine error, or a reset dropped this copy), EINTR (SIGKILL).
+ * for 10 s: otherwise the copy goes on and its buffers stay busy until it is done. Imported
+ * buffers are copied run by run (no flag needed). Errors: ENOENT, ERANGE, EINVAL (size 0),
+ * ETIMEDOUT, EIO (engine error, or a reset dropped this copy), EINTR (SIGKILL), EPERM
+ * (destination imported without IMPORT_WRITE).
  */
 struct neuron_udma_memcpy {
 	__u64 src_handle;
@@ -245,5 +297,6 @@ struct neuron_udma_memcpy {
 #define NEURON_UDMA_COPY_WAIT		_IOWR(NEURON_UDMA_IOC_MAGIC, 0x08, struct neuron_udma_copy_wait)
 #define NEURON_UDMA_QUEUE_STATE		_IOWR(NEURON_UDMA_IOC_MAGIC, 0x09, struct neuron_udma_queue_state)
 #define NEURON_UDMA_MEMCPY		_IOW(NEURON_UDMA_IOC_MAGIC, 0x0A, struct neuron_udma_memcpy)
+#define NEURON_UDMA_MEM_IMPORT		_IOWR(NEURON_UDMA_IOC_MAGIC, 0x0B, struct neuron_udma_mem_import)
 
 #endif /* _UAPI_LINUX_NEURON_UDMA_H */
