@@ -14,6 +14,7 @@ use crate::{
     mem::Charge,
     queue::{self, FenceState, Queue},
     shim::fatal_signal_pending,
+    span::{Pieces, Span},
 };
 use kernel::{
     new_mutex,
@@ -50,16 +51,6 @@ pub(crate) enum WaitMode {
     Killable,
     /// Signals are ignored (driver-internal copies, bounded by their timeout).
     Uninterruptible,
-}
-
-/// Where the source of an engine copy is.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Src {
-    /// Consecutive bytes from this device-fabric address.
-    Linear(u64),
-    /// The same 64 KiB block at this device-fabric address again and again (device-memory
-    /// scrub from a zeroed block).
-    Repeat(u64),
 }
 
 /// Who owns a queue.
@@ -334,8 +325,8 @@ impl Channel {
     pub(crate) fn memcpy(&self, src: u64, dst: u64, size: u64, timeout: Delta) -> Result {
         let mut in_flight = None;
         self.copy(
-            Src::Linear(src),
-            dst,
+            Span::Linear(src),
+            Span::Linear(dst),
             size,
             timeout,
             WaitMode::Uninterruptible,
@@ -344,14 +335,15 @@ impl Channel {
         )
     }
 
-    /// The copy loop of [`Self::memcpy`], with the wait's signal and reset policy. `timeout`
-    /// bounds each submission's wait. On an early return (`EINTR`, or `ETIMEDOUT` without a
+    /// The copy loop of [`Self::memcpy`] from `src` to `dst` (split at the runs of imported
+    /// buffers, [`Pieces`]), with the wait's signal and reset policy. `timeout` bounds each
+    /// submission's wait. On an early return (`EINTR`, or `ETIMEDOUT` without a
     /// reset) `in_flight` names the fence still in flight.
     #[expect(clippy::too_many_arguments)]
     pub(crate) fn copy(
         &self,
-        src: Src,
-        dst: u64,
+        src: Span<'_>,
+        dst: Span<'_>,
         size: u64,
         timeout: Delta,
         mode: WaitMode,
@@ -362,25 +354,21 @@ impl Channel {
             return Err(EINVAL);
         }
         let start = Instant::<Monotonic>::now();
-        let mut done = 0u64;
-        while done < size {
-            let (seq, bytes) = self.with(|q, io| {
+        let mut pieces = Pieces::new(src, dst, size, MAX_DESC_BYTES);
+        while pieces.remaining() != 0 {
+            let seq = self.with(|q, io| {
                 let room = q.submission_room();
                 if room == 0 {
-                    return Ok((None, 0));
+                    return Ok(None);
                 }
-                let mut off = done;
                 let mut pairs = 0;
-                while off < size && pairs < room {
-                    // CAST: bounded by MAX_DESC_BYTES.
-                    let len = (size - off).min(u64::from(MAX_DESC_BYTES)) as u32;
-                    let last = off + u64::from(len) >= size || pairs + 1 == room;
+                while pairs < room && pieces.remaining() != 0 {
+                    // A span too short for `size` bytes (the callers check the ranges).
+                    let (s, d, len) = pieces.next().ok_or(ERANGE)?;
+                    let last = pieces.remaining() == 0 || pairs + 1 == room;
                     q.prepare_one(&queue::Copy {
-                        src: match src {
-                            Src::Linear(s) => s + off,
-                            Src::Repeat(s) => s,
-                        },
-                        dst: dst + off,
+                        src: s,
+                        dst: d,
                         len: DescLen::new(len)?,
                         barrier: if last {
                             self.bar.arch.final_barrier
@@ -389,10 +377,9 @@ impl Channel {
                         },
                         set_dst_int: false,
                     })?;
-                    off += u64::from(len);
                     pairs += 1;
                 }
-                Ok((Some(q.fence(io)?), off - done))
+                Ok(Some(q.fence(io)?))
             })?;
             match seq {
                 Some(seq) => {
@@ -419,7 +406,6 @@ impl Channel {
                     fsleep(Delta::from_micros(50));
                 }
             }
-            done += bytes;
         }
         Ok(())
     }

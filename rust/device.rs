@@ -15,11 +15,11 @@ use crate::{
     h2t::{H2t, H2T_RING_DESCS, SCRUB_BYTES},
     mem::{
         Backing, Buffer, BufferPool, Charge, DramAllocator, BUF_ALIGN, DRAM_RESERVED,
-        MAX_HOST_BUFFER,
+        MAX_HOST_BUFFER, MAX_IMPORT_SIZE,
     },
     queue::Queue,
     ring::RingSize,
-    shim::MappedFile,
+    shim::{MappedFile, PinnedPages},
 };
 use kernel::{
     device::Bound,
@@ -352,6 +352,50 @@ impl UdmaDevice {
             (Err(e), false) => return Err(e),
         }
         Buffer::new(handle, size, owner, owner_file, Backing::Device(addr)).map_err(give_back)
+    }
+
+    /// Imports the calling process's memory `[addr, addr + size)` (bytes, any alignment) as
+    /// buffer `handle` of the open file `owner` / `owner_file` (`MEM_IMPORT`): charges its pages
+    /// to the caller's `RLIMIT_MEMLOCK`, pins them long-term (writable by the engine if
+    /// `write`) and maps them for the device; not in the pool yet (see [`BufferPool::insert`]).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for size 0, above [`MAX_IMPORT_SIZE`] or a wrapping range, `ENOMEM` past the
+    /// locked-memory limit (checked before anything is pinned) or without memory, `EFAULT` for
+    /// unmapped pages (or read-only ones with `write`), `EOPNOTSUPP` for memory that cannot be
+    /// pinned long-term or reached without bounce buffers, `EINTR` on SIGKILL, `ENODEV` after
+    /// unbind. Nothing stays pinned or charged on error.
+    pub(crate) fn import_buffer(
+        &self,
+        addr: u64,
+        size: u64,
+        write: bool,
+        handle: u64,
+        owner: u64,
+        owner_file: MappedFile,
+    ) -> Result<Arc<Buffer>> {
+        if size == 0 || size > MAX_IMPORT_SIZE {
+            return Err(EINVAL);
+        }
+        let end = addr.checked_add(size).ok_or(EINVAL)?;
+        let page = kernel::page::PAGE_SIZE as u64;
+        // What pinning really holds: every page the range touches.
+        let pinned = end.div_ceil(page) - addr / page;
+        let charge = Charge::new(pinned * page)?;
+        // Pinned outside the state lock (it may fault pages in); mapped under it, like
+        // `alloc_coherent`, so the device is bound.
+        let mut pages = PinnedPages::new(addr, size, write)?;
+        {
+            let st = self.state.lock();
+            if !st.alive {
+                return Err(ENODEV);
+            }
+            // SAFETY: as in `alloc_coherent`: bound while `alive` is true under the lock.
+            let dev = unsafe { self.pdev.as_ref().as_bound() };
+            pages.map(dev)?;
+        }
+        Buffer::imported(handle, size, owner, owner_file, pages, charge, write)
     }
 
     /// Called when the open file `owner` is released: releases its queues `queues` (engine,

@@ -9,14 +9,15 @@
 
 use crate::{
     channel::{Channel, Owner, DEFAULT_TIMEOUT, MIN_TIMEOUT_MS},
-    desc::{Barrier, DescLen},
+    desc::{Barrier, DescLen, MAX_DESC_BYTES},
     device::UdmaDevice,
     engine::{self, QueueRegs},
-    mem::{self, Buffer, InFlight, MAX_HOST_BUFFER},
+    mem::{self, Buffer, InFlight, MAX_HOST_BUFFER, MAX_IMPORT_SIZE},
     queue::{Copy, PairRefs, Queue},
     regs::{M2s, S2m},
     ring::{RingState, MAX_DESCS, MIN_DESCS, RESERVE},
     shim::{self, MappedFile},
+    span::Pieces,
     uapi, Registry,
 };
 use kernel::{
@@ -157,14 +158,14 @@ struct Lookups {
 const LOOKUPS: usize = 4;
 
 impl Lookups {
-    /// Buffer `handle` of `file` and the device-fabric address of its bytes
-    /// `[offset, offset + len)`.
+    /// Buffer `handle` of `file` and its [`Buffer::base`], after checking that bytes
+    /// `[offset, offset + len)` lie inside it.
     ///
     /// # Errors
     ///
     /// `ENOENT` for an unknown handle, `ERANGE` for a range outside the buffer, `ENODEV` if it
     /// was freed by an unbind.
-    fn addr(
+    fn lookup(
         &mut self,
         file: &OpenFile,
         handle: u64,
@@ -183,7 +184,25 @@ impl Lookups {
             }
         };
         buf.check_range(offset, u64::from(len))?;
-        Ok((buf, base + offset))
+        Ok((buf, base))
+    }
+}
+
+/// The descriptor pairs of one copy: one, or one per piece when it crosses runs of an imported
+/// buffer (`NEURON_UDMA_COPY_SPLIT`).
+enum Pairs {
+    One(Copy, PairRefs),
+    Split(KVec<(Copy, PairRefs)>),
+}
+
+impl Pairs {
+    /// Number of descriptor pairs.
+    fn count(&self) -> u32 {
+        match self {
+            Pairs::One(..) => 1,
+            // CAST: at most 2 * 16 + 1 pieces (a 64 KiB range touches at most 17 pages).
+            Pairs::Split(v) => v.len() as u32,
+        }
     }
 }
 
@@ -198,33 +217,66 @@ impl OpenFile {
         self.dev.queue(Owner::File(self.id), eng, qid)
     }
 
-    /// Validates one copy and translates it to device-fabric addresses, looking its buffers up
-    /// through `seen`. The returned references keep both buffers from being freed (`MEM_FREE`
-    /// is `EBUSY`) until the pair is consumed or dropped; a buffer whose `MEM_FREE` is under way
-    /// is `ENOENT`.
-    fn translate(
-        &self,
-        seen: &mut Lookups,
-        c: &uapi::neuron_udma_copy,
-    ) -> Result<(Copy, PairRefs)> {
+    /// Validates one copy and translates it to descriptor pairs, looking its buffers up
+    /// through `seen`: one pair, or with `NEURON_UDMA_COPY_SPLIT` one per piece of a copy that
+    /// crosses runs of an imported buffer (each with the copy's barrier; `DST_INT` on the last).
+    /// The returned references keep both buffers from being freed (`MEM_FREE` is `EBUSY`) until
+    /// the pairs are consumed or dropped; a buffer whose `MEM_FREE` is under way is `ENOENT`.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL`, `ENOENT`, `ERANGE`, `ENODEV` (see the header), `EPERM` for a destination the
+    /// engine may not write, `EXDEV` for a copy that needs several pairs without
+    /// `NEURON_UDMA_COPY_SPLIT`, `ENOMEM`.
+    fn translate(&self, seen: &mut Lookups, c: &uapi::neuron_udma_copy) -> Result<Pairs> {
+        use uapi::{NEURON_UDMA_COPY_DST_INT as DST_INT, NEURON_UDMA_COPY_SPLIT as SPLIT};
         reserved_zero(&[u64::from(c.reserved)])?;
-        if c.flags & !uapi::NEURON_UDMA_COPY_DST_INT != 0 {
+        if c.flags & !(DST_INT | SPLIT) != 0 {
             return Err(EINVAL);
         }
         let len = DescLen::new(c.size)?;
         let barrier = Barrier::try_from(c.barrier)?;
-        let (sb, src) = seen.addr(self, c.src_handle, c.src_offset, c.size)?;
-        let (db, dst) = seen.addr(self, c.dst_handle, c.dst_offset, c.size)?;
-        Ok((
-            Copy {
-                src,
-                dst,
+        let (sb, sbase) = seen.lookup(self, c.src_handle, c.src_offset, c.size)?;
+        let (db, dbase) = seen.lookup(self, c.dst_handle, c.dst_offset, c.size)?;
+        db.check_writable()?;
+        let (src, dst) = (
+            sb.span_at(sbase, c.src_offset),
+            db.span_at(dbase, c.dst_offset),
+        );
+        let size = u64::from(c.size);
+        let set_dst_int = c.flags & DST_INT != 0;
+        let refs =
+            || -> Result<PairRefs> { Ok([Some(InFlight::new(&sb)?), Some(InFlight::new(&db)?)]) };
+        if src.contiguous(size) && dst.contiguous(size) {
+            let (Some((s, _)), Some((d, _))) = (src.at(0), dst.at(0)) else {
+                return Err(ERANGE);
+            };
+            let copy = Copy {
+                src: s,
+                dst: d,
                 len,
                 barrier,
-                set_dst_int: c.flags & uapi::NEURON_UDMA_COPY_DST_INT != 0,
-            },
-            [Some(InFlight::new(&sb)?), Some(InFlight::new(&db)?)],
-        ))
+                set_dst_int,
+            };
+            return Ok(Pairs::One(copy, refs()?));
+        }
+        if c.flags & SPLIT == 0 {
+            return Err(EXDEV);
+        }
+        let mut pieces = Pieces::new(src, dst, size, MAX_DESC_BYTES);
+        let mut v = KVec::new();
+        while pieces.remaining() != 0 {
+            let (s, d, n) = pieces.next().ok_or(ERANGE)?;
+            let copy = Copy {
+                src: s,
+                dst: d,
+                len: DescLen::new(n)?,
+                barrier,
+                set_dst_int: set_dst_int && pieces.remaining() == 0,
+            };
+            v.push((copy, refs()?), GFP_KERNEL)?;
+        }
+        Ok(Pairs::Split(v))
     }
 
     fn info(&self) -> Result<uapi::neuron_udma_info> {
@@ -247,7 +299,7 @@ impl OpenFile {
             max_batch: MAX_BATCH,
             max_host_buffer: MAX_HOST_BUFFER,
             host_engines: arch.host_engine_bitmap(),
-            ..Default::default()
+            max_import_size: MAX_IMPORT_SIZE,
         })
     }
 
@@ -271,7 +323,26 @@ impl OpenFile {
         Ok(buf)
     }
 
-    /// Adds a buffer whose `MEM_ALLOC` result reached user space to the device's pool and
+    /// Pins the memory of a `MEM_IMPORT` and fills in its result; like [`Self::mem_alloc`], the
+    /// buffer joins the file only through [`Self::mem_alloc_publish`].
+    fn mem_import(&self, a: &mut uapi::neuron_udma_mem_import) -> Result<Arc<Buffer>> {
+        let write = a.flags & uapi::NEURON_UDMA_IMPORT_WRITE != 0;
+        reserved_zero(&[
+            a.reserved[0],
+            a.reserved[1],
+            u64::from(a.flags & !uapi::NEURON_UDMA_IMPORT_WRITE),
+            u64::from(a.segments),
+        ])?;
+        let handle = NEXT_HANDLE.fetch_add(1, Relaxed);
+        let buf = self
+            .dev
+            .import_buffer(a.addr, a.size, write, handle, self.id, self.file)?;
+        a.handle = handle;
+        a.segments = u32::try_from(buf.run_count()).unwrap_or(u32::MAX);
+        Ok(buf)
+    }
+
+    /// Adds a buffer whose `MEM_ALLOC` (or `MEM_IMPORT`) result reached user space to the device's pool and
     /// the file, or frees it if `publish` is false (the copy-out failed: a failing call changes
     /// nothing).
     fn mem_alloc_publish(&self, buf: Arc<Buffer>, publish: bool) -> Result {
@@ -386,13 +457,30 @@ impl OpenFile {
         Ok(())
     }
 
-    fn copy_prepare_one(&self, p: &uapi::neuron_udma_copy_prepare_one) -> Result {
+    /// Returns the pairs written when the copy has `NEURON_UDMA_COPY_SPLIT`, else 0 (ABI 1).
+    fn copy_prepare_one(&self, p: &uapi::neuron_udma_copy_prepare_one) -> Result<isize> {
         let chan = self.queue(p.engine, p.queue)?;
-        let (c, refs) = self.translate(&mut Lookups::default(), &p.copy)?;
-        chan.with(|q, _| q.prepare_one_refs(&c, refs))
+        let pairs = self.translate(&mut Lookups::default(), &p.copy)?;
+        let n = pairs.count();
+        chan.with(|q, _| match pairs {
+            Pairs::One(c, refs) => q.prepare_one_refs(&c, refs),
+            Pairs::Split(v) => {
+                // All or nothing.
+                q.retire();
+                if q.available_pairs() < n {
+                    return Err(ENOSPC);
+                }
+                for (c, refs) in v {
+                    q.prepare_one_refs(&c, refs)?;
+                }
+                Ok(())
+            }
+        })?;
+        Ok(split_result(p.copy.flags, n))
     }
 
-    fn copy_prepare(&self, p: &uapi::neuron_udma_copy_prepare) -> Result {
+    /// Returns the pairs written when an entry has `NEURON_UDMA_COPY_SPLIT`, else 0 (ABI 1).
+    fn copy_prepare(&self, p: &uapi::neuron_udma_copy_prepare) -> Result<isize> {
         reserved_zero(&[u64::from(p.reserved)])?;
         if p.count == 0 || p.count > MAX_BATCH {
             return Err(EINVAL);
@@ -425,19 +513,32 @@ impl OpenFile {
         let chan = self.queue(p.engine, p.queue)?;
         let mut copies = KVVec::with_capacity(count, GFP_KERNEL)?;
         let mut seen = Lookups::default();
+        let mut flags = 0;
         for raw in staged.iter() {
-            copies.push(self.translate(&mut seen, raw)?, GFP_KERNEL)?;
+            match self.translate(&mut seen, raw)? {
+                Pairs::One(c, refs) => copies.push((c, refs), GFP_KERNEL)?,
+                Pairs::Split(v) => {
+                    copies.reserve(v.len(), GFP_KERNEL)?;
+                    for x in v {
+                        copies.push(x, GFP_KERNEL)?;
+                    }
+                }
+            }
+            flags |= raw.flags;
         }
+        // CAST: at most MAX_BATCH copies of at most 33 pairs each.
+        let pairs = copies.len() as u32;
         chan.with(|q, _| {
             q.retire();
-            if q.available_pairs() < p.count {
+            if q.available_pairs() < pairs {
                 return Err(ENOSPC);
             }
             for (c, refs) in copies.drain_all() {
                 q.prepare_one_refs(&c, refs)?;
             }
             Ok(())
-        })
+        })?;
+        Ok(split_result(flags, pairs))
     }
 
     fn copy_start(&self, s: &uapi::neuron_udma_copy_start) -> Result {
@@ -532,18 +633,28 @@ impl OpenFile {
             }
             kernel::time::delay::fsleep(Delta::from_micros(200));
         };
-        let (src, dst, guards) = {
-            let (s, d) = (self.buffer(m.src_handle)?, self.buffer(m.dst_handle)?);
-            let route = self.dev.arch.host_route;
-            let src = s.addr(route, m.src_offset, m.size)?;
-            let dst = d.addr(route, m.dst_offset, m.size)?;
-            // `MEM_FREE` refuses buffers in use until the engine is done with them.
-            (src, dst, [s.busy()?, d.busy()?])
-        };
+        let (s, d) = (self.buffer(m.src_handle)?, self.buffer(m.dst_handle)?);
+        let route = self.dev.arch.host_route;
+        let src = s.span(route, m.src_offset, m.size)?;
+        let dst = d.span(route, m.dst_offset, m.size)?;
+        d.check_writable()?;
+        // `MEM_FREE` refuses buffers in use until the engine is done with them.
+        let guards = [s.busy()?, d.busy()?];
         let left = limit - start.elapsed();
         self.dev
             .h2t()?
             .memcpy_for_file(&self.dev.pool, self.id, src, dst, m.size, left, guards)
+    }
+}
+
+/// The result of a prepare ioctl whose copies had `flags` (OR-ed) and took `pairs` descriptor
+/// pairs: the count with `NEURON_UDMA_COPY_SPLIT`, else 0 as in ABI 1.
+fn split_result(flags: u32, pairs: u32) -> isize {
+    if flags & uapi::NEURON_UDMA_COPY_SPLIT != 0 {
+        // CAST: at most MAX_BATCH * 33.
+        pairs as isize
+    } else {
+        0
     }
 }
 
@@ -552,7 +663,7 @@ impl OpenFile {
 fn in_out<T: kernel::transmute::FromBytes + kernel::transmute::AsBytes>(
     arg: usize,
     write_back: bool,
-    f: impl FnOnce(&mut T) -> Result,
+    f: impl FnOnce(&mut T) -> Result<isize>,
 ) -> Result<isize> {
     let slice = || UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<T>());
     let mut v: T = read(&mut slice().reader())?;
@@ -560,11 +671,11 @@ fn in_out<T: kernel::transmute::FromBytes + kernel::transmute::AsBytes>(
         // The output must be writable before anything changes (EFAULT then changes nothing).
         slice().writer().write(&v)?;
     }
-    f(&mut v)?;
+    let r = f(&mut v)?;
     if write_back {
         slice().writer().write(&v)?;
     }
-    Ok(0)
+    Ok(r)
 }
 
 fn read<T: kernel::transmute::FromBytes>(r: &mut UserSliceReader) -> Result<T> {
@@ -660,19 +771,33 @@ impl MiscDevice for OpenFile {
                 let mut buf = None;
                 let r = in_out(arg, true, |a: &mut neuron_udma_mem_alloc| {
                     buf = Some(me.mem_alloc(a)?);
-                    Ok(())
+                    Ok(0)
                 });
                 match buf {
                     Some(b) => me.mem_alloc_publish(b, r.is_ok()).and(r),
                     None => r,
                 }
             }
-            IOC_MEM_FREE => in_out(arg, false, |f: &mut neuron_udma_mem_free| me.mem_free(f)),
+            IOC_MEM_IMPORT => {
+                // As MEM_ALLOC: the pages are unpinned if the handle cannot be returned.
+                let mut buf = None;
+                let r = in_out(arg, true, |a: &mut neuron_udma_mem_import| {
+                    buf = Some(me.mem_import(a)?);
+                    Ok(0)
+                });
+                match buf {
+                    Some(b) => me.mem_alloc_publish(b, r.is_ok()).and(r),
+                    None => r,
+                }
+            }
+            IOC_MEM_FREE => in_out(arg, false, |f: &mut neuron_udma_mem_free| {
+                me.mem_free(f).map(|()| 0)
+            }),
             IOC_QUEUE_INIT => in_out(arg, false, |q: &mut neuron_udma_queue_init| {
-                me.queue_init(q)
+                me.queue_init(q).map(|()| 0)
             }),
             IOC_QUEUE_RELEASE => in_out(arg, false, |q: &mut neuron_udma_queue_id| {
-                me.queue_release(q)
+                me.queue_release(q).map(|()| 0)
             }),
             IOC_COPY_PREPARE_ONE => in_out(arg, false, |p: &mut neuron_udma_copy_prepare_one| {
                 me.copy_prepare_one(p)
@@ -681,13 +806,17 @@ impl MiscDevice for OpenFile {
                 me.copy_prepare(p)
             }),
             IOC_COPY_START => in_out(arg, false, |s: &mut neuron_udma_copy_start| {
-                me.copy_start(s)
+                me.copy_start(s).map(|()| 0)
             }),
-            IOC_COPY_WAIT => in_out(arg, true, |w: &mut neuron_udma_copy_wait| me.copy_wait(w)),
+            IOC_COPY_WAIT => in_out(arg, true, |w: &mut neuron_udma_copy_wait| {
+                me.copy_wait(w).map(|()| 0)
+            }),
             IOC_QUEUE_STATE => in_out(arg, true, |s: &mut neuron_udma_queue_state| {
-                me.queue_state(s)
+                me.queue_state(s).map(|()| 0)
             }),
-            IOC_MEMCPY => in_out(arg, false, |m: &mut neuron_udma_memcpy| me.memcpy(m)),
+            IOC_MEMCPY => in_out(arg, false, |m: &mut neuron_udma_memcpy| {
+                me.memcpy(m).map(|()| 0)
+            }),
             _ => Err(ENOTTY),
         }
     }

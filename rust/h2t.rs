@@ -9,10 +9,11 @@
 //! at most one such copy, so a caller with a tiny timeout cannot fill the shared queue.
 
 use crate::{
-    channel::{Channel, Src, WaitMode, DEFAULT_TIMEOUT},
+    channel::{Channel, WaitMode, DEFAULT_TIMEOUT},
     desc::MAX_DESC_BYTES,
     mem::{BufferPool, BusyGuard, Held, Hold},
     shim::fatal_signal_pending,
+    span::Span,
 };
 use kernel::{
     dma::Coherent,
@@ -76,8 +77,8 @@ impl H2t {
         self.chan.memcpy(src, dst, size, timeout)
     }
 
-    /// The `MEMCPY` ioctl of the open file `file`: copies `size` bytes, with `guards` keeping
-    /// the two buffers busy. The wait ends on SIGKILL; a timeout resets the shared queue only
+    /// The `MEMCPY` ioctl of the open file `file`: copies `size` bytes from `src` to `dst`
+    /// (run by run for imported buffers), with `guards` keeping the two buffers busy. The wait ends on SIGKILL; a timeout resets the shared queue only
     /// when it made no progress for [`DEFAULT_TIMEOUT`] (other files' copies go on otherwise).
     /// When the call returns early (timeout, SIGKILL) with its last submission still in
     /// flight, the buffers stay busy until the engine is done with it, and the file's next
@@ -92,8 +93,8 @@ impl H2t {
         &self,
         pool: &BufferPool,
         file: u64,
-        src: u64,
-        dst: u64,
+        src: Span<'_>,
+        dst: Span<'_>,
         size: u64,
         timeout: Delta,
         guards: [BusyGuard; 2],
@@ -117,16 +118,8 @@ impl H2t {
             fsleep(Delta::from_micros(200));
         }
         let remaining = timeout - start.elapsed();
-        self.copy_or_hold(
-            pool,
-            Src::Linear(src),
-            dst,
-            size,
-            remaining,
-            file,
-            Hold::Buffers(guards),
-        )
-        .0
+        self.copy_or_hold(pool, src, dst, size, remaining, file, Hold::Buffers(guards))
+            .0
     }
 
     /// Writes zeros over `size` bytes of device memory at `addr` with the engine. The wait
@@ -140,8 +133,8 @@ impl H2t {
         };
         let (r, held) = self.copy_or_hold(
             pool,
-            Src::Repeat(zeros),
-            addr,
+            Span::Repeat(zeros),
+            Span::Linear(addr),
             size,
             DEFAULT_TIMEOUT,
             0,
@@ -160,8 +153,8 @@ impl H2t {
     fn copy_or_hold(
         &self,
         pool: &BufferPool,
-        src: Src,
-        dst: u64,
+        src: Span<'_>,
+        dst: Span<'_>,
         size: u64,
         timeout: Delta,
         file: u64,

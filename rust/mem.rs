@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! DMA buffers handed to user space: host buffers (coherent memory, mmap'able) and device
-//! buffers (ranges of the device memory, HBM). User space names them by handle; the driver
-//! translates (handle, offset, size) into device-fabric addresses after a bounds check.
+//! DMA buffers handed to user space: host buffers (coherent memory, mmap'able), device
+//! buffers (ranges of the device memory, HBM) and imported buffers (the caller's own pages,
+//! pinned: `MEM_IMPORT`). User space names them by handle; the driver translates (handle,
+//! offset, size) into device-fabric addresses ([`Span`]) after a bounds check.
 //!
 //! [`BufferPool`] is the device's table of buffers (keyed by handle, each knowing its owner) and
 //! its allocators: device-memory ranges, mmap offsets, and the memory that abandoned copies
 //! still hold ([`Held`]).
 
-use crate::shim::{self, MappedFile, UserCharge};
+use crate::{
+    shim::{self, MappedFile, PinnedPages, UserCharge},
+    span::{Segment, Span},
+};
 use kernel::{
     dma::Coherent,
     new_mutex, new_spinlock,
@@ -33,6 +37,9 @@ pub(crate) const MAX_HOST_BUFFER: u64 = 4 << 20;
 /// this (at least [`MAX_HOST_BUFFER`], so buffers' offset ranges never overlap).
 const MMAP_STRIDE_SHIFT: u32 = 22;
 const _: () = assert!(1u64 << MMAP_STRIDE_SHIFT >= MAX_HOST_BUFFER);
+/// Largest range of one `MEM_IMPORT`, in bytes: bounds the kernel memory of its page and
+/// segment tables (about 40 bytes per page: 10 MiB for 1 GiB).
+pub(crate) const MAX_IMPORT_SIZE: u64 = 1 << 30;
 /// Handles from this one on have no mmap offset that fits in a (signed) file offset.
 const HANDLE_LIMIT: u64 = 1 << (63 - MMAP_STRIDE_SHIFT);
 /// Device memory kept by the driver at the start of HBM (as the reference keeps 16 MiB per HBM
@@ -70,6 +77,8 @@ pub(crate) enum Backing {
     Host(Coherent<[u8]>, Option<Charge>),
     /// Device memory at this device-fabric address.
     Device(u64),
+    /// The importing process's pages, pinned and mapped for the device, with their charge.
+    Pinned(PinnedPages, Charge),
 }
 
 /// [`Buffer`] `freeing`: no `MEM_FREE` of the buffer is deciding or has freed it.
@@ -91,8 +100,15 @@ const FREE_DONE: u32 = 2;
 pub(crate) struct Buffer {
     /// Handle, unique on the system, never 0, never reused.
     pub(crate) handle: u64,
-    /// Size in bytes (a multiple of [`BUF_ALIGN`]).
+    /// Size in bytes (a multiple of [`BUF_ALIGN`], except for imported buffers: any size).
     pub(crate) size: u64,
+    /// The physically contiguous runs of an imported buffer (empty for the others, which are
+    /// contiguous). Fixed at creation; the addresses are only used while the buffer is alive
+    /// (see [`Self::base`]).
+    segments: KVVec<Segment>,
+    /// Whether the engine may write the buffer (false only for imports without
+    /// `IMPORT_WRITE`, mapped to-device only).
+    pub(crate) writable: bool,
     /// Offset for mmap() of a host buffer (`handle << 22`: unique, never reused); 0 for
     /// device memory.
     pub(crate) mmap_offset: u64,
@@ -131,17 +147,56 @@ impl Buffer {
         owner_file: MappedFile,
         backing: Backing,
     ) -> Result<Arc<Self>> {
+        Self::with_segments(handle, size, owner, owner_file, backing, KVVec::new(), true)
+    }
+
+    /// Creates the record of the imported buffer `handle`: `size` bytes of the pinned pages
+    /// `pages` (charged with `charge`), whose DMA segments become its runs; the engine may
+    /// write it if `writable`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`; the pages are unpinned then.
+    pub(crate) fn imported(
+        handle: u64,
+        size: u64,
+        owner: u64,
+        owner_file: MappedFile,
+        pages: PinnedPages,
+        charge: Charge,
+        writable: bool,
+    ) -> Result<Arc<Self>> {
+        let segments = crate::span::runs(pages.dma_segments())?;
+        if segments.iter().map(|s| s.len).sum::<u64>() != size {
+            // The table covers exactly the range (`neuron_udma_pin_user`): never reached.
+            return Err(EINVAL);
+        }
+        let backing = Backing::Pinned(pages, charge);
+        Self::with_segments(handle, size, owner, owner_file, backing, segments, writable)
+    }
+
+    fn with_segments(
+        handle: u64,
+        size: u64,
+        owner: u64,
+        owner_file: MappedFile,
+        backing: Backing,
+        segments: KVVec<Segment>,
+        writable: bool,
+    ) -> Result<Arc<Self>> {
         if handle >= HANDLE_LIMIT {
             return Err(ENOMEM);
         }
         let mmap_offset = match backing {
             Backing::Host(..) => handle << MMAP_STRIDE_SHIFT,
-            Backing::Device(_) => 0,
+            Backing::Device(_) | Backing::Pinned(..) => 0,
         };
         Arc::pin_init(
             try_pin_init!(Self {
                 handle,
                 size,
+                segments,
+                writable,
                 mmap_offset,
                 owner,
                 owner_file,
@@ -220,16 +275,48 @@ impl Buffer {
         self.users.load(Relaxed) != 0 || self.inflight.load(Relaxed) != 0
     }
 
-    /// Device-fabric address of bytes `[offset, offset + len)`; `route` is OR-ed onto host
-    /// DMA addresses (the generation's host route, hardware.rst §1.3).
+    /// Where bytes `[offset, offset + len)` are; `route` is OR-ed onto host DMA addresses (the
+    /// generation's host route, hardware.rst §1.3).
     ///
     /// # Errors
     ///
     /// `ERANGE` if the range does not lie inside the buffer, `ENOENT` or `ENODEV` if it was
     /// freed ([`Self::base`]).
-    pub(crate) fn addr(&self, route: u64, offset: u64, len: u64) -> Result<u64> {
+    pub(crate) fn span(&self, route: u64, offset: u64, len: u64) -> Result<Span<'_>> {
         self.check_range(offset, len)?;
-        Ok(self.base(route)? + offset)
+        Ok(self.span_at(self.base(route)?, offset))
+    }
+
+    /// Where the bytes from `offset` on are, given the [`Self::base`] of the buffer (the caller
+    /// checked the range).
+    pub(crate) fn span_at(&self, base: u64, offset: u64) -> Span<'_> {
+        if self.segments.is_empty() {
+            Span::Linear(base + offset)
+        } else {
+            Span::Runs {
+                segs: &self.segments,
+                start: offset,
+                route: base,
+            }
+        }
+    }
+
+    /// Physically contiguous runs of the buffer (1 unless imported).
+    pub(crate) fn run_count(&self) -> usize {
+        self.segments.len().max(1)
+    }
+
+    /// Checks that the engine may write the buffer.
+    ///
+    /// # Errors
+    ///
+    /// `EPERM` for an import without `IMPORT_WRITE`.
+    pub(crate) fn check_writable(&self) -> Result {
+        if self.writable {
+            Ok(())
+        } else {
+            Err(EPERM)
+        }
     }
 
     /// Checks that bytes `[offset, offset + len)` lie inside the buffer.
@@ -245,7 +332,8 @@ impl Buffer {
         Ok(())
     }
 
-    /// Device-fabric address of byte 0 (see [`Self::addr`]).
+    /// Device-fabric address of byte 0 (see [`Self::span`]); for an imported buffer, whose
+    /// runs have their own addresses, the route alone.
     ///
     /// # Errors
     ///
@@ -255,6 +343,7 @@ impl Buffer {
         match &*self.backing.lock() {
             Some(Backing::Host(c, _)) => Ok(c.dma_address() | route),
             Some(Backing::Device(a)) => Ok(*a),
+            Some(Backing::Pinned(..)) => Ok(route),
             // `MEM_FREE` marks the buffer before it takes the backing under this lock.
             None if self.freeing.load(Relaxed) == FREE_DONE => Err(ENOENT),
             None => Err(ENODEV),
@@ -326,6 +415,12 @@ impl Buffer {
                 None
             }
             Some(Backing::Device(a)) => Some(a),
+            // Unmapped and unpinned outside the backing lock.
+            Some(Backing::Pinned(pages, charge)) => {
+                drop(pages);
+                drop(charge);
+                None
+            }
             None => None,
         }
     }

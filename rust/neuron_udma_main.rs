@@ -34,6 +34,7 @@ mod queue;
 mod regs;
 mod ring;
 mod shim;
+mod span;
 #[cfg(neuron_udma_kunit)]
 mod testing;
 mod uapi;

@@ -11,6 +11,8 @@
 #include <linux/sched/mm.h>
 #include <linux/sched/user.h>
 #include <linux/sched/signal.h>
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
 
 /* Called from Rust through the typed wrappers of rust/shim.rs. */
 int neuron_udma_mmap_buffer(struct vm_area_struct *vma, const void *priv, u64 size);
@@ -19,6 +21,11 @@ vm_fault_t neuron_udma_insert_page(struct vm_fault *vmf, void *cpu_addr);
 int neuron_udma_charge(unsigned long pages, struct user_struct **userp);
 void neuron_udma_uncharge(struct user_struct *user, unsigned long pages);
 bool neuron_udma_fatal_signal_pending(void);
+struct neuron_udma_pin;
+struct neuron_udma_pin *neuron_udma_pin_user(u64 addr, u64 size, bool write);
+int neuron_udma_pin_map(struct neuron_udma_pin *pin, struct device *dev);
+struct sg_table *neuron_udma_pin_sgt(struct neuron_udma_pin *pin);
+void neuron_udma_pin_release(struct neuron_udma_pin *pin);
 
 /* Implemented in Rust (rust/mem.rs): the buffer behind a mapping, counted per VMA. */
 void neuron_udma_vma_get(const void *priv);
@@ -122,6 +129,132 @@ bool neuron_udma_fatal_signal_pending(void)
 }
 
 /*
+ * Pinned user memory of a MEM_IMPORT. No pin_user_pages() in Rust, and the Rust SGTable only
+ * takes pages it allocated itself.
+ */
+struct neuron_udma_pin {
+	struct sg_table sgt;
+	struct page **pages;
+	unsigned long npages;
+	/* The device the table is mapped for (a counted reference), NULL while unmapped. */
+	struct device *dev;
+	bool write;
+};
+
+/* Pages pinned per pin_user_pages_fast() call: bounds the time between signal checks. */
+#define NEURON_UDMA_PIN_BATCH 4096
+
+static enum dma_data_direction neuron_udma_pin_dir(const struct neuron_udma_pin *pin)
+{
+	return pin->write ? DMA_BIDIRECTIONAL : DMA_TO_DEVICE;
+}
+
+/*
+ * Pin the caller's pages under [@addr, @addr + @size) for long-term DMA (FOLL_LONGTERM, so
+ * they are migrated out of movable zones first; FOLL_WRITE if the device may write them) and
+ * build the scatter-gather table of exactly those bytes (the first entry starts at @addr's
+ * offset in its page, physically contiguous pages share an entry). Nothing is mapped for a
+ * device yet. Returns the pin, or ERR_PTR(-EFAULT) (a page not mapped, or read-only with
+ * @write), -ENOMEM, -EOPNOTSUPP (memory that cannot be pinned long-term), -EINTR (a fatal
+ * signal); nothing stays pinned on error.
+ */
+struct neuron_udma_pin *neuron_udma_pin_user(u64 addr, u64 size, bool write)
+{
+	unsigned int gup = FOLL_LONGTERM | (write ? FOLL_WRITE : 0);
+	unsigned long first = addr >> PAGE_SHIFT;
+	unsigned long done = 0, npages;
+	struct neuron_udma_pin *pin;
+	long ret;
+
+	if (!size || addr + size < addr)
+		return ERR_PTR(-EINVAL);
+	npages = ((addr + size - 1) >> PAGE_SHIFT) - first + 1;
+	pin = kzalloc(sizeof(*pin), GFP_KERNEL);
+	if (!pin)
+		return ERR_PTR(-ENOMEM);
+	pin->write = write;
+	pin->pages = kvmalloc_array(npages, sizeof(*pin->pages), GFP_KERNEL);
+	if (!pin->pages) {
+		ret = -ENOMEM;
+		goto free_pin;
+	}
+	while (done < npages) {
+		if (fatal_signal_pending(current)) {
+			ret = -EINTR;
+			goto unpin;
+		}
+		ret = pin_user_pages_fast((first + done) << PAGE_SHIFT,
+					  min(npages - done, (unsigned long)NEURON_UDMA_PIN_BATCH),
+					  gup, pin->pages + done);
+		if (ret <= 0) {
+			ret = ret ?: -EFAULT;
+			goto unpin;
+		}
+		done += ret;
+		cond_resched();
+	}
+	ret = sg_alloc_table_from_pages_segment(&pin->sgt, pin->pages, npages,
+						offset_in_page(addr), size,
+						UINT_MAX & PAGE_MASK, GFP_KERNEL);
+	if (ret)
+		goto unpin;
+	pin->npages = npages;
+	return pin;
+
+unpin:
+	unpin_user_pages(pin->pages, done);
+	kvfree(pin->pages);
+free_pin:
+	kfree(pin);
+	return ERR_PTR(ret);
+}
+
+/*
+ * No DMA mapping of foreign pages in Rust: map @pin's table for @dev. Memory that @dev could
+ * only reach through bounce buffers is refused with -EOPNOTSUPP: the engine writes the pages at
+ * any time, and a bounce buffer would be copied back only at unmap.
+ */
+int neuron_udma_pin_map(struct neuron_udma_pin *pin, struct device *dev)
+{
+	struct scatterlist *sg;
+	int ret, i;
+
+	ret = dma_map_sgtable(dev, &pin->sgt, neuron_udma_pin_dir(pin), 0);
+	if (ret)
+		return ret;
+	for_each_sgtable_dma_sg(&pin->sgt, sg, i) {
+		if (dma_need_sync(dev, sg_dma_address(sg))) {
+			dma_unmap_sgtable(dev, &pin->sgt, neuron_udma_pin_dir(pin), 0);
+			return -EOPNOTSUPP;
+		}
+	}
+	pin->dev = get_device(dev);
+	return 0;
+}
+
+/* The scatter-gather table of @pin (DMA addresses valid once mapped). */
+struct sg_table *neuron_udma_pin_sgt(struct neuron_udma_pin *pin)
+{
+	return &pin->sgt;
+}
+
+/*
+ * Unmap @pin (if mapped), unpin its pages (dirtied if the device may have written them) and
+ * free it. The caller made sure no descriptor can reach the pages any more.
+ */
+void neuron_udma_pin_release(struct neuron_udma_pin *pin)
+{
+	if (pin->dev) {
+		dma_unmap_sgtable(pin->dev, &pin->sgt, neuron_udma_pin_dir(pin), 0);
+		put_device(pin->dev);
+	}
+	sg_free_table(&pin->sgt);
+	unpin_user_pages_dirty_lock(pin->pages, pin->npages, pin->write);
+	kvfree(pin->pages);
+	kfree(pin);
+}
+
+/*
  * No unmap_mapping_range() in Rust: remove every user mapping of bytes [@offset, @offset +
  * @len) of @file's mapping, before the memory behind them is freed. Later accesses fault and
  * find the buffer gone (SIGBUS).
@@ -139,7 +272,6 @@ void neuron_udma_zap(struct file *file, u64 offset, u64 len)
  * the dma_device until its release) or a descriptor (owned by its txd until submitted).
  */
 #include <linux/dmaengine.h>
-#include <linux/slab.h>
 
 struct neuron_udma_dchan {
 	struct dma_chan chan;

@@ -31,6 +31,10 @@ mod ffi {
         ) -> c_int;
         pub(super) fn neuron_udma_uncharge(user: *mut bindings::user_struct, pages: usize);
         pub(super) fn neuron_udma_fatal_signal_pending() -> bool;
+        pub(super) fn neuron_udma_pin_user(addr: u64, size: u64, write: bool) -> *mut c_void;
+        pub(super) fn neuron_udma_pin_map(pin: *mut c_void, dev: *mut bindings::device) -> c_int;
+        pub(super) fn neuron_udma_pin_sgt(pin: *mut c_void) -> *mut bindings::sg_table;
+        pub(super) fn neuron_udma_pin_release(pin: *mut c_void);
         pub(super) fn neuron_udma_dma_register(
             dev: *mut bindings::device,
             chans: *const *const c_void,
@@ -147,6 +151,72 @@ impl Drop for UserCharge {
         // SAFETY: `user` was charged `pages` by `neuron_udma_charge`, which took the reference
         // this gives back.
         unsafe { ffi::neuron_udma_uncharge(self.user, self.pages) };
+    }
+}
+
+/// The caller's pages under a user range, pinned for long-term DMA (`pin_user_pages_fast()`
+/// with `FOLL_LONGTERM`, which Linux 7.3's Rust does not wrap, and whose `SGTable` takes only
+/// pages it allocated), with their scatter-gather table. Dropping it unmaps the table, unpins
+/// the pages (marked dirty if the device may have written them) and frees it: the owner makes
+/// sure no descriptor can reach the pages any more.
+///
+/// # Invariants
+///
+/// `0` is a `struct neuron_udma_pin` from `neuron_udma_pin_user()`, released only by `drop`.
+pub(crate) struct PinnedPages(core::ptr::NonNull<c_void>);
+
+// SAFETY: the pin is owned by this value and may be released from any task.
+unsafe impl Send for PinnedPages {}
+// SAFETY: `&self` methods only read the table, which changes only in `map` (`&mut self`).
+unsafe impl Sync for PinnedPages {}
+
+impl PinnedPages {
+    /// Pins the calling process's pages under `[addr, addr + size)` (bytes, any alignment),
+    /// writable by the device if `write`.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` (empty or wrapping range), `EFAULT` (a page not mapped, or read-only with
+    /// `write`), `ENOMEM`, `EOPNOTSUPP` (not pinnable long-term), `EINTR` (SIGKILL); nothing
+    /// stays pinned then.
+    pub(crate) fn new(addr: u64, size: u64, write: bool) -> Result<Self> {
+        // SAFETY: the function takes plain values and pins the current task's memory.
+        let p = unsafe { ffi::neuron_udma_pin_user(addr, size, write) };
+        let p = kernel::error::from_err_ptr(p)?;
+        // INVARIANT: a pin from `neuron_udma_pin_user()`, not an error pointer.
+        core::ptr::NonNull::new(p).map(Self).ok_or(ENOMEM)
+    }
+
+    /// Maps the pages for DMA by `dev` (once).
+    ///
+    /// # Errors
+    ///
+    /// `EOPNOTSUPP` if `dev` could reach them only through bounce buffers, the DMA API's
+    /// `ENOMEM`/`EIO`/`EINVAL`.
+    pub(crate) fn map(&mut self, dev: &kernel::device::Device<kernel::device::Bound>) -> Result {
+        // `Device` is a transparent wrapper of `struct device` (as in `DmaRegistration`).
+        let raw = core::ptr::from_ref(dev)
+            .cast::<bindings::device>()
+            .cast_mut();
+        // SAFETY: `self.0` is a valid, unmapped pin (`map` is called once, by its owner); `raw`
+        // is the bound device `dev`, and the pin keeps its own reference to it.
+        kernel::error::to_result(unsafe { ffi::neuron_udma_pin_map(self.0.as_ptr(), raw) })
+    }
+
+    /// The DMA segments `(address, bytes)` of the mapped pages, in the order of the range.
+    pub(crate) fn dma_segments(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        // SAFETY: the pin's table lives as long as `self` and is not modified while borrowed.
+        let sgt = unsafe {
+            kernel::scatterlist::SGTable::from_raw(ffi::neuron_udma_pin_sgt(self.0.as_ptr()))
+        };
+        sgt.iter().map(|e| (e.dma_address(), e.dma_len()))
+    }
+}
+
+impl Drop for PinnedPages {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant, a live pin released exactly once, here.
+        unsafe { ffi::neuron_udma_pin_release(self.0.as_ptr()) };
     }
 }
 

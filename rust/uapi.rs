@@ -44,6 +44,8 @@ pub(crate) const IOC_COPY_WAIT: u32 = _IOWR::<neuron_udma_copy_wait>(M, 0x08);
 pub(crate) const IOC_QUEUE_STATE: u32 = _IOWR::<neuron_udma_queue_state>(M, 0x09);
 /// `NEURON_UDMA_MEMCPY`.
 pub(crate) const IOC_MEMCPY: u32 = _IOW::<neuron_udma_memcpy>(M, 0x0A);
+/// `NEURON_UDMA_MEM_IMPORT`.
+pub(crate) const IOC_MEM_IMPORT: u32 = _IOWR::<neuron_udma_mem_import>(M, 0x0B);
 
 macro_rules! abi_struct {
     ($($t:ty = $size:expr),* $(,)?) => {
@@ -74,4 +76,5 @@ abi_struct! {
     neuron_udma_ring_state = 48,
     neuron_udma_queue_state = 128,
     neuron_udma_memcpy = 48,
+    neuron_udma_mem_import = 48,
 }

@@ -82,7 +82,7 @@ TEST_F(dev, info)
 	EXPECT_EQ(16U, i->ring_reserve_descs);
 	EXPECT_LE(1U, i->max_batch);
 	EXPECT_LE((__u64)BUF, i->max_host_buffer);
-	EXPECT_EQ(0U, i->reserved);
+	EXPECT_EQ(1ULL << 30, i->max_import_size);
 	/* The engine these tests use reaches host memory; engine 0 does only on v2. */
 	EXPECT_TRUE(!!(i->host_engines[ENG / 64] & (1ULL << (ENG % 64))));
 	EXPECT_EQ(i->generation == NEURON_UDMA_GEN_V2, !!(i->host_engines[0] & 1));
