@@ -331,7 +331,6 @@ impl OpenFile {
             a.reserved[0],
             a.reserved[1],
             u64::from(a.flags & !uapi::NEURON_UDMA_IMPORT_WRITE),
-            u64::from(a.segments),
         ])?;
         let handle = NEXT_HANDLE.fetch_add(1, Relaxed);
         let buf = self
