@@ -341,9 +341,9 @@ impl OpenFile {
         Ok(buf)
     }
 
-    /// Adds a buffer whose `MEM_ALLOC` (or `MEM_IMPORT`) result reached user space to the device's pool and
-    /// the file, or frees it if `publish` is false (the copy-out failed: a failing call changes
-    /// nothing).
+    /// Adds a buffer whose `MEM_ALLOC` (or `MEM_IMPORT`) result reached user space to the
+    /// device's pool and the file, or frees it if `publish` is false (the copy-out failed: a
+    /// failing call changes nothing).
     fn mem_alloc_publish(&self, buf: Arc<Buffer>, publish: bool) -> Result {
         if !publish {
             // Nothing references it: it was never in the pool.
