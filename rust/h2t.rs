@@ -78,8 +78,9 @@ impl H2t {
     }
 
     /// The `MEMCPY` ioctl of the open file `file`: copies `size` bytes from `src` to `dst`
-    /// (run by run for imported buffers), with `guards` keeping the two buffers busy. The wait ends on SIGKILL; a timeout resets the shared queue only
-    /// when it made no progress for [`DEFAULT_TIMEOUT`] (other files' copies go on otherwise).
+    /// (run by run for imported buffers), with `guards` keeping the two buffers busy. The wait
+    /// ends on SIGKILL; a timeout resets the shared queue only when it made no progress for
+    /// [`DEFAULT_TIMEOUT`] (other files' copies go on otherwise).
     /// When the call returns early (timeout, SIGKILL) with its last submission still in
     /// flight, the buffers stay busy until the engine is done with it, and the file's next
     /// `MEMCPY` first waits for that submission.
