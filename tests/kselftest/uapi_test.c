@@ -528,7 +528,7 @@ static int bad_copies(struct ubuf *a, struct ubuf *b, struct bad_copy *out)
 	BAD("size 65537", EINVAL, size, UDMA_MAX_COPY + 1);
 	BAD("size ~0", EINVAL, size, ~0U);
 	BAD("barrier 3", EINVAL, barrier, 3);
-	BAD("flags bit 1", EINVAL, flags, 2);
+	BAD("flags bit 2", EINVAL, flags, 4);
 	BAD("flags bit 31", EINVAL, flags, 0x80000000U);
 	BAD("reserved", EINVAL, reserved, 1);
 #undef BAD

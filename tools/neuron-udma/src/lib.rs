@@ -857,7 +857,7 @@ mod tests {
 
     #[test]
     fn header_constants() {
-        assert_eq!(sys::NEURON_UDMA_ABI_VERSION, 1);
+        assert_eq!(sys::NEURON_UDMA_ABI_VERSION, 2);
         assert_eq!(sys::NEURON_UDMA_IOC_MAGIC, 0xB9);
         assert_eq!((sys::NEURON_UDMA_GEN_V2, sys::NEURON_UDMA_GEN_V3), (2, 3));
         assert_eq!((sys::NEURON_UDMA_MEM_HOST, sys::NEURON_UDMA_MEM_DEVICE), (0, 1));

@@ -832,7 +832,8 @@ impl Sut {
                 1 => e.size = 0,
                 2 => e.size = 65537,
                 3 => e.barrier = 3,
-                4 => e.flags = 2,
+                // The first copy flag bit the ABI does not define (DST_INT, SPLIT are bits 0, 1).
+                4 => e.flags = 4,
                 5 => e.reserved = 1,
                 6 => e.dst_offset = dsz as u64,
                 7 => e.src_offset = u64::MAX - 1,
