@@ -16,7 +16,7 @@
 #                        needs) to /usr/src/neuron-udma-<version> (README: "Install on a Neuron host")
 #   make dkms-check      build, install and load the module through DKMS against the test kernel,
 #                        then run the demo copy with it in a trn1 guest (Documentation/dkms.rst)
-#   make clean
+#   make clean           remove the module objects, build/kselftests, build/demo, build/dkms
 
 # Build against this kernel build tree. Empty: the project's test kernel (scripts/build-kernel).
 KDIR ?=
@@ -54,7 +54,7 @@ clean:
 	  echo "no test kernel in the cache: removing the module's build outputs directly"; \
 	  $(MODULE_CLEAN); \
 	fi
-	rm -rf build/kselftests build/demo
+	rm -rf build/kselftests build/demo build/dkms
 else
 # An external kernel build tree (e.g. /lib/modules/$(uname -r)/build on a Neuron host, or DKMS's
 # MAKE line). LLVM=1 when that kernel's config says it was built with clang (the module must be
