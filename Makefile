@@ -27,7 +27,7 @@ MODEL ?= trn1
 KERNEL ?= bench
 CMD ?= true
 # The package version: defined once, in dkms.conf.
-VERSION := $(shell sed -n 's/^PACKAGE_VERSION="\(.*\)"$$/\1/p' $(CURDIR)/dkms.conf)
+PKG_VERSION := $(shell sed -n 's/^PACKAGE_VERSION="\(.*\)"$$/\1/p' $(CURDIR)/dkms.conf)
 
 # What kbuild's `M=... clean` removes, for `make clean` without a kernel build tree.
 MODULE_CLEAN := cd $(CURDIR) && rm -f $(foreach d,. rust,$(addprefix $(d)/,*.o *.ko *.mod *.mod.c *.mod.o \
@@ -109,14 +109,14 @@ fmt-check:
 # The DKMS source tree: dkms.conf and what `make KDIR=...` needs to build the module (this
 # Makefile, Kbuild, the module's sources, the UAPI header bindgen reads); no build products, no
 # tools or tests. Which suites a build compiles in is chosen by the build (dkms.conf: none).
-DKMS_SRC ?= /usr/src/neuron-udma-$(VERSION)
+DKMS_SRC ?= /usr/src/neuron-udma-$(PKG_VERSION)
 DKMS_FILES := dkms.conf Makefile Kbuild $(RUST_SRCS) $(wildcard rust/*.c rust/*.h) \
 	$(wildcard include/uapi/linux/*.h)
 
 # An older tree of this package at DKMS_SRC is replaced; any other non-empty directory is refused.
 dkms-src:
 	@set -e; \
-	[ -n "$(VERSION)" ] || { echo "dkms.conf has no PACKAGE_VERSION=\"...\" line" >&2; exit 1; }; \
+	[ -n "$(PKG_VERSION)" ] || { echo "dkms.conf has no PACKAGE_VERSION=\"...\" line" >&2; exit 1; }; \
 	if grep -qsx 'PACKAGE_NAME="neuron-udma"' "$(DKMS_SRC)/dkms.conf"; then \
 	  rm -rf "$(DKMS_SRC)"; \
 	elif [ -n "$$(ls -A "$(DKMS_SRC)" 2>/dev/null)" ]; then \
@@ -124,7 +124,7 @@ dkms-src:
 	fi; \
 	mkdir -p "$(DKMS_SRC)"; \
 	cp --parents $(DKMS_FILES) "$(DKMS_SRC)/"; \
-	echo "neuron-udma $(VERSION): DKMS source tree in $(DKMS_SRC)"
+	echo "neuron-udma $(PKG_VERSION): DKMS source tree in $(DKMS_SRC)"
 
 dkms-check:
 	scripts/dkms-check
