@@ -12,7 +12,11 @@
 #   make vm MODEL=trn2 CMD='...'   run a guest command with the module loaded
 #   make fuzz [MODEL=trn1] [SEED=n] [OPS=n]   a long run of the ABI fuzzer (Documentation/udma-fuzz.rst)
 #   make fmt / fmt-check rustfmt on the module and the tools workspace
-#   make clean
+#   make dkms-src [DKMS_SRC=DIR]   copy the DKMS source tree (dkms.conf and what the module build
+#                        needs) to /usr/src/neuron-udma-<version> (README: "Install on a Neuron host")
+#   make dkms-check      build, install and load the module through DKMS against the test kernel,
+#                        then run the demo copy with it in a trn1 guest (Documentation/dkms.rst)
+#   make clean           remove the module objects, build/kselftests, build/demo, build/dkms
 
 # Build against this kernel build tree. Empty: the project's test kernel (scripts/build-kernel).
 KDIR ?=
@@ -22,6 +26,8 @@ MODEL ?= trn1
 # The kernel of make bench: bench (production config, the default) or debug (the test kernel).
 KERNEL ?= bench
 CMD ?= true
+# The package version: defined once, in dkms.conf.
+PKG_VERSION := $(shell sed -n 's/^PACKAGE_VERSION="\(.*\)"$$/\1/p' $(CURDIR)/dkms.conf)
 
 # What kbuild's `M=... clean` removes, for `make clean` without a kernel build tree.
 MODULE_CLEAN := cd $(CURDIR) && rm -f $(foreach d,. rust,$(addprefix $(d)/,*.o *.ko *.mod *.mod.c *.mod.o \
@@ -31,7 +37,7 @@ MODULE_CLEAN := cd $(CURDIR) && rm -f $(foreach d,. rust,$(addprefix $(d)/,*.o *
 KBUILD_ARGS := M=$(CURDIR) $(if $(filter 1,$(KUNIT)),NEURON_UDMA_KUNIT=y) $(if $(CLIPPY),CLIPPY=$(CLIPPY)) \
 	$(if $(filter y,$(NEURON_UDMA_BENCH)),NEURON_UDMA_BENCH=y)
 
-.PHONY: all modules clean check demo bench vm fuzz fmt fmt-check kernel toolchain
+.PHONY: all modules clean check demo bench vm fuzz fmt fmt-check kernel toolchain dkms-src dkms-check
 
 all: modules
 
@@ -48,14 +54,16 @@ clean:
 	  echo "no test kernel in the cache: removing the module's build outputs directly"; \
 	  $(MODULE_CLEAN); \
 	fi
-	rm -rf build/kselftests build/demo
+	rm -rf build/kselftests build/demo build/dkms
 else
-# An external kernel build tree (e.g. /lib/modules/$(uname -r)/build on a Neuron host). Pass
-# LLVM=1 when that kernel was built with clang.
+# An external kernel build tree (e.g. /lib/modules/$(uname -r)/build on a Neuron host, or DKMS's
+# MAKE line). LLVM=1 when that kernel's config says it was built with clang (the module must be
+# built with the kernel's compiler); LLVM=... on the command line overrides it.
+LLVM ?= $(if $(shell grep -s -h '^CONFIG_CC_IS_CLANG=y' $(KDIR)/include/config/auto.conf $(KDIR)/.config),1)
 modules:
-	$(MAKE) -C $(KDIR) $(KBUILD_ARGS) modules
+	$(MAKE) -C $(KDIR) $(if $(LLVM),LLVM=$(LLVM)) $(KBUILD_ARGS) modules
 clean:
-	$(MAKE) -C $(KDIR) M=$(CURDIR) clean
+	$(MAKE) -C $(KDIR) $(if $(LLVM),LLVM=$(LLVM)) M=$(CURDIR) clean
 endif
 
 kernel:
@@ -97,3 +105,26 @@ fmt:
 fmt-check:
 	$(RUSTFMT) --check $(RUST_SRCS)
 	cd tools && cargo fmt --check
+
+# The DKMS source tree: dkms.conf and what `make KDIR=...` needs to build the module (this
+# Makefile, Kbuild, the module's sources, the UAPI header bindgen reads); no build products, no
+# tools or tests. Which suites a build compiles in is chosen by the build (dkms.conf: none).
+DKMS_SRC ?= /usr/src/neuron-udma-$(PKG_VERSION)
+DKMS_FILES := dkms.conf Makefile Kbuild $(RUST_SRCS) $(wildcard rust/*.c rust/*.h) \
+	$(wildcard include/uapi/linux/*.h)
+
+# An older tree of this package at DKMS_SRC is replaced; any other non-empty directory is refused.
+dkms-src:
+	@set -e; \
+	[ -n "$(PKG_VERSION)" ] || { echo "dkms.conf has no PACKAGE_VERSION=\"...\" line" >&2; exit 1; }; \
+	if grep -qsx 'PACKAGE_NAME="neuron-udma"' "$(DKMS_SRC)/dkms.conf"; then \
+	  rm -rf "$(DKMS_SRC)"; \
+	elif [ -n "$$(ls -A "$(DKMS_SRC)" 2>/dev/null)" ]; then \
+	  echo "$(DKMS_SRC) is not empty and holds no neuron-udma tree: not overwriting it" >&2; exit 1; \
+	fi; \
+	mkdir -p "$(DKMS_SRC)"; \
+	cp --parents $(DKMS_FILES) "$(DKMS_SRC)/"; \
+	echo "neuron-udma $(PKG_VERSION): DKMS source tree in $(DKMS_SRC)"
+
+dkms-check:
+	scripts/dkms-check

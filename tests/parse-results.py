@@ -2,8 +2,11 @@
 # SPDX-License-Identifier: GPL-2.0
 """The gate of `make check`: check every result against tests/expected.toml and summarise.
 
-usage: parse-results.py [--manifest TOML] [--lint LOG] [--unittest LOG] [--cargo LOG] MODEL[:PASS]=DIR...
+usage: parse-results.py [--manifest TOML] [--lint LOG] [--unittest LOG] [--cargo LOG] [--dkms LOG]
+                        MODEL[:PASS]=DIR...
        parse-results.py --boot-splat DIR     exit 0 if the kernel splatted before the module loaded
+       parse-results.py --splats DIR         print the splat lines of DIR's console.log and
+                                                 output.log; exit 1 if there is one
        parse-results.py --list kunit|kselftest|guest-commands|passes [--pass PASS]
                                                  what the manifest requires, one a line (kselftest:
                                                  the programs; guest-commands: NAME COMMAND; passes:
@@ -32,6 +35,10 @@ given for each model given. A model fails when:
     unload, load and unload again, or the test plan did not complete;
   - in an extra pass, the guest did not have the pass's number of devices, all of the model's and
     bound to neuron_udma (NU-DEVICE lines), or the pass did not run at all.
+The DKMS stage (--dkms LOG, the output of scripts/dkms-check with scripts/check's NU-DKMS-EXIT and
+NU-DKMS-SECONDS lines) fails when a step the manifest's [dkms] names did not print its
+`NU-DKMS ok STEP` line, or the script exited non-zero; with a [dkms] table in the manifest, VM
+runs given without --dkms fail too (the stage did not run).
 The last line is `N passed, N failed` (`, N skipped`) over everything, shellcheck (one per script),
 the parser's unit tests and cargo tests included. Exit status 1 on any failure.
 """
@@ -136,6 +143,10 @@ class Manifest:
         self.kselftest = data.get("kselftest", {})
         self.skips = data.get("skip", [])
         self.passes = data.get("passes", {})
+        self.dkms = data.get("dkms", {})
+        steps = self.dkms.get("steps", [])
+        if self.dkms and (not steps or not all(isinstance(x, str) and x for x in steps)):
+            raise ValueError(f"{self.path}: [dkms]: needs steps = a non-empty list of step names")
         for name, entry in self.passes.items():
             if name == "main" or not isinstance(entry.get("devices"), int) or entry["devices"] < 1:
                 raise ValueError(f"{self.path}: passes.{name}: needs devices = an integer >= 1 "
@@ -628,6 +639,38 @@ def unittest_counts(path, tally):
     print(f"parser unit tests: {n - len(bad) - nskip} passed, {len(bad)} failed")
 
 
+def dkms_counts(path, manifest, tally):
+    """The DKMS stage: one result per step of the manifest's [dkms] (its `NU-DKMS ok STEP` line),
+    and one for the exit status of scripts/dkms-check (scripts/check's NU-DKMS-EXIT line)."""
+    p = pathlib.Path(path)
+    if not p.exists():
+        tally.fail("dkms: the DKMS stage did not run (no build/check/dkms.log)")
+        print("dkms: did not run")
+        return
+    lines = p.read_text(errors="replace").splitlines()
+    done = {m.group(1) for m in (re.match(r"^NU-DKMS ok (\S+)", ln) for ln in lines) if m}
+    errors = [ln.strip() for ln in lines if re.search(r"\berror: |^NU-DKMS failed ", ln)]
+    why = f": {errors[-1]}" if errors else ""
+    steps = manifest.dkms.get("steps", [])
+    for step in steps:
+        tally.check(step in done, f"dkms {step}: did not pass (build/check/dkms.log){why}")
+    rc = [ln.split()[1] for ln in lines if re.match(r"^NU-DKMS-EXIT -?\d+\s*$", ln)]
+    tally.check(rc == ["0"], f"dkms: scripts/dkms-check exited {rc[-1] if rc else '(no NU-DKMS-EXIT line)'}{why}")
+    secs = [ln.split()[1] for ln in lines if re.match(r"^NU-DKMS-SECONDS \d+\s*$", ln)]
+    print(f"dkms: {sum(s in done for s in steps)}/{len(steps)} steps"
+          f"{f' in {secs[-1]} s' if secs else ''} (build, install, load, demo copy through DKMS)")
+
+
+def splats(d):
+    """The splat lines of the console and test output logs of run directory `d`."""
+    out = []
+    for name in ("console.log", "output.log"):
+        p = pathlib.Path(d) / name
+        if p.exists():
+            out += [ln.strip() for ln in strip_console(p.read_text(errors="replace")) if SPLAT_RE.search(ln)]
+    return out
+
+
 def boot_splat(d):
     """Whether the console log of run directory `d` shows a splat before the module loaded."""
     p = pathlib.Path(d) / "console.log"
@@ -646,15 +689,25 @@ def run(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--manifest", default=str(MANIFEST))
     ap.add_argument("--boot-splat", metavar="DIR")
+    ap.add_argument("--splats", metavar="DIR")
     ap.add_argument("--list", choices=("kunit", "kselftest", "guest-commands", "passes"))
     ap.add_argument("--pass", dest="pass_", metavar="PASS")
     ap.add_argument("--lint")
     ap.add_argument("--unittest")
     ap.add_argument("--cargo")
+    ap.add_argument("--dkms")
     ap.add_argument("runs", nargs="*", metavar="MODEL=DIR")
     args = ap.parse_args(argv)
     if args.boot_splat:
         return 0 if boot_splat(args.boot_splat) else 1
+    if args.splats:
+        found = splats(args.splats)
+        if not (pathlib.Path(args.splats) / "console.log").exists():
+            print(f"no console.log in {args.splats}")
+            return 1
+        for ln in found:
+            print(f"splat: {ln}")
+        return 1 if found else 0
     manifest = Manifest(args.manifest)
     if args.list:
         names = {"kunit": lambda: manifest.required("kunit", args.pass_),
@@ -670,6 +723,10 @@ def run(argv):
         unittest_counts(args.unittest, tally)
     if args.cargo:
         cargo_counts(args.cargo, tally)
+    if args.dkms:
+        dkms_counts(args.dkms, manifest, tally)
+    elif manifest.dkms and args.runs:
+        tally.fail("dkms: the DKMS stage did not run (tests/expected.toml [dkms]; no --dkms log given)")
     given = {r.partition("=")[0] for r in args.runs}
     for model in sorted({g.partition(":")[0] for g in given}):
         for p in manifest.passes:

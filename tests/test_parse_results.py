@@ -507,6 +507,86 @@ class TestPasses(GateTest):
         self.assertFails("trn1:multi: kunit neuron_udma_ring: ran in the multi pass", runs=self.runs)
 
 
+DKMS_STEPS = """
+[dkms]
+steps = ["add", "build", "copy"]
+"""
+
+
+class TestDkms(GateTest):
+    """The DKMS stage (--dkms LOG: scripts/dkms-check's output and scripts/check's NU-DKMS-EXIT and
+    NU-DKMS-SECONDS lines), on top of a passing run (the trn1 main and multi passes)."""
+
+    def setUp(self):
+        super().setUp()
+        shutil.copytree(FIXTURES / "trn1-multi", self.tmp / "trn1-multi")
+        self.manifest.write_text(self.manifest.read_text() + MULTI_PASS + DKMS_STEPS)
+        self.runs = [f"trn1={self.tmp / 'trn1'}", f"trn1:multi={self.tmp / 'trn1-multi'}"]
+        self.log = self.tmp / "dkms.log"
+        self.ok_log = ("NU-DKMS ok add neuron-udma/0.1.0\nBuilding module(s)... done.\n"
+                       "NU-DKMS ok build neuron-udma/0.1.0 for 7.3.4\n"
+                       "NU-DKMS ok copy 64 MiB host -> HBM -> host\n")
+
+    def dkms_gate(self, text, extra=None):
+        self.log.write_text(text)
+        return self.gate(self.runs, extra=["--dkms", str(self.log)] if extra is None else extra)
+
+    def test_every_step_passes(self):
+        rc, out = self.dkms_gate(self.ok_log + "NU-DKMS-EXIT 0\nNU-DKMS-SECONDS 95\n")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("dkms: 3/3 steps in 95 s", out)
+
+    def test_missing_step_fails_with_the_error(self):
+        text = self.ok_log.replace("NU-DKMS ok copy", "copy failed:") + \
+            "[23:01:29] error: scripts/vm-run, line 9: 'x' failed\nNU-DKMS-EXIT 1\n"
+        rc, out = self.dkms_gate(text)
+        self.assertEqual(rc, 1)
+        self.assertIn("FAILED: dkms copy: did not pass (build/check/dkms.log): [23:01:29] error: "
+                      "scripts/vm-run", out)
+        self.assertIn("FAILED: dkms: scripts/dkms-check exited 1", out)
+        self.assertIn("dkms: 2/3 steps", out)
+
+    def test_nonzero_exit_fails_although_every_step_printed(self):
+        rc, out = self.dkms_gate(self.ok_log + "NU-DKMS-EXIT 2\n")
+        self.assertEqual(rc, 1)
+        self.assertIn("FAILED: dkms: scripts/dkms-check exited 2", out)
+
+    def test_no_exit_line_fails(self):
+        rc, out = self.dkms_gate(self.ok_log)
+        self.assertEqual(rc, 1)
+        self.assertIn("FAILED: dkms: scripts/dkms-check exited (no NU-DKMS-EXIT line)", out)
+
+    def test_stage_not_run(self):
+        rc, out = self.dkms_gate(self.ok_log, extra=[])
+        self.assertEqual(rc, 1)
+        self.assertIn("FAILED: dkms: the DKMS stage did not run (tests/expected.toml [dkms]", out)
+        rc, out = self.gate(self.runs, extra=["--dkms", str(self.tmp / "no-such.log")])
+        self.assertEqual(rc, 1)
+        self.assertIn("FAILED: dkms: the DKMS stage did not run (no build/check/dkms.log)", out)
+
+    def test_manifest_needs_steps(self):
+        self.manifest.write_text(self.manifest.read_text().replace(
+            'steps = ["add", "build", "copy"]', "steps = []"))
+        with self.assertRaisesRegex(ValueError, r"\[dkms\]: needs steps"):
+            pr.Manifest(self.manifest)
+
+    def test_splats(self):
+        d = self.tmp / "vm"
+        d.mkdir()
+        (d / "console.log").write_text("[    1.0] neuron_udma 0000:00:03.0: bound\n")
+        (d / "output.log").write_text("copied /tmp/data.bin: 67108864 bytes, verified\n")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(pr.run(["--splats", str(d)]), 0)
+        (d / "console.log").write_text("[    2.0] BUG: KASAN: use-after-free in foo\n")
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(pr.run(["--splats", str(d)]), 1)
+        self.assertIn("splat: BUG: KASAN: use-after-free in foo", out.getvalue())
+        (d / "console.log").unlink()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(pr.run(["--splats", str(d)]), 1)
+
+
 class TestManifest(unittest.TestCase):
     """tests/expected.toml names exactly the suites and kselftests of the tree."""
 
@@ -533,6 +613,11 @@ class TestManifest(unittest.TestCase):
         self.assertEqual(set(self.m.required("kselftest", "multi")), {"multi_device_test", "unbind_load_test"})
         self.assertEqual(self.m.required("kunit", "multi"), [])
         self.assertNotIn("unbind_load_test", self.m.required("kselftest", "main"))
+
+    def test_dkms_steps_are_the_scripts(self):
+        # Every step the gate requires is one scripts/dkms-check prints, and the other way round.
+        printed = set(re.findall(r"NU-DKMS ok ([a-z]+)", (TOP / "scripts" / "dkms-check").read_text()))
+        self.assertEqual(set(self.m.dkms["steps"]), printed)
 
     def test_fixture_manifest_is_the_real_one_of_its_time(self):
         # The fixture's manifest differs from the real one only by what was added since.
