@@ -104,6 +104,8 @@ impl NeuronUdmaDriver {
         // SAFETY: No DMA allocation or mapping exists for this device yet.
         unsafe { pdev.dma_set_mask_and_coherent(DmaMask::try_new(bits)?) }
             .inspect_err(|e| dev_err!(pdev, "no {}-bit DMA mask: {:?}\n", bits, e))?;
+        // SAFETY: No DMA allocation or mapping exists for this device yet.
+        unsafe { crate::shim::dma_no_seg_limits(pdev.as_ref()) };
 
         let bar0 = pdev.iomap_region(APB_BAR, c"neuron_udma/apb")?;
         let bar0_len = (&bar0).size();

@@ -26,6 +26,7 @@ struct neuron_udma_pin *neuron_udma_pin_user(u64 addr, u64 size, bool write);
 int neuron_udma_pin_map(struct neuron_udma_pin *pin, struct device *dev);
 struct sg_table *neuron_udma_pin_sgt(struct neuron_udma_pin *pin);
 void neuron_udma_pin_release(struct neuron_udma_pin *pin);
+void neuron_udma_dma_no_seg_limits(struct device *dev);
 
 /* Implemented in Rust (rust/mem.rs): the buffer behind a mapping, counted per VMA. */
 void neuron_udma_vma_get(const void *priv);
@@ -230,6 +231,17 @@ int neuron_udma_pin_map(struct neuron_udma_pin *pin, struct device *dev)
 	}
 	pin->dev = get_device(dev);
 	return 0;
+}
+
+/*
+ * No dma_set_seg_boundary() in Rust: the engine takes 64-bit addresses and the driver splits
+ * copies itself (rust/span.rs), so a mapped segment may be of any length and cross any
+ * boundary. Called at probe, before any mapping.
+ */
+void neuron_udma_dma_no_seg_limits(struct device *dev)
+{
+	dma_set_max_seg_size(dev, UINT_MAX);
+	dma_set_seg_boundary(dev, ULONG_MAX);
 }
 
 /* The scatter-gather table of @pin (DMA addresses valid once mapped). */

@@ -35,6 +35,7 @@ mod ffi {
         pub(super) fn neuron_udma_pin_map(pin: *mut c_void, dev: *mut bindings::device) -> c_int;
         pub(super) fn neuron_udma_pin_sgt(pin: *mut c_void) -> *mut bindings::sg_table;
         pub(super) fn neuron_udma_pin_release(pin: *mut c_void);
+        pub(super) fn neuron_udma_dma_no_seg_limits(dev: *mut bindings::device);
         pub(super) fn neuron_udma_dma_register(
             dev: *mut bindings::device,
             chans: *const *const c_void,
@@ -218,6 +219,23 @@ impl Drop for PinnedPages {
         // SAFETY: by the type invariant, a live pin released exactly once, here.
         unsafe { ffi::neuron_udma_pin_release(self.0.as_ptr()) };
     }
+}
+
+/// Lifts the DMA API's segment limits of `dev` (length 64 KiB, 4 GiB boundary by default): the
+/// engine never walks a scatter-gather list, the driver splits every copy into descriptor pairs
+/// of at most 64 KiB within one mapped segment itself (`span.rs`), so imported buffers' segments
+/// may be of any length (DMA-API debug checks mappings against the limits).
+///
+/// # Safety
+///
+/// No DMA mapping of `dev` exists yet (called at probe).
+pub(crate) unsafe fn dma_no_seg_limits(dev: &kernel::device::Device<kernel::device::Bound>) {
+    // `Device` is a transparent wrapper of `struct device` (as in `DmaRegistration`).
+    let raw = core::ptr::from_ref(dev)
+        .cast::<bindings::device>()
+        .cast_mut();
+    // SAFETY: `raw` is the bound device `dev`; no mapping exists (per the contract).
+    unsafe { ffi::neuron_udma_dma_no_seg_limits(raw) }
 }
 
 /// Whether the current task was killed (SIGKILL): waits that ignore other signals end on it.
