@@ -574,7 +574,8 @@ fn cmd_copy_zero_copy(dev: &Device, info: &Info, a: &CopyArgs, path: &std::path:
     let (queue, second) = open_queues(dev, a.memcpy, &a.q)?;
     let mover = Mover { dev, info, queue: queue.as_ref(), second: second.as_ref(), timeout: a.q.timeout() };
     let hbm = dev.alloc_device(window).context("NEURON_UDMA_MEM_ALLOC device buffer")?;
-    let mut out = vec![0u8; window as usize];
+    // Written once so that its pages exist before the first import pins them.
+    let mut out = vec![0xA5u8; window as usize];
 
     let bar = bar_wanted();
     let pb = if bar { progress_bar(2 * total) } else { ProgressBar::hidden() };
@@ -895,7 +896,10 @@ fn bench_zero_copy(dev: &Device, info: &Info, a: &BenchArgs, mover: &Mover) -> R
         let hbm = dev.alloc_device(size).context("NEURON_UDMA_MEM_ALLOC device")?;
         let mut data = vec![0u8; len];
         XorShift::new(size).fill(&mut data);
+        // Written once so that its pages exist, as a runtime's destination does: the first
+        // import must not be charged with faulting in zero pages.
         let mut out = vec![0u8; len];
+        out.fill(0xA5);
 
         let mut pin_h2d = Duration::MAX;
         let zc_h2d = best_of(a.iters, || {
