@@ -493,7 +493,9 @@ impl Device {
     }
 
     /// Copies `size` bytes (any size) with the driver's own queue and waits for completion
-    /// (`NEURON_UDMA_MEMCPY`). `timeout` applies to each submission (`None`: 10 s).
+    /// (`NEURON_UDMA_MEMCPY`). `timeout` applies to each submission (`None`: 10 s). Either side
+    /// may be imported ([`Device::import`]): the driver copies run by run, no flag needed;
+    /// [`Error::ReadOnly`] for a destination imported read-only.
     ///
     /// ```no_run
     /// let dev = neuron_udma::Device::open_index(0)?;
