@@ -29,7 +29,7 @@ BENCH_RE = re.compile(r"NU-BENCH (\{.*\})\s*$")
 RATE_RE = r"([\d.]+) (GB|MB|kB)/s"
 UDMACTL_RE = re.compile(r"^\s*(\S+)\s+(host->host|host->HBM|HBM->host)\s+" + RATE_RE + r"\s+" + RATE_RE)
 ZC_RE = re.compile(r"^\s*(\S+)\s+zero-copy (host->HBM|HBM->host)\s+" + RATE_RE + r"\s+" + RATE_RE
-                   + r"\s+[\d.]+x\s+([\d.]+)ms")
+                   + r"\s+[\d.]+x\s+([\d.]+)ms\s+(\d+)")
 UNIT = {"GB": 1e9, "MB": 1e6, "kB": 1e3}
 
 
@@ -175,17 +175,19 @@ def zc_rows(path):
             m = ZC_RE.match(line)
             if not m or via is None:
                 continue
-            size, path_, v, vu, b, bu, pin = m.groups()
+            size, path_, v, vu, b, bu, pin, runs = m.groups()
             value, base = float(v) * UNIT[vu], float(b) * UNIT[bu]
             opt = "--memcpy" if via == "MEMCPY" else "--pipeline"
             how = (f"udmactl bench --zero-copy {opt}: the process's own {size} buffer imported "
                    f"(MEM_IMPORT; {'read-only' if path_ == 'host->HBM' else 'IMPORT_WRITE'}), copied "
-                   f"via {ring}, freed, import and free timed with it (pin_ms: their part in the best run); "
+                   f"via {ring}, freed, import and free timed with it (pin_ms: their part in the best run; "
+                   f"runs: the import's physically contiguous runs, each boundary a copy crosses "
+                   f"costs one more descriptor pair); "
                    f"baseline: the same bytes through a 4 MiB coherent host buffer, a CPU memcpy "
                    f"between it and the process buffer per 4 MiB round plus the DMA; best of 3 each")
             rows.append({"name": f"zero-copy {size} {path_} ({via})", "value": value, "unit": "B/s",
                          "baseline": base, "ratio": value / base if base else 0, "how": how,
-                         "pin_ms": float(pin)})
+                         "pin_ms": float(pin), "runs": int(runs)})
     return rows
 
 
