@@ -796,7 +796,6 @@ impl<'a> ImportedMut<'a> {
 
     /// One `MEM_FREE`, without waiting: on an error (e.g. [`Error::Busy`]: copies in flight;
     /// wait for them and try again) the handle comes back with it, still borrowing the slice.
-    #[allow(clippy::result_large_err)]
     pub fn try_free(mut self) -> std::result::Result<(), (Self, Error)> {
         match self.inner.dev.free(self.inner.handle) {
             Ok(()) => {
