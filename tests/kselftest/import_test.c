@@ -87,7 +87,7 @@ static unsigned char *anon(size_t len)
  * The node counter @key of /proc/vmstat, after folding the per-CPU deltas into it
  * (/proc/sys/vm/stat_refresh, root only), or -1.
  */
-static long vmstat(const char *key)
+static long vm_counter(const char *key)
 {
 	char line[256];
 	size_t n = strlen(key);
@@ -115,7 +115,7 @@ static long vmstat(const char *key)
 /* Pages pinned with FOLL_PIN now, system-wide: acquired - released. */
 static long pins_held(void)
 {
-	return vmstat("nr_foll_pin_acquired") - vmstat("nr_foll_pin_released");
+	return vm_counter("nr_foll_pin_acquired") - vm_counter("nr_foll_pin_released");
 }
 
 /*
