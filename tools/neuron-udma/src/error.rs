@@ -48,9 +48,23 @@ pub enum Error {
     /// `EINTR`: interrupted by a signal; the copies go on.
     #[error("interrupted by a signal; copies go on (EINTR)")]
     Interrupted,
-    /// `ENOMEM`: no memory of that type (host or device) or for the rings.
-    #[error("out of memory (ENOMEM)")]
+    /// `ENOMEM`: no memory of that type (host or device) or for the rings; for `MEM_IMPORT`
+    /// also `RLIMIT_MEMLOCK` exceeded (nothing stays pinned).
+    #[error("out of memory or RLIMIT_MEMLOCK exceeded (ENOMEM)")]
     OutOfMemory,
+    /// `EPERM`: the destination of a copy is an imported buffer without write access
+    /// ([`Device::import`](crate::Device::import) instead of
+    /// [`Device::import_mut`](crate::Device::import_mut)).
+    #[error("destination imported read-only (EPERM)")]
+    ReadOnly,
+    /// `EXDEV`: a copy crosses from one physically contiguous run of an imported buffer to the
+    /// next without `NEURON_UDMA_COPY_SPLIT` ([`Copy::new`](crate::Copy::new) sets it).
+    #[error("copy crosses a run of an imported buffer without COPY_SPLIT (EXDEV)")]
+    CrossesRun,
+    /// `EOPNOTSUPP`: the engine does not reach host memory (`QUEUE_INIT`), or memory that cannot
+    /// be pinned long-term or reached without bounce buffers (`MEM_IMPORT`).
+    #[error("operation not supported for this engine or memory (EOPNOTSUPP)")]
+    NotSupported,
     /// Any other errno.
     #[error("{msg} (errno {0})", msg = io::Error::from_raw_os_error(*.0))]
     Other(i32),
@@ -81,6 +95,9 @@ impl Error {
             libc::ENOTTY => Error::Unsupported,
             libc::EINTR => Error::Interrupted,
             libc::ENOMEM => Error::OutOfMemory,
+            libc::EPERM => Error::ReadOnly,
+            libc::EXDEV => Error::CrossesRun,
+            libc::EOPNOTSUPP => Error::NotSupported,
             e => Error::Other(e),
         }
     }
@@ -100,6 +117,9 @@ impl Error {
             Error::Unsupported => libc::ENOTTY,
             Error::Interrupted => libc::EINTR,
             Error::OutOfMemory => libc::ENOMEM,
+            Error::ReadOnly => libc::EPERM,
+            Error::CrossesRun => libc::EXDEV,
+            Error::NotSupported => libc::EOPNOTSUPP,
             Error::Other(e) => *e,
             Error::Open { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }

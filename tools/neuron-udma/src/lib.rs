@@ -9,6 +9,10 @@
 //! * [`HostBuffer`]: coherent host memory, mapped into the process (`Deref<Target = [u8]>`),
 //!   unmapped and freed (`MEM_FREE`) on drop.
 //! * [`DeviceBuffer`]: device memory (HBM), freed on drop.
+//! * [`Imported`] / [`ImportedMut`]: the caller's own memory pinned for DMA (`MEM_IMPORT`,
+//!   zero-copy), as source only or as source and destination. They borrow the slice for their
+//!   life, so the borrow checker keeps the process from freeing (or, for [`ImportedMut`],
+//!   touching) the memory while the device may reach it; freed (`MEM_FREE`) on drop.
 //! * [`Queue`]: one (engine, queue) pair, released (`QUEUE_RELEASE`) on drop.
 //! * [`Copy`](struct@Copy): one validated descriptor pair (at most `max_copy_size` of [`Info`]
 //!   bytes, checked when it is prepared on a queue).
@@ -33,6 +37,24 @@
 //! # }
 //! ```
 //!
+//! Imported memory cannot be dropped, or written while the device may write it:
+//!
+//! ```compile_fail,E0505
+//! let dev = neuron_udma::Device::open_index(0).unwrap();
+//! let data = vec![0u8; 4096];
+//! let imp = dev.import(&data).unwrap();
+//! drop(data); // error: `data` is still borrowed by `imp`
+//! drop(imp);
+//! ```
+//!
+//! ```compile_fail,E0499
+//! let dev = neuron_udma::Device::open_index(0).unwrap();
+//! let mut data = vec![0u8; 4096];
+//! let imp = dev.import_mut(&mut data).unwrap();
+//! data[0] = 1; // error: `data` is mutably borrowed by `imp`
+//! drop(imp);
+//! ```
+//!
 //! Buffers and queues cannot outlive their device:
 //!
 //! ```compile_fail,E0505
@@ -48,12 +70,13 @@ mod error;
 pub mod sys;
 
 use std::fs::{File, OpenOptions};
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 pub use error::{Error, Result};
 
@@ -161,17 +184,40 @@ pub fn timeout_ms(timeout: Option<Duration>) -> u32 {
     }
 }
 
-/// Issues one ioctl with a pointer to `arg`.
-fn ioctl<T>(fd: RawFd, request: sys::IoctlRequest, arg: &mut T) -> Result<()> {
+/// Issues one ioctl with a pointer to `arg`; returns its non-negative return value (the pairs
+/// written, for a `COPY_PREPARE*` with `NEURON_UDMA_COPY_SPLIT`; 0 otherwise).
+fn ioctl_ret<T>(fd: RawFd, request: sys::IoctlRequest, arg: &mut T) -> Result<u32> {
     // SAFETY: every request of this ABI takes a pointer to a struct of type T, whose size is
     // encoded in the request number; `arg` is valid for reads and writes of that size.
     let rc = unsafe { libc::ioctl(fd, request, arg as *mut T) };
+    // CAST: `rc` is not negative in the cast branch.
     if rc < 0 {
         Err(Error::last_os())
     } else {
-        Ok(())
+        Ok(rc as u32)
     }
 }
+
+/// Issues one ioctl with a pointer to `arg`.
+fn ioctl<T>(fd: RawFd, request: sys::IoctlRequest, arg: &mut T) -> Result<()> {
+    ioctl_ret(fd, request, arg).map(|_| ())
+}
+
+/// The page size of the process, in bytes: the physically contiguous runs of an imported
+/// buffer can only begin or end where a page of the caller's mapping does.
+pub fn page_size() -> u64 {
+    static PAGE: OnceLock<u64> = OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        u64::try_from(n).ok().filter(|&n| n.is_power_of_two()).unwrap_or(4096)
+    })
+}
+
+/// How long dropping an imported buffer retries a `MEM_FREE` that is `EBUSY` after completing
+/// this file's queues: a `MEMCPY` that timed out while still progressing goes on, and keeps
+/// its buffers busy, until it is done.
+const IMPORT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// An open neuron_udma device file (`/dev/neuron_udmaN`). Every buffer and queue belongs to the
 /// file that created it and is released when it is closed; the types of this crate borrow the
@@ -182,6 +228,9 @@ pub struct Device {
     path: PathBuf,
     /// `NEURON_UDMA_INFO`, read on first use by [`Device::limits`].
     limits: OnceLock<Info>,
+    /// The (engine, queue) of every live [`Queue`] of this file: what dropping an imported
+    /// buffer completes (`COPY_WAIT`) when copies in flight still reach it.
+    queues: Mutex<Vec<(u32, u32)>>,
 }
 
 impl Device {
@@ -199,7 +248,7 @@ impl Device {
             .custom_flags(libc::O_CLOEXEC)
             .open(&path)
             .map_err(|source| Error::Open { path: path.clone(), source })?;
-        Ok(Device { file, path, limits: OnceLock::new() })
+        Ok(Device { file, path, limits: OnceLock::new(), queues: Mutex::new(Vec::new()) })
     }
 
     /// Opens a neuron_udma device node read-only: enough for [`Device::info`]; every call that
@@ -212,7 +261,7 @@ impl Device {
             .custom_flags(libc::O_CLOEXEC)
             .open(&path)
             .map_err(|source| Error::Open { path: path.clone(), source })?;
-        Ok(Device { file, path, limits: OnceLock::new() })
+        Ok(Device { file, path, limits: OnceLock::new(), queues: Mutex::new(Vec::new()) })
     }
 
     /// Opens `/dev/neuron_udma<n>`.
@@ -346,11 +395,107 @@ impl Device {
         }
         let mut arg = sys::neuron_udma_queue_init { engine, queue, tx_descs, rx_descs, ..Default::default() };
         ioctl(self.fd(), sys::NEURON_UDMA_QUEUE_INIT, &mut arg)?;
+        self.queues.lock().unwrap_or_else(|e| e.into_inner()).push((engine, queue));
         Ok(Queue { dev: self, engine, queue, tx_descs, rx_descs })
     }
 
+    /// Pins `size` bytes at `addr` (`MEM_IMPORT`) after the library's checks.
+    fn import_raw(&self, addr: *const u8, size: usize, flags: u32) -> Result<Import<'_>> {
+        if size == 0 {
+            return Err(Error::Argument("import of 0 bytes".into()));
+        }
+        let max = self.limits()?.max_import_size;
+        if max == 0 {
+            // An ABI 1 driver: it has no MEM_IMPORT (it would answer ENOTTY).
+            return Err(Error::Unsupported);
+        }
+        // CAST: usize is at most 64 bits on every Linux target.
+        let size = size as u64;
+        if size > max {
+            return Err(Error::Argument(format!("import of {size} bytes above max_import_size {max} (INFO)")));
+        }
+        let mut arg = sys::neuron_udma_mem_import { addr: addr as u64, size, flags, ..Default::default() };
+        ioctl(self.fd(), sys::NEURON_UDMA_MEM_IMPORT, &mut arg)?;
+        Ok(Import { dev: self, handle: arg.handle, size, addr: arg.addr, segments: arg.segments })
+    }
+
+    /// Pins `buf` for DMA as a read-only source (`MEM_IMPORT` without `IMPORT_WRITE`): zero-copy,
+    /// the device reads the caller's own pages. The handle borrows `buf` (the process may still
+    /// read it, not change or free it) and can be the source of [`Device::memcpy`] and of every
+    /// [`Copy`](struct@Copy); as a destination the driver refuses it with `EPERM`
+    /// ([`Error::ReadOnly`]). The pages are charged to `RLIMIT_MEMLOCK`.
+    ///
+    /// Errors: [`Error::Argument`] (before the ioctl): an empty slice or one above
+    /// `max_import_size` of [`Info`]; [`Error::Unsupported`]: a driver without `MEM_IMPORT`
+    /// (ABI 1); [`Error::OutOfMemory`]: `RLIMIT_MEMLOCK` would be exceeded or no memory (nothing
+    /// stays pinned); [`Error::NotSupported`]: memory that cannot be pinned long-term (some file
+    /// mappings) or that the device reaches only through bounce buffers; [`Error::Fault`]: part
+    /// of the range is not mapped.
+    ///
+    /// ```no_run
+    /// let dev = neuron_udma::Device::open_index(0)?;
+    /// let data = vec![7u8; 1 << 20];
+    /// let src = dev.import(&data)?;
+    /// let hbm = dev.alloc_device(1 << 20)?;
+    /// dev.memcpy(&src, 0, &hbm, 0, 1 << 20, None)?;
+    /// # Ok::<(), neuron_udma::Error>(())
+    /// ```
+    pub fn import<'a>(&'a self, buf: &'a [u8]) -> Result<Imported<'a>> {
+        let inner = self.import_raw(buf.as_ptr(), buf.len(), 0)?;
+        Ok(Imported { inner, _buf: PhantomData })
+    }
+
+    /// Pins `buf` for DMA as source and destination (`MEM_IMPORT` with `IMPORT_WRITE`). The
+    /// handle borrows `buf` mutably: the process can neither read, write nor free it until the
+    /// handle is dropped (which waits for the copies that still reach it, see [`ImportedMut`]),
+    /// so it sees what the device wrote only then.
+    ///
+    /// Errors: those of [`Device::import`], and [`Error::Fault`] also for a read-only mapping
+    /// (e.g. a file mapped with `PROT_READ`).
+    ///
+    /// ```no_run
+    /// let dev = neuron_udma::Device::open_index(0)?;
+    /// let hbm = dev.alloc_device(4096)?;
+    /// let mut out = vec![0u8; 4096];
+    /// let dst = dev.import_mut(&mut out)?;
+    /// dev.memcpy(&hbm, 0, &dst, 0, 4096, None)?;
+    /// drop(dst);
+    /// println!("{:x?}", &out[..16]);
+    /// # Ok::<(), neuron_udma::Error>(())
+    /// ```
+    pub fn import_mut<'a>(&'a self, buf: &'a mut [u8]) -> Result<ImportedMut<'a>> {
+        let inner = self.import_raw(buf.as_mut_ptr(), buf.len(), sys::NEURON_UDMA_IMPORT_WRITE)?;
+        Ok(ImportedMut { inner, _buf: PhantomData })
+    }
+
+    /// Frees an imported buffer so that no descriptor can reach it any more: `MEM_FREE`, and if
+    /// that is `EBUSY` (copies in flight), `COPY_WAIT` on every queue of this file (which also
+    /// starts what they have prepared), then `MEM_FREE` again until [`IMPORT_DRAIN_TIMEOUT`].
+    fn free_drained(&self, handle: u64) -> Result<()> {
+        match self.free(handle) {
+            Err(Error::Busy) => {}
+            r => return r,
+        }
+        let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for (engine, queue) in queues {
+            let mut arg = sys::neuron_udma_copy_wait { engine, queue, ..Default::default() };
+            // An error (ETIMEDOUT, EIO) reset the queue, which dropped its descriptors: either
+            // way none of them reaches the buffer any more.
+            let _ = ioctl(self.fd(), sys::NEURON_UDMA_COPY_WAIT, &mut arg);
+        }
+        let deadline = Instant::now() + IMPORT_DRAIN_TIMEOUT;
+        loop {
+            match self.free(handle) {
+                Err(Error::Busy) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                r => return r,
+            }
+        }
+    }
+
     /// Copies `size` bytes (any size) with the driver's own queue and waits for completion
-    /// (`NEURON_UDMA_MEMCPY`). `timeout` applies to each submission (`None`: 10 s).
+    /// (`NEURON_UDMA_MEMCPY`). `timeout` applies to each submission (`None`: 10 s). Either side
+    /// may be imported ([`Device::import`]): the driver copies run by run, no flag needed;
+    /// [`Error::ReadOnly`] for a destination imported read-only.
     ///
     /// ```no_run
     /// let dev = neuron_udma::Device::open_index(0)?;
@@ -416,12 +561,44 @@ fn check_range(what: &str, buf_size: u64, offset: u64, size: u64) -> Result<()> 
     }
 }
 
-/// A buffer of a device file: host or device memory, named by its handle.
+/// A buffer of a device file: host or device memory, or imported user memory, named by its
+/// handle.
 pub trait Buffer {
     /// The driver's handle of the buffer.
     fn handle(&self) -> u64;
-    /// The size requested at allocation, in bytes.
+    /// The size requested at allocation (or imported), in bytes.
     fn size(&self) -> u64;
+    /// For an imported buffer: where it lies in the process and how many physically contiguous
+    /// runs it has (a copy crossing from one to the next takes one pair per piece). `None` for
+    /// driver-allocated buffers, which are contiguous.
+    fn import_layout(&self) -> Option<ImportLayout> {
+        None
+    }
+}
+
+/// Where an imported buffer lies: its user address and its physically contiguous runs
+/// (`segments` of `MEM_IMPORT`). Runs begin and end only at page boundaries of the user address
+/// (or at the buffer's ends).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImportLayout {
+    /// User address of the buffer's byte 0.
+    pub addr: u64,
+    /// Physically contiguous runs (at least 1).
+    pub segments: u32,
+}
+
+impl ImportLayout {
+    /// The most run boundaries `size` bytes at `offset` can cross: the page boundaries strictly
+    /// inside the range, at most `segments - 1`.
+    pub fn max_crossings(&self, offset: u64, size: u64) -> u64 {
+        if size == 0 {
+            return 0;
+        }
+        let page = page_size();
+        let start = self.addr.saturating_add(offset);
+        let last = start.saturating_add(size - 1);
+        (last / page - start / page).min(u64::from(self.segments.saturating_sub(1)))
+    }
 }
 
 /// Coherent host memory of a device file, mapped into the process. Dereferences to its bytes.
@@ -525,6 +702,139 @@ impl Drop for DeviceBuffer<'_> {
     }
 }
 
+/// The handle of an imported buffer, shared by [`Imported`] and [`ImportedMut`].
+#[derive(Debug)]
+struct Import<'d> {
+    dev: &'d Device,
+    handle: u64,
+    size: u64,
+    addr: u64,
+    segments: u32,
+}
+
+impl Import<'_> {
+    fn layout(&self) -> ImportLayout {
+        ImportLayout { addr: self.addr, segments: self.segments }
+    }
+}
+
+/// The caller's memory pinned read-only for DMA ([`Device::import`]): the source of copies,
+/// never their destination (`EPERM`). It borrows the slice for its whole life; the process may
+/// keep reading the slice meanwhile.
+///
+/// Dropping it frees it (`MEM_FREE`). A `MEM_FREE` that is `EBUSY` (a copy prepared or in
+/// flight still reads it) is handled as for the other buffer types, except that the library
+/// first completes this file's queues (`COPY_WAIT` on each, which starts what they have
+/// prepared) and retries, so that what the device reads is still the slice's content; if it
+/// still fails, the error is ignored and the pages stay pinned (read-only for the device) until
+/// the file is closed. [`Imported::free`] reports that error instead.
+#[derive(Debug)]
+pub struct Imported<'a> {
+    inner: Import<'a>,
+    _buf: PhantomData<&'a [u8]>,
+}
+
+impl Imported<'_> {
+    /// Physically contiguous runs of the pinned range (`segments` of `MEM_IMPORT`).
+    pub fn segments(&self) -> u32 {
+        self.inner.segments
+    }
+
+    /// Frees the buffer as drop does, reporting the `MEM_FREE` error (e.g. [`Error::Busy`]
+    /// after the wait on this file's queues).
+    pub fn free(mut self) -> Result<()> {
+        let r = self.inner.dev.free_drained(self.inner.handle);
+        self.inner.handle = 0;
+        r
+    }
+}
+
+impl Buffer for Imported<'_> {
+    fn handle(&self) -> u64 {
+        self.inner.handle
+    }
+    fn size(&self) -> u64 {
+        self.inner.size
+    }
+    fn import_layout(&self) -> Option<ImportLayout> {
+        Some(self.inner.layout())
+    }
+}
+
+impl Drop for Imported<'_> {
+    fn drop(&mut self) {
+        if self.inner.handle != 0 {
+            let _ = self.inner.dev.free_drained(self.inner.handle);
+        }
+    }
+}
+
+/// The caller's memory pinned for DMA as source and destination ([`Device::import_mut`]). It
+/// borrows the slice mutably for its whole life: the process reads what the device wrote after
+/// dropping it.
+///
+/// Dropping it frees it (`MEM_FREE`). A `MEM_FREE` that is `EBUSY` (a copy prepared or in flight
+/// still reaches it) cannot be ignored as for the other buffer types: once the borrow ends the
+/// process owns the memory again, and the device must not write it then. So the library first
+/// completes this file's queues (`COPY_WAIT` on each, which starts what they have prepared) and
+/// retries `MEM_FREE` for up to 30 s (a `MEMCPY` that timed out while progressing); if the
+/// buffer is still busy then, the process is aborted. Wait for your copies before dropping it
+/// (or use [`ImportedMut::try_free`], which gives the handle back on an error). Leaking it
+/// (`std::mem::forget`) leaves the pages pinned, and writable by copies built before, until the
+/// file is closed.
+#[derive(Debug)]
+pub struct ImportedMut<'a> {
+    inner: Import<'a>,
+    _buf: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> ImportedMut<'a> {
+    /// Physically contiguous runs of the pinned range (`segments` of `MEM_IMPORT`).
+    pub fn segments(&self) -> u32 {
+        self.inner.segments
+    }
+
+    /// One `MEM_FREE`, without waiting: on an error (e.g. [`Error::Busy`]: copies in flight;
+    /// wait for them and try again) the handle comes back with it, still borrowing the slice.
+    pub fn try_free(mut self) -> std::result::Result<(), (Self, Error)> {
+        match self.inner.dev.free(self.inner.handle) {
+            Ok(()) => {
+                self.inner.handle = 0;
+                Ok(())
+            }
+            Err(e) => Err((self, e)),
+        }
+    }
+}
+
+impl Buffer for ImportedMut<'_> {
+    fn handle(&self) -> u64 {
+        self.inner.handle
+    }
+    fn size(&self) -> u64 {
+        self.inner.size
+    }
+    fn import_layout(&self) -> Option<ImportLayout> {
+        Some(self.inner.layout())
+    }
+}
+
+impl Drop for ImportedMut<'_> {
+    fn drop(&mut self) {
+        if self.inner.handle == 0 {
+            return;
+        }
+        if let Err(Error::Busy) = self.inner.dev.free_drained(self.inner.handle) {
+            // The device may still write memory the borrow checker is about to hand back.
+            eprintln!(
+                "neuron_udma: imported buffer {:#x} still busy after waiting for every queue; aborting",
+                self.inner.handle
+            );
+            std::process::abort();
+        }
+    }
+}
+
 /// Barrier mode of a copy, as in the hardware's Tx descriptor.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Barrier {
@@ -547,17 +857,20 @@ impl Barrier {
     }
 }
 
-/// One copy (one descriptor pair): `size` bytes from (buffer, offset) to (buffer, offset). Built
-/// with [`Copy::new`], which checks that the size is not 0 and both ranges; [`Queue::prepare`]
-/// and [`Queue::prepare_one`] check the size against the device's `max_copy_size`. A `Copy` the
-/// kernel refuses can only come from [`Copy::from_raw`] or a freed buffer.
+/// One copy (one descriptor pair, or with an imported side one per physically contiguous piece):
+/// `size` bytes from (buffer, offset) to (buffer, offset). Built with [`Copy::new`], which checks
+/// that the size is not 0 and both ranges; [`Queue::prepare`] and [`Queue::prepare_one`] check
+/// the size against the device's `max_copy_size`. A `Copy` the kernel refuses can only come
+/// from [`Copy::from_raw`], a freed buffer or a read-only import as destination.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(transparent)]
 pub struct Copy(sys::neuron_udma_copy);
 
 impl Copy {
-    /// A copy of `size` bytes from `src` at `src_offset` to `dst` at `dst_offset`. Errors:
-    /// [`Error::Argument`] for a size of 0 or a range beyond its buffer.
+    /// A copy of `size` bytes from `src` at `src_offset` to `dst` at `dst_offset`. When either
+    /// side is imported, the copy has `NEURON_UDMA_COPY_SPLIT`: the driver writes one pair per
+    /// physically contiguous piece (at most [`Copy::max_pairs`]) and [`Queue::prepare`] returns
+    /// how many. Errors: [`Error::Argument`] for a size of 0 or a range beyond its buffer.
     ///
     /// ```no_run
     /// # let dev = neuron_udma::Device::open_index(0)?;
@@ -576,14 +889,31 @@ impl Copy {
         }
         check_range("source", src.size(), src_offset, size.into())?;
         check_range("destination", dst.size(), dst_offset, size.into())?;
+        let split = src.import_layout().is_some() || dst.import_layout().is_some();
         Ok(Copy(sys::neuron_udma_copy {
             src_handle: src.handle(),
             src_offset,
             dst_handle: dst.handle(),
             dst_offset,
             size,
+            flags: if split { sys::NEURON_UDMA_COPY_SPLIT } else { 0 },
             ..Default::default()
         }))
+    }
+
+    /// The most descriptor pairs the copy [`Copy::new`] builds from the same arguments can take
+    /// on a ring: 1, plus one per run boundary of an imported side it may cross
+    /// ([`ImportLayout::max_crossings`]). Budget ring space with it; the driver returns the
+    /// exact count when it prepares the copy.
+    pub fn max_pairs<S, D>(src: &S, src_offset: u64, dst: &D, dst_offset: u64, size: u32) -> u32
+    where
+        S: Buffer + ?Sized,
+        D: Buffer + ?Sized,
+    {
+        let cross = |b: Option<ImportLayout>, off: u64| b.map_or(0, |l| l.max_crossings(off, size.into()));
+        // CAST: each side crosses at most one boundary per page of a copy of at most 4 GiB.
+        (1 + cross(src.import_layout(), src_offset) + cross(dst.import_layout(), dst_offset)).min(u32::MAX.into())
+            as u32
     }
 
     /// Sets the barrier mode.
@@ -676,18 +1006,26 @@ impl<'d> Queue<'d> {
         }
     }
 
-    /// Writes one descriptor pair (`COPY_PREPARE_ONE`). [`Error::Argument`]: a size above
-    /// `max_copy_size`; [`Error::RingFull`]: nothing written.
-    pub fn prepare_one(&self, copy: &Copy) -> Result<()> {
+    /// Writes one copy (`COPY_PREPARE_ONE`) and returns the descriptor pairs it took: 1, or with
+    /// an imported side one per physically contiguous piece (give that count to
+    /// [`Queue::start`]). [`Error::Argument`]: a size above `max_copy_size`;
+    /// [`Error::RingFull`]: no room for all its pairs, nothing written; [`Error::ReadOnly`]:
+    /// the destination is imported read-only; [`Error::CrossesRun`]: a copy from
+    /// [`Copy::from_raw`] without `NEURON_UDMA_COPY_SPLIT` crosses a run of an imported buffer.
+    pub fn prepare_one(&self, copy: &Copy) -> Result<u32> {
         self.check_sizes(std::slice::from_ref(copy))?;
         let mut arg = sys::neuron_udma_copy_prepare_one { engine: self.engine, queue: self.queue, copy: copy.0 };
-        ioctl(self.dev.fd(), sys::NEURON_UDMA_COPY_PREPARE_ONE, &mut arg)
+        let pairs = ioctl_ret(self.dev.fd(), sys::NEURON_UDMA_COPY_PREPARE_ONE, &mut arg)?;
+        // Without COPY_SPLIT the driver returns 0 for its one pair.
+        Ok(pairs.max(1))
     }
 
-    /// Writes `copies.len()` pairs (`COPY_PREPARE`): all or nothing. [`Error::Argument`] (before
-    /// the ioctl): an empty batch, more than `max_batch` of [`Info`] entries, or a size above
-    /// `max_copy_size`.
-    pub fn prepare(&self, copies: &[Copy]) -> Result<()> {
+    /// Writes the pairs of `copies` (`COPY_PREPARE`): all or nothing. Returns the descriptor
+    /// pairs written: `copies.len()`, or more when copies with an imported side were split at
+    /// run boundaries (the counts to give [`Queue::start`]). [`Error::Argument`] (before the
+    /// ioctl): an empty batch, more than `max_batch` of [`Info`] entries, or a size above
+    /// `max_copy_size`. Kernel errors as [`Queue::prepare_one`].
+    pub fn prepare(&self, copies: &[Copy]) -> Result<u32> {
         if copies.is_empty() {
             return Err(Error::Argument("empty batch".into()));
         }
@@ -703,11 +1041,14 @@ impl<'d> Queue<'d> {
             copies: copies.as_ptr() as u64,
             ..Default::default()
         };
-        ioctl(self.dev.fd(), sys::NEURON_UDMA_COPY_PREPARE, &mut arg)
+        let pairs = ioctl_ret(self.dev.fd(), sys::NEURON_UDMA_COPY_PREPARE, &mut arg)?;
+        // Without any COPY_SPLIT entry the driver returns 0 for its `count` pairs.
+        Ok(pairs.max(count))
     }
 
     /// Rings the doorbells (`COPY_START`): Rx += `s2m_count`, then Tx += `m2s_count`
-    /// descriptors. Each prepared copy is one descriptor on each ring.
+    /// descriptors. Each prepared pair is one descriptor on each ring (a split copy is several,
+    /// as [`Queue::prepare`] returned).
     pub fn start(&self, m2s_count: u32, s2m_count: u32) -> Result<()> {
         let mut arg = sys::neuron_udma_copy_start {
             engine: self.engine,
@@ -748,7 +1089,12 @@ impl<'d> Queue<'d> {
 
     fn release_raw(&self) -> Result<()> {
         let mut arg = sys::neuron_udma_queue_id { engine: self.engine, queue: self.queue, ..Default::default() };
-        ioctl(self.dev.fd(), sys::NEURON_UDMA_QUEUE_RELEASE, &mut arg)
+        let r = ioctl(self.dev.fd(), sys::NEURON_UDMA_QUEUE_RELEASE, &mut arg);
+        let mut queues = self.dev.queues.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = queues.iter().position(|&q| q == (self.engine, self.queue)) {
+            queues.swap_remove(i);
+        }
+        r
     }
 }
 
@@ -775,8 +1121,9 @@ impl<'q, 'd> Pipeline<'q, 'd> {
         Ok(Self { queues: [a, b], in_flight: [false; 2], next: 0, timeout })
     }
 
-    /// Most copies one [`Self::submit`] takes: what the smaller ring of either queue holds in
-    /// one round, from [`Info::pairs_per_round`].
+    /// Most descriptor pairs one [`Self::submit`] takes: what the smaller ring of either queue
+    /// holds in one round, from [`Info::pairs_per_round`]. Without imported buffers every copy
+    /// is one pair; with them, budget [`Copy::max_pairs`] per copy.
     pub fn batch_len(&self) -> Result<usize> {
         let info = self.queues[0].dev.limits()?;
         let descs = self.queues.iter().map(|q| q.tx_descs.min(q.rx_descs)).min().unwrap_or(0);
@@ -784,7 +1131,8 @@ impl<'q, 'd> Pipeline<'q, 'd> {
     }
 
     /// Waits for the older batch of the next queue (if any), then prepares and starts `copies`
-    /// there. Errors: those of [`Queue::wait`], [`Queue::prepare`] and [`Queue::start`]; after
+    /// there (starting as many pairs as [`Queue::prepare`] wrote). Errors: those of
+    /// [`Queue::wait`], [`Queue::prepare`] and [`Queue::start`]; after
     /// an error the pipeline waits for nothing more (call [`Self::finish`] to collect the other
     /// queue's batch).
     pub fn submit(&mut self, copies: &[Copy]) -> Result<()> {
@@ -794,10 +1142,8 @@ impl<'q, 'd> Pipeline<'q, 'd> {
             self.in_flight[i] = false;
             q.wait(self.timeout)?;
         }
-        q.prepare(copies)?;
-        // CAST: `prepare` checked the count against max_batch (a u32).
-        let n = copies.len() as u32;
-        q.start(n, n)?;
+        let pairs = q.prepare(copies)?;
+        q.start(pairs, pairs)?;
         self.in_flight[i] = true;
         self.next ^= 1;
         Ok(())
@@ -837,9 +1183,109 @@ mod tests {
         }
     }
 
+    /// An imported buffer as the library sees it: handle, size and layout.
+    struct FakeImport(u64, u64, ImportLayout);
+    impl Buffer for FakeImport {
+        fn handle(&self) -> u64 {
+            self.0
+        }
+        fn size(&self) -> u64 {
+            self.1
+        }
+        fn import_layout(&self) -> Option<ImportLayout> {
+            Some(self.2)
+        }
+    }
+
+    #[test]
+    fn run_crossings_are_page_boundaries_inside_the_range() {
+        let p = page_size();
+        let l = ImportLayout { addr: 10 * p + 1, segments: 1000 };
+        // Up to the end of the first page: no boundary inside.
+        assert_eq!(l.max_crossings(0, p - 1), 0);
+        // One byte more ends on the next page.
+        assert_eq!(l.max_crossings(0, p), 1);
+        assert_eq!(l.max_crossings(p - 2, 1), 0);
+        assert_eq!(l.max_crossings(p - 2, 2), 1);
+        // Starting on a boundary is not crossing it.
+        assert_eq!(l.max_crossings(p - 1, p), 0);
+        assert_eq!(l.max_crossings(0, 3 * p + 5), 3);
+        assert_eq!(l.max_crossings(5, 0), 0);
+        // Page-aligned: 16 pages of 64 KiB at 4 KiB pages cross 15 boundaries.
+        let a = ImportLayout { addr: 4 * p, segments: 1000 };
+        assert_eq!(a.max_crossings(0, 16 * p), 15);
+        // Never more than the runs allow.
+        let few = ImportLayout { addr: 4 * p, segments: 3 };
+        assert_eq!(few.max_crossings(0, 16 * p), 2);
+        let one = ImportLayout { addr: 1, segments: 1 };
+        assert_eq!(one.max_crossings(0, 16 * p), 0);
+    }
+
+    #[test]
+    fn copies_with_an_imported_side_split() {
+        let p = page_size();
+        let plain = Fake(1, 1 << 20);
+        let src = FakeImport(2, 1 << 20, ImportLayout { addr: 0x10_0000 + 3, segments: 300 });
+        let dst = FakeImport(3, 1 << 20, ImportLayout { addr: 0x80_0000, segments: 2 });
+        assert_eq!(Copy::new(&plain, 0, &plain, 4096, 4096).unwrap().raw().flags, 0);
+        let c = Copy::new(&src, 0, &plain, 0, 4096).unwrap().dst_interrupt(true);
+        assert_eq!(c.raw().flags, sys::NEURON_UDMA_COPY_SPLIT | sys::NEURON_UDMA_COPY_DST_INT);
+        assert_eq!(c.dst_interrupt(false).raw().flags, sys::NEURON_UDMA_COPY_SPLIT);
+        assert_eq!(Copy::new(&plain, 0, &dst, 0, 1).unwrap().raw().flags, sys::NEURON_UDMA_COPY_SPLIT);
+        assert_eq!(Copy::max_pairs(&plain, 0, &plain, 7, 65536), 1);
+        // The source starts 3 bytes into a page: p - 3 bytes stay in it.
+        assert_eq!(Copy::max_pairs(&src, 0, &plain, 0, (p - 3) as u32), 1);
+        assert_eq!(Copy::max_pairs(&src, 0, &plain, 0, (p - 2) as u32), 2);
+        // Both sides cross: source 16 page boundaries, destination at most its 1.
+        assert_eq!(Copy::max_pairs(&src, 0, &dst, 0, 65536), 1 + 16 + 1);
+        assert_eq!(Copy::max_pairs(&plain, 0, &dst, 0, 65536), 2);
+        assert_eq!(Copy::max_pairs(&plain, 0, &dst, 0, p as u32), 1);
+        assert!(matches!(Copy::new(&src, (1 << 20) - 1, &plain, 0, 2), Err(Error::Argument(_))));
+    }
+
+    #[test]
+    fn import_checks_before_the_ioctl() {
+        let data = vec![0u8; 8192];
+        let mut out = vec![0u8; 8192];
+        // An ABI 1 driver reports max_import_size 0: no MEM_IMPORT.
+        let old = fake_device(Info { abi_version: 1, ..Default::default() });
+        assert!(matches!(old.import(&data), Err(Error::Unsupported)));
+        let dev = fake_device(Info { abi_version: 2, max_import_size: 4096, ..Default::default() });
+        assert!(matches!(dev.import(&data[..0]), Err(Error::Argument(_))));
+        assert!(matches!(dev.import(&data), Err(Error::Argument(_))));
+        assert!(matches!(dev.import_mut(&mut out), Err(Error::Argument(_))));
+        // /dev/null does not know MEM_IMPORT: the ioctl is issued and says ENOTTY.
+        assert!(matches!(dev.import(&data[..4096]), Err(Error::Unsupported)));
+        assert!(matches!(dev.import_mut(&mut out[1..4097]), Err(Error::Unsupported)));
+        // The slices are usable again: the failed imports borrowed nothing.
+        out[0] = 1;
+        assert_eq!(out[0] + data[0], 1);
+    }
+
+    #[test]
+    fn queues_are_registered_for_the_import_drain() {
+        let dev = fake_device(Info::default());
+        let q = Queue { dev: &dev, engine: 4, queue: 2, tx_descs: 64, rx_descs: 64 };
+        dev.queues.lock().unwrap().push((4, 2));
+        // QUEUE_RELEASE fails on /dev/null, but the queue is gone from the list either way.
+        assert!(matches!(q.release(), Err(Error::Unsupported)));
+        assert!(dev.queues.lock().unwrap().is_empty());
+        // MEM_FREE of an import on /dev/null: not EBUSY, so no drain and the error comes back.
+        let imp = Imported { inner: Import { dev: &dev, handle: 9, size: 1, addr: 0, segments: 1 }, _buf: PhantomData };
+        assert!(matches!(imp.free(), Err(Error::Unsupported)));
+        let imp =
+            ImportedMut { inner: Import { dev: &dev, handle: 9, size: 1, addr: 0, segments: 1 }, _buf: PhantomData };
+        let (imp, e) = imp.try_free().unwrap_err();
+        assert!(matches!(e, Error::Unsupported));
+        assert_eq!((imp.handle(), imp.segments()), (9, 1));
+        // Dropping it: MEM_FREE fails with ENOTTY, not EBUSY: no abort.
+        drop(imp);
+    }
+
     #[test]
     fn struct_sizes_match_c() {
         assert_eq!(size_of::<sys::neuron_udma_info>(), 88);
+        assert_eq!(size_of::<sys::neuron_udma_mem_import>(), 48);
         assert_eq!(size_of::<sys::neuron_udma_mem_alloc>(), 48);
         assert_eq!(size_of::<sys::neuron_udma_mem_free>(), 16);
         assert_eq!(size_of::<sys::neuron_udma_queue_init>(), 40);
@@ -858,6 +1304,7 @@ mod tests {
     #[test]
     fn header_constants() {
         assert_eq!(sys::NEURON_UDMA_ABI_VERSION, 2);
+        assert_eq!((sys::NEURON_UDMA_IMPORT_WRITE, sys::NEURON_UDMA_COPY_SPLIT), (1, 2));
         assert_eq!(sys::NEURON_UDMA_IOC_MAGIC, 0xB9);
         assert_eq!((sys::NEURON_UDMA_GEN_V2, sys::NEURON_UDMA_GEN_V3), (2, 3));
         assert_eq!((sys::NEURON_UDMA_MEM_HOST, sys::NEURON_UDMA_MEM_DEVICE), (0, 1));
@@ -869,7 +1316,7 @@ mod tests {
     #[allow(clippy::unnecessary_cast)] // ioctl_num_type is not u64 on every libc
     fn ioctl_numbers() {
         // By hand: dir << 30 | size << 16 | 0xB9 << 8 | nr, _IOR = 2, _IOW = 1, _IOWR = 3.
-        let want: [(sys::IoctlRequest, u32); 11] = [
+        let want: [(sys::IoctlRequest, u32); 12] = [
             (sys::NEURON_UDMA_INFO, 0x8058_B900),
             (sys::NEURON_UDMA_MEM_ALLOC, 0xC030_B901),
             (sys::NEURON_UDMA_MEM_FREE, 0x4010_B902),
@@ -881,6 +1328,7 @@ mod tests {
             (sys::NEURON_UDMA_COPY_WAIT, 0xC018_B908),
             (sys::NEURON_UDMA_QUEUE_STATE, 0xC080_B909),
             (sys::NEURON_UDMA_MEMCPY, 0x4030_B90A),
+            (sys::NEURON_UDMA_MEM_IMPORT, 0xC030_B90B),
         ];
         for (i, (got, want)) in want.iter().enumerate() {
             assert_eq!(*got as u64, *want as u64, "ioctl nr {i:#x}: {got:#x} != {want:#x}");
@@ -902,6 +1350,9 @@ mod tests {
             (libc::ENOTTY, "ENOTTY"),
             (libc::EINTR, "EINTR"),
             (libc::ENOMEM, "ENOMEM"),
+            (libc::EPERM, "EPERM"),
+            (libc::EXDEV, "EXDEV"),
+            (libc::EOPNOTSUPP, "EOPNOTSUPP"),
         ];
         for (errno, name) in cases {
             let e = Error::from_errno(errno);
@@ -913,9 +1364,11 @@ mod tests {
         assert!(matches!(Error::from_errno(libc::ENOSPC), Error::RingFull));
         assert!(matches!(Error::from_errno(libc::EIO), Error::EngineError));
         assert!(matches!(Error::from_errno(libc::ENOTTY), Error::Unsupported));
-        let other = Error::from_errno(libc::EPERM);
-        assert!(matches!(other, Error::Other(libc::EPERM)));
-        assert_eq!(other.errno(), libc::EPERM);
+        assert!(matches!(Error::from_errno(libc::EPERM), Error::ReadOnly));
+        assert!(matches!(Error::from_errno(libc::EXDEV), Error::CrossesRun));
+        let other = Error::from_errno(libc::EAGAIN);
+        assert!(matches!(other, Error::Other(libc::EAGAIN)));
+        assert_eq!(other.errno(), libc::EAGAIN);
         assert_eq!(Error::Argument("x".into()).errno(), libc::EINVAL);
     }
 

@@ -47,3 +47,6 @@ pub const NEURON_UDMA_QUEUE_STATE: IoctlRequest =
     nix::request_code_readwrite!(MAGIC, 0x09, size_of::<neuron_udma_queue_state>());
 /// `NEURON_UDMA_MEMCPY`: `_IOW(0xB9, 0x0A, struct neuron_udma_memcpy)`.
 pub const NEURON_UDMA_MEMCPY: IoctlRequest = nix::request_code_write!(MAGIC, 0x0A, size_of::<neuron_udma_memcpy>());
+/// `NEURON_UDMA_MEM_IMPORT`: `_IOWR(0xB9, 0x0B, struct neuron_udma_mem_import)` (ABI 2).
+pub const NEURON_UDMA_MEM_IMPORT: IoctlRequest =
+    nix::request_code_readwrite!(MAGIC, 0x0B, size_of::<neuron_udma_mem_import>());

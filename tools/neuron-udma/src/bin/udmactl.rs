@@ -90,7 +90,12 @@ struct CopyArgs {
     /// Copy with the driver's own queue (MEMCPY) instead of a user queue.
     #[arg(long)]
     memcpy: bool,
-    /// Largest buffer used per round (default: min(4M, max host buffer, device memory / 2)).
+    /// Zero-copy: import (MEM_IMPORT) the file's own mapping as the source and a process buffer
+    /// as the destination instead of staging the bytes in driver host buffers.
+    #[arg(long, requires = "file", conflicts_with = "bytes")]
+    zero_copy: bool,
+    /// Largest buffer used per round (default: min(4M, max host buffer, device memory / 2);
+    /// with --zero-copy: min(max import size, device memory / 2)).
     #[arg(long, value_parser = parse_size)]
     window: Option<u64>,
     #[command(flatten)]
@@ -128,6 +133,11 @@ struct BenchArgs {
     /// Copy with the driver's own queue (MEMCPY) instead of a user queue.
     #[arg(long)]
     memcpy: bool,
+    /// Measure zero-copy (MEM_IMPORT of the process's own buffer) host->HBM and HBM->host
+    /// against the copy-into-coherent path of the same bytes (a CPU memcpy between the process
+    /// buffer and a driver host buffer of --window bytes, plus the DMA).
+    #[arg(long)]
+    zero_copy: bool,
     #[command(flatten)]
     q: QueueOpts,
 }
@@ -291,12 +301,30 @@ struct Mover<'a> {
 impl Mover<'_> {
     /// Copies `len` bytes from `src` to `dst`, both at offset 0.
     fn copy(&self, src: &dyn Buffer, dst: &dyn Buffer, len: u64, progress: &ProgressBar) -> Result<()> {
+        self.copy_at(src, 0, dst, 0, len, progress)
+    }
+
+    /// Copies `len` bytes from `src` at `src_off` to `dst` at `dst_off`. A side may be imported
+    /// memory: its copies are split by the driver at the runs it crosses, so a batch holds as
+    /// many copies as their worst-case pair counts (`Copy::max_pairs`) fit in one round of the
+    /// ring, and is started with the pair count the driver returns.
+    fn copy_at(
+        &self,
+        src: &dyn Buffer,
+        src_off: u64,
+        dst: &dyn Buffer,
+        dst_off: u64,
+        len: u64,
+        progress: &ProgressBar,
+    ) -> Result<()> {
         let Some(q) = self.queue else {
             const STEP: u64 = 4 << 20;
             let mut off = 0;
             while off < len {
                 let n = (len - off).min(STEP);
-                self.dev.memcpy(src, off, dst, off, n, self.timeout).context("NEURON_UDMA_MEMCPY")?;
+                self.dev
+                    .memcpy(src, src_off + off, dst, dst_off + off, n, self.timeout)
+                    .context("NEURON_UDMA_MEMCPY")?;
                 progress.inc(n);
                 off += n;
             }
@@ -317,10 +345,19 @@ impl Mover<'_> {
         let mut pieces = chunks(len, self.info.max_copy_size).peekable();
         while pieces.peek().is_some() {
             batch.clear();
-            let mut bytes = 0u64;
-            for (off, size) in pieces.by_ref().take(per_round) {
-                batch.push(neuron_udma::Copy::new(src, off, dst, off, size)?);
+            let (mut bytes, mut pairs) = (0u64, 0usize);
+            while let Some(&(off, size)) = pieces.peek() {
+                let (s, d) = (src_off + off, dst_off + off);
+                let need = neuron_udma::Copy::max_pairs(src, s, dst, d, size) as usize;
+                // The first copy of a batch always goes: alone it needs at most 1 + 2 *
+                // max_copy_size / page size pairs, far below a round of the default ring.
+                if !batch.is_empty() && pairs + need > per_round {
+                    break;
+                }
+                batch.push(neuron_udma::Copy::new(src, s, dst, d, size)?);
                 bytes += u64::from(size);
+                pairs += need;
+                pieces.next();
             }
             match &mut pipe {
                 Some(p) => p.submit(&batch).with_context(|| format!("pipelined batch of {} pairs", batch.len()))?,
@@ -397,6 +434,10 @@ fn progress_bar(total: u64) -> ProgressBar {
 }
 
 fn cmd_copy(dev: &Device, info: &Info, a: &CopyArgs) -> Result<()> {
+    if a.zero_copy {
+        let path = a.file.as_ref().context("--zero-copy needs a FILE")?;
+        return cmd_copy_zero_copy(dev, info, a, path);
+    }
     enum Source {
         File(File),
         Gen(XorShift),
@@ -492,6 +533,120 @@ fn cmd_copy(dev: &Device, info: &Info, a: &CopyArgs) -> Result<()> {
     if sum_src.0 != sum_dst.0 {
         bail!("checksum mismatch: source {:016x}, copy {:016x}", sum_src.0, sum_dst.0);
     }
+    Ok(())
+}
+
+/// `copy --zero-copy FILE`: the file's own mapping is imported read-only (or, if the kernel
+/// cannot pin it long-term, its bytes read into process memory first) and copied to HBM; a
+/// process buffer, imported writable, receives them back; both are compared byte for byte.
+/// No byte passes through a driver host buffer or a CPU copy on the way.
+fn cmd_copy_zero_copy(dev: &Device, info: &Info, a: &CopyArgs, path: &std::path::Path) -> Result<()> {
+    if info.max_import_size == 0 {
+        bail!("the driver has no MEM_IMPORT (ABI {}); --zero-copy needs ABI 2", info.abi_version);
+    }
+    let name = path.display().to_string();
+    let f = File::open(path).with_context(|| format!("open {name}"))?;
+    let total = f.metadata()?.len();
+    if total == 0 {
+        bail!("nothing to copy: {name} is empty");
+    }
+    let len = usize::try_from(total).with_context(|| format!("{name}: {total} bytes do not fit in memory"))?;
+    // SAFETY: a private read-only mapping; its bytes are only read (by the CPU and the device).
+    // If another process truncates the file meanwhile, reading the lost pages faults (SIGBUS);
+    // the import pins the pages, so the device's view stays what was imported.
+    let map = unsafe { memmap2::Mmap::map(&f) }.with_context(|| format!("mmap {name}"))?;
+    let window = a.window.unwrap_or(u64::MAX).min(info.max_import_size).min(info.device_mem_size / 2).min(total).max(1);
+    // The mapping's pages may be ones the kernel cannot pin long-term (EOPNOTSUPP): then the
+    // bytes are read into process memory once, which is imported instead.
+    let probe = (window as usize).min(len);
+    let owned: Vec<u8>;
+    let (src_bytes, from): (&[u8], &str) = match dev.import(&map[..probe]) {
+        Ok(imp) => {
+            imp.free().context("NEURON_UDMA_MEM_FREE of the probe import")?;
+            (&map[..], "its own mapping")
+        }
+        Err(neuron_udma::Error::NotSupported) => {
+            owned = map.to_vec();
+            (&owned[..], "a copy in process memory (its mapping cannot be pinned: EOPNOTSUPP)")
+        }
+        Err(e) => return Err(e).context(format!("NEURON_UDMA_MEM_IMPORT of the mapping of {name}")),
+    };
+    let (queue, second) = open_queues(dev, a.memcpy, &a.q)?;
+    let mover = Mover { dev, info, queue: queue.as_ref(), second: second.as_ref(), timeout: a.q.timeout() };
+    let hbm = dev.alloc_device(window).context("NEURON_UDMA_MEM_ALLOC device buffer")?;
+    // Written once so that its pages exist before the first import pins them.
+    let mut out = process_buffer(window as usize)?;
+    out.fill(0xA5);
+
+    let bar = bar_wanted();
+    let pb = if bar { progress_bar(2 * total) } else { ProgressBar::hidden() };
+    let rounds = total.div_ceil(window);
+    let (mut t_h2d, mut t_d2h, mut t_pin, mut t_verify) =
+        (Duration::ZERO, Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let (mut segs_src, mut segs_dst) = (0u64, 0u64);
+    let mut sum = Fnv::new();
+    let t_all = Instant::now();
+    let mut done = 0u64;
+    for round in 1..=rounds {
+        let n = (total - done).min(window);
+        let part = &src_bytes[done as usize..(done + n) as usize];
+        let t = Instant::now();
+        let src = dev.import(part).context("NEURON_UDMA_MEM_IMPORT source")?;
+        t_pin += t.elapsed();
+        segs_src += u64::from(src.segments());
+        let t = Instant::now();
+        mover.copy(&src, &hbm, n, &pb).context("host -> HBM")?;
+        let r_h2d = t.elapsed();
+        let t = Instant::now();
+        src.free().context("NEURON_UDMA_MEM_FREE source")?;
+        let dst = dev.import_mut(&mut out[..n as usize]).context("NEURON_UDMA_MEM_IMPORT destination")?;
+        t_pin += t.elapsed();
+        segs_dst += u64::from(dst.segments());
+        let t = Instant::now();
+        mover.copy(&hbm, &dst, n, &pb).context("HBM -> host")?;
+        let r_d2h = t.elapsed();
+        let t = Instant::now();
+        dst.try_free().map_err(|(_, e)| e).context("NEURON_UDMA_MEM_FREE destination")?;
+        t_pin += t.elapsed();
+        t_h2d += r_h2d;
+        t_d2h += r_d2h;
+        let t = Instant::now();
+        let got = &out[..n as usize];
+        if part != got {
+            let i = part.iter().zip(got).position(|(x, y)| x != y).unwrap_or(0);
+            bail!("verify failed at byte {}: wrote {:#04x}, read back {:#04x}", done + i as u64, part[i], got[i]);
+        }
+        sum.update(got);
+        t_verify += t.elapsed();
+        done += n;
+        if bar {
+            pb.set_message(format!("copy {}", human_rate(2 * done, t_h2d + t_d2h)));
+        } else {
+            println!(
+                "round {round}/{rounds}: {} at {}: host -> HBM {}, HBM -> host {}, verified",
+                human_bytes(n),
+                human_bytes(done - n),
+                human_rate(n, r_h2d),
+                human_rate(n, r_d2h)
+            );
+        }
+    }
+    let t_all = t_all.elapsed();
+    pb.finish_and_clear();
+    println!("copied {name}: {total} bytes host -> HBM -> host zero-copy from {from} via {}, verified", mover.via());
+    println!(
+        "imported runs: source {segs_src}, destination {segs_dst} (in {rounds} rounds of up to {})",
+        human_bytes(window)
+    );
+    println!("host -> HBM: {:.3} s, {}", t_h2d.as_secs_f64(), human_rate(total, t_h2d));
+    println!("HBM -> host: {:.3} s, {}", t_d2h.as_secs_f64(), human_rate(total, t_d2h));
+    println!(
+        "outside the copies: {:.3} s importing and freeing (pin, unpin), {:.3} s verifying",
+        t_pin.as_secs_f64(),
+        t_verify.as_secs_f64()
+    );
+    println!("end to end: {:.3} s, {} of input", t_all.as_secs_f64(), human_rate(total, t_all));
+    println!("fnv1a64: {:016x}", sum.0);
     Ok(())
 }
 
@@ -653,6 +808,9 @@ fn best_of(iters: u32, mut f: impl FnMut() -> Result<()>) -> Result<Duration> {
 fn cmd_bench(dev: &Device, info: &Info, a: &BenchArgs) -> Result<()> {
     let (queue, second) = open_queues(dev, a.memcpy, &a.q)?;
     let mover = Mover { dev, info, queue: queue.as_ref(), second: second.as_ref(), timeout: a.q.timeout() };
+    if a.zero_copy {
+        return bench_zero_copy(dev, info, a, &mover);
+    }
     let hidden = ProgressBar::hidden();
     println!("{:>8}  {:<11} {:>14} {:>14} {:>7}   via {}", "size", "path", "dma", "memcpy", "ratio", mover.via());
     for &size in &a.sizes {
@@ -710,6 +868,129 @@ fn cmd_bench(dev: &Device, info: &Info, a: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// `bench --zero-copy`: per size, host->HBM and HBM->host of a process buffer (a) zero-copy:
+/// imported (MEM_IMPORT), copied, freed, the import and free timed with the copy; (b) through
+/// a coherent driver host buffer of --window bytes: CPU memcpy between it and the process buffer,
+/// plus the DMA, round by round. Best of --iters each; both directions verified byte for byte.
+fn bench_zero_copy(dev: &Device, info: &Info, a: &BenchArgs, mover: &Mover) -> Result<()> {
+    if info.max_import_size == 0 {
+        bail!("the driver has no MEM_IMPORT (ABI {}); --zero-copy needs ABI 2", info.abi_version);
+    }
+    let hidden = ProgressBar::hidden();
+    println!(
+        "{:>8}  {:<19} {:>14} {:>14} {:>7}  {:>10}  {:>6}   via {}",
+        "size",
+        "path",
+        "zero-copy",
+        "coherent",
+        "ratio",
+        "pin+unpin",
+        "runs",
+        mover.via()
+    );
+    for &size in &a.sizes {
+        if size == 0 || size > info.max_import_size || size > info.device_mem_size {
+            bail!("size {size} in --sizes: not in 1..=min(max import size, device memory)");
+        }
+        let len = usize::try_from(size)?;
+        let window = size.min(a.window.unwrap_or(DEFAULT_WINDOW)).min(info.max_host_buffer).max(1);
+        let mut stage = dev.alloc_host(window).context("NEURON_UDMA_MEM_ALLOC host (coherent staging)")?;
+        let hbm = dev.alloc_device(size).context("NEURON_UDMA_MEM_ALLOC device")?;
+        let mut data = process_buffer(len)?;
+        XorShift::new(size).fill(&mut data);
+        // Written once so that its pages exist, as a runtime's destination does: the first
+        // import must not be charged with faulting in zero pages.
+        let mut out = process_buffer(len)?;
+        out.fill(0xA5);
+
+        let (mut pin_h2d, mut runs_h2d) = (Duration::MAX, 0);
+        let zc_h2d = best_of(a.iters, || {
+            let t = Instant::now();
+            let src = dev.import(&data).context("NEURON_UDMA_MEM_IMPORT")?;
+            let mut pin = t.elapsed();
+            runs_h2d = src.segments();
+            mover.copy(&src, &hbm, size, &hidden)?;
+            let t = Instant::now();
+            src.free().context("NEURON_UDMA_MEM_FREE")?;
+            pin += t.elapsed();
+            pin_h2d = pin_h2d.min(pin);
+            Ok(())
+        })
+        .with_context(|| format!("zero-copy host->HBM {}", human_bytes(size)))?;
+        let (mut pin_d2h, mut runs_d2h) = (Duration::MAX, 0);
+        let zc_d2h = best_of(a.iters, || {
+            let t = Instant::now();
+            let dst = dev.import_mut(&mut out).context("NEURON_UDMA_MEM_IMPORT")?;
+            let mut pin = t.elapsed();
+            runs_d2h = dst.segments();
+            mover.copy(&hbm, &dst, size, &hidden)?;
+            let t = Instant::now();
+            dst.try_free().map_err(|(_, e)| e).context("NEURON_UDMA_MEM_FREE")?;
+            pin += t.elapsed();
+            pin_d2h = pin_d2h.min(pin);
+            Ok(())
+        })
+        .with_context(|| format!("zero-copy HBM->host {}", human_bytes(size)))?;
+        if out[..] != data[..] {
+            bail!("{}: the zero-copy round trip does not match the source", human_bytes(size));
+        }
+        out.fill(0);
+        let co_h2d = best_of(a.iters, || {
+            in_rounds(size, window, |off, n| {
+                stage[..n as usize].copy_from_slice(&data[off as usize..(off + n) as usize]);
+                mover.copy_at(&stage, 0, &hbm, off, n, &hidden)
+            })
+        })
+        .with_context(|| format!("coherent host->HBM {}", human_bytes(size)))?;
+        let co_d2h = best_of(a.iters, || {
+            in_rounds(size, window, |off, n| {
+                mover.copy_at(&hbm, off, &stage, 0, n, &hidden)?;
+                out[off as usize..(off + n) as usize].copy_from_slice(&stage[..n as usize]);
+                Ok(())
+            })
+        })
+        .with_context(|| format!("coherent HBM->host {}", human_bytes(size)))?;
+        if out[..] != data[..] {
+            bail!("{}: the coherent round trip does not match the source", human_bytes(size));
+        }
+        let rows = [("host->HBM", zc_h2d, co_h2d, pin_h2d, runs_h2d), ("HBM->host", zc_d2h, co_d2h, pin_d2h, runs_d2h)];
+        for (name, zc, co, pin, runs) in rows {
+            println!(
+                "{:>8}  zero-copy {:<9} {:>14} {:>14} {:>6.2}x  {:>8.3}ms  {:>6}",
+                human_size(size),
+                name,
+                human_rate(size, zc),
+                human_rate(size, co),
+                co.as_secs_f64() / zc.as_secs_f64().max(f64::MIN_POSITIVE),
+                pin.as_secs_f64() * 1e3,
+                runs
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Anonymous process memory of `len` bytes for imports, with transparent huge pages asked for
+/// (`MADV_HUGEPAGE`, where the kernel has them): the fewer physically contiguous runs a buffer
+/// has, the fewer descriptor pairs its copies split into. Its pages exist once written.
+fn process_buffer(len: usize) -> Result<memmap2::MmapMut> {
+    let map = memmap2::MmapMut::map_anon(len.max(1)).with_context(|| format!("mmap of {len} bytes"))?;
+    // EINVAL without CONFIG_TRANSPARENT_HUGEPAGE: 4 KiB pages then, which only split more.
+    let _ = map.advise(memmap2::Advice::HugePage);
+    Ok(map)
+}
+
+/// Calls `f(offset, bytes)` for the consecutive pieces of at most `window` bytes of `size`.
+fn in_rounds(size: u64, window: u64, mut f: impl FnMut(u64, u64) -> Result<()>) -> Result<()> {
+    let mut off = 0;
+    while off < size {
+        let n = (size - off).min(window.max(1));
+        f(off, n)?;
+        off += n;
+    }
+    Ok(())
+}
+
 fn human_size(n: u64) -> String {
     for (shift, unit) in [(30, "G"), (20, "M"), (10, "K")] {
         if n >= 1 << shift && n.is_multiple_of(1 << shift) {
@@ -742,6 +1023,26 @@ mod tests {
         assert!(parse_size("99999999999G").is_err());
         assert_eq!(human_size(64 << 20), "64M");
         assert_eq!(human_size(4097), "4097");
+    }
+
+    #[test]
+    fn rounds_cover_exactly() {
+        let mut v = Vec::new();
+        in_rounds(10, 4, |o, n| {
+            v.push((o, n));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(v, vec![(0, 4), (4, 4), (8, 2)]);
+        assert!(in_rounds(10, 4, |o, _| if o == 4 { bail!("stop") } else { Ok(()) }).is_err());
+    }
+
+    #[test]
+    fn zero_copy_needs_a_file() {
+        assert!(Cli::try_parse_from(["udmactl", "copy", "--zero-copy", "--bytes", "4K"]).is_err());
+        assert!(Cli::try_parse_from(["udmactl", "copy", "--zero-copy"]).is_err());
+        assert!(Cli::try_parse_from(["udmactl", "copy", "--zero-copy", "/tmp/f", "--memcpy"]).is_ok());
+        assert!(Cli::try_parse_from(["udmactl", "bench", "--zero-copy", "--pipeline", "--sizes", "64M"]).is_ok());
     }
 
     #[test]

@@ -215,6 +215,71 @@ fn pipeline(dev: &Device, i: &Info) -> Result<()> {
     Ok(())
 }
 
+/// MEM_IMPORT through the library: an unaligned read-only import to HBM with a split queue copy
+/// (started with the pair count `prepare_one` returned), back into a writable import with
+/// MEMCPY, a pipelined pass from a bigger import, and EPERM for a read-only destination.
+fn imports(dev: &Device, i: &Info) -> Result<()> {
+    ensure!(i.max_import_size == 1 << 30, "max_import_size {} (want 1 GiB)", i.max_import_size);
+    let split = neuron_udma::sys::NEURON_UDMA_COPY_SPLIT;
+    let len = 3 * 4096 + 5;
+    let mut data = vec![0u8; len + 1];
+    pattern(&mut data, 11);
+    let mut out = vec![0xEEu8; len + 2];
+    let d = dev.alloc_device(1 << 20)?;
+    let h = dev.alloc_host(1 << 20)?;
+    let q = dev.queue(eng(), 1, 64)?;
+    let src = dev.import(&data[1..])?;
+    ensure!(src.size() == len as u64 && src.segments() >= 1, "import {src:?}");
+    ensure!(src.import_layout().is_some_and(|l| l.addr == data[1..].as_ptr() as u64), "import layout");
+    expect_errno(dev.memcpy(&h, 0, &src, 0, 16, None), libc::EPERM, "MEMCPY into a read-only import")?;
+    expect_errno(q.prepare_one(&Copy::new(&h, 0, &src, 0, 16)?), libc::EPERM, "copy into a read-only import")?;
+    let c = Copy::new(&src, 0, &d, 0, len as u32)?;
+    ensure!(c.raw().flags & split != 0, "a copy from an import has COPY_SPLIT");
+    let pairs = q.prepare_one(&c)?;
+    let most = Copy::max_pairs(&src, 0, &d, 0, len as u32);
+    ensure!((1..=most).contains(&pairs), "{pairs} pairs for a copy of at most {most}");
+    q.start(pairs, pairs)?;
+    let completed = q.wait(None)?;
+    ensure!(completed == u64::from(pairs) + 1, "COPY_WAIT freed {completed} pairs, want {pairs} + marker");
+    let dst = dev.import_mut(&mut out[1..=len])?;
+    dev.memcpy(&d, 0, &dst, 0, len as u64, None)?;
+    dst.try_free().map_err(|(_, e)| e).context("MEM_FREE of the writable import")?;
+    src.free()?;
+    ensure!(out[1..=len] == data[1..], "import -> HBM -> import differs");
+    ensure!(out[0] == 0xEE && out[len + 1] == 0xEE, "a copy into the import wrote outside it");
+    drop(q);
+
+    // 1 MiB from an import through two queues (Pipeline starts the pairs prepare returned).
+    let (q1, q2) = (dev.queue(eng(), 1, 256)?, dev.queue(eng(), 2, 256)?);
+    let max = u64::from(i.max_copy_size);
+    let mut big = vec![0u8; 1 << 20];
+    pattern(&mut big, 12);
+    let src = dev.import(&big)?;
+    let mut p = neuron_udma::Pipeline::new(&q1, &q2, None)?;
+    let budget = p.batch_len()?;
+    let mut batch = Vec::new();
+    let (mut off, mut pairs) = (0u64, 0usize);
+    while off < 1 << 20 {
+        let need = Copy::max_pairs(&src, off, &d, off, max as u32) as usize;
+        if pairs + need > budget {
+            p.submit(&batch)?;
+            batch.clear();
+            pairs = 0;
+        }
+        batch.push(Copy::new(&src, off, &d, off, max as u32)?);
+        pairs += need;
+        off += max;
+    }
+    p.submit(&batch)?;
+    p.finish()?;
+    src.free()?;
+    let mut back = dev.alloc_host(1 << 20)?;
+    back.fill(0);
+    dev.memcpy(&d, 0, &back, 0, 1 << 20, None)?;
+    ensure!(back[..] == big[..], "pipelined copies from an import differ");
+    Ok(())
+}
+
 fn copy_errors(dev: &Device, i: &Info) -> Result<()> {
     let ring = i.min_ring_descs;
     let q = dev.queue(eng(), 3, ring)?;
@@ -305,7 +370,7 @@ pub fn run(dev: &Device, info: &Info) -> Result<()> {
     let engine = info.user_engine().context("INFO reports no engine that reaches host memory")?;
     let _ = ENG.set(engine);
     type Check = fn(&Device, &Info) -> Result<()>;
-    let checks: [(&str, Check); 8] = [
+    let checks: [(&str, Check); 9] = [
         ("info", info_check),
         ("open_and_errno_mapping", open_errors),
         ("host_and_device_buffers", buffers),
@@ -314,6 +379,7 @@ pub fn run(dev: &Device, info: &Info) -> Result<()> {
         ("pipelined_copies_two_queues", pipeline),
         ("copy_errors_and_full_ring", copy_errors),
         ("memcpy", memcpy),
+        ("imports", imports),
     ];
     println!("TAP version 13");
     println!("1..{}", checks.len());
