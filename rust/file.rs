@@ -464,7 +464,10 @@ impl OpenFile {
         chan.with(|q, _| match pairs {
             Pairs::One(c, refs) => q.prepare_one_refs(&c, refs),
             Pairs::Split(v) => {
-                // All or nothing.
+                // All or nothing; a copy that can never fit is not "wait first".
+                if n > q.capacity_pairs() {
+                    return Err(E2BIG);
+                }
                 q.retire();
                 if q.available_pairs() < n {
                     return Err(ENOSPC);
@@ -513,10 +516,13 @@ impl OpenFile {
         let mut copies = KVVec::with_capacity(count, GFP_KERNEL)?;
         let mut seen = Lookups::default();
         let mut flags = 0;
+        let mut largest = 1;
         for raw in staged.iter() {
             match self.translate(&mut seen, raw)? {
                 Pairs::One(c, refs) => copies.push((c, refs), GFP_KERNEL)?,
                 Pairs::Split(v) => {
+                    // CAST: at most 33 pairs.
+                    largest = largest.max(v.len() as u32);
                     copies.reserve(v.len(), GFP_KERNEL)?;
                     for x in v {
                         copies.push(x, GFP_KERNEL)?;
@@ -528,6 +534,11 @@ impl OpenFile {
         // CAST: at most MAX_BATCH copies of at most 33 pairs each.
         let pairs = copies.len() as u32;
         chan.with(|q, _| {
+            // A copy that can never fit is not "wait first" (a batch that cannot is split by
+            // its caller, as in ABI 1).
+            if largest > q.capacity_pairs() {
+                return Err(E2BIG);
+            }
             q.retire();
             if q.available_pairs() < pairs {
                 return Err(ENOSPC);

@@ -17,7 +17,7 @@ use crate::{
     engine::{self, DescCount, EngineIo, QueueIndex},
     mem::InFlight,
     regs::{M2s, S2m},
-    ring::{Ring, RingSize, RingState},
+    ring::{Ring, RingSize, RingState, RESERVE},
 };
 use kernel::{
     device::{Bound, Device},
@@ -295,6 +295,13 @@ impl Queue {
     /// Free descriptor pairs, keeping the 16-slot reserve on both rings (hardware.rst §4.7).
     pub(crate) fn available_pairs(&self) -> u32 {
         self.tx.state().available().min(self.rx.state().available())
+    }
+
+    /// Pairs the queue can hold at all: the free space of its empty rings (the 16-slot reserve
+    /// kept). A copy of more pairs can never be prepared (`E2BIG`, not `ENOSPC`).
+    pub(crate) fn capacity_pairs(&self) -> u32 {
+        let cap = |r: &RingState| r.size().descs().saturating_sub(RESERVE);
+        cap(self.tx.state()).min(cap(self.rx.state()))
     }
 
     /// Pairs one fenced submission may write now, after retiring what completed: the free space

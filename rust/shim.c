@@ -220,12 +220,18 @@ int neuron_udma_pin_map(struct neuron_udma_pin *pin, struct device *dev)
 	struct scatterlist *sg;
 	int ret, i;
 
-	ret = dma_map_sgtable(dev, &pin->sgt, neuron_udma_pin_dir(pin), 0);
+	/*
+	 * DMA_ATTR_REQUIRE_COHERENT: no bounce buffer, no cache maintenance (refused with -EIO),
+	 * and no cacheline-overlap tracking by DMA-API debug (a user may import one page any
+	 * number of times).
+	 */
+	ret = dma_map_sgtable(dev, &pin->sgt, neuron_udma_pin_dir(pin), DMA_ATTR_REQUIRE_COHERENT);
 	if (ret)
-		return ret;
+		return ret == -EIO ? -EOPNOTSUPP : ret;
 	for_each_sgtable_dma_sg(&pin->sgt, sg, i) {
 		if (dma_need_sync(dev, sg_dma_address(sg))) {
-			dma_unmap_sgtable(dev, &pin->sgt, neuron_udma_pin_dir(pin), 0);
+			dma_unmap_sgtable(dev, &pin->sgt, neuron_udma_pin_dir(pin),
+					  DMA_ATTR_REQUIRE_COHERENT);
 			return -EOPNOTSUPP;
 		}
 	}
@@ -257,7 +263,8 @@ struct sg_table *neuron_udma_pin_sgt(struct neuron_udma_pin *pin)
 void neuron_udma_pin_release(struct neuron_udma_pin *pin)
 {
 	if (pin->dev) {
-		dma_unmap_sgtable(pin->dev, &pin->sgt, neuron_udma_pin_dir(pin), 0);
+		dma_unmap_sgtable(pin->dev, &pin->sgt, neuron_udma_pin_dir(pin),
+				  DMA_ATTR_REQUIRE_COHERENT);
 		put_device(pin->dev);
 	}
 	sg_free_table(&pin->sgt);

@@ -185,7 +185,8 @@ struct neuron_udma_copy {
  * Errors: ENOENT (unknown handle, or queue not this file's), ERANGE (offset + size beyond a
  * buffer), EINVAL (size 0 or > 65536, bad barrier, flags/reserved set), ENOSPC (no room for all
  * its pairs: nothing written; COPY_WAIT frees space), EXDEV (crosses a run of an imported buffer
- * without NEURON_UDMA_COPY_SPLIT), EPERM (destination imported without IMPORT_WRITE).
+ * without NEURON_UDMA_COPY_SPLIT), E2BIG (a split copy needs more pairs than the queue's rings
+ * hold even when empty: use larger rings), EPERM (destination imported without IMPORT_WRITE).
  */
 struct neuron_udma_copy_prepare_one {
 	__u32 engine;
