@@ -191,8 +191,27 @@ fn print_info(dev: &Device, i: &Info) {
     println!("ring descs:         {}..{} (reserve {})", i.min_ring_descs, i.max_ring_descs, i.ring_reserve_descs);
     println!("max_batch:          {}", i.max_batch);
     println!("max_host_buffer:    {} ({})", i.max_host_buffer, human_bytes(i.max_host_buffer));
+    println!("max_import_size:    {} ({})", i.max_import_size, human_bytes(i.max_import_size));
+    println!("host_engines:       {}", engine_ranges((0..i.engines).filter(|&e| i.has_host_connectivity(e))));
     let h2t: Vec<String> = i.h2t_queues().iter().map(|(e, q)| format!("{e}/{q}")).collect();
     println!("driver H2T queues:  {}", if h2t.is_empty() { "-".into() } else { h2t.join(" ") });
+}
+
+/// `engines` (ascending) as ranges: "0-3 8 12-15"; "-" if none.
+fn engine_ranges(engines: impl Iterator<Item = u32>) -> String {
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for e in engines {
+        match out.last_mut() {
+            Some((_, hi)) if *hi + 1 == e => *hi = e,
+            _ => out.push((e, e)),
+        }
+    }
+    if out.is_empty() {
+        return "-".into();
+    }
+    let parts: Vec<String> =
+        out.iter().map(|&(lo, hi)| if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") }).collect();
+    parts.join(" ")
 }
 
 /// A parsed size: plain bytes or with a K/M/G (binary) suffix.
@@ -1035,6 +1054,12 @@ mod tests {
         .unwrap();
         assert_eq!(v, vec![(0, 4), (4, 4), (8, 2)]);
         assert!(in_rounds(10, 4, |o, _| if o == 4 { bail!("stop") } else { Ok(()) }).is_err());
+    }
+
+    #[test]
+    fn engine_ranges_group_consecutive_engines() {
+        assert_eq!(engine_ranges([0, 1, 2, 3, 8, 12, 13].into_iter()), "0-3 8 12-13");
+        assert_eq!(engine_ranges(std::iter::empty()), "-");
     }
 
     #[test]
