@@ -197,6 +197,40 @@ fn print_info(dev: &Device, i: &Info) {
     println!("driver H2T queues:  {}", if h2t.is_empty() { "-".into() } else { h2t.join(" ") });
 }
 
+/// Fails with the first byte where `got` differs from `want`; `at` is the offset of byte 0 in
+/// the copied file.
+fn verify(want: &[u8], got: &[u8], at: u64) -> Result<()> {
+    // Slice equality is a memcmp; look for the first difference only when there is one.
+    if want != got {
+        let i = want.iter().zip(got).position(|(x, y)| x != y).unwrap_or(0);
+        bail!("verify failed at byte {}: wrote {:#04x}, read back {:#04x}", at + i as u64, want[i], got[i]);
+    }
+    Ok(())
+}
+
+/// Reports round `round` of `rounds` of a copy (`n` bytes, `done` so far, its host -> HBM and
+/// HBM -> host times; `busy` the copy time so far): the progress bar's message, or one line.
+fn report_round(
+    pb: &ProgressBar,
+    bar: bool,
+    (round, rounds): (u64, u64),
+    (n, done): (u64, u64),
+    (r_h2d, r_d2h): (Duration, Duration),
+    busy: Duration,
+) {
+    if bar {
+        pb.set_message(format!("copy {}", human_rate(2 * done, busy)));
+    } else {
+        println!(
+            "round {round}/{rounds}: {} at {}: host -> HBM {}, HBM -> host {}, verified",
+            human_bytes(n),
+            human_bytes(done - n),
+            human_rate(n, r_h2d),
+            human_rate(n, r_d2h)
+        );
+    }
+}
+
 /// `engines` (ascending) as ranges: "0-3 8 12-15"; "-" if none.
 fn engine_ranges(engines: impl Iterator<Item = u32>) -> String {
     let mut out: Vec<(u32, u32)> = Vec::new();
@@ -517,25 +551,11 @@ fn cmd_copy(dev: &Device, info: &Info, a: &CopyArgs) -> Result<()> {
         t_d2h += r_d2h;
         let t = Instant::now();
         let (want, got) = (&src[..n as usize], &dst[..n as usize]);
-        // Slice equality is a memcmp; look for the first difference only when there is one.
-        if want != got {
-            let i = want.iter().zip(got).position(|(x, y)| x != y).unwrap_or(0);
-            bail!("verify failed at byte {}: wrote {:#04x}, read back {:#04x}", done + i as u64, want[i], got[i]);
-        }
+        verify(want, got, done)?;
         sum_dst.update(got);
         t_verify += t.elapsed();
         done += n;
-        if bar {
-            pb.set_message(format!("copy {}", human_rate(2 * done, t_h2d + t_d2h)));
-        } else {
-            println!(
-                "round {round}/{rounds}: {} at {}: host -> HBM {}, HBM -> host {}, verified",
-                human_bytes(n),
-                human_bytes(done - n),
-                human_rate(n, r_h2d),
-                human_rate(n, r_d2h)
-            );
-        }
+        report_round(&pb, bar, (round, rounds), (n, done), (r_h2d, r_d2h), t_h2d + t_d2h);
     }
     let t_all = t_all.elapsed();
     pb.finish_and_clear();
@@ -631,24 +651,11 @@ fn cmd_copy_zero_copy(dev: &Device, info: &Info, a: &CopyArgs, path: &std::path:
         t_d2h += r_d2h;
         let t = Instant::now();
         let got = &out[..n as usize];
-        if part != got {
-            let i = part.iter().zip(got).position(|(x, y)| x != y).unwrap_or(0);
-            bail!("verify failed at byte {}: wrote {:#04x}, read back {:#04x}", done + i as u64, part[i], got[i]);
-        }
+        verify(part, got, done)?;
         sum.update(got);
         t_verify += t.elapsed();
         done += n;
-        if bar {
-            pb.set_message(format!("copy {}", human_rate(2 * done, t_h2d + t_d2h)));
-        } else {
-            println!(
-                "round {round}/{rounds}: {} at {}: host -> HBM {}, HBM -> host {}, verified",
-                human_bytes(n),
-                human_bytes(done - n),
-                human_rate(n, r_h2d),
-                human_rate(n, r_d2h)
-            );
-        }
+        report_round(&pb, bar, (round, rounds), (n, done), (r_h2d, r_d2h), t_h2d + t_d2h);
     }
     let t_all = t_all.elapsed();
     pb.finish_and_clear();
