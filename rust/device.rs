@@ -24,13 +24,15 @@ use crate::{
 use kernel::{
     device::Bound,
     dma::Coherent,
-    new_mutex, pci,
+    new_mutex, new_work, pci,
     prelude::*,
     sync::{
         aref::ARef,
-        atomic::{Atomic, Relaxed},
+        atomic::{Atomic, Relaxed, Release},
         Arc, Mutex,
     },
+    time::{delay::fsleep, Delta},
+    workqueue::{self, impl_has_work, Work, WorkItem},
     xarray::{AllocKind, XArray},
 };
 
@@ -66,6 +68,43 @@ pub(crate) struct UdmaDevice {
     pub(crate) pool: BufferPool,
     #[pin]
     state: Mutex<DevState>,
+    /// Gives back what abandoned copies of released files hold once the engine is done with
+    /// it ([`Self::reap_later`]): no later call may come to do it.
+    #[pin]
+    reaper: Work<UdmaDevice>,
+    /// Non-zero while [`Self::reaper`] is queued or running.
+    reaping: Atomic<u32>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for UdmaDevice { self.reaper }
+}
+
+/// First and longest sleep between two looks of the reaper at the held fences.
+const REAP_SLEEP: (Delta, Delta) = (Delta::from_micros(100), Delta::from_millis(10));
+
+impl WorkItem for UdmaDevice {
+    type Pointer = Arc<UdmaDevice>;
+
+    /// Reaps until nothing is held or the device is unbound; a queue whose held submission
+    /// no longer completes is reset when it made no progress for the default timeout.
+    fn run(this: Arc<UdmaDevice>) {
+        let mut sleep = REAP_SLEEP.0;
+        loop {
+            this.reap();
+            if !this.pool.has_held() || !this.is_alive() {
+                break;
+            }
+            if let Ok(h2t) = this.h2t() {
+                let _ = h2t.reset_if_stuck();
+            }
+            fsleep(sleep);
+            sleep = (sleep + sleep).min(REAP_SLEEP.1);
+        }
+        this.reaping.store(0, Release);
+        // Memory held after the last look is not missed.
+        Self::reap_later(&this);
+    }
 }
 
 /// Index of queue `qid` of engine `eng` in the queue table.
@@ -100,6 +139,8 @@ impl UdmaDevice {
                     alive: true,
                     h2t: None,
                 }),
+                reaper <- new_work!("neuron_udma::reap"),
+                reaping: Atomic::new(0),
             }),
             GFP_KERNEL,
         )
@@ -152,6 +193,22 @@ impl UdmaDevice {
         }
         if let Ok(h2t) = self.h2t() {
             h2t.reap(&self.pool);
+        }
+    }
+
+    /// Queues the reaper if abandoned copies hold memory: called when a file is released, after
+    /// which no call of that file will reap what its abandoned `MEMCPY` holds (the pinned pages
+    /// of an import, a buffer's memory and charge). Queued only while the device is bound
+    /// (decided under the state lock, which unbind takes before it flushes the reaper), so it
+    /// never runs after unbind.
+    pub(crate) fn reap_later(this: &Arc<Self>) {
+        if !this.pool.has_held() {
+            return;
+        }
+        let st = this.state.lock();
+        if st.alive && this.reaping.cmpxchg(0, 1, Relaxed).is_ok() {
+            // Cannot be queued already: `reaping` was 0.
+            let _ = workqueue::system_unbound().enqueue(this.clone());
         }
     }
 
@@ -431,5 +488,7 @@ impl UdmaDevice {
         // After the queues: no engine uses the buffers any more. The coherent memory is freed
         // now, while the device is bound; open files and mappings keep only the records.
         self.pool.shutdown();
+        // `alive` is false: the reaper ends its loop and is not queued again.
+        crate::shim::flush_work(&self.reaper);
     }
 }

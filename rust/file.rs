@@ -91,6 +91,8 @@ impl PinnedDrop for OpenFile {
             )
         };
         self.dev.release_file(self.id, &queues, &handles);
+        // What an abandoned MEMCPY of this file still holds comes back when the engine is done.
+        UdmaDevice::reap_later(&self.dev);
     }
 }
 

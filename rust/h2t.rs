@@ -192,6 +192,16 @@ impl H2t {
         }
     }
 
+    /// Resets the shared queue if it made no progress for [`DEFAULT_TIMEOUT`] with fences in
+    /// flight ([`Channel::reset_if_stuck`]).
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Channel::reset_if_stuck`].
+    pub(crate) fn reset_if_stuck(&self) -> Result {
+        self.chan.reset_if_stuck()
+    }
+
     /// Gives back what abandoned copies held once their fences are settled
     /// ([`BufferPool::reap`]). The queue lock is never taken inside the pool lock.
     pub(crate) fn reap(&self, pool: &BufferPool) {
