@@ -236,7 +236,8 @@ impl OpenFile {
         if c.flags & !(DST_INT | SPLIT) != 0 {
             return Err(EINVAL);
         }
-        let len = DescLen::new(c.size)?;
+        // EINVAL for size 0 or above 64 KiB, before any lookup.
+        DescLen::new(c.size)?;
         let barrier = Barrier::try_from(c.barrier)?;
         let (sb, sbase) = seen.lookup(self, c.src_handle, c.src_offset, c.size)?;
         let (db, dbase) = seen.lookup(self, c.dst_handle, c.dst_offset, c.size)?;
@@ -245,38 +246,34 @@ impl OpenFile {
             sb.span_at(sbase, c.src_offset),
             db.span_at(dbase, c.dst_offset),
         );
-        let size = u64::from(c.size);
         let set_dst_int = c.flags & DST_INT != 0;
-        let refs =
-            || -> Result<PairRefs> { Ok([Some(InFlight::new(&sb)?), Some(InFlight::new(&db)?)]) };
-        if src.contiguous(size) && dst.contiguous(size) {
-            let (Some((s, _)), Some((d, _))) = (src.at(0), dst.at(0)) else {
-                return Err(ERANGE);
-            };
-            let copy = Copy {
-                src: s,
-                dst: d,
-                len,
-                barrier,
-                set_dst_int,
-            };
-            return Ok(Pairs::One(copy, refs()?));
-        }
-        if c.flags & SPLIT == 0 {
-            return Err(EXDEV);
-        }
-        let mut pieces = Pieces::new(src, dst, size, MAX_DESC_BYTES);
-        let mut v = KVec::new();
-        while pieces.remaining() != 0 {
+        let mut pieces = Pieces::new(src, dst, u64::from(c.size), MAX_DESC_BYTES);
+        // The pair of the next piece; its buffer references are taken once the copy is valid.
+        let next = |pieces: &mut Pieces<'_>| -> Result<Copy> {
+            // A span too short for the copy (the ranges were checked above).
             let (s, d, n) = pieces.next().ok_or(ERANGE)?;
-            let copy = Copy {
+            Ok(Copy {
                 src: s,
                 dst: d,
                 len: DescLen::new(n)?,
                 barrier,
                 set_dst_int: set_dst_int && pieces.remaining() == 0,
-            };
-            v.push((copy, refs()?), GFP_KERNEL)?;
+            })
+        };
+        let refs =
+            || -> Result<PairRefs> { Ok([Some(InFlight::new(&sb)?), Some(InFlight::new(&db)?)]) };
+        // Within 64 KiB, copies between driver-allocated buffers are always one piece.
+        let first = next(&mut pieces)?;
+        if pieces.remaining() == 0 {
+            return Ok(Pairs::One(first, refs()?));
+        }
+        if c.flags & SPLIT == 0 {
+            return Err(EXDEV);
+        }
+        let mut v = KVec::new();
+        v.push((first, refs()?), GFP_KERNEL)?;
+        while pieces.remaining() != 0 {
+            v.push((next(&mut pieces)?, refs()?), GFP_KERNEL)?;
         }
         Ok(Pairs::Split(v))
     }
@@ -465,20 +462,7 @@ impl OpenFile {
         let n = pairs.count();
         chan.with(|q, _| match pairs {
             Pairs::One(c, refs) => q.prepare_one_refs(&c, refs),
-            Pairs::Split(v) => {
-                // All or nothing; a copy that can never fit is not "wait first".
-                if n > q.capacity_pairs() {
-                    return Err(E2BIG);
-                }
-                q.retire();
-                if q.available_pairs() < n {
-                    return Err(ENOSPC);
-                }
-                for (c, refs) in v {
-                    q.prepare_one_refs(&c, refs)?;
-                }
-                Ok(())
-            }
+            Pairs::Split(v) => write_all(q, v, n, n),
         })?;
         Ok(split_result(p.copy.flags, n))
     }
@@ -535,21 +519,7 @@ impl OpenFile {
         }
         // CAST: at most MAX_BATCH copies of at most 33 pairs each.
         let pairs = copies.len() as u32;
-        chan.with(|q, _| {
-            // A copy that can never fit is not "wait first" (a batch that cannot is split by
-            // its caller, as in ABI 1).
-            if largest > q.capacity_pairs() {
-                return Err(E2BIG);
-            }
-            q.retire();
-            if q.available_pairs() < pairs {
-                return Err(ENOSPC);
-            }
-            for (c, refs) in copies.drain_all() {
-                q.prepare_one_refs(&c, refs)?;
-            }
-            Ok(())
-        })?;
+        chan.with(|q, _| write_all(q, copies.drain_all(), pairs, largest))?;
         Ok(split_result(flags, pairs))
     }
 
@@ -657,6 +627,34 @@ impl OpenFile {
             .h2t()?
             .memcpy_for_file(&self.dev.pool, self.id, src, dst, m.size, left, guards)
     }
+}
+
+/// Writes the `count` descriptor pairs `pairs` of a prepare ioctl, all or nothing; the largest
+/// copy among them took `largest` pairs.
+///
+/// # Errors
+///
+/// `E2BIG` if that copy takes more pairs than the queue's empty rings hold (it can never fit:
+/// not "wait first"; a batch that cannot fit is split by its caller, as in ABI 1), `ENOSPC` if
+/// the rings have no room for all of them now (after retiring what completed); nothing is
+/// written then.
+fn write_all(
+    q: &mut Queue,
+    pairs: impl IntoIterator<Item = (Copy, PairRefs)>,
+    count: u32,
+    largest: u32,
+) -> Result {
+    if largest > q.capacity_pairs() {
+        return Err(E2BIG);
+    }
+    q.retire();
+    if q.available_pairs() < count {
+        return Err(ENOSPC);
+    }
+    for (c, refs) in pairs {
+        q.prepare_one_refs(&c, refs)?;
+    }
+    Ok(())
 }
 
 /// The result of a prepare ioctl whose copies had `flags` (OR-ed) and took `pairs` descriptor

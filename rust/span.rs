@@ -77,12 +77,6 @@ impl Span<'_> {
             }
         }
     }
-
-    /// Whether the span is contiguous for its first `len` bytes (one piece if `len` is at most
-    /// 64 KiB).
-    pub(crate) fn contiguous(&self, len: u64) -> bool {
-        self.at(0).is_some_and(|(_, n)| n >= len)
-    }
 }
 
 /// The pieces of a copy of `len` bytes from `src` to `dst`, in order: each at most `max`
@@ -260,8 +254,8 @@ mod tests {
             start: 0,
             route: 0,
         };
-        assert!(!s.contiguous(K));
-        assert!(s.contiguous(K - 110));
+        // Contiguous for K - 110 bytes from the start, not for K.
+        assert_eq!(s.at(0).map(|(_, n)| n), Some(K - 110));
         let v = collect(Pieces::new(s, d, 3 * K - 110, 65536))?;
         assert_eq!(
             &v[..],
