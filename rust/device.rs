@@ -218,6 +218,19 @@ impl UdmaDevice {
     ///
     /// `ENOMEM`, or `ENODEV` once the device is unbound.
     pub(crate) fn alloc_coherent(&self, len: usize) -> Result<Coherent<[u8]>> {
+        // No warning: a refused request is the caller's ENOMEM, not a kernel problem.
+        self.with_bound(|dev| Coherent::<u8>::zeroed_slice(dev, len, GFP_KERNEL | __GFP_NOWARN))
+    }
+
+    /// Runs `f` on the device while it is certainly bound (DMA allocations and mappings).
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` once the device is unbound; those of `f`.
+    fn with_bound<R>(
+        &self,
+        f: impl FnOnce(&kernel::device::Device<Bound>) -> Result<R>,
+    ) -> Result<R> {
         let st = self.state.lock();
         if !st.alive {
             return Err(ENODEV);
@@ -227,8 +240,7 @@ impl UdmaDevice {
         // so the device stays bound at least until the lock is released, and `dev` does not
         // outlive this scope.
         let dev = unsafe { self.pdev.as_ref().as_bound() };
-        // No warning: a refused request is the caller's ENOMEM, not a kernel problem.
-        Coherent::<u8>::zeroed_slice(dev, len, GFP_KERNEL | __GFP_NOWARN)
+        f(dev)
     }
 
     /// Takes queue `qid` of engine `eng` for `owner`: allocates rings of `tx_descs`/`rx_descs`
@@ -440,18 +452,9 @@ impl UdmaDevice {
         // What pinning really holds: every page the range touches.
         let pinned = end.div_ceil(page) - addr / page;
         let charge = Charge::new(pinned * page)?;
-        // Pinned outside the state lock (it may fault pages in); mapped under it, like
-        // `alloc_coherent`, so the device is bound.
+        // Pinned outside the state lock (it may fault pages in); mapped while certainly bound.
         let mut pages = PinnedPages::new(addr, size, write)?;
-        {
-            let st = self.state.lock();
-            if !st.alive {
-                return Err(ENODEV);
-            }
-            // SAFETY: as in `alloc_coherent`: bound while `alive` is true under the lock.
-            let dev = unsafe { self.pdev.as_ref().as_bound() };
-            pages.map(dev)?;
-        }
+        self.with_bound(|dev| pages.map(dev))?;
         Buffer::imported(handle, size, owner, owner_file, pages, charge, write)
     }
 

@@ -155,6 +155,14 @@ impl Drop for UserCharge {
     }
 }
 
+/// The `struct device` of `dev`, for the C side: `Device` is a transparent wrapper of it (7.3
+/// keeps `Device::as_raw` private). Valid while `dev` is borrowed.
+fn raw_device(dev: &kernel::device::Device<kernel::device::Bound>) -> *mut bindings::device {
+    core::ptr::from_ref(dev)
+        .cast::<bindings::device>()
+        .cast_mut()
+}
+
 /// The caller's pages under a user range, pinned for long-term DMA (`pin_user_pages_fast()`
 /// with `FOLL_LONGTERM`, which Linux 7.3's Rust does not wrap, and whose `SGTable` takes only
 /// pages it allocated), with their scatter-gather table. Dropping it unmaps the table, unpins
@@ -195,10 +203,7 @@ impl PinnedPages {
     /// `EOPNOTSUPP` if `dev` could reach them only through bounce buffers, the DMA API's
     /// `ENOMEM`/`EIO`/`EINVAL`.
     pub(crate) fn map(&mut self, dev: &kernel::device::Device<kernel::device::Bound>) -> Result {
-        // `Device` is a transparent wrapper of `struct device` (as in `DmaRegistration`).
-        let raw = core::ptr::from_ref(dev)
-            .cast::<bindings::device>()
-            .cast_mut();
+        let raw = raw_device(dev);
         // SAFETY: `self.0` is a valid, unmapped pin (`map` is called once, by its owner); `raw`
         // is the bound device `dev`, and the pin keeps its own reference to it.
         kernel::error::to_result(unsafe { ffi::neuron_udma_pin_map(self.0.as_ptr(), raw) })
@@ -230,10 +235,7 @@ impl Drop for PinnedPages {
 ///
 /// No DMA mapping of `dev` exists yet (called at probe).
 pub(crate) unsafe fn dma_no_seg_limits(dev: &kernel::device::Device<kernel::device::Bound>) {
-    // `Device` is a transparent wrapper of `struct device` (as in `DmaRegistration`).
-    let raw = core::ptr::from_ref(dev)
-        .cast::<bindings::device>()
-        .cast_mut();
+    let raw = raw_device(dev);
     // SAFETY: `raw` is the bound device `dev`; no mapping exists (per the contract).
     unsafe { ffi::neuron_udma_dma_no_seg_limits(raw) }
 }
@@ -351,10 +353,7 @@ impl DmaRegistration {
         chans: &[*const c_void],
     ) -> Result<Self> {
         let nr = u32::try_from(chans.len()).map_err(|_| EINVAL)?;
-        // `Device` is a transparent wrapper of `struct device` (7.3 keeps its `as_raw` private).
-        let raw = core::ptr::from_ref(dev)
-            .cast::<bindings::device>()
-            .cast_mut();
+        let raw = raw_device(dev);
         // SAFETY: `raw` is the bound device `dev`; `chans` holds `nr` valid entries (per the
         // contract).
         let p = unsafe { ffi::neuron_udma_dma_register(raw, chans.as_ptr(), nr) };
