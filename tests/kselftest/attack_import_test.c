@@ -30,57 +30,6 @@
 #define ENGINE 13
 #define QUEUE 2
 
-/* Long-term pins held on the system: nr_foll_pin_acquired - nr_foll_pin_released. */
-static long pins_held(void)
-{
-	char key[64];
-	long v, acq = -1, rel = -1;
-	FILE *f;
-
-	/* Fold the per-CPU deltas first (root only): /proc/vmstat is approximate otherwise. */
-	if (!geteuid())
-		sysfs_write("/proc/sys/vm/stat_refresh", "1");
-	f = fopen("/proc/vmstat", "re");
-	if (!f)
-		return -1;
-	while (fscanf(f, "%63s %ld", key, &v) == 2) {
-		if (!strcmp(key, "nr_foll_pin_acquired"))
-			acq = v;
-		else if (!strcmp(key, "nr_foll_pin_released"))
-			rel = v;
-	}
-	fclose(f);
-	return acq < 0 || rel < 0 ? -1 : acq - rel;
-}
-
-/* Waits up to 10 s for the held pins to come back to @want; returns the last count. */
-static long pins_settle(long want)
-{
-	long n = pins_held();
-	int i;
-
-	for (i = 0; i < 1000 && n != want; i++) {
-		sleep_ms(10);
-		n = pins_held();
-	}
-	return n;
-}
-
-/* MEM_IMPORT: 0 and the handle (and run count), or -errno. */
-static int import(int fd, const void *addr, __u64 size, __u32 flags, __u64 *handle, __u32 *segs)
-{
-	struct neuron_udma_mem_import m = { .addr = (uintptr_t)addr, .size = size, .flags = flags };
-	int ret = udma_ioc(fd, NEURON_UDMA_MEM_IMPORT, &m);
-
-	if (!ret) {
-		if (handle)
-			*handle = m.handle;
-		if (segs)
-			*segs = m.segments;
-	}
-	return ret;
-}
-
 static int import_raw(int fd, __u64 addr, __u64 size, __u32 flags)
 {
 	struct neuron_udma_mem_import m = { .addr = addr, .size = size, .flags = flags };
@@ -89,25 +38,6 @@ static int import_raw(int fd, __u64 addr, __u64 size, __u32 flags)
 	if (!ret)
 		mem_free(fd, m.handle);
 	return ret;
-}
-
-/* COPY_PREPARE_ONE returning the pair count (>= 0) or -errno. */
-static int prep_one_q(int fd, __u32 q, struct neuron_udma_copy c)
-{
-	struct neuron_udma_copy_prepare_one p = { .engine = ENGINE, .queue = q, .copy = c };
-	int ret = ioctl(fd, NEURON_UDMA_COPY_PREPARE_ONE, &p);
-
-	return ret < 0 ? -errno : ret;
-}
-
-static int prep_q(int fd, __u32 q, const struct neuron_udma_copy *c, __u32 n)
-{
-	struct neuron_udma_copy_prepare p = {
-		.engine = ENGINE, .queue = q, .count = n, .copies = (uintptr_t)c,
-	};
-	int ret = ioctl(fd, NEURON_UDMA_COPY_PREPARE, &p);
-
-	return ret < 0 ? -errno : ret;
 }
 
 /*
@@ -135,15 +65,12 @@ static unsigned char *scattered(size_t pages, void **spacer)
 	return p;
 }
 
+#define prep_one_q(fd, q, c) prep_one_pairs(fd, ENGINE, q, c)
+#define prep_q(fd, q, c, n) prep_pairs(fd, ENGINE, q, c, n)
 #define prep_one_n(fd, c) prep_one_q(fd, QUEUE, c)
 #define prep_n(fd, c, n) prep_q(fd, QUEUE, c, n)
-
-static struct ubuf imp(__u64 handle, __u64 size)
-{
-	struct ubuf b = { .handle = handle, .size = size };
-
-	return b;
-}
+/* How long the pins may take to come back (deferred work, a killed copy's last submission). */
+#define SETTLE_MS 10000
 
 /* Whether the kernel log holds @needle (root: SYSLOG_ACTION_READ_ALL). */
 static int klog_has(const char *needle)
@@ -191,9 +118,9 @@ TEST(import_long_runs_within_dma_limits)
 	mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	ASSERT_NE(MAP_FAILED, mem);
 	memset(mem, 0x6b, len);
-	ASSERT_EQ(0, import(fd, mem, len, NEURON_UDMA_IMPORT_WRITE, &h, &segs));
+	ASSERT_EQ(0, udma_import(fd, mem, len, NEURON_UDMA_IMPORT_WRITE, &h, &segs));
 	TH_LOG("32 MiB in %u runs", segs);
-	im = imp(h, len);
+	im = import_ubuf(h, len);
 	ASSERT_EQ(0, ubuf_dev(fd, len, &dev));
 	ASSERT_EQ(0, udma_memcpy(fd, &im, 0, &dev, 0, len, 0));
 	memset(mem, 0, len);
@@ -204,7 +131,7 @@ TEST(import_long_runs_within_dma_limits)
 	EXPECT_EQ(0, mem_free(fd, h));
 	EXPECT_EQ(0, klog_has(warn));
 	close(fd);
-	EXPECT_EQ(before, pins_settle(before));
+	EXPECT_EQ(before, pins_settle(before, SETTLE_MS));
 	munmap(mem, len);
 }
 
@@ -266,7 +193,7 @@ TEST(import_bad_input_pins_nothing)
 	EXPECT_EQ(before, pins_held());
 	ASSERT_EQ(0, ubuf_free(fd, &host));
 	close(fd);
-	EXPECT_EQ(before, pins_settle(before));
+	EXPECT_EQ(before, pins_settle(before, SETTLE_MS));
 	munmap(big, 24 * MIB);
 	munmap(ro, 68 * KIB);
 	munmap(none, 64 * KIB);
@@ -294,9 +221,9 @@ TEST(import_roundtrip_and_split)
 	want = malloc(pages * PG);
 	ASSERT_NE(NULL, want);
 	fill_pattern(mem, pages * PG, 1);
-	ASSERT_EQ(0, import(fd, mem + 100, size, NEURON_UDMA_IMPORT_WRITE, &h, &segs));
+	ASSERT_EQ(0, udma_import(fd, mem + 100, size, NEURON_UDMA_IMPORT_WRITE, &h, &segs));
 	EXPECT_LE(2U, segs) TH_LOG("a scattered range of %zu pages has %u runs", pages, segs);
-	im = imp(h, size);
+	im = import_ubuf(h, size);
 	EXPECT_EQ(before + (long)pages, pins_held());
 	ASSERT_EQ(0, ubuf_host(fd, 256 * KIB, &host));
 
@@ -378,13 +305,13 @@ TEST(import_roundtrip_and_split)
 		}
 		/* Nothing kept a reference: the import can be freed now and again later. */
 		EXPECT_EQ(0, mem_free(fd, h));
-		ASSERT_EQ(0, import(fd, mem + 100, size, NEURON_UDMA_IMPORT_WRITE, &h, &segs));
-		im = imp(h, size);
+		ASSERT_EQ(0, udma_import(fd, mem + 100, size, NEURON_UDMA_IMPORT_WRITE, &h, &segs));
+		im = import_ubuf(h, size);
 		/* An import without IMPORT_WRITE is never a destination (EPERM, nothing written). */
 	}
 	EXPECT_EQ(0, mem_free(fd, h));
-	ASSERT_EQ(0, import(fd, mem, pages * PG, 0, &h, NULL));
-	im = imp(h, pages * PG);
+	ASSERT_EQ(0, udma_import(fd, mem, pages * PG, 0, &h, NULL));
+	im = import_ubuf(h, pages * PG);
 	memcpy(want, mem, pages * PG);
 	ASSERT_EQ(0, queue_state(fd, ENGINE, QUEUE, &s0));
 	c[0] = ucopy(&host, 0, &host, 4096, 4096);
@@ -400,15 +327,15 @@ TEST(import_roundtrip_and_split)
 	EXPECT_EQ(before, pins_held());
 
 	/* Prepared, never started pairs on an import: close gives every pin back. */
-	ASSERT_EQ(0, import(fd, mem, pages * PG, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
-	im = imp(h, pages * PG);
+	ASSERT_EQ(0, udma_import(fd, mem, pages * PG, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
+	im = import_ubuf(h, pages * PG);
 	c[0] = ucopy(&host, 0, &im, 0, 65536);
 	c[0].flags = NEURON_UDMA_COPY_SPLIT;
 	ASSERT_LE(1, prep_one_n(fd, c[0]));
 	EXPECT_EQ(-EBUSY, mem_free(fd, h));
 	EXPECT_EQ(-EBUSY, ubuf_free(fd, &host));
 	close(fd);
-	EXPECT_EQ(before, pins_settle(before));
+	EXPECT_EQ(before, pins_settle(before, SETTLE_MS));
 	munmap(mem, pages * PG);
 	munmap(spacer, pages * PG);
 	free(want);
@@ -436,8 +363,8 @@ TEST(import_survives_munmap_dontneed_fork)
 	mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	ASSERT_NE(MAP_FAILED, mem);
 	memset(mem, 0x11, len);
-	ASSERT_EQ(0, import(fd, mem, len, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
-	im = imp(h, len);
+	ASSERT_EQ(0, udma_import(fd, mem, len, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
+	im = import_ubuf(h, len);
 
 	/* munmap, and a new mapping at the same address. */
 	ASSERT_EQ(0, munmap(mem, len));
@@ -457,8 +384,8 @@ TEST(import_survives_munmap_dontneed_fork)
 
 	/* MADV_DONTNEED: the process gets new zero pages, the import keeps the old ones. */
 	memset(again, 0x44, len);
-	ASSERT_EQ(0, import(fd, again, len, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
-	im = imp(h, len);
+	ASSERT_EQ(0, udma_import(fd, again, len, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
+	im = import_ubuf(h, len);
 	ASSERT_EQ(0, madvise(again, len, MADV_DONTNEED));
 	ASSERT_EQ(0, udma_memcpy(fd, &host, 0, &im, 0, len, 0));
 	EXPECT_EQ(0, again[0]);
@@ -470,8 +397,8 @@ TEST(import_survives_munmap_dontneed_fork)
 
 	/* fork: the child's copy is its own; the child's copies through the file reach the parent's pages. */
 	memset(again, 0x55, len);
-	ASSERT_EQ(0, import(fd, again, len, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
-	im = imp(h, len);
+	ASSERT_EQ(0, udma_import(fd, again, len, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
+	im = import_ubuf(h, len);
 	memset(host.map, 0x66, len);
 	pid = fork();
 	ASSERT_LE(0, pid);
@@ -517,8 +444,8 @@ TEST(import_truncated_memfd)
 	mf = mmap(NULL, 1 * MIB, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
 	ASSERT_NE(MAP_FAILED, mf);
 	memset(mf, 0x3c, 1 * MIB);
-	ASSERT_EQ(0, import(fd, mf, 1 * MIB, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
-	im = imp(h, 1 * MIB);
+	ASSERT_EQ(0, udma_import(fd, mf, 1 * MIB, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
+	im = import_ubuf(h, 1 * MIB);
 	/* Truncated and unmapped: the engine still only writes the pinned (orphaned) pages. */
 	ASSERT_EQ(0, ftruncate(mfd, 0));
 	ASSERT_EQ(0, munmap(mf, 1 * MIB));
@@ -527,7 +454,7 @@ TEST(import_truncated_memfd)
 	EXPECT_EQ(0, mem_free(fd, h));
 	close(mfd);
 	close(fd);
-	EXPECT_EQ(before, pins_settle(before));
+	EXPECT_EQ(before, pins_settle(before, SETTLE_MS));
 }
 
 /* An unprivileged user is bounded by RLIMIT_MEMLOCK, and every error gives its charge back. */
@@ -543,32 +470,32 @@ static int memlock_child(void *arg)
 	if (fd < 0)
 		return 3;
 	/* 16 pages at an unaligned address touch 17: too many. */
-	if (import(fd, mem + 1, 64 * KIB, 0, &h, NULL) != -ENOMEM)
+	if (udma_import(fd, mem + 1, 64 * KIB, 0, &h, NULL) != -ENOMEM)
 		return 4;
-	if (import(fd, mem + 1, 64 * KIB - 1, NEURON_UDMA_IMPORT_WRITE, &h, NULL))
+	if (udma_import(fd, mem + 1, 64 * KIB - 1, NEURON_UDMA_IMPORT_WRITE, &h, NULL))
 		return 5;
-	if (import(fd, mem, 1, 0, &h2, NULL) != -ENOMEM)
+	if (udma_import(fd, mem, 1, 0, &h2, NULL) != -ENOMEM)
 		return 6;
 	if (mem_free(fd, h))
 		return 7;
 	/* Failed imports (a hole, read-only with IMPORT_WRITE) keep no charge. */
 	for (int i = 0; i < 50; i++) {
-		ret = import(fd, mem + 64 * KIB, 8 * KIB, 0, &h2, NULL);
+		ret = udma_import(fd, mem + 64 * KIB, 8 * KIB, 0, &h2, NULL);
 		if (ret != -EFAULT)
 			return 8;
 	}
-	if (import(fd, mem, 64 * KIB, NEURON_UDMA_IMPORT_WRITE, &h, NULL))
+	if (udma_import(fd, mem, 64 * KIB, NEURON_UDMA_IMPORT_WRITE, &h, NULL))
 		return 9;
 	/* Close gives it back, also with a second file of the same user. */
 	close(fd);
 	fd = udma_open();
-	if (import(fd, mem, 64 * KIB, 0, &h, NULL))
+	if (udma_import(fd, mem, 64 * KIB, 0, &h, NULL))
 		return 10;
 	close(fd);
 	if (sec_memlock(0))
 		return 11;
 	fd = udma_open();
-	ret = import(fd, mem, 1, 0, &h, NULL);
+	ret = udma_import(fd, mem, 1, 0, &h, NULL);
 	close(fd);
 	return ret == -ENOMEM ? 0 : 12;
 }
@@ -587,7 +514,7 @@ TEST(import_memlock_unprivileged)
 	pid = sec_spawn(UID_A, memlock_child, mem);
 	ASSERT_LT(0, pid);
 	EXPECT_EQ(0, sec_reap(pid));
-	EXPECT_EQ(before, pins_settle(before));
+	EXPECT_EQ(before, pins_settle(before, SETTLE_MS));
 	munmap(mem, 128 * KIB);
 }
 
@@ -602,7 +529,7 @@ static int big_import_child(void *arg)
 
 	if (mem == MAP_FAILED || fd < 0)
 		return 2;
-	ret = import(fd, mem, len, NEURON_UDMA_IMPORT_WRITE, NULL, NULL);
+	ret = udma_import(fd, mem, len, NEURON_UDMA_IMPORT_WRITE, NULL, NULL);
 	printf("# import of %zu MiB: %d\n", len >> 20, ret);
 	return ret == -ENOMEM || ret == -EFAULT || ret == -EINTR ? 0 : 3;
 }
@@ -619,7 +546,7 @@ TEST(import_killed_while_pinning)
 	kill(pid, SIGKILL);
 	st = sec_reap(pid);
 	EXPECT_TRUE(st == 128 + SIGKILL || st == 0) TH_LOG("child: %d", st);
-	EXPECT_EQ(before, pins_settle(before));
+	EXPECT_EQ(before, pins_settle(before, SETTLE_MS));
 
 }
 
@@ -641,9 +568,9 @@ static int memcpy_child(void *arg)
 	if (mem == MAP_FAILED || fd < 0)
 		return 2;
 	memset(mem, 0x5a, len);
-	if (import(fd, mem, len, 0, &h, NULL) || ubuf_dev(fd, len, &dev))
+	if (udma_import(fd, mem, len, 0, &h, NULL) || ubuf_dev(fd, len, &dev))
 		return 3;
-	im = imp(h, len);
+	im = import_ubuf(h, len);
 	atomic_store(go, 1);
 	for (;;)
 		udma_memcpy(fd, &im, 0, &dev, 0, len, 0);
@@ -672,7 +599,7 @@ TEST_F_TIMEOUT(slow, import_pins_return_after_killed_memcpy, 120)
 		kill(pid, SIGKILL);
 		EXPECT_EQ(128 + SIGKILL, sec_reap(pid));
 		/* No call on the device from here on: only the driver may give the pins back. */
-		after_kill = pins_settle(before);
+		after_kill = pins_settle(before, SETTLE_MS);
 		if (after_kill != before)
 			killed_in_flight++;
 		EXPECT_EQ(before, after_kill) TH_LOG("round %d: %ld pages still pinned", i,
@@ -683,7 +610,7 @@ TEST_F_TIMEOUT(slow, import_pins_return_after_killed_memcpy, 120)
 
 			mem_free(fd, 12345);
 			close(fd);
-			EXPECT_EQ(before, pins_settle(before));
+			EXPECT_EQ(before, pins_settle(before, SETTLE_MS));
 		}
 	}
 	munmap((void *)go, 4096);
@@ -704,7 +631,7 @@ static int same_page_child(void *arg)
 	if (fd < 0)
 		return 2;
 	for (i = 0; i < 12; i++)
-		if (import(fd, page, 64, NEURON_UDMA_IMPORT_WRITE, &h[i], NULL))
+		if (udma_import(fd, page, 64, NEURON_UDMA_IMPORT_WRITE, &h[i], NULL))
 			return 3;
 	close(fd);
 	return 0;
@@ -726,7 +653,7 @@ TEST(import_same_page_many_times_no_warning)
 	ASSERT_LT(0, pid);
 	EXPECT_EQ(0, sec_reap(pid));
 	EXPECT_EQ(0, klog_has(warn));
-	EXPECT_EQ(before, pins_settle(before));
+	EXPECT_EQ(before, pins_settle(before, SETTLE_MS));
 	munmap(page, PG);
 }
 

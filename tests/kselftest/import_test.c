@@ -33,47 +33,11 @@ static long page_sz(void)
 	return sysconf(_SC_PAGESIZE);
 }
 
-/* MEM_IMPORT of [@addr, @addr + @size): 0 (handle and runs in *@h, *@segs) or -errno. */
-static int mem_import(int fd, const void *addr, __u64 size, __u32 flags, __u64 *h, __u32 *segs)
-{
-	struct neuron_udma_mem_import m = { .addr = (uintptr_t)addr, .size = size, .flags = flags };
-	int ret = udma_ioc(fd, NEURON_UDMA_MEM_IMPORT, &m);
-
-	if (!ret) {
-		*h = m.handle;
-		if (segs)
-			*segs = m.segments;
-	}
-	return ret;
-}
-
-/* A buffer handle for ucopy()/udma_memcpy(): an import has no mapping of the driver's. */
-static struct ubuf as_ubuf(__u64 handle, __u64 size)
-{
-	struct ubuf b = { .handle = handle, .size = size };
-
-	return b;
-}
-
-/* COPY_PREPARE_ONE keeping the ioctl's return value: pairs written (or 0), or -errno. */
-static int prep_one_n(int fd, struct neuron_udma_copy c)
-{
-	struct neuron_udma_copy_prepare_one p = { .engine = ENG, .queue = QID, .copy = c };
-	int ret = ioctl(fd, NEURON_UDMA_COPY_PREPARE_ONE, &p);
-
-	return ret < 0 ? -errno : ret;
-}
-
-/* COPY_PREPARE keeping the ioctl's return value: pairs written (or 0), or -errno. */
-static int prep_n(int fd, const struct neuron_udma_copy *c, __u32 n)
-{
-	struct neuron_udma_copy_prepare p = {
-		.engine = ENG, .queue = QID, .count = n, .copies = (uintptr_t)c,
-	};
-	int ret = ioctl(fd, NEURON_UDMA_COPY_PREPARE, &p);
-
-	return ret < 0 ? -errno : ret;
-}
+/* COPY_PREPARE(_ONE) on the test's queue, keeping the pair count. */
+#define prep_one_n(fd, c) prep_one_pairs(fd, ENG, QID, c)
+#define prep_n(fd, c, n) prep_pairs(fd, ENG, QID, c, n)
+/* How long a close may take to unpin (deferred work). */
+#define SETTLE_MS 5000
 
 /* Anonymous private memory of @len bytes, or NULL. */
 static unsigned char *anon(size_t len)
@@ -81,57 +45,6 @@ static unsigned char *anon(size_t len)
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
 	return p == MAP_FAILED ? NULL : p;
-}
-
-/*
- * The node counter @key of /proc/vmstat, after folding the per-CPU deltas into it
- * (/proc/sys/vm/stat_refresh, root only), or -1.
- */
-static long vm_counter(const char *key)
-{
-	char line[256];
-	size_t n = strlen(key);
-	long v = -1;
-	int fd = open("/proc/sys/vm/stat_refresh", O_WRONLY | O_CLOEXEC);
-	FILE *f;
-
-	/* Without it (not root) the counters lag by the per-CPU deltas. */
-	if (fd >= 0) {
-		ssize_t w = write(fd, "1", 1);
-
-		(void)w;
-		close(fd);
-	}
-	f = fopen("/proc/vmstat", "re");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, key, n) && line[n] == ' ' && sscanf(line + n + 1, "%ld", &v) == 1)
-			break;
-	fclose(f);
-	return v;
-}
-
-/* Pages pinned with FOLL_PIN now, system-wide: acquired - released. */
-static long pins_held(void)
-{
-	return vm_counter("nr_foll_pin_acquired") - vm_counter("nr_foll_pin_released");
-}
-
-/*
- * Waits up to 5 s for the held pins to come back to @want (a close may unpin from deferred
- * work once nothing reaches the pages). The last value seen.
- */
-static long pins_settle(long want)
-{
-	long now = pins_held();
-	int i;
-
-	for (i = 0; i < 500 && now != want; i++) {
-		sleep_ms(10);
-		now = pins_held();
-	}
-	return now;
 }
 
 /* Host -> import (or import -> host) through the user queue: COPY_PREPARE_ONE + COPY_WAIT. */
@@ -161,7 +74,7 @@ static int two_runs(int fd, unsigned char **out)
 	if (!p || !t)
 		return -ENOMEM;
 	memset(p, 0x11, 2 * pg);
-	ret = mem_import(fd, p, 2 * pg, 0, &h, &segs);
+	ret = udma_import(fd, p, 2 * pg, 0, &h, &segs);
 	if (ret)
 		return ret;
 	mem_free(fd, h);
@@ -222,7 +135,7 @@ FIXTURE_TEARDOWN(imp)
 	ubuf_free(self->fd, &self->d);
 	close(self->fd);
 	/* Whatever a case imported is unpinned once its file is closed. */
-	now = pins_settle(self->pins0);
+	now = pins_settle(self->pins0, SETTLE_MS);
 	EXPECT_EQ(self->pins0, now) {
 		TH_LOG("%ld pages still pinned after close", now - self->pins0);
 	}
@@ -240,13 +153,13 @@ TEST_F(imp, import_free_balance)
 	ASSERT_NE(NULL, p);
 	memset(p, 0x5a, len);
 	pins = pins_held();
-	ASSERT_EQ(0, mem_import(self->fd, p, len, NEURON_UDMA_IMPORT_WRITE, &h, &segs));
+	ASSERT_EQ(0, udma_import(self->fd, p, len, NEURON_UDMA_IMPORT_WRITE, &h, &segs));
 	EXPECT_NE(0ULL, h);
 	EXPECT_LE(1U, segs);
 	EXPECT_GE((__u32)(len / page_sz()), segs);
 	EXPECT_EQ(pins + (long)(len / page_sz()), pins_held());
 	/* The same range twice: two handles, twice the pins. */
-	ASSERT_EQ(0, mem_import(self->fd, p, len, 0, &h2, NULL));
+	ASSERT_EQ(0, udma_import(self->fd, p, len, 0, &h2, NULL));
 	EXPECT_NE(h, h2);
 	EXPECT_EQ(pins + 2 * (long)(len / page_sz()), pins_held());
 	/* The import reads what the process wrote. */
@@ -270,10 +183,10 @@ TEST_F(imp, bad_arguments)
 
 	ASSERT_NE(NULL, p);
 	p[0] = 1;
-	EXPECT_EQ(-EINVAL, mem_import(self->fd, p, 0, 0, &h, NULL));
-	EXPECT_EQ(-EINVAL, mem_import(self->fd, p, self->info.max_import_size + 1, 0, &h, NULL));
-	EXPECT_EQ(-EINVAL, mem_import(self->fd, (void *)(uintptr_t)~0xFFFUL, 0x2000, 0, &h, NULL));
-	EXPECT_EQ(-EINVAL, mem_import(self->fd, p, 4096, 1U << 5, &h, NULL));
+	EXPECT_EQ(-EINVAL, udma_import(self->fd, p, 0, 0, &h, NULL));
+	EXPECT_EQ(-EINVAL, udma_import(self->fd, p, self->info.max_import_size + 1, 0, &h, NULL));
+	EXPECT_EQ(-EINVAL, udma_import(self->fd, (void *)(uintptr_t)~0xFFFUL, 0x2000, 0, &h, NULL));
+	EXPECT_EQ(-EINVAL, udma_import(self->fd, p, 4096, 1U << 5, &h, NULL));
 	memset(&m, 0, sizeof(m));
 	m.addr = (uintptr_t)p;
 	m.size = 4096;
@@ -281,9 +194,9 @@ TEST_F(imp, bad_arguments)
 	EXPECT_EQ(-EINVAL, udma_ioc(self->fd, NEURON_UDMA_MEM_IMPORT, &m));
 	/* Unmapped memory. */
 	munmap(p + page_sz(), page_sz());
-	EXPECT_EQ(-EFAULT, mem_import(self->fd, p, 2 * page_sz(), 0, &h, NULL));
+	EXPECT_EQ(-EFAULT, udma_import(self->fd, p, 2 * page_sz(), 0, &h, NULL));
 	/* A driver host buffer's mapping (coherent pages mapped by the driver) cannot be pinned. */
-	ret = mem_import(self->fd, self->h.map, 4096, 0, &h, NULL);
+	ret = udma_import(self->fd, self->h.map, 4096, 0, &h, NULL);
 	EXPECT_TRUE(ret == -EFAULT || ret == -EOPNOTSUPP) {
 		TH_LOG("import of a host buffer mapping: %d (%s)", ret, strerror(-ret));
 	}
@@ -304,8 +217,8 @@ TEST_F(imp, read_only_as_destination_eperm)
 
 	ASSERT_NE(NULL, p);
 	memset(p, 0x33, len);
-	ASSERT_EQ(0, mem_import(self->fd, p, len, 0, &h, NULL));
-	ib = as_ubuf(h, len);
+	ASSERT_EQ(0, udma_import(self->fd, p, len, 0, &h, NULL));
+	ib = import_ubuf(h, len);
 	memset(self->h.map, 0x44, len);
 	ASSERT_EQ(0, queue_state(self->fd, ENG, QID, &st0));
 	c = ucopy(&self->h, 0, &ib, 0, 4096);
@@ -341,9 +254,9 @@ TEST_F(imp, write_import_of_read_only_mapping_efault)
 	memset(p, 0x77, len);
 	ASSERT_EQ(0, mprotect(p, len, PROT_READ));
 	pins = pins_held();
-	EXPECT_EQ(-EFAULT, mem_import(self->fd, p, len, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
+	EXPECT_EQ(-EFAULT, udma_import(self->fd, p, len, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
 	EXPECT_EQ(pins, pins_held());
-	ASSERT_EQ(0, mem_import(self->fd, p, len, 0, &h, NULL));
+	ASSERT_EQ(0, udma_import(self->fd, p, len, 0, &h, NULL));
 	ASSERT_EQ(0, udma_memcpy(self->fd, &(struct ubuf){ .handle = h, .size = len }, 0, &self->h, 0, len, 0));
 	EXPECT_EQ(-1, first_diff(self->h.map, p, len));
 	EXPECT_EQ(0, mem_free(self->fd, h));
@@ -367,8 +280,8 @@ TEST_F(imp, unaligned_start_and_end)
 	ASSERT_NE(NULL, want);
 	for (via = 0; via < 2; via++) {
 		memset(p, 0xEE, area);
-		ASSERT_EQ(0, mem_import(self->fd, p + 1, len, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
-		ib = as_ubuf(h, len);
+		ASSERT_EQ(0, udma_import(self->fd, p + 1, len, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
+		ib = import_ubuf(h, len);
 		fill_pattern(self->h.map, len + 7, 30 + via);
 		if (via == 0) {
 			ASSERT_EQ(0, udma_memcpy(self->fd, &self->h, 7, &ib, 0, len, 0));
@@ -418,9 +331,9 @@ TEST_F(imp, split_at_run_boundary)
 	int n;
 
 	ASSERT_EQ(0, two_runs(self->fd, &p));
-	ASSERT_EQ(0, mem_import(self->fd, p, 2 * pg, NEURON_UDMA_IMPORT_WRITE, &h, &segs));
+	ASSERT_EQ(0, udma_import(self->fd, p, 2 * pg, NEURON_UDMA_IMPORT_WRITE, &h, &segs));
 	ASSERT_EQ(2U, segs);
-	ib = as_ubuf(h, 2 * pg);
+	ib = import_ubuf(h, 2 * pg);
 	fill_pattern(self->h.map, 2 * pg, 51);
 	memset(p, 0, 2 * pg);
 
@@ -499,18 +412,18 @@ TEST_F(imp, close_with_imports_live)
 	fd2 = udma_open();
 	ASSERT_LE(0, fd2);
 	ASSERT_EQ(0, queue_init(fd2, ENG, QID + 1, 64, 64));
-	ASSERT_EQ(0, mem_import(fd2, a, len, 0, &ha, NULL));
-	ASSERT_EQ(0, mem_import(fd2, b, len, NEURON_UDMA_IMPORT_WRITE, &hb, NULL));
+	ASSERT_EQ(0, udma_import(fd2, a, len, 0, &ha, NULL));
+	ASSERT_EQ(0, udma_import(fd2, b, len, NEURON_UDMA_IMPORT_WRITE, &hb, NULL));
 	EXPECT_EQ(pins + 2 * (long)(len / page_sz()), pins_held());
-	ia = as_ubuf(ha, len);
-	ib = as_ubuf(hb, len);
+	ia = import_ubuf(ha, len);
+	ib = import_ubuf(hb, len);
 	po.copy = ucopy(&ia, 0, &ib, 0, UDMA_MAX_COPY);
 	po.copy.flags = NEURON_UDMA_COPY_SPLIT;
 	ASSERT_LE(1, ioctl(fd2, NEURON_UDMA_COPY_PREPARE_ONE, &po));
 	/* Busy while a descriptor can reach it. */
 	EXPECT_EQ(-EBUSY, mem_free(fd2, hb));
 	close(fd2);
-	EXPECT_EQ(pins, pins_settle(pins));
+	EXPECT_EQ(pins, pins_settle(pins, SETTLE_MS));
 	munmap(a, len);
 	munmap(b, len);
 }
@@ -533,8 +446,8 @@ TEST_F(imp, fork_while_imported)
 	ASSERT_NE(NULL, want);
 	fill_pattern(p, len, 71);
 	memcpy(want, p, len);
-	ASSERT_EQ(0, mem_import(self->fd, p, len, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
-	ib = as_ubuf(h, len);
+	ASSERT_EQ(0, udma_import(self->fd, p, len, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
+	ib = import_ubuf(h, len);
 	pid = fork();
 	ASSERT_LE(0, pid);
 	if (pid == 0) {
@@ -580,8 +493,8 @@ TEST_F(imp, munmap_while_imported)
 	ASSERT_NE(NULL, want);
 	fill_pattern(p, len, 81);
 	fill_pattern(want, len, 81);
-	ASSERT_EQ(0, mem_import(self->fd, p, len, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
-	ib = as_ubuf(h, len);
+	ASSERT_EQ(0, udma_import(self->fd, p, len, NEURON_UDMA_IMPORT_WRITE, &h, NULL));
+	ib = import_ubuf(h, len);
 	ASSERT_EQ(0, munmap(p, len));
 	EXPECT_EQ(pins + (long)(len / page_sz()), pins_held());
 	/* Somebody else's mapping lands there (likely at the same address): untouched below. */
@@ -656,7 +569,7 @@ static int lock_child(void *arg)
 	r->pins[0] = pins_held();
 	/* Above the limit at once. */
 	r->step = 4;
-	ret = mem_import(fd, p, LOCK_LIMIT + 4 * KIB, 0, &h1, NULL);
+	ret = udma_import(fd, p, LOCK_LIMIT + 4 * KIB, 0, &h1, NULL);
 	if (ret != -ENOMEM) {
 		r->err = ret;
 		return 1;
@@ -664,12 +577,12 @@ static int lock_child(void *arg)
 	r->pins[1] = pins_held();
 	/* Half of it, then the other half plus a page: the charges add up. */
 	r->step = 5;
-	r->err = mem_import(fd, p, LOCK_LIMIT / 2, NEURON_UDMA_IMPORT_WRITE, &h1, NULL);
+	r->err = udma_import(fd, p, LOCK_LIMIT / 2, NEURON_UDMA_IMPORT_WRITE, &h1, NULL);
 	if (r->err)
 		return 1;
 	r->pins[2] = pins_held();
 	r->step = 6;
-	ret = mem_import(fd, p + LOCK_LIMIT, LOCK_LIMIT / 2 + 4 * KIB, 0, &h2, NULL);
+	ret = udma_import(fd, p + LOCK_LIMIT, LOCK_LIMIT / 2 + 4 * KIB, 0, &h2, NULL);
 	if (ret != -ENOMEM) {
 		r->err = ret;
 		return 1;
@@ -677,12 +590,12 @@ static int lock_child(void *arg)
 	r->pins[3] = pins_held();
 	/* Exactly the rest of the budget: neither ENOMEM kept a charge. */
 	r->step = 7;
-	r->err = mem_import(fd, p + LOCK_LIMIT, LOCK_LIMIT / 2, 0, &h2, NULL);
+	r->err = udma_import(fd, p + LOCK_LIMIT, LOCK_LIMIT / 2, 0, &h2, NULL);
 	if (r->err)
 		return 1;
 	/* The budget is full: one more page is refused. */
 	r->step = 8;
-	ret = mem_import(fd, p, 4 * KIB, 0, &h3, NULL);
+	ret = udma_import(fd, p, 4 * KIB, 0, &h3, NULL);
 	if (ret != -ENOMEM) {
 		r->err = ret;
 		return 1;
@@ -693,7 +606,7 @@ static int lock_child(void *arg)
 	if (!r->err)
 		r->err = mem_free(fd, h2);
 	if (!r->err)
-		r->err = mem_import(fd, p, LOCK_LIMIT, 0, &h3, NULL);
+		r->err = udma_import(fd, p, LOCK_LIMIT, 0, &h3, NULL);
 	if (!r->err)
 		r->err = mem_free(fd, h3);
 	if (r->err)
@@ -750,12 +663,12 @@ TEST_F_TIMEOUT(imp, big_import_round_trip, 600)
 	c = calloc(win / UDMA_MAX_COPY, sizeof(*c));
 	ASSERT_NE(NULL, c);
 	fill_pattern(src, BIG, 91);
-	ASSERT_EQ(0, mem_import(self->fd, src, BIG, 0, &hs, &segs_s));
-	is = as_ubuf(hs, BIG);
+	ASSERT_EQ(0, udma_import(self->fd, src, BIG, 0, &hs, &segs_s));
+	is = import_ubuf(hs, BIG);
 	for (via = 0; via < 2; via++) {
 		memset(dst, 0, BIG);
-		ASSERT_EQ(0, mem_import(self->fd, dst, BIG, NEURON_UDMA_IMPORT_WRITE, &hd, &segs_d));
-		id = as_ubuf(hd, BIG);
+		ASSERT_EQ(0, udma_import(self->fd, dst, BIG, NEURON_UDMA_IMPORT_WRITE, &hd, &segs_d));
+		id = import_ubuf(hd, BIG);
 		for (off = 0; off < BIG; off += win) {
 			n = BIG - off < win ? BIG - off : win;
 			if (via == 0) {

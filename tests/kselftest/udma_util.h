@@ -483,4 +483,104 @@ static inline int touch_signal(volatile unsigned char *p, bool write)
 	return sig;
 }
 
+/* ---- imported user memory (MEM_IMPORT, ABI 2) ---- */
+
+/* MEM_IMPORT of [@addr, @addr + @size): 0 (handle and runs in *@h, *@segs if given) or -errno. */
+static inline int udma_import(int fd, const void *addr, __u64 size, __u32 flags, __u64 *h,
+			      __u32 *segs)
+{
+	struct neuron_udma_mem_import m = { .addr = (uintptr_t)addr, .size = size, .flags = flags };
+	int ret = udma_ioc(fd, NEURON_UDMA_MEM_IMPORT, &m);
+
+	if (!ret) {
+		if (h)
+			*h = m.handle;
+		if (segs)
+			*segs = m.segments;
+	}
+	return ret;
+}
+
+/* A buffer handle for ucopy()/udma_memcpy(): an import has no mapping of the driver's. */
+static inline struct ubuf import_ubuf(__u64 handle, __u64 size)
+{
+	struct ubuf b = { .handle = handle, .size = size };
+
+	return b;
+}
+
+/*
+ * COPY_PREPARE_ONE keeping the ioctl's return value (udma_ioc() would map it to -errno): the
+ * pairs written with NEURON_UDMA_COPY_SPLIT (else 0), or -errno.
+ */
+static inline int prep_one_pairs(int fd, __u32 eng, __u32 q, struct neuron_udma_copy c)
+{
+	struct neuron_udma_copy_prepare_one p = { .engine = eng, .queue = q, .copy = c };
+	int ret = ioctl(fd, NEURON_UDMA_COPY_PREPARE_ONE, &p);
+
+	return ret < 0 ? -errno : ret;
+}
+
+/* COPY_PREPARE keeping the ioctl's return value, as prep_one_pairs(). */
+static inline int prep_pairs(int fd, __u32 eng, __u32 q, const struct neuron_udma_copy *c,
+			     __u32 n)
+{
+	struct neuron_udma_copy_prepare p = {
+		.engine = eng, .queue = q, .count = n, .copies = (uintptr_t)c,
+	};
+	int ret = ioctl(fd, NEURON_UDMA_COPY_PREPARE, &p);
+
+	return ret < 0 ? -errno : ret;
+}
+
+/*
+ * The node counter @key of /proc/vmstat, after folding the per-CPU deltas into it
+ * (/proc/sys/vm/stat_refresh, root only: otherwise the counters lag by those deltas), or -1.
+ */
+static inline long vm_counter(const char *key)
+{
+	char line[256];
+	size_t n = strlen(key);
+	long v = -1;
+	int fd = open("/proc/sys/vm/stat_refresh", O_WRONLY | O_CLOEXEC);
+	FILE *f;
+
+	if (fd >= 0) {
+		ssize_t w = write(fd, "1", 1);
+
+		(void)w;
+		close(fd);
+	}
+	f = fopen("/proc/vmstat", "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, n) && line[n] == ' ' && sscanf(line + n + 1, "%ld", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
+/* Long-term pins held on the system now: nr_foll_pin_acquired - nr_foll_pin_released. */
+static inline long pins_held(void)
+{
+	return vm_counter("nr_foll_pin_acquired") - vm_counter("nr_foll_pin_released");
+}
+
+/*
+ * Waits up to @max_ms for the held pins to come back to @want (a close may unpin from deferred
+ * work once nothing reaches the pages). The last value seen.
+ */
+static inline long pins_settle(long want, unsigned int max_ms)
+{
+	long now = pins_held();
+	unsigned int i;
+
+	for (i = 0; i < max_ms / 10 && now != want; i++) {
+		usleep(10 * 1000);
+		now = pins_held();
+	}
+	return now;
+}
+
 #endif /* _UDMA_UTIL_H */
