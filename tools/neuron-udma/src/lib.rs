@@ -735,11 +735,6 @@ pub struct Imported<'a> {
 }
 
 impl Imported<'_> {
-    /// Physically contiguous runs of the pinned range (`segments` of `MEM_IMPORT`).
-    pub fn segments(&self) -> u32 {
-        self.inner.segments
-    }
-
     /// Frees the buffer as drop does, reporting the `MEM_FREE` error (e.g. [`Error::Busy`]
     /// after the wait on this file's queues).
     pub fn free(mut self) -> Result<()> {
@@ -749,17 +744,31 @@ impl Imported<'_> {
     }
 }
 
-impl Buffer for Imported<'_> {
-    fn handle(&self) -> u64 {
-        self.inner.handle
-    }
-    fn size(&self) -> u64 {
-        self.inner.size
-    }
-    fn import_layout(&self) -> Option<ImportLayout> {
-        Some(self.inner.layout())
-    }
+/// What both kinds of import share: the `Buffer` view and the run count, from their `Import`.
+macro_rules! impl_import {
+    ($($t:ident),*) => {$(
+        impl $t<'_> {
+            /// Physically contiguous runs of the pinned range (`segments` of `MEM_IMPORT`).
+            pub fn segments(&self) -> u32 {
+                self.inner.segments
+            }
+        }
+
+        impl Buffer for $t<'_> {
+            fn handle(&self) -> u64 {
+                self.inner.handle
+            }
+            fn size(&self) -> u64 {
+                self.inner.size
+            }
+            fn import_layout(&self) -> Option<ImportLayout> {
+                Some(self.inner.layout())
+            }
+        }
+    )*};
 }
+
+impl_import!(Imported, ImportedMut);
 
 impl Drop for Imported<'_> {
     fn drop(&mut self) {
@@ -789,11 +798,6 @@ pub struct ImportedMut<'a> {
 }
 
 impl<'a> ImportedMut<'a> {
-    /// Physically contiguous runs of the pinned range (`segments` of `MEM_IMPORT`).
-    pub fn segments(&self) -> u32 {
-        self.inner.segments
-    }
-
     /// One `MEM_FREE`, without waiting: on an error (e.g. [`Error::Busy`]: copies in flight;
     /// wait for them and try again) the handle comes back with it, still borrowing the slice.
     pub fn try_free(mut self) -> std::result::Result<(), (Self, Error)> {
@@ -804,18 +808,6 @@ impl<'a> ImportedMut<'a> {
             }
             Err(e) => Err((self, e)),
         }
-    }
-}
-
-impl Buffer for ImportedMut<'_> {
-    fn handle(&self) -> u64 {
-        self.inner.handle
-    }
-    fn size(&self) -> u64 {
-        self.inner.size
-    }
-    fn import_layout(&self) -> Option<ImportLayout> {
-        Some(self.inner.layout())
     }
 }
 
