@@ -217,24 +217,16 @@ free_pin:
  */
 int neuron_udma_pin_map(struct neuron_udma_pin *pin, struct device *dev)
 {
-	struct scatterlist *sg;
-	int ret, i;
+	int ret;
 
 	/*
-	 * DMA_ATTR_REQUIRE_COHERENT: no bounce buffer, no cache maintenance (refused with -EIO),
-	 * and no cacheline-overlap tracking by DMA-API debug (a user may import one page any
-	 * number of times).
+	 * DMA_ATTR_REQUIRE_COHERENT: dma-direct and dma-iommu refuse (-EIO) a non-coherent device
+	 * and any bounce buffer, so no mapping needs a sync; and DMA-API debug does not track
+	 * cacheline overlaps (a user may import one page any number of times).
 	 */
 	ret = dma_map_sgtable(dev, &pin->sgt, neuron_udma_pin_dir(pin), DMA_ATTR_REQUIRE_COHERENT);
 	if (ret)
 		return ret == -EIO ? -EOPNOTSUPP : ret;
-	for_each_sgtable_dma_sg(&pin->sgt, sg, i) {
-		if (dma_need_sync(dev, sg_dma_address(sg))) {
-			dma_unmap_sgtable(dev, &pin->sgt, neuron_udma_pin_dir(pin),
-					  DMA_ATTR_REQUIRE_COHERENT);
-			return -EOPNOTSUPP;
-		}
-	}
 	pin->dev = get_device(dev);
 	return 0;
 }
