@@ -110,6 +110,24 @@ impl sys::neuron_udma_info {
         }
     }
 
+    /// The product the device is (`device_id` of INFO, hardware.rst §1.1): `"trn1"` (0x7164,
+    /// Trainium1), `"inf2"` (0x7264, Inferentia2) or `"trn2"` (0x7364, Trainium2); `None` for
+    /// another id.
+    pub fn model(&self) -> Option<&'static str> {
+        match self.device_id {
+            0x7164 => Some("trn1"),
+            0x7264 => Some("inf2"),
+            0x7364 => Some("trn2"),
+            _ => None,
+        }
+    }
+
+    /// The engines that reach host memory (`host_engines` of INFO), ascending: the engines
+    /// that can have user queues.
+    pub fn host_engine_list(&self) -> Vec<u32> {
+        (0..self.engines).filter(|&e| self.has_host_connectivity(e)).collect()
+    }
+
     /// The driver's own host-DMA (H2T) queues on this generation: V2 engines 32 and 33 queue 0,
     /// V3 engines 128..=131 queues 0 and 1. `QUEUE_INIT` of them fails with `EBUSY`.
     pub fn h2t_queues(&self) -> &'static [(u32, u32)] {
@@ -1431,6 +1449,25 @@ mod tests {
         assert_eq!(info.user_engine(), None);
         info.generation = 9;
         assert_eq!(info.gen(), Generation::Unknown(9));
+    }
+
+    #[test]
+    fn models_and_host_engine_list() {
+        let mut info = Info { device_id: 0x7164, engines: 34, host_engines: [u64::MAX, 0x3, 0], ..Default::default() };
+        assert_eq!(info.model(), Some("trn1"));
+        assert_eq!(info.host_engine_list(), (0..34).collect::<Vec<_>>());
+        info.device_id = 0x7264;
+        assert_eq!(info.model(), Some("inf2"));
+        info.device_id = 0x7364;
+        assert_eq!(info.model(), Some("trn2"));
+        info.engines = 132;
+        info.host_engines = [0xF0F0_F0F0_F0F0_F0F0, 0xF0F0_F0F0_F0F0_F0F0, 0xF];
+        let list = info.host_engine_list();
+        assert_eq!(list.len(), 68);
+        assert_eq!(&list[..5], &[4, 5, 6, 7, 12]);
+        assert_eq!(&list[64..], &[128, 129, 130, 131]);
+        info.device_id = 0x7064;
+        assert_eq!(info.model(), None);
     }
 
     /// /dev/null posing as a device whose INFO says `info`: every ioctl fails with ENOTTY, so
