@@ -6,15 +6,19 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clap::{ArgGroup, Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use neuron_udma::{Buffer, Device, Info, Pipeline, Queue, QueueState, RingState};
 
+#[path = "udmactl/json.rs"]
+mod json;
+#[path = "udmactl/nodes.rs"]
+mod nodes;
 #[path = "udmactl/selftest.rs"]
 mod selftest;
 
@@ -22,24 +26,43 @@ mod selftest;
 const DEFAULT_WINDOW: u64 = 4 << 20;
 
 #[derive(Parser, Debug)]
-#[command(name = "udmactl", version, about = "Inspect and exercise a neuron_udma (AWS Neuron UDMA) device")]
+#[command(
+    name = "udmactl",
+    version,
+    about = "Inspect and exercise a neuron_udma (AWS Neuron UDMA) device",
+    after_help = "`udmactl list` shows the device nodes. `info`, `list` and `queue-state` print JSON with \
+                  --json.\nExit status: 0 ok, 1 error (the message names the errno), 2 usage error."
+)]
 struct Cli {
-    /// The device file.
-    #[arg(short, long, global = true, default_value = "/dev/neuron_udma0")]
-    device: PathBuf,
+    /// The device file [default: /dev/neuron_udma0]. `list` finds every node itself.
+    #[arg(short, long, global = true)]
+    device: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
 
+impl Cli {
+    fn device(&self) -> &Path {
+        self.device.as_deref().unwrap_or(Path::new(nodes::DEFAULT_DEVICE))
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// List every device node (/dev/neuron_udma*, in numeric order), one line each: model,
+    /// generation, engines, host-connected engines, device memory, max batch.
+    ///
+    /// A node that cannot be opened or whose INFO fails is listed with the reason. Exit status 1
+    /// if there is no node at all, or (after the listing) if any node could not be read. Needs
+    /// only read access to the nodes.
+    List(ListArgs),
     /// Print the device and driver facts (NEURON_UDMA_INFO).
-    Info,
+    Info(JsonArg),
     /// Copy a file (or generated data) host -> HBM -> host, verify it, print throughput and a
     /// checksum.
     Copy(CopyArgs),
     /// Take a queue, run copies on it and print its QUEUE_STATE.
-    QueueState(StateArgs),
+    QueueState(QueueStateArgs),
     /// Take a queue, run copies on it and print its QUEUE_STATE with every field decoded.
     RingDump(StateArgs),
     /// Measure DMA throughput (host->host, host->HBM, HBM->host) against an in-process memcpy.
@@ -47,6 +70,26 @@ enum Cmd {
     /// Exercise every call of the client library against the device and print TAP (exit 1 if
     /// any test fails). Uses engine 1 queues 1..3 and the driver's MEMCPY queue.
     Selftest,
+}
+
+#[derive(Args, Debug)]
+struct ListArgs {
+    /// Print a JSON array instead: per node "device" and the fields of `info --json`, or
+    /// "device", "error" and "errno" for a node that could not be read.
+    #[arg(long)]
+    json: bool,
+    /// The directory searched for neuron_udma* nodes (tests point it elsewhere).
+    #[arg(long, hide = true, default_value = nodes::DEV_DIR)]
+    dev_dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct JsonArg {
+    /// Print one JSON object instead: every INFO field as a number, plus "device", "model"
+    /// (null if unknown), "host_engines" (engine numbers), "host_engine_count",
+    /// "host_engines_bitmap" (the raw words, as "0x..." strings) and "driver_h2t_queues".
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -119,6 +162,16 @@ struct StateArgs {
 }
 
 #[derive(Args, Debug)]
+struct QueueStateArgs {
+    /// Print one JSON object instead: "device", "engine", "queue", the engine registers and
+    /// "tx" / "rx" with every ring field, all as numbers.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    s: StateArgs,
+}
+
+#[derive(Args, Debug)]
 struct BenchArgs {
     /// Copy sizes, comma separated (K, M, G suffixes).
     #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "4K,64K,1M,64M")]
@@ -154,26 +207,33 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> Result<()> {
-    // `info` only reads: a read-only open works for users who may not write the node.
-    let dev = match cli.cmd {
-        Cmd::Info => Device::open_read_only(&cli.device),
-        _ => Device::open(&cli.device),
+    if let Cmd::List(a) = &cli.cmd {
+        if cli.device.is_some() {
+            Cli::command()
+                .error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    "list finds every /dev/neuron_udma* node itself: --device does not apply",
+                )
+                .exit();
+        }
+        return nodes::cmd_list(&a.dev_dir, a.json);
     }
-    .with_context(|| {
-        format!(
-            "cannot open {} (its mode and group decide who may use it; copies need read-write)",
-            cli.device.display()
-        )
-    })?;
-    let info = dev.info().with_context(|| format!("NEURON_UDMA_INFO on {}", cli.device.display()))?;
+    // `info` only reads: a read-only open works for users who may not write the node.
+    let (dev, info) = nodes::open(cli.device(), matches!(cli.cmd, Cmd::Info(_)))?;
     match &cli.cmd {
-        Cmd::Info => {
+        Cmd::List(_) => unreachable!("handled above"),
+        Cmd::Info(a) if a.json => {
+            let out = json::DeviceInfo { device: dev.path().display().to_string(), info: json::InfoJson::new(&info) };
+            println!("{}", serde_json::to_string_pretty(&out)?);
+            Ok(())
+        }
+        Cmd::Info(_) => {
             print_info(&dev, &info);
             Ok(())
         }
         Cmd::Copy(a) => cmd_copy(&dev, &info, a),
-        Cmd::QueueState(a) => cmd_state(&dev, &info, a, false),
-        Cmd::RingDump(a) => cmd_state(&dev, &info, a, true),
+        Cmd::QueueState(a) => cmd_state(&dev, &info, &a.s, if a.json { Show::Json } else { Show::Table }),
+        Cmd::RingDump(a) => cmd_state(&dev, &info, a, Show::Decoded),
         Cmd::Bench(a) => cmd_bench(&dev, &info, a),
         Cmd::Selftest => selftest::run(&dev, &info),
     }
@@ -181,6 +241,7 @@ fn run(cli: &Cli) -> Result<()> {
 
 fn print_info(dev: &Device, i: &Info) {
     println!("device:             {}", dev.path().display());
+    println!("model:              {} ({})", nodes::model_name(i), nodes::gen_name(i));
     println!("abi_version:        {}", i.abi_version);
     println!("generation:         {:?} ({})", i.gen(), i.generation);
     println!("pci id:             {:04x}:{:04x}", i.vendor_id, i.device_id);
@@ -192,7 +253,8 @@ fn print_info(dev: &Device, i: &Info) {
     println!("max_batch:          {}", i.max_batch);
     println!("max_host_buffer:    {} ({})", i.max_host_buffer, human_bytes(i.max_host_buffer));
     println!("max_import_size:    {} ({})", i.max_import_size, human_bytes(i.max_import_size));
-    println!("host_engines:       {}", engine_ranges((0..i.engines).filter(|&e| i.has_host_connectivity(e))));
+    let host = i.host_engine_list();
+    println!("host_engines:       {} ({} of {} engines)", engine_ranges(host.iter().copied()), host.len(), i.engines);
     let h2t: Vec<String> = i.h2t_queues().iter().map(|(e, q)| format!("{e}/{q}")).collect();
     println!("driver H2T queues:  {}", if h2t.is_empty() { "-".into() } else { h2t.join(" ") });
 }
@@ -261,7 +323,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
     n.checked_mul(1 << shift).ok_or_else(|| format!("size {s:?} too large"))
 }
 
-fn human_bytes(n: u64) -> String {
+pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;
@@ -272,7 +334,7 @@ fn human_bytes(n: u64) -> String {
     if u == 0 {
         format!("{n} B")
     } else {
-        format!("{v:.2} {}", UNITS[u])
+        format!("{v:.1} {}", UNITS[u])
     }
 }
 
@@ -676,7 +738,14 @@ fn cmd_copy_zero_copy(dev: &Device, info: &Info, a: &CopyArgs, path: &std::path:
     Ok(())
 }
 
-fn cmd_state(dev: &Device, info: &Info, a: &StateArgs, decoded: bool) -> Result<()> {
+/// How `cmd_state` prints the state.
+enum Show {
+    Table,
+    Decoded,
+    Json,
+}
+
+fn cmd_state(dev: &Device, info: &Info, a: &StateArgs, show: Show) -> Result<()> {
     const SIZE: u64 = 4096;
     let q = open_queue(dev, &a.q)?;
     let n = u64::from(a.copies.max(1));
@@ -701,10 +770,13 @@ fn cmd_state(dev: &Device, info: &Info, a: &StateArgs, decoded: bool) -> Result<
         }
     }
     let st = q.state().context("NEURON_UDMA_QUEUE_STATE")?;
-    if decoded {
-        print_ring_dump(&st);
-    } else {
-        print_state(&st);
+    match show {
+        Show::Table => print_state(&st),
+        Show::Decoded => print_ring_dump(&st),
+        Show::Json => {
+            let out = json::QueueStateJson::new(&dev.path().display().to_string(), &st);
+            println!("{}", serde_json::to_string_pretty(&out)?);
+        }
     }
     Ok(())
 }
@@ -1029,7 +1101,6 @@ fn human_size(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn cli_is_consistent() {
@@ -1115,7 +1186,8 @@ mod tests {
         assert_eq!(cause_bits(0), "0 (none)");
         assert_eq!(cause_bits(0x100), "0x00000100 (bits 8)");
         assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(1 << 20), "1.00 MiB");
+        assert_eq!(human_bytes(1 << 20), "1.0 MiB");
+        assert_eq!(human_bytes(64 << 20), "64.0 MiB");
         assert_eq!(human_rate(2_000_000_000, Duration::from_secs(1)), "2.00 GB/s");
     }
 }
