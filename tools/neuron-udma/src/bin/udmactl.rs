@@ -17,6 +17,8 @@ use neuron_udma::{Buffer, Device, Info, Pipeline, Queue, QueueState, RingState};
 
 #[path = "udmactl/json.rs"]
 mod json;
+#[path = "udmactl/limits.rs"]
+mod limits;
 #[path = "udmactl/nodes.rs"]
 mod nodes;
 #[path = "udmactl/selftest.rs"]
@@ -94,11 +96,11 @@ struct JsonArg {
 
 #[derive(Args, Debug, Clone)]
 struct QueueOpts {
-    /// Engine of the user queue (default: the first engine that reaches host memory with queues
-    /// 1..3 free, from INFO: 0 on Trn1/Inf2, 4 on Trn2).
+    /// Engine of the user queue: one that reaches host memory (host_engines of `udmactl info`;
+    /// default: the first with queues 1..3 free: 0 on Trn1/Inf2, 4 on Trn2).
     #[arg(long)]
     engine: Option<u32>,
-    /// Queue within the engine (queues 1..3 of the default engine are never reserved).
+    /// Queue within the engine, 0..queues_per_engine-1 (queues 1..3 are never reserved).
     #[arg(long, default_value_t = 1)]
     queue: u32,
     /// Descriptors per ring (a power of two, 32..2^23).
@@ -137,9 +139,10 @@ struct CopyArgs {
     /// as the destination instead of staging the bytes in driver host buffers.
     #[arg(long, requires = "file", conflicts_with = "bytes")]
     zero_copy: bool,
-    /// Largest buffer used per round (default: min(4M, max host buffer, device memory / 2);
-    /// with --zero-copy: min(max import size, device memory / 2)).
-    #[arg(long, value_parser = parse_size)]
+    /// Largest buffer used per round, at least 64K (default: min(4M, max host buffer, device
+    /// memory / 2); with --zero-copy: min(max import size, device memory / 2)). A smaller window
+    /// pins less memory (RLIMIT_MEMLOCK).
+    #[arg(long, value_parser = limits::parse_window)]
     window: Option<u64>,
     #[command(flatten)]
     q: QueueOpts,
@@ -176,9 +179,9 @@ struct BenchArgs {
     /// Copy sizes, comma separated (K, M, G suffixes).
     #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "4K,64K,1M,64M")]
     sizes: Vec<u64>,
-    /// Largest buffer; bigger sizes are moved in rounds of it (default: min(4M, max host buffer,
-    /// device memory / 2)).
-    #[arg(long, value_parser = parse_size)]
+    /// Largest buffer, at least 64K; bigger sizes are moved in rounds of it (default: min(4M, max
+    /// host buffer, device memory / 2)).
+    #[arg(long, value_parser = limits::parse_window)]
     window: Option<u64>,
     /// Runs per measurement; the best is reported.
     #[arg(long, default_value_t = 3)]
@@ -507,27 +510,36 @@ impl Mover<'_> {
 
 /// The queues of a copy: none for MEMCPY; the user queue, and with --pipeline the next queue of
 /// the same engine for a [`Pipeline`].
-fn open_queues<'d>(dev: &'d Device, memcpy: bool, o: &QueueOpts) -> Result<(Option<Queue<'d>>, Option<Queue<'d>>)> {
+fn open_queues<'d>(
+    dev: &'d Device,
+    info: &Info,
+    memcpy: bool,
+    o: &QueueOpts,
+) -> Result<(Option<Queue<'d>>, Option<Queue<'d>>)> {
     if memcpy {
         return Ok((None, None));
     }
-    let q = open_queue(dev, o)?;
+    let q = open_queue(dev, info, o)?;
     let second = if o.pipeline {
-        let next = QueueOpts { engine: Some(q.engine()), queue: o.queue + 1, ..o.clone() };
-        Some(open_queue(dev, &next).context("the pipeline's second queue (--queue + 1)")?)
+        let next = QueueOpts { engine: Some(q.engine()), queue: o.queue.saturating_add(1), ..o.clone() };
+        Some(open_queue(dev, info, &next).context("the pipeline's second queue (--queue + 1)")?)
     } else {
         None
     };
     Ok((Some(q), second))
 }
 
-fn open_queue<'d>(dev: &'d Device, o: &QueueOpts) -> Result<Queue<'d>> {
+/// Takes the user queue of `o`, after checking the engine and queue against INFO (the error
+/// names the valid range).
+fn open_queue<'d>(dev: &'d Device, info: &Info, o: &QueueOpts) -> Result<Queue<'d>> {
     let engine = match o.engine {
         Some(e) => e,
-        None => dev.info()?.user_engine().context("INFO reports no engine that reaches host memory")?,
+        None => info.user_engine().with_context(|| {
+            format!("{} has no engine that reaches host memory (host_engines of INFO)", limits::this_device(info))
+        })?,
     };
-    dev.queue(engine, o.queue, o.ring_size)
-        .with_context(|| format!("NEURON_UDMA_QUEUE_INIT engine {} queue {} ring {}", engine, o.queue, o.ring_size))
+    limits::check_user_queue(info, engine, o.queue).map_err(anyhow::Error::msg)?;
+    dev.queue(engine, o.queue, o.ring_size).map_err(|e| limits::queue_init_error(info, engine, o.queue, o.ring_size, e))
 }
 
 /// Whether to draw a progress bar: only when stderr (where the bar is drawn) is a terminal that
@@ -575,11 +587,13 @@ fn cmd_copy(dev: &Device, info: &Info, a: &CopyArgs) -> Result<()> {
     if window == 0 {
         bail!("no usable window (max_host_buffer {}, device memory {})", info.max_host_buffer, info.device_mem_size);
     }
-    let (queue, second) = open_queues(dev, a.memcpy, &a.q)?;
+    let (queue, second) = open_queues(dev, info, a.memcpy, &a.q)?;
     let mover = Mover { dev, info, queue: queue.as_ref(), second: second.as_ref(), timeout: a.q.timeout() };
-    let mut src = dev.alloc_host(window).context("NEURON_UDMA_MEM_ALLOC host source")?;
+    let mut src =
+        limits::or_memlock(dev.alloc_host(window), "NEURON_UDMA_MEM_ALLOC host source", limits::Remedy::Window)?;
     let hbm = dev.alloc_device(window).context("NEURON_UDMA_MEM_ALLOC device buffer")?;
-    let dst = dev.alloc_host(window).context("NEURON_UDMA_MEM_ALLOC host destination")?;
+    let dst =
+        limits::or_memlock(dev.alloc_host(window), "NEURON_UDMA_MEM_ALLOC host destination", limits::Remedy::Window)?;
 
     // The bar (on a terminal) counts the bytes both copies moved; without a terminal each round
     // prints one line.
@@ -670,9 +684,12 @@ fn cmd_copy_zero_copy(dev: &Device, info: &Info, a: &CopyArgs, path: &std::path:
             owned = map.to_vec();
             (&owned[..], "a copy in process memory (its mapping cannot be pinned: EOPNOTSUPP)")
         }
-        Err(e) => return Err(e).context(format!("NEURON_UDMA_MEM_IMPORT of the mapping of {name}")),
+        Err(e) => {
+            let what = format!("NEURON_UDMA_MEM_IMPORT of {} of the mapping of {name}", human_bytes(probe as u64));
+            return limits::or_memlock(Err(e), what, limits::Remedy::Window);
+        }
     };
-    let (queue, second) = open_queues(dev, a.memcpy, &a.q)?;
+    let (queue, second) = open_queues(dev, info, a.memcpy, &a.q)?;
     let mover = Mover { dev, info, queue: queue.as_ref(), second: second.as_ref(), timeout: a.q.timeout() };
     let hbm = dev.alloc_device(window).context("NEURON_UDMA_MEM_ALLOC device buffer")?;
     // Written once so that its pages exist before the first import pins them.
@@ -692,7 +709,7 @@ fn cmd_copy_zero_copy(dev: &Device, info: &Info, a: &CopyArgs, path: &std::path:
         let n = (total - done).min(window);
         let part = &src_bytes[done as usize..(done + n) as usize];
         let t = Instant::now();
-        let src = dev.import(part).context("NEURON_UDMA_MEM_IMPORT source")?;
+        let src = limits::or_memlock(dev.import(part), "NEURON_UDMA_MEM_IMPORT source", limits::Remedy::Window)?;
         t_pin += t.elapsed();
         segs_src += u64::from(src.segments());
         let t = Instant::now();
@@ -700,7 +717,11 @@ fn cmd_copy_zero_copy(dev: &Device, info: &Info, a: &CopyArgs, path: &std::path:
         let r_h2d = t.elapsed();
         let t = Instant::now();
         src.free().context("NEURON_UDMA_MEM_FREE source")?;
-        let dst = dev.import_mut(&mut out[..n as usize]).context("NEURON_UDMA_MEM_IMPORT destination")?;
+        let dst = limits::or_memlock(
+            dev.import_mut(&mut out[..n as usize]),
+            "NEURON_UDMA_MEM_IMPORT destination",
+            limits::Remedy::Window,
+        )?;
         t_pin += t.elapsed();
         segs_dst += u64::from(dst.segments());
         let t = Instant::now();
@@ -747,7 +768,7 @@ enum Show {
 
 fn cmd_state(dev: &Device, info: &Info, a: &StateArgs, show: Show) -> Result<()> {
     const SIZE: u64 = 4096;
-    let q = open_queue(dev, &a.q)?;
+    let q = open_queue(dev, info, &a.q)?;
     let n = u64::from(a.copies.max(1));
     let src = dev.alloc_host(n * SIZE).context("NEURON_UDMA_MEM_ALLOC")?;
     let dst = dev.alloc_host(n * SIZE).context("NEURON_UDMA_MEM_ALLOC")?;
@@ -904,7 +925,7 @@ fn best_of(iters: u32, mut f: impl FnMut() -> Result<()>) -> Result<Duration> {
 }
 
 fn cmd_bench(dev: &Device, info: &Info, a: &BenchArgs) -> Result<()> {
-    let (queue, second) = open_queues(dev, a.memcpy, &a.q)?;
+    let (queue, second) = open_queues(dev, info, a.memcpy, &a.q)?;
     let mover = Mover { dev, info, queue: queue.as_ref(), second: second.as_ref(), timeout: a.q.timeout() };
     if a.zero_copy {
         return bench_zero_copy(dev, info, a, &mover);
@@ -919,8 +940,8 @@ fn cmd_bench(dev: &Device, info: &Info, a: &BenchArgs) -> Result<()> {
         let buf =
             size.min(a.window.unwrap_or(DEFAULT_WINDOW)).min(info.max_host_buffer).min(info.device_mem_size / 2).max(1);
         let rounds = size.div_ceil(buf);
-        let mut h1 = dev.alloc_host(buf).context("NEURON_UDMA_MEM_ALLOC host")?;
-        let h2 = dev.alloc_host(buf).context("NEURON_UDMA_MEM_ALLOC host")?;
+        let mut h1 = limits::or_memlock(dev.alloc_host(buf), "NEURON_UDMA_MEM_ALLOC host", limits::Remedy::Window)?;
+        let h2 = limits::or_memlock(dev.alloc_host(buf), "NEURON_UDMA_MEM_ALLOC host", limits::Remedy::Window)?;
         let d = dev.alloc_device(buf).context("NEURON_UDMA_MEM_ALLOC device")?;
         XorShift::new(size).fill(&mut h1);
         let mut v1 = vec![0u8; buf as usize];
@@ -992,7 +1013,11 @@ fn bench_zero_copy(dev: &Device, info: &Info, a: &BenchArgs, mover: &Mover) -> R
         }
         let len = usize::try_from(size)?;
         let window = size.min(a.window.unwrap_or(DEFAULT_WINDOW)).min(info.max_host_buffer).max(1);
-        let mut stage = dev.alloc_host(window).context("NEURON_UDMA_MEM_ALLOC host (coherent staging)")?;
+        let mut stage = limits::or_memlock(
+            dev.alloc_host(window),
+            "NEURON_UDMA_MEM_ALLOC host (coherent staging)",
+            limits::Remedy::Window,
+        )?;
         let hbm = dev.alloc_device(size).context("NEURON_UDMA_MEM_ALLOC device")?;
         let mut data = process_buffer(len)?;
         XorShift::new(size).fill(&mut data);
@@ -1004,7 +1029,7 @@ fn bench_zero_copy(dev: &Device, info: &Info, a: &BenchArgs, mover: &Mover) -> R
         let (mut pin_h2d, mut runs_h2d) = (Duration::MAX, 0);
         let zc_h2d = best_of(a.iters, || {
             let t = Instant::now();
-            let src = dev.import(&data).context("NEURON_UDMA_MEM_IMPORT")?;
+            let src = limits::or_memlock(dev.import(&data), "NEURON_UDMA_MEM_IMPORT", limits::Remedy::Sizes)?;
             let mut pin = t.elapsed();
             runs_h2d = src.segments();
             mover.copy(&src, &hbm, size, &hidden)?;
@@ -1018,7 +1043,7 @@ fn bench_zero_copy(dev: &Device, info: &Info, a: &BenchArgs, mover: &Mover) -> R
         let (mut pin_d2h, mut runs_d2h) = (Duration::MAX, 0);
         let zc_d2h = best_of(a.iters, || {
             let t = Instant::now();
-            let dst = dev.import_mut(&mut out).context("NEURON_UDMA_MEM_IMPORT")?;
+            let dst = limits::or_memlock(dev.import_mut(&mut out), "NEURON_UDMA_MEM_IMPORT", limits::Remedy::Sizes)?;
             let mut pin = t.elapsed();
             runs_d2h = dst.segments();
             mover.copy(&hbm, &dst, size, &hidden)?;
