@@ -130,14 +130,18 @@ pub fn memlock_text(soft: Option<u64>, cap_ipc_lock: bool, remedy: &Remedy) -> S
     // buffers of a window (source and destination) and the rings fit in a quarter of it.
     let window = (limit / 4).checked_ilog2().map(|b| 1u64 << b).filter(|&w| w >= MIN_WINDOW);
     let remedy = match (remedy, window) {
-        (Remedy::Window, Some(w)) => format!("use --window SIZE (e.g. --window {})", crate::human_size(w)),
-        (Remedy::Window, None) => "the limit is below what even the smallest --window needs".into(),
-        (Remedy::Sizes, _) => "use smaller --sizes (each is imported whole)".into(),
+        (Remedy::Window, Some(w)) => {
+            format!("use --window SIZE (e.g. --window {}), or raise the limit (ulimit -l)", crate::human_size(w))
+        }
+        (Remedy::Window, None) => format!(
+            "raise the limit (ulimit -l): it is too low even for the smallest --window ({})",
+            crate::human_size(MIN_WINDOW)
+        ),
+        (Remedy::Sizes, _) => "use smaller --sizes (each is imported whole), or raise the limit (ulimit -l)".into(),
     };
     format!(
         "out of memory (ENOMEM): RLIMIT_MEMLOCK (soft limit {}, ulimit -l {}) was likely exceeded: the driver \
-         charges this user's pinned memory (imports, host buffers, rings) to it; {remedy}, or raise the limit \
-         (ulimit -l)",
+         charges this user's pinned memory (imports, host buffers, rings) to it; {remedy}",
         crate::human_bytes(limit),
         limit / 1024
     )
@@ -236,7 +240,7 @@ mod tests {
             "{m}"
         );
         let m = memlock_text(Some(64 << 10), false, &Remedy::Window);
-        assert!(!m.contains("e.g.") && m.contains("raise the limit"), "{m}");
+        assert!(m.ends_with("raise the limit (ulimit -l): it is too low even for the smallest --window (64K)"), "{m}");
         assert!(memlock_text(Some(8 << 20), false, &Remedy::Sizes).contains("smaller --sizes"));
         assert!(memlock_text(None, false, &Remedy::Window).contains("unlimited"));
         assert!(memlock_text(Some(8 << 20), true, &Remedy::Window).contains("CAP_IPC_LOCK"));
