@@ -75,7 +75,10 @@ pub fn queue_init_error(info: &Info, engine: u32, queue: u32, ring: u32, e: Erro
             } else {
                 "kept for the NeuronCores and collectives"
             };
-            anyhow!("{what}: engine {engine} queue {queue} is reserved, {why}: pick another --queue (1..3 are never reserved)")
+            anyhow!(
+                "{what}: engine {engine} queue {queue} is reserved, {why}: pick another --queue (1..3 are never \
+                 reserved)"
+            )
         }
         Error::OutOfMemory => anyhow!("{what}: {}", memlock_message(&Remedy::Window)),
         e => anyhow::Error::new(e).context(what),

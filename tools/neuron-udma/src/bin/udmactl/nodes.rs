@@ -140,7 +140,7 @@ pub fn cmd_list(dir: &Path, json: bool) -> Result<()> {
     if json {
         let entries: Vec<crate::json::ListEntry> =
             probes.iter().map(|(node, p)| crate::json::ListEntry::new(node, p)).collect();
-        println!("{}", serde_json::to_string_pretty(&entries)?);
+        println!("{}", serde_json::to_string(&entries)?);
     } else {
         let width = probes.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
         for (node, p) in &probes {
