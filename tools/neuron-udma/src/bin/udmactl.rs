@@ -34,7 +34,8 @@ const DEFAULT_WINDOW: u64 = 4 << 20;
     version,
     about = "Inspect and exercise a neuron_udma (AWS Neuron UDMA) device",
     after_help = "`udmactl list` shows the device nodes. `info`, `list` and `queue-state` print JSON with \
-                  --json.\nExit status: 0 ok, 1 error (the message names the errno), 2 usage error."
+                  --json.\nExit status: 0 ok, 1 error (the message names the errno; `copy` says it in its `verdict: FAILED: \
+                  ...` line), 2 usage error."
 )]
 struct Cli {
     /// The device file [default: /dev/neuron_udma0]. `list` finds every node itself.
@@ -78,7 +79,8 @@ enum Cmd {
     /// Measure DMA throughput (host->host, host->HBM, HBM->host) against an in-process memcpy.
     Bench(BenchArgs),
     /// Exercise every call of the client library against the device and print TAP (exit 1 if
-    /// any test fails). Uses engine 1 queues 1..3 and the driver's MEMCPY queue.
+    /// any test fails). Uses queues 1..3 of the first engine that reaches host memory (0 on
+    /// Trn1/Inf2, 4 on Trn2) and the driver's MEMCPY queue.
     Selftest,
 }
 
