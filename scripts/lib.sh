@@ -71,7 +71,24 @@ nu_mirror() {
 	printf '%s\n' "${uri%/}"
 }
 
-# Path of the toolchain root for the current package list.
-nu_root_dir() {
-	echo "$NU_CACHE/root-$(nu_hash "$NU_TOP/scripts/root-packages")"
+# The toolchain root of the last version resolution (scripts/toolchain-root), without resolving
+# again (no network): the path in $NU_CACHE/root-current, if that root is complete. Fails (status
+# 1, no output) when there is none.
+nu_current_root() {
+	local r
+	r=$(cat "$NU_CACHE/root-current" 2>/dev/null) || return 1
+	[ -e "$r/.complete" ] || return 1
+	echo "$r"
+}
+
+# The packages whose versions make a kernel build what it is (the source, the compilers and
+# linker, bindgen, the build tools): a kernel's cache key covers their exact versions.
+NU_KERNEL_INPUTS="linux-source-7.3 clang-19 lld-19 llvm-19 libclang1-19 rustc rust-src libstd-rust-dev bindgen make bison flex"
+
+# "pkg version" lines of the NU_KERNEL_INPUTS in the versions file $1 of a toolchain root.
+nu_kernel_input_versions() {
+	local p
+	for p in $NU_KERNEL_INPUTS; do
+		grep -m1 "^$p " "$1" || echo "$p (not in the root)"
+	done
 }
