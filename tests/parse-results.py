@@ -579,7 +579,8 @@ class Run:
 
     def summary(self):
         print(f"{self.label}: {len(self.ran['kunit'])} KUnit suites ({self.cases['kunit']} cases), "
-              f"{len(self.ran['kselftest'])} kselftests ({self.cases['kselftest']} cases)")
+              f"{len(self.ran['kselftest'])} kselftests ({self.cases['kselftest']} cases), "
+              f"{boots_text(self.d)}")
         for ln in dmatest_counts(getattr(self, "dmatest", [])):
             print(f"{self.label}:   dmatest {ln}")
         for s in self.splats[:20]:
@@ -658,7 +659,8 @@ def dkms_counts(path, manifest, tally):
     tally.check(rc == ["0"], f"dkms: scripts/dkms-check exited {rc[-1] if rc else '(no NU-DKMS-EXIT line)'}{why}")
     secs = [ln.split()[1] for ln in lines if re.match(r"^NU-DKMS-SECONDS \d+\s*$", ln)]
     print(f"dkms: {sum(s in done for s in steps)}/{len(steps)} steps"
-          f"{f' in {secs[-1]} s' if secs else ''} (build, install, load, demo copy through DKMS)")
+          f"{f' in {secs[-1]} s' if secs else ''} (build, install, load, demo copy through DKMS)"
+          f"{boots_text(path_of_line(lines, 'NU-DKMS-VM-LOGS'), ', ')}")
 
 
 def splats(d):
@@ -669,6 +671,32 @@ def splats(d):
         if p.exists():
             out += [ln.strip() for ln in strip_console(p.read_text(errors="replace")) if SPLAT_RE.search(ln)]
     return out
+
+
+def path_of_line(lines, tag):
+    """The path of the last `TAG path` line among `lines`, or None."""
+    paths = [ln.split(None, 1)[1].strip() for ln in lines if ln.startswith(tag + " ")]
+    return paths[-1] if paths else None
+
+
+def boots_text(d, prefix=""):
+    """How many boots the run in directory `d` needed (scripts/vm-run's boots.log), and where the
+    console of each discarded boot is: a retry is never silent. Empty for `d` None."""
+    if d is None:
+        return ""
+    return prefix + _boots_text(d)
+
+
+def _boots_text(d):
+    p = pathlib.Path(d) / "boots.log"
+    try:
+        n = int(p.read_text().strip())
+    except (OSError, ValueError):
+        return "boots: unknown (no boots.log)"
+    if n == 1:
+        return "1 boot"
+    kept = ", ".join(str(pathlib.Path(d) / f"console-boot{i}.log") for i in range(1, n))
+    return f"{n} boots (a splat while booting, before the module loaded: {kept})"
 
 
 def boot_splat(d):
@@ -690,12 +718,13 @@ def run(argv):
     ap.add_argument("--manifest", default=str(MANIFEST))
     ap.add_argument("--boot-splat", metavar="DIR")
     ap.add_argument("--splats", metavar="DIR")
-    ap.add_argument("--list", choices=("kunit", "kselftest", "guest-commands", "passes"))
+    ap.add_argument("--list", choices=("kunit", "kselftest", "guest-commands", "passes", "splats"))
     ap.add_argument("--pass", dest="pass_", metavar="PASS")
     ap.add_argument("--lint")
     ap.add_argument("--unittest")
     ap.add_argument("--cargo")
     ap.add_argument("--dkms")
+    ap.add_argument("--toolchain", metavar="FILE", help="scripts/toolchain-root --status output")
     ap.add_argument("runs", nargs="*", metavar="MODEL=DIR")
     args = ap.parse_args(argv)
     if args.boot_splat:
@@ -713,10 +742,16 @@ def run(argv):
         names = {"kunit": lambda: manifest.required("kunit", args.pass_),
                  "kselftest": lambda: manifest.binaries(args.pass_),
                  "guest-commands": lambda: manifest.commands(args.pass_),
-                 "passes": lambda: [f"{n} {e['devices']}" for n, e in manifest.passes.items()]}[args.list]()
+                 "passes": lambda: [f"{n} {e['devices']}" for n, e in manifest.passes.items()],
+                 # For the guest's `grep -E -f` (tests/guest/init): POSIX ERE with GNU's \b.
+                 "splats": lambda: SPLATS}[args.list]()
         print("\n".join(names))
         return 0
     tally = Tally()
+    if args.toolchain:
+        p = pathlib.Path(args.toolchain)
+        for ln in (p.read_text(errors="replace").splitlines() if p.exists() else ["(no record)"]):
+            print(f"toolchain: {ln}")
     if args.lint:
         lint_counts(args.lint, tally)
     if args.unittest:
