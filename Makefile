@@ -12,11 +12,17 @@
 #   make vm MODEL=trn2 CMD='...'   run a guest command with the module loaded
 #   make fuzz [MODEL=trn1] [SEED=n] [OPS=n]   a long run of the ABI fuzzer (Documentation/udma-fuzz.rst)
 #   make fmt / fmt-check rustfmt on the module and the tools workspace
+#   make toolchain       resolve the toolchain root's package versions and build it if new
+#                        (scripts/toolchain-root; its path is printed)
+#   make kernel          build only the test kernel (cached; its path is printed)
 #   make dkms-src [DKMS_SRC=DIR]   copy the DKMS source tree (dkms.conf and what the module build
 #                        needs) to /usr/src/neuron-udma-<version> (README: "Install on a Neuron host")
 #   make dkms-check      build, install and load the module through DKMS against the test kernel,
 #                        then run the demo copy with it in a trn1 guest (Documentation/dkms.rst)
+#   make boot-soak [MODEL=trn1] [BOOTS=40] [LA57=1]   boot the debug kernel BOOTS times and count
+#                        kernel splats (Documentation/test-platform.rst)
 #   make clean           remove the module objects, build/kselftests, build/demo, build/dkms
+#   make help            list these targets
 
 # Build against this kernel build tree. Empty: the project's test kernel (scripts/build-kernel).
 KDIR ?=
@@ -37,7 +43,8 @@ MODULE_CLEAN := cd $(CURDIR) && rm -f $(foreach d,. rust,$(addprefix $(d)/,*.o *
 KBUILD_ARGS := M=$(CURDIR) $(if $(filter 1,$(KUNIT)),NEURON_UDMA_KUNIT=y) $(if $(CLIPPY),CLIPPY=$(CLIPPY)) \
 	$(if $(filter y,$(NEURON_UDMA_BENCH)),NEURON_UDMA_BENCH=y)
 
-.PHONY: all modules clean check demo bench vm fuzz fmt fmt-check kernel toolchain dkms-src dkms-check
+.PHONY: all modules clean check demo bench vm fuzz fmt fmt-check kernel toolchain dkms-src dkms-check \
+	boot-soak help
 
 all: modules
 
@@ -75,7 +82,16 @@ check:
 	scripts/check
 
 demo:
-	scripts/demo
+	@scripts/demo
+
+BOOTS ?= 40
+LA57 ?=
+boot-soak:
+	scripts/boot-soak --model $(MODEL) --boots $(BOOTS) $(if $(LA57),--la57)
+
+# The targets and what they do: the comment block at the head of this file.
+help:
+	@sed -n '/^#   make/,/^$$/p' $(firstword $(MAKEFILE_LIST)) | sed -n '/^#/s/^# \{0,1\}//p'
 
 bench:
 	KERNEL=$(KERNEL) scripts/bench

@@ -7,7 +7,8 @@
 # through the driver's MEMCPY, verifying every byte and a checksum. Exits non-zero on any failure,
 # or when the loaded module carries KUnit suites (it is then not the production build).
 set -e
-# The guest's output is a serial log, not a screen: one line per copy round, no progress bar.
+# The guest's output is a serial log, not a screen: no progress bar, one line per copy and
+# udmactl's verdict line (scripts/demo reads the verdicts).
 export TERM=dumb
 dev=
 for d in /sys/bus/pci/drivers/neuron_udma/0000:*; do
