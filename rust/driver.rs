@@ -160,7 +160,7 @@ impl NeuronUdmaDriver {
         let dma = crate::dmaengine::DmaProvider::register(
             &dev,
             pdev,
-            crate::module_parameters::dma_channels.value(),
+            crate::shim::dma_channels(),
         )
         .inspect_err(|e| dev_err!(pdev, "dmaengine registration failed: {:?}\n", e))?;
         let debugfs = crate::debugfs::device_dir(dev.clone(), pdev.as_ref().name());

@@ -184,10 +184,4 @@ module! {
     authors: ["The neuron-udma developers"],
     description: "AWS Neuron UDMA memory-to-memory DMA driver",
     license: "GPL v2",
-    params: {
-        dma_channels: u32 {
-            default: 4,
-            description: "dmaengine memcpy channels per device (0: no dmaengine provider; at most 8)",
-        },
-    },
 }

@@ -6,6 +6,7 @@
 #include <linux/dma-mapping.h>
 #include <linux/fs.h>
 #include <linux/mm.h>
+#include <linux/moduleparam.h>
 #include <linux/capability.h>
 #include <linux/cred.h>
 #include <linux/sched/mm.h>
@@ -21,6 +22,7 @@ vm_fault_t neuron_udma_insert_page(struct vm_fault *vmf, void *cpu_addr);
 int neuron_udma_charge(unsigned long pages, struct user_struct **userp);
 void neuron_udma_uncharge(struct user_struct *user, unsigned long pages);
 bool neuron_udma_fatal_signal_pending(void);
+unsigned int neuron_udma_dma_channels(void);
 struct neuron_udma_pin;
 struct neuron_udma_pin *neuron_udma_pin_user(u64 addr, u64 size, bool write);
 int neuron_udma_pin_map(struct neuron_udma_pin *pin, struct device *dev);
@@ -118,6 +120,19 @@ void neuron_udma_uncharge(struct user_struct *user, unsigned long pages)
 {
 	atomic_long_sub(pages, &user->locked_vm);
 	free_uid(user);
+}
+
+/*
+ * 7.3's module! macro registers Rust parameters with perm 0 (rust/macros/module.rs): they never
+ * appear in sysfs. This one is read-only in /sys/module/neuron_udma/parameters/dma_channels.
+ */
+static unsigned int dma_channels = 4;
+module_param(dma_channels, uint, 0444);
+MODULE_PARM_DESC(dma_channels, "dmaengine memcpy channels per device (0: no dmaengine provider; at most 8)");
+
+unsigned int neuron_udma_dma_channels(void)
+{
+	return READ_ONCE(dma_channels);
 }
 
 /*

@@ -31,6 +31,7 @@ mod ffi {
         ) -> c_int;
         pub(super) fn neuron_udma_uncharge(user: *mut bindings::user_struct, pages: usize);
         pub(super) fn neuron_udma_fatal_signal_pending() -> bool;
+        pub(super) fn neuron_udma_dma_channels() -> c_uint;
         pub(super) fn neuron_udma_pin_user(addr: u64, size: u64, write: bool) -> *mut c_void;
         pub(super) fn neuron_udma_pin_map(pin: *mut c_void, dev: *mut bindings::device) -> c_int;
         pub(super) fn neuron_udma_pin_sgt(pin: *mut c_void) -> *mut bindings::sg_table;
@@ -238,6 +239,14 @@ pub(crate) unsafe fn dma_no_seg_limits(dev: &kernel::device::Device<kernel::devi
     let raw = raw_device(dev);
     // SAFETY: `raw` is the bound device `dev`; no mapping exists (per the contract).
     unsafe { ffi::neuron_udma_dma_no_seg_limits(raw) }
+}
+
+/// The `dma_channels` module parameter (dmaengine channels per device, as given at load; the
+/// provider clamps it), registered in C so that it shows in
+/// `/sys/module/neuron_udma/parameters/`.
+pub(crate) fn dma_channels() -> u32 {
+    // SAFETY: reads an integer module parameter.
+    unsafe { ffi::neuron_udma_dma_channels() }
 }
 
 /// Whether the current task was killed (SIGKILL): waits that ignore other signals end on it.
