@@ -9,9 +9,10 @@
 
 use crate::{
     arch::Arch,
-    engine::{self, EngineIo},
+    engine::{self, EngineId, EngineIo},
 };
 use kernel::{
+    devres::DevresGuard,
     new_mutex, pci,
     prelude::*,
     sync::{
@@ -88,28 +89,28 @@ impl Bar0 {
         })
     }
 
-    /// Runs `f` on engine `eng`'s registers (inside an RCU read section: `f` must not sleep).
+    /// Access to the registers until the returned guard is dropped: an RCU read-side section
+    /// (nothing may sleep while it is held).
     ///
     /// # Errors
     ///
-    /// `ENODEV` once the device is unbound; `EINVAL` for an unknown engine.
-    pub(crate) fn with_engine<R>(
-        &self,
-        eng: u32,
-        f: impl FnOnce(EngineIo<'_>) -> Result<R>,
-    ) -> Result<R> {
-        let bar = self.bar.try_access().ok_or(ENODEV)?;
-        f(engine::engine_io(self.arch, &bar, eng)?)
+    /// `ENODEV` once the device is unbound (the mapping is revoked).
+    pub(crate) fn access(&self) -> Result<Regs<'_>> {
+        Ok(Regs {
+            bar: self.bar.try_access().ok_or(ENODEV)?,
+            arch: self.arch,
+        })
     }
 
-    /// Runs the engine init sequence (hardware.rst §3.6) on engine `eng` unless it ran since
+    /// Runs the engine init sequence (hardware.rst §3.6) on engine `id` unless it ran since
     /// probe.
     ///
     /// # Errors
     ///
-    /// `EINVAL` for an unknown engine, `ENODEV` once the device is unbound.
-    pub(crate) fn ensure_engine(&self, eng: u32) -> Result {
+    /// `ENODEV` once the device is unbound, `ERANGE` if BAR0 does not hold the engine.
+    pub(crate) fn ensure_engine(&self, id: EngineId) -> Result {
         let mut init = self.engines_init.lock();
+        let eng = id.get();
         let (word, bit) = ((eng / 64) as usize, eng % 64);
         let first = init.iter().all(|w| *w == 0);
         if init.get(word).ok_or(EINVAL)? & (1 << bit) != 0 {
@@ -117,9 +118,27 @@ impl Bar0 {
         }
         {
             let bar = self.bar.try_access().ok_or(ENODEV)?;
-            engine::init_engine(self.arch, &bar, eng, first)?;
+            engine::init_engine(self.arch, &bar, id, first)?;
         }
         init[word] |= 1 << bit;
         Ok(())
+    }
+}
+
+/// The registers of a bound device, accessible while this guard lives (an RCU read-side
+/// section: the holder must not sleep).
+pub(crate) struct Regs<'a> {
+    bar: DevresGuard<'a, pci::Bar<'static>>,
+    arch: &'static Arch,
+}
+
+impl Regs<'_> {
+    /// Engine `id`'s register block.
+    ///
+    /// # Errors
+    ///
+    /// `ERANGE` if BAR0 does not hold the engine (probe checked that it holds every one).
+    pub(crate) fn engine(&self, id: EngineId) -> Result<EngineIo<'_>> {
+        engine::engine_io(self.arch, &self.bar, id)
     }
 }

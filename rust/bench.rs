@@ -146,7 +146,7 @@ mod tests {
     fn descriptor_pair_build() -> Result {
         let dev = Registry::first().ok_or(ENODEV)?;
         let (eng, _) = dev.arch.h2t[0];
-        let q = dev.queue_init(eng, BENCH_QUEUE, RING_DESCS, RING_DESCS, Owner::Driver)?;
+        let q = dev.queue_init_at(eng, BENCH_QUEUE, RING_DESCS, RING_DESCS, Owner::Driver)?;
         let mut mmio = KVec::<u64>::with_capacity(MMIO_WRITES, GFP_KERNEL)?;
         let src0 = dev.arch.host_addr(0x1000_0000);
         let dst0 = dev.arch.host_addr(0x2000_0000);
@@ -222,7 +222,7 @@ mod tests {
             }
             Ok((prep_ns, ref_ns, floor_ns, pairs, same))
         });
-        dev.queue_release(q.owner, q.eng, q.qid)?;
+        dev.queue_release(q.owner, q.id)?;
         let (prep_ns, ref_ns, floor_ns, pairs, same) = r?;
         mmio.sort_unstable();
         // PANIC: `mmio` holds MMIO_WRITES > 0 entries (pushed above, or `r` was an error).

@@ -1,18 +1,29 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! A queue channel: one queue behind its lock, and the policy of using it — fences, waits,
-//! timeouts, error recovery (queue reset) and the copy loop of the driver's own copies.
+//! A queue channel: one queue of the device behind its lock, and the only door to it. Every
+//! operation on a queue — prepare, start, fence-or-join, wait, reset, state snapshot — is a
+//! method here; callers never see the [`Queue`] or the engine's registers.
 //!
-//! The COPY_WAIT path is `file.rs` (which fence) -> [`Channel::wait`] (poll, sleep, time out)
-//! -> `queue.rs` (collect the fence's outcome) -> `engine.rs` (error state, reset): data flows
-//! one way, and only this file decides when a queue is reset.
+//! It is also the driver's submission engine ([`Channel::transfer`], after idxd's
+//! `idxd_submit_desc`): one loop that splits a copy into pairs (`span.rs`), writes them, rings
+//! the doorbells with a fence, waits with back-off, and resets the queue on an engine error or
+//! a stall. `MEMCPY`, the device-memory scrub and the KUnit copies run it; the dmaengine
+//! provider uses its pieces ([`Channel::room`], [`Channel::submit_pieces`],
+//! [`Channel::collect`], [`Channel::recover`]) from its completion work. A [`Policy`] says how signals and timeouts end a wait, and [`Finish`] what
+//! is still in flight when a copy ends early.
+//!
+//! Data flows one way: `file.rs`, `h2t.rs`, `dmaengine.rs` -> here -> `queue.rs` -> `ring.rs`,
+//! `engine.rs` (through `bar0.rs`); nothing here calls back into its callers.
 
 use crate::{
     bar0::Bar0,
-    desc::{Barrier, DescLen, MAX_DESC_BYTES},
-    engine::{self, EngineErrors, EngineIo},
-    mem::Charge,
+    buffer::Holds,
+    charge::Charge,
+    desc::{Barrier, Desc, DescLen, Dir, MAX_DESC_BYTES},
+    engine::{self, EngineErrors, EngineIo, QueueRegs},
     queue::{self, FenceState, Queue},
+    regs::{M2s, S2m},
+    ring::RingState,
     shim::fatal_signal_pending,
     span::{Pieces, Span},
 };
@@ -24,23 +35,64 @@ use kernel::{
     time::{delay::fsleep, Delta, Instant, Monotonic},
 };
 
+/// A queue of the device (engine and index), as callers name a channel.
+pub(crate) use crate::engine::QueueId;
+
 /// Default time a completion wait may take before the queue is declared stuck; on the
 /// driver's shared H2T queue, only a wait at least this long resets the queue.
 pub(crate) const DEFAULT_TIMEOUT: Delta = Delta::from_secs(10);
 /// Shortest timeout a caller may choose (shorter ones are raised to it), in milliseconds.
 pub(crate) const MIN_TIMEOUT_MS: u32 = 10;
-/// How long a wait polls its fence without sleeping: a small copy completes within it, and a
-/// sleep's wake-up alone costs more (Documentation/benchmarks.rst).
-const SPIN: Delta = Delta::from_micros(50);
-/// First sleep after the spin; each next one doubles, up to [`SLEEP_MAX`].
-const SLEEP_FIRST: Delta = Delta::from_micros(10);
-/// Longest sleep between two looks at the fence.
-const SLEEP_MAX: Delta = Delta::from_millis(1);
 /// When a wait first reads the engine's error state (a device register read, slow on the
 /// model), and how often afterwards: only a late fence costs register reads.
 const STATE_CHECK_FIRST: Delta = Delta::from_millis(5);
 /// Period of the engine state reads after [`STATE_CHECK_FIRST`].
 const STATE_CHECK_EVERY: Delta = Delta::from_millis(20);
+/// Sleep between two looks at a ring that has no room for a submission.
+const FULL_RING_SLEEP: Delta = Delta::from_micros(50);
+
+/// Polling with back-off: spin [`Backoff::SPIN`] after the start or the last progress (a short
+/// copy completes within it, and a sleep's wake-up alone costs more, Documentation/
+/// benchmarks.rst), then sleep from [`Backoff::SLEEP_FIRST`], doubling up to
+/// [`Backoff::SLEEP_MAX`]. Every waiter of the driver polls this way.
+pub(crate) struct Backoff {
+    since: Instant<Monotonic>,
+    delay: Delta,
+}
+
+impl Backoff {
+    /// How long to poll without sleeping.
+    pub(crate) const SPIN: Delta = Delta::from_micros(50);
+    /// First sleep after the spin.
+    pub(crate) const SLEEP_FIRST: Delta = Delta::from_micros(10);
+    /// Longest sleep between two looks: the latency the polling adds at most.
+    pub(crate) const SLEEP_MAX: Delta = Delta::from_millis(1);
+
+    /// Starts polling now.
+    pub(crate) fn new() -> Self {
+        Self {
+            since: Instant::now(),
+            delay: Self::SLEEP_FIRST,
+        }
+    }
+
+    /// Progress was seen: spin again.
+    pub(crate) fn progress(&mut self) {
+        *self = Self::new();
+    }
+
+    /// Waits before the next look: a `cpu_relax()` while spinning, else a sleep.
+    pub(crate) fn pause(&mut self) {
+        if self.since.elapsed() < Self::SPIN {
+            cpu_relax();
+            return;
+        }
+        fsleep(self.delay);
+        self.delay = Delta::from_micros(
+            (self.delay.as_micros_ceil() * 2).min(Self::SLEEP_MAX.as_micros_ceil()),
+        );
+    }
+}
 
 /// How a wait treats signals.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,81 +105,361 @@ pub(crate) enum WaitMode {
     Uninterruptible,
 }
 
+impl WaitMode {
+    /// Whether a signal of this kind is pending for the current task.
+    fn interrupted(self) -> bool {
+        match self {
+            WaitMode::Interruptible => kernel::current!().signal_pending(),
+            WaitMode::Killable => fatal_signal_pending(),
+            WaitMode::Uninterruptible => false,
+        }
+    }
+}
+
+/// What a timed-out wait does to the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OnTimeout {
+    /// Reset it: the caller owns the queue and its timeout says the queue is stuck.
+    Reset,
+    /// Reset it only if it made no progress for [`DEFAULT_TIMEOUT`] (a shared queue: other
+    /// callers' copies go on otherwise).
+    ResetIfStuck,
+}
+
+/// How the submission loop ([`Channel::transfer`]) and a wait treat signals and timeouts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Policy {
+    /// Which signals end a wait.
+    pub(crate) signals: WaitMode,
+    /// Bound of each submission's wait.
+    pub(crate) timeout: Delta,
+    /// What a timeout does to the queue.
+    pub(crate) on_timeout: OnTimeout,
+}
+
+/// How a copy of the submission loop ended.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use]
+pub(crate) enum Finish {
+    /// Every byte moved.
+    Done,
+    /// It failed, and nothing of it is in flight any more.
+    Failed(Error),
+    /// It ended early (`EINTR`, or `ETIMEDOUT` without a reset) while its last submission,
+    /// covered by fence `seq`, is still in flight: what it uses must stay reserved until that
+    /// fence is settled ([`Channel::is_settled`]; `orphan.rs`).
+    InFlight {
+        /// The error the call returns.
+        err: Error,
+        /// The fence that covers the submission.
+        seq: u64,
+    },
+}
+
+impl Finish {
+    /// The call's result.
+    pub(crate) fn result(&self) -> Result {
+        match self {
+            Finish::Done => Ok(()),
+            Finish::Failed(e) | Finish::InFlight { err: e, .. } => Err(*e),
+        }
+    }
+}
+
 /// Who owns a queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Owner {
-    /// The driver (H2T queue, KUnit).
+    /// The driver (H2T queue, dmaengine channels, KUnit).
     Driver,
     /// An open file, identified by a unique id.
     File(u64),
+}
+
+/// Register and software state of one queue, copied in one go under its lock
+/// ([`Channel::snapshot`]).
+#[derive(Clone, Copy)]
+pub(crate) struct QueueSnapshot {
+    /// Queue registers of the M2S (Tx) and S2M (Rx) directions.
+    pub(crate) regs: [QueueRegs; 2],
+    /// Software state of the Tx and Rx rings.
+    pub(crate) sw: [RingState; 2],
+    /// Prepared descriptors not yet doorbelled: `(tx, rx)`.
+    pub(crate) pending: (u32, u32),
+    /// Times the queue was reset.
+    pub(crate) resets: u32,
+    /// The engine's state and error causes.
+    pub(crate) errors: EngineErrors,
+}
+
+/// One ring slot copied out of ring memory ([`Channel::ring_slots`]).
+#[derive(Clone, Copy)]
+pub(crate) struct RingSlot {
+    /// The ring.
+    pub(crate) dir: Dir,
+    /// Slot index.
+    pub(crate) idx: u32,
+    /// Before the ack index (completed) rather than outstanding.
+    pub(crate) done: bool,
+    /// The 16 bytes of the slot.
+    pub(crate) desc: Desc,
+}
+
+/// Descriptors one `COPY_WAIT` completed, by the Tx ack position it started from
+/// ([`Channel::wait_all`]).
+struct Ticket {
+    seq: Option<u64>,
+    /// No unfenced work is left after this fence.
+    last: bool,
+    ack_before: u32,
 }
 
 /// One queue of the device in use, with its owner: the queue's software state (`None` once
 /// released or after unbind) behind the queue lock, and its engine's registers.
 #[pin_data]
 pub(crate) struct Channel {
-    /// Engine id.
-    pub(crate) eng: u32,
-    /// Queue id.
-    pub(crate) qid: u32,
+    /// Engine and queue.
+    pub(crate) id: QueueId,
     /// Owner.
     pub(crate) owner: Owner,
     /// Registers of the device.
     bar: Arc<Bar0>,
     #[pin]
     inner: Mutex<Option<Queue>>,
-    /// A file's queue memory (rings, completion slots, pair references) charged to the user
+    /// A file's queue memory (rings, completion slots, fence records) charged to the user
     /// who took it; given back when the queue is released.
     #[pin]
     charge: Mutex<Option<Charge>>,
 }
 
 impl Channel {
-    /// Wraps queue `q` (engine `eng`, queue `qid`, already programmed) for `owner`, with the
-    /// memory charge of a file's queue.
+    /// Wraps queue `q` (`id`, already programmed) for `owner`, with the memory charge of a
+    /// file's queue.
     ///
     /// # Errors
     ///
     /// `ENOMEM`.
     pub(crate) fn new(
         bar: Arc<Bar0>,
-        eng: u32,
-        qid: u32,
+        id: QueueId,
         owner: Owner,
         q: Queue,
         charge: Option<Charge>,
     ) -> Result<Arc<Self>> {
         Arc::pin_init(
             try_pin_init!(Self {
-                eng,
-                qid,
+                id,
                 owner,
                 bar,
                 inner <- new_mutex!(Some(q)),
                 charge <- new_mutex!(charge),
             }),
-            GFP_KERNEL,
+            GFP_KERNEL_ACCOUNT,
         )
     }
 
-    /// Runs `f` on the queue with its engine registers, under the queue lock.
+    /// Runs `f` on the queue under its lock (no register access).
     ///
     /// # Errors
     ///
     /// `ENODEV` if the queue was released or the device unbound.
-    pub(crate) fn with<R>(
-        &self,
-        f: impl FnOnce(&mut Queue, EngineIo<'_>) -> Result<R>,
-    ) -> Result<R> {
+    fn locked<R>(&self, f: impl FnOnce(&mut Queue) -> Result<R>) -> Result<R> {
         let mut inner = self.inner.lock();
-        let q = (*inner).as_mut().ok_or(ENODEV)?;
-        self.bar.with_engine(self.eng, |io| f(q, io))
+        f((*inner).as_mut().ok_or(ENODEV)?)
     }
 
-    /// Waits for fence `seq` of the queue (one of the caller's registrations, see
-    /// [`Queue::fence`]), sleeping between checks; bounded by `timeout`, with one last check
-    /// after it. On a timeout or an engine error, logs the engine, queue and error causes and
-    /// resets the queue so that it can be used again. Interruptible by any signal.
+    /// Runs `f` on the queue and its engine's registers, under the queue lock and inside the
+    /// register guard (an RCU read section: `f` must not sleep or allocate).
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` if the queue was released or the device unbound.
+    fn with_io<R>(&self, f: impl FnOnce(&mut Queue, EngineIo<'_>) -> Result<R>) -> Result<R> {
+        let mut inner = self.inner.lock();
+        let q = (*inner).as_mut().ok_or(ENODEV)?;
+        let regs = self.bar.access()?;
+        f(q, regs.engine(self.id.eng)?)
+    }
+
+    /// Runs `f` on the queue and its engine's registers (KUnit: hand-made sequences).
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` if the queue was released or the device unbound; those of `f`.
+    #[cfg(neuron_udma_kunit)]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Queue, EngineIo<'_>) -> Result<R>) -> Result<R> {
+        self.with_io(f)
+    }
+
+    /// The engine's error state (a device register read).
+    fn engine_errors(&self) -> Result<EngineErrors> {
+        let regs = self.bar.access()?;
+        Ok(engine::engine_errors(regs.engine(self.id.eng)?))
+    }
+
+    // ---- the user-queue operations (COPY_PREPARE(_ONE), COPY_START, COPY_WAIT, QUEUE_STATE) ----
+
+    /// Writes the pairs `copies` of one prepare call, all or none, with `holds` keeping their
+    /// buffers busy until the engine is done with them; the largest copy among them took
+    /// `largest` pairs.
+    ///
+    /// # Errors
+    ///
+    /// `E2BIG` if that copy takes more pairs than the queue's empty rings hold (it can never
+    /// fit: not "wait first"), `ENOSPC` if the rings have no room for all of them now (after
+    /// retiring what completed), `ENOMEM`, `ENODEV`; nothing is written then.
+    pub(crate) fn prepare(&self, copies: &[queue::Copy], largest: u32, holds: Holds) -> Result {
+        self.locked(|q| {
+            if largest > q.capacity_pairs() {
+                return Err(E2BIG);
+            }
+            q.retire();
+            q.write_submission(copies, holds)
+        })
+    }
+
+    /// Rings the doorbells for `m2s_count` Tx and `s2m_count` Rx prepared descriptors
+    /// ([`Queue::start`]).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` (see [`Queue::start`]), `ENODEV`.
+    pub(crate) fn start(&self, m2s_count: u32, s2m_count: u32) -> Result {
+        self.with_io(|q, io| q.start(io, m2s_count, s2m_count))
+    }
+
+    /// Fences the work no fence covers yet, or joins the newest fence in flight (an
+    /// interrupted wait leaves its fence behind: it is reused, not multiplied).
+    fn fence_or_join(&self) -> Result<Ticket> {
+        self.with_io(|q, io| {
+            q.retire();
+            let ack_before = q.tx_state().ack_index();
+            if q.unfenced() != 0 && q.can_fence() {
+                return Ok(Ticket {
+                    seq: Some(q.fence(io)?),
+                    last: true,
+                    ack_before,
+                });
+            }
+            match q.last_fence() {
+                Some(seq) => {
+                    q.add_waiter(seq)?;
+                    Ok(Ticket {
+                        seq: Some(seq),
+                        last: q.unfenced() == 0,
+                        ack_before,
+                    })
+                }
+                None if q.unfenced() == 0 => Ok(Ticket {
+                    seq: None,
+                    last: true,
+                    ack_before,
+                }),
+                None => Err(ENOSPC),
+            }
+        })
+    }
+
+    /// `COPY_WAIT`: waits (interruptibly, bounded by `timeout` in all) until everything prepared
+    /// or started on the queue is done, fencing what no fence covers; returns the Tx
+    /// descriptors the wait completed.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Self::wait`]; `ENOSPC` when unfenced work exists and no marker fits, `EBUSY`
+    /// when every completion slot is in use.
+    pub(crate) fn wait_all(&self, timeout: Delta) -> Result<u64> {
+        let start = Instant::<Monotonic>::now();
+        let mut completed = 0u64;
+        loop {
+            let t = self.fence_or_join()?;
+            if let Some(seq) = t.seq {
+                let left = timeout - start.elapsed();
+                self.wait(seq, left.max(Delta::from_millis(0)))?;
+            }
+            completed += self.locked(|q| {
+                let s = q.tx_state();
+                Ok(u64::from(s.size().distance(t.ack_before, s.ack_index())))
+            })?;
+            if t.last {
+                return Ok(completed);
+            }
+        }
+    }
+
+    /// A copy of the queue's registers and software state.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` if the queue was released or the device unbound.
+    pub(crate) fn snapshot(&self) -> Result<QueueSnapshot> {
+        self.with_io(|q, io| {
+            Ok(QueueSnapshot {
+                regs: [
+                    engine::queue_regs::<M2s>(io, q.q()),
+                    engine::queue_regs::<S2m>(io, q.q()),
+                ],
+                sw: [*q.tx_state(), *q.rx_state()],
+                pending: q.pending(),
+                resets: q.resets,
+                errors: engine::engine_errors(io),
+            })
+        })
+    }
+
+    /// Copies slots of ring `dir` into `out` (which has the capacity): the `history` last
+    /// completed ones and at most `outstanding` of the outstanding ones, each with its index
+    /// and whether it completed. Returns the ring's state.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` if the queue was released or the device unbound, `ENOMEM` if `out` is full.
+    pub(crate) fn ring_slots(
+        &self,
+        dir: Dir,
+        history: u32,
+        outstanding: u32,
+        out: &mut KVec<RingSlot>,
+    ) -> Result<RingState> {
+        self.locked(|q| {
+            let ring = q.ring(dir);
+            let st = *ring.state();
+            let ack = st.ack_index();
+            let history = history.min(st.size().descs() - st.outstanding());
+            let mut push = |idx: u32, done: bool| -> Result {
+                out.push_within_capacity(RingSlot {
+                    dir,
+                    idx,
+                    done,
+                    desc: ring.read(idx)?,
+                })
+                .map_err(|_| ENOMEM)
+            };
+            for k in (1..=history).rev() {
+                push(st.size().index(ack.wrapping_sub(k)), true)?;
+            }
+            for i in st.size().slots(ack, st.outstanding().min(outstanding)) {
+                push(i, false)?;
+            }
+            Ok(st)
+        })
+    }
+
+    /// Retires what the engine completed (acks, buffer holds dropped): `MEM_FREE` looks first.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` if the queue was released or the device unbound.
+    pub(crate) fn retire(&self) -> Result {
+        self.locked(|q| {
+            q.retire();
+            Ok(())
+        })
+    }
+
+    // ---- waits ----
+
+    /// Waits for fence `seq` of the queue (one of the caller's registrations), interruptibly
+    /// by any signal, bounded by `timeout`; a timeout or an engine error resets the queue.
     ///
     /// # Errors
     ///
@@ -135,24 +467,25 @@ impl Channel {
     /// or a reset dropped the fence, `EINTR` on a signal (the copies go on), `ENODEV` after
     /// unbind.
     pub(crate) fn wait(&self, seq: u64, timeout: Delta) -> Result {
-        self.wait_for(seq, timeout, WaitMode::Interruptible, true)
+        self.wait_for(
+            seq,
+            &Policy {
+                signals: WaitMode::Interruptible,
+                timeout,
+                on_timeout: OnTimeout::Reset,
+            },
+        )
     }
 
-    /// [`Self::wait`] with a signal policy, and whether a timeout resets the queue. On every
-    /// return the caller's registration of `seq` is given back; without a reset, a fence that
-    /// is still in flight stays so ([`Queue::is_settled`] tells when it is done).
-    pub(crate) fn wait_for(
-        &self,
-        seq: u64,
-        timeout: Delta,
-        mode: WaitMode,
-        reset_on_timeout: bool,
-    ) -> Result {
+    /// [`Self::wait`] with `policy`. On every return the caller's registration of `seq` is
+    /// given back; without a reset, a fence that is still in flight stays so
+    /// ([`Self::is_settled`] tells when it is done).
+    fn wait_for(&self, seq: u64, policy: &Policy) -> Result {
         let mut collected = false;
-        let r = self.wait_inner(seq, timeout, mode, reset_on_timeout, &mut collected);
+        let r = self.wait_inner(seq, policy, &mut collected);
         if r.is_err() && !collected {
             // Not collected (signal, timeout, engine error): give the registration back.
-            let _ = self.with(|q, _| {
+            let _ = self.locked(|q| {
                 q.abandon(seq);
                 Ok(())
             });
@@ -160,86 +493,61 @@ impl Channel {
         r
     }
 
-    fn wait_inner(
-        &self,
-        seq: u64,
-        timeout: Delta,
-        mode: WaitMode,
-        reset_on_timeout: bool,
-        collected: &mut bool,
-    ) -> Result {
+    fn collect_once(&self, seq: u64, collected: &mut bool) -> Result<FenceState> {
+        let state = self.locked(|q| Ok(q.collect(seq)))?;
+        *collected = state != FenceState::Pending;
+        Ok(state)
+    }
+
+    fn wait_inner(&self, seq: u64, policy: &Policy, collected: &mut bool) -> Result {
         let start = Instant::<Monotonic>::now();
-        let mut delay = SLEEP_FIRST;
+        let mut backoff = Backoff::new();
         let mut next_state_check = STATE_CHECK_FIRST;
-        let mut collect = |dev: &Self| {
-            let state = dev.with(|q, _| Ok(q.collect(seq)))?;
-            *collected = state != FenceState::Pending;
-            Ok::<_, Error>(state)
-        };
         loop {
-            match collect(self)? {
+            match self.collect_once(seq, collected)? {
                 FenceState::Done => return Ok(()),
                 FenceState::Lost => return Err(EIO),
                 FenceState::Pending => {}
             }
-            let interrupted = match mode {
-                WaitMode::Interruptible => kernel::current!().signal_pending(),
-                WaitMode::Killable => fatal_signal_pending(),
-                WaitMode::Uninterruptible => false,
-            };
-            if interrupted {
+            if policy.signals.interrupted() {
                 // The copies go on; a later wait completes them.
                 return Err(EINTR);
             }
             let elapsed = start.elapsed();
-            if elapsed >= timeout {
+            if elapsed >= policy.timeout {
                 break;
             }
             if elapsed >= next_state_check {
                 // An engine abort stops the queue for good: look for it now and then (an MMIO
                 // read is slow on the model, so not on every check).
                 next_state_check = elapsed + STATE_CHECK_EVERY;
-                let errors = self
-                    .bar
-                    .with_engine(self.eng, |io| Ok(engine::engine_errors(io)))?;
+                let errors = self.engine_errors()?;
                 if errors.aborted() {
-                    return self.fail(seq, EIO, &errors, timeout);
+                    return self.fail(seq, EIO, &errors, policy.timeout);
                 }
             }
-            if elapsed < SPIN {
-                // A short copy completes within microseconds: poll the completion slot (host
-                // memory, no device access) before giving the CPU away.
-                cpu_relax();
-                continue;
-            }
-            fsleep(delay);
-            delay =
-                Delta::from_micros((delay.as_micros_ceil() * 2).min(SLEEP_MAX.as_micros_ceil()));
+            backoff.pause();
         }
         // TIMEOUT: one last look, so that a completion racing the deadline is not lost.
-        match collect(self)? {
+        match self.collect_once(seq, collected)? {
             FenceState::Done => return Ok(()),
             FenceState::Lost => return Err(EIO),
             FenceState::Pending => {}
         }
-        let errors = self
-            .bar
-            .with_engine(self.eng, |io| Ok(engine::engine_errors(io)))?;
+        let errors = self.engine_errors()?;
         if errors.aborted() {
-            return self.fail(seq, EIO, &errors, timeout);
+            return self.fail(seq, EIO, &errors, policy.timeout);
         }
-        // A waiter that may not reset on its own timeout still resets a queue that has made no
-        // progress for the default timeout: it is stuck, not just slow or busy.
-        if !reset_on_timeout && self.with(|q, _| Ok(q.stalled_for()))? < DEFAULT_TIMEOUT {
-            return Err(ETIMEDOUT);
+        match policy.on_timeout {
+            OnTimeout::Reset => self.fail(seq, ETIMEDOUT, &errors, policy.timeout),
+            // A waiter that may not reset on its own timeout still resets a queue that has
+            // made no progress for the default timeout: it is stuck, not just slow or busy.
+            OnTimeout::ResetIfStuck if self.locked(|q| Ok(q.stalled_for()))? < DEFAULT_TIMEOUT => {
+                Err(ETIMEDOUT)
+            }
+            // A stuck shared queue is an error whatever the caller's timeout.
+            OnTimeout::ResetIfStuck => self.fail(seq, ETIMEDOUT, &errors, DEFAULT_TIMEOUT),
         }
-        // A stuck shared queue is an error whatever the caller's timeout.
-        let logged = if reset_on_timeout {
-            timeout
-        } else {
-            DEFAULT_TIMEOUT
-        };
-        self.fail(seq, ETIMEDOUT, &errors, logged)
     }
 
     /// Logs a failed wait (rate-limited; a caller-chosen timeout at debug level) and resets
@@ -255,8 +563,8 @@ impl Channel {
             dev_dbg!(
                 self.bar.pdev,
                 "engine {} queue {}: fence {} timed out after {} ms; resetting the queue\n",
-                self.eng,
-                self.qid,
+                self.id.eng.get(),
+                self.id.q.number(),
                 seq,
                 timeout.as_millis()
             );
@@ -264,8 +572,8 @@ impl Channel {
             dev_err!(
                 self.bar.pdev,
                 "engine {} queue {}: fence {} {} (m2s state {:#x} cause {:#x}, s2m state {:#x} cause {:#x}); resetting the queue\n",
-                self.eng,
-                self.qid,
+                self.id.eng.get(),
+                self.id.q.number(),
                 seq,
                 what,
                 errors.m2s_state,
@@ -280,157 +588,53 @@ impl Channel {
 
     /// Resets the queue if it made no progress for [`DEFAULT_TIMEOUT`] with fences
     /// in flight (a hung queue); logged at error level, rate-limited.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` if the queue was released or the device unbound.
     pub(crate) fn reset_if_stuck(&self) -> Result {
-        if self.with(|q, _| Ok(q.stalled_for()))? < DEFAULT_TIMEOUT {
+        if self.locked(|q| Ok(q.stalled_for()))? < DEFAULT_TIMEOUT {
             return Ok(());
         }
         if self.bar.log_limit.allow() {
             dev_err!(
                 self.bar.pdev,
                 "engine {} queue {}: no progress for {} s; resetting the queue\n",
-                self.eng,
-                self.qid,
+                self.id.eng.get(),
+                self.id.q.number(),
                 DEFAULT_TIMEOUT.as_millis() / 1000
             );
         }
         self.reset()
     }
 
-    /// Resets the queue (full queue init, ring id 1, fences dropped) and returns its
-    /// engine to normal operation if it is still aborted.
+    /// Resets the queue (full queue init, ring id 1, fences dropped, buffer holds dropped) and
+    /// returns its engine to normal operation if it is still aborted.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` if the queue was released or the device unbound.
     pub(crate) fn reset(&self) -> Result {
-        self.with(|q, io| {
-            q.reset(io);
-            // A queue reset clears an abort caused by this queue; if the engine is still
-            // aborted (another queue's error), return it to normal operation too.
-            let now = engine::engine_errors(io);
-            if now.aborted() {
-                engine::recover_engine(io, &now);
-            }
+        self.with_io(|q, io| {
+            Self::reset_queue(q, io);
             Ok(())
         })
     }
 
-    /// Copies `size` bytes from device-fabric address `src` to `dst` on this queue, in 64 KiB
-    /// pairs: at most 2032 data pairs plus one marker pair per doorbell and never more than the
-    /// ring's free space, the generation's final barrier on the last data pair of each
-    /// submission (hardware.rst §6.1), waiting (uninterruptibly, resetting the queue on a timeout)
-    /// for each submission before the next.
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` for size 0; the errors of [`Self::wait`] but `EINTR`.
-    // Only the KUnit suites copy through it; the ioctl paths use `copy`.
-    #[cfg(neuron_udma_kunit)]
-    pub(crate) fn memcpy(&self, src: u64, dst: u64, size: u64, timeout: Delta) -> Result {
-        let mut in_flight = None;
-        self.copy(
-            Span::Linear(src),
-            Span::Linear(dst),
-            size,
-            timeout,
-            WaitMode::Uninterruptible,
-            true,
-            &mut in_flight,
-        )
-    }
-
-    /// The copy loop of [`Self::memcpy`] from `src` to `dst` (split at the runs of imported
-    /// buffers, [`Pieces`]), with the wait's signal and reset policy. `timeout` bounds each
-    /// submission's wait. On an early return (`EINTR`, or `ETIMEDOUT` without a
-    /// reset) `in_flight` names the fence still in flight.
-    #[expect(clippy::too_many_arguments)]
-    pub(crate) fn copy(
-        &self,
-        src: Span<'_>,
-        dst: Span<'_>,
-        size: u64,
-        timeout: Delta,
-        mode: WaitMode,
-        reset_on_timeout: bool,
-        in_flight: &mut Option<u64>,
-    ) -> Result {
-        if size == 0 {
-            return Err(EINVAL);
+    fn reset_queue(q: &mut Queue, io: EngineIo<'_>) {
+        q.reset(io);
+        // A queue reset clears an abort caused by this queue; if the engine is still aborted
+        // (another queue's error), return it to normal operation too.
+        let now = engine::engine_errors(io);
+        if now.aborted() {
+            engine::recover_engine(io, &now);
         }
-        let start = Instant::<Monotonic>::now();
-        let mut pieces = Pieces::new(src, dst, size, MAX_DESC_BYTES);
-        while pieces.remaining() != 0 {
-            let seq = self.with(|q, io| {
-                let room = q.submission_room();
-                if room == 0 {
-                    return Ok(None);
-                }
-                let mut pairs = 0;
-                while pairs < room && pieces.remaining() != 0 {
-                    // A span too short for `size` bytes (the callers check the ranges).
-                    let (s, d, len) = pieces.next().ok_or(ERANGE)?;
-                    let last = pieces.remaining() == 0 || pairs + 1 == room;
-                    q.prepare_one(&queue::Copy {
-                        src: s,
-                        dst: d,
-                        len: DescLen::new(len)?,
-                        barrier: if last {
-                            self.bar.arch.final_barrier
-                        } else {
-                            Barrier::None
-                        },
-                        set_dst_int: false,
-                    })?;
-                    pairs += 1;
-                }
-                Ok(Some(q.fence(io)?))
-            })?;
-            match seq {
-                Some(seq) => {
-                    let r = self.wait_for(seq, timeout, mode, reset_on_timeout);
-                    if matches!(r, Err(e) if e == EINTR || e == ETIMEDOUT)
-                        && !self.with(|q, _| Ok(q.is_settled(seq)))?
-                    {
-                        *in_flight = Some(seq);
-                    }
-                    r?;
-                }
-                // The ring is full of other submissions: wait for a slot to free up, within the
-                // caller's time.
-                None => {
-                    if start.elapsed() >= timeout {
-                        // A queue whose slots are all held by submissions that no longer
-                        // complete is stuck: reset it, whoever waits.
-                        self.reset_if_stuck()?;
-                        return Err(ETIMEDOUT);
-                    }
-                    if mode != WaitMode::Uninterruptible && fatal_signal_pending() {
-                        return Err(EINTR);
-                    }
-                    fsleep(Delta::from_micros(50));
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Whether fence `seq` is no longer in flight ([`Queue::is_settled`]); a released queue
     /// has nothing in flight.
     pub(crate) fn is_settled(&self, seq: u64) -> bool {
-        self.with(|q, _| Ok(q.is_settled(seq))).unwrap_or(true)
-    }
-
-    /// Waits (uninterruptibly) until fence `seq` is no longer in flight, resetting the queue
-    /// after [`DEFAULT_TIMEOUT`].
-    ///
-    /// # Errors
-    ///
-    /// `ENODEV` if the queue was released or the device unbound.
-    pub(crate) fn wait_settled(&self, seq: u64) -> Result {
-        let start = Instant::<Monotonic>::now();
-        while !self.with(|q, _| Ok(q.is_settled(seq)))? {
-            if start.elapsed() >= DEFAULT_TIMEOUT {
-                return self.reset();
-            }
-            fsleep(Delta::from_micros(200));
-        }
-        Ok(())
+        self.locked(|q| Ok(q.is_settled(seq))).unwrap_or(true)
     }
 
     /// Stops the engine from using the queue's rings (pause) and drops its memory and charge;
@@ -439,14 +643,206 @@ impl Channel {
         let mut inner = self.inner.lock();
         if let Some(q) = (*inner).as_mut() {
             // A reset stops the engine from fetching from the rings before they are freed.
-            let _ = self.bar.with_engine(self.eng, |io| {
-                q.pause(io);
-                Ok(())
-            });
+            if let Ok(regs) = self.bar.access() {
+                if let Ok(io) = regs.engine(self.id.eng) {
+                    q.pause(io);
+                }
+            }
         }
         *inner = None;
         drop(inner);
         let charge = self.charge.lock().take();
         drop(charge);
     }
+
+    // ---- the submission engine ----
+
+    /// Writes as many pairs of `pieces` as one fenced submission may take now (the generation's
+    /// final barrier on the last, hardware.rst §6.1), then a fence, and rings the doorbells.
+    /// Returns the fence (with one waiter registered), or `None` when the rings have no room.
+    ///
+    /// # Errors
+    ///
+    /// `ERANGE` if a side of the copy ends before `pieces` does (the callers check the ranges),
+    /// `ENODEV`.
+    pub(crate) fn submit(&self, pieces: &mut Pieces<'_>) -> Result<Option<u64>> {
+        let barrier = self.bar.arch.final_barrier;
+        self.with_io(|q, io| {
+            let room = q.submission_room();
+            if room == 0 {
+                return Ok(None);
+            }
+            let mut pairs = 0;
+            while pairs < room && pieces.remaining() != 0 {
+                let (s, d, len) = pieces.next().ok_or(ERANGE)?;
+                let last = pieces.remaining() == 0 || pairs + 1 == room;
+                q.prepare_one(&queue::Copy {
+                    src: s,
+                    dst: d,
+                    len: DescLen::new(len)?,
+                    barrier: if last { barrier } else { Barrier::None },
+                    set_dst_int: false,
+                })?;
+                pairs += 1;
+            }
+            Ok(Some(q.fence(io)?))
+        })
+    }
+
+    /// Pairs one fenced submission may take now ([`Queue::submission_room`]): 0 when the
+    /// rings or the completion slots are full.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` if the queue was released or the device unbound.
+    pub(crate) fn room(&self) -> Result<u32> {
+        self.locked(|q| Ok(q.submission_room()))
+    }
+
+    /// Writes one pair per piece `(source, destination, bytes)` of `pieces` (at most
+    /// [`Self::room`], the generation's final barrier on the last), then a fence, and rings the
+    /// doorbells. Returns the fence (with one waiter registered).
+    ///
+    /// # Errors
+    ///
+    /// `ENOSPC` if the rings have no room for them, `EINVAL` for an empty list or a piece of
+    /// 0 or more than 64 KiB bytes; nothing is written then. `ENODEV`.
+    pub(crate) fn submit_pieces(&self, pieces: &[(u64, u64, u32)]) -> Result<u64> {
+        if pieces.is_empty() || pieces.iter().any(|p| DescLen::new(p.2).is_err()) {
+            return Err(EINVAL);
+        }
+        let barrier = self.bar.arch.final_barrier;
+        self.with_io(|q, io| {
+            if (q.submission_room() as usize) < pieces.len() {
+                return Err(ENOSPC);
+            }
+            for (i, &(src, dst, len)) in pieces.iter().enumerate() {
+                q.prepare_one(&queue::Copy {
+                    src,
+                    dst,
+                    len: DescLen::new(len)?,
+                    barrier: if i + 1 == pieces.len() {
+                        barrier
+                    } else {
+                        Barrier::None
+                    },
+                    set_dst_int: false,
+                })?;
+            }
+            q.fence(io)
+        })
+    }
+
+    /// The state of fence `seq` (one of the caller's registrations), collected when settled.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` if the queue was released or the device unbound.
+    pub(crate) fn collect(&self, seq: u64) -> Result<FenceState> {
+        self.locked(|q| Ok(q.collect(seq)))
+    }
+
+    /// Reads the engine state of a queue with fences in flight: an abort, or no progress for
+    /// [`DEFAULT_TIMEOUT`], is logged (rate-limited) and resets the queue (every fence in
+    /// flight then reads `Lost`). Returns the error that ended the fences, if any: `EIO` for
+    /// an engine error, `ETIMEDOUT` for a stall. For callers that poll fences from a work item.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` if the queue was released or the device unbound.
+    pub(crate) fn recover(&self) -> Result<Option<Error>> {
+        self.with_io(|q, io| {
+            let errors = engine::engine_errors(io);
+            let (err, why) = if errors.aborted() {
+                (EIO, "failed: engine error")
+            } else if q.stalled_for() >= DEFAULT_TIMEOUT {
+                (ETIMEDOUT, "timed out")
+            } else {
+                return Ok(None);
+            };
+            if self.bar.log_limit.allow() {
+                dev_err!(
+                    self.bar.pdev,
+                    "engine {} queue {}: transfer {}; resetting the queue\n",
+                    self.id.eng.get(),
+                    self.id.q.number(),
+                    why
+                );
+            }
+            Self::reset_queue(q, io);
+            Ok(Some(err))
+        })
+    }
+
+    /// Copies `job` with `policy`: the submission loop. Splits the copy into pairs of at most
+    /// 64 KiB, each within one run of each side (`span.rs`); writes at most 2032 of them plus
+    /// one marker per doorbell and never more than the free space, the generation's final
+    /// barrier on the last data pair of each submission (hardware.rst §6.1); waits for each
+    /// submission (the policy's timeout bounding each wait) before the next. A full ring is
+    /// waited for within the timeout, and reset when stuck.
+    pub(crate) fn transfer(&self, job: Job<'_>, policy: &Policy) -> Finish {
+        if job.size == 0 {
+            return Finish::Failed(EINVAL);
+        }
+        let start = Instant::<Monotonic>::now();
+        let mut pieces = Pieces::new(job.src, job.dst, job.size, MAX_DESC_BYTES);
+        while pieces.remaining() != 0 {
+            let seq = match self.submit(&mut pieces) {
+                Ok(Some(seq)) => seq,
+                Ok(None) => {
+                    // The ring is full of other submissions: wait for room within the timeout.
+                    if start.elapsed() >= policy.timeout {
+                        // A queue whose slots are all held by submissions that no longer
+                        // complete is stuck: reset it, whoever waits.
+                        return Finish::Failed(self.reset_if_stuck().err().unwrap_or(ETIMEDOUT));
+                    }
+                    if policy.signals != WaitMode::Uninterruptible && fatal_signal_pending() {
+                        return Finish::Failed(EINTR);
+                    }
+                    fsleep(FULL_RING_SLEEP);
+                    continue;
+                }
+                Err(e) => return Finish::Failed(e),
+            };
+            if let Err(err) = self.wait_for(seq, policy) {
+                if (err == EINTR || err == ETIMEDOUT) && !self.is_settled(seq) {
+                    return Finish::InFlight { err, seq };
+                }
+                return Finish::Failed(err);
+            }
+        }
+        Finish::Done
+    }
+
+    /// Copies `size` bytes from device-fabric address `src` to `dst` ([`Self::transfer`]),
+    /// uninterruptibly, resetting the queue on a timeout (the KUnit suites' copies).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for size 0; those of [`Self::wait`] but `EINTR`.
+    #[cfg(neuron_udma_kunit)]
+    pub(crate) fn memcpy(&self, src: u64, dst: u64, size: u64, timeout: Delta) -> Result {
+        let job = Job {
+            src: Span::Linear(src),
+            dst: Span::Linear(dst),
+            size,
+        };
+        let policy = Policy {
+            signals: WaitMode::Uninterruptible,
+            timeout,
+            on_timeout: OnTimeout::Reset,
+        };
+        self.transfer(job, &policy).result()
+    }
+}
+
+/// What one copy of the submission loop moves: `size` bytes from `src` to `dst`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Job<'a> {
+    /// Where the bytes come from.
+    pub(crate) src: Span<'a>,
+    /// Where they go.
+    pub(crate) dst: Span<'a>,
+    /// Bytes.
+    pub(crate) size: u64,
 }

@@ -21,12 +21,9 @@
 //! dropped, and debugfs waits for readers in progress at that point.
 
 use crate::{
-    channel::{Channel, Owner},
-    desc::{self, Desc},
+    channel::{Channel, Owner, RingSlot as Slot},
+    desc,
     device::UdmaDevice,
-    engine::{self, EngineErrors, QueueRegs},
-    regs::{M2s, S2m},
-    ring::RingState,
 };
 use kernel::{
     debugfs::{Dir, Scope},
@@ -120,7 +117,7 @@ fn queues_or_note(
 }
 
 fn write_header(cell: &Channel, w: &mut impl fmt::Write) -> fmt::Result {
-    write!(w, "engine {} queue {} owner ", cell.eng, cell.qid)?;
+    write!(w, "engine {} queue {} owner ", cell.id.eng.get(), cell.id.q.number())?;
     match cell.owner {
         Owner::Driver => writeln!(w, "driver"),
         Owner::File(id) => writeln!(w, "file {id}"),
@@ -134,16 +131,6 @@ fn write_unreadable(e: Error, w: &mut impl fmt::Write) -> fmt::Result {
     } else {
         writeln!(w, "  error {e:?}")
     }
-}
-
-/// Register and software state of one queue, copied in one go under its lock.
-#[derive(Clone, Copy)]
-struct QueueSnapshot {
-    regs: [QueueRegs; 2],
-    sw: [RingState; 2],
-    pending: (u32, u32),
-    resets: u32,
-    errors: EngineErrors,
 }
 
 /// Splits a head/tail/completion-head register into index (23:0) and ring id (31:30).
@@ -175,20 +162,7 @@ fn render_each<W: fmt::Write>(
 /// Renders the `queues` block of one queue.
 pub(crate) fn render_queue_state(cell: &Channel, w: &mut impl fmt::Write) -> fmt::Result {
     write_header(cell, w)?;
-    // Inside the BAR guard: register reads and copies only.
-    let snap = cell.with(|q, io| {
-        Ok(QueueSnapshot {
-            regs: [
-                engine::queue_regs::<M2s>(io, q.q()),
-                engine::queue_regs::<S2m>(io, q.q()),
-            ],
-            sw: [*q.tx_state(), *q.rx_state()],
-            pending: q.pending(),
-            resets: q.resets,
-            errors: engine::engine_errors(io),
-        })
-    });
-    let s = match snap {
+    let s = match cell.snapshot() {
         Ok(s) => s,
         Err(e) => return write_unreadable(e, w),
     };
@@ -229,47 +203,8 @@ pub(crate) fn render_queue_state(cell: &Channel, w: &mut impl fmt::Write) -> fmt
     )
 }
 
-/// One ring slot copied out of ring memory.
-#[derive(Clone, Copy)]
-struct Slot {
-    dir: desc::Dir,
-    idx: u32,
-    /// Before the ack index (completed) rather than outstanding.
-    done: bool,
-    desc: Desc,
-}
-
 /// Slots one ring contributes at most.
 const SLOTS_PER_RING: usize = (HISTORY + MAX_OUTSTANDING) as usize;
-
-/// Copies the history and outstanding slots of ring `dir` of `q` into `out` (which has the
-/// capacity).
-fn collect_ring(q: &crate::queue::Queue, dir: desc::Dir, out: &mut KVec<Slot>) -> Result {
-    let ring = q.ring(dir);
-    let st = ring.state();
-    let descs = st.size().descs();
-    let ack = st.ack_index();
-    let outstanding = st.outstanding();
-    let history = HISTORY.min(descs - outstanding);
-    let mut push = |idx: u32, done: bool| -> Result {
-        let desc = ring.read(idx)?;
-        // Cannot fail: at most SLOTS_PER_RING per ring, and the capacity is twice that.
-        out.push_within_capacity(Slot {
-            dir,
-            idx,
-            done,
-            desc,
-        })
-        .map_err(|_| ENOMEM)
-    };
-    for k in (1..=history).rev() {
-        push(st.size().index(ack.wrapping_sub(k)), true)?;
-    }
-    for i in st.size().slots(ack, outstanding.min(MAX_OUTSTANDING)) {
-        push(i, false)?;
-    }
-    Ok(())
-}
 
 /// Name of ring `dir` in the files.
 fn ring_name(dir: desc::Dir) -> &'static str {
@@ -303,16 +238,17 @@ pub(crate) fn render_rings(dev: &UdmaDevice, w: &mut impl fmt::Write) -> fmt::Re
 /// completed slots (never-written, all-zero slots skipped) and the outstanding ones.
 pub(crate) fn render_queue_rings(cell: &Channel, w: &mut impl fmt::Write) -> fmt::Result {
     write_header(cell, w)?;
-    let mut slots = match KVec::<Slot>::with_capacity(2 * SLOTS_PER_RING, GFP_KERNEL) {
+    let mut slots = match KVec::with_capacity(2 * SLOTS_PER_RING, GFP_KERNEL) {
         Ok(v) => v,
         Err(_) => return writeln!(w, "  error {:?}", ENOMEM),
     };
-    // Inside the BAR guard: copies into `slots`, which never grows.
-    let states = cell.with(|q, _| {
-        collect_ring(q, desc::Dir::Tx, &mut slots)?;
-        collect_ring(q, desc::Dir::Rx, &mut slots)?;
-        Ok([*q.tx_state(), *q.rx_state()])
-    });
+    // Copied under the queue lock into `slots`, which never grows.
+    let states = (|| {
+        Ok::<_, Error>([
+            cell.ring_slots(desc::Dir::Tx, HISTORY, MAX_OUTSTANDING, &mut slots)?,
+            cell.ring_slots(desc::Dir::Rx, HISTORY, MAX_OUTSTANDING, &mut slots)?,
+        ])
+    })();
     let states = match states {
         Ok(s) => s,
         Err(e) => return write_unreadable(e, w),
@@ -330,7 +266,7 @@ pub(crate) fn render_queue_rings(cell: &Channel, w: &mut impl fmt::Write) -> fmt
             outstanding
         )?;
         for s in slots.iter().filter(|s| s.dir == dir) {
-            if s.done && s.desc == Desc::default() {
+            if s.done && s.desc == desc::Desc::default() {
                 continue;
             }
             write_slot(s, w)?;
@@ -401,7 +337,7 @@ mod tests {
     fn ring_dump_after_one_4k_host_to_hbm_copy() -> Result {
         let dev = Registry::first().ok_or(ENODEV)?;
         assert!(dev.dram_size >= 4 << 20);
-        let q = dev.queue_init(dev.arch.h2t[0].0, 4, 64, 64, Owner::Driver)?;
+        let q = dev.queue_init_at(dev.arch.h2t[0].0, 4, 64, 64, Owner::Driver)?;
         let src_buf = dev.alloc_coherent(4096)?;
         let src = dev.arch.host_addr(src_buf.dma_address());
         let dst = 0x30_0000u64;
@@ -423,7 +359,7 @@ mod tests {
             render_queue_state(&q, &mut state).map_err(|_| ENOMEM)?;
             Ok((rings, state))
         })();
-        dev.queue_release(q.owner, q.eng, q.qid)?;
+        dev.queue_release(q.owner, q.id)?;
         let (rings, state) = r?;
 
         // Appendix A: TX slot 0 = 00 10 00 0D 03 00 08 05 <src LE>: len 0x1000, ring id 1,

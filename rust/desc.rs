@@ -97,6 +97,9 @@ pub(crate) const MAX_DESC_BYTES: u32 = 65536;
 pub(crate) struct DescLen(u16);
 
 impl DescLen {
+    /// 65536 bytes, the longest transfer of one descriptor.
+    pub(crate) const MAX: Self = Self(0);
+
     /// Validates a transfer size in bytes.
     ///
     /// # Errors

@@ -9,14 +9,15 @@
 //! `ENODEV`. The BAR mapping itself is revoked by devres after unbind.
 
 use crate::{
-    arch::{Arch, QUEUES_PER_ENGINE},
+    arch::Arch,
     bar0::Bar0,
+    buffer::{Backing, Buffer, BUF_ALIGN, MAX_HOST_BUFFER, MAX_IMPORT_SIZE},
     channel::{Channel, Owner},
+    charge::Charge,
+    dram::{DramAllocator, DRAM_RESERVED},
+    engine::QueueId,
     h2t::{H2t, H2T_RING_DESCS, SCRUB_BYTES},
-    mem::{
-        Backing, Buffer, BufferPool, Charge, DramAllocator, BUF_ALIGN, DRAM_RESERVED,
-        MAX_HOST_BUFFER, MAX_IMPORT_SIZE,
-    },
+    pool::BufferPool,
     queue::Queue,
     ring::RingSize,
     shim::{MappedFile, PinnedPages},
@@ -37,7 +38,7 @@ use kernel::{
 };
 
 struct DevState {
-    /// False once unbind started: no new queue, no register access.
+    /// False once unbind started: no new queue, no allocation, no register access.
     alive: bool,
     /// The driver's H2T queue (NeuronCore 0's) for in-kernel copies.
     h2t: Option<Arc<H2t>>,
@@ -60,7 +61,7 @@ pub(crate) struct UdmaDevice {
     /// Non-zero while bound: [`DevState::alive`] for the per-ioctl check, which so takes no
     /// lock shared by every user (cleared under the state lock, before anything is torn down).
     bound: Atomic<u32>,
-    /// The queues in use, keyed by [`queue_key`]; each knows its owner.
+    /// The queues in use, keyed by [`QueueId::key`]; each knows its owner.
     #[pin]
     queues: XArray<Arc<Channel>>,
     /// The buffers handed to user space and their memory.
@@ -68,8 +69,7 @@ pub(crate) struct UdmaDevice {
     pub(crate) pool: BufferPool,
     #[pin]
     state: Mutex<DevState>,
-    /// Gives back what abandoned copies of released files hold once the engine is done with
-    /// it ([`Self::reap_later`]): no later call may come to do it.
+    /// Gives back what abandoned copies hold once the engine is done with it ([`Self::reap_later`]).
     #[pin]
     reaper: Work<UdmaDevice>,
     /// Non-zero while [`Self::reaper`] is queued or running.
@@ -80,37 +80,24 @@ impl_has_work! {
     impl HasWork<Self> for UdmaDevice { self.reaper }
 }
 
-/// First and longest sleep between two looks of the reaper at the held fences.
+/// First and longest sleep between two looks of the reaper at the orphans.
 const REAP_SLEEP: (Delta, Delta) = (Delta::from_micros(100), Delta::from_millis(10));
 
 impl WorkItem for UdmaDevice {
     type Pointer = Arc<UdmaDevice>;
 
-    /// Reaps until nothing is held or the device is unbound; a queue whose held submission
-    /// no longer completes is reset when it made no progress for the default timeout.
+    /// Reaps until no orphan is left or the device is unbound (a stuck queue is reset by the
+    /// reaping itself).
     fn run(this: Arc<UdmaDevice>) {
         let mut sleep = REAP_SLEEP.0;
-        loop {
-            this.reap();
-            if !this.pool.has_held() || !this.is_alive() {
-                break;
-            }
-            if let Ok(h2t) = this.h2t() {
-                let _ = h2t.reset_if_stuck();
-            }
+        while this.reap() != 0 && this.is_alive() {
             fsleep(sleep);
             sleep = (sleep + sleep).min(REAP_SLEEP.1);
         }
         this.reaping.store(0, Release);
-        // Memory held after the last look is not missed.
+        // An orphan adopted after the last look is not missed.
         Self::reap_later(&this);
     }
-}
-
-/// Index of queue `qid` of engine `eng` in the queue table.
-fn queue_key(eng: u32, qid: u32) -> usize {
-    // CAST: engines and queues are small (validated by the caller).
-    (eng * QUEUES_PER_ENGINE + qid) as usize
 }
 
 impl UdmaDevice {
@@ -150,9 +137,10 @@ impl UdmaDevice {
     /// allocates the zeroed source of device-memory scrubs.
     pub(crate) fn setup_h2t(&self) -> Result {
         let (eng, qid) = self.arch.h2t[0];
+        let id = QueueId::new(self.arch, eng, qid).ok_or(EINVAL)?;
         let zeros = self.alloc_coherent(SCRUB_BYTES)?;
         let zeros_addr = self.arch.host_addr(zeros.dma_address());
-        let chan = self.queue_init(eng, qid, H2T_RING_DESCS, H2T_RING_DESCS, Owner::Driver)?;
+        let chan = self.queue_init(id, H2T_RING_DESCS, H2T_RING_DESCS, Owner::Driver)?;
         let h2t = H2t::new(chan, zeros, zeros_addr)?;
         self.state.lock().h2t = Some(h2t);
         Ok(())
@@ -173,64 +161,45 @@ impl UdmaDevice {
     /// # Errors
     ///
     /// See [`Channel::memcpy`]; `ENODEV` after unbind.
-    // Only the KUnit suites copy through it; the ioctl paths use `copy`.
     #[cfg(neuron_udma_kunit)]
-    pub(crate) fn memcpy(
-        &self,
-        src: u64,
-        dst: u64,
-        size: u64,
-        timeout: kernel::time::Delta,
-    ) -> Result {
+    pub(crate) fn memcpy(&self, src: u64, dst: u64, size: u64, timeout: Delta) -> Result {
         self.h2t()?.memcpy(src, dst, size, timeout)
     }
 
-    /// Gives back what abandoned copies held, once the engine is done with them (a no-op
-    /// without any, or after unbind).
-    pub(crate) fn reap(&self) {
-        if !self.pool.has_held() {
-            return;
-        }
-        if let Ok(h2t) = self.h2t() {
-            h2t.reap(&self.pool);
+    /// Gives back what settled orphans hold (`orphan.rs`); returns how many are left (0 after
+    /// unbind).
+    pub(crate) fn reap(&self) -> usize {
+        match self.h2t() {
+            Ok(h2t) if h2t.has_orphans() => h2t.reap(&self.pool),
+            _ => 0,
         }
     }
 
-    /// Queues the reaper if abandoned copies hold memory: called when a file is released, after
-    /// which no call of that file will reap what its abandoned `MEMCPY` holds (the pinned pages
-    /// of an import, a buffer's memory and charge). Queued only while the device is bound
-    /// (decided under the state lock, which unbind takes before it flushes the reaper), so it
-    /// never runs after unbind.
+    /// Queues the reaper if orphans exist: called when a file is released, after which no
+    /// call of that file will reap what its abandoned `MEMCPY` holds (the pinned pages of an
+    /// import, a buffer's memory and charge). Queued only while the device is bound (decided
+    /// under the state lock, which unbind takes before it flushes the reaper), so it never runs
+    /// after unbind.
     pub(crate) fn reap_later(this: &Arc<Self>) {
-        if !this.pool.has_held() {
-            return;
-        }
         let st = this.state.lock();
-        if st.alive && this.reaping.cmpxchg(0, 1, Relaxed).is_ok() {
+        let any = st.h2t.as_ref().is_some_and(|h| h.has_orphans());
+        if any && st.alive && this.reaping.cmpxchg(0, 1, Relaxed).is_ok() {
             // Cannot be queued already: `reaping` was 0.
             let _ = workqueue::system_unbound().enqueue(this.clone());
         }
     }
 
-    /// Allocates `len` bytes of coherent host memory for DMA by this device.
-    ///
-    /// # Errors
-    ///
-    /// `ENOMEM`, or `ENODEV` once the device is unbound.
-    pub(crate) fn alloc_coherent(&self, len: usize) -> Result<Coherent<[u8]>> {
-        // No warning: a refused request is the caller's ENOMEM, not a kernel problem.
-        self.with_bound(|dev| Coherent::<u8>::zeroed_slice(dev, len, GFP_KERNEL | __GFP_NOWARN))
-    }
-
     /// Runs `f` on the device while it is certainly bound (DMA allocations and mappings).
+    ///
+    /// 7.3 has no Rust abstraction that proves a device bound outside its bus callbacks (what
+    /// `drm::Device<Registered>` does for DRM, with `drm_dev_enter()`); this is its equivalent
+    /// for this driver: the state lock is the read-side section, `alive` the registration, and
+    /// [`Self::shutdown`] (the unbind) takes the lock to clear it before it returns.
     ///
     /// # Errors
     ///
     /// `ENODEV` once the device is unbound; those of `f`.
-    fn with_bound<R>(
-        &self,
-        f: impl FnOnce(&kernel::device::Device<Bound>) -> Result<R>,
-    ) -> Result<R> {
+    fn with_bound<R>(&self, f: impl FnOnce(&kernel::device::Device<Bound>) -> Result<R>) -> Result<R> {
         let st = self.state.lock();
         if !st.alive {
             return Err(ENODEV);
@@ -243,15 +212,78 @@ impl UdmaDevice {
         f(dev)
     }
 
-    /// Takes queue `qid` of engine `eng` for `owner`: allocates rings of `tx_descs`/`rx_descs`
-    /// descriptors, initialises the engine if needed and programs the queue (hardware.rst §3.7).
+    /// Allocates `len` bytes of coherent host memory for DMA by this device.
     ///
     /// # Errors
     ///
-    /// `EINVAL` for an unknown engine/queue or a bad ring size, `EBUSY` if the queue is in use
-    /// or (for a file) reserved by the driver, `ENOMEM` (also when a file's queue memory would
-    /// exceed `RLIMIT_MEMLOCK`), `ENODEV` after unbind.
+    /// `ENOMEM`, or `ENODEV` once the device is unbound.
+    pub(crate) fn alloc_coherent(&self, len: usize) -> Result<Coherent<[u8]>> {
+        // No warning: a refused request is the caller's ENOMEM, not a kernel problem.
+        self.with_bound(|dev| Coherent::<u8>::zeroed_slice(dev, len, GFP_KERNEL | __GFP_NOWARN))
+    }
+
+    /// Takes queue `id` for `owner`: allocates rings of `tx_descs`/`rx_descs` descriptors,
+    /// initialises the engine if needed and programs the queue (hardware.rst §3.7).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for a bad ring size, `EBUSY` if the queue is in use or (for a file) reserved
+    /// by the driver, `ENOMEM` (also when a file's queue memory would exceed
+    /// `RLIMIT_MEMLOCK`), `ENODEV` after unbind.
     pub(crate) fn queue_init(
+        &self,
+        id: QueueId,
+        tx_descs: u32,
+        rx_descs: u32,
+        owner: Owner,
+    ) -> Result<Arc<Channel>> {
+        if owner != Owner::Driver && self.arch.is_reserved_queue(id.eng.get(), id.q.number()) {
+            return Err(EBUSY);
+        }
+        // A file's queue is pinned memory like a host buffer: charged to RLIMIT_MEMLOCK (after
+        // the sizes are validated, so that a bad size is EINVAL, not ENOMEM).
+        for (ring, n) in [("tx", tx_descs), ("rx", rx_descs)] {
+            if let Some(why) = RingSize::problem(n) {
+                // Debug level: user space can trigger it at will.
+                pr_debug!("queue {}/{}: {} ring of {} descriptors: {}\n", id.eng.get(), id.q.number(), ring, n, why);
+                return Err(EINVAL);
+            }
+        }
+        self.with_bound(|dev| {
+            if self.queues.lock().get(id.key()).is_some() {
+                return Err(EBUSY);
+            }
+            let charge = match owner {
+                Owner::Driver => None,
+                Owner::File(_) => Some(Charge::new(Queue::memory_bytes(tx_descs, rx_descs))?),
+            };
+            let mut q = Queue::new(dev, self.arch, id.q, tx_descs, rx_descs)?;
+            self.bar.ensure_engine(id.eng)?;
+            {
+                let regs = self.bar.access()?;
+                q.hw_init(regs.engine(id.eng)?);
+            }
+            let chan = Channel::new(self.bar.clone(), id, owner, q, charge)?;
+            if let Err(e) = self
+                .queues
+                .lock()
+                .store(id.key(), chan.clone(), GFP_KERNEL_ACCOUNT)
+            {
+                chan.quiesce();
+                return Err(e.into());
+            }
+            Ok(chan)
+        })
+    }
+
+    /// [`Self::queue_init`] of queue `qid` of engine `eng` (KUnit: numbers as the suites
+    /// write them).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for an engine or queue that does not exist; those of [`Self::queue_init`].
+    #[cfg(any(neuron_udma_kunit, neuron_udma_bench))]
+    pub(crate) fn queue_init_at(
         &self,
         eng: u32,
         qid: u32,
@@ -259,62 +291,21 @@ impl UdmaDevice {
         rx_descs: u32,
         owner: Owner,
     ) -> Result<Arc<Channel>> {
-        if self.arch.engine_offset(eng).is_none() || qid >= QUEUES_PER_ENGINE {
-            return Err(EINVAL);
-        }
-        let st = self.state.lock();
-        if !st.alive {
-            return Err(ENODEV);
-        }
-        if owner != Owner::Driver && self.arch.is_reserved_queue(eng, qid) {
-            return Err(EBUSY);
-        }
-        if self.queues.lock().get(queue_key(eng, qid)).is_some() {
-            return Err(EBUSY);
-        }
-        // SAFETY: as in `alloc_coherent`: `alive` under the state lock keeps the device bound.
-        let dev = unsafe { self.pdev.as_ref().as_bound() };
-        // A file's queue is pinned memory like a host buffer: charged to RLIMIT_MEMLOCK (after
-        // the sizes are validated, so that a bad size is EINVAL, not ENOMEM).
-        RingSize::new(tx_descs)?;
-        RingSize::new(rx_descs)?;
-        let charge = match owner {
-            Owner::Driver => None,
-            Owner::File(_) => Some(Charge::new(Queue::memory_bytes(tx_descs, rx_descs))?),
-        };
-        let mut q = Queue::new(dev, self.arch, eng, qid, tx_descs, rx_descs)?;
-        self.bar.ensure_engine(eng)?;
-        self.bar.with_engine(eng, |io| {
-            q.hw_init(io);
-            Ok(())
-        })?;
-        let chan = Channel::new(self.bar.clone(), eng, qid, owner, q, charge)?;
-        if let Err(e) = self
-            .queues
-            .lock()
-            .store(queue_key(eng, qid), chan.clone(), GFP_KERNEL)
-        {
-            chan.quiesce();
-            return Err(e.into());
-        }
-        drop(st);
-        Ok(chan)
+        let id = QueueId::new(self.arch, eng, qid).ok_or(EINVAL)?;
+        self.queue_init(id, tx_descs, rx_descs, owner)
     }
 
-    /// Queue `qid` of engine `eng` if `owner` holds it.
+    /// Queue `id` if `owner` holds it.
     ///
     /// # Errors
     ///
     /// `ENOENT` if the queue is not in use by `owner`, `ENODEV` if it is gone because the device
     /// was unbound.
-    pub(crate) fn queue(&self, owner: Owner, eng: u32, qid: u32) -> Result<Arc<Channel>> {
-        if self.arch.engine_offset(eng).is_none() || qid >= QUEUES_PER_ENGINE {
-            return Err(ENOENT);
-        }
+    pub(crate) fn queue(&self, owner: Owner, id: QueueId) -> Result<Arc<Channel>> {
         let xa = self.queues.lock();
         // [`Self::shutdown`] marks the device dead before it empties the table under this lock:
         // a call that raced with the unbind finds no queue and must say why.
-        let chan = xa.get(queue_key(eng, qid)).ok_or_else(|| {
+        let chan = xa.get(id.key()).ok_or_else(|| {
             if self.is_alive() {
                 ENOENT
             } else {
@@ -334,7 +325,7 @@ impl UdmaDevice {
     /// `ENOMEM`.
     pub(crate) fn queues(&self) -> Result<KVec<Arc<Channel>>> {
         let mut v = KVec::new();
-        for key in 0..queue_key(self.arch.engines, 0) {
+        for key in 0..self.queue_keys() {
             let chan = self.queues.lock().get(key).map(Arc::from);
             if let Some(chan) = chan {
                 v.push(chan, GFP_KERNEL)?;
@@ -343,20 +334,48 @@ impl UdmaDevice {
         Ok(v)
     }
 
-    /// Releases queue `qid` of engine `eng` of `owner`: pauses it and frees its rings.
+    /// Keys of the queue table: one per queue of every engine.
+    fn queue_keys(&self) -> usize {
+        (self.arch.engines * crate::arch::QUEUES_PER_ENGINE) as usize
+    }
+
+    /// Releases queue `id` of `owner`: pauses it and frees its rings.
     ///
     /// # Errors
     ///
     /// `ENOENT` if the queue is not in use by `owner`; nothing changes then.
-    pub(crate) fn queue_release(&self, owner: Owner, eng: u32, qid: u32) -> Result {
+    pub(crate) fn queue_release(&self, owner: Owner, id: QueueId) -> Result {
         let chan = {
             let _st = self.state.lock();
-            let chan = self.queue(owner, eng, qid)?;
-            drop(self.queues.lock().remove(queue_key(eng, qid)));
+            let chan = self.queue(owner, id)?;
+            drop(self.queues.lock().remove(id.key()));
             chan
         };
         chan.quiesce();
         Ok(())
+    }
+
+    /// The device's `INFO` (the ABI's limits and the device's geometry); `max_batch` is the
+    /// file layer's and left 0.
+    pub(crate) fn info(&self) -> crate::uapi::neuron_udma_info {
+        let arch = self.arch;
+        crate::uapi::neuron_udma_info {
+            abi_version: crate::uapi::NEURON_UDMA_ABI_VERSION,
+            generation: arch.uapi_generation(),
+            vendor_id: crate::arch::PCI_VENDOR.as_raw(),
+            device_id: arch.device_id,
+            engines: arch.engines,
+            queues_per_engine: crate::arch::QUEUES_PER_ENGINE,
+            max_copy_size: crate::desc::MAX_DESC_BYTES,
+            device_mem_size: self.pool.dram_capacity(),
+            min_ring_descs: crate::ring::MIN_DESCS,
+            max_ring_descs: crate::ring::MAX_DESCS,
+            ring_reserve_descs: crate::ring::RESERVE,
+            max_batch: 0,
+            max_host_buffer: MAX_HOST_BUFFER,
+            host_engines: arch.host_engine_bitmap(),
+            max_import_size: MAX_IMPORT_SIZE,
+        }
     }
 
     /// Whether the device is still bound: a lock-free early check; every path that touches
@@ -391,7 +410,7 @@ impl UdmaDevice {
         let size = size.checked_next_multiple_of(BUF_ALIGN).ok_or(EINVAL)?;
         // Memory of released files' finished copies comes back first.
         self.reap();
-        if host {
+        let backing = if host {
             if size > MAX_HOST_BUFFER {
                 return Err(EINVAL);
             }
@@ -399,28 +418,24 @@ impl UdmaDevice {
             // coherent memory comes in power-of-two blocks of pages.
             let charge = Charge::new(size.checked_next_power_of_two().ok_or(EINVAL)?)?;
             // CAST: at most MAX_HOST_BUFFER.
-            let mem = self.alloc_coherent(size as usize)?;
-            return Buffer::new(
-                handle,
-                size,
-                owner,
-                owner_file,
-                Backing::Host(mem, Some(charge)),
-            );
-        }
-        let addr = self.pool.alloc_dram(size)?;
-        let give_back = |e| {
-            self.pool.free_dram(addr);
-            e
+            Backing::Host(self.alloc_coherent(size as usize)?, Some(charge))
+        } else {
+            let addr = self.pool.alloc_dram(size)?;
+            // On error the scrub gave the range back, or keeps it until the engine is done.
+            self.h2t()
+                .inspect_err(|_| self.pool.free_dram(addr))?
+                .scrub(&self.pool, addr, size)?;
+            Backing::Device(addr)
         };
-        let h2t = self.h2t().map_err(give_back)?;
-        match h2t.scrub(&self.pool, addr, size) {
-            (Ok(()), _) => {}
-            (Err(e), true) => return Err(give_back(e)),
-            // The range stays reserved until the engine is done with it.
-            (Err(e), false) => return Err(e),
-        }
-        Buffer::new(handle, size, owner, owner_file, Backing::Device(addr)).map_err(give_back)
+        let dram = match backing {
+            Backing::Device(a) => Some(a),
+            _ => None,
+        };
+        Buffer::new(handle, size, owner, owner_file, backing).inspect_err(|_| {
+            if let Some(a) = dram {
+                self.pool.free_dram(a);
+            }
+        })
     }
 
     /// Imports the calling process's memory `[addr, addr + size)` (bytes, any alignment) as
@@ -458,13 +473,13 @@ impl UdmaDevice {
         Buffer::imported(handle, size, owner, owner_file, pages, charge, write)
     }
 
-    /// Called when the open file `owner` is released: releases its queues `queues` (engine,
-    /// queue), then its buffers `handles` ([`BufferPool::release_owner`]). Never waits for the
-    /// engine, so a killed process exits at once.
-    pub(crate) fn release_file(&self, owner: u64, queues: &[(u32, u32)], handles: &[u64]) {
+    /// Called when the open file `owner` is released: releases its queues `queues`, then its
+    /// buffers `handles` ([`BufferPool::release_owner`]). Never waits for the engine, so a
+    /// killed process exits at once.
+    pub(crate) fn release_file(&self, owner: u64, queues: &[QueueId], handles: &[u64]) {
         // Queues first: once paused, no engine touches the buffers.
-        for &(eng, qid) in queues {
-            let _ = self.queue_release(Owner::File(owner), eng, qid);
+        for &id in queues {
+            let _ = self.queue_release(Owner::File(owner), id);
         }
         self.reap();
         self.pool.release_owner(owner, handles);
@@ -479,17 +494,18 @@ impl UdmaDevice {
             self.bound.store(0, Relaxed);
             st.h2t.take()
         };
-        for key in 0..queue_key(self.arch.engines, 0) {
+        for key in 0..self.queue_keys() {
             let chan = self.queues.lock().remove(key);
             if let Some(chan) = chan {
                 chan.quiesce();
             }
         }
+        // After the queues: no engine uses what the orphans hold, nor the buffers. The
+        // coherent memory is freed now, while the device is bound; open files and mappings keep
+        // only the records.
         if let Some(h2t) = h2t {
             h2t.shutdown();
         }
-        // After the queues: no engine uses the buffers any more. The coherent memory is freed
-        // now, while the device is bound; open files and mappings keep only the records.
         self.pool.shutdown();
         // `alive` is false: the reaper ends its loop and is not queued again.
         crate::shim::flush_work(&self.reaper);

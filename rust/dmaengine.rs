@@ -5,27 +5,27 @@
 //! last H2T engine, so that in-kernel clients (and the kernel's own `dmatest`) copy with the
 //! engine.
 //!
-//! Everything but the `dma_device` itself is here: channel state, cookies, descriptor building
+//! Everything but the `dma_device` and the cookies (the dmaengine core's `dma_cookie_*()`,
+//! called by the shim) is here: channel state, descriptor building
 //! (the same `queue.rs` pairs as the ioctl path: 64 KiB each, at most 2032 per doorbell),
 //! completion and residue. Completion is polled from a work item that runs only while a channel
-//! has work: it spins [`SPIN`] after each progress, then sleeps with a doubling delay
-//! ([`SLEEP_FIRST`] to [`SLEEP_MAX`]). Client callbacks run from that work item without any lock
-//! of the driver held, so a callback may prepare and submit the next descriptor.
+//! has work, with the driver's [`Backoff`] (a short spin after each progress, then doubling
+//! sleeps). Client callbacks run from that work item without any lock of the driver held, so a
+//! callback may prepare and submit the next descriptor. The ring side is the channel's
+//! ([`Channel::submit_pieces`], [`Channel::collect`], [`Channel::recover`]).
 
 use crate::{
     arch::{Arch, QUEUES_PER_ENGINE},
-    channel::{Channel, Owner, DEFAULT_TIMEOUT},
-    desc::{Barrier, DescLen, MAX_DESC_BYTES},
+    channel::{Backoff, Channel, Owner, QueueId},
+    desc::MAX_DESC_BYTES,
     device::UdmaDevice,
-    engine::{self, EngineIo},
-    queue::{self, FenceState, Queue, FENCE_SLOTS},
+    queue::{FenceState, FENCE_SLOTS, MAX_PAIRS_PER_SUBMISSION},
     shim::{self, DmaRegistration, TxResult, Txd, TxdRef},
 };
 use kernel::{
     device::Bound,
     new_mutex, new_spinlock, new_work, pci,
     prelude::*,
-    processor::cpu_relax,
     sync::{aref::ARef, Arc, ArcBorrow, Mutex, SpinLock},
     time::{delay::fsleep, Delta, Instant, Monotonic},
     workqueue::{self, impl_has_work, Work, WorkItem},
@@ -37,13 +37,6 @@ pub(crate) const MAX_CHANNELS: u32 = 8;
 /// Ring size of a channel's queue, in descriptors: room for one full submission (2032 pairs and
 /// its marker) while the previous one runs.
 const RING_DESCS: u32 = 4096;
-/// How long the completion work polls without sleeping after it saw progress: a small copy
-/// completes within it, and a sleep's wake-up alone costs more.
-const SPIN: Delta = Delta::from_micros(50);
-/// First sleep after the spin; each next one doubles, up to [`SLEEP_MAX`].
-const SLEEP_FIRST: Delta = Delta::from_micros(10);
-/// Longest sleep between two looks at the fences: the latency the polling adds at most.
-const SLEEP_MAX: Delta = Delta::from_millis(1);
 /// How often the engine's error state is read while fences are outstanding (a device register
 /// read, slow on the model).
 const STATE_CHECK_EVERY: Delta = Delta::from_millis(5);
@@ -53,13 +46,8 @@ const CLIENT_WAIT: Delta = Delta::from_secs(30);
 const BATCH: usize = 16;
 /// Failed cookie ranges remembered for `tx_status` (`DMA_ERROR`).
 const FAILED_RANGES: usize = 8;
-/// `DMA_MIN_COOKIE`.
+/// `DMA_MIN_COOKIE`: the first valid cookie (the core's cookies start above it, and wrap).
 const MIN_COOKIE: i32 = 1;
-
-/// `enum dma_status` values returned by `device_tx_status`.
-const DMA_COMPLETE: i32 = 0;
-const DMA_IN_PROGRESS: i32 = 1;
-const DMA_ERROR: i32 = 3;
 
 /// Where a descriptor is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,8 +94,6 @@ struct State {
     client: bool,
     /// `terminate_all` left descriptors on the ring: the work stops the queue.
     terminate: bool,
-    last_cookie: i32,
-    completed: i32,
     /// Descriptors in cookie order.
     descs: KVec<Desc>,
     /// Fences in flight, oldest first (capacity [`FENCE_SLOTS`], never reallocated).
@@ -183,6 +169,9 @@ pub(crate) struct DmaChan {
     pdev: ARef<pci::Device>,
     #[pin]
     state: SpinLock<State>,
+    /// The pieces of the next submission (only the completion work uses it).
+    #[pin]
+    pieces: Mutex<KVec<(u64, u64, u32)>>,
     #[pin]
     work: Work<DmaChan>,
 }
@@ -203,6 +192,7 @@ impl DmaChan {
     fn new(dev: &UdmaDevice, chan: Arc<Channel>) -> Result<Arc<Self>> {
         let mut fences = KVec::new();
         fences.reserve(FENCE_SLOTS, GFP_KERNEL)?;
+        let pieces = KVec::with_capacity(MAX_PAIRS_PER_SUBMISSION as usize, GFP_KERNEL)?;
         Arc::pin_init(
             pin_init!(Self {
                 chan,
@@ -213,14 +203,13 @@ impl DmaChan {
                     running: false,
                     client: false,
                     terminate: false,
-                    last_cookie: MIN_COOKIE,
-                    completed: MIN_COOKIE,
                     descs: KVec::new(),
                     fences,
                     done_seq: None,
                     failed: [(0, 0); FAILED_RANGES],
                     failed_next: 0,
                 }),
+                pieces <- new_mutex!(pieces),
                 work <- new_work!("neuron_udma::dma"),
             }),
             GFP_KERNEL,
@@ -239,8 +228,7 @@ impl DmaChan {
 
     /// The completion work: rounds of [`Self::step`] and callbacks until nothing is left.
     fn poll(&self) {
-        let mut delay = SLEEP_FIRST;
-        let mut progress_at = Instant::<Monotonic>::now();
+        let mut backoff = Backoff::new();
         let mut checked_at = Instant::<Monotonic>::now();
         loop {
             let mut done = Completed::new();
@@ -248,11 +236,7 @@ impl DmaChan {
             if check {
                 checked_at = Instant::now();
             }
-            let r = self.chan.with(|q, io| {
-                self.step(q, io, check, &mut done);
-                Ok(())
-            });
-            if r.is_err() {
+            if self.step(check, &mut done).is_err() {
                 // The queue is gone (unbind): fail what is left.
                 let mut st = self.state.lock();
                 Self::fail_all(&mut st);
@@ -278,155 +262,144 @@ impl DmaChan {
                 }
             }
             if progressed {
-                progress_at = Instant::now();
-                delay = SLEEP_FIRST;
+                backoff.progress();
             }
-            if progress_at.elapsed() < SPIN {
-                cpu_relax();
-            } else {
-                fsleep(delay);
-                delay = Delta::from_micros(
-                    (delay.as_micros_ceil() * 2).min(SLEEP_MAX.as_micros_ceil()),
-                );
-            }
+            backoff.pause();
         }
     }
 
-    /// One round on the queue (under the queue lock, in an RCU read section: no sleeping):
-    /// stop the queue for `terminate_all` or unbind, collect the fences, detect errors (engine
-    /// state read when `check`), complete descriptors in order, and write issued ones.
-    fn step(&self, q: &mut Queue, io: EngineIo<'_>, check: bool, done: &mut Completed) {
+    /// The oldest fence in flight, taken out of the list.
+    fn pop_fence(&self) -> Option<u64> {
         let mut st = self.state.lock();
-        if st.terminate || st.dead {
-            if !st.fences.is_empty() {
-                Self::stop(q, io, &mut st);
+        if st.fences.is_empty() {
+            return None;
+        }
+        st.fences.remove(0).ok()
+    }
+
+    /// Gives back the registrations of every fence in flight, which a queue reset dropped.
+    fn drop_fences(&self) -> Result {
+        while let Some(seq) = self.pop_fence() {
+            self.chan.collect(seq)?;
+        }
+        Ok(())
+    }
+
+    /// One round: stop the queue for `terminate_all` or unbind, collect the fences, detect
+    /// errors (engine state read when `check`), complete descriptors in order, and write issued
+    /// ones. The queue lock (in the channel) and the state lock are never held together.
+    fn step(&self, check: bool, done: &mut Completed) -> Result {
+        let (stop, any_fence) = {
+            let st = self.state.lock();
+            (st.terminate || st.dead, !st.fences.is_empty())
+        };
+        if stop {
+            if any_fence {
+                self.chan.reset()?;
+                self.drop_fences()?;
             }
+            let mut st = self.state.lock();
             st.terminate = false;
             st.descs.retain(|d| d.stage != Stage::Terminated);
             if st.dead {
                 Self::fail_all(&mut st);
                 Self::complete(&mut st, done);
-                return;
+                return Ok(());
             }
         }
         let mut lost = false;
-        while let Some(&seq) = st.fences.first() {
-            match q.collect(seq) {
+        loop {
+            let Some(seq) = self.state.lock().fences.first().copied() else {
+                break;
+            };
+            let state = self.chan.collect(seq)?;
+            let mut st = self.state.lock();
+            match state {
                 FenceState::Pending => break,
                 FenceState::Done => st.done_seq = Some(seq),
                 FenceState::Lost => lost = true,
             }
             let _ = st.fences.remove(0);
         }
-        let mut failed = lost.then_some(EIO);
-        if failed.is_none() && check && !st.fences.is_empty() {
-            let errors = engine::engine_errors(io);
-            if errors.aborted() {
-                failed = Some(EIO);
-            } else if q.stalled_for() >= DEFAULT_TIMEOUT {
-                failed = Some(ETIMEDOUT);
-            }
+        let failed = if lost {
+            // A fence was dropped: nothing that was on the ring completes.
+            self.chan.reset()?;
+            Some(EIO)
+        } else if check && !self.state.lock().fences.is_empty() {
+            self.chan.recover()?
+        } else {
+            None
+        };
+        if failed.is_some() {
+            self.drop_fences()?;
+            Self::fail_active(&mut self.state.lock());
         }
-        if let Some(e) = failed {
-            let what = if e == EIO {
-                "failed: engine error"
-            } else {
-                "timed out"
-            };
-            dev_err!(
-                self.pdev,
-                "dma engine {} queue {}: transfer {}; resetting the queue\n",
-                self.chan.eng,
-                self.chan.qid,
-                what
-            );
-            Self::stop(q, io, &mut st);
-            Self::fail_active(&mut st);
-        }
-        Self::complete(&mut st, done);
-        self.write(q, io, &mut st);
+        Self::complete(&mut self.state.lock(), done);
+        self.write()
     }
 
     /// Writes issued descriptors to the ring, in order: as many pairs as the ring has room for,
-    /// at most [`queue::MAX_PAIRS_PER_SUBMISSION`], then one fence.
-    fn write(&self, q: &mut Queue, io: EngineIo<'_>, st: &mut State) {
-        if st.fences.len() >= FENCE_SLOTS {
-            return;
+    /// at most [`MAX_PAIRS_PER_SUBMISSION`], then one fence.
+    fn write(&self) -> Result {
+        if self.state.lock().fences.len() >= FENCE_SLOTS {
+            return Ok(());
         }
-        let room = q.submission_room();
+        let room = self.chan.room()? as usize;
         if room == 0 {
-            return;
+            return Ok(());
         }
-        let mut pairs = 0;
-        let mut broken = false;
-        for d in st.descs.iter_mut() {
-            match d.stage {
-                Stage::Issued => d.stage = Stage::Active,
-                Stage::Active if d.written < d.len => {}
-                Stage::Submitted => break,
-                _ => continue,
-            }
-            while d.written < d.len && pairs < room {
-                // CAST: bounded by MAX_DESC_BYTES.
-                let len = (d.len - d.written).min(u64::from(MAX_DESC_BYTES)) as u32;
-                let last = d.written + u64::from(len) >= d.len || pairs + 1 == room;
-                let copy = DescLen::new(len).map(|len| queue::Copy {
-                    src: self.arch.host_addr(d.src + d.written),
-                    dst: self.arch.host_addr(d.dst + d.written),
-                    len,
-                    barrier: if last {
-                        self.arch.final_barrier
-                    } else {
-                        Barrier::None
-                    },
-                    set_dst_int: false,
-                });
-                if copy.and_then(|c| q.prepare_one(&c)).is_err() {
-                    broken = true;
+        let mut pieces = self.pieces.lock();
+        pieces.clear();
+        {
+            let mut st = self.state.lock();
+            for d in st.descs.iter_mut() {
+                match d.stage {
+                    Stage::Issued => d.stage = Stage::Active,
+                    Stage::Active if d.written < d.len => {}
+                    Stage::Submitted => break,
+                    _ => continue,
+                }
+                while d.written < d.len && pieces.len() < room {
+                    // CAST: bounded by MAX_DESC_BYTES.
+                    let len = (d.len - d.written).min(u64::from(MAX_DESC_BYTES)) as u32;
+                    let piece = (
+                        self.arch.host_addr(d.src + d.written),
+                        self.arch.host_addr(d.dst + d.written),
+                        len,
+                    );
+                    // Cannot fail: the capacity is MAX_PAIRS_PER_SUBMISSION, at least `room`.
+                    if pieces.push_within_capacity(piece).is_err() {
+                        break;
+                    }
+                    d.written += u64::from(len);
+                    d.fence = None;
+                }
+                if pieces.len() == room {
                     break;
                 }
-                d.written += u64::from(len);
-                pairs += 1;
-                d.fence = None;
-            }
-            if pairs == room || broken {
-                break;
             }
         }
-        if pairs == 0 {
-            return;
+        if pieces.is_empty() {
+            return Ok(());
         }
-        // Cannot fail: room for the marker and a free slot were checked above.
-        let Ok(seq) = q.fence(io) else {
-            return;
-        };
-        // Cannot fail: fewer than FENCE_SLOTS fences are in flight (checked above).
+        let seq = self.chan.submit_pieces(&pieces)?;
+        let mut st = self.state.lock();
+        // Cannot fail: fewer than FENCE_SLOTS fences are in flight (checked above; only this
+        // work adds them).
         let _ = st.fences.push_within_capacity(seq);
         for d in st.descs.iter_mut() {
             if d.stage == Stage::Active && d.fence.is_none() && d.written > 0 {
                 d.fence = Some(seq);
             }
         }
-    }
-
-    /// Stops the queue (full queue reset, an aborted engine recovered) and gives back the
-    /// registrations of the fences in flight, which the reset dropped.
-    fn stop(q: &mut Queue, io: EngineIo<'_>, st: &mut State) {
-        q.reset(io);
-        let now = engine::engine_errors(io);
-        if now.aborted() {
-            engine::recover_engine(io, &now);
-        }
-        for seq in st.fences.drain_all() {
-            let _ = q.collect(seq);
-        }
+        Ok(())
     }
 
     /// Completes, in order, the descriptors the newest completed fence covers, and the failed
-    /// ones, up to [`BATCH`] per round.
+    /// ones, up to [`BATCH`] per round: their cookies complete on the channel here, under the
+    /// state lock that serialises the channel's cookies; their callbacks run later, outside it.
     fn complete(st: &mut State, done: &mut Completed) {
         let done_seq = st.done_seq;
-        let mut completed = st.completed;
         for d in st.descs.iter_mut() {
             let result = match d.stage {
                 Stage::Completing | Stage::Done | Stage::Terminated => continue,
@@ -438,10 +411,9 @@ impl DmaChan {
             if done.is_full() || (result == TxResult::NoError && (d.written < d.len || !covered)) {
                 break;
             }
-            completed = d.cookie;
+            d.txd.cookie_complete();
             done.push(d, result);
         }
-        st.completed = completed;
     }
 
     /// Marks the descriptors on the ring as failed (the queue was reset) and remembers their
@@ -468,23 +440,21 @@ impl DmaChan {
         st.fences.clear();
     }
 
-    fn from_raw<'a>(ptr: *const c_void) -> ArcBorrow<'a, Self> {
+    fn from_raw<'a>(ptr: *const Self) -> ArcBorrow<'a, Self> {
         // SAFETY: the shim passes the pointers it got from `DmaProvider::register`, which it
         // owns (`Arc::into_raw`) until it gives them back in `neuron_udma_dma_put_chan`.
-        unsafe { ArcBorrow::from_raw(ptr.cast()) }
+        unsafe { ArcBorrow::from_raw(ptr) }
     }
 }
 
-/// `device_alloc_chan_resources`: a client takes the channel; cookies restart.
+/// `device_alloc_chan_resources`: a client takes the channel (the shim restarts its cookies).
 #[no_mangle]
-extern "C" fn neuron_udma_dma_alloc_chan(chan: *const c_void) -> c_int {
+extern "C" fn neuron_udma_dma_alloc_chan(chan: *const DmaChan) -> c_int {
     let this = DmaChan::from_raw(chan);
     let mut st = this.state.lock();
     if st.dead {
         return ENODEV.to_errno();
     }
-    st.last_cookie = MIN_COOKIE;
-    st.completed = MIN_COOKIE;
     st.failed = [(0, 0); FAILED_RANGES];
     st.client = true;
     0
@@ -492,7 +462,7 @@ extern "C" fn neuron_udma_dma_alloc_chan(chan: *const c_void) -> c_int {
 
 /// `device_free_chan_resources`: the client let go; everything left is stopped and freed.
 #[no_mangle]
-extern "C" fn neuron_udma_dma_free_chan(chan: *const c_void) {
+extern "C" fn neuron_udma_dma_free_chan(chan: *const DmaChan) {
     neuron_udma_dma_terminate(chan);
     neuron_udma_dma_sync(chan);
     let this = DmaChan::from_raw(chan);
@@ -508,12 +478,12 @@ extern "C" fn neuron_udma_dma_free_chan(chan: *const c_void) {
 /// addresses); `NULL` for length 0, no memory, or after unbind.
 #[no_mangle]
 extern "C" fn neuron_udma_dma_prep(
-    chan: *const c_void,
-    txd: *mut c_void,
+    chan: *const DmaChan,
+    txd: *mut shim::RawTxd,
     dst: u64,
     src: u64,
     len: u64,
-) -> *mut c_void {
+) -> *mut Desc {
     // SAFETY: the shim's prep passes the descriptor it is preparing, which is ours from now on
     // (the shim frees nothing on a null return: dropping the `Txd` frees it).
     let Some(txd) = (unsafe { Txd::from_raw(txd) }) else {
@@ -534,39 +504,38 @@ extern "C" fn neuron_udma_dma_prep(
         fence: None,
     };
     match KBox::new(desc, GFP_NOWAIT) {
-        Ok(d) => KBox::into_raw(d).cast(),
+        Ok(d) => KBox::into_raw(d),
         Err(_) => core::ptr::null_mut(),
     }
 }
 
-/// `tx_submit`: queues `desc` (from [`neuron_udma_dma_prep`]) and returns its cookie, or a
-/// negative errno (`ENODEV` after unbind, `ENOMEM`) after freeing it.
+/// `tx_submit`: queues `desc` (from [`neuron_udma_dma_prep`]) and returns its cookie
+/// (`dma_cookie_assign()`), or a negative errno (`ENODEV` after unbind, `ENOMEM`) after freeing
+/// it.
 #[no_mangle]
-extern "C" fn neuron_udma_dma_submit(chan: *const c_void, desc: *mut c_void) -> i32 {
+extern "C" fn neuron_udma_dma_submit(chan: *const DmaChan, desc: *mut Desc) -> i32 {
     // SAFETY: `desc` is the `KBox::into_raw` of `neuron_udma_dma_prep`, submitted once (a
     // client submits a descriptor once, dmaengine's rule).
-    let mut d = unsafe { KBox::from_raw(desc.cast::<Desc>()) };
+    let mut d = unsafe { KBox::from_raw(desc) };
     let this = DmaChan::from_raw(chan);
     let mut st = this.state.lock();
     if st.dead {
         return ENODEV.to_errno();
     }
-    let mut cookie = st.last_cookie.wrapping_add(1);
-    if cookie < MIN_COOKIE {
-        cookie = MIN_COOKIE;
-    }
-    d.cookie = cookie;
-    d.txd.set_cookie(cookie);
-    if st.descs.push(KBox::into_inner(d), GFP_NOWAIT).is_err() {
+    if st.descs.reserve(1, GFP_NOWAIT).is_err() {
         return ENOMEM.to_errno();
     }
-    st.last_cookie = cookie;
+    // Under the state lock: the channel's cookies are assigned and completed in order.
+    let cookie = d.txd.assign_cookie();
+    d.cookie = cookie;
+    // Cannot fail: capacity was reserved.
+    let _ = st.descs.push_within_capacity(KBox::into_inner(d));
     cookie
 }
 
 /// `device_issue_pending`: the submitted descriptors go to the ring (from the completion work).
 #[no_mangle]
-extern "C" fn neuron_udma_dma_issue(chan: *const c_void) {
+extern "C" fn neuron_udma_dma_issue(chan: *const DmaChan) {
     let this = DmaChan::from_raw(chan);
     let mut st = this.state.lock();
     if st.dead {
@@ -582,42 +551,33 @@ extern "C" fn neuron_udma_dma_issue(chan: *const c_void) {
     }
 }
 
-/// `device_tx_status`: `DMA_COMPLETE`, `DMA_ERROR` (the transfer was aborted) or
-/// `DMA_IN_PROGRESS` with the whole length as residue (descriptor granularity).
+/// `device_tx_status` of a cookie the core reports complete: whether its transfer was aborted
+/// (`DMA_ERROR`; the last [`FAILED_RANGES`] failed ranges are remembered).
 #[no_mangle]
-extern "C" fn neuron_udma_dma_status(chan: *const c_void, cookie: i32, residue: *mut u32) -> c_int {
+extern "C" fn neuron_udma_dma_failed(chan: *const DmaChan, cookie: i32) -> bool {
+    DmaChan::from_raw(chan).state.lock().is_failed(cookie)
+}
+
+/// `device_tx_status` of a cookie in progress: its residue, the whole length of its descriptor
+/// (descriptor granularity; 0 for an unknown cookie).
+#[no_mangle]
+extern "C" fn neuron_udma_dma_residue(chan: *const DmaChan, cookie: i32) -> u32 {
     let this = DmaChan::from_raw(chan);
     let st = this.state.lock();
-    let (done, used) = (st.completed, st.last_cookie);
-    // dma_async_is_complete(): the cookies wrap.
-    let complete = if done <= used {
-        cookie <= done || cookie > used
-    } else {
-        cookie <= done && cookie > used
-    };
-    if complete {
-        return if st.is_failed(cookie) {
-            DMA_ERROR
-        } else {
-            DMA_COMPLETE
-        };
-    }
     let left = st
         .descs
         .iter()
         .find(|d| d.cookie == cookie)
         .map_or(0, |d| d.len.min(u64::from(u32::MAX)));
-    // SAFETY: the shim passes a valid out pointer.
     // CAST: clamped to u32 above.
-    unsafe { *residue = left as u32 };
-    DMA_IN_PROGRESS
+    left as u32
 }
 
 /// `device_terminate_all`: drops every descriptor that did not complete, without callbacks
-/// (their cookies read `DMA_ERROR` from now on); those on the ring are dropped once the
-/// completion work stopped the queue (`device_synchronize` waits for it).
+/// (their cookies complete and read `DMA_ERROR` from now on); those on the ring are dropped once
+/// the completion work stopped the queue (`device_synchronize` waits for it).
 #[no_mangle]
-extern "C" fn neuron_udma_dma_terminate(chan: *const c_void) {
+extern "C" fn neuron_udma_dma_terminate(chan: *const DmaChan) {
     let this = DmaChan::from_raw(chan);
     let mut st = this.state.lock();
     let mut on_ring = false;
@@ -631,13 +591,13 @@ extern "C" fn neuron_udma_dma_terminate(chan: *const c_void) {
             Stage::Submitted | Stage::Issued => {}
             _ => continue,
         }
+        d.txd.cookie_complete();
         range = Some((range.map_or(d.cookie, |r| r.0), d.cookie));
     }
     st.descs
         .retain(|d| !matches!(d.stage, Stage::Submitted | Stage::Issued));
     if let Some((first, last)) = range {
         st.record_failed(first, last);
-        st.completed = last;
     }
     if on_ring && !st.dead {
         st.terminate = true;
@@ -648,16 +608,16 @@ extern "C" fn neuron_udma_dma_terminate(chan: *const c_void) {
 /// `device_synchronize`: waits until the completion work is idle (terminated transfers stopped,
 /// no callback running).
 #[no_mangle]
-extern "C" fn neuron_udma_dma_sync(chan: *const c_void) {
+extern "C" fn neuron_udma_dma_sync(chan: *const DmaChan) {
     let this = DmaChan::from_raw(chan);
     shim::flush_work(&this.work);
 }
 
 /// The `dma_device` was released: gives back its reference of the channel.
 #[no_mangle]
-extern "C" fn neuron_udma_dma_put_chan(chan: *const c_void) {
+extern "C" fn neuron_udma_dma_put_chan(chan: *const DmaChan) {
     // SAFETY: the reference `DmaProvider::register` gave the shim, given back once.
-    drop(unsafe { Arc::<DmaChan>::from_raw(chan.cast()) });
+    drop(unsafe { Arc::<DmaChan>::from_raw(chan) });
 }
 
 /// A device's dmaengine provider: its channels and the registered `dma_device`.
@@ -691,7 +651,8 @@ impl DmaProvider {
             .filter(|&qid| !dev.arch.is_reserved_queue(eng, qid))
             .take(n.min(MAX_CHANNELS) as usize);
         for qid in queues {
-            let q = dev.queue_init(eng, qid, RING_DESCS, RING_DESCS, Owner::Driver)?;
+            let id = QueueId::new(dev.arch, eng, qid).ok_or(EINVAL)?;
+            let q = dev.queue_init(id, RING_DESCS, RING_DESCS, Owner::Driver)?;
             chans.push(DmaChan::new(dev, q)?, GFP_KERNEL)?;
         }
         if chans.is_empty() {
@@ -702,7 +663,7 @@ impl DmaProvider {
         }
         let mut raw = KVec::with_capacity(chans.len(), GFP_KERNEL)?;
         for c in chans.iter() {
-            raw.push(Arc::into_raw(c.clone()).cast::<c_void>(), GFP_KERNEL)?;
+            raw.push(Arc::into_raw(c.clone()), GFP_KERNEL)?;
         }
         // SAFETY: each entry is an `Arc<DmaChan>` reference that the trampolines accept.
         match unsafe { DmaRegistration::register(pdev.as_ref(), &raw) } {

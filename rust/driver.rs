@@ -104,8 +104,13 @@ impl NeuronUdmaDriver {
         // SAFETY: No DMA allocation or mapping exists for this device yet.
         unsafe { pdev.dma_set_mask_and_coherent(DmaMask::try_new(bits)?) }
             .inspect_err(|e| dev_err!(pdev, "no {}-bit DMA mask: {:?}\n", bits, e))?;
+        // The engine never walks a scatter-gather list: the driver splits copies into descriptor
+        // pairs within one mapped segment itself (`span.rs`), so imported buffers' segments may
+        // be of any length and cross any boundary (DMA-API debug checks mappings against both).
         // SAFETY: No DMA allocation or mapping exists for this device yet.
-        unsafe { crate::shim::dma_no_seg_limits(pdev.as_ref()) };
+        unsafe { pdev.dma_set_max_seg_size(u32::MAX) };
+        // SAFETY: As above.
+        unsafe { crate::shim::dma_no_seg_boundary(pdev.as_ref()) };
 
         let bar0 = pdev.iomap_region(APB_BAR, c"neuron_udma/apb")?;
         let bar0_len = (&bar0).size();

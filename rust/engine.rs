@@ -59,9 +59,57 @@ fn window<'a, const N: usize>(
 ///
 /// # Errors
 ///
-/// `EINVAL` if the generation has no engine `eng`; `ERANGE` if BAR0 does not hold it.
-pub(crate) fn engine_io<'a>(arch: &Arch, bar: &'a pci::Bar<'_>, eng: u32) -> Result<EngineIo<'a>> {
-    window(bar, arch.engine_offset(eng))
+/// `ERANGE` if BAR0 does not hold it (probe checks that BAR0 holds every engine of the
+/// generation, hardware.rst §2.2).
+pub(crate) fn engine_io<'a>(
+    arch: &Arch,
+    bar: &'a pci::Bar<'_>,
+    eng: EngineId,
+) -> Result<EngineIo<'a>> {
+    window(bar, arch.engine_offset(eng.0))
+}
+
+/// An engine of the device's generation: validated once, when it is made from a user's or the
+/// driver's engine number (as [`QueueIndex`] is), so that nothing downstream checks it again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct EngineId(u32);
+
+impl EngineId {
+    /// Engine `eng` of generation `arch`, or `None` if it has no such engine (hardware.rst
+    /// §2.1-2.2).
+    pub(crate) fn new(arch: &Arch, eng: u32) -> Option<Self> {
+        arch.engine_offset(eng).map(|_| Self(eng))
+    }
+
+    /// The engine number.
+    pub(crate) fn get(self) -> u32 {
+        self.0
+    }
+}
+
+/// A queue of the device: its engine and its index in the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QueueId {
+    /// The engine.
+    pub(crate) eng: EngineId,
+    /// The queue's index in the engine.
+    pub(crate) q: QueueIndex,
+}
+
+impl QueueId {
+    /// Queue `qid` of engine `eng` of generation `arch`, or `None` if either does not exist.
+    pub(crate) fn new(arch: &Arch, eng: u32, qid: u32) -> Option<Self> {
+        Some(Self {
+            eng: EngineId::new(arch, eng)?,
+            q: QueueIndex::new(qid)?,
+        })
+    }
+
+    /// Position of the queue in a table of every queue of the device (engine-major).
+    pub(crate) fn key(self) -> usize {
+        // CAST: engine ids are below 132, queue indices below 16.
+        self.eng.0 as usize * QUEUES_PER_ENGINE as usize + self.q.get()
+    }
 }
 
 /// Bits of a queue index: the per-queue register arrays have `1 << QUEUE_BITS` entries.
@@ -90,8 +138,14 @@ impl QueueIndex {
     /// The index as an array position, known to the compiler to be below
     /// [`QUEUES_PER_ENGINE`].
     #[inline(always)]
-    fn get(self) -> usize {
+    pub(crate) fn get(self) -> usize {
         *self.0
+    }
+
+    /// The queue number.
+    pub(crate) fn number(self) -> u32 {
+        // CAST: below QUEUES_PER_ENGINE.
+        self.get() as u32
     }
 }
 
@@ -194,11 +248,11 @@ struct EngineWindows<'a> {
 ///
 /// # Errors
 ///
-/// `EINVAL` if the generation has no engine `eng`; `ERANGE` if one of its register blocks is not
-/// inside BAR0. Nothing is written then.
-pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, eng: u32, first: bool) -> Result {
+/// `ERANGE` if one of its register blocks is not inside BAR0. Nothing is written then.
+pub(crate) fn init_engine(arch: &Arch, bar: &pci::Bar<'_>, id: EngineId, first: bool) -> Result {
+    let eng = id.get();
     let w = EngineWindows {
-        io: engine_io(arch, bar, eng)?,
+        io: engine_io(arch, bar, id)?,
         sdma: window(bar, arch.sdma_offset(eng))?,
         fis: arch
             .fis_offset(eng)

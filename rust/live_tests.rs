@@ -57,7 +57,7 @@ fn copied(dst: &Coherent<[u8]>, doff: usize, soff: usize, len: usize, seed: u8) 
 
 /// A driver-owned test queue on the H2T engine (queues 2 and 3 are free on both generations).
 fn test_queue(dev: &UdmaDevice, qid: u32, descs: u32) -> Result<Arc<Channel>> {
-    dev.queue_init(dev.arch.h2t[0].0, qid, descs, descs, Owner::Driver)
+    dev.queue_init_at(dev.arch.h2t[0].0, qid, descs, descs, Owner::Driver)
 }
 
 /// A driver-owned test queue and two coherent buffers of `bytes` bytes (`src` filled with the
@@ -97,7 +97,7 @@ impl Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
-        let _ = self.dev.queue_release(self.q.owner, self.q.eng, self.q.qid);
+        let _ = self.dev.queue_release(self.q.owner, self.q.id);
     }
 }
 
@@ -186,7 +186,7 @@ mod tests {
         })();
         let (next, ack) =
             q.with(|queue, _| Ok((queue.tx_state().next_index(), queue.tx_state().ack_index())))?;
-        dev.queue_release(q.owner, q.eng, q.qid)?;
+        dev.queue_release(q.owner, q.id)?;
         result?;
         // 15 data pairs + 1 marker per submission on a 32-slot ring: many wraps.
         assert!(submissions >= COPIES / 15);
@@ -202,7 +202,7 @@ mod tests {
     fn tx_look(cell: &Channel) -> Result<(bool, u32, bool)> {
         use crate::regs::{M2s, Q_DRHP, Q_DRTP};
         use kernel::io::{register::WithBase, Io};
-        let q = cell.qid as usize;
+        let q = cell.id.q.get();
         cell.with(|queue, io| {
             let head = io
                 .read(Q_DRHP::of::<M2s>().try_at(q).ok_or(EINVAL)?)
@@ -223,7 +223,7 @@ mod tests {
         // so the model runs them at once.
         let qa = test_queue(&dev, 2, 256)?;
         let last = dev.arch.h2t.last().ok_or(EINVAL)?.0;
-        let qb = dev.queue_init(last, 2, 256, 256, Owner::Driver)?;
+        let qb = dev.queue_init_at(last, 2, 256, 256, Owner::Driver)?;
         const LEN: usize = 3 << 20;
         let bufs = [
             dev.alloc_coherent(LEN)?,
@@ -294,8 +294,8 @@ mod tests {
         }
         let ra: Result = *workers[0].1.lock();
         let rb: Result = *workers[1].1.lock();
-        dev.queue_release(qa.owner, qa.eng, qa.qid)?;
-        dev.queue_release(qb.owner, qb.eng, qb.qid)?;
+        dev.queue_release(qa.owner, qa.id)?;
+        dev.queue_release(qb.owner, qb.id)?;
         watched?;
         ra?;
         rb?;
@@ -350,7 +350,7 @@ mod tests {
             assert!(snap(queue, io)? == full);
             Ok(())
         });
-        dev.queue_release(q.owner, q.eng, q.qid)?;
+        dev.queue_release(q.owner, q.id)?;
         r
     }
 
@@ -362,7 +362,7 @@ mod tests {
         dev.model
             .as_ref()
             .ok_or(ENODEV)?
-            .inject_fail_nth(q.eng, q.qid, 1)?;
+            .inject_fail_nth(q.id.eng.get(), q.id.q.number(), 1)?;
         assert_eq!(q.memcpy(s, d, 4096, DEFAULT_TIMEOUT), Err(EIO));
         let resets = q.with(|queue, _| Ok(queue.resets))?;
         assert_eq!(resets, 1);
@@ -378,7 +378,7 @@ mod tests {
     #[test]
     fn hand_built_pair_then_wrong_ring_id_aborts() -> Result {
         let f = Fixture::new(3, 32, 8192, 0x3c)?;
-        let (dev, q, dst, s, d) = (&f.dev, &f.q, &f.dst, f.s, f.d);
+        let (q, dst, s, d) = (&f.q, &f.dst, f.s, f.d);
         // A pair written slot by slot with the descriptor builders, doorbells by hand: the
         // engine copies the bytes.
         let seq = q.with(|queue, io| {
@@ -414,8 +414,7 @@ mod tests {
         })?;
         let errors = kernel::io::poll::read_poll_timeout(
             || {
-                dev.bar
-                    .with_engine(q.eng, |io| Ok(crate::engine::engine_errors(io)))
+                q.with(|_, io| Ok(crate::engine::engine_errors(io)))
             },
             |e| e.aborted(),
             kernel::time::Delta::from_millis(1),
@@ -460,7 +459,7 @@ mod tests {
         dev.model
             .as_ref()
             .ok_or(ENODEV)?
-            .inject_fail_nth(q.eng, q.qid, 1)?;
+            .inject_fail_nth(q.id.eng.get(), q.id.q.number(), 1)?;
         let second = q.with(|queue, io| {
             queue.prepare_one(&copy(4096))?;
             queue.fence(io)
@@ -493,13 +492,13 @@ mod tests {
         let dev = device()?;
         let (eng, qid) = dev.arch.h2t[0];
         // The H2T queue is the driver's: taken for everyone, reserved for files.
-        assert!(matches!(dev.queue_init(eng, qid, 32, 32, Owner::Driver), Err(e) if e == EBUSY));
-        assert!(matches!(dev.queue_init(eng, qid, 32, 32, Owner::File(1)), Err(e) if e == EBUSY));
-        assert!(matches!(dev.queue_init(eng, 16, 32, 32, Owner::File(1)), Err(e) if e == EINVAL));
+        assert!(matches!(dev.queue_init_at(eng, qid, 32, 32, Owner::Driver), Err(e) if e == EBUSY));
+        assert!(matches!(dev.queue_init_at(eng, qid, 32, 32, Owner::File(1)), Err(e) if e == EBUSY));
+        assert!(matches!(dev.queue_init_at(eng, 16, 32, 32, Owner::File(1)), Err(e) if e == EINVAL));
         assert!(
-            matches!(dev.queue_init(dev.arch.engines, 1, 32, 32, Owner::File(1)), Err(e) if e == EINVAL)
+            matches!(dev.queue_init_at(dev.arch.engines, 1, 32, 32, Owner::File(1)), Err(e) if e == EINVAL)
         );
-        assert!(matches!(dev.queue_init(eng, 2, 48, 32, Owner::File(1)), Err(e) if e == EINVAL));
+        assert!(matches!(dev.queue_init_at(eng, 2, 48, 32, Owner::File(1)), Err(e) if e == EINVAL));
         Ok(())
     }
 }

@@ -16,12 +16,16 @@ use kernel::{
 
 mod arch;
 mod bar0;
+mod batch;
 #[cfg(neuron_udma_bench)]
 mod bench;
+mod buffer;
 mod channel;
+mod charge;
 mod debugfs;
 mod desc;
 mod device;
+mod dram;
 mod dmaengine;
 mod driver;
 mod engine;
@@ -29,7 +33,8 @@ mod file;
 mod h2t;
 #[cfg(neuron_udma_kunit)]
 mod live_tests;
-mod mem;
+mod orphan;
+mod pool;
 mod queue;
 mod regs;
 mod ring;

@@ -13,9 +13,9 @@
 
 use crate::{
     arch::Arch,
+    buffer::Holds,
     desc::{Barrier, Desc, DescLen, Dir, DESC_SIZE},
     engine::{self, DescCount, EngineIo, QueueIndex},
-    mem::InFlight,
     regs::{M2s, S2m},
     ring::{Ring, RingSize, RingState, RESERVE},
 };
@@ -103,10 +103,18 @@ impl SlotRecord {
     };
 }
 
-/// The buffers a prepared descriptor pair references, kept until the engine has consumed the
-/// pair (its fence completed) or can no longer reach it (queue reset or pause). `None` for
-/// pairs whose addresses are not user buffers (markers, in-kernel copies).
-pub(crate) type PairRefs = [Option<InFlight>; 2];
+/// The buffers of one submission (the pairs of one prepare call), held until the Tx ack
+/// position passes `end` (the fence after the submission retired) or a reset or pause drops
+/// them: a buffer is held once per submission, not once per pair.
+struct SubmissionHolds {
+    /// Free-running Tx position just past the submission's last pair.
+    end: u64,
+    /// Kept for its drop: the buffers stay busy while the record lives.
+    _holds: Holds,
+}
+
+/// Holds records from which the retired ones are compacted away once this many are dead.
+const HOLDS_COMPACT: usize = 64;
 
 /// Parameters of one copy (one descriptor pair), addresses already translated.
 #[derive(Clone, Copy, Debug)]
@@ -123,10 +131,8 @@ pub(crate) struct Copy {
     pub(crate) set_dst_int: bool,
 }
 
-/// Software view of one queue (engine `eng`, queue `qid`) and its memory.
+/// Software view of one queue and its memory.
 pub(crate) struct Queue {
-    /// Queue id, 0..16.
-    pub(crate) qid: u32,
     index: QueueIndex,
     host_route: u64,
     /// The M2S (Tx, source) ring.
@@ -146,46 +152,42 @@ pub(crate) struct Queue {
     outcomes: KVec<SlotRecord>,
     /// Times the queue was reset (after a timeout or an engine error).
     pub(crate) resets: u32,
-    /// Per Tx slot, the user buffers its pair references (same index as the Tx ring). Entries
-    /// between the Tx ack index and the next index are live; the others are `None`.
-    refs: KVVec<PairRefs>,
+    /// The buffers of the submissions not yet retired, oldest first from `holds_head` (the
+    /// entries before it are retired, `None`).
+    holds: KVVec<Option<SubmissionHolds>>,
+    /// First live entry of `holds`.
+    holds_head: usize,
+    /// Tx descriptors written since the queue was created (free-running, across resets).
+    tx_written: u64,
+    /// Tx descriptors acked (or dropped by a reset) since the queue was created.
+    tx_acked: u64,
     /// When a fence last completed, or the queue last went from idle to busy.
     progress_at: Instant<Monotonic>,
 }
 
 impl Queue {
     /// Allocates the rings (`tx_descs` / `rx_descs` descriptors, power-of-two sizes from 32 to
-    /// 2^23) and the completion slots of queue `qid` of engine `eng` in coherent memory.
+    /// 2^23) and the completion slots of queue `index` in coherent memory.
     ///
     /// # Errors
     ///
-    /// `EINVAL` for a bad size or queue id, `ENOMEM` if the memory cannot be allocated, `EIO`
+    /// `EINVAL` for a bad size, `ENOMEM` if the memory cannot be allocated, `EIO`
     /// if the allocator returns memory that is not 256-byte aligned (hardware.rst §4.8).
     pub(crate) fn new(
         dev: &Device<Bound>,
         arch: &Arch,
-        eng: u32,
-        qid: u32,
+        index: QueueIndex,
         tx_descs: u32,
         rx_descs: u32,
     ) -> Result<Self> {
-        let index = QueueIndex::new(qid).ok_or(EINVAL)?;
-        if arch.engine_offset(eng).is_none() {
-            return Err(EINVAL);
-        }
         let tx = Ring::new(dev, RingSize::new(tx_descs)?)?;
         let rx = Ring::new(dev, RingSize::new(rx_descs)?)?;
         let completion = Coherent::<CompletionSlot>::zeroed_slice(dev, FENCE_SLOTS, GFP_KERNEL)?;
-        let mut outcomes = KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL)?;
+        let mut outcomes = KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL_ACCOUNT)?;
         for _ in 0..FENCE_SLOTS {
-            outcomes.push(SlotRecord::FREE, GFP_KERNEL)?;
-        }
-        let mut refs = KVVec::with_capacity(tx_descs as usize, GFP_KERNEL | __GFP_NOWARN)?;
-        for _ in 0..tx_descs {
-            refs.push([None, None], GFP_KERNEL)?;
+            outcomes.push(SlotRecord::FREE, GFP_KERNEL_ACCOUNT)?;
         }
         Ok(Self {
-            qid,
             index,
             host_route: arch.host_route,
             tx,
@@ -193,18 +195,22 @@ impl Queue {
             completion,
             pending_tx: 0,
             pending_rx: 0,
-            fences: KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL)?,
+            fences: KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL_ACCOUNT)?,
             next_seq: 1,
             outcomes,
             resets: 0,
-            refs,
+            holds: KVVec::new(),
+            holds_head: 0,
+            tx_written: 0,
+            tx_acked: 0,
             progress_at: Instant::now(),
         })
     }
 
     /// Bytes of memory a queue with rings of `tx_descs` / `rx_descs` descriptors pins: both
-    /// rings, the completion slots and the per-slot pair references (what [`Self::new`]
-    /// allocates).
+    /// rings, the completion slots and the fence records (what [`Self::new`] allocates; the
+    /// records of submissions' buffer holds grow with use and are charged to the caller's
+    /// memory cgroup as they do).
     pub(crate) fn memory_bytes(tx_descs: u32, rx_descs: u32) -> u64 {
         // Coherent memory comes in power-of-two blocks of pages; the other allocations are
         // counted in whole pages.
@@ -214,7 +220,6 @@ impl Queue {
         block(u64::from(tx_descs) * DESC_SIZE as u64)
             + block(u64::from(rx_descs) * DESC_SIZE as u64)
             + block(size_of(FENCE_SLOTS, core::mem::size_of::<CompletionSlot>()))
-            + pages(u64::from(tx_descs) * core::mem::size_of::<PairRefs>() as u64)
             + pages(
                 size_of(FENCE_SLOTS, core::mem::size_of::<Fence>())
                     + size_of(FENCE_SLOTS, core::mem::size_of::<SlotRecord>()),
@@ -246,12 +251,11 @@ impl Queue {
 
     /// Resets the software state after the engine was stopped from using the rings (queue
     /// init or pause): empty rings, ring id 1; every fence in flight is settled as
-    /// [`FenceState::Lost`] and every buffer reference of a pair is dropped.
+    /// [`FenceState::Lost`] and every submission's buffer holds are dropped.
     fn forget_inflight(&mut self) {
-        for i in self.tx.state().outstanding_slots() {
-            // PANIC: slot indices are below the ring size, the length of `refs`.
-            self.refs[i as usize] = [None, None];
-        }
+        self.holds.clear();
+        self.holds_head = 0;
+        self.tx_acked = self.tx_written;
         self.tx.reset();
         self.rx.reset();
         self.pending_tx = 0;
@@ -342,28 +346,55 @@ impl Queue {
     /// # Errors
     ///
     /// `ENOSPC` if either ring has no free slot; nothing is written then.
+    #[inline]
     pub(crate) fn prepare_one(&mut self, c: &Copy) -> Result {
-        self.prepare_one_refs(c, [None, None])
-    }
-
-    /// [`Self::prepare_one`] for a pair whose addresses lie in user buffers: `refs` keeps them
-    /// in flight (see [`InFlight`]) until the engine has consumed the pair.
-    pub(crate) fn prepare_one_refs(&mut self, c: &Copy, refs: PairRefs) -> Result {
         if self.available_pairs() < 1 {
             return Err(ENOSPC);
         }
-        self.write_pair(c, refs);
+        self.write_pair(c);
+        Ok(())
+    }
+
+    /// Writes the pairs `copies` of one submission whose buffers `holds` keeps busy until the
+    /// engine has consumed them (the fence after them retired) or can no longer reach them.
+    ///
+    /// # Errors
+    ///
+    /// `ENOSPC` if the rings have no room for all of them (the caller checks
+    /// [`Self::available_pairs`] first), `ENOMEM` if the holds record cannot be stored; nothing
+    /// is written then.
+    pub(crate) fn write_submission(&mut self, copies: &[Copy], holds: Holds) -> Result {
+        if (self.available_pairs() as usize) < copies.len() {
+            return Err(ENOSPC);
+        }
+        if !holds.is_empty() {
+            self.holds.reserve(1, GFP_KERNEL_ACCOUNT)?;
+        }
+        for c in copies {
+            self.write_pair(c);
+        }
+        if !holds.is_empty() {
+            // Cannot fail: capacity was reserved.
+            let _ = self.holds.push_within_capacity(Some(SubmissionHolds {
+                end: self.tx_written,
+                _holds: holds,
+            }));
+        }
         Ok(())
     }
 
     /// Writes one pair without the reserve check (callers check the space).
-    fn write_pair(&mut self, c: &Copy, refs: PairRefs) {
-        self.rx.push(|id| Desc::rx(c.len, id, c.set_dst_int, c.dst));
-        let tx_idx = self.tx.push(|id| Desc::tx(c.len, id, c.barrier, c.src));
-        // PANIC: `push` returns indices below the ring size, the length of `refs`.
-        self.refs[tx_idx as usize] = refs;
+    #[inline(always)]
+    fn write_pair(&mut self, c: &Copy) {
+        let (rx_idx, rx_id) = self.rx.take_slot();
+        self.rx
+            .write_slot(rx_idx, Desc::rx(c.len, rx_id, c.set_dst_int, c.dst));
+        let (tx_idx, tx_id) = self.tx.take_slot();
+        self.tx
+            .write_slot(tx_idx, Desc::tx(c.len, tx_id, c.barrier, c.src));
         self.pending_rx += 1;
         self.pending_tx += 1;
+        self.tx_written += 1;
     }
 
     /// Rings the doorbells for `m2s_count` Tx and `s2m_count` Rx prepared descriptors
@@ -411,16 +442,13 @@ impl Queue {
         let view = io_project!(&self.completion, [try: slot]);
         let src = view.dma_address() | self.host_route;
         let len = DescLen::new(4)?;
-        self.write_pair(
-            &Copy {
-                src,
-                dst: src + 4,
-                len,
-                barrier: MARKER_BARRIER,
-                set_dst_int: false,
-            },
-            [None, None],
-        );
+        self.write_pair(&Copy {
+            src,
+            dst: src + 4,
+            len,
+            barrier: MARKER_BARRIER,
+            set_dst_int: false,
+        });
         let (tx, rx) = (self.pending_tx, self.pending_rx);
         self.start(io, tx, rx)?;
         // Cannot fail: the capacity is FENCE_SLOTS and fewer fences are in flight (checked
@@ -510,8 +538,8 @@ impl Queue {
     }
 
     /// Retires every fence whose marker (or a later fence's marker) has arrived: acks the
-    /// descriptors up to it on both rings, drops the buffer references of the acked pairs and
-    /// settles the fences as [`FenceState::Done`].
+    /// descriptors up to it on both rings, drops the buffer holds of the submissions it covers
+    /// and settles the fences as [`FenceState::Done`].
     pub(crate) fn retire(&mut self) {
         // Retire from the newest arrived fence: in-order processing means all older ones are
         // done too, even though their markers are checked no more.
@@ -536,15 +564,6 @@ impl Queue {
             .state()
             .size()
             .distance(self.rx.state().ack_index(), f.rx_end);
-        for i in self
-            .tx
-            .state()
-            .size()
-            .slots(self.tx.state().ack_index(), tx_n)
-        {
-            // PANIC: slot indices are below the ring size, the length of `refs`.
-            self.refs[i as usize] = [None, None];
-        }
         // The fence was recorded from these rings, so the counts are outstanding ones: an
         // error here means the software state is corrupt, and the fences stay unsettled
         // rather than report copies as done.
@@ -555,7 +574,7 @@ impl Queue {
         {
             pr_err!(
                 "neuron_udma: queue {}: fence {} beyond the rings\n",
-                self.qid,
+                self.index.number(),
                 f.seq
             );
             return;
@@ -566,6 +585,27 @@ impl Queue {
         }
         self.fences.retain(|x| x.seq > f.seq);
         self.progress_at = Instant::now();
+        self.tx_acked += u64::from(tx_n);
+        self.release_holds();
+    }
+
+    /// Drops the buffer holds of every submission whose last pair was acked.
+    fn release_holds(&mut self) {
+        while let Some(Some(h)) = self.holds.get(self.holds_head) {
+            if h.end > self.tx_acked {
+                break;
+            }
+            // PANIC: `holds_head` indexes an entry (just read).
+            self.holds[self.holds_head] = None;
+            self.holds_head += 1;
+        }
+        if self.holds_head == self.holds.len() {
+            self.holds.clear();
+            self.holds_head = 0;
+        } else if self.holds_head >= HOLDS_COMPACT && 2 * self.holds_head >= self.holds.len() {
+            self.holds.retain(|h| h.is_some());
+            self.holds_head = 0;
+        }
     }
 
     /// How long fences have been in flight without any completing (zero when idle): a queue

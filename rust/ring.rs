@@ -43,6 +43,19 @@ impl RingSize {
         Ok(Self(descs))
     }
 
+    /// Which limit of hardware.rst §4.8 `descs` breaks, if any (for a message).
+    pub(crate) fn problem(descs: u32) -> Option<&'static str> {
+        if !descs.is_power_of_two() {
+            Some("not a power of two")
+        } else if descs < MIN_DESCS {
+            Some("below the minimum of 32")
+        } else if descs > MAX_DESCS {
+            Some("above the maximum of 2^23")
+        } else {
+            None
+        }
+    }
+
     /// Number of descriptors.
     pub(crate) fn descs(self) -> u32 {
         self.0
@@ -131,15 +144,11 @@ impl RingState {
         self.size.distance(self.ack, self.next)
     }
 
-    /// Slot indices handed out and not yet acked, oldest first.
-    pub(crate) fn outstanding_slots(&self) -> impl Iterator<Item = u32> {
-        self.size.slots(self.ack, self.outstanding())
-    }
-
     /// Hands out the slot at `next`: returns its index and the ring id to stamp, then advances,
     /// flipping the ring id when the index wraps to 0 (hardware.rst §4.6, `udma_ring_id_get`).
     ///
     /// The caller checks [`Self::available`] first.
+    #[inline(always)]
     pub(crate) fn take(&mut self) -> (u32, RingId) {
         let slot = (self.next, self.ring_id);
         // INVARIANT: wrapped to the ring size.
@@ -211,14 +220,19 @@ impl Ring {
         self.state = RingState::new(self.state.size);
     }
 
-    /// Writes the descriptor `build` makes for the ring id of the next slot into that slot,
-    /// whole, and advances; returns the slot index. The caller checks
-    /// [`RingState::available`] first.
-    pub(crate) fn push(&mut self, build: impl FnOnce(RingId) -> Desc) -> u32 {
-        let (idx, id) = self.state.take();
-        // PANIC: `take` returns indices below the ring size, which is the slice length.
-        io_project!(&self.mem, [panic: idx as usize]).copy_write(build(id));
-        idx
+    /// Hands out the next slot: its index and the ring id to stamp into it
+    /// ([`RingState::take`]). The caller checks [`RingState::available`] first and writes the
+    /// slot with [`Self::write_slot`] before any doorbell.
+    #[inline(always)]
+    pub(crate) fn take_slot(&mut self) -> (u32, RingId) {
+        self.state.take()
+    }
+
+    /// Writes descriptor `d` into slot `idx` (from [`Self::take_slot`]), whole.
+    #[inline(always)]
+    pub(crate) fn write_slot(&mut self, idx: u32, d: Desc) {
+        // PANIC: `take_slot` returns indices below the ring size, which is the slice length.
+        io_project!(&self.mem, [panic: idx as usize]).copy_write(d);
     }
 
     /// Acks `n` completed descriptors ([`RingState::ack`]).

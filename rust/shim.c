@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * C helpers of neuron_udma for what Linux 7.3 has no Rust abstraction for. Each function names
- * the missing abstraction.
+ * C helpers of neuron_udma for what Linux 7.3 has no Rust abstraction for; rust/shim.h declares
+ * them, and says for each which abstraction is missing.
  */
 #include <linux/dma-mapping.h>
 #include <linux/fs.h>
@@ -15,25 +15,7 @@
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 
-/* Called from Rust through the typed wrappers of rust/shim.rs. */
-int neuron_udma_mmap_buffer(struct vm_area_struct *vma, const void *priv, u64 size);
-void neuron_udma_zap(struct file *file, u64 offset, u64 len);
-vm_fault_t neuron_udma_insert_page(struct vm_fault *vmf, void *cpu_addr);
-int neuron_udma_charge(unsigned long pages, struct user_struct **userp);
-void neuron_udma_uncharge(struct user_struct *user, unsigned long pages);
-bool neuron_udma_fatal_signal_pending(void);
-unsigned int neuron_udma_dma_channels(void);
-struct neuron_udma_pin;
-struct neuron_udma_pin *neuron_udma_pin_user(u64 addr, u64 size, bool write);
-int neuron_udma_pin_map(struct neuron_udma_pin *pin, struct device *dev);
-struct sg_table *neuron_udma_pin_sgt(struct neuron_udma_pin *pin);
-void neuron_udma_pin_release(struct neuron_udma_pin *pin);
-void neuron_udma_dma_no_seg_limits(struct device *dev);
-
-/* Implemented in Rust (rust/mem.rs): the buffer behind a mapping, counted per VMA. */
-void neuron_udma_vma_get(const void *priv);
-void neuron_udma_vma_put(const void *priv);
-u32 neuron_udma_vma_fault(const void *priv, u64 pgoff, struct vm_fault *vmf);
+#include "shim.h"
 
 static void neuron_udma_vm_open(struct vm_area_struct *vma)
 {
@@ -60,16 +42,18 @@ static const struct vm_operations_struct neuron_udma_vm_ops = {
 
 /*
  * No vm_operations_struct in Rust: make @vma a mapping of a whole host buffer whose pages are
- * inserted one by one on fault (rust/mem.rs decides under the buffer's lock whether the page
- * still exists). @priv is a counted reference to the buffer, dropped by ->close. Nothing is
+ * inserted one by one on fault (rust/buffer.rs decides under the buffer's lock whether the page
+ * still exists). @buf is a counted reference to the buffer, dropped by ->close. Nothing is
  * mapped here, so a mapping that is linked after the buffer was freed never reaches its memory.
  */
-int neuron_udma_mmap_buffer(struct vm_area_struct *vma, const void *priv, u64 size)
+int neuron_udma_mmap_buffer(struct vm_area_struct *vma, const struct neuron_udma_buffer *buf,
+			    u64 size)
 {
 	if (vma->vm_end - vma->vm_start != PAGE_ALIGN(size))
 		return -EINVAL;
-	vm_flags_set(vma, VM_PFNMAP | VM_IO | VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY);
-	vma->vm_private_data = (void *)priv;
+	/* VM_IO, VM_DONTEXPAND, VM_DONTDUMP and VM_DONTCOPY are set by Rust (VmaNew). */
+	vm_flags_set(vma, VM_PFNMAP);
+	vma->vm_private_data = (void *)buf;
 	vma->vm_ops = &neuron_udma_vm_ops;
 	return 0;
 }
@@ -248,12 +232,11 @@ int neuron_udma_pin_map(struct neuron_udma_pin *pin, struct device *dev)
 
 /*
  * No dma_set_seg_boundary() in Rust: the engine takes 64-bit addresses and the driver splits
- * copies itself (rust/span.rs), so a mapped segment may be of any length and cross any
- * boundary. Called at probe, before any mapping.
+ * copies itself (rust/span.rs), so a mapped segment may cross any boundary (the segment length
+ * is lifted in Rust, dma_set_max_seg_size()). Called at probe, before any mapping.
  */
-void neuron_udma_dma_no_seg_limits(struct device *dev)
+void neuron_udma_dma_no_seg_boundary(struct device *dev)
 {
-	dma_set_max_seg_size(dev, UINT_MAX);
 	dma_set_seg_boundary(dev, ULONG_MAX);
 }
 
@@ -291,17 +274,22 @@ void neuron_udma_zap(struct file *file, u64 offset, u64 len)
 }
 
 /*
- * No dmaengine abstraction in Rust: the provider of rust/dmaengine.rs. The C side is only the
- * dma_device with its channels (registration, the operation trampolines, the release) and the
- * descriptor's struct dma_async_tx_descriptor; channel state, cookies, descriptor building and
- * completion are Rust's. @rs pointers are Rust objects: a channel (a counted reference owned by
- * the dma_device until its release) or a descriptor (owned by its txd until submitted).
+ * No dmaengine abstraction in Rust: the provider of rust/dmaengine.rs, laid out as idxd's: one
+ * allocation per device holds the dma_device and one struct dma_chan per channel, each pointing to
+ * its Rust channel (a counted reference, owned by the dma_device until its release); a client
+ * descriptor embeds its struct dma_async_tx_descriptor and points to its Rust descriptor. Cookies
+ * are the dmaengine core's (dma_cookie_*() of drivers/dma/dmaengine.h); channel state, descriptor
+ * building and completion are Rust's.
  */
-#include <linux/dmaengine.h>
+#if __has_include("dmaengine.h")
+#include "dmaengine.h"
+#else
+#error "neuron_udma needs drivers/dma/dmaengine.h of the kernel's source tree (the dmaengine core's cookie helpers): build against a kernel build tree with its sources, not a header package"
+#endif
 
 struct neuron_udma_dchan {
 	struct dma_chan chan;
-	const void *rs;
+	const struct neuron_udma_dma_chan *rs;
 };
 
 struct neuron_udma_dma {
@@ -313,40 +301,21 @@ struct neuron_udma_dma {
 
 struct neuron_udma_txd {
 	struct dma_async_tx_descriptor txd;
-	void *rs;
+	struct neuron_udma_dma_desc *rs;
 };
 
-/* Implemented in Rust (rust/dmaengine.rs). */
-int neuron_udma_dma_alloc_chan(const void *chan);
-void neuron_udma_dma_free_chan(const void *chan);
-void *neuron_udma_dma_prep(const void *chan, struct dma_async_tx_descriptor *txd, u64 dst,
-			   u64 src, u64 len);
-dma_cookie_t neuron_udma_dma_submit(const void *chan, void *desc);
-void neuron_udma_dma_issue(const void *chan);
-int neuron_udma_dma_status(const void *chan, dma_cookie_t cookie, u32 *residue);
-void neuron_udma_dma_terminate(const void *chan);
-void neuron_udma_dma_sync(const void *chan);
-void neuron_udma_dma_put_chan(const void *chan);
-
-/* Called from Rust through the typed wrappers of rust/shim.rs. */
-struct neuron_udma_dma *neuron_udma_dma_register(struct device *dev, const void *const *chans,
-						 unsigned int nr);
-void neuron_udma_dma_unregister(struct neuron_udma_dma *dma);
-void neuron_udma_dma_free_released(void);
-void neuron_udma_txd_set_cookie(struct dma_async_tx_descriptor *txd, dma_cookie_t cookie);
-bool neuron_udma_txd_acked(struct dma_async_tx_descriptor *txd);
-void neuron_udma_txd_complete(struct dma_async_tx_descriptor *txd, u32 result, u32 residue);
-void neuron_udma_txd_free(struct dma_async_tx_descriptor *txd);
-void neuron_udma_flush_work(struct work_struct *work);
-
-static const void *neuron_udma_rs(struct dma_chan *chan)
+static const struct neuron_udma_dma_chan *neuron_udma_rs(struct dma_chan *chan)
 {
 	return container_of(chan, struct neuron_udma_dchan, chan)->rs;
 }
 
 static int neuron_udma_alloc_chan_resources(struct dma_chan *chan)
 {
-	return neuron_udma_dma_alloc_chan(neuron_udma_rs(chan));
+	int ret = neuron_udma_dma_alloc_chan(neuron_udma_rs(chan));
+
+	if (!ret)
+		dma_cookie_init(chan);
+	return ret;
 }
 
 static void neuron_udma_free_chan_resources(struct dma_chan *chan)
@@ -366,7 +335,7 @@ neuron_udma_prep_memcpy(struct dma_chan *chan, dma_addr_t dst, dma_addr_t src, s
 			unsigned long flags)
 {
 	struct neuron_udma_txd *d = kzalloc(sizeof(*d), GFP_NOWAIT);
-	void *rs;
+	struct neuron_udma_dma_desc *rs;
 
 	if (!d)
 		return NULL;
@@ -386,14 +355,19 @@ static void neuron_udma_issue_pending(struct dma_chan *chan)
 	neuron_udma_dma_issue(neuron_udma_rs(chan));
 }
 
+/*
+ * DMA_COMPLETE, or DMA_ERROR for a cookie whose transfer was aborted (rust/dmaengine.rs keeps
+ * the last failed ranges), or DMA_IN_PROGRESS with the residue of its descriptor.
+ */
 static enum dma_status neuron_udma_tx_status(struct dma_chan *chan, dma_cookie_t cookie,
 					     struct dma_tx_state *state)
 {
-	u32 residue = 0;
-	int st = neuron_udma_dma_status(neuron_udma_rs(chan), cookie, &residue);
+	const struct neuron_udma_dma_chan *rs = neuron_udma_rs(chan);
+	enum dma_status st = dma_cookie_status(chan, cookie, state);
 
-	if (state)
-		state->residue = residue;
+	if (st == DMA_COMPLETE)
+		return neuron_udma_dma_failed(rs, cookie) ? DMA_ERROR : DMA_COMPLETE;
+	dma_set_residue(state, neuron_udma_dma_residue(rs, cookie));
 	return st;
 }
 
@@ -410,9 +384,11 @@ static void neuron_udma_synchronize(struct dma_chan *chan)
 
 /*
  * Released dma_devices, freed at module unload. When the last client lets go of a channel after
- * unregister, the release runs inside dma_release_channel(), which still touches the channel
- * (embedded here) after it returns; a client holds a module reference until then, so the memory
- * is kept until the module is unloaded.
+ * unregister, the release runs inside dma_release_channel() -> dma_chan_put() ->
+ * dma_device_put(), and dma_release_channel() still reads and writes the channel (chan->slave,
+ * chan->dbg_client_name) after dma_chan_put() returns: the struct dma_chan, embedded here, must
+ * outlive the release. A client holds a module reference until dma_chan_put() ends, so the
+ * memory is kept until the module is unloaded.
  */
 static LIST_HEAD(neuron_udma_released);
 static DEFINE_SPINLOCK(neuron_udma_released_lock);
@@ -449,7 +425,8 @@ void neuron_udma_dma_free_released(void)
  * channels are private (DMA_PRIVATE): only clients that ask for a channel get one, never async_tx
  * or the opportunistic dma_find_channel() users (Documentation/neuron-udma.rst, "dmaengine").
  */
-struct neuron_udma_dma *neuron_udma_dma_register(struct device *dev, const void *const *chans,
+struct neuron_udma_dma *neuron_udma_dma_register(struct device *dev,
+						 struct neuron_udma_dma_chan *const *chans,
 						 unsigned int nr)
 {
 	struct neuron_udma_dma *dma = kzalloc(struct_size(dma, chans, nr), GFP_KERNEL);
@@ -480,6 +457,7 @@ struct neuron_udma_dma *neuron_udma_dma_register(struct device *dev, const void 
 	for (i = 0; i < nr; i++) {
 		dma->chans[i].rs = chans[i];
 		dma->chans[i].chan.device = dd;
+		dma_cookie_init(&dma->chans[i].chan);
 		list_add_tail(&dma->chans[i].chan.device_node, &dd->channels);
 	}
 	ret = dma_async_device_register(dd);
@@ -500,9 +478,16 @@ void neuron_udma_dma_unregister(struct neuron_udma_dma *dma)
 	dma_async_device_unregister(&dma->ddev);
 }
 
-void neuron_udma_txd_set_cookie(struct dma_async_tx_descriptor *txd, dma_cookie_t cookie)
+/* The next cookie of @txd's channel (the caller serialises submissions of a channel). */
+dma_cookie_t neuron_udma_txd_assign_cookie(struct dma_async_tx_descriptor *txd)
 {
-	txd->cookie = cookie;
+	return dma_cookie_assign(txd);
+}
+
+/* @txd is done (or dropped): its channel's completed cookie moves up to it, in cookie order. */
+void neuron_udma_txd_cookie_complete(struct dma_async_tx_descriptor *txd)
+{
+	dma_cookie_complete(txd);
 }
 
 bool neuron_udma_txd_acked(struct dma_async_tx_descriptor *txd)
@@ -511,24 +496,17 @@ bool neuron_udma_txd_acked(struct dma_async_tx_descriptor *txd)
 }
 
 /*
- * Completes @txd: unmaps what the client asked to be unmapped, then runs its callback if it
+ * Finishes @txd: unmaps what the client asked to be unmapped, then runs its callback if it
  * asked for one (DMA_PREP_INTERRUPT), with @result (enum dmaengine_tx_result) and @residue in
  * bytes. Called without any lock of the driver held: the callback may submit more work.
  */
-void neuron_udma_txd_complete(struct dma_async_tx_descriptor *txd, u32 result, u32 residue)
+void neuron_udma_txd_callback(struct dma_async_tx_descriptor *txd, u32 result, u32 residue)
 {
 	struct dmaengine_result res = { .result = result, .residue = residue };
-	dma_async_tx_callback_result cb_result = txd->callback_result;
-	dma_async_tx_callback cb = txd->callback;
-	void *param = txd->callback_param;
 
 	dma_descriptor_unmap(txd);
-	if (!(txd->flags & DMA_PREP_INTERRUPT))
-		return;
-	if (cb_result)
-		cb_result(param, &res);
-	else if (cb)
-		cb(param);
+	if (txd->flags & DMA_PREP_INTERRUPT)
+		dmaengine_desc_get_callback_invoke(txd, &res);
 }
 
 /* Frees @txd (and the client's unmap data if it never completed). */

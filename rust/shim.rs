@@ -1,30 +1,58 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Typed wrappers of `rust/shim.c`: the kernel facilities Linux 7.3 has no Rust abstraction for
-//! (VMA operations with a fault handler, `vmf_insert_pfn()`, `unmap_mapping_range()`, locked
-//! memory accounting, `fatal_signal_pending()`, the dmaengine provider's `dma_device` and
-//! descriptors, `flush_work()`). Every raw pointer the C side takes is behind a
-//! type here; the rest of the driver calls these functions only.
+//! Typed wrappers of `rust/shim.c` (declared in `rust/shim.h`): the kernel facilities Linux 7.3
+//! has no Rust abstraction for (VMA operations with a fault handler, `vmf_insert_pfn()`,
+//! `unmap_mapping_range()`, locked memory accounting, `fatal_signal_pending()`, pinned user pages,
+//! the DMA segment boundary, a sysfs-visible module parameter, the dmaengine provider's
+//! `dma_device`, cookies and descriptors, `flush_work()`). Every raw pointer the C side takes is
+//! behind a type here; the rest of the driver calls these functions only. The callbacks C makes
+//! into Rust are defined where their types live (`buffer.rs`, `dmaengine.rs`) with the
+//! pointer types of `rust/shim.h`.
 
 use kernel::{bindings, prelude::*};
 
 mod ffi {
     use kernel::{bindings, prelude::*};
 
-    // The kernel structs are only passed by pointer, as bindgen's own declarations do; some of
-    // them contain zero-sized members that the lint cannot see through.
+    /// Declares C types that Rust only passes by pointer (`rust/shim.h`).
+    macro_rules! opaque {
+        ($($(#[$m:meta])* $name:ident;)*) => {$(
+            $(#[$m])*
+            #[repr(C)]
+            pub(crate) struct $name {
+                _opaque: [u8; 0],
+            }
+        )*};
+    }
+
+    opaque! {
+        /// `struct neuron_udma_buffer`: a `buffer::Buffer` reference, as C passes it back.
+        neuron_udma_buffer;
+        /// `struct neuron_udma_dma_chan`: a `dmaengine::DmaChan` reference, as C passes it back.
+        neuron_udma_dma_chan;
+        /// `struct neuron_udma_pin`: pinned user pages and their scatter-gather table.
+        neuron_udma_pin;
+        /// `struct neuron_udma_dma`: a registered `dma_device` with its channels.
+        neuron_udma_dma;
+        /// `struct dma_async_tx_descriptor` (7.3's bindings have no dmaengine types).
+        dma_async_tx_descriptor;
+    }
+
+    // The functions of rust/shim.c, as rust/shim.h declares them. The kernel structs are only
+    // passed by pointer, as bindgen's own declarations do; some of them contain zero-sized
+    // members that the lint cannot see through.
     #[allow(improper_ctypes)]
     extern "C" {
         pub(super) fn neuron_udma_mmap_buffer(
             vma: *mut bindings::vm_area_struct,
-            priv_: *const c_void,
+            buf: *const neuron_udma_buffer,
             size: u64,
         ) -> c_int;
-        pub(super) fn neuron_udma_zap(file: *mut bindings::file, offset: u64, len: u64);
         pub(super) fn neuron_udma_insert_page(
             vmf: *mut bindings::vm_fault,
             cpu_addr: *mut c_void,
         ) -> u32;
+        pub(super) fn neuron_udma_zap(file: *mut bindings::file, offset: u64, len: u64);
         pub(super) fn neuron_udma_charge(
             pages: usize,
             user: *mut *mut bindings::user_struct,
@@ -32,25 +60,39 @@ mod ffi {
         pub(super) fn neuron_udma_uncharge(user: *mut bindings::user_struct, pages: usize);
         pub(super) fn neuron_udma_fatal_signal_pending() -> bool;
         pub(super) fn neuron_udma_dma_channels() -> c_uint;
-        pub(super) fn neuron_udma_pin_user(addr: u64, size: u64, write: bool) -> *mut c_void;
-        pub(super) fn neuron_udma_pin_map(pin: *mut c_void, dev: *mut bindings::device) -> c_int;
-        pub(super) fn neuron_udma_pin_sgt(pin: *mut c_void) -> *mut bindings::sg_table;
-        pub(super) fn neuron_udma_pin_release(pin: *mut c_void);
-        pub(super) fn neuron_udma_dma_no_seg_limits(dev: *mut bindings::device);
+        pub(super) fn neuron_udma_pin_user(addr: u64, size: u64, write: bool)
+            -> *mut neuron_udma_pin;
+        pub(super) fn neuron_udma_pin_map(
+            pin: *mut neuron_udma_pin,
+            dev: *mut bindings::device,
+        ) -> c_int;
+        pub(super) fn neuron_udma_pin_sgt(pin: *mut neuron_udma_pin) -> *mut bindings::sg_table;
+        pub(super) fn neuron_udma_pin_release(pin: *mut neuron_udma_pin);
+        pub(super) fn neuron_udma_dma_no_seg_boundary(dev: *mut bindings::device);
+        pub(super) fn neuron_udma_flush_work(work: *mut bindings::work_struct);
         pub(super) fn neuron_udma_dma_register(
             dev: *mut bindings::device,
-            chans: *const *const c_void,
+            chans: *const *const neuron_udma_dma_chan,
             nr: c_uint,
-        ) -> *mut c_void;
-        pub(super) fn neuron_udma_dma_unregister(dma: *mut c_void);
+        ) -> *mut neuron_udma_dma;
+        pub(super) fn neuron_udma_dma_unregister(dma: *mut neuron_udma_dma);
         pub(super) fn neuron_udma_dma_free_released();
-        pub(super) fn neuron_udma_txd_set_cookie(txd: *mut c_void, cookie: i32);
-        pub(super) fn neuron_udma_txd_acked(txd: *mut c_void) -> bool;
-        pub(super) fn neuron_udma_txd_complete(txd: *mut c_void, result: u32, residue: u32);
-        pub(super) fn neuron_udma_txd_free(txd: *mut c_void);
-        pub(super) fn neuron_udma_flush_work(work: *mut bindings::work_struct);
+        pub(super) fn neuron_udma_txd_assign_cookie(
+            txd: *mut dma_async_tx_descriptor,
+        ) -> i32;
+        pub(super) fn neuron_udma_txd_cookie_complete(txd: *mut dma_async_tx_descriptor);
+        pub(super) fn neuron_udma_txd_callback(
+            txd: *mut dma_async_tx_descriptor,
+            result: u32,
+            residue: u32,
+        );
+        pub(super) fn neuron_udma_txd_acked(txd: *mut dma_async_tx_descriptor) -> bool;
+        pub(super) fn neuron_udma_txd_free(txd: *mut dma_async_tx_descriptor);
     }
 }
+
+/// A dmaengine client descriptor as C passes it (`struct dma_async_tx_descriptor`).
+pub(crate) use ffi::dma_async_tx_descriptor as RawTxd;
 
 /// The `struct file` of an open device node, kept by its buffers to remove their user mappings
 /// (`unmap_mapping_range()` on the file's mapping).
@@ -89,8 +131,8 @@ impl MappedFile {
 }
 
 /// Makes `vma` a mapping of a whole host buffer of `size` bytes whose pages are inserted on
-/// fault (see `mem::Buffer`); `priv_` becomes its private data, a counted reference given back
-/// by the VMA's close.
+/// fault (see `buffer::Buffer`); `buf` becomes its private data, a counted reference given back
+/// by the VMA's close (`buffer::neuron_udma_vma_put`).
 ///
 /// # Errors
 ///
@@ -98,15 +140,17 @@ impl MappedFile {
 ///
 /// # Safety
 ///
-/// `vma` is being set up by the `mmap` call running now, and `priv_` comes from
-/// `mem::vma_private`.
-pub(crate) unsafe fn mmap_buffer(
+/// `vma` is being set up by the `mmap` call running now, and `buf` is a counted reference
+/// (`Arc::into_raw`) to the buffer that the callbacks of `buffer.rs` accept.
+pub(crate) unsafe fn mmap_buffer<T>(
     vma: &kernel::mm::virt::VmaNew,
-    priv_: *const c_void,
+    buf: *const T,
     size: u64,
 ) -> Result {
     // SAFETY: per the function's contract.
-    kernel::error::to_result(unsafe { ffi::neuron_udma_mmap_buffer(vma.as_ptr(), priv_, size) })
+    kernel::error::to_result(unsafe {
+        ffi::neuron_udma_mmap_buffer(vma.as_ptr(), buf.cast(), size)
+    })
 }
 
 /// Maps the page of coherent memory at `cpu_addr` at the faulting address of `vmf`; returns the
@@ -121,7 +165,7 @@ pub(crate) unsafe fn insert_page(vmf: *mut bindings::vm_fault, cpu_addr: *mut c_
     unsafe { ffi::neuron_udma_insert_page(vmf, cpu_addr) }
 }
 
-/// A number of pages charged to a user's locked memory (see `mem::Charge`).
+/// A number of pages charged to a user's locked memory (see `charge::Charge`).
 pub(crate) struct UserCharge {
     /// The charged `struct user_struct` (a counted reference).
     user: *mut bindings::user_struct,
@@ -173,7 +217,7 @@ fn raw_device(dev: &kernel::device::Device<kernel::device::Bound>) -> *mut bindi
 /// # Invariants
 ///
 /// `0` is a `struct neuron_udma_pin` from `neuron_udma_pin_user()`, released only by `drop`.
-pub(crate) struct PinnedPages(core::ptr::NonNull<c_void>);
+pub(crate) struct PinnedPages(core::ptr::NonNull<ffi::neuron_udma_pin>);
 
 // SAFETY: the pin is owned by this value and may be released from any task.
 unsafe impl Send for PinnedPages {}
@@ -227,18 +271,19 @@ impl Drop for PinnedPages {
     }
 }
 
-/// Lifts the DMA API's segment limits of `dev` (length 64 KiB, 4 GiB boundary by default): the
-/// engine never walks a scatter-gather list, the driver splits every copy into descriptor pairs
-/// of at most 64 KiB within one mapped segment itself (`span.rs`), so imported buffers' segments
-/// may be of any length (DMA-API debug checks mappings against the limits).
+/// Lifts the DMA API's segment boundary of `dev` (4 GiB by default; the length limit is lifted
+/// with `dma::Device::dma_set_max_seg_size`): the engine never walks a scatter-gather list, the
+/// driver splits every copy into descriptor pairs of at most 64 KiB within one mapped segment
+/// itself (`span.rs`), so imported buffers' segments may cross any boundary (DMA-API debug checks
+/// mappings against the limits).
 ///
 /// # Safety
 ///
 /// No DMA mapping of `dev` exists yet (called at probe).
-pub(crate) unsafe fn dma_no_seg_limits(dev: &kernel::device::Device<kernel::device::Bound>) {
+pub(crate) unsafe fn dma_no_seg_boundary(dev: &kernel::device::Device<kernel::device::Bound>) {
     let raw = raw_device(dev);
     // SAFETY: `raw` is the bound device `dev`; no mapping exists (per the contract).
-    unsafe { ffi::neuron_udma_dma_no_seg_limits(raw) }
+    unsafe { ffi::neuron_udma_dma_no_seg_boundary(raw) }
 }
 
 /// The `dma_channels` module parameter (dmaengine channels per device, as given at load; the
@@ -261,7 +306,7 @@ pub(crate) fn fatal_signal_pending() -> bool {
 /// # Invariants
 ///
 /// The pointer is a descriptor of `neuron_udma_prep_memcpy`, not freed, owned by this value.
-pub(crate) struct Txd(core::ptr::NonNull<c_void>);
+pub(crate) struct Txd(core::ptr::NonNull<RawTxd>);
 
 // SAFETY: a descriptor may be completed and freed from any task; the client does not touch it
 // concurrently (dmaengine's rules: after submit the provider owns it until completion).
@@ -284,15 +329,23 @@ impl Txd {
     /// # Safety
     ///
     /// `ptr` is the descriptor `neuron_udma_prep_memcpy` is preparing, owned by nobody else.
-    pub(crate) unsafe fn from_raw(ptr: *mut c_void) -> Option<Self> {
+    pub(crate) unsafe fn from_raw(ptr: *mut RawTxd) -> Option<Self> {
         // INVARIANT: per the function's contract.
         core::ptr::NonNull::new(ptr).map(Self)
     }
 
-    /// Stores the cookie the client's `tx_submit` returns.
-    pub(crate) fn set_cookie(&self, cookie: i32) {
+    /// Assigns the next cookie of the descriptor's channel (`dma_cookie_assign()`) and returns
+    /// it. The caller serialises the submissions of a channel.
+    pub(crate) fn assign_cookie(&self) -> i32 {
         // SAFETY: by the type invariant the descriptor is alive.
-        unsafe { ffi::neuron_udma_txd_set_cookie(self.0.as_ptr(), cookie) }
+        unsafe { ffi::neuron_udma_txd_assign_cookie(self.0.as_ptr()) }
+    }
+
+    /// Marks the descriptor's cookie complete on its channel (`dma_cookie_complete()`): called
+    /// in cookie order, under the lock that serialises the channel's cookies.
+    pub(crate) fn cookie_complete(&self) {
+        // SAFETY: by the type invariant the descriptor is alive.
+        unsafe { ffi::neuron_udma_txd_cookie_complete(self.0.as_ptr()) }
     }
 
     /// Whether the client acked the descriptor (`DMA_CTRL_ACK`): it may be freed once done.
@@ -309,7 +362,7 @@ impl Txd {
 
 /// A borrowed [`Txd`], to complete it without the lock that guards its owner.
 #[derive(Clone, Copy)]
-pub(crate) struct TxdRef(core::ptr::NonNull<c_void>);
+pub(crate) struct TxdRef(core::ptr::NonNull<RawTxd>);
 
 impl TxdRef {
     /// Unmaps the client's unmap data and runs its callback if it asked for one
@@ -321,7 +374,7 @@ impl TxdRef {
     /// The [`Txd`] is alive until this returns.
     pub(crate) unsafe fn complete(self, result: TxResult, residue: u32) {
         // SAFETY: per the function's contract the descriptor is alive.
-        unsafe { ffi::neuron_udma_txd_complete(self.0.as_ptr(), result as u32, residue) }
+        unsafe { ffi::neuron_udma_txd_callback(self.0.as_ptr(), result as u32, residue) }
     }
 }
 
@@ -337,7 +390,7 @@ impl Drop for Txd {
 /// # Invariants
 ///
 /// The pointer is a `neuron_udma_dma_register` result, registered until [`Self::unregister`].
-pub(crate) struct DmaRegistration(core::ptr::NonNull<c_void>);
+pub(crate) struct DmaRegistration(core::ptr::NonNull<ffi::neuron_udma_dma>);
 
 // SAFETY: the registration is an address; unregistering works from any task.
 unsafe impl Send for DmaRegistration {}
@@ -357,15 +410,15 @@ impl DmaRegistration {
     /// # Safety
     ///
     /// Each entry of `chans` is a reference the trampolines of `rust/dmaengine.rs` accept.
-    pub(crate) unsafe fn register(
+    pub(crate) unsafe fn register<T>(
         dev: &kernel::device::Device<kernel::device::Bound>,
-        chans: &[*const c_void],
+        chans: &[*const T],
     ) -> Result<Self> {
         let nr = u32::try_from(chans.len()).map_err(|_| EINVAL)?;
         let raw = raw_device(dev);
         // SAFETY: `raw` is the bound device `dev`; `chans` holds `nr` valid entries (per the
-        // contract).
-        let p = unsafe { ffi::neuron_udma_dma_register(raw, chans.as_ptr(), nr) };
+        // contract), passed to C as its opaque channel type.
+        let p = unsafe { ffi::neuron_udma_dma_register(raw, chans.as_ptr().cast(), nr) };
         let p = kernel::error::from_err_ptr(p)?;
         // INVARIANT: registered now.
         core::ptr::NonNull::new(p).map(Self).ok_or(ENOMEM)

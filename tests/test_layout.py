@@ -85,6 +85,38 @@ class Layout(unittest.TestCase):
             text = code(p)
             self.assertIsNone(re.search(r"&\s*\(\s*\w+\s*-\s*1\s*\)", text), f"{p.name}: ring index masking outside ring.rs")
 
+    def test_file_does_no_queue_policy(self):
+        """file.rs decodes and validates the ABI and keeps per-file ids; every operation on a queue
+        is a Channel method (no queue closure, none of the lower layers imported)."""
+        text = code(RUST / "file.rs")
+        self.assertEqual(len(re.findall(r"\.with\(", text)), 0, "rust/file.rs runs a closure on a queue")
+        lower = imports(RUST / "file.rs", modules()) & {"engine", "regs", "ring", "desc", "queue"}
+        self.assertEqual(lower, set(), f"rust/file.rs imports {sorted(lower)}")
+
+    def test_shim_interface_agrees(self):
+        """rust/shim.h declares every function that crosses between C and Rust, and the two sides
+        agree: the extern block of shim.rs and the #[no_mangle] functions of rust/ are exactly
+        its declarations, and shim.c defines no other non-static function."""
+        header = re.sub(r"/\*.*?\*/", "", (RUST / "shim.h").read_text(), flags=re.S)
+        declared = set(re.findall(r"\b(neuron_udma_\w+)\s*\(", header))
+        shim_rs = (RUST / "shim.rs").read_text()
+        extern = re.search(r'extern "C" \{(.*?)\n    \}', shim_rs, re.S)
+        self.assertIsNotNone(extern, "no extern block in rust/shim.rs")
+        rust_calls = set(re.findall(r"fn (neuron_udma_\w+)\s*\(", extern.group(1)))
+        rust_defs = set()
+        for p in SOURCES:
+            rust_defs |= set(re.findall(r"#\[no_mangle\]\s*(?:pub\(crate\)\s+)?(?:unsafe\s+)?extern \"C\" fn (neuron_udma_\w+)",
+                                        p.read_text()))
+        self.assertEqual(declared, rust_calls | rust_defs,
+                         "rust/shim.h and the Rust side differ: "
+                         f"only in shim.h {sorted(declared - rust_calls - rust_defs)}, "
+                         f"only in Rust {sorted((rust_calls | rust_defs) - declared)}")
+        self.assertEqual(rust_calls & rust_defs, set())
+        shim_c = re.sub(r"/\*.*?\*/", "", (RUST / "shim.c").read_text(), flags=re.S)
+        c_defs = set(re.findall(r"^(?!static)[a-z][\w ]*?\**\b(neuron_udma_\w+)\(", shim_c, re.M))
+        self.assertEqual(c_defs - declared, set(), "functions of rust/shim.c missing from rust/shim.h")
+        self.assertEqual(rust_calls - c_defs, set(), "shim.h functions that rust/shim.c does not define")
+
     def test_hardware_references_resolve(self):
         labels = set(re.findall(r"^\.\. _hw-([\w.]+):", (TOP / "Documentation" / "hardware.rst").read_text(), re.M))
         self.assertTrue(labels)

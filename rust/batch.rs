@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The copies of one prepare call (`COPY_PREPARE_ONE`, `COPY_PREPARE`) translated into
+//! descriptor pairs: every entry validated in one pass, its buffers looked up once per call
+//! (a per-call table of handles), each buffer held once for the whole submission
+//! ([`Holds`]), and the pairs collected in one array for the queue to write
+//! (`Channel::prepare`). Nothing here touches a queue.
+
+use crate::{
+    buffer::{Buffer, Holds},
+    desc::{Barrier, DescLen, MAX_DESC_BYTES},
+    pool::BufferPool,
+    queue::Copy,
+    span::{Pieces, Span},
+    uapi,
+};
+use kernel::{prelude::*, sync::Arc};
+
+/// Copies (and so pairs) one batch stages without a heap allocation.
+const INLINE_PAIRS: usize = 16;
+/// Slots of the per-call handle table of a batch of at most [`INLINE_PAIRS`] entries.
+const INLINE_SLOTS: usize = 32;
+/// Most slots of the per-call handle table: buffers beyond 3/4 of it are looked up in the pool
+/// for every entry that names them (correct, only slower).
+const MAX_SLOTS: usize = 8192;
+/// Buffers a batch records without a heap allocation (a copy names two).
+const INLINE_RESOLVED: usize = 4;
+
+/// One buffer of the call: looked up once, held once, its device-fabric base read once.
+struct Resolved {
+    buf: Arc<Buffer>,
+    base: u64,
+}
+
+/// A slot of the per-call handle table: `handle` 0 is empty (handles are never 0).
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    handle: u64,
+    index: u32,
+}
+
+/// The pairs of one prepare call, the largest number of pairs one of its copies took, the
+/// buffers they hold, and the OR of their flags.
+pub(crate) struct Batch {
+    inline: [Copy; INLINE_PAIRS],
+    n_inline: usize,
+    heap: KVVec<Copy>,
+    /// Pairs of the largest copy (1 unless split).
+    pub(crate) largest: u32,
+    /// One reference per distinct buffer.
+    holds: Holds,
+    /// The flags of every copy, OR-ed.
+    pub(crate) flags: u32,
+    /// The buffers looked up, by index: the first [`INLINE_RESOLVED`] here, the rest in
+    /// `resolved_heap`.
+    resolved: [Option<Resolved>; INLINE_RESOLVED],
+    n_resolved: usize,
+    resolved_heap: KVec<Resolved>,
+    slots_inline: [Slot; INLINE_SLOTS],
+    slots_heap: KVVec<Slot>,
+}
+
+/// A copy that names nothing (an unused inline slot).
+const NO_COPY: Copy = Copy {
+    src: 0,
+    dst: 0,
+    len: DescLen::MAX,
+    barrier: Barrier::None,
+    set_dst_int: false,
+};
+
+impl Batch {
+    /// An empty batch for `entries` copies.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn new(entries: usize) -> Result<Self> {
+        let mut b = Self {
+            inline: [NO_COPY; INLINE_PAIRS],
+            n_inline: 0,
+            heap: KVVec::new(),
+            largest: 1,
+            holds: Holds::default(),
+            flags: 0,
+            resolved: [const { None }; INLINE_RESOLVED],
+            n_resolved: 0,
+            resolved_heap: KVec::new(),
+            slots_inline: [Slot::default(); INLINE_SLOTS],
+            slots_heap: KVVec::new(),
+        };
+        if entries > INLINE_PAIRS {
+            b.heap.reserve(entries, GFP_KERNEL_ACCOUNT)?;
+            let slots = (entries * 4).next_power_of_two().min(MAX_SLOTS);
+            b.slots_heap.reserve(slots, GFP_KERNEL_ACCOUNT)?;
+            for _ in 0..slots {
+                // Cannot fail: capacity was reserved.
+                let _ = b.slots_heap.push_within_capacity(Slot::default());
+            }
+            b.resolved_heap
+                .reserve(entries * 2, GFP_KERNEL_ACCOUNT)?;
+        }
+        Ok(b)
+    }
+
+    /// The pairs, in order.
+    pub(crate) fn copies(&self) -> &[Copy] {
+        if self.heap.is_empty() {
+            &self.inline[..self.n_inline]
+        } else {
+            &self.heap
+        }
+    }
+
+    /// Number of pairs.
+    pub(crate) fn pairs(&self) -> u32 {
+        // CAST: at most MAX_BATCH copies of at most 33 pairs each.
+        self.copies().len() as u32
+    }
+
+    /// Takes the buffer holds, for the queue to keep until the engine is done.
+    pub(crate) fn take_holds(&mut self) -> Holds {
+        core::mem::take(&mut self.holds)
+    }
+
+    /// Record `i` of the buffers looked up.
+    fn get(&self, i: usize) -> Result<&Resolved> {
+        let r = if i < INLINE_RESOLVED {
+            self.resolved.get(i).and_then(Option::as_ref)
+        } else {
+            self.resolved_heap.get(i - INLINE_RESOLVED)
+        };
+        // Never reached: `resolve` returns indices of records.
+        r.ok_or(EINVAL)
+    }
+
+    fn push(&mut self, c: Copy) -> Result {
+        if self.heap.is_empty() && self.n_inline < INLINE_PAIRS {
+            // PANIC: `n_inline` is below INLINE_PAIRS.
+            self.inline[self.n_inline] = c;
+            self.n_inline += 1;
+            return Ok(());
+        }
+        if self.heap.is_empty() {
+            // The inline array is full: move it to the heap first.
+            self.heap.reserve(INLINE_PAIRS * 2, GFP_KERNEL_ACCOUNT)?;
+            for x in &self.inline[..self.n_inline] {
+                self.heap.push(*x, GFP_KERNEL_ACCOUNT)?;
+            }
+        }
+        self.heap.push(c, GFP_KERNEL_ACCOUNT)?;
+        Ok(())
+    }
+
+    /// Buffer `handle` of the open file `owner` in `pool`, looked up and held once per call.
+    /// Returns the index of its [`Resolved`] record.
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` for an unknown handle or a buffer being freed, `ENODEV` after unbind,
+    /// `ENOMEM`.
+    fn resolve(&mut self, pool: &BufferPool, owner: u64, route: u64, handle: u64) -> Result<usize> {
+        let slots: &mut [Slot] = if self.slots_heap.is_empty() {
+            &mut self.slots_inline
+        } else {
+            &mut self.slots_heap
+        };
+        let mask = slots.len() - 1;
+        // Fibonacci hashing of the handle (handles are sequential).
+        // CAST: the product's top bits, below `slots.len()`.
+        let mut i = (handle.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & mask;
+        let mut free = None;
+        for _ in 0..slots.len() {
+            // PANIC: `i` is masked to the table.
+            let s = slots[i];
+            if s.handle == handle && handle != 0 {
+                return Ok(s.index as usize);
+            }
+            if s.handle == 0 {
+                free = Some(i);
+                break;
+            }
+            i = (i + 1) & mask;
+        }
+        let buf = pool.get(owner, handle)?;
+        let base = buf.base(route)?;
+        self.holds.add(&buf)?;
+        let index = self.n_resolved;
+        if index < INLINE_RESOLVED {
+            // PANIC: `index` is below INLINE_RESOLVED.
+            self.resolved[index] = Some(Resolved { buf, base });
+        } else {
+            self.resolved_heap
+                .push(Resolved { buf, base }, GFP_KERNEL_ACCOUNT)?;
+        }
+        self.n_resolved += 1;
+        // Cached while the table is at most 3/4 full.
+        if let Some(f) = free {
+            if 4 * self.n_resolved <= 3 * slots.len() {
+                // PANIC: `f` is masked to the table. CAST: at most 2 * MAX_BATCH records.
+                slots[f] = Slot {
+                    handle,
+                    index: index as u32,
+                };
+            }
+        }
+        Ok(index)
+    }
+
+    /// Validates copy `c` of the open file `owner` (buffers in `pool`, host route `route`) and
+    /// appends its pair, or with `NEURON_UDMA_COPY_SPLIT` one pair per piece of a copy that
+    /// crosses runs of an imported buffer (each with the copy's barrier; `DST_INT` on the last).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` (size 0 or above 64 KiB, bad barrier, unknown flags, reserved field set),
+    /// `ENOENT` (unknown handle, or a buffer whose `MEM_FREE` is under way), `ERANGE` (range
+    /// outside a buffer), `EPERM` (a destination the engine may not write), `EXDEV` (a copy
+    /// that needs several pairs without `NEURON_UDMA_COPY_SPLIT`), `ENODEV`, `ENOMEM`.
+    pub(crate) fn add(
+        &mut self,
+        pool: &BufferPool,
+        owner: u64,
+        route: u64,
+        c: &uapi::neuron_udma_copy,
+    ) -> Result {
+        use uapi::{NEURON_UDMA_COPY_DST_INT as DST_INT, NEURON_UDMA_COPY_SPLIT as SPLIT};
+        if c.reserved != 0 || c.flags & !(DST_INT | SPLIT) != 0 {
+            return Err(EINVAL);
+        }
+        // EINVAL for size 0 or above 64 KiB, before any lookup.
+        let len = DescLen::new(c.size)?;
+        let barrier = Barrier::try_from(c.barrier)?;
+        let s = self.resolve(pool, owner, route, c.src_handle)?;
+        self.get(s)?
+            .buf
+            .check_range(c.src_offset, u64::from(c.size))?;
+        let d = self.resolve(pool, owner, route, c.dst_handle)?;
+        let (src, dst) = (self.get(s)?, self.get(d)?);
+        dst.buf.check_range(c.dst_offset, u64::from(c.size))?;
+        dst.buf.check_writable()?;
+        let set_dst_int = c.flags & DST_INT != 0;
+        let (ss, ds) = (
+            src.buf.span_at(src.base, c.src_offset),
+            dst.buf.span_at(dst.base, c.dst_offset),
+        );
+        if let (Span::Linear(sa), Span::Linear(da)) = (ss, ds) {
+            // Within 64 KiB, copies between driver-allocated (contiguous) buffers are always
+            // one pair.
+            self.flags |= c.flags;
+            return self.push(Copy {
+                src: sa,
+                dst: da,
+                len,
+                barrier,
+                set_dst_int,
+            });
+        }
+        let mut pieces = Pieces::new(ss, ds, u64::from(c.size), MAX_DESC_BYTES);
+        let mut split = KVec::<Copy>::new();
+        while pieces.remaining() != 0 {
+            // A span too short for the copy (the ranges were checked above).
+            let (sa, da, n) = pieces.next().ok_or(ERANGE)?;
+            split.push(
+                Copy {
+                    src: sa,
+                    dst: da,
+                    len: DescLen::new(n)?,
+                    barrier,
+                    set_dst_int: set_dst_int && pieces.remaining() == 0,
+                },
+                GFP_KERNEL_ACCOUNT,
+            )?;
+        }
+        if split.len() > 1 && c.flags & SPLIT == 0 {
+            return Err(EXDEV);
+        }
+        self.flags |= c.flags;
+        // CAST: at most 2 * 16 + 1 pieces (a 64 KiB range touches at most 17 pages).
+        self.largest = self.largest.max(split.len() as u32);
+        for x in split {
+            self.push(x)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,529 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! DMA buffers handed to user space: host buffers (coherent memory, mmap'able), device
+//! buffers (ranges of the device memory, HBM) and imported buffers (the caller's own pages,
+//! pinned: `MEM_IMPORT`). User space names them by handle; the driver translates (handle,
+//! offset, size) into device-fabric addresses ([`Span`]) after a bounds check.
+//!
+//! A buffer is kept from being freed while the engine may reach it: by a [`BusyGuard`] while a
+//! synchronous copy uses it, and by an [`InFlight`] reference per submission that names it
+//! (`queue.rs` drops those when the submission's fence retires or a reset drops it).
+
+use crate::{
+    charge::Charge,
+    shim::{self, MappedFile, PinnedPages},
+    span::{Segment, Span},
+};
+use kernel::{
+    dma::Coherent,
+    new_mutex,
+    page::{PAGE_SHIFT, PAGE_SIZE},
+    prelude::*,
+    processor::cpu_relax,
+    sync::{
+        atomic::{Atomic, Full, Relaxed, Release},
+        Arc, Mutex,
+    },
+};
+
+/// Granularity and alignment of every buffer, in bytes.
+pub(crate) const BUF_ALIGN: u64 = 4096;
+/// Largest host buffer in bytes: coherent memory is physically contiguous, and the page
+/// allocator's largest block is 4 MiB (`MAX_PAGE_ORDER` 10 with 4 KiB pages).
+pub(crate) const MAX_HOST_BUFFER: u64 = 4 << 20;
+/// Bytes of mmap offset space per handle: a host buffer's mmap offset is its handle times
+/// this (at least [`MAX_HOST_BUFFER`], so buffers' offset ranges never overlap).
+pub(crate) const MMAP_STRIDE_SHIFT: u32 = 22;
+const _: () = assert!(1u64 << MMAP_STRIDE_SHIFT >= MAX_HOST_BUFFER);
+/// Largest range of one `MEM_IMPORT`, in bytes: bounds the kernel memory of its page and
+/// segment tables (about 40 bytes per page: 10 MiB for 1 GiB).
+pub(crate) const MAX_IMPORT_SIZE: u64 = 1 << 30;
+/// Handles from this one on have no mmap offset that fits in a (signed) file offset.
+const HANDLE_LIMIT: u64 = 1 << (63 - MMAP_STRIDE_SHIFT);
+/// What backs a buffer.
+pub(crate) enum Backing {
+    /// Coherent host memory, with its charge to the allocating process (`None` for the
+    /// driver's own buffers).
+    Host(Coherent<[u8]>, Option<Charge>),
+    /// Device memory at this device-fabric address.
+    Device(u64),
+    /// The importing process's pages, pinned and mapped for the device, with their charge.
+    Pinned(PinnedPages, Charge),
+}
+
+/// [`Buffer`] `freeing`: no `MEM_FREE` of the buffer is deciding or has freed it.
+const FREE_NONE: u32 = 0;
+/// [`Buffer`] `freeing`: a `MEM_FREE` is deciding whether the buffer is busy.
+const FREE_DECIDING: u32 = 1;
+/// [`Buffer`] `freeing`: a `MEM_FREE` decided to free the buffer; no reference is taken any more.
+const FREE_DONE: u32 = 2;
+
+/// One buffer. The backing is `None` once freed (also by unbind).
+///
+/// Lifetime: the memory is freed by [`Buffer::free`] (`MEM_FREE`, closing the file, unbind)
+/// only when no prepared descriptor pair references it ([`Buffer::is_busy`]), and user
+/// mappings are filled page by page on fault, under the backing lock: once `free` has taken
+/// the backing, no new page can be mapped, and the pages mapped before are removed before the
+/// memory is released. A mapping made at any time (also one racing `MEM_FREE`) therefore never
+/// reaches freed memory: it faults with `SIGBUS`.
+#[pin_data]
+pub(crate) struct Buffer {
+    /// Handle, unique on the system, never 0, never reused.
+    pub(crate) handle: u64,
+    /// Size in bytes (a multiple of [`BUF_ALIGN`], except for imported buffers: any size).
+    pub(crate) size: u64,
+    /// The physically contiguous runs of an imported buffer (empty for the others, which are
+    /// contiguous). Fixed at creation; the addresses are only used while the buffer is alive
+    /// (see [`Self::base`]).
+    segments: KVVec<Segment>,
+    /// Whether the engine may write the buffer (false only for imports without
+    /// `IMPORT_WRITE`, mapped to-device only).
+    pub(crate) writable: bool,
+    /// Offset for mmap() of a host buffer (`handle << 22`: unique, never reused); 0 for
+    /// device memory.
+    pub(crate) mmap_offset: u64,
+    /// Id of the owning open file: only it may use the handle.
+    pub(crate) owner: u64,
+    /// The owning open file, whose mapping holds the buffer's user mappings.
+    owner_file: MappedFile,
+    /// Synchronous copies (`MEMCPY`) using the buffer right now.
+    users: Atomic<u32>,
+    /// [`FREE_NONE`], [`FREE_DECIDING`] while a `MEM_FREE` of the buffer decides
+    /// ([`Self::take_for_free`]), [`FREE_DONE`] for good once it decided to free it.
+    freeing: Atomic<u32>,
+    /// Prepared descriptor pairs referencing the buffer that the engine may still process.
+    inflight: Atomic<u32>,
+    /// Position in the pool's table (`pool.rs`).
+    pub(crate) table_index: Atomic<usize>,
+    /// Non-zero once the owning file is released ([`Self::mark_released`]); a buffer that is
+    /// busy then is freed when its last user is done (`orphan.rs`).
+    released: Atomic<u32>,
+    #[pin]
+    backing: Mutex<Option<Backing>>,
+}
+
+impl Buffer {
+    /// Creates the record of buffer `handle` (`size` bytes) of the open file `owner` /
+    /// `owner_file`; a host buffer gets its mmap offset.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` if the record cannot be allocated or the handle has no mmap offset (after
+    /// 2^41 allocations).
+    pub(crate) fn new(
+        handle: u64,
+        size: u64,
+        owner: u64,
+        owner_file: MappedFile,
+        backing: Backing,
+    ) -> Result<Arc<Self>> {
+        Self::with_segments(handle, size, owner, owner_file, backing, KVVec::new(), true)
+    }
+
+    /// Creates the record of the imported buffer `handle`: `size` bytes of the pinned pages
+    /// `pages` (charged with `charge`), whose DMA segments become its runs; the engine may
+    /// write it if `writable`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`; the pages are unpinned then.
+    pub(crate) fn imported(
+        handle: u64,
+        size: u64,
+        owner: u64,
+        owner_file: MappedFile,
+        pages: PinnedPages,
+        charge: Charge,
+        writable: bool,
+    ) -> Result<Arc<Self>> {
+        let segments = crate::span::runs(pages.dma_segments())?;
+        if segments.iter().map(|s| s.len).sum::<u64>() != size {
+            // The table covers exactly the range (`neuron_udma_pin_user`): never reached.
+            return Err(EINVAL);
+        }
+        let backing = Backing::Pinned(pages, charge);
+        Self::with_segments(handle, size, owner, owner_file, backing, segments, writable)
+    }
+
+    fn with_segments(
+        handle: u64,
+        size: u64,
+        owner: u64,
+        owner_file: MappedFile,
+        backing: Backing,
+        segments: KVVec<Segment>,
+        writable: bool,
+    ) -> Result<Arc<Self>> {
+        if handle >= HANDLE_LIMIT {
+            return Err(ENOMEM);
+        }
+        let mmap_offset = match backing {
+            Backing::Host(..) => handle << MMAP_STRIDE_SHIFT,
+            Backing::Device(_) | Backing::Pinned(..) => 0,
+        };
+        Arc::pin_init(
+            try_pin_init!(Self {
+                handle,
+                size,
+                segments,
+                writable,
+                mmap_offset,
+                owner,
+                owner_file,
+                users: Atomic::new(0),
+                freeing: Atomic::new(0),
+                inflight: Atomic::new(0),
+                table_index: Atomic::new(usize::MAX),
+                released: Atomic::new(0),
+                backing <- new_mutex!(Some(backing)),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Marks the buffer in use until the returned guard is dropped.
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` if a `MEM_FREE` freed the buffer ([`Self::take_for_free`]).
+    pub(crate) fn busy(self: &Arc<Self>) -> Result<BusyGuard> {
+        Self::claim(&self.users, &self.freeing)?;
+        Ok(BusyGuard(self.clone()))
+    }
+
+    /// Counts one more user in `counter` unless the buffer was freed. With
+    /// [`Self::take_for_free`] this is the classic store-then-load handshake: each side makes its
+    /// own mark with a fully ordered read-modify-write, then reads the other's, so at least one
+    /// of the two sees the other. This lets copies be prepared without a lock shared with
+    /// `MEM_FREE`. A claim that sees a `MEM_FREE` deciding ([`FREE_DECIDING`]) waits for the
+    /// decision, a few instructions under the pool lock that never sleep: either that
+    /// `MEM_FREE` saw this count and gives up (`EBUSY`, the claim succeeds), or it did not and
+    /// frees the buffer (the claim is `ENOENT`). A `MEM_FREE` that fails therefore never makes a
+    /// valid copy fail.
+    fn claim(counter: &Atomic<u32>, freeing: &Atomic<u32>) -> Result {
+        counter.fetch_add(1, Full);
+        loop {
+            match freeing.load(Relaxed) {
+                FREE_NONE => return Ok(()),
+                FREE_DONE => {
+                    counter.fetch_sub(1, Relaxed);
+                    return Err(ENOENT);
+                }
+                _ => cpu_relax(),
+            }
+        }
+    }
+
+    /// Starts a `MEM_FREE`: from now on no new [`BusyGuard`] or [`InFlight`] reference can be
+    /// taken; then checks that none exists. On `EBUSY` the mark is taken back and nothing
+    /// changed.
+    ///
+    /// # Errors
+    ///
+    /// `EBUSY` if the buffer is busy ([`Self::is_busy`]) or another `MEM_FREE` of it is under
+    /// way.
+    pub(crate) fn take_for_free(&self) -> Result {
+        if self
+            .freeing
+            .cmpxchg(FREE_NONE, FREE_DECIDING, Full)
+            .is_err()
+        {
+            return Err(EBUSY);
+        }
+        // Nothing between the mark and its outcome may sleep: claims wait for the outcome.
+        if self.is_busy() {
+            self.freeing.store(FREE_NONE, Release);
+            return Err(EBUSY);
+        }
+        self.freeing.store(FREE_DONE, Release);
+        Ok(())
+    }
+
+    /// Whether a [`BusyGuard`] or an [`InFlight`] reference exists: a `MEMCPY` runs on the
+    /// buffer, or a prepared pair that the engine has not consumed references it.
+    pub(crate) fn is_busy(&self) -> bool {
+        self.users.load(Relaxed) != 0 || self.inflight.load(Relaxed) != 0
+    }
+
+    /// Where bytes `[offset, offset + len)` are; `route` is OR-ed onto host DMA addresses (the
+    /// generation's host route, hardware.rst §1.3).
+    ///
+    /// # Errors
+    ///
+    /// `ERANGE` if the range does not lie inside the buffer, `ENOENT` or `ENODEV` if it was
+    /// freed ([`Self::base`]).
+    pub(crate) fn span(&self, route: u64, offset: u64, len: u64) -> Result<Span<'_>> {
+        self.check_range(offset, len)?;
+        Ok(self.span_at(self.base(route)?, offset))
+    }
+
+    /// Where the bytes from `offset` on are, given the [`Self::base`] of the buffer (the caller
+    /// checked the range).
+    pub(crate) fn span_at(&self, base: u64, offset: u64) -> Span<'_> {
+        if self.segments.is_empty() {
+            Span::Linear(base + offset)
+        } else {
+            Span::Runs {
+                segs: &self.segments,
+                start: offset,
+                route: base,
+            }
+        }
+    }
+
+    /// Physically contiguous runs of the buffer (1 unless imported).
+    pub(crate) fn run_count(&self) -> usize {
+        self.segments.len().max(1)
+    }
+
+    /// Checks that the engine may write the buffer.
+    ///
+    /// # Errors
+    ///
+    /// `EPERM` for an import without `IMPORT_WRITE`.
+    pub(crate) fn check_writable(&self) -> Result {
+        if self.writable {
+            Ok(())
+        } else {
+            Err(EPERM)
+        }
+    }
+
+    /// Checks that bytes `[offset, offset + len)` lie inside the buffer.
+    ///
+    /// # Errors
+    ///
+    /// `ERANGE` if they do not.
+    pub(crate) fn check_range(&self, offset: u64, len: u64) -> Result {
+        let end = offset.checked_add(len).ok_or(ERANGE)?;
+        if end > self.size {
+            return Err(ERANGE);
+        }
+        Ok(())
+    }
+
+    /// Device-fabric address of byte 0 (see [`Self::span`]); for an imported buffer, whose
+    /// runs have their own addresses, the route alone.
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` if a `MEM_FREE` freed the buffer (a lookup that raced with it), `ENODEV` if
+    /// the unbind did.
+    pub(crate) fn base(&self, route: u64) -> Result<u64> {
+        match &*self.backing.lock() {
+            Some(Backing::Host(c, _)) => Ok(c.dma_address() | route),
+            Some(Backing::Device(a)) => Ok(*a),
+            Some(Backing::Pinned(..)) => Ok(route),
+            // `MEM_FREE` marks the buffer before it takes the backing under this lock.
+            None if self.freeing.load(Relaxed) == FREE_DONE => Err(ENOENT),
+            None => Err(ENODEV),
+        }
+    }
+
+    /// Whether this is a host buffer whose memory is still there.
+    pub(crate) fn is_host(&self) -> bool {
+        matches!(&*self.backing.lock(), Some(Backing::Host(..)))
+    }
+
+    /// Maps page `pgoff` (in units of the file's page offsets) of this host buffer at the
+    /// faulting address of `vmf`. Returns the `vm_fault_t` of the insertion, or `None` when
+    /// the page does not exist: out of range, a device buffer, or freed.
+    fn fault(&self, pgoff: u64, vmf: *mut kernel::bindings::vm_fault) -> Option<u32> {
+        let idx = pgoff.checked_sub(self.mmap_offset >> PAGE_SHIFT)?;
+        if idx >= self.size >> PAGE_SHIFT {
+            return None;
+        }
+        // Held across the insertion: `free` takes the backing under this lock, so a page is
+        // either mapped before `free` (and then zapped by it) or not at all.
+        let backing = self.backing.lock();
+        let Some(Backing::Host(mem, _)) = &*backing else {
+            return None;
+        };
+        // CAST: `idx` is below size / PAGE_SIZE, and `size` fits the allocation.
+        let off = (idx as usize).checked_mul(PAGE_SIZE)?;
+        if off >= mem.size() {
+            return None;
+        }
+        // SAFETY: `off` lies inside the allocation, which stays alive while `backing` is held;
+        // `vmf` is the fault being handled (see `neuron_udma_vma_fault`).
+        Some(unsafe { shim::insert_page(vmf, mem.as_mut_ptr().cast::<u8>().add(off).cast()) })
+    }
+
+    /// Whether the owning file was released ([`Self::mark_released`]).
+    pub(crate) fn is_released(&self) -> bool {
+        self.released.load(Relaxed) != 0
+    }
+
+    /// Records that the owning file is released (no mapping can exist any more). Taken under
+    /// the backing lock, so a concurrent [`Self::free`] either zaps before the file goes away or
+    /// sees the mark and does not touch the file.
+    pub(crate) fn mark_released(&self) {
+        let _backing = self.backing.lock();
+        self.released.store(1, Relaxed);
+    }
+
+    /// Frees the memory: takes the backing (no page can be mapped after this), removes every
+    /// user mapping, then releases the memory and its charge. Returns the device-memory range
+    /// to give back, if any. Callers make sure no descriptor references it ([`Self::is_busy`]
+    /// or a paused queue).
+    pub(crate) fn free(&self) -> Option<u64> {
+        let old = {
+            let mut backing = self.backing.lock();
+            let old = backing.take();
+            // Zapped under the backing lock, so that a concurrent `free` (release racing
+            // unbind) returns only once the mappings are gone. Once the owning file is released
+            // no mapping exists (each one holds the file) and the `struct file` may be gone:
+            // nothing to zap then.
+            if matches!(old, Some(Backing::Host(..))) && self.released.load(Relaxed) == 0 {
+                // SAFETY: `owner_file` is the open file that created the buffer, not released
+                // yet (its release marks the buffer before freeing it, and waits for this lock
+                // in its own `free`), so the `struct file` is alive.
+                unsafe { self.owner_file.zap(self.mmap_offset, self.size) };
+            }
+            old
+        };
+        match old {
+            // The memory is released outside the backing lock.
+            Some(Backing::Host(mem, charge)) => {
+                drop(mem);
+                drop(charge);
+                None
+            }
+            Some(Backing::Device(a)) => Some(a),
+            // Unmapped and unpinned outside the backing lock.
+            Some(Backing::Pinned(pages, charge)) => {
+                drop(pages);
+                drop(charge);
+                None
+            }
+            None => None,
+        }
+    }
+}
+
+/// Keeps a buffer marked in use (see [`Buffer::busy`]).
+pub(crate) struct BusyGuard(Arc<Buffer>);
+
+impl BusyGuard {
+    /// The buffer kept busy.
+    pub(crate) fn buffer(&self) -> &Arc<Buffer> {
+        &self.0
+    }
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        self.0.users.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A reference from a submission (the descriptor pairs of one prepare call) to a buffer its
+/// pairs read or write: while it exists the buffer is busy ([`Buffer::is_busy`]). The queue
+/// drops it when the engine has consumed the submission (the fence after it retired) or can no
+/// longer reach it (queue reset or pause): what the engine really did, not a counter kept
+/// beside it. A submission holds each of its buffers once, however many pairs name it.
+pub(crate) struct InFlight(Arc<Buffer>);
+
+impl InFlight {
+    /// Marks `buf` referenced by one more submission.
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` if a `MEM_FREE` freed the buffer.
+    pub(crate) fn new(buf: &Arc<Buffer>) -> Result<Self> {
+        Buffer::claim(&buf.inflight, &buf.freeing)?;
+        Ok(Self(buf.clone()))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.inflight.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Buffers held inline by a [`Holds`] before it allocates: a copy names two, a small
+/// gather/scatter batch a few more.
+const HOLDS_INLINE: usize = 4;
+
+/// The [`InFlight`] references of one submission, one per distinct buffer (the caller adds
+/// each buffer once).
+#[derive(Default)]
+pub(crate) struct Holds {
+    few: [Option<InFlight>; HOLDS_INLINE],
+    n: usize,
+    more: KVec<InFlight>,
+}
+
+impl Holds {
+    /// Holds `buf` for the submission.
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` if a `MEM_FREE` freed the buffer, `ENOMEM`.
+    pub(crate) fn add(&mut self, buf: &Arc<Buffer>) -> Result {
+        if self.n < HOLDS_INLINE {
+            // PANIC: `n` is below HOLDS_INLINE.
+            self.few[self.n] = Some(InFlight::new(buf)?);
+            self.n += 1;
+            return Ok(());
+        }
+        self.more.reserve(1, GFP_KERNEL_ACCOUNT)?;
+        // Cannot fail: capacity was reserved.
+        let _ = self.more.push_within_capacity(InFlight::new(buf)?);
+        Ok(())
+    }
+
+    /// Whether no buffer is held.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+}
+
+/// The `vm_private_data` of a buffer mapping: a counted reference to the buffer (the record,
+/// not its memory: a freed buffer's mapping faults with `SIGBUS`), as `rust/shim.h`'s
+/// `struct neuron_udma_buffer`.
+pub(crate) fn vma_private(buf: &Arc<Buffer>) -> *const Buffer {
+    Arc::into_raw(buf.clone())
+}
+
+/// Takes one more reference for a copied VMA (`vm_operations_struct::open`).
+///
+/// # Safety
+///
+/// `buf` comes from [`vma_private`] and is still referenced by the VMA being copied.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn neuron_udma_vma_get(buf: *const Buffer) {
+    // SAFETY: per the function's contract `buf` is a live counted reference (from `into_raw`);
+    // it is borrowed here and stays the old VMA's, and the clone is leaked into the new VMA.
+    let old = unsafe { Arc::from_raw(buf) };
+    core::mem::forget(old.clone());
+    core::mem::forget(old);
+}
+
+/// Drops the reference of a closed VMA (`vm_operations_struct::close`).
+///
+/// # Safety
+///
+/// `buf` comes from [`vma_private`] or [`neuron_udma_vma_get`] and is not used afterwards.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn neuron_udma_vma_put(buf: *const Buffer) {
+    // SAFETY: per the function's contract, this gives back one reference.
+    drop(unsafe { Arc::from_raw(buf) });
+}
+
+/// Fault handler of a buffer mapping: maps page `pgoff`, or returns `u32::MAX` for `SIGBUS`.
+///
+/// # Safety
+///
+/// `buf` is the VMA's private data (an `Arc<Buffer>` reference) and `vmf` the fault.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn neuron_udma_vma_fault(
+    buf: *const Buffer,
+    pgoff: u64,
+    vmf: *mut kernel::bindings::vm_fault,
+) -> u32 {
+    // SAFETY: the VMA holds a reference to the buffer for as long as it exists.
+    let buf = unsafe { &*buf };
+    buf.fault(pgoff, vmf).unwrap_or(u32::MAX)
+}

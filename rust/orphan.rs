@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Work the engine may still touch after its caller left: an *orphan* is the last submission of
+//! a driver copy on the shared H2T queue (a `MEMCPY`, a device-memory scrub) whose caller
+//! returned early (timeout, SIGKILL) while it was in flight. What it used stays reserved — the
+//! two buffers of a `MEMCPY` (busy), the device-memory range of a scrub — until the fence that
+//! covers it is settled; then [`Orphans::reap`] gives it back.
+//!
+//! Adopting an orphan never fails: its caller reserves the room before it submits
+//! ([`Orphans::reserve`]). Reaping never allocates: a settled orphan is taken out of the list
+//! and released outside the lock, one at a time, so an allocation failure cannot leave a
+//! released buffer (or its memory charge) behind.
+
+use crate::{
+    buffer::BusyGuard,
+    channel::Channel,
+    pool::BufferPool,
+};
+use kernel::{
+    new_mutex,
+    prelude::*,
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc, Mutex,
+    },
+};
+
+/// What an orphan keeps from being reused.
+pub(crate) enum Hold {
+    /// The source and destination buffers of a `MEMCPY` (busy: `MEM_FREE` is `EBUSY`).
+    Buffers([BusyGuard; 2]),
+    /// A device-memory range at this address whose scrub was interrupted (the allocator gets it
+    /// back then).
+    Dram(u64),
+}
+
+/// One orphan: its queue, the fence that covers it, its owner, and what it holds.
+pub(crate) struct Orphan {
+    /// The queue the submission is on.
+    pub(crate) chan: Arc<Channel>,
+    /// The fence of that queue that covers it.
+    pub(crate) seq: u64,
+    /// The open file whose `MEMCPY` it was (0 for the driver's own scrub).
+    pub(crate) file: u64,
+    /// What stays reserved until the fence is settled.
+    pub(crate) hold: Hold,
+}
+
+struct List {
+    items: KVec<Orphan>,
+    /// Room promised to callers that may adopt an orphan ([`OrphanSlot`]).
+    reserved: usize,
+}
+
+/// The orphans of one device.
+#[pin_data]
+pub(crate) struct Orphans {
+    #[pin]
+    list: Mutex<List>,
+    /// Length of the list (updated under the lock), so that [`Self::any`] takes no lock.
+    count: Atomic<u32>,
+}
+
+/// Room for one orphan in [`Orphans`], reserved before a copy starts; given back on drop unless
+/// [`Orphans::adopt`] used it.
+pub(crate) struct OrphanSlot<'a> {
+    orphans: &'a Orphans,
+}
+
+impl Drop for OrphanSlot<'_> {
+    fn drop(&mut self) {
+        let mut l = self.orphans.list.lock();
+        l.reserved -= 1;
+    }
+}
+
+impl Orphans {
+    /// No orphans.
+    pub(crate) fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            list <- new_mutex!(List {
+                items: KVec::new(),
+                reserved: 0,
+            }),
+            count: Atomic::new(0),
+        })
+    }
+
+    /// Reserves room for one orphan, so that the copy that may leave it can adopt it whatever
+    /// happens ([`Self::adopt`] does not allocate).
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn reserve(&self) -> Result<OrphanSlot<'_>> {
+        let mut l = self.list.lock();
+        let extra = l.reserved + 1;
+        l.items.reserve(extra, GFP_KERNEL_ACCOUNT)?;
+        l.reserved = extra;
+        Ok(OrphanSlot { orphans: self })
+    }
+
+    /// Takes `orphan` into the list, in the room `slot` reserved.
+    pub(crate) fn adopt(&self, slot: OrphanSlot<'_>, orphan: Orphan) {
+        let mut l = self.list.lock();
+        // `slot` reserved the capacity, and every other reservation has its own; only after
+        // `shutdown` (every queue paused: nothing can reach what it holds) is there none, and
+        // the orphan is dropped at once.
+        if let Err(e) = l.items.push_within_capacity(orphan) {
+            drop(e);
+        }
+        self.count.store(l.items.len() as u32, Relaxed);
+        // The slot is used: its drop would give the room back a second time.
+        l.reserved -= 1;
+        drop(l);
+        core::mem::forget(slot);
+    }
+
+    /// Whether any orphan exists (no lock taken).
+    pub(crate) fn any(&self) -> bool {
+        self.count.load(Relaxed) != 0
+    }
+
+    /// Whether an orphan of the open file `file` exists.
+    pub(crate) fn held_by(&self, file: u64) -> bool {
+        self.any() && self.list.lock().items.iter().any(|o| o.file == file)
+    }
+
+    /// Gives back what every settled orphan holds: buffers out of use (a buffer whose file was
+    /// released is freed then) and device-memory ranges to the allocator of `pool`. An orphan
+    /// whose queue made no progress for the default timeout has its queue reset (it is stuck).
+    /// Returns the orphans left. Never allocates; the queue lock is taken inside the list lock,
+    /// never the other way round.
+    pub(crate) fn reap(&self, pool: &BufferPool) -> usize {
+        loop {
+            let (settled, left) = {
+                let mut l = self.list.lock();
+                let pos = l.items.iter().position(|o| o.chan.is_settled(o.seq));
+                let settled = pos.and_then(|i| l.items.remove(i).ok());
+                self.count.store(l.items.len() as u32, Relaxed);
+                (settled, l.items.len())
+            };
+            let Some(o) = settled else {
+                if left != 0 {
+                    self.reset_stuck();
+                }
+                return left;
+            };
+            // Released outside the lock: freeing a buffer takes the pool lock and may take the
+            // mmap lock (its memory charge).
+            match o.hold {
+                Hold::Buffers(guards) => {
+                    let bufs = [guards[0].buffer().clone(), guards[1].buffer().clone()];
+                    drop(guards);
+                    for b in bufs.iter() {
+                        pool.free_if_released(b);
+                    }
+                }
+                Hold::Dram(addr) => pool.free_dram(addr),
+            }
+        }
+    }
+
+    /// Resets the queue of every orphan left whose queue made no progress for the default
+    /// timeout (`Channel::reset_if_stuck`): its fence then settles as lost.
+    fn reset_stuck(&self) {
+        let chans = {
+            let l = self.list.lock();
+            let mut v: KVec<Arc<Channel>> = KVec::new();
+            for o in l.items.iter() {
+                if v.iter().any(|c| Arc::ptr_eq(c, &o.chan)) {
+                    continue;
+                }
+                // Without memory the next round tries again.
+                if v.push(o.chan.clone(), GFP_KERNEL).is_err() {
+                    break;
+                }
+            }
+            v
+        };
+        for c in chans.iter() {
+            let _ = c.reset_if_stuck();
+        }
+    }
+
+    /// Drops every orphan (unbind, after every queue was paused: no engine reaches what they
+    /// hold); the pool frees the memory itself.
+    pub(crate) fn shutdown(&self) {
+        let items = {
+            let mut l = self.list.lock();
+            self.count.store(0, Relaxed);
+            core::mem::replace(&mut l.items, KVec::new())
+        };
+        drop(items);
+    }
+}

@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The device's buffer pool: every buffer handed to user space, by handle (each knows its
+//! owner), and the device memory they are carved from. An open file keeps only the handles of
+//! its buffers; this is the one place that knows which buffer exists and who owns it.
+
+use crate::{
+    buffer::{Buffer, MMAP_STRIDE_SHIFT},
+    dram::DramAllocator,
+};
+use kernel::{
+    new_mutex, new_spinlock,
+    prelude::*,
+    sync::{atomic::Relaxed, Arc, Mutex, SpinLock},
+    xarray::{AllocKind, XArray},
+};
+use pin_init::pin_init_array_from_fn;
+
+struct PoolState {
+    /// False after [`BufferPool::shutdown`]: nothing is allocated any more.
+    alive: bool,
+    /// Every buffer in the pool, for the walks of unbind and file release; each knows its
+    /// index ([`Buffer::table_index`]), so removal is O(1).
+    table: KVVec<Arc<Buffer>>,
+    /// Device memory available to user space.
+    dram: DramAllocator,
+}
+
+/// Handle indexes of a [`BufferPool`], each for the files whose id has that remainder: files
+/// look their buffers up under different locks (one XArray lock for all files made two threads
+/// of two files spin on it, Documentation/benchmarks.rst).
+const SHARDS: usize = 16;
+
+/// The buffers of one device and their memory: the one place that knows which buffer exists
+/// and who owns it (an open file keeps only its id). Lookups by handle are O(1) (an XArray).
+#[pin_data]
+pub(crate) struct BufferPool {
+    /// Handle -> buffer, in [`SHARDS`] indexes by owner.
+    #[pin]
+    handles: [XArray<Arc<Buffer>>; SHARDS],
+    #[pin]
+    state: Mutex<PoolState>,
+    /// Held while a `MEM_FREE` decides ([`Buffer::take_for_free`]): keeps the decider on its
+    /// CPU while claims spin for the outcome.
+    #[pin]
+    deciding: SpinLock<()>,
+}
+
+impl BufferPool {
+    /// An empty pool over the device memory `dram`.
+    pub(crate) fn new(dram: DramAllocator) -> impl PinInit<Self, Error> {
+        try_pin_init!(Self {
+            handles <- pin_init_array_from_fn(|_| XArray::new(AllocKind::Alloc)),
+            state <- new_mutex!(PoolState {
+                alive: true,
+                table: KVVec::new(),
+                dram,
+            }),
+            deciding <- new_spinlock!(()),
+        })
+    }
+
+    /// The handle index of the buffers of open file `owner`.
+    fn shard(&self, owner: u64) -> &XArray<Arc<Buffer>> {
+        // CAST: the remainder is below SHARDS.
+        &self.handles[(owner % SHARDS as u64) as usize]
+    }
+
+    /// Bytes of device memory available to user buffers.
+    pub(crate) fn dram_capacity(&self) -> u64 {
+        self.state.lock().dram.capacity()
+    }
+
+    /// Allocates `size` bytes of device memory ([`DramAllocator::alloc`]).
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` if no range is large enough, `ENODEV` after [`Self::shutdown`].
+    pub(crate) fn alloc_dram(&self, size: u64) -> Result<u64> {
+        let mut st = self.state.lock();
+        if !st.alive {
+            return Err(ENODEV);
+        }
+        st.dram.alloc(size)
+    }
+
+    /// Gives back the device-memory range at `addr`.
+    pub(crate) fn free_dram(&self, addr: u64) {
+        self.state.lock().dram.free(addr);
+    }
+
+    /// Adds `buf` to the pool (its handle becomes usable); on failure its memory is given back.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`, `ENODEV` after [`Self::shutdown`].
+    pub(crate) fn insert(&self, buf: &Arc<Buffer>) -> Result {
+        let r = {
+            let mut st = self.state.lock();
+            Self::link(&mut st, self.shard(buf.owner), buf)
+        };
+        if r.is_err() {
+            // Freed outside the pool lock: giving back a host buffer's charge takes the mmap
+            // lock.
+            if let Some(addr) = buf.free() {
+                self.free_dram(addr);
+            }
+        }
+        r
+    }
+
+    fn link(st: &mut PoolState, handles: &XArray<Arc<Buffer>>, buf: &Arc<Buffer>) -> Result {
+        if !st.alive {
+            return Err(ENODEV);
+        }
+        st.table.reserve(1, GFP_KERNEL)?;
+        // CAST: handles are below HANDLE_LIMIT, which fits in `usize` on 64-bit kernels.
+        handles
+            .lock()
+            .store(buf.handle as usize, buf.clone(), GFP_KERNEL)?;
+        buf.table_index.store(st.table.len(), Relaxed);
+        // Cannot fail: capacity was reserved.
+        let _ = st.table.push_within_capacity(buf.clone());
+        Ok(())
+    }
+
+    /// The buffer `handle` of the open file `owner`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` if no such buffer exists or another file owns it.
+    pub(crate) fn get(&self, owner: u64, handle: u64) -> Result<Arc<Buffer>> {
+        let handle = usize::try_from(handle).map_err(|_| ENOENT)?;
+        let xa = self.shard(owner).lock();
+        let buf = xa.get(handle).ok_or(ENOENT)?;
+        if buf.owner != owner {
+            return Err(ENOENT);
+        }
+        Ok(buf.into())
+    }
+
+    /// The host buffer of the open file `owner` whose mmap offset is `offset` (bytes).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if there is none (also for an offset inside a buffer rather than at its start).
+    pub(crate) fn by_mmap_offset(&self, owner: u64, offset: u64) -> Result<Arc<Buffer>> {
+        let buf = self
+            .get(owner, offset >> MMAP_STRIDE_SHIFT)
+            .map_err(|_| EINVAL)?;
+        if offset == 0 || buf.mmap_offset != offset {
+            return Err(EINVAL);
+        }
+        Ok(buf)
+    }
+
+    /// Removes buffer `handle` of the open file `owner` from the pool and frees it, unless a
+    /// descriptor or a running copy may still reach it. Copies being prepared concurrently
+    /// either take their reference first (then this is `EBUSY`) or fail with `ENOENT`
+    /// ([`InFlight::new`]).
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` (see [`Self::get`]), `EBUSY` if the buffer is busy ([`Buffer::is_busy`]);
+    /// nothing changes then.
+    pub(crate) fn free_handle(&self, owner: u64, handle: u64) -> Result {
+        let buf = self.get(owner, handle)?;
+        {
+            // Under the pool lock, like every other busy check (see `release_owner`), and with
+            // preemption off (a spinlock) for the few instructions of the decision, which
+            // concurrent claims wait for by spinning.
+            let _st = self.state.lock();
+            let _deciding = self.deciding.lock();
+            buf.take_for_free()?;
+        }
+        self.free(&buf);
+        Ok(())
+    }
+
+    /// Removes `buf` from the pool and frees it ([`Buffer::free`]), giving device memory back.
+    /// The caller made sure no descriptor references it ([`Buffer::is_busy`] is false, or its
+    /// queues are paused).
+    pub(crate) fn free(&self, buf: &Buffer) {
+        let mut st = self.state.lock();
+        Self::unlink(&mut st, self.shard(buf.owner), buf);
+        drop(st);
+        if let Some(addr) = buf.free() {
+            self.free_dram(addr);
+        }
+    }
+
+    /// Removes `buf` from the table and the handle index (if it is there).
+    fn unlink(st: &mut PoolState, handles: &XArray<Arc<Buffer>>, buf: &Buffer) {
+        let idx = buf.table_index.load(Relaxed);
+        if !st.table.get(idx).is_some_and(|b| core::ptr::eq(&**b, buf)) {
+            return;
+        }
+        // CAST: as in `insert`.
+        drop(handles.lock().remove(buf.handle as usize));
+        // O(1) removal: the last entry takes the freed place.
+        if let Some(last) = st.table.pop() {
+            if idx < st.table.len() {
+                last.table_index.store(idx, Relaxed);
+                st.table[idx] = last;
+            }
+        }
+    }
+
+    /// Releases the buffers `handles` of the closed file `owner` (after its queues were
+    /// released): a buffer that an abandoned `MEMCPY` of the file still uses stays in the pool,
+    /// marked, and is freed by [`Self::free_if_released`] when the engine is done with it
+    /// (`orphan.rs`); the others are freed now. Never waits for the engine.
+    pub(crate) fn release_owner(&self, owner: u64, handles: &[u64]) {
+        for &h in handles {
+            let Ok(b) = self.get(owner, h) else {
+                continue;
+            };
+            b.mark_released();
+            // Decided under the pool lock, which `free_if_released` holds while it looks at the
+            // mark: exactly one of the two frees the buffer.
+            let free_now = {
+                let _st = self.state.lock();
+                !b.is_busy()
+            };
+            if free_now {
+                self.free(&b);
+            }
+        }
+    }
+
+    /// Frees `buf` if its owning file was released and nothing uses it any more (called when
+    /// an abandoned copy that used it is settled, after its guard was dropped); decided under
+    /// the pool lock, as [`Self::release_owner`] decides, so exactly one of the two frees it.
+    pub(crate) fn free_if_released(&self, buf: &Buffer) {
+        let free_now = {
+            let _st = self.state.lock();
+            buf.is_released() && !buf.is_busy()
+        };
+        if free_now {
+            self.free(buf);
+        }
+    }
+
+    /// Called at unbind, after every queue was paused and the orphans were dropped: frees every
+    /// buffer's memory (the records stay with open files and mappings); nothing is allocated
+    /// after.
+    pub(crate) fn shutdown(&self) {
+        let table = {
+            let mut st = self.state.lock();
+            st.alive = false;
+            core::mem::replace(&mut st.table, KVVec::new())
+        };
+        for b in table.iter() {
+            // CAST: as in `insert`.
+            drop(self.shard(b.owner).lock().remove(b.handle as usize));
+            b.free();
+        }
+    }
+}
