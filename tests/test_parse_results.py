@@ -5,8 +5,8 @@
 tests/fixtures/{trn1,trn2}/ hold the console and test-plan logs of a real `make check` run of
 2026-11-30, trimmed: the boot messages that carry no result are cut, and so are the two things that
 failed that run and are not the parser's business (the kmemleak report of a 32-byte object the
-driver's device registry leaked, and `NU-MISSING kselftest security_test`, a test that did not
-exist yet); tests/fixtures/expected.toml is the manifest of that run. Each test derives a broken run by a small edit of those logs and checks that
+driver's device registry leaked, and the `NU-MISSING kselftest` line of the security kselftest,
+which did not exist yet: today isolation_test and stalled_queue_test); tests/fixtures/expected.toml is the manifest of that run. Each test derives a broken run by a small edit of those logs and checks that
 the gate fails it, saying what broke. run: python3 tests/test_parse_results.py [-v]
 """
 
@@ -137,9 +137,9 @@ class TestMissingTests(GateTest):
         self.assertFails("trn2: kselftest pci_bind_test: missing from the guest")
 
     def test_manifest_names_a_binary_that_never_ran(self):
-        self.manifest.write_text(self.manifest.read_text() + "\n[kselftest.security_test]\nmin_cases = 1\n")
-        self.assertFails("trn1: kselftest security_test: did not run",
-                         "trn2: kselftest security_test: did not run")
+        self.manifest.write_text(self.manifest.read_text() + "\n[kselftest.isolation_test]\nmin_cases = 1\n")
+        self.assertFails("trn1: kselftest isolation_test: did not run",
+                         "trn2: kselftest isolation_test: did not run")
 
     def test_unnamed_suite_fails(self):
         extra = ("NU-BEGIN kunit neuron_udma_new\nKTAP version 1\n1..1\n    KTAP version 1\n"

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Log flooding (issue 10 item 8): what one user can make the driver print. Engine errors are
- * logged at error level at most 10 times per 5 s per device; a timeout the caller chose is
- * logged at debug level only. The kernel log is read from /dev/kmsg.
+ * Log flooding: what one user can make the driver print. Engine errors are logged at error
+ * level at most 10 times per 5 s per device; a timeout the caller chose is logged at debug
+ * level only. The kernel log is read from /dev/kmsg.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Hostile review of MEM_IMPORT (ABI 2) and NEURON_UDMA_COPY_SPLIT: a user imports its own
+ * The lifetime of MEM_IMPORT's pins (ABI 2), with NEURON_UDMA_COPY_SPLIT: a user imports its own
  * memory and then does everything a process can do to that memory (munmap, MADV_DONTNEED,
  * fork, hugetlb, memfd truncation, read-only and PROT_NONE mappings, the driver's own buffer
  * mapping, ranges with holes past the first pin batch, SIGKILL during a large pin), under a

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Third hostile review: copies are prepared without the file lock (a buffer's reference and
- * MEM_FREE settle by a fully ordered handshake), COPY_PREPARE caches the buffers of a batch,
- * buffers live in handle indexes sharded by owner. Threads of one file race MEM_FREE and
- * MEM_ALLOC against COPY_PREPARE(_ONE) into the buffer being freed; a second file (another
- * uid) races the first one's handles.
+ * MEM_FREE against the references copies take on buffers. Copies are prepared without the file
+ * lock (a buffer's reference and MEM_FREE settle by a fully ordered handshake), COPY_PREPARE
+ * caches the buffers of a batch, buffers live in handle indexes sharded by owner. Threads of
+ * one file race MEM_FREE and MEM_ALLOC against COPY_PREPARE(_ONE) into the buffer being freed;
+ * a failed batch keeps no reference, a failing MEM_FREE fails no concurrent prepare; a second
+ * file names the first one's handles.
  *
  * Each test fails when the driver breaks the rule it checks: the engine never writes memory
  * that was freed (the pattern of a buffer that reuses it stays intact), a failed batch keeps
@@ -28,7 +29,7 @@
 #define ROUNDS 300
 #define NFAIL 40	/* entries: more than a 32-descriptor ring takes */
 
-/* ---- 1: MEM_FREE + MEM_ALLOC race COPY_PREPARE into the freed buffer ---- */
+/* ---- MEM_FREE + MEM_ALLOC race COPY_PREPARE into the freed buffer ---- */
 
 struct race {
 	int fd;
@@ -169,7 +170,7 @@ TEST(free_races_prepare_batch)
 	run_race(_metadata, true);
 }
 
-/* ---- 2: a failed batch keeps no reference; double MEM_FREE ---- */
+/* ---- a failed batch keeps no reference; double MEM_FREE ---- */
 
 TEST(failed_batch_drops_references)
 {
@@ -208,7 +209,7 @@ TEST(failed_batch_drops_references)
 	close(fd);
 }
 
-/* ---- 3: another file's handles: ENOENT, and its copies and frees go on ---- */
+/* ---- another file's handles: ENOENT, and its copies and frees go on ---- */
 
 TEST(foreign_handles_touch_nothing)
 {
@@ -245,7 +246,7 @@ TEST(foreign_handles_touch_nothing)
 	close(fa);
 }
 
-/* ---- 4: a MEM_FREE that fails (EBUSY) must not fail a concurrent prepare ---- */
+/* ---- a MEM_FREE that fails (EBUSY) must not fail a concurrent prepare ---- */
 
 struct busy_race {
 	int fd;

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Second hostile review of the neuron_udma security model, after the first review's fixes
- * (user_struct locked_vm charges, queue memory charges, orphans that keep a MEMCPY's buffers
- * or a scrub's device memory until the engine is done): an unprivileged user against the
- * charges and the reaping of orphans.
+ * What pinned memory costs an unprivileged user, and when the charge comes back
+ * (Documentation/userspace-api.rst, "Security model"; the charges go to the user_struct's
+ * locked_vm): host buffers and queues are charged for all the coherent memory behind them (a
+ * power-of-two block per buffer, at least a page per ring), a closed file's orphaned MEMCPY
+ * gives its charge back once the engine is done with it, an unbind gives back everything of a
+ * file that outlives it; and a stuck shared queue whose completion slots all belong to orphans
+ * is reset.
  *
  * Each test fails when the driver breaks the rule it checks. Queues are on engine 13 (and
  * 20-23), host-connected on v2 and v3 and unused by the other tests; stalls come from the
@@ -26,7 +29,7 @@ static __u32 h2t_engine(const struct neuron_udma_info *info)
 	return info->generation == NEURON_UDMA_GEN_V2 ? 32 : 128;
 }
 
-/* ---- 1: host buffers pin more than they charge (power-of-two coherent allocations) ---- */
+/* ---- host buffers pin more than they charge (power-of-two coherent allocations) ---- */
 
 #define ROUND_LIMIT (32 * MIB)
 #define ROUND_SIZE (2 * MIB + 4 * KIB)	/* charged 513 pages; dma-direct takes order 10 */
@@ -92,7 +95,7 @@ TEST(host_buffers_pin_at_most_memlock)
 	munmap(r, sizeof(*r));
 }
 
-/* ---- 2: a closed file's settled MEMCPY orphan keeps its charge until somebody reaps ---- */
+/* ---- a closed file's settled MEMCPY orphan keeps its charge until somebody reaps ---- */
 
 #define ORPH_LIMIT (8 * MIB)
 #define ORPH_ENGINE 13
@@ -185,7 +188,7 @@ TEST(closed_orphan_charge_comes_back)
 	munmap(r, sizeof(*r));
 }
 
-/* ---- 3: queues pin more than they charge (one page per ring, whatever its size) ---- */
+/* ---- queues pin more than they charge (one page per ring, whatever its size) ---- */
 
 #define QCH_LIMIT (64 * KIB)
 
@@ -250,7 +253,7 @@ TEST(queue_rings_pin_at_most_memlock)
 	munmap(r, sizeof(*r));
 }
 
-/* ---- 4: unbind and rebind with an orphan, a mapping and a queue of a live file ---- */
+/* ---- unbind and rebind with an orphan, a mapping and a queue of a live file ---- */
 
 struct unb_report {
 	volatile int ready, rebound;
@@ -377,7 +380,7 @@ TEST(unbind_with_orphan_gives_everything_back)
 	munmap(r, sizeof(*r));
 }
 
-/* ---- 5: a hung shared queue whose fence slots all belong to abandoned copies ---- */
+/* ---- a hung shared queue whose fence slots all belong to abandoned copies ---- */
 
 #define SLOTS_FILES 270		/* more than the 256 completion slots of the H2T queue */
 #define SLOTS_STALL_MS 24000

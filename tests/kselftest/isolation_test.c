@@ -1,16 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Security and data integrity of the neuron_udma ABI (issue 10): ring accounting around the
- * completion marker, interrupted waits, mmap racing MEM_FREE, one user's timeout against
- * another user's MEMCPY, device memory handed from one owner to the next, the RLIMIT_MEMLOCK
- * charge of host buffers, files with many buffers, SIGKILL of a MEMCPY on a hung engine,
- * MEM_ALLOC failing with EFAULT, and read-only file descriptors.
+ * What one user can do to another user and to the device through the neuron_udma ABI
+ * (Documentation/userspace-api.rst, "Security model"): mmap racing MEM_FREE while another user
+ * reuses the pages, one user's MEMCPY timeouts against another user's MEMCPYs, device memory
+ * handed from one owner to the next, the RLIMIT_MEMLOCK charge of host buffers, files with many
+ * buffers, MEM_ALLOC failing with EFAULT, and read-only file descriptors.
  *
  * The tests run as root and set up the guest themselves: "/" and /tmp usable by everybody,
  * the device node's mode; the unprivileged users are uid 1001 and 1002 (setresuid in forked
- * children, no /etc/passwd needed). Stalls come from the device model's BAR2 window. The
- * queues are on engines 4-6, which uapi_test does not use, so that a queue a broken driver
- * leaves aborted does not fail the tests that run next.
+ * children, no /etc/passwd needed). The one queue is on engine 6, which uapi_test does not use,
+ * so that a queue a broken driver leaves aborted does not fail the tests that run next.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -18,34 +17,12 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sched.h>
-#include <sys/time.h>
 
 #include "kselftest_harness.h"
 #include "udma_sec.h"
 
 #define KIB 1024U
 #define MIB (1024U * 1024)
-#define CHUNK 4096U	/* bytes of each copy of the ring tests */
-#define PAIRS 16U	/* pairs that fill a 32-slot ring down to its reserve */
-
-/* The driver's own MEMCPY queue: queue 0 of the H2T engine of NeuronCore 0 (hardware.rst §2.3). */
-static __u32 h2t_engine(const struct neuron_udma_info *info)
-{
-	return info->generation == NEURON_UDMA_GEN_V2 ? 32 : 128;
-}
-
-static void on_alarm(int sig)
-{
-	(void)sig;
-}
-
-/* SIGALRM after @ms milliseconds (0 disarms). */
-static int alarm_ms(unsigned int ms)
-{
-	struct itimerval it = { .it_value = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 } };
-
-	return setitimer(ITIMER_REAL, &it, NULL);
-}
 
 /* Tests that need nothing but a timeout of their own. */
 FIXTURE(misc) {
@@ -61,237 +38,7 @@ FIXTURE_TEARDOWN(misc)
 {
 }
 
-/* ---- items 1, 2 and 7: a queue stalled by the model ---- */
-
-FIXTURE(stall) {
-	int fd;
-	struct neuron_udma_info info;
-	struct ubar2 bar2;
-	struct ubuf a, b;
-	bool a_freed, b_freed;
-	unsigned char *save;
-};
-
-FIXTURE_SETUP(stall)
-{
-	struct sigaction sa = { .sa_handler = on_alarm };	/* no SA_RESTART */
-	int ret;
-
-	self->fd = udma_open();
-	ASSERT_LE(0, self->fd);
-	ASSERT_EQ(0, udma_info(self->fd, &self->info));
-	ret = bar2_open(&self->bar2);
-	ASSERT_EQ(0, ret) {
-		TH_LOG("BAR2 window of the model (sysfs resource2): %s", strerror(-ret));
-	}
-	bar2_write(&self->bar2, BAR2_CLEAR, 1);
-	ASSERT_EQ(0, sigaction(SIGALRM, &sa, NULL));
-	ASSERT_EQ(0, ubuf_host(self->fd, PAIRS * CHUNK, &self->a));
-	ASSERT_EQ(0, ubuf_host(self->fd, PAIRS * CHUNK, &self->b));
-	fill_pattern(self->a.map, PAIRS * CHUNK, 1001);
-	memset(self->b.map, 0, PAIRS * CHUNK);
-	self->save = malloc(PAIRS * CHUNK);
-	ASSERT_NE(NULL, self->save);
-	memcpy(self->save, self->a.map, PAIRS * CHUNK);
-}
-
-FIXTURE_TEARDOWN(stall)
-{
-	alarm_ms(0);
-	if (self->bar2.regs)
-		bar2_write(&self->bar2, BAR2_CLEAR, 1);
-	bar2_close(&self->bar2);
-	free(self->save);
-	if (self->fd >= 0)
-		close(self->fd);
-}
-
-/* Rings of 32 descriptors on (@eng, @q) with 16 pairs a -> b prepared: the 17th is ENOSPC. */
-static int fill_ring(struct __test_metadata *_metadata, FIXTURE_DATA(stall) *self, __u32 eng, __u32 q)
-{
-	struct neuron_udma_queue_state st;
-	__u32 i;
-
-	ASSERT_EQ(0, queue_init(self->fd, eng, q, 32, 32));
-	for (i = 0; i < PAIRS; i++)
-		ASSERT_EQ(0, prep_one(self->fd, eng, q, ucopy(&self->a, i * CHUNK, &self->b, i * CHUNK, CHUNK)));
-	ASSERT_EQ(-ENOSPC, prep_one(self->fd, eng, q, ucopy(&self->a, 0, &self->b, 0, CHUNK)));
-	ASSERT_EQ(0, queue_state(self->fd, eng, q, &st));
-	EXPECT_EQ(0U, st.tx.sw_available);
-	EXPECT_EQ(0U, st.rx.sw_available);
-	return 0;
-}
-
-/* Both rings report no free space; logs what they say otherwise. */
-#define EXPECT_RING_FULL(self, eng, q, when) do {						\
-	struct neuron_udma_queue_state __st;							\
-	ASSERT_EQ(0, queue_state((self)->fd, eng, q, &__st));					\
-	EXPECT_TRUE(__st.tx.sw_available == 0 && __st.rx.sw_available == 0) {			\
-		TH_LOG("%s: sw_available tx %u rx %u (next %u ack %u), want 0 below the reserve",\
-		       when, __st.tx.sw_available, __st.rx.sw_available, __st.tx.sw_next,	\
-		       __st.tx.sw_ack);								\
-	}											\
-} while (0)
-
-/* The 16 copies a -> b landed byte-exact (unless b was freed under them). */
-#define EXPECT_COPIES_LANDED(self) do {								\
-	long __d;										\
-	EXPECT_FALSE((self)->b_freed);								\
-	if (!(self)->b_freed) {									\
-		__d = first_diff((self)->b.map, (self)->save, PAIRS * CHUNK);			\
-		EXPECT_EQ(-1, __d) {								\
-			TH_LOG("copy %ld: byte %ld not copied", __d / CHUNK, __d);		\
-		}										\
-	}											\
-} while (0)
-
-/*
- * Issue 10 item 1: ring accounting when the completion marker uses the reserve. With a full
- * ring (16 pairs + marker of 32 slots) the free space is 0, more copies are ENOSPC, the queued
- * buffers are busy, and once the stall ends every copy has landed.
- */
-TEST_F_TIMEOUT(stall, marker_in_reserve_accounting, 60)
-{
-	struct neuron_udma_copy c = ucopy(&self->a, CHUNK, &self->b, CHUNK, CHUNK);
-	__u32 eng = 4, q = 4;
-	double t0;
-	int ret;
-
-	fill_ring(_metadata, self, eng, q);
-	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_STALL, eng, q, 2000));
-	t0 = now_ms();
-	ASSERT_EQ(0, alarm_ms(200));
-	ret = copy_wait(self->fd, eng, q, 0, NULL);
-	alarm_ms(0);
-	ASSERT_EQ(-EINTR, ret);
-
-	EXPECT_RING_FULL(self, eng, q, "after the interrupted wait");
-	/* Nothing more fits: a copy here would overwrite a slot the engine has not run. */
-	EXPECT_EQ(-ENOSPC, prep_one(self->fd, eng, q, ucopy(&self->a, 0, &self->b, 0, CHUNK)));
-	EXPECT_EQ(-ENOSPC, prep(self->fd, eng, q, &c, 1));
-	EXPECT_RING_FULL(self, eng, q, "after the refused copies");
-	/* The queued copies still use both buffers. */
-	ret = mem_free(self->fd, self->a.handle);
-	self->a_freed = !ret;
-	EXPECT_EQ(-EBUSY, ret);
-	ret = mem_free(self->fd, self->b.handle);
-	self->b_freed = !ret;
-	EXPECT_EQ(-EBUSY, ret);
-	EXPECT_LT(now_ms() - t0, 1800.0) {
-		TH_LOG("the checks ran past the stall (%.0f ms): they proved nothing", now_ms() - t0);
-	}
-
-	ret = copy_wait(self->fd, eng, q, 5000, NULL);
-	EXPECT_EQ(0, ret) {
-		TH_LOG("wait after the stall: %s (%.0f ms after the stall began)", strerror(-ret),
-		       now_ms() - t0);
-	}
-	EXPECT_COPIES_LANDED(self);
-	if (!ret) {
-		struct neuron_udma_queue_state st;
-
-		ASSERT_EQ(0, queue_state(self->fd, eng, q, &st));
-		EXPECT_EQ(32U - 16, st.tx.sw_available);
-		EXPECT_EQ(32U - 16, st.rx.sw_available);
-		EXPECT_EQ(0U, st.resets);
-		EXPECT_EQ(0, mem_free(self->fd, self->a.handle));
-		EXPECT_EQ(0, mem_free(self->fd, self->b.handle));
-	}
-}
-
-/*
- * Issue 10 item 2: interrupted waits must not wedge the queue. 15 waits, each interrupted
- * after 20 ms, all EINTR (an earlier fence is still pending, so never ENOSPC); after the stall
- * a wait returns 0, the copies landed and the buffers can be freed.
- */
-TEST_F_TIMEOUT(stall, interrupted_waits_no_wedge, 60)
-{
-	__u32 eng = 5, q = 4, i;
-	int ret, bad = 0;
-	double t0;
-
-	fill_ring(_metadata, self, eng, q);
-	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_STALL, eng, q, 2000));
-	t0 = now_ms();
-	for (i = 0; i < 15; i++) {
-		ASSERT_EQ(0, alarm_ms(20));
-		ret = copy_wait(self->fd, eng, q, 0, NULL);
-		alarm_ms(0);
-		if (ret != -EINTR && !bad++)
-			TH_LOG("wait %u: %s, want EINTR", i + 1, ret ? strerror(-ret) : "0");
-	}
-	EXPECT_EQ(0, bad);
-	EXPECT_LT(now_ms() - t0, 1800.0) {
-		TH_LOG("the waits ran past the stall (%.0f ms)", now_ms() - t0);
-	}
-	EXPECT_RING_FULL(self, eng, q, "after 15 interrupted waits");
-
-	/* The stall ends; give the engine time to consume everything. */
-	sleep_ms(2500 - (unsigned int)(now_ms() - t0 < 2000 ? now_ms() - t0 : 2000));
-	ret = copy_wait(self->fd, eng, q, 5000, NULL);
-	EXPECT_EQ(0, ret) {
-		TH_LOG("wait after the engine finished: %s", strerror(-ret));
-	}
-	EXPECT_COPIES_LANDED(self);
-	EXPECT_EQ(0, mem_free(self->fd, self->a.handle));
-	EXPECT_EQ(0, mem_free(self->fd, self->b.handle));
-}
-
-/*
- * Issue 10 item 7: a MEMCPY on a hung engine must die with SIGKILL at once, not after its
- * timeout; the device works afterwards.
- */
-TEST_F_TIMEOUT(stall, memcpy_sigkill_on_hung_engine, 60)
-{
-	__u32 h2t = h2t_engine(&self->info);
-	int go[2], ready[2], status;
-	double t_stall, t_kill, reaped;
-	char c = 0;
-	pid_t pid;
-	int ret;
-
-	ASSERT_EQ(0, pipe(go));
-	ASSERT_EQ(0, pipe(ready));
-	pid = fork();
-	ASSERT_LE(0, pid);
-	if (pid == 0) {
-		struct ubuf s, d;
-		int fd = udma_open();
-
-		if (fd < 0 || ubuf_host(fd, 256 * KIB, &s) || ubuf_host(fd, 256 * KIB, &d))
-			_exit(2);
-		fill_pattern(s.map, 256 * KIB, 7);
-		if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) != 1)
-			_exit(3);
-		_exit(udma_memcpy(fd, &s, 0, &d, 0, 256 * KIB, 4000) ? 4 : 0);
-	}
-	ASSERT_EQ(1, read(ready[0], &c, 1));
-	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_STALL, h2t, 0, 4000));
-	t_stall = now_ms();
-	ASSERT_EQ(1, write(go[1], &c, 1));
-	sleep_ms(200);
-	ASSERT_EQ(0, kill(pid, SIGKILL));
-	t_kill = now_ms();
-	ASSERT_EQ(pid, waitpid(pid, &status, 0));
-	reaped = now_ms() - t_kill;
-	TH_LOG("child reaped %.0f ms after SIGKILL", reaped);
-	EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
-		TH_LOG("the MEMCPY returned before the kill: status %#x", status);
-	}
-	EXPECT_LT(reaped, 1000.0);
-
-	/* After the stall the device still works. */
-	if (now_ms() - t_stall < 4300)
-		sleep_ms(4300 - (unsigned int)(now_ms() - t_stall));
-	fill_pattern(self->a.map, PAIRS * CHUNK, 77);
-	ret = udma_memcpy(self->fd, &self->a, 0, &self->b, 0, PAIRS * CHUNK, 0);
-	ASSERT_EQ(0, ret) {
-		TH_LOG("MEMCPY after the stall: %s", strerror(-ret));
-	}
-	ASSERT_EQ(-1, first_diff(self->b.map, self->a.map, PAIRS * CHUNK));
-}
-
-/* ---- item 3: mmap racing MEM_FREE ---- */
+/* ---- mmap racing MEM_FREE ---- */
 
 #define RACE_BUF MIB
 #define RACE_ITERS 300
@@ -518,9 +265,8 @@ static int race_main(void *arg)
 }
 
 /*
- * Issue 10 item 3: mmap racing MEM_FREE. Once MEM_FREE returned, every access through any
- * mapping of the freed buffer is SIGBUS; the pages another uid's new buffer reuses are never
- * visible through it. uid 1001 races, uid 1002 reallocates and fills 1 MiB buffers meanwhile.
+ * mmap racing MEM_FREE. Once MEM_FREE returned, every access through any mapping of the freed
+ * buffer is SIGBUS; the pages another uid's new buffer reuses are never visible through it. uid 1001 races, uid 1002 reallocates and fills 1 MiB buffers meanwhile.
  */
 TEST_F_TIMEOUT(misc, mmap_races_mem_free, 60)
 {
@@ -556,7 +302,7 @@ TEST_F_TIMEOUT(misc, mmap_races_mem_free, 60)
 	}
 }
 
-/* ---- item 4: one user's MEMCPY timeout against another user's MEMCPY ---- */
+/* ---- one user's MEMCPY timeout against another user's MEMCPY ---- */
 
 #define MC_A_SIZE (256 * KIB)
 #define MC_B_SIZE (16 * MIB)
@@ -629,8 +375,8 @@ static int mc_b(void *arg)
 }
 
 /*
- * Issue 10 item 4: uid 1002's MEMCPYs timing out (timeout_ms 1) must not break uid 1001's
- * MEMCPYs: every one of them returns 0 with the bytes written.
+ * uid 1002's MEMCPYs timing out (timeout_ms 1) must not break uid 1001's MEMCPYs: every one of
+ * them returns 0 with the bytes written.
  */
 TEST_F_TIMEOUT(misc, memcpy_timeout_isolation, 60)
 {
@@ -670,7 +416,7 @@ TEST_F_TIMEOUT(misc, memcpy_timeout_isolation, 60)
 	}
 }
 
-/* ---- item 5: device memory from one owner to the next ---- */
+/* ---- device memory from one owner to the next ---- */
 
 #define SECRET_SIZE MIB
 
@@ -736,8 +482,8 @@ static int clear_owner_b(void *arg)
 }
 
 /*
- * Issue 10 item 5: device memory is cleared between owners. uid 1001 leaves a secret in a
- * device buffer; every device buffer uid 1002 then gets reads as zeros.
+ * Device memory is cleared between owners. uid 1001 leaves a secret in a device buffer; every
+ * device buffer uid 1002 then gets reads as zeros.
  */
 TEST_F_TIMEOUT(misc, device_memory_cleared_between_owners, 120)
 {
@@ -765,7 +511,7 @@ TEST_F_TIMEOUT(misc, device_memory_cleared_between_owners, 120)
 	EXPECT_EQ(0ULL, r->secret_bufs);
 }
 
-/* ---- item 6: pinned host memory is charged to RLIMIT_MEMLOCK; many buffers ---- */
+/* ---- pinned host memory is charged to RLIMIT_MEMLOCK; many buffers ---- */
 
 #define MEMLOCK (8 * MIB)
 
@@ -807,8 +553,8 @@ static int memlock_child(void *arg)
 }
 
 /*
- * Issue 10 item 6: host buffers are charged to RLIMIT_MEMLOCK of the opener (8 MiB here, for
- * uid 1001): 4 + 4 MiB fit, 4 KiB more is ENOMEM, a free or a close gives the charge back.
+ * Host buffers are charged to RLIMIT_MEMLOCK of the opener (8 MiB here, for uid 1001):
+ * 4 + 4 MiB fit, 4 KiB more is ENOMEM, a free or a close gives the charge back.
  */
 TEST_F_TIMEOUT(misc, host_memory_rlimit_memlock, 60)
 {
@@ -855,8 +601,8 @@ static int alloc_many(int fd, __u64 dev_room, int n, double *ms, int *err)
 }
 
 /*
- * Issue 10 item 6: a file holds more than 4096 buffers (5000 here), and closing a file with
- * 20,000 small buffers takes less than 2 s.
+ * A file holds more than 4096 buffers (5000 here), and closing a file with 20,000 small buffers
+ * takes less than 2 s.
  */
 TEST_F_TIMEOUT(misc, many_buffers_and_fast_close, 300)
 {
@@ -906,12 +652,12 @@ TEST_F_TIMEOUT(misc, many_buffers_and_fast_close, 300)
 	EXPECT_LT(close_ms, 2 * alloc_ms + 1000.0);
 }
 
-/* ---- item 9: a MEM_ALLOC that fails with EFAULT allocates nothing ---- */
+/* ---- a MEM_ALLOC that fails with EFAULT allocates nothing ---- */
 
 /*
- * Issue 10 item 9: MEM_ALLOC whose argument is readable but not writable fails with EFAULT
- * and keeps nothing: after 1000 such calls for 1 MiB device buffers, a buffer of the whole
- * device memory can still be allocated.
+ * MEM_ALLOC whose argument is readable but not writable fails with EFAULT and keeps nothing:
+ * after 1000 such calls for 1 MiB device buffers, a buffer of the whole device memory can still
+ * be allocated.
  */
 TEST_F_TIMEOUT(misc, mem_alloc_efault_allocates_nothing, 120)
 {
@@ -952,7 +698,7 @@ TEST_F_TIMEOUT(misc, mem_alloc_efault_allocates_nothing, 120)
 	close(fd);
 }
 
-/* ---- item 10: a read-only file descriptor cannot DMA ---- */
+/* ---- a read-only file descriptor cannot DMA ---- */
 
 enum ro_op {
 	RO_INFO, RO_QUEUE_STATE, RO_ALLOC_HOST, RO_ALLOC_DEV, RO_MEM_FREE, RO_QUEUE_INIT,
@@ -1033,8 +779,8 @@ static void check_ro(struct __test_metadata *_metadata, const int *ret, const ch
 }
 
 /*
- * Issue 10 item 10: a read-only file descriptor cannot DMA: root with O_RDONLY, and uid 1001
- * with the node at 0644 (which only lets it open O_RDONLY).
+ * A read-only file descriptor cannot DMA: root with O_RDONLY, and uid 1001 with the node at
+ * 0644 (which only lets it open O_RDONLY).
  */
 TEST_F_TIMEOUT(misc, read_only_fd_cannot_dma, 60)
 {
