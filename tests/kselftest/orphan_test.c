@@ -103,7 +103,11 @@ TEST_F_TIMEOUT(stall, fence_slots_survive_interrupted_waits, 120)
 		alarm_us(0);
 		if (ret == -EINTR)
 			eintr++;
-		else if (!other++)
+		/*
+		 * A wait that returns once the stall is over saw its fence complete (it looks at the
+		 * fence before the signal): only a loaded host stretches one round that far.
+		 */
+		else if (!(ret == 0 && now_ms() - t0 >= 6000) && !other++)
 			other_err = ret;
 	}
 	TH_LOG("%u interrupted waits in %.0f ms: %d EINTR, %d other (first %s)", i, now_ms() - t0,
