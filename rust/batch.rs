@@ -97,8 +97,7 @@ impl Batch {
                 // Cannot fail: capacity was reserved.
                 let _ = b.slots_heap.push_within_capacity(Slot::default());
             }
-            b.resolved_heap
-                .reserve(entries * 2, GFP_KERNEL_ACCOUNT)?;
+            b.resolved_heap.reserve(entries * 2, GFP_KERNEL_ACCOUNT)?;
         }
         Ok(b)
     }

@@ -286,7 +286,10 @@ impl Channel {
     ///
     /// `ENODEV` if the queue was released or the device unbound; those of `f`.
     #[cfg(neuron_udma_kunit)]
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Queue, EngineIo<'_>) -> Result<R>) -> Result<R> {
+    pub(crate) fn with<R>(
+        &self,
+        f: impl FnOnce(&mut Queue, EngineIo<'_>) -> Result<R>,
+    ) -> Result<R> {
         self.with_io(f)
     }
 

@@ -117,7 +117,12 @@ fn queues_or_note(
 }
 
 fn write_header(cell: &Channel, w: &mut impl fmt::Write) -> fmt::Result {
-    write!(w, "engine {} queue {} owner ", cell.id.eng.get(), cell.id.q.number())?;
+    write!(
+        w,
+        "engine {} queue {} owner ",
+        cell.id.eng.get(),
+        cell.id.q.number()
+    )?;
     match cell.owner {
         Owner::Driver => writeln!(w, "driver"),
         Owner::File(id) => writeln!(w, "file {id}"),

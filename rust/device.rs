@@ -199,7 +199,10 @@ impl UdmaDevice {
     /// # Errors
     ///
     /// `ENODEV` once the device is unbound; those of `f`.
-    fn with_bound<R>(&self, f: impl FnOnce(&kernel::device::Device<Bound>) -> Result<R>) -> Result<R> {
+    fn with_bound<R>(
+        &self,
+        f: impl FnOnce(&kernel::device::Device<Bound>) -> Result<R>,
+    ) -> Result<R> {
         let st = self.state.lock();
         if !st.alive {
             return Err(ENODEV);
@@ -245,7 +248,14 @@ impl UdmaDevice {
         for (ring, n) in [("tx", tx_descs), ("rx", rx_descs)] {
             if let Some(why) = RingSize::problem(n) {
                 // Debug level: user space can trigger it at will.
-                pr_debug!("queue {}/{}: {} ring of {} descriptors: {}\n", id.eng.get(), id.q.number(), ring, n, why);
+                pr_debug!(
+                    "queue {}/{}: {} ring of {} descriptors: {}\n",
+                    id.eng.get(),
+                    id.q.number(),
+                    ring,
+                    n,
+                    why
+                );
                 return Err(EINVAL);
             }
         }
@@ -305,13 +315,9 @@ impl UdmaDevice {
         let xa = self.queues.lock();
         // [`Self::shutdown`] marks the device dead before it empties the table under this lock:
         // a call that raced with the unbind finds no queue and must say why.
-        let chan = xa.get(id.key()).ok_or_else(|| {
-            if self.is_alive() {
-                ENOENT
-            } else {
-                ENODEV
-            }
-        })?;
+        let chan = xa
+            .get(id.key())
+            .ok_or_else(|| if self.is_alive() { ENOENT } else { ENODEV })?;
         if chan.owner != owner {
             return Err(ENOENT);
         }

@@ -162,12 +162,8 @@ impl NeuronUdmaDriver {
         )?;
         dev.setup_h2t()
             .inspect_err(|e| dev_err!(pdev, "H2T queue init failed: {:?}\n", e))?;
-        let dma = crate::dmaengine::DmaProvider::register(
-            &dev,
-            pdev,
-            crate::shim::dma_channels(),
-        )
-        .inspect_err(|e| dev_err!(pdev, "dmaengine registration failed: {:?}\n", e))?;
+        let dma = crate::dmaengine::DmaProvider::register(&dev, pdev, crate::shim::dma_channels())
+            .inspect_err(|e| dev_err!(pdev, "dmaengine registration failed: {:?}\n", e))?;
         let debugfs = crate::debugfs::device_dir(dev.clone(), pdev.as_ref().name());
         let entry = RegistryEntry::new(dev.clone())?;
         let name = entry.name;

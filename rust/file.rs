@@ -540,7 +540,9 @@ impl MiscDevice for OpenFile {
             }),
             IOC_COPY_WAIT => in_out(arg, true, |w: &mut neuron_udma_copy_wait| {
                 reserved_zero(&[u64::from(w.reserved)])?;
-                w.completed = me.queue(w.engine, w.queue)?.wait_all(timeout(w.timeout_ms))?;
+                w.completed = me
+                    .queue(w.engine, w.queue)?
+                    .wait_all(timeout(w.timeout_ms))?;
                 Ok(0)
             }),
             IOC_QUEUE_STATE => in_out(arg, true, |s: &mut neuron_udma_queue_state| {

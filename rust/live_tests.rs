@@ -413,9 +413,7 @@ mod tests {
             queue.start(io, 1, 1)
         })?;
         let errors = kernel::io::poll::read_poll_timeout(
-            || {
-                q.with(|_, io| Ok(crate::engine::engine_errors(io)))
-            },
+            || q.with(|_, io| Ok(crate::engine::engine_errors(io))),
             |e| e.aborted(),
             kernel::time::Delta::from_millis(1),
             kernel::time::Delta::from_secs(5),
@@ -493,8 +491,12 @@ mod tests {
         let (eng, qid) = dev.arch.h2t[0];
         // The H2T queue is the driver's: taken for everyone, reserved for files.
         assert!(matches!(dev.queue_init_at(eng, qid, 32, 32, Owner::Driver), Err(e) if e == EBUSY));
-        assert!(matches!(dev.queue_init_at(eng, qid, 32, 32, Owner::File(1)), Err(e) if e == EBUSY));
-        assert!(matches!(dev.queue_init_at(eng, 16, 32, 32, Owner::File(1)), Err(e) if e == EINVAL));
+        assert!(
+            matches!(dev.queue_init_at(eng, qid, 32, 32, Owner::File(1)), Err(e) if e == EBUSY)
+        );
+        assert!(
+            matches!(dev.queue_init_at(eng, 16, 32, 32, Owner::File(1)), Err(e) if e == EINVAL)
+        );
         assert!(
             matches!(dev.queue_init_at(dev.arch.engines, 1, 32, 32, Owner::File(1)), Err(e) if e == EINVAL)
         );

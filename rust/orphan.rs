@@ -11,11 +11,7 @@
 //! and released outside the lock, one at a time, so an allocation failure cannot leave a
 //! released buffer (or its memory charge) behind.
 
-use crate::{
-    buffer::BusyGuard,
-    channel::Channel,
-    pool::BufferPool,
-};
+use crate::{buffer::BusyGuard, channel::Channel, pool::BufferPool};
 use kernel::{
     new_mutex,
     prelude::*,

@@ -60,8 +60,11 @@ mod ffi {
         pub(super) fn neuron_udma_uncharge(user: *mut bindings::user_struct, pages: usize);
         pub(super) fn neuron_udma_fatal_signal_pending() -> bool;
         pub(super) fn neuron_udma_dma_channels() -> c_uint;
-        pub(super) fn neuron_udma_pin_user(addr: u64, size: u64, write: bool)
-            -> *mut neuron_udma_pin;
+        pub(super) fn neuron_udma_pin_user(
+            addr: u64,
+            size: u64,
+            write: bool,
+        ) -> *mut neuron_udma_pin;
         pub(super) fn neuron_udma_pin_map(
             pin: *mut neuron_udma_pin,
             dev: *mut bindings::device,
@@ -77,9 +80,7 @@ mod ffi {
         ) -> *mut neuron_udma_dma;
         pub(super) fn neuron_udma_dma_unregister(dma: *mut neuron_udma_dma);
         pub(super) fn neuron_udma_dma_free_released();
-        pub(super) fn neuron_udma_txd_assign_cookie(
-            txd: *mut dma_async_tx_descriptor,
-        ) -> i32;
+        pub(super) fn neuron_udma_txd_assign_cookie(txd: *mut dma_async_tx_descriptor) -> i32;
         pub(super) fn neuron_udma_txd_cookie_complete(txd: *mut dma_async_tx_descriptor);
         pub(super) fn neuron_udma_txd_callback(
             txd: *mut dma_async_tx_descriptor,
