@@ -280,12 +280,13 @@ impl Channel {
         f(q, regs.engine(self.id.eng)?)
     }
 
-    /// Runs `f` on the queue and its engine's registers (KUnit: hand-made sequences).
+    /// Runs `f` on the queue and its engine's registers (KUnit and the benchmark suite:
+    /// hand-made sequences).
     ///
     /// # Errors
     ///
     /// `ENODEV` if the queue was released or the device unbound; those of `f`.
-    #[cfg(neuron_udma_kunit)]
+    #[cfg(any(neuron_udma_kunit, neuron_udma_bench))]
     pub(crate) fn with<R>(
         &self,
         f: impl FnOnce(&mut Queue, EngineIo<'_>) -> Result<R>,

@@ -503,4 +503,61 @@ mod tests {
         assert!(matches!(dev.queue_init_at(eng, 2, 48, 32, Owner::File(1)), Err(e) if e == EINVAL));
         Ok(())
     }
+
+    /// Reaping gives back what a settled orphan holds without allocating anything: with the
+    /// next allocation of this thread set to fail (fault injection, `fail_nth`; the guest's init
+    /// makes failslab count sleeping allocations too), a released device buffer held by an
+    /// orphan is freed, its device memory allocatable again, and the injected failure unused.
+    #[cfg(CONFIG_FAULT_INJECTION)]
+    #[test]
+    fn orphan_reaping_never_allocates() -> Result {
+        use crate::{
+            buffer::{Backing, Buffer},
+            orphan::{Hold, Orphan, Orphans},
+            shim::MappedFile,
+        };
+        let dev = device()?;
+        let q = test_queue(&dev, 2, 64)?;
+        // A fence of a marker pair only: it settles at once.
+        let seq = q.with(|queue, io| queue.fence(io))?;
+        kernel::io::poll::read_poll_timeout(
+            || Ok(q.is_settled(seq)),
+            |s| *s,
+            kernel::time::Delta::from_millis(1),
+            kernel::time::Delta::from_secs(5),
+        )?;
+        // A released device buffer of some file, busy with an abandoned MEMCPY of it.
+        let (owner, handle) = (u64::MAX >> 1, u64::MAX >> 23);
+        let addr = dev.pool.alloc_dram(4096)?;
+        let buf = Buffer::new(handle, 4096, owner, MappedFile::none(), Backing::Device(addr))?;
+        dev.pool.insert(&buf)?;
+        let guards = [buf.busy()?, buf.busy()?];
+        buf.mark_released();
+        let orphans = KBox::pin_init(Orphans::new(), GFP_KERNEL)?;
+        let slot = orphans.reserve()?;
+        orphans.adopt(
+            slot,
+            Orphan {
+                chan: q.clone(),
+                seq,
+                file: owner,
+                hold: Hold::Buffers(guards),
+            },
+        );
+        let task = kernel::current!().as_ptr();
+        // SAFETY: the current task's own fault-injection counter, read and written by it only.
+        unsafe { (*task).fail_nth = 1 };
+        let left = orphans.reap(&dev.pool);
+        // SAFETY: as above.
+        let unused = unsafe { core::mem::replace(&mut (*task).fail_nth, 0) } == 1;
+        assert_eq!(left, 0);
+        // Reaping allocated nothing.
+        assert!(unused);
+        assert!(dev.pool.get(owner, handle).is_err());
+        assert!(!buf.is_host() && buf.base(0).is_err());
+        // The range is back with the allocator.
+        let again = dev.pool.alloc_dram(4096)?;
+        dev.pool.free_dram(again);
+        dev.queue_release(q.owner, q.id)
+    }
 }

@@ -17,7 +17,9 @@ use kernel::{
 mod arch;
 mod bar0;
 mod batch;
+/// The benchmark suite of `make bench` (not part of the driver: `tests/bench/kernel/`).
 #[cfg(neuron_udma_bench)]
+#[path = "../tests/bench/kernel/bench.rs"]
 mod bench;
 mod buffer;
 mod channel;

@@ -620,7 +620,7 @@ impl Queue {
         }
     }
 
-    /// The Tx and Rx rings, for the benchmark's plain-store floor (`rust/bench.rs`).
+    /// The Tx and Rx rings, for the benchmark's plain-store floor (`tests/bench/kernel/bench.rs`).
     #[cfg(neuron_udma_bench)]
     pub(crate) fn rings(&self) -> (&Ring, &Ring) {
         (&self.tx, &self.rx)

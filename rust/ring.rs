@@ -273,7 +273,7 @@ impl Ring {
         Ok(())
     }
 
-    /// The ring memory, for the benchmark's plain-store floor (`rust/bench.rs`).
+    /// The ring memory, for the benchmark's plain-store floor (`tests/bench/kernel/bench.rs`).
     #[cfg(neuron_udma_bench)]
     pub(crate) fn memory(&self) -> &Coherent<[Desc]> {
         &self.mem

@@ -113,6 +113,12 @@ unsafe impl Send for MappedFile {}
 unsafe impl Sync for MappedFile {}
 
 impl MappedFile {
+    /// No file (KUnit: the record of a device buffer, which never has a user mapping to zap).
+    #[cfg(neuron_udma_kunit)]
+    pub(crate) fn none() -> Self {
+        Self(core::ptr::null_mut())
+    }
+
     /// The file of an open node.
     pub(crate) fn new(file: &kernel::fs::File) -> Self {
         // INVARIANT: `file` is open now.

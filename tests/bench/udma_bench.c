@@ -8,7 +8,7 @@
  *       (start + fence + wait amortised over the 2032 pairs); one thread, then one thread per
  *       queue on two queues (two engines) at once;
  *       with the time spent inside the COPY_PREPARE calls alone, per pair (the ABI's cost over
- *       the in-kernel prepare_one of rust/bench.rs, which scripts/bench's report puts next to it);
+ *       the in-kernel prepare_one of tests/bench/kernel/bench.rs, which scripts/bench's report puts next to it);
  *   buffer lookups: that time per pair for COPY_PREPARE x256 with 2 buffers open in the file,
  *       and with 1,000 open, the copies between the first and the last one allocated;
  *   latency: one 4-byte copy from COPY_PREPARE_ONE to a completed COPY_WAIT, p50/p99, against

@@ -2,7 +2,7 @@
 /*
  * Bench-only (built when NEURON_UDMA_BENCH=y, never in the driver): the reference driver's
  * descriptor-pair sequence re-expressed in C from the hardware description
- * (Documentation/hardware.rst, sections 4.1-4.7), so that rust/bench.rs can time the driver's
+ * (Documentation/hardware.rst, sections 4.1-4.7), so that tests/bench/kernel/bench.rs can time the driver's
  * prepare_one against it, side by side, on the same ring memory.
  *
  * Per pair, as the reference does it: check both rings for a free slot (keeping the 16-slot
@@ -39,7 +39,7 @@ enum nu_ref_barrier {
 };
 
 /*
- * Software state of one ring; rust/bench.rs has the same layout (#[repr(C)] RefRing).
+ * Software state of one ring; tests/bench/kernel/bench.rs has the same layout (#[repr(C)] RefRing).
  * @slots: the ring memory, @size descriptors of 16 bytes
  * @size: descriptors in the ring, a power of two
  * @next: next slot to hand out
@@ -143,7 +143,7 @@ static noinline int nu_ref_prepare_one(struct nu_ref_ring *tx, struct nu_ref_rin
 
 /*
  * Prepares @pairs copies of @len bytes, pair i from @src + i * @len to @dst + i * @len, no
- * barrier, no interrupt: the loop rust/bench.rs times against the driver's prepare_one.
+ * barrier, no interrupt: the loop tests/bench/kernel/bench.rs times against the driver's prepare_one.
  * Returns 0, or the first pair's error (-ENOMEM when a ring is full, -EINVAL for a bad length).
  */
 int neuron_udma_bench_ref_fill(struct nu_ref_ring *tx, struct nu_ref_ring *rx, u32 pairs,

@@ -6,7 +6,7 @@
 //! It takes a driver-owned queue with 2^16-slot rings, fills it with `prepare_one` (no doorbell,
 //! so the engine never runs) in rounds, resetting the software ring state between rounds with
 //! `hw_init` outside the timed region, and compares, in the same rounds and on the same ring
-//! memory, with the reference driver's own sequence re-expressed in C (`rust/bench_ref.c`) and
+//! memory, with the reference driver's own sequence re-expressed in C (`tests/bench/kernel/bench_ref.c`) and
 //! with the physical floor: the same 32 bytes per pair written with plain 16-byte stores (two
 //! 8-byte volatile stores each). It also times one doorbell-sized BAR0 write, the unit of the
 //! small-copy latency floor of `tests/bench/udma_bench.c`. Results are printed as
@@ -30,7 +30,7 @@ use kernel::{
 mod ffi {
     use kernel::prelude::*;
 
-    /// Software state of one ring as `rust/bench_ref.c` keeps it (`struct nu_ref_ring`).
+    /// Software state of one ring as `tests/bench/kernel/bench_ref.c` keeps it (`struct nu_ref_ring`).
     #[repr(C)]
     pub(super) struct RefRing {
         /// The ring memory: `size` descriptors of 16 bytes.
@@ -46,7 +46,7 @@ mod ffi {
     }
 
     extern "C" {
-        /// `rust/bench_ref.c`: prepares `pairs` copies of `len` bytes the reference's way.
+        /// `tests/bench/kernel/bench_ref.c`: prepares `pairs` copies of `len` bytes the reference's way.
         pub(super) fn neuron_udma_bench_ref_fill(
             tx: *mut RefRing,
             rx: *mut RefRing,
@@ -58,7 +58,7 @@ mod ffi {
     }
 }
 
-/// Fills slots `0..pairs` of both rings with the C reference sequence (`rust/bench_ref.c`),
+/// Fills slots `0..pairs` of both rings with the C reference sequence (`tests/bench/kernel/bench_ref.c`),
 /// starting from empty rings (next and ack at 0, ring id 1), pair `i` copying `len` bytes from
 /// `src + i * len` to `dst + i * len`. The rings' software state is not touched.
 ///
@@ -256,12 +256,12 @@ mod tests {
             Fixed3(floor_ns, pairs),
             Fixed3(ref_ns, floor_ns),
             how(if same {
-                "rust/bench_ref.c (both rings' free-space check, Rx then Tx slot, ring ids, \
+                "tests/bench/kernel/bench_ref.c (both rings' free-space check, Rx then Tx slot, ring ids, \
                  descriptors built in a zeroed stack union and copied into the slots, one \
                  non-inlined call per pair) over the same slots right after prepare_one, wrote \
                  the same bytes; baseline: the plain-store floor"
             } else {
-                "rust/bench_ref.c over the same slots right after prepare_one: WROTE OTHER \
+                "tests/bench/kernel/bench_ref.c over the same slots right after prepare_one: WROTE OTHER \
                  BYTES than prepare_one; baseline: the plain-store floor"
             })?
             .to_str()?,
