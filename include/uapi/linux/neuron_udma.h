@@ -32,8 +32,14 @@
 /*
  * 1: the first ABI. 2: MEM_IMPORT, NEURON_UDMA_COPY_SPLIT, neuron_udma_info.max_import_size
  * (ABI 1 calls are unchanged; an ABI 1 driver answers MEM_IMPORT with ENOTTY).
+ * 3: fences as values (COPY_SUBMIT, FENCE_STATUS, FENCE_WAIT), completion events (poll(),
+ * QUEUE_EVENTS, QUEUE_EVENTFD, io_uring NEURON_UDMA_URING_COPY), MEMSET, dma-buf export and
+ * import, queues with their rings in device memory, mmap of device buffers, per-file limits in
+ * INFO; COPY_WAIT no longer resets a queue that still makes progress when it times out;
+ * NEURON_UDMA_COPY_DST_INT is reserved (it set a descriptor bit nothing listens to: EINVAL).
+ * INFO accepts every earlier size of its struct (the command number encodes the size).
  */
-#define NEURON_UDMA_ABI_VERSION 2
+#define NEURON_UDMA_ABI_VERSION 3
 
 /* 0xB9 is unassigned in Documentation/userspace-api/ioctl/ioctl-number.rst. */
 #define NEURON_UDMA_IOC_MAGIC 0xB9
@@ -64,6 +70,15 @@ struct neuron_udma_info {
 	 */
 	__u64 host_engines[3];
 	__u64 max_import_size;		/* ABI 2: largest range of one MEM_IMPORT (0 before) */
+	/* ABI 3 (an ABI 2 caller's shorter struct gets the fields above only): */
+	__u32 max_buffers;		/* live buffers (allocated, imported) one file may hold */
+	__u32 max_queue_fences;		/* fences in flight on one queue (COPY_SUBMIT: EBUSY past) */
+	/*
+	 * Bitmap of the engines whose queues may keep their rings in device memory
+	 * (NEURON_UDMA_QUEUE_DEVICE_RINGS): every engine when the device has device memory.
+	 */
+	__u64 device_ring_engines[3];
+	__u64 reserved[4];
 };
 
 /* Buffer types (struct neuron_udma_mem_alloc.type). */
@@ -71,8 +86,12 @@ struct neuron_udma_info {
 #define NEURON_UDMA_MEM_DEVICE 1	/* device memory (HBM), not mmap'able */
 
 /*
- * NEURON_UDMA_MEM_ALLOC: allocate a buffer of @size bytes (rounded up to 4 KiB).
- * Errors: EINVAL (size 0, unknown type, flags or reserved set), ENOMEM (no memory of that type).
+ * NEURON_UDMA_MEM_ALLOC: allocate a buffer of @size bytes (rounded up to 4 KiB). Host buffers
+ * are mmap'able at @mmap_offset; ABI 3: so are device buffers (write-combined through BAR4, for
+ * small CPU reads and writes).
+ * Errors: EINVAL (size 0, unknown type, flags or reserved set), ENOMEM (no memory of that type,
+ * or the memory cgroup's limit on the kernel memory of the buffer's record), EMFILE (the file
+ * holds max_buffers buffers already).
  */
 struct neuron_udma_mem_alloc {
 	__u64 size;			/* in */
@@ -124,20 +143,29 @@ struct neuron_udma_mem_free {
 	__u64 reserved;
 };
 
+/* Queue flags (struct neuron_udma_queue_init.flags). */
+/*
+ * ABI 3: the rings live in device memory (taken from the device memory MEM_ALLOC hands out), so
+ * an engine without host connectivity can serve the queue: its copies may then only name device
+ * buffers (a copy from or to host memory fails in the engine with EIO).
+ */
+#define NEURON_UDMA_QUEUE_DEVICE_RINGS (1U << 0)
+
 /*
  * NEURON_UDMA_QUEUE_INIT: take queue (@engine, @queue) with rings of @tx_descs / @rx_descs
  * descriptors (powers of two, 32..2^23); the driver allocates the rings and programs the queue.
  * Errors: EINVAL (no such engine/queue, bad ring size, reserved set; a message names the limit),
  * EBUSY (the queue is taken by any file, or reserved for the driver), ENOMEM, EOPNOTSUPP (the
- * engine cannot reach host memory, where the rings live: on Trainium2 only engines 32i + 4..7,
- * 12..15, 20..23, 28..31 and 128..131 can; every Trainium1/Inferentia2 engine can).
+ * rings are in host memory and the engine cannot reach it: on Trainium2 only engines 32i +
+ * 4..7, 12..15, 20..23, 28..31 and 128..131 can; every Trainium1/Inferentia2 engine can; or
+ * DEVICE_RINGS without device memory).
  */
 struct neuron_udma_queue_init {
 	__u32 engine;
 	__u32 queue;
 	__u32 tx_descs;
 	__u32 rx_descs;
-	__u32 flags;			/* 0 */
+	__u32 flags;			/* NEURON_UDMA_QUEUE_* */
 	__u32 reserved0;
 	__u64 reserved[2];
 };
@@ -155,7 +183,11 @@ struct neuron_udma_queue_id {
 #define NEURON_UDMA_BARRIER_WRITE 2	/* make this copy's writes visible before later ones */
 
 /* Copy flags (struct neuron_udma_copy.flags). */
-#define NEURON_UDMA_COPY_DST_INT (1U << 0)	/* interrupt flag on the Rx descriptor */
+/*
+ * ABI 1-2: set the interrupt flag of the Rx descriptor. Reserved since ABI 3 (EINVAL): no
+ * interrupt is requested or handled; completions are reported by fences and their events.
+ */
+#define NEURON_UDMA_COPY_DST_INT (1U << 0)
 /*
  * ABI 2: the copy may take several descriptor pairs. A copy whose source or destination is an
  * imported buffer and whose range crosses from one physically contiguous run to the next is
@@ -227,8 +259,9 @@ struct neuron_udma_copy_start {
  * the newest one in flight when nothing new was prepared or there is no room), wait up to
  * @timeout_ms (0: 10 s; at least 10 ms) for it, then free the ring space of every completed
  * pair. Errors: ENOENT, ENOSPC (no room for the marker pair and none in flight), ETIMEDOUT (no
- * completion; the queue was reset and is usable again), EIO (the engine reported an error, or
- * a reset dropped the marker; the queue was reset), EINTR (a signal; the copies go on).
+ * completion in time; since ABI 3 the copies go on, and the queue is reset only when it made
+ * no progress for 10 s: then it is usable again), EIO (the engine reported an error, or a reset
+ * dropped the marker; the queue was reset), EINTR (a signal; the copies go on).
  */
 struct neuron_udma_copy_wait {
 	__u32 engine;
@@ -287,6 +320,171 @@ struct neuron_udma_memcpy {
 	__u32 reserved;
 };
 
+/*
+ * Fences (ABI 3). A queue numbers its fences from 1. Fence N is done when every copy submitted
+ * to the queue before it is done (the engine processes a queue in order), and failed when an
+ * engine error or a queue reset dropped it before its marker arrived (the copies before it may
+ * not all have run). A fence is a value: COPY_SUBMIT returns it at once, FENCE_STATUS reads its
+ * state without blocking, FENCE_WAIT blocks for it; poll()/epoll, an eventfd per queue
+ * (QUEUE_EVENTFD) and io_uring (NEURON_UDMA_URING_COPY) report completions as events. The
+ * driver notices completions with a completion worker that runs only while somebody waits, polls
+ * or listens (a short spin, then sleeps of 10 us doubling to 1 ms).
+ */
+#define NEURON_UDMA_FENCE_PENDING 0	/* in flight */
+#define NEURON_UDMA_FENCE_DONE 1	/* every copy before it completed */
+#define NEURON_UDMA_FENCE_FAILED 2	/* dropped: @error says why */
+/*
+ * Older than what the queue remembers of its failures (its last 32 resets): it may have failed.
+ * Only after more than 32 resets of the queue.
+ */
+#define NEURON_UDMA_FENCE_EXPIRED 3
+
+/*
+ * NEURON_UDMA_COPY_SUBMIT (ABI 3): ring the doorbells for everything prepared and append a
+ * completion marker pair, with one doorbell, without waiting; @fence is the new fence. With
+ * nothing prepared or started since the newest fence, nothing is written and @fence is that
+ * fence (0 when the queue has none: nothing to wait for).
+ * Errors: ENOENT (queue not this file's), ENOSPC (no room for the marker pair: wait for an
+ * earlier fence first), EBUSY (max_queue_fences fences in flight on the queue).
+ */
+struct neuron_udma_copy_submit {
+	__u32 engine;
+	__u32 queue;
+	__u32 flags;			/* 0 */
+	__u32 reserved;
+	__u64 fence;			/* out */
+};
+
+/*
+ * NEURON_UDMA_FENCE_STATUS (ABI 3): the state of @fence, without blocking (the completed fences
+ * are retired first). @error is the reason of a FAILED fence: EIO (an engine error), ETIMEDOUT
+ * (the queue made no progress for 10 s and was reset). Errors: ENOENT (queue not this file's),
+ * EINVAL (@fence 0, or newer than the newest fence of the queue).
+ */
+struct neuron_udma_fence_status {
+	__u32 engine;
+	__u32 queue;
+	__u64 fence;			/* in */
+	__u32 state;			/* out: NEURON_UDMA_FENCE_* */
+	__s32 error;			/* out: FAILED: a positive errno */
+	__u64 completed;		/* out: the newest fence of the queue known done */
+	__u64 submitted;		/* out: the newest fence of the queue */
+};
+
+/*
+ * NEURON_UDMA_FENCE_WAIT (ABI 3): wait up to @timeout_ms (0: 10 s; at least 10 ms) until @fence
+ * is done. Errors: ENOENT, EINVAL (as FENCE_STATUS), EIO (the fence failed: FENCE_STATUS says
+ * why), ESTALE (the fence expired), ETIMEDOUT (not done in time: the copies go on; the queue is
+ * reset only when it made no progress for 10 s), EINTR (a signal).
+ */
+struct neuron_udma_fence_wait {
+	__u32 engine;
+	__u32 queue;
+	__u64 fence;
+	__u32 timeout_ms;
+	__u32 reserved;
+};
+
+/* Event kinds (struct neuron_udma_queue_event.flags). */
+#define NEURON_UDMA_EVENT_COMPLETED (1U << 0)	/* fences completed: @completed the newest */
+#define NEURON_UDMA_EVENT_FAILED (1U << 1)	/* a fence failed: @failed the newest, @error */
+
+/* What happened on one queue since the file's previous QUEUE_EVENTS. */
+struct neuron_udma_queue_event {
+	__u32 engine;
+	__u32 queue;
+	__u32 flags;			/* NEURON_UDMA_EVENT_* */
+	__s32 error;			/* FAILED: a positive errno (as FENCE_STATUS) */
+	__u64 completed;		/* the newest fence of the queue known done */
+	__u64 failed;			/* the newest fence of the queue that failed (0: none) */
+};
+
+/*
+ * NEURON_UDMA_QUEUE_EVENTS (ABI 3): the queues of this file with completions or failures not
+ * reported yet, up to @max records into the array at @events (@count of them); reporting them
+ * clears what poll() shows. poll() on the device file: EPOLLIN | EPOLLRDNORM while a queue of
+ * the file has completed fences not reported yet, EPOLLPRI | EPOLLERR while one has a failure
+ * not reported yet (an engine error or a reset dropped a fence).
+ */
+struct neuron_udma_events {
+	__u64 events;			/* user pointer to @max x struct neuron_udma_queue_event */
+	__u32 max;			/* in */
+	__u32 count;			/* out */
+};
+
+/*
+ * NEURON_UDMA_QUEUE_EVENTFD (ABI 3): signal eventfd @fd once per fence of the queue that
+ * completes or fails (the count it adds is the number of such fences); @fd -1 unregisters.
+ * A queue has at most one: registering replaces the previous one. Released with the queue, the
+ * file, or at unbind. Errors: ENOENT (queue not this file's), EBADF/EINVAL (@fd is not an
+ * eventfd).
+ */
+struct neuron_udma_eventfd {
+	__u32 engine;
+	__u32 queue;
+	__s32 fd;
+	__u32 reserved;
+};
+
+/*
+ * io_uring (ABI 3): IORING_OP_URING_CMD on the device file with cmd_op NEURON_UDMA_URING_COPY and
+ * this struct in the SQE's command area: prepares @count copies (struct neuron_udma_copy at
+ * @copies, as COPY_PREPARE), submits them with a fence (as COPY_SUBMIT), and completes when the
+ * fence is done. CQE res: 0, or -errno with the errors of COPY_PREPARE (nothing prepared then),
+ * COPY_SUBMIT and FENCE_WAIT (EIO: the fence failed). Rings set up with IORING_SETUP_IOPOLL
+ * reap by polling the marker.
+ */
+struct neuron_udma_uring_copy {
+	__u16 engine;
+	__u16 queue;
+	__u32 count;
+	__u64 copies;			/* user pointer to count x struct neuron_udma_copy */
+};
+
+/*
+ * NEURON_UDMA_MEMSET (ABI 3): fill @size bytes at @offset of a buffer of this file (host, device,
+ * or imported with IMPORT_WRITE) with the byte @value (bits 7:0; the rest must be 0) through the
+ * engine, on the driver's shared queue as MEMCPY (same timeout, SIGKILL and busy rules).
+ * Errors: ENOENT, ERANGE, EINVAL (size 0, @value > 255), EPERM, ETIMEDOUT, EIO, EINTR.
+ */
+struct neuron_udma_memset {
+	__u64 handle;
+	__u64 offset;
+	__u64 size;
+	__u32 value;			/* 0..255 */
+	__u32 timeout_ms;		/* 0: 10 s per submission */
+};
+
+/*
+ * NEURON_UDMA_DMABUF_EXPORT (ABI 3): a dma-buf of the device buffer @handle of this file, for
+ * other devices' drivers to DMA from and to (they get the bus addresses of that range of device
+ * memory). The buffer cannot be freed while exported (MEM_FREE: EBUSY until every fd of the
+ * dma-buf is closed); at unbind every importer's mapping is revoked. @flags: O_CLOEXEC.
+ * Errors: ENOENT, EINVAL (not a device buffer, other flags), EMFILE.
+ */
+struct neuron_udma_dmabuf_export {
+	__u64 handle;			/* in */
+	__u32 flags;			/* in: O_CLOEXEC or 0 */
+	__s32 fd;			/* out: the dma-buf */
+	__u64 reserved;
+};
+
+/*
+ * NEURON_UDMA_DMABUF_IMPORT (ABI 3): a buffer of this file backed by the dma-buf @fd of any
+ * exporter (mapped for this device), usable as copy source, and as destination with
+ * NEURON_UDMA_IMPORT_WRITE, like MEM_IMPORT's buffers; @segments as there. Freed with MEM_FREE
+ * or close once no descriptor can reach it. Errors: EBADF (not a dma-buf), EINVAL, ENOMEM,
+ * EOPNOTSUPP (the exporter's memory is not reachable by this device), EMFILE.
+ */
+struct neuron_udma_dmabuf_import {
+	__s32 fd;			/* in */
+	__u32 flags;			/* in: NEURON_UDMA_IMPORT_WRITE */
+	__u64 handle;			/* out */
+	__u64 size;			/* out: bytes */
+	__u32 segments;			/* out */
+	__u32 reserved;
+};
+
 #define NEURON_UDMA_INFO		_IOR(NEURON_UDMA_IOC_MAGIC, 0x00, struct neuron_udma_info)
 #define NEURON_UDMA_MEM_ALLOC		_IOWR(NEURON_UDMA_IOC_MAGIC, 0x01, struct neuron_udma_mem_alloc)
 #define NEURON_UDMA_MEM_FREE		_IOW(NEURON_UDMA_IOC_MAGIC, 0x02, struct neuron_udma_mem_free)
@@ -299,5 +497,16 @@ struct neuron_udma_memcpy {
 #define NEURON_UDMA_QUEUE_STATE		_IOWR(NEURON_UDMA_IOC_MAGIC, 0x09, struct neuron_udma_queue_state)
 #define NEURON_UDMA_MEMCPY		_IOW(NEURON_UDMA_IOC_MAGIC, 0x0A, struct neuron_udma_memcpy)
 #define NEURON_UDMA_MEM_IMPORT		_IOWR(NEURON_UDMA_IOC_MAGIC, 0x0B, struct neuron_udma_mem_import)
+#define NEURON_UDMA_COPY_SUBMIT		_IOWR(NEURON_UDMA_IOC_MAGIC, 0x0C, struct neuron_udma_copy_submit)
+#define NEURON_UDMA_FENCE_STATUS	_IOWR(NEURON_UDMA_IOC_MAGIC, 0x0D, struct neuron_udma_fence_status)
+#define NEURON_UDMA_FENCE_WAIT		_IOW(NEURON_UDMA_IOC_MAGIC, 0x0E, struct neuron_udma_fence_wait)
+#define NEURON_UDMA_QUEUE_EVENTS	_IOWR(NEURON_UDMA_IOC_MAGIC, 0x0F, struct neuron_udma_events)
+#define NEURON_UDMA_QUEUE_EVENTFD	_IOW(NEURON_UDMA_IOC_MAGIC, 0x10, struct neuron_udma_eventfd)
+#define NEURON_UDMA_MEMSET		_IOW(NEURON_UDMA_IOC_MAGIC, 0x11, struct neuron_udma_memset)
+#define NEURON_UDMA_DMABUF_EXPORT	_IOWR(NEURON_UDMA_IOC_MAGIC, 0x12, struct neuron_udma_dmabuf_export)
+#define NEURON_UDMA_DMABUF_IMPORT	_IOWR(NEURON_UDMA_IOC_MAGIC, 0x13, struct neuron_udma_dmabuf_import)
+
+/* io_uring command (struct io_uring_cmd.cmd_op) of IORING_OP_URING_CMD. */
+#define NEURON_UDMA_URING_COPY		_IOW(NEURON_UDMA_IOC_MAGIC, 0x20, struct neuron_udma_uring_copy)
 
 #endif /* _UAPI_LINUX_NEURON_UDMA_H */
