@@ -66,7 +66,6 @@ const NO_COPY: Copy = Copy {
     dst: 0,
     len: DescLen::MAX,
     barrier: Barrier::None,
-    set_dst_int: false,
 };
 
 impl Batch {
@@ -223,8 +222,9 @@ impl Batch {
         route: u64,
         c: &uapi::neuron_udma_copy,
     ) -> Result {
-        use uapi::{NEURON_UDMA_COPY_DST_INT as DST_INT, NEURON_UDMA_COPY_SPLIT as SPLIT};
-        if c.reserved != 0 || c.flags & !(DST_INT | SPLIT) != 0 {
+        use uapi::NEURON_UDMA_COPY_SPLIT as SPLIT;
+        // `NEURON_UDMA_COPY_DST_INT` is reserved since ABI 3 (no interrupt is handled).
+        if c.reserved != 0 || c.flags & !SPLIT != 0 {
             return Err(EINVAL);
         }
         // EINVAL for size 0 or above 64 KiB, before any lookup.
@@ -238,7 +238,6 @@ impl Batch {
         let (src, dst) = (self.get(s)?, self.get(d)?);
         dst.buf.check_range(c.dst_offset, u64::from(c.size))?;
         dst.buf.check_writable()?;
-        let set_dst_int = c.flags & DST_INT != 0;
         let (ss, ds) = (
             src.buf.span_at(src.base, c.src_offset),
             dst.buf.span_at(dst.base, c.dst_offset),
@@ -252,7 +251,6 @@ impl Batch {
                 dst: da,
                 len,
                 barrier,
-                set_dst_int,
             });
         }
         let mut pieces = Pieces::new(ss, ds, u64::from(c.size), MAX_DESC_BYTES);
@@ -266,7 +264,6 @@ impl Batch {
                     dst: da,
                     len: DescLen::new(n)?,
                     barrier,
-                    set_dst_int: set_dst_int && pieces.remaining() == 0,
                 },
                 GFP_KERNEL_ACCOUNT,
             )?;

@@ -19,24 +19,27 @@ use crate::{
     bar0::Bar0,
     buffer::Holds,
     charge::Charge,
+    events::{EventFd, FileEvents, UringCmd},
     desc::{Barrier, Desc, DescLen, Dir, MAX_DESC_BYTES},
     engine::{self, EngineErrors, EngineIo, QueueRegs},
-    queue::{self, FenceState, Queue},
+    queue::{self, Queue},
     regs::{M2s, S2m},
     ring::RingState,
     shim::fatal_signal_pending,
     span::{Pieces, Span},
 };
 use kernel::{
-    new_mutex,
+    new_mutex, new_spinlock,
     prelude::*,
     processor::cpu_relax,
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, SpinLock},
     time::{delay::fsleep, Delta, Instant, Monotonic},
 };
 
 /// A queue of the device (engine and index), as callers name a channel.
 pub(crate) use crate::engine::QueueId;
+/// What became of a fence.
+pub(crate) use crate::queue::FenceState;
 
 /// Default time a completion wait may take before the queue is declared stuck; on the
 /// driver's shared H2T queue, only a wait at least this long resets the queue.
@@ -204,6 +207,52 @@ pub(crate) struct RingSlot {
     pub(crate) desc: Desc,
 }
 
+/// What a queue's events reported last (`QUEUE_EVENTS`).
+#[derive(Clone, Copy, Default)]
+struct Reported {
+    done: u64,
+    failed: u64,
+}
+
+/// What happened on a queue since its events were last reported ([`Channel::take_events`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QueueEvents {
+    /// Fences completed: the newest done.
+    pub(crate) completed: Option<u64>,
+    /// A fence failed: the newest failed, and why.
+    pub(crate) failed: Option<(u64, Error)>,
+    /// The newest fence done (also when nothing new completed).
+    pub(crate) done: u64,
+}
+
+impl QueueEvents {
+    fn since(r: &Reported, done: u64, failed: Option<(u64, Error)>) -> Option<Self> {
+        let completed = (done > r.done).then_some(done);
+        let failed = failed.filter(|f| f.0 > r.failed);
+        (completed.is_some() || failed.is_some()).then_some(Self {
+            completed,
+            failed,
+            done,
+        })
+    }
+}
+
+/// Who hears of the queue's completions besides its waiters (`events.rs`).
+#[derive(Default)]
+struct Listeners {
+    /// What `QUEUE_EVENTS` reported last.
+    reported: Reported,
+    /// The owning file's poll wait queue.
+    file: Option<Arc<FileEvents>>,
+    /// The queue's eventfd, and the fences settled when it was last signalled.
+    eventfd: Option<EventFd>,
+    signalled: u64,
+    /// io_uring commands waiting for fences.
+    uring: KVec<UringCmd>,
+    /// The fences settled when the file's pollers were last woken.
+    woken: u64,
+}
+
 /// Descriptors one `COPY_WAIT` completed, by the Tx ack position it started from
 /// ([`Channel::wait_all`]).
 struct Ticket {
@@ -229,6 +278,12 @@ pub(crate) struct Channel {
     /// who took it; given back when the queue is released.
     #[pin]
     charge: Mutex<Option<Charge>>,
+    /// Who hears of completions besides the waiters; taken before `inner` when both are.
+    #[pin]
+    listeners: Mutex<Listeners>,
+    /// When a poller last read the engine state ([`Self::poll_fence`]).
+    #[pin]
+    checked_at: SpinLock<Instant<Monotonic>>,
 }
 
 impl Channel {
@@ -244,6 +299,7 @@ impl Channel {
         owner: Owner,
         q: Queue,
         charge: Option<Charge>,
+        file: Option<Arc<FileEvents>>,
     ) -> Result<Arc<Self>> {
         Arc::pin_init(
             try_pin_init!(Self {
@@ -252,6 +308,11 @@ impl Channel {
                 bar,
                 inner <- new_mutex!(Some(q)),
                 charge <- new_mutex!(charge),
+                listeners <- new_mutex!(Listeners {
+                    file,
+                    ..Listeners::default()
+                }),
+                checked_at <- new_spinlock!(Instant::now()),
             }),
             GFP_KERNEL_ACCOUNT,
         )
@@ -331,8 +392,8 @@ impl Channel {
         self.with_io(|q, io| q.start(io, m2s_count, s2m_count))
     }
 
-    /// Fences the work no fence covers yet, or joins the newest fence in flight (an
-    /// interrupted wait leaves its fence behind: it is reused, not multiplied).
+    /// Fences the work no fence covers yet, or targets the newest fence (an interrupted wait
+    /// leaves its fence behind: it is reused, not multiplied).
     fn fence_or_join(&self) -> Result<Ticket> {
         self.with_io(|q, io| {
             q.retire();
@@ -344,33 +405,33 @@ impl Channel {
                     ack_before,
                 });
             }
-            match q.last_fence() {
-                Some(seq) => {
-                    q.add_waiter(seq)?;
-                    Ok(Ticket {
-                        seq: Some(seq),
-                        last: q.unfenced() == 0,
-                        ack_before,
-                    })
-                }
-                None if q.unfenced() == 0 => Ok(Ticket {
+            if q.busy() {
+                return Ok(Ticket {
+                    seq: Some(q.newest_fence()),
+                    last: q.unfenced() == 0,
+                    ack_before,
+                });
+            }
+            if q.unfenced() == 0 {
+                Ok(Ticket {
                     seq: None,
                     last: true,
                     ack_before,
-                }),
-                None => Err(ENOSPC),
+                })
+            } else {
+                Err(ENOSPC)
             }
         })
     }
 
     /// `COPY_WAIT`: waits (interruptibly, bounded by `timeout` in all) until everything prepared
     /// or started on the queue is done, fencing what no fence covers; returns the Tx
-    /// descriptors the wait completed.
+    /// descriptors the wait completed. A timeout resets the queue only when it made no
+    /// progress for [`DEFAULT_TIMEOUT`].
     ///
     /// # Errors
     ///
-    /// Those of [`Self::wait`]; `ENOSPC` when unfenced work exists and no marker fits, `EBUSY`
-    /// when every completion slot is in use.
+    /// Those of [`Self::wait_fence`]; `ENOSPC` when unfenced work exists and no marker fits.
     pub(crate) fn wait_all(&self, timeout: Delta) -> Result<u64> {
         let start = Instant::<Monotonic>::now();
         let mut completed = 0u64;
@@ -378,7 +439,7 @@ impl Channel {
             let t = self.fence_or_join()?;
             if let Some(seq) = t.seq {
                 let left = timeout - start.elapsed();
-                self.wait(seq, left.max(Delta::from_millis(0)))?;
+                self.wait_fence(seq, left.max(Delta::from_millis(0)))?;
             }
             completed += self.locked(|q| {
                 let s = q.tx_state();
@@ -388,6 +449,96 @@ impl Channel {
                 return Ok(completed);
             }
         }
+    }
+
+    /// `COPY_SUBMIT`: rings the doorbells for everything prepared and appends a fence, with one
+    /// doorbell; returns it. With nothing unfenced, returns the newest fence (0 for none).
+    ///
+    /// # Errors
+    ///
+    /// `ENOSPC` (no room for the marker pair), `EBUSY` ([`queue::FENCE_SLOTS`] fences in
+    /// flight), `ENODEV`.
+    pub(crate) fn submit_fence(&self) -> Result<u64> {
+        self.with_io(|q, io| {
+            q.retire();
+            if q.unfenced() == 0 {
+                return Ok(q.newest_fence());
+            }
+            q.fence(io)
+        })
+    }
+
+    /// The state of fence `seq`, the newest fence known done and the newest fence
+    /// (`FENCE_STATUS`).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for fence 0 or one not yet submitted, `ENODEV`.
+    pub(crate) fn fence_state(&self, seq: u64) -> Result<(FenceState, u64, u64)> {
+        self.locked(|q| {
+            let state = q.state(seq)?;
+            Ok((state, q.outcomes().0, q.newest_fence()))
+        })
+    }
+
+    /// `FENCE_WAIT` (and each step of `COPY_WAIT`): waits interruptibly, bounded by `timeout`,
+    /// until fence `seq` is settled. A timeout resets the queue only when it made no progress
+    /// for [`DEFAULT_TIMEOUT`] (it is stuck); an engine error resets it at once.
+    ///
+    /// # Errors
+    ///
+    /// `ETIMEDOUT` if the fence did not complete in time (the copies go on unless the queue was
+    /// stuck), `EIO` if the fence failed (an engine error, or a reset dropped it), `ESTALE` if
+    /// it expired, `EINVAL` for a fence not submitted, `EINTR` on a signal (the copies go on),
+    /// `ENODEV` after unbind.
+    pub(crate) fn wait_fence(&self, seq: u64, timeout: Delta) -> Result {
+        self.wait_for(
+            seq,
+            &Policy {
+                signals: WaitMode::Interruptible,
+                timeout,
+                on_timeout: OnTimeout::ResetIfStuck,
+            },
+        )
+    }
+
+    /// Reports the queue's completions and failures not reported yet (`QUEUE_EVENTS`), and
+    /// marks them reported: `(flags, newest done, newest failed and why)`, or `None` when there
+    /// is nothing new.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` if the queue was released or the device unbound.
+    pub(crate) fn take_events(&self) -> Result<Option<QueueEvents>> {
+        let (done, failed) = self.locked(|q| {
+            q.retire();
+            Ok(q.outcomes())
+        })?;
+        let mut l = self.listeners.lock();
+        let ev = QueueEvents::since(&l.reported, done, failed);
+        if ev.is_some() {
+            l.reported = Reported {
+                done,
+                failed: failed.map_or(0, |f| f.0),
+            };
+        }
+        Ok(ev)
+    }
+
+    /// Whether the queue has completions or failures not reported yet: `(completed, failed)`
+    /// (for `poll()`).
+    pub(crate) fn pending_events(&self) -> (bool, bool) {
+        let Ok((done, failed)) = self.locked(|q| {
+            q.retire();
+            Ok(q.outcomes())
+        }) else {
+            return (false, false);
+        };
+        let l = self.listeners.lock();
+        (
+            done > l.reported.done,
+            failed.is_some_and(|f| f.0 > l.reported.failed),
+        )
     }
 
     /// A copy of the queue's registers and software state.
@@ -462,56 +613,22 @@ impl Channel {
 
     // ---- waits ----
 
-    /// Waits for fence `seq` of the queue (one of the caller's registrations), interruptibly
-    /// by any signal, bounded by `timeout`; a timeout or an engine error resets the queue.
-    ///
-    /// # Errors
-    ///
-    /// `ETIMEDOUT` if the fence did not complete in time, `EIO` if the engine reported an error
-    /// or a reset dropped the fence, `EINTR` on a signal (the copies go on), `ENODEV` after
-    /// unbind.
-    pub(crate) fn wait(&self, seq: u64, timeout: Delta) -> Result {
-        self.wait_for(
-            seq,
-            &Policy {
-                signals: WaitMode::Interruptible,
-                timeout,
-                on_timeout: OnTimeout::Reset,
-            },
-        )
-    }
-
-    /// [`Self::wait`] with `policy`. On every return the caller's registration of `seq` is
-    /// given back; without a reset, a fence that is still in flight stays so
-    /// ([`Self::is_settled`] tells when it is done).
+    /// Waits until fence `seq` is settled, with `policy`.
     fn wait_for(&self, seq: u64, policy: &Policy) -> Result {
-        let mut collected = false;
-        let r = self.wait_inner(seq, policy, &mut collected);
-        if r.is_err() && !collected {
-            // Not collected (signal, timeout, engine error): give the registration back.
-            let _ = self.locked(|q| {
-                q.abandon(seq);
-                Ok(())
-            });
-        }
-        r
-    }
-
-    fn collect_once(&self, seq: u64, collected: &mut bool) -> Result<FenceState> {
-        let state = self.locked(|q| Ok(q.collect(seq)))?;
-        *collected = state != FenceState::Pending;
-        Ok(state)
-    }
-
-    fn wait_inner(&self, seq: u64, policy: &Policy, collected: &mut bool) -> Result {
         let start = Instant::<Monotonic>::now();
         let mut backoff = Backoff::new();
         let mut next_state_check = STATE_CHECK_FIRST;
+        let settled = |s: FenceState| -> Option<Result> {
+            match s {
+                FenceState::Pending => None,
+                FenceState::Done => Some(Ok(())),
+                FenceState::Failed(_) => Some(Err(EIO)),
+                FenceState::Expired => Some(Err(ESTALE)),
+            }
+        };
         loop {
-            match self.collect_once(seq, collected)? {
-                FenceState::Done => return Ok(()),
-                FenceState::Lost => return Err(EIO),
-                FenceState::Pending => {}
+            if let Some(r) = settled(self.locked(|q| q.state(seq))?) {
+                return r;
             }
             if policy.signals.interrupted() {
                 // The copies go on; a later wait completes them.
@@ -533,10 +650,8 @@ impl Channel {
             backoff.pause();
         }
         // TIMEOUT: one last look, so that a completion racing the deadline is not lost.
-        match self.collect_once(seq, collected)? {
-            FenceState::Done => return Ok(()),
-            FenceState::Lost => return Err(EIO),
-            FenceState::Pending => {}
+        if let Some(r) = settled(self.locked(|q| q.state(seq))?) {
+            return r;
         }
         let errors = self.engine_errors()?;
         if errors.aborted() {
@@ -549,7 +664,7 @@ impl Channel {
             OnTimeout::ResetIfStuck if self.locked(|q| Ok(q.stalled_for()))? < DEFAULT_TIMEOUT => {
                 Err(ETIMEDOUT)
             }
-            // A stuck shared queue is an error whatever the caller's timeout.
+            // A stuck queue is an error whatever the caller's timeout.
             OnTimeout::ResetIfStuck => self.fail(seq, ETIMEDOUT, &errors, DEFAULT_TIMEOUT),
         }
     }
@@ -586,7 +701,7 @@ impl Channel {
                 errors.s2m_cause
             );
         }
-        self.reset()?;
+        self.reset(err)?;
         Err(err)
     }
 
@@ -609,24 +724,25 @@ impl Channel {
                 DEFAULT_TIMEOUT.as_millis() / 1000
             );
         }
-        self.reset()
+        self.reset(ETIMEDOUT)
     }
 
-    /// Resets the queue (full queue init, ring id 1, fences dropped, buffer holds dropped) and
-    /// returns its engine to normal operation if it is still aborted.
+    /// Resets the queue (full queue init, ring id 1, buffer holds dropped, the fences in flight
+    /// failed with `why`: `EIO` or `ETIMEDOUT`) and returns its engine to normal operation if it
+    /// is still aborted.
     ///
     /// # Errors
     ///
     /// `ENODEV` if the queue was released or the device unbound.
-    pub(crate) fn reset(&self) -> Result {
+    pub(crate) fn reset(&self, why: Error) -> Result {
         self.with_io(|q, io| {
-            Self::reset_queue(q, io);
+            Self::reset_queue(q, io, why);
             Ok(())
         })
     }
 
-    fn reset_queue(q: &mut Queue, io: EngineIo<'_>) {
-        q.reset(io);
+    fn reset_queue(q: &mut Queue, io: EngineIo<'_>, why: Error) {
+        q.reset(io, why);
         // A queue reset clears an abort caused by this queue; if the engine is still aborted
         // (another queue's error), return it to normal operation too.
         let now = engine::engine_errors(io);
@@ -657,6 +773,170 @@ impl Channel {
         drop(inner);
         let charge = self.charge.lock().take();
         drop(charge);
+        // Nothing completes any more: the waiting io_uring commands complete as cancelled, the
+        // eventfd is given back, and pollers see the queue's failure.
+        let (eventfd, uring, file) = {
+            let mut l = self.listeners.lock();
+            (
+                l.eventfd.take(),
+                core::mem::take(&mut l.uring),
+                l.file.clone(),
+            )
+        };
+        drop(eventfd);
+        drop(uring);
+        if let Some(f) = file {
+            f.wake();
+        }
+    }
+
+    // ---- listeners (`events.rs`) and the completion worker's step (`watch.rs`) ----
+
+    /// Registers `eventfd` (or unregisters with `None`): signalled once per fence that settles
+    /// from now on.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` if the queue was released or the device unbound.
+    pub(crate) fn set_eventfd(&self, eventfd: Option<EventFd>) -> Result {
+        let settled = self.locked(|q| {
+            q.retire();
+            Ok(q.settled())
+        })?;
+        let old = {
+            let mut l = self.listeners.lock();
+            l.signalled = settled;
+            core::mem::replace(&mut l.eventfd, eventfd)
+        };
+        drop(old);
+        Ok(())
+    }
+
+    /// Queues `cmd`, which waits for one of this queue's fences, to be completed by the
+    /// completion worker when the fence settles.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`, `ENODEV`; the command is handed back then (not queued).
+    pub(crate) fn add_uring(&self, cmd: UringCmd) -> core::result::Result<(), (Error, UringCmd)> {
+        let mut l = self.listeners.lock();
+        if self.inner.lock().is_none() {
+            return Err((ENODEV, cmd));
+        }
+        if l.uring.reserve(1, GFP_KERNEL_ACCOUNT).is_err() {
+            return Err((ENOMEM, cmd));
+        }
+        // Cannot fail: capacity was reserved.
+        l.uring
+            .push_within_capacity(cmd)
+            .map_err(|e| (ENOMEM, e.0))
+    }
+
+    /// Whether a fence can be submitted now (a free completion slot and room for its marker).
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` if the queue was released or the device unbound.
+    pub(crate) fn can_submit(&self) -> Result<bool> {
+        self.locked(|q| {
+            q.retire();
+            Ok(q.can_fence())
+        })
+    }
+
+    /// The state of fence `seq` for a caller that polls it (an IOPOLL io_uring ring): the
+    /// engine state is read at most every [`STATE_CHECK_EVERY`] while it is pending (an engine
+    /// error or a stall resets the queue, failing the fence).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for a fence not submitted, `ENODEV`.
+    pub(crate) fn poll_fence(&self, seq: u64) -> Result<FenceState> {
+        let state = self.state(seq)?;
+        if state != FenceState::Pending {
+            return Ok(state);
+        }
+        let now = Instant::<Monotonic>::now();
+        let due = {
+            let mut last = self.checked_at.lock();
+            if now - *last >= STATE_CHECK_EVERY {
+                *last = now;
+                true
+            } else {
+                false
+            }
+        };
+        if due {
+            self.recover()?;
+            return self.state(seq);
+        }
+        Ok(state)
+    }
+
+    /// Every fence up to this one is settled (0 for a released queue).
+    pub(crate) fn settled_fences(&self) -> u64 {
+        self.locked(|q| Ok(q.settled())).unwrap_or(0)
+    }
+
+    /// Whether anybody but a blocked waiter listens for this queue's completions (a polled
+    /// file, an eventfd, io_uring commands): then the completion worker watches it while fences
+    /// are in flight.
+    pub(crate) fn has_listeners(&self) -> bool {
+        let l = self.listeners.lock();
+        l.file.as_ref().is_some_and(|f| f.is_polled())
+            || l.eventfd.is_some()
+            || !l.uring.is_empty()
+    }
+
+    /// One round of the completion worker on this queue: retires what completed, then wakes the
+    /// file's pollers, signals the eventfd (once per fence settled since the last signal) and
+    /// completes the io_uring commands whose fence settled (0, `-EIO` for a failed fence,
+    /// `-ESTALE` for an expired one). With `check`, also reads the engine state of a busy queue
+    /// (an engine error or a stall resets it, failing its fences: the next round reports them).
+    /// Returns whether the queue still has fences in flight that somebody listens for.
+    pub(crate) fn notify(&self, check: bool) -> bool {
+        let busy = {
+            let mut l = self.listeners.lock();
+            let mut inner = self.inner.lock();
+            let Some(q) = (*inner).as_mut() else {
+                return false;
+            };
+            q.retire();
+            let settled = q.settled();
+            if settled > l.signalled {
+                if let Some(e) = l.eventfd.as_ref() {
+                    e.signal(settled - l.signalled);
+                }
+                l.signalled = settled;
+            }
+            let mut i = 0;
+            while i < l.uring.len() {
+                let res = match q.state(l.uring[i].seq) {
+                    Ok(FenceState::Pending) => {
+                        i += 1;
+                        continue;
+                    }
+                    Ok(FenceState::Done) => 0,
+                    Ok(FenceState::Failed(_)) => EIO.to_errno(),
+                    Ok(FenceState::Expired) => ESTALE.to_errno(),
+                    Err(e) => e.to_errno(),
+                };
+                if let Ok(cmd) = l.uring.remove(i) {
+                    cmd.complete(res);
+                }
+            }
+            if settled > l.woken {
+                l.woken = settled;
+                if let Some(f) = l.file.as_ref() {
+                    f.wake();
+                }
+            }
+            q.busy()
+        };
+        if busy && check {
+            let _ = self.recover();
+        }
+        busy && self.has_listeners()
     }
 
     // ---- the submission engine ----
@@ -685,7 +965,6 @@ impl Channel {
                     dst: d,
                     len: DescLen::new(len)?,
                     barrier: if last { barrier } else { Barrier::None },
-                    set_dst_int: false,
                 })?;
                 pairs += 1;
             }
@@ -730,20 +1009,20 @@ impl Channel {
                     } else {
                         Barrier::None
                     },
-                    set_dst_int: false,
                 })?;
             }
             q.fence(io)
         })
     }
 
-    /// The state of fence `seq` (one of the caller's registrations), collected when settled.
+    /// The state of fence `seq` (a fence of this queue).
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the queue was released or the device unbound.
-    pub(crate) fn collect(&self, seq: u64) -> Result<FenceState> {
-        self.locked(|q| Ok(q.collect(seq)))
+    /// `EINVAL` for a fence not submitted, `ENODEV` if the queue was released or the device
+    /// unbound.
+    pub(crate) fn state(&self, seq: u64) -> Result<FenceState> {
+        self.locked(|q| q.state(seq))
     }
 
     /// Reads the engine state of a queue with fences in flight: an abort, or no progress for
@@ -773,7 +1052,7 @@ impl Channel {
                     why
                 );
             }
-            Self::reset_queue(q, io);
+            Self::reset_queue(q, io, err);
             Ok(Some(err))
         })
     }

@@ -351,14 +351,13 @@ mod tests {
             dst,
             len: DescLen::new(4096)?,
             barrier: dev.arch.final_barrier,
-            set_dst_int: false,
         };
         let r = (|| -> Result<(Text, Text)> {
             let seq = q.with(|queue, io| {
                 queue.prepare_one(&copy)?;
                 queue.fence(io)
             })?;
-            q.wait(seq, DEFAULT_TIMEOUT)?;
+            q.wait_fence(seq, DEFAULT_TIMEOUT)?;
             let (mut rings, mut state) = (Text::new(), Text::new());
             render_queue_rings(&q, &mut rings).map_err(|_| ENOMEM)?;
             render_queue_state(&q, &mut state).map_err(|_| ENOMEM)?;

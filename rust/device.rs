@@ -16,11 +16,13 @@ use crate::{
     charge::Charge,
     dram::{DramAllocator, DRAM_RESERVED},
     engine::QueueId,
+    events::FileEvents,
     h2t::{H2t, H2T_RING_DESCS, SCRUB_BYTES},
     pool::BufferPool,
     queue::Queue,
     ring::RingSize,
     shim::{MappedFile, PinnedPages},
+    watch::Watcher,
 };
 use kernel::{
     device::Bound,
@@ -74,6 +76,8 @@ pub(crate) struct UdmaDevice {
     reaper: Work<UdmaDevice>,
     /// Non-zero while [`Self::reaper`] is queued or running.
     reaping: Atomic<u32>,
+    /// The completion worker of the queues somebody listens to (`watch.rs`).
+    watcher: Arc<Watcher>,
 }
 
 impl_has_work! {
@@ -128,6 +132,7 @@ impl UdmaDevice {
                 }),
                 reaper <- new_work!("neuron_udma::reap"),
                 reaping: Atomic::new(0),
+                watcher: Watcher::new()?,
             }),
             GFP_KERNEL,
         )
@@ -140,7 +145,7 @@ impl UdmaDevice {
         let id = QueueId::new(self.arch, eng, qid).ok_or(EINVAL)?;
         let zeros = self.alloc_coherent(SCRUB_BYTES)?;
         let zeros_addr = self.arch.host_addr(zeros.dma_address());
-        let chan = self.queue_init(id, H2T_RING_DESCS, H2T_RING_DESCS, Owner::Driver)?;
+        let chan = self.queue_init(id, H2T_RING_DESCS, H2T_RING_DESCS, Owner::Driver, None)?;
         let h2t = H2t::new(chan, zeros, zeros_addr)?;
         self.state.lock().h2t = Some(h2t);
         Ok(())
@@ -226,7 +231,8 @@ impl UdmaDevice {
     }
 
     /// Takes queue `id` for `owner`: allocates rings of `tx_descs`/`rx_descs` descriptors,
-    /// initialises the engine if needed and programs the queue (hardware.rst §3.7).
+    /// initialises the engine if needed and programs the queue (hardware.rst §3.7); a file's
+    /// queue wakes the file's pollers `events`.
     ///
     /// # Errors
     ///
@@ -239,6 +245,7 @@ impl UdmaDevice {
         tx_descs: u32,
         rx_descs: u32,
         owner: Owner,
+        events: Option<Arc<FileEvents>>,
     ) -> Result<Arc<Channel>> {
         if owner != Owner::Driver && self.arch.is_reserved_queue(id.eng.get(), id.q.number()) {
             return Err(EBUSY);
@@ -273,7 +280,7 @@ impl UdmaDevice {
                 let regs = self.bar.access()?;
                 q.hw_init(regs.engine(id.eng)?);
             }
-            let chan = Channel::new(self.bar.clone(), id, owner, q, charge)?;
+            let chan = Channel::new(self.bar.clone(), id, owner, q, charge, events)?;
             if let Err(e) = self
                 .queues
                 .lock()
@@ -302,7 +309,13 @@ impl UdmaDevice {
         owner: Owner,
     ) -> Result<Arc<Channel>> {
         let id = QueueId::new(self.arch, eng, qid).ok_or(EINVAL)?;
-        self.queue_init(id, tx_descs, rx_descs, owner)
+        self.queue_init(id, tx_descs, rx_descs, owner, None)
+    }
+
+    /// Has the completion worker watch `chan` while somebody listens for its fences
+    /// ([`Watcher::watch`]).
+    pub(crate) fn watch(&self, chan: &Arc<Channel>) {
+        Watcher::watch(&self.watcher, chan);
     }
 
     /// Queue `id` if `owner` holds it.
@@ -381,6 +394,10 @@ impl UdmaDevice {
             max_host_buffer: MAX_HOST_BUFFER,
             host_engines: arch.host_engine_bitmap(),
             max_import_size: MAX_IMPORT_SIZE,
+            max_buffers: 0,
+            max_queue_fences: crate::queue::FENCE_SLOTS as u32,
+            device_ring_engines: [0; 3],
+            reserved: [0; 4],
         }
     }
 
@@ -506,6 +523,7 @@ impl UdmaDevice {
                 chan.quiesce();
             }
         }
+        self.watcher.shutdown();
         // After the queues: no engine uses what the orphans hold, nor the buffers. The
         // coherent memory is freed now, while the device is bound; open files and mappings keep
         // only the records.

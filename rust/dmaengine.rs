@@ -12,7 +12,7 @@
 //! has work, with the driver's [`Backoff`] (a short spin after each progress, then doubling
 //! sleeps). Client callbacks run from that work item without any lock of the driver held, so a
 //! callback may prepare and submit the next descriptor. The ring side is the channel's
-//! ([`Channel::submit_pieces`], [`Channel::collect`], [`Channel::recover`]).
+//! ([`Channel::submit_pieces`], [`Channel::state`], [`Channel::recover`]).
 
 use crate::{
     arch::{Arch, QUEUES_PER_ENGINE},
@@ -268,21 +268,9 @@ impl DmaChan {
         }
     }
 
-    /// The oldest fence in flight, taken out of the list.
-    fn pop_fence(&self) -> Option<u64> {
-        let mut st = self.state.lock();
-        if st.fences.is_empty() {
-            return None;
-        }
-        st.fences.remove(0).ok()
-    }
-
-    /// Gives back the registrations of every fence in flight, which a queue reset dropped.
-    fn drop_fences(&self) -> Result {
-        while let Some(seq) = self.pop_fence() {
-            self.chan.collect(seq)?;
-        }
-        Ok(())
+    /// Forgets the fences in flight (a queue reset dropped them).
+    fn drop_fences(&self) {
+        self.state.lock().fences.clear();
     }
 
     /// One round: stop the queue for `terminate_all` or unbind, collect the fences, detect
@@ -295,8 +283,8 @@ impl DmaChan {
         };
         if stop {
             if any_fence {
-                self.chan.reset()?;
-                self.drop_fences()?;
+                self.chan.reset(ECANCELED)?;
+                self.drop_fences();
             }
             let mut st = self.state.lock();
             st.terminate = false;
@@ -312,18 +300,18 @@ impl DmaChan {
             let Some(seq) = self.state.lock().fences.first().copied() else {
                 break;
             };
-            let state = self.chan.collect(seq)?;
+            let state = self.chan.state(seq)?;
             let mut st = self.state.lock();
             match state {
                 FenceState::Pending => break,
                 FenceState::Done => st.done_seq = Some(seq),
-                FenceState::Lost => lost = true,
+                FenceState::Failed(_) | FenceState::Expired => lost = true,
             }
             let _ = st.fences.remove(0);
         }
         let failed = if lost {
             // A fence was dropped: nothing that was on the ring completes.
-            self.chan.reset()?;
+            self.chan.reset(EIO)?;
             Some(EIO)
         } else if check && !self.state.lock().fences.is_empty() {
             self.chan.recover()?
@@ -331,7 +319,7 @@ impl DmaChan {
             None
         };
         if failed.is_some() {
-            self.drop_fences()?;
+            self.drop_fences();
             Self::fail_active(&mut self.state.lock());
         }
         Self::complete(&mut self.state.lock(), done);
@@ -652,7 +640,7 @@ impl DmaProvider {
             .take(n.min(MAX_CHANNELS) as usize);
         for qid in queues {
             let id = QueueId::new(dev.arch, eng, qid).ok_or(EINVAL)?;
-            let q = dev.queue_init(id, RING_DESCS, RING_DESCS, Owner::Driver)?;
+            let q = dev.queue_init(id, RING_DESCS, RING_DESCS, Owner::Driver, None)?;
             chans.push(DmaChan::new(dev, q)?, GFP_KERNEL)?;
         }
         if chans.is_empty() {

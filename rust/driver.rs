@@ -2,8 +2,8 @@
 
 //! The PCI driver: binds Neuron devices, maps their BARs, and releases them on unbind.
 
-use crate::file::OpenFile;
 use crate::{
+    node::Node,
     arch::{self, Arch},
     device::UdmaDevice,
     regs, Registry,
@@ -12,7 +12,6 @@ use kernel::{
     device::Core,
     dma::{Device as _, DmaMask},
     io::Io,
-    miscdevice::{MiscDeviceOptions, MiscDeviceRegistration},
     pci,
     prelude::*,
     sync::Arc, //
@@ -28,7 +27,7 @@ const DRAM_BAR: u32 = 4;
 pub(crate) struct NeuronUdma<'bound> {
     /// The character device; first, so that it is gone before anything else is torn down.
     #[pin]
-    misc: MiscDeviceRegistration<OpenFile>,
+    node: Node,
     /// debugfs files (`neuron_udma/<pci name>/`); before `dev`, so they go away first.
     #[pin]
     _debugfs: crate::debugfs::DeviceDir,
@@ -173,7 +172,7 @@ impl NeuronUdmaDriver {
             _bar4: bar4,
             _entry: entry,
             _debugfs <- debugfs,
-            misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
+            node <- Node::register(name),
         }))
     }
 }

@@ -10,13 +10,15 @@
 use crate::{
     batch::Batch,
     buffer::{self, Buffer},
-    channel::{Channel, Job, Owner, QueueId, DEFAULT_TIMEOUT, MIN_TIMEOUT_MS},
+    channel::{Channel, FenceState, Job, Owner, QueueEvents, QueueId, DEFAULT_TIMEOUT, MIN_TIMEOUT_MS},
     device::UdmaDevice,
-    shim::{self, MappedFile},
+    events::{EventFd, FileEvents, UringCmd},
+    shim::{self, MappedFile, RawUringCmd},
     uapi, Registry,
 };
 use kernel::{
     fs::{file::flags, File},
+    sync::poll::PollTable,
     miscdevice::{MiscDevice, MiscDeviceRegistration},
     mm::virt::VmaNew,
     new_mutex,
@@ -32,6 +34,12 @@ use kernel::{
 
 /// Most entries of one `COPY_PREPARE` (twice the reference's 2032-pair submission).
 pub(crate) const MAX_BATCH: u32 = 4096;
+/// Most live buffers (allocated and imported) of one file: bounds the kernel memory one file
+/// makes the device hold in buffer records (each also charged to the caller's memory cgroup).
+pub(crate) const MAX_BUFFERS: u32 = 65536;
+/// Most queue event records one `QUEUE_EVENTS` returns (a file holds at most this many
+/// queues of one device: 132 engines x 16 queues).
+const MAX_EVENTS: u32 = 2112;
 /// `COPY_PREPARE` batches up to this many entries are read without a heap allocation.
 const INLINE_BATCH: usize = 16;
 
@@ -67,6 +75,8 @@ pub(crate) struct OpenFile {
     /// get around the one-unfinished-copy-per-file rule of the shared queue.
     #[pin]
     memcpy_slot: Mutex<()>,
+    /// The file's poll wait queue, woken by its queues' completions (`events.rs`).
+    events: Arc<FileEvents>,
 }
 
 #[pinned_drop]
@@ -131,6 +141,7 @@ impl OpenFile {
         }
         let mut info = self.dev.info();
         info.max_batch = MAX_BATCH;
+        info.max_buffers = MAX_BUFFERS;
         Ok(info)
     }
 
@@ -182,6 +193,11 @@ impl OpenFile {
             return Ok(());
         }
         let mut st = self.st.lock();
+        if st.handles.len() >= MAX_BUFFERS as usize {
+            drop(st);
+            self.dev.pool.free(&buf);
+            return Err(EMFILE);
+        }
         if let Err(e) = st.handles.push(buf.handle, GFP_KERNEL_ACCOUNT) {
             drop(st);
             self.dev.pool.free(&buf);
@@ -237,8 +253,13 @@ impl OpenFile {
         }
         let mut st = self.st.lock();
         st.queues.reserve(1, GFP_KERNEL_ACCOUNT)?;
-        self.dev
-            .queue_init(id, q.tx_descs, q.rx_descs, Owner::File(self.id))?;
+        self.dev.queue_init(
+            id,
+            q.tx_descs,
+            q.rx_descs,
+            Owner::File(self.id),
+            Some(self.events.clone()),
+        )?;
         // Cannot fail: capacity was reserved.
         let _ = st.queues.push_within_capacity(id);
         Ok(())
@@ -300,6 +321,183 @@ impl OpenFile {
         self.prepare(p.engine, p.queue, staged)
     }
 
+    /// `COPY_SUBMIT`: the new fence (or the newest one); listeners watch it from now on.
+    fn copy_submit(&self, c: &mut uapi::neuron_udma_copy_submit) -> Result {
+        reserved_zero(&[u64::from(c.flags), u64::from(c.reserved)])?;
+        let chan = self.queue(c.engine, c.queue)?;
+        c.fence = chan.submit_fence()?;
+        self.dev.watch(&chan);
+        Ok(())
+    }
+
+    fn fence_status(&self, f: &mut uapi::neuron_udma_fence_status) -> Result {
+        let chan = self.queue(f.engine, f.queue)?;
+        let (state, done, newest) = chan.fence_state(f.fence)?;
+        let (state, error) = match state {
+            FenceState::Pending => (uapi::NEURON_UDMA_FENCE_PENDING, 0),
+            FenceState::Done => (uapi::NEURON_UDMA_FENCE_DONE, 0),
+            FenceState::Failed(e) => (uapi::NEURON_UDMA_FENCE_FAILED, -e.to_errno()),
+            FenceState::Expired => (uapi::NEURON_UDMA_FENCE_EXPIRED, 0),
+        };
+        f.state = state;
+        f.error = error;
+        f.completed = done;
+        f.submitted = newest;
+        Ok(())
+    }
+
+    fn fence_wait(&self, w: &uapi::neuron_udma_fence_wait) -> Result {
+        reserved_zero(&[u64::from(w.reserved)])?;
+        let chan = self.queue(w.engine, w.queue)?;
+        chan.wait_fence(w.fence, timeout(w.timeout_ms))
+    }
+
+    /// `QUEUE_EVENTS`: what the file's queues did since their events were last reported, into
+    /// the user array of `e.max` records.
+    fn queue_events(&self, e: &mut uapi::neuron_udma_events) -> Result {
+        let max = e.max.min(MAX_EVENTS) as usize;
+        let mut out: KVec<uapi::neuron_udma_queue_event> = KVec::new();
+        let ids = {
+            let st = self.st.lock();
+            let mut ids = KVec::with_capacity(st.queues.len(), GFP_KERNEL_ACCOUNT)?;
+            for &id in st.queues.iter() {
+                ids.push(id, GFP_KERNEL_ACCOUNT)?;
+            }
+            ids
+        };
+        for id in ids {
+            if out.len() == max {
+                break;
+            }
+            let Ok(chan) = self.dev.queue(Owner::File(self.id), id) else {
+                continue;
+            };
+            let Some(ev) = chan.take_events()? else {
+                continue;
+            };
+            out.push(event_record(&chan, &ev), GFP_KERNEL_ACCOUNT)?;
+        }
+        let size = core::mem::size_of::<uapi::neuron_udma_queue_event>();
+        let mut w = UserSlice::new(UserPtr::from_addr(e.events as usize), size * out.len()).writer();
+        for r in out.iter() {
+            w.write(r)?;
+        }
+        // CAST: at most MAX_EVENTS.
+        e.count = out.len() as u32;
+        Ok(())
+    }
+
+    fn queue_eventfd(&self, e: &uapi::neuron_udma_eventfd) -> Result {
+        reserved_zero(&[u64::from(e.reserved)])?;
+        let chan = self.queue(e.engine, e.queue)?;
+        let fd = if e.fd == -1 {
+            None
+        } else {
+            Some(EventFd::from_fd(e.fd)?)
+        };
+        chan.set_eventfd(fd)?;
+        self.dev.watch(&chan);
+        Ok(())
+    }
+
+    /// `poll()`: registers the file's wait queue, watches its queues with fences in flight, and
+    /// says whether a queue has completions (`EPOLLIN`) or failures (`EPOLLPRI | EPOLLERR`)
+    /// not reported yet.
+    fn poll(&self, file: &File, table: &PollTable<'_>) -> u32 {
+        table.register_wait(file, self.events.condvar());
+        self.events.mark_polled();
+        let ids = {
+            let st = self.st.lock();
+            let mut ids = KVec::new();
+            if ids.reserve(st.queues.len(), GFP_KERNEL_ACCOUNT).is_err() {
+                return kernel::bindings::POLLERR;
+            }
+            for &id in st.queues.iter() {
+                let _ = ids.push_within_capacity(id);
+            }
+            ids
+        };
+        let mut mask = 0;
+        for id in ids {
+            let Ok(chan) = self.dev.queue(Owner::File(self.id), id) else {
+                continue;
+            };
+            let (completed, failed) = chan.pending_events();
+            if completed {
+                mask |= kernel::bindings::POLLIN | kernel::bindings::POLLRDNORM;
+            }
+            if failed {
+                mask |= kernel::bindings::POLLPRI | kernel::bindings::POLLERR;
+            }
+            self.dev.watch(&chan);
+        }
+        if !self.dev.is_alive() {
+            mask |= kernel::bindings::POLLERR | kernel::bindings::POLLHUP;
+        }
+        mask
+    }
+
+    /// An io_uring `NEURON_UDMA_URING_COPY` of this file: prepares `count` copies at `copies`
+    /// on queue `eng`/`qid`, submits them with a fence and queues `cmd` until the fence
+    /// settles (on an `iopoll` ring, [`Self::uring_poll`] completes it). Returns
+    /// `-EIOCBQUEUED`, or a negative errno (nothing was queued then).
+    fn uring_submit(
+        &self,
+        cmd: *mut RawUringCmd,
+        eng: u32,
+        qid: u32,
+        count: u32,
+        copies: u64,
+        iopoll: bool,
+    ) -> Result<i32> {
+        if !self.dev.is_alive() {
+            return Err(ENODEV);
+        }
+        if count == 0 || count > MAX_BATCH {
+            return Err(EINVAL);
+        }
+        let chan = self.queue(eng, qid)?;
+        // No fence slot: fail before anything is prepared.
+        if !chan.can_submit()? {
+            return Err(EBUSY);
+        }
+        let staged = read_copies(copies, count)?;
+        self.prepare(eng, qid, &staged)?;
+        let seq = chan.submit_fence()?;
+        // SAFETY: `cmd` is the command being issued; the driver's `uring_cmd` owns its bytes.
+        unsafe { shim::uring_pdu_set(cmd, eng, qid, seq) };
+        if !iopoll {
+            // SAFETY: `cmd` is queued from here on (`-EIOCBQUEUED` below) and completed only
+            // through the `UringCmd`.
+            let Some(c) = (unsafe { UringCmd::new(cmd, seq) }) else {
+                return Err(EINVAL);
+            };
+            if let Err((e, c)) = chan.add_uring(c) {
+                // Not queued: io_uring completes it with `e`.
+                c.into_raw();
+                return Err(e);
+            }
+            self.dev.watch(&chan);
+        }
+        Ok(EIOCBQUEUED.to_errno())
+    }
+
+    /// Completes the IOPOLL command `cmd` if its fence settled; returns whether it did.
+    fn uring_poll(&self, cmd: *mut RawUringCmd) -> bool {
+        // SAFETY: `cmd` is a queued command of `uring_submit`, which recorded its fence.
+        let (eng, qid, seq) = unsafe { shim::uring_pdu_get(cmd) };
+        let res = match self.queue(eng, qid).and_then(|c| c.poll_fence(seq)) {
+            Ok(FenceState::Pending) => return false,
+            Ok(FenceState::Done) => 0,
+            Ok(FenceState::Failed(_)) => EIO.to_errno(),
+            Ok(FenceState::Expired) => ESTALE.to_errno(),
+            Err(e) => e.to_errno(),
+        };
+        // SAFETY: queued and not completed (it completes only here, once its fence settled).
+        unsafe { shim::uring_cmd_done(cmd, res) };
+        true
+    }
+
     fn memcpy(&self, m: &uapi::neuron_udma_memcpy) -> Result {
         reserved_zero(&[u64::from(m.reserved)])?;
         if m.size == 0 {
@@ -336,6 +534,102 @@ impl OpenFile {
             .h2t()?
             .memcpy_for_file(&self.dev.pool, self.id, job, left, guards)
     }
+}
+
+/// `poll()` of an open file (the trampoline of `rust/shim.c`; 7.3's `MiscDevice` has none).
+///
+/// # Safety
+///
+/// `file` is the private data of the open file `raw` (an `OpenFile`), `wait` its poll table.
+#[no_mangle]
+unsafe extern "C" fn neuron_udma_file_poll(
+    file: *const OpenFile,
+    raw: *mut kernel::bindings::file,
+    wait: *mut kernel::bindings::poll_table_struct,
+) -> kernel::bindings::__poll_t {
+    // SAFETY: per the function's contract the file is open: its private data lives.
+    let me = unsafe { &*file };
+    // SAFETY: `raw` is the file being polled, valid for the call.
+    let raw = unsafe { File::from_raw_file(raw) };
+    // SAFETY: `wait` is the call's poll table (or null).
+    let table = unsafe { PollTable::from_raw(wait) };
+    me.poll(raw, &table)
+}
+
+/// An io_uring `NEURON_UDMA_URING_COPY` of an open file (the trampoline of `rust/shim.c`):
+/// `-EIOCBQUEUED` once queued, or a negative errno (io_uring completes the command with it).
+///
+/// # Safety
+///
+/// `file` is the private data of the command's open file, `cmd` the command being issued.
+#[no_mangle]
+unsafe extern "C" fn neuron_udma_uring_submit(
+    file: *const OpenFile,
+    cmd: *mut RawUringCmd,
+    engine: u32,
+    queue: u32,
+    count: u32,
+    copies: u64,
+    iopoll: bool,
+    writable: bool,
+) -> c_int {
+    // SAFETY: per the function's contract the file is open (io_uring holds it).
+    let me = unsafe { &*file };
+    if !writable {
+        return EBADF.to_errno();
+    }
+    me.uring_submit(cmd, engine, queue, count, copies, iopoll)
+        .unwrap_or_else(|e| e.to_errno())
+}
+
+/// `uring_cmd_iopoll` of an open file: 1 if the IOPOLL command `cmd` completed now.
+///
+/// # Safety
+///
+/// `file` is the private data of the command's open file, `cmd` a command queued by
+/// [`neuron_udma_uring_submit`] on an IOPOLL ring and not completed yet.
+#[no_mangle]
+unsafe extern "C" fn neuron_udma_uring_poll(file: *const OpenFile, cmd: *mut RawUringCmd) -> c_int {
+    // SAFETY: per the function's contract the file is open.
+    let me = unsafe { &*file };
+    c_int::from(me.uring_poll(cmd))
+}
+
+/// The `QUEUE_EVENTS` record of queue `chan`'s events `ev`.
+fn event_record(chan: &Channel, ev: &QueueEvents) -> uapi::neuron_udma_queue_event {
+    let mut flags = 0;
+    if ev.completed.is_some() {
+        flags |= uapi::NEURON_UDMA_EVENT_COMPLETED;
+    }
+    if ev.failed.is_some() {
+        flags |= uapi::NEURON_UDMA_EVENT_FAILED;
+    }
+    uapi::neuron_udma_queue_event {
+        engine: chan.id.eng.get(),
+        queue: chan.id.q.number(),
+        flags,
+        error: ev.failed.map_or(0, |f| -f.1.to_errno()),
+        completed: ev.done,
+        failed: ev.failed.map_or(0, |f| f.0),
+    }
+}
+
+/// Reads the `count` copies (at most [`MAX_BATCH`]) at user address `copies` in one user copy,
+/// before any lock: a page fault takes the mmap lock, which a fault on a buffer mapping holds
+/// while it takes a buffer's lock.
+fn read_copies(copies: u64, count: u32) -> Result<KVVec<uapi::neuron_udma_copy>> {
+    let entry = core::mem::size_of::<uapi::neuron_udma_copy>();
+    // CAST: `count` is at most MAX_BATCH.
+    let n = count as usize;
+    let mut v = KVVec::with_capacity(n, GFP_KERNEL_ACCOUNT)?;
+    for _ in 0..n {
+        v.push(uapi::neuron_udma_copy::default(), GFP_KERNEL_ACCOUNT)?;
+    }
+    // CAST: a user address.
+    UserSlice::new(UserPtr::from_addr(copies as usize), entry * n)
+        .reader()
+        .read_slice(v.as_bytes_mut())?;
+    Ok(v)
 }
 
 /// The result of a prepare ioctl whose copies had `flags` (OR-ed) and took `pairs` descriptor
@@ -424,8 +718,9 @@ impl MiscDevice for OpenFile {
                     queues: KVec::new(),
                 }),
                 memcpy_slot <- new_mutex!(()),
+                events: Arc::pin_init(FileEvents::new(), GFP_KERNEL_ACCOUNT)?,
             }),
-            GFP_KERNEL,
+            GFP_KERNEL_ACCOUNT,
         )
     }
 
@@ -469,8 +764,8 @@ impl MiscDevice for OpenFile {
             return Err(ENODEV);
         }
         // Commands that allocate, start DMA or change a queue need a file opened for writing:
-        // a read-only descriptor may only look (INFO, QUEUE_STATE).
-        if !matches!(cmd, IOC_INFO | IOC_QUEUE_STATE)
+        // a read-only descriptor may only look (INFO, QUEUE_STATE, FENCE_STATUS).
+        if !matches!(cmd, IOC_INFO | IOC_QUEUE_STATE | IOC_FENCE_STATUS) && info_size(cmd).is_none()
             && file.flags() & flags::O_ACCMODE == flags::O_RDONLY
         {
             return Err(EBADF);
@@ -481,17 +776,16 @@ impl MiscDevice for OpenFile {
             // itself).
             me.dev.reap();
         }
-        match cmd {
-            IOC_INFO => {
-                let info = me.info()?;
-                UserSlice::new(
-                    UserPtr::from_addr(arg),
-                    core::mem::size_of::<neuron_udma_info>(),
-                )
+        if let Some(size) = info_size(cmd) {
+            // Any ABI's INFO: the fields its struct has.
+            let info = me.info()?;
+            let bytes = info.as_bytes();
+            UserSlice::new(UserPtr::from_addr(arg), size)
                 .writer()
-                .write(&info)?;
-                Ok(0)
-            }
+                .write_slice(bytes.get(..size).ok_or(EINVAL)?)?;
+            return Ok(0);
+        }
+        match cmd {
             IOC_MEM_ALLOC => {
                 // The buffer joins the file's table only once its handle reached user space,
                 // so a failing copy-out frees a buffer nothing can have used.
@@ -552,6 +846,21 @@ impl MiscDevice for OpenFile {
             }),
             IOC_MEMCPY => in_out(arg, false, |m: &mut neuron_udma_memcpy| {
                 me.memcpy(m).map(|()| 0)
+            }),
+            IOC_COPY_SUBMIT => in_out(arg, true, |c: &mut neuron_udma_copy_submit| {
+                me.copy_submit(c).map(|()| 0)
+            }),
+            IOC_FENCE_STATUS => in_out(arg, true, |f: &mut neuron_udma_fence_status| {
+                me.fence_status(f).map(|()| 0)
+            }),
+            IOC_FENCE_WAIT => in_out(arg, false, |w: &mut neuron_udma_fence_wait| {
+                me.fence_wait(w).map(|()| 0)
+            }),
+            IOC_QUEUE_EVENTS => in_out(arg, true, |e: &mut neuron_udma_events| {
+                me.queue_events(e).map(|()| 0)
+            }),
+            IOC_QUEUE_EVENTFD => in_out(arg, false, |e: &mut neuron_udma_eventfd| {
+                me.queue_eventfd(e).map(|()| 0)
             }),
             _ => Err(ENOTTY),
         }

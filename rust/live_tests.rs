@@ -173,13 +173,12 @@ mod tests {
                             dst: d + off,
                             len: DescLen::new(CHUNK as u32)?,
                             barrier: Barrier::None,
-                            set_dst_int: false,
                         })?;
                         done += 1;
                     }
                     queue.fence(io)
                 })?;
-                q.wait(seq, DEFAULT_TIMEOUT)?;
+                q.wait_fence(seq, DEFAULT_TIMEOUT)?;
                 submissions += 1;
             }
             Ok(())
@@ -333,7 +332,6 @@ mod tests {
                 dst: 0,
                 len: DescLen::new(4)?,
                 barrier: Barrier::None,
-                set_dst_int: false,
             };
             assert_eq!(queue.start(io, 0, 1), Err(EINVAL));
             assert!(snap(queue, io)? == before);
@@ -387,12 +385,11 @@ mod tests {
                 dst: d,
                 len: DescLen::new(4096)?,
                 barrier: Barrier::Write,
-                set_dst_int: false,
             })?;
             queue.start(io, 1, 1)?;
             queue.fence(io)
         })?;
-        q.wait(seq, DEFAULT_TIMEOUT)?;
+        q.wait_fence(seq, DEFAULT_TIMEOUT)?;
         assert!(copied(dst, 0, 0, 4096, 0x3c));
         // The same with the Tx slot stamped with the wrong ring id (2 instead of 1 on the
         // first pass): the engine must abort with the M2S prefetch ring-id error (bit 17).
@@ -403,7 +400,6 @@ mod tests {
                 dst: d + 4096,
                 len: DescLen::new(4096)?,
                 barrier: Barrier::None,
-                set_dst_int: false,
             })?;
             let wrong = crate::desc::RingId::INITIAL.next();
             queue.tx_ring_mut().overwrite(
@@ -423,7 +419,7 @@ mod tests {
         // SAFETY: the engine stopped; no DMA is in flight.
         assert!(unsafe { dst.as_ref() }[4096..8192].iter().all(|&b| b == 0));
         // Queue reset and engine recovery, then the queue works again.
-        q.reset()?;
+        q.reset(EIO)?;
         q.memcpy(s, d, 8192, DEFAULT_TIMEOUT)?;
         assert!(copied(dst, 0, 0, 8192, 0x3c));
         Ok(())
@@ -439,9 +435,8 @@ mod tests {
             dst: d + off,
             len,
             barrier: Barrier::Write,
-            set_dst_int: false,
         };
-        // Fence 1 completes, and its waiter has not collected the outcome yet.
+        // Fence 1 completes.
         let first = q.with(|queue, io| {
             queue.prepare_one(&copy(0))?;
             queue.fence(io)
@@ -462,10 +457,12 @@ mod tests {
             queue.prepare_one(&copy(4096))?;
             queue.fence(io)
         })?;
-        assert_eq!(q.wait(second, DEFAULT_TIMEOUT), Err(EIO));
-        // The reset settled only the fence it dropped: fence 1 is still a success, and
-        // its bytes are there.
-        assert_eq!(q.wait(first, DEFAULT_TIMEOUT), Ok(()));
+        assert_eq!(q.wait_fence(second, DEFAULT_TIMEOUT), Err(EIO));
+        // The reset failed only the fence it dropped, with the engine error: fence 1 is still
+        // a success, and its bytes are there.
+        assert_eq!(q.state(second), Ok(crate::channel::FenceState::Failed(EIO)));
+        assert_eq!(q.wait_fence(first, DEFAULT_TIMEOUT), Ok(()));
+        assert_eq!(q.state(first), Ok(crate::channel::FenceState::Done));
         assert!(copied(dst, 0, 0, 4096, 0x42));
         Ok(())
     }

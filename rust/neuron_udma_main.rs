@@ -27,12 +27,14 @@ mod charge;
 mod debugfs;
 mod desc;
 mod device;
+mod events;
 mod dmaengine;
 mod dram;
 mod driver;
 mod engine;
 mod file;
 mod h2t;
+mod node;
 #[cfg(neuron_udma_kunit)]
 mod live_tests;
 mod orphan;
@@ -45,6 +47,7 @@ mod span;
 #[cfg(neuron_udma_kunit)]
 mod testing;
 mod uapi;
+mod watch;
 
 /// The most devices the driver binds at once (one character device name each). Real hosts have
 /// up to 16 Neuron devices (trn1.32xlarge, trn2.48xlarge); a probe beyond this fails with `EBUSY`.

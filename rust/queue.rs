@@ -71,37 +71,31 @@ struct Fence {
     rx_end: u32,
 }
 
-/// What became of a fence (see [`Queue::outcome`]).
+/// What became of a fence ([`Queue::state`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum FenceState {
     /// Still in flight.
     Pending,
     /// The marker arrived: every descriptor before it completed.
     Done,
-    /// Dropped by a queue reset before its marker arrived: the copies before it may not have
-    /// run.
-    Lost,
+    /// Dropped by a queue reset before its marker arrived (the copies before it may not have
+    /// run), for this reason: `EIO` (an engine error), `ETIMEDOUT` (the queue made no progress),
+    /// `ECANCELED` (the queue was paused: released or unbound).
+    Failed(Error),
+    /// Older than the failures the queue remembers ([`LOST_RANGES`]): it may have failed.
+    Expired,
 }
 
-/// Software record of one completion slot: which fence used it last, its outcome, and how
-/// many waiters still have to collect that outcome. A slot is reused by a new fence only once
-/// its previous fence is settled and nobody waits for it, so an outcome is never overwritten
-/// before it is read: a reset fails exactly the fences it dropped, and a waiter never mistakes
-/// another fence's outcome for its own.
+/// Fences a reset dropped: `first..=last`, and why.
 #[derive(Clone, Copy, Debug)]
-struct SlotRecord {
-    seq: u64,
-    state: FenceState,
-    waiters: u32,
+struct LostRange {
+    first: u64,
+    last: u64,
+    why: Error,
 }
 
-impl SlotRecord {
-    const FREE: Self = Self {
-        seq: 0,
-        state: FenceState::Done,
-        waiters: 0,
-    };
-}
+/// Resets whose dropped fences a queue remembers (older outcomes read [`FenceState::Expired`]).
+pub(crate) const LOST_RANGES: usize = 32;
 
 /// The buffers of one submission (the pairs of one prepare call), held until the Tx ack
 /// position passes `end` (the fence after the submission retired) or a reset or pause drops
@@ -127,8 +121,6 @@ pub(crate) struct Copy {
     pub(crate) len: DescLen,
     /// Ordering of the Tx descriptor.
     pub(crate) barrier: Barrier,
-    /// Set INT_EN on the Rx descriptor.
-    pub(crate) set_dst_int: bool,
 }
 
 /// Software view of one queue and its memory.
@@ -144,12 +136,19 @@ pub(crate) struct Queue {
     pending_tx: u32,
     /// Prepared Rx descriptors whose doorbell has not been rung.
     pending_rx: u32,
-    /// Fences in flight, oldest first.
+    /// Fences in flight, oldest first: always the fences `settled + 1 .. next_seq` (settling
+    /// is in order: a retire settles a prefix, a reset all of them).
     fences: KVec<Fence>,
     /// Sequence number of the next fence (fence numbers start at 1).
     next_seq: u64,
-    /// One record per completion slot (index `seq % FENCE_SLOTS`).
-    outcomes: KVec<SlotRecord>,
+    /// Every fence up to this one is settled (done or failed).
+    settled: u64,
+    /// The newest fence that is done.
+    done: u64,
+    /// The last [`LOST_RANGES`] resets' dropped fences, oldest first.
+    lost: KVec<LostRange>,
+    /// Fences below this one may be in a dropped range that was forgotten.
+    expired_below: u64,
     /// Times the queue was reset (after a timeout or an engine error).
     pub(crate) resets: u32,
     /// The buffers of the submissions not yet retired, oldest first from `holds_head` (the
@@ -183,10 +182,6 @@ impl Queue {
         let tx = Ring::new(dev, RingSize::new(tx_descs)?)?;
         let rx = Ring::new(dev, RingSize::new(rx_descs)?)?;
         let completion = Coherent::<CompletionSlot>::zeroed_slice(dev, FENCE_SLOTS, GFP_KERNEL)?;
-        let mut outcomes = KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL_ACCOUNT)?;
-        for _ in 0..FENCE_SLOTS {
-            outcomes.push(SlotRecord::FREE, GFP_KERNEL_ACCOUNT)?;
-        }
         Ok(Self {
             index,
             host_route: arch.host_route,
@@ -197,7 +192,10 @@ impl Queue {
             pending_rx: 0,
             fences: KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL_ACCOUNT)?,
             next_seq: 1,
-            outcomes,
+            settled: 0,
+            done: 0,
+            lost: KVec::with_capacity(LOST_RANGES, GFP_KERNEL_ACCOUNT)?,
+            expired_below: 0,
             resets: 0,
             holds: KVVec::new(),
             holds_head: 0,
@@ -222,7 +220,7 @@ impl Queue {
             + block(size_of(FENCE_SLOTS, core::mem::size_of::<CompletionSlot>()))
             + pages(
                 size_of(FENCE_SLOTS, core::mem::size_of::<Fence>())
-                    + size_of(FENCE_SLOTS, core::mem::size_of::<SlotRecord>()),
+                    + size_of(LOST_RANGES, core::mem::size_of::<LostRange>()),
             )
     }
 
@@ -246,13 +244,13 @@ impl Queue {
     pub(crate) fn hw_init(&mut self, io: EngineIo<'_>) {
         engine::init_queue_dir::<M2s>(io, self.q(), self.tx_base(), self.tx.state().size());
         engine::init_queue_dir::<S2m>(io, self.q(), self.rx_base(), self.rx.state().size());
-        self.forget_inflight();
+        self.forget_inflight(ECANCELED);
     }
 
     /// Resets the software state after the engine was stopped from using the rings (queue
-    /// init or pause): empty rings, ring id 1; every fence in flight is settled as
-    /// [`FenceState::Lost`] and every submission's buffer holds are dropped.
-    fn forget_inflight(&mut self) {
+    /// init or pause): empty rings, ring id 1; every fence in flight is settled as failed for
+    /// `why` and every submission's buffer holds are dropped.
+    fn forget_inflight(&mut self, why: Error) {
         self.holds.clear();
         self.holds_head = 0;
         self.tx_acked = self.tx_written;
@@ -260,9 +258,19 @@ impl Queue {
         self.rx.reset();
         self.pending_tx = 0;
         self.pending_rx = 0;
-        for f in self.fences.iter() {
-            // PANIC: `slot` is below FENCE_SLOTS, the length of `outcomes`.
-            self.outcomes[f.slot].state = FenceState::Lost;
+        if let (Some(first), Some(last)) = (self.fences.first(), self.fences.last()) {
+            if self.lost.len() == LOST_RANGES {
+                // PANIC: the list is full, so not empty.
+                self.expired_below = self.lost[0].last + 1;
+                let _ = self.lost.remove(0);
+            }
+            // Cannot fail: the capacity is LOST_RANGES, and one entry was removed if full.
+            let _ = self.lost.push_within_capacity(LostRange {
+                first: first.seq,
+                last: last.seq,
+                why,
+            });
+            self.settled = last.seq;
         }
         self.fences.clear();
     }
@@ -271,14 +279,17 @@ impl Queue {
     pub(crate) fn pause(&mut self, io: EngineIo<'_>) {
         engine::pause_queue_dir::<M2s>(io, self.q());
         engine::pause_queue_dir::<S2m>(io, self.q());
-        self.forget_inflight();
+        self.forget_inflight(ECANCELED);
     }
 
-    /// Resets the queue after a timeout or an engine error: the full queue init sequence again
-    /// (which includes `q_sw_ctrl` reset), so the next submission starts from slot 0, ring id 1.
-    pub(crate) fn reset(&mut self, io: EngineIo<'_>) {
+    /// Resets the queue after a timeout or an engine error (`why`: `ETIMEDOUT` or `EIO`, the
+    /// reason its dropped fences report): the full queue init sequence again (which includes
+    /// `q_sw_ctrl` reset), so the next submission starts from slot 0, ring id 1.
+    pub(crate) fn reset(&mut self, io: EngineIo<'_>, why: Error) {
         self.resets = self.resets.wrapping_add(1);
-        self.hw_init(io);
+        engine::init_queue_dir::<M2s>(io, self.q(), self.tx_base(), self.tx.state().size());
+        engine::init_queue_dir::<S2m>(io, self.q(), self.rx_base(), self.rx.state().size());
+        self.forget_inflight(why);
     }
 
     /// Tx ring state.
@@ -323,16 +334,10 @@ impl Queue {
 
     /// Whether a fence can be added now: a free completion slot and room for the marker pair.
     /// The marker may use the 16-descriptor reserve, so a wait is possible on a ring that
-    /// `prepare_one` considers full.
+    /// `prepare_one` considers full. The fences in flight are consecutive, so fewer than
+    /// [`FENCE_SLOTS`] of them never share a slot (`seq % FENCE_SLOTS`).
     pub(crate) fn can_fence(&self) -> bool {
-        self.fences.len() < FENCE_SLOTS && self.marker_room() && self.next_slot_free()
-    }
-
-    /// Whether the completion slot of the next fence is settled and collected.
-    fn next_slot_free(&self) -> bool {
-        // CAST: the remainder is below FENCE_SLOTS.
-        let r = &self.outcomes[(self.next_seq % FENCE_SLOTS as u64) as usize];
-        r.state != FenceState::Pending && r.waiters == 0
+        self.fences.len() < FENCE_SLOTS && self.marker_room()
     }
 
     /// Room for one pair beyond the reserve-keeping limit: the rings never fill completely.
@@ -388,7 +393,7 @@ impl Queue {
     fn write_pair(&mut self, c: &Copy) {
         let (rx_idx, rx_id) = self.rx.take_slot();
         self.rx
-            .write_slot(rx_idx, Desc::rx(c.len, rx_id, c.set_dst_int, c.dst));
+            .write_slot(rx_idx, Desc::rx(c.len, rx_id, false, c.dst));
         let (tx_idx, tx_id) = self.tx.take_slot();
         self.tx
             .write_slot(tx_idx, Desc::tx(c.len, tx_id, c.barrier, c.src));
@@ -418,19 +423,18 @@ impl Queue {
     }
 
     /// Appends a completion marker pair after everything prepared so far and rings the
-    /// doorbells for all prepared descriptors, marker included. Returns the fence's sequence
-    /// number, with one waiter registered: the caller collects the outcome with
-    /// [`Self::collect`] (directly or through the device's wait).
+    /// doorbells for all prepared descriptors, marker included, with one doorbell. Returns the
+    /// fence's sequence number; [`Self::state`] tells its outcome.
     ///
     /// # Errors
     ///
-    /// `ENOSPC` if the rings have no room for the marker pair, `EBUSY` if all completion slots
-    /// are in flight or still to be collected; nothing changes then.
+    /// `ENOSPC` if the rings have no room for the marker pair, `EBUSY` if [`FENCE_SLOTS`]
+    /// fences are in flight; nothing changes then.
     pub(crate) fn fence(&mut self, io: EngineIo<'_>) -> Result<u64> {
         if !self.marker_room() {
             return Err(ENOSPC);
         }
-        if self.fences.len() >= FENCE_SLOTS || !self.next_slot_free() {
+        if self.fences.len() >= FENCE_SLOTS {
             return Err(EBUSY);
         }
         let seq = self.next_seq;
@@ -447,7 +451,6 @@ impl Queue {
             dst: src + 4,
             len,
             barrier: MARKER_BARRIER,
-            set_dst_int: false,
         });
         let (tx, rx) = (self.pending_tx, self.pending_rx);
         self.start(io, tx, rx)?;
@@ -461,11 +464,6 @@ impl Queue {
                 rx_end: self.rx.state().next_index(),
             })
             .map_err(|_| EBUSY)?;
-        self.outcomes[slot] = SlotRecord {
-            seq,
-            state: FenceState::Pending,
-            waiters: 1,
-        };
         if self.fences.len() == 1 {
             // Idle until now: the time without progress starts here.
             self.progress_at = Instant::now();
@@ -474,22 +472,25 @@ impl Queue {
         Ok(seq)
     }
 
-    /// Sequence number of the newest fence, if any is in flight.
-    pub(crate) fn last_fence(&self) -> Option<u64> {
-        self.fences.last().map(|f| f.seq)
+    /// The newest fence of the queue (0 before the first).
+    pub(crate) fn newest_fence(&self) -> u64 {
+        self.next_seq - 1
     }
 
-    /// Registers one more waiter of fence `seq`, which must be in flight (as returned by
-    /// [`Self::last_fence`] under the same lock).
-    ///
-    /// # Errors
-    ///
-    /// `ENOENT` if `seq` is not in flight.
-    pub(crate) fn add_waiter(&mut self, seq: u64) -> Result {
-        let f = self.fences.iter().find(|f| f.seq == seq).ok_or(ENOENT)?;
-        let r = &mut self.outcomes[f.slot];
-        r.waiters = r.waiters.checked_add(1).ok_or(EBUSY)?;
-        Ok(())
+    /// The newest fence known done (0 before the first), and the newest that failed with its
+    /// reason, if any (for the queue's events).
+    pub(crate) fn outcomes(&self) -> (u64, Option<(u64, Error)>) {
+        (self.done, self.lost.last().map(|r| (r.last, r.why)))
+    }
+
+    /// Every fence up to this one is settled (done or failed).
+    pub(crate) fn settled(&self) -> u64 {
+        self.settled
+    }
+
+    /// Whether fences are in flight.
+    pub(crate) fn busy(&self) -> bool {
+        !self.fences.is_empty()
     }
 
     /// Tx descriptors prepared or started after the newest fence (or, without a fence in
@@ -505,41 +506,43 @@ impl Queue {
             .distance(from, self.tx.state().next_index())
     }
 
-    /// The outcome of fence `seq` (one of the caller's registrations). Once it is settled
-    /// (`Done` or `Lost`), the registration is given back; call it again only while `Pending`.
-    pub(crate) fn collect(&mut self, seq: u64) -> FenceState {
+    /// The state of fence `seq` (after retiring what completed).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for fence 0 or one newer than [`Self::newest_fence`].
+    pub(crate) fn state(&mut self, seq: u64) -> Result<FenceState> {
+        if seq == 0 || seq >= self.next_seq {
+            return Err(EINVAL);
+        }
         self.retire();
-        // CAST: the remainder is below FENCE_SLOTS.
-        let r = &mut self.outcomes[(seq % FENCE_SLOTS as u64) as usize];
-        if r.seq != seq || r.waiters == 0 {
-            // Not a registered fence of this queue: a caller bug; never report success.
-            return FenceState::Lost;
+        Ok(self.state_now(seq))
+    }
+
+    /// The state of fence `seq` (a fence of this queue) as the software state says now.
+    fn state_now(&self, seq: u64) -> FenceState {
+        if seq > self.settled {
+            return FenceState::Pending;
         }
-        if r.state != FenceState::Pending {
-            r.waiters -= 1;
+        if let Some(r) = self.lost.iter().find(|r| (r.first..=r.last).contains(&seq)) {
+            return FenceState::Failed(r.why);
         }
-        r.state
+        if seq < self.expired_below {
+            FenceState::Expired
+        } else {
+            FenceState::Done
+        }
     }
 
     /// Whether fence `seq` is no longer in flight (its marker arrived or a reset dropped it).
     pub(crate) fn is_settled(&mut self, seq: u64) -> bool {
         self.retire();
-        !self.fences.iter().any(|f| f.seq == seq)
-    }
-
-    /// Gives back a registration of fence `seq` without collecting its outcome (the caller
-    /// stops waiting: it will never learn the outcome).
-    pub(crate) fn abandon(&mut self, seq: u64) {
-        // CAST: the remainder is below FENCE_SLOTS.
-        let r = &mut self.outcomes[(seq % FENCE_SLOTS as u64) as usize];
-        if r.seq == seq {
-            r.waiters = r.waiters.saturating_sub(1);
-        }
+        seq <= self.settled
     }
 
     /// Retires every fence whose marker (or a later fence's marker) has arrived: acks the
     /// descriptors up to it on both rings, drops the buffer holds of the submissions it covers
-    /// and settles the fences as [`FenceState::Done`].
+    /// and settles the fences as done.
     pub(crate) fn retire(&mut self) {
         // Retire from the newest arrived fence: in-order processing means all older ones are
         // done too, even though their markers are checked no more.
@@ -581,9 +584,10 @@ impl Queue {
         }
         for old in self.fences.iter().take(n + 1) {
             io_write!(&self.completion, [panic: old.slot].dst, 0);
-            self.outcomes[old.slot].state = FenceState::Done;
         }
         self.fences.retain(|x| x.seq > f.seq);
+        self.settled = f.seq;
+        self.done = f.seq;
         self.progress_at = Instant::now();
         self.tx_acked += u64::from(tx_n);
         self.release_holds();

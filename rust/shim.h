@@ -10,6 +10,7 @@
 
 #include <linux/types.h>
 #include <linux/mm_types.h>
+#include <linux/poll.h>
 #include <linux/dmaengine.h>
 
 struct device;
@@ -19,8 +20,13 @@ struct user_struct;
 struct vm_area_struct;
 struct vm_fault;
 struct work_struct;
+struct eventfd_ctx;
+struct io_comp_batch;
+struct io_uring_cmd;
+struct poll_table_struct;
 
 /* Rust objects, opaque to C (pointers of the Rust types). */
+struct neuron_udma_file;	/* rust/file.rs: OpenFile (the file's private data) */
 struct neuron_udma_buffer;	/* rust/buffer.rs: Buffer, one counted (Arc) reference */
 struct neuron_udma_dma_chan;	/* rust/dmaengine.rs: DmaChan, one counted (Arc) reference */
 struct neuron_udma_dma_desc;	/* rust/dmaengine.rs: Desc (a KBox) */
@@ -54,6 +60,23 @@ void neuron_udma_pin_release(struct neuron_udma_pin *pin);
 void neuron_udma_dma_no_seg_boundary(struct device *dev);
 /* No flush_work() in Rust. */
 void neuron_udma_flush_work(struct work_struct *work);
+/* No eventfd in Rust. */
+struct eventfd_ctx *neuron_udma_eventfd_get(int fd);
+void neuron_udma_eventfd_signal(struct eventfd_ctx *ctx);
+void neuron_udma_eventfd_put(struct eventfd_ctx *ctx);
+/*
+ * No io_uring command abstraction in Rust (and 7.3's MiscDevice has no uring_cmd or poll):
+ * the file operations' uring_cmd trampolines, and the completion of a queued command.
+ */
+int neuron_udma_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags);
+int neuron_udma_uring_cmd_iopoll(struct io_uring_cmd *cmd, struct io_comp_batch *iob,
+				 unsigned int poll_flags);
+void neuron_udma_uring_cmd_complete(struct io_uring_cmd *cmd, int res);
+void neuron_udma_uring_cmd_done(struct io_uring_cmd *cmd, int res);
+void neuron_udma_uring_pdu_set(struct io_uring_cmd *cmd, u32 engine, u32 queue, u64 fence);
+void neuron_udma_uring_pdu_get(struct io_uring_cmd *cmd, u32 *engine, u32 *queue, u64 *fence);
+/* 7.3's MiscDevice has no poll: the file operation's trampoline (into rust/file.rs). */
+__poll_t neuron_udma_poll(struct file *file, struct poll_table_struct *wait);
 /* No dmaengine provider abstraction in Rust: the dma_device, its channels, the cookies. */
 struct neuron_udma_dma *neuron_udma_dma_register(struct device *dev,
 						 struct neuron_udma_dma_chan *const *chans,
@@ -67,6 +90,22 @@ bool neuron_udma_txd_acked(struct dma_async_tx_descriptor *txd);
 void neuron_udma_txd_free(struct dma_async_tx_descriptor *txd);
 
 /* ---- implemented in Rust, called from rust/shim.c ---- */
+
+/*
+ * rust/file.rs: an io_uring NEURON_UDMA_URING_COPY of @file: @engine/@queue/@count/@copies from
+ * the SQE; returns -EIOCBQUEUED once queued (the command then completes through
+ * neuron_udma_uring_cmd_complete()), or a negative errno (the command completes with it at once).
+ * @iopoll: the ring reaps by polling (the command is completed by neuron_udma_uring_poll()).
+ * @writable: the file is open for writing (a read-only file may not start DMA: EBADF).
+ */
+int neuron_udma_uring_submit(const struct neuron_udma_file *file, struct io_uring_cmd *cmd,
+			     u32 engine, u32 queue, u32 count, u64 copies, bool iopoll,
+			     bool writable);
+/* rust/file.rs: 1 if the IOPOLL command @cmd of @file completed now, else 0. */
+int neuron_udma_uring_poll(const struct neuron_udma_file *file, struct io_uring_cmd *cmd);
+/* rust/file.rs: the events poll() reports for @file (EPOLLIN, EPOLLPRI, EPOLLERR bits). */
+__poll_t neuron_udma_file_poll(const struct neuron_udma_file *file, struct file *raw,
+			       struct poll_table_struct *wait);
 
 /* rust/buffer.rs: the buffer behind a mapping, counted per VMA. */
 void neuron_udma_vma_get(const struct neuron_udma_buffer *buf);

@@ -36,6 +36,8 @@ mod ffi {
         neuron_udma_dma;
         /// `struct dma_async_tx_descriptor` (7.3's bindings have no dmaengine types).
         dma_async_tx_descriptor;
+        /// `struct eventfd_ctx`.
+        eventfd_ctx;
     }
 
     // The functions of rust/shim.c, as rust/shim.h declares them. The kernel structs are only
@@ -89,11 +91,119 @@ mod ffi {
         );
         pub(super) fn neuron_udma_txd_acked(txd: *mut dma_async_tx_descriptor) -> bool;
         pub(super) fn neuron_udma_txd_free(txd: *mut dma_async_tx_descriptor);
+        pub(super) fn neuron_udma_eventfd_get(fd: c_int) -> *mut eventfd_ctx;
+        pub(super) fn neuron_udma_eventfd_signal(ctx: *mut eventfd_ctx);
+        pub(super) fn neuron_udma_eventfd_put(ctx: *mut eventfd_ctx);
+        pub(super) fn neuron_udma_uring_cmd_complete(cmd: *mut bindings::io_uring_cmd, res: c_int);
+        pub(super) fn neuron_udma_uring_cmd_done(cmd: *mut bindings::io_uring_cmd, res: c_int);
+        pub(super) fn neuron_udma_uring_pdu_set(
+            cmd: *mut bindings::io_uring_cmd,
+            engine: u32,
+            queue: u32,
+            fence: u64,
+        );
+        pub(super) fn neuron_udma_uring_pdu_get(
+            cmd: *mut bindings::io_uring_cmd,
+            engine: *mut u32,
+            queue: *mut u32,
+            fence: *mut u64,
+        );
+        pub(crate) fn neuron_udma_poll(
+            file: *mut bindings::file,
+            wait: *mut bindings::poll_table_struct,
+        ) -> bindings::__poll_t;
+        pub(crate) fn neuron_udma_uring_cmd(cmd: *mut bindings::io_uring_cmd, issue_flags: c_uint) -> c_int;
+        pub(crate) fn neuron_udma_uring_cmd_iopoll(
+            cmd: *mut bindings::io_uring_cmd,
+            iob: *mut bindings::io_comp_batch,
+            poll_flags: c_uint,
+        ) -> c_int;
     }
 }
 
 /// A dmaengine client descriptor as C passes it (`struct dma_async_tx_descriptor`).
 pub(crate) use ffi::dma_async_tx_descriptor as RawTxd;
+/// An eventfd context as C passes it (`struct eventfd_ctx`).
+pub(crate) use ffi::eventfd_ctx as RawEventFd;
+/// An io_uring command as C passes it (`struct io_uring_cmd`).
+pub(crate) use bindings::io_uring_cmd as RawUringCmd;
+/// The file operations of the device node that 7.3's `MiscDevice` lacks (`rust/node.rs`).
+pub(crate) use ffi::{neuron_udma_poll, neuron_udma_uring_cmd, neuron_udma_uring_cmd_iopoll};
+
+/// The eventfd of file descriptor `fd` of the calling process (a counted reference).
+///
+/// # Errors
+///
+/// `EBADF` if `fd` is not open, `EINVAL` if it is not an eventfd.
+pub(crate) fn eventfd_get(fd: i32) -> Result<core::ptr::NonNull<RawEventFd>> {
+    // SAFETY: plain call; the function takes its own reference to the file's context.
+    let p = kernel::error::from_err_ptr(unsafe { ffi::neuron_udma_eventfd_get(fd) })?;
+    core::ptr::NonNull::new(p).ok_or(EINVAL)
+}
+
+/// Adds 1 to the counter of the eventfd `ctx`.
+///
+/// # Safety
+///
+/// `ctx` is a live reference from [`eventfd_get`].
+pub(crate) unsafe fn eventfd_signal(ctx: core::ptr::NonNull<RawEventFd>) {
+    // SAFETY: per the function's contract.
+    unsafe { ffi::neuron_udma_eventfd_signal(ctx.as_ptr()) }
+}
+
+/// Gives back a reference of [`eventfd_get`].
+///
+/// # Safety
+///
+/// `ctx` is a live reference from [`eventfd_get`], not used afterwards.
+pub(crate) unsafe fn eventfd_put(ctx: core::ptr::NonNull<RawEventFd>) {
+    // SAFETY: per the function's contract.
+    unsafe { ffi::neuron_udma_eventfd_put(ctx.as_ptr()) }
+}
+
+/// Completes the queued (non-IOPOLL) io_uring command `cmd` with `res` from any context.
+///
+/// # Safety
+///
+/// `cmd` is a command this driver's `uring_cmd` queued (`-EIOCBQUEUED`), completed once.
+pub(crate) unsafe fn uring_cmd_complete(cmd: *mut RawUringCmd, res: i32) {
+    // SAFETY: per the function's contract.
+    unsafe { ffi::neuron_udma_uring_cmd_complete(cmd, res) }
+}
+
+/// Completes the queued IOPOLL io_uring command `cmd` with `res`, from its `uring_cmd_iopoll`.
+///
+/// # Safety
+///
+/// `cmd` is an IOPOLL command this driver's `uring_cmd` queued, completed once, from the
+/// `uring_cmd_iopoll` call running now.
+pub(crate) unsafe fn uring_cmd_done(cmd: *mut RawUringCmd, res: i32) {
+    // SAFETY: per the function's contract.
+    unsafe { ffi::neuron_udma_uring_cmd_done(cmd, res) }
+}
+
+/// Records in `cmd` (its private bytes) the queue `engine`/`queue` and fence `fence` it waits
+/// for.
+///
+/// # Safety
+///
+/// `cmd` is a command of this driver's `uring_cmd`, not completed.
+pub(crate) unsafe fn uring_pdu_set(cmd: *mut RawUringCmd, engine: u32, queue: u32, fence: u64) {
+    // SAFETY: per the function's contract.
+    unsafe { ffi::neuron_udma_uring_pdu_set(cmd, engine, queue, fence) }
+}
+
+/// The queue and fence [`uring_pdu_set`] recorded in `cmd`: `(engine, queue, fence)`.
+///
+/// # Safety
+///
+/// As [`uring_pdu_set`], after it.
+pub(crate) unsafe fn uring_pdu_get(cmd: *mut RawUringCmd) -> (u32, u32, u64) {
+    let (mut e, mut q, mut f) = (0, 0, 0);
+    // SAFETY: per the function's contract; the out pointers are valid locals.
+    unsafe { ffi::neuron_udma_uring_pdu_get(cmd, &mut e, &mut q, &mut f) };
+    (e, q, f)
+}
 
 /// The `struct file` of an open device node, kept by its buffers to remove their user mappings
 /// (`unmap_mapping_range()` on the file's mapping).

@@ -46,6 +46,36 @@ pub(crate) const IOC_QUEUE_STATE: u32 = _IOWR::<neuron_udma_queue_state>(M, 0x09
 pub(crate) const IOC_MEMCPY: u32 = _IOW::<neuron_udma_memcpy>(M, 0x0A);
 /// `NEURON_UDMA_MEM_IMPORT`.
 pub(crate) const IOC_MEM_IMPORT: u32 = _IOWR::<neuron_udma_mem_import>(M, 0x0B);
+/// `NEURON_UDMA_COPY_SUBMIT`.
+pub(crate) const IOC_COPY_SUBMIT: u32 = _IOWR::<neuron_udma_copy_submit>(M, 0x0C);
+/// `NEURON_UDMA_FENCE_STATUS`.
+pub(crate) const IOC_FENCE_STATUS: u32 = _IOWR::<neuron_udma_fence_status>(M, 0x0D);
+/// `NEURON_UDMA_FENCE_WAIT`.
+pub(crate) const IOC_FENCE_WAIT: u32 = _IOW::<neuron_udma_fence_wait>(M, 0x0E);
+/// `NEURON_UDMA_QUEUE_EVENTS`.
+pub(crate) const IOC_QUEUE_EVENTS: u32 = _IOWR::<neuron_udma_events>(M, 0x0F);
+/// `NEURON_UDMA_QUEUE_EVENTFD`.
+pub(crate) const IOC_QUEUE_EVENTFD: u32 = _IOW::<neuron_udma_eventfd>(M, 0x10);
+/// `NEURON_UDMA_MEMSET`.
+pub(crate) const IOC_MEMSET: u32 = _IOW::<neuron_udma_memset>(M, 0x11);
+/// `NEURON_UDMA_DMABUF_EXPORT`.
+pub(crate) const IOC_DMABUF_EXPORT: u32 = _IOWR::<neuron_udma_dmabuf_export>(M, 0x12);
+/// `NEURON_UDMA_DMABUF_IMPORT`.
+pub(crate) const IOC_DMABUF_IMPORT: u32 = _IOWR::<neuron_udma_dmabuf_import>(M, 0x13);
+/// `NEURON_UDMA_URING_COPY`: the io_uring command (`struct io_uring_cmd.cmd_op`).
+pub(crate) const URING_COPY: u32 = _IOW::<neuron_udma_uring_copy>(M, 0x20);
+
+/// Sizes of `struct neuron_udma_info` that `NEURON_UDMA_INFO` answers (its command number
+/// encodes the size): ABI 1 (without `max_import_size`), ABI 2, and the current one.
+pub(crate) const INFO_SIZES: [usize; 3] = [80, 88, core::mem::size_of::<neuron_udma_info>()];
+
+/// The struct size `cmd` carries if it is a `NEURON_UDMA_INFO` of any ABI (`_IOR`, number 0,
+/// one of [`INFO_SIZES`]).
+pub(crate) fn info_size(cmd: u32) -> Option<usize> {
+    let any_size = cmd & !(0x3fff << 16);
+    let size = ((cmd >> 16) & 0x3fff) as usize;
+    (any_size == IOC_INFO & !(0x3fff << 16) && INFO_SIZES.contains(&size)).then_some(size)
+}
 
 macro_rules! abi_struct {
     ($($t:ty = $size:expr),* $(,)?) => {
@@ -63,7 +93,7 @@ macro_rules! abi_struct {
 }
 
 abi_struct! {
-    neuron_udma_info = 88,
+    neuron_udma_info = 152,
     neuron_udma_mem_alloc = 48,
     neuron_udma_mem_free = 16,
     neuron_udma_queue_init = 40,
@@ -77,4 +107,14 @@ abi_struct! {
     neuron_udma_queue_state = 128,
     neuron_udma_memcpy = 48,
     neuron_udma_mem_import = 48,
+    neuron_udma_copy_submit = 24,
+    neuron_udma_fence_status = 40,
+    neuron_udma_fence_wait = 24,
+    neuron_udma_queue_event = 32,
+    neuron_udma_events = 16,
+    neuron_udma_eventfd = 16,
+    neuron_udma_uring_copy = 16,
+    neuron_udma_memset = 32,
+    neuron_udma_dmabuf_export = 24,
+    neuron_udma_dmabuf_import = 32,
 }

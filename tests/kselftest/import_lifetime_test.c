@@ -260,7 +260,7 @@ TEST(import_roundtrip_and_split)
 		/* The same copy with SPLIT: several pairs, all moved. */
 		fill_pattern(host.map, 256 * KIB, 3);
 		c[0] = ucopy(&host, 5, &im, off + 1, 65535);
-		c[0].flags = NEURON_UDMA_COPY_SPLIT | NEURON_UDMA_COPY_DST_INT;
+		c[0].flags = NEURON_UDMA_COPY_SPLIT;
 		n = prep_one_n(fd, c[0]);
 		ASSERT_LE(2, n);
 		ASSERT_EQ(0, queue_state(fd, ENGINE, QUEUE, &s1));

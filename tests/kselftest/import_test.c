@@ -360,7 +360,7 @@ TEST_F(imp, split_at_run_boundary)
 	memset(p, 0, 2 * pg);
 	fill_pattern(self->h.map, 2 * pg, 52);
 	c[0] = ucopy(&self->h, 10, &ib, pg - 1000, 3000);
-	c[0].flags = NEURON_UDMA_COPY_SPLIT | NEURON_UDMA_COPY_DST_INT;
+	c[0].flags = NEURON_UDMA_COPY_SPLIT;
 	n = prep_one_n(self->fd, c[0]);
 	ASSERT_EQ(2, n);
 	ASSERT_EQ(0, queue_state(self->fd, ENG, QID, &st1));

@@ -166,7 +166,6 @@ mod tests {
                         dst: dst0 + off,
                         len,
                         barrier: Barrier::None,
-                        set_dst_int: false,
                     })?;
                 }
                 prep_ns += ns_since(t);
