@@ -905,8 +905,8 @@ static void bench_latency_scale(void)
 				die("warm-up copy", ret);
 		}
 		snprintf(setup, sizeof(setup),
-			 "engine 0 queue 1, %u host buffers of %u B open in the file, the copy %s", have,
-			 SMALL_BUF, have == 1 ? "within the one buffer" :
+			 "engine 0 queue 1, %u host buffer%s of %u B open in the file, the copy %s", have,
+			 have == 1 ? "" : "s", SMALL_BUF, have == 1 ? "within it, offset 0 to 2048" :
 			 "from the first buffer allocated to the last");
 		scale_point(fd, 0, 1, cp, have, "buffer", setup, &b50, &b99);
 	}
@@ -951,8 +951,9 @@ static void bench_latency_scale(void)
 				die("warm-up copy", ret);
 		}
 		snprintf(setup, sizeof(setup),
-			 "engine 0 queue 1, %u queues (%u-slot rings) initialised in the file (queue 1 of "
-			 "the next host-connected engines), 2 host buffers", nq, RING);
+			 "engine 0 queue 1, %u queue%s (%u-slot rings) initialised in the file (the others: "
+			 "queue 1 of the next host-connected engines), 2 host buffers", nq,
+			 nq == 1 ? "" : "s", RING);
 		scale_point(c.fd, 0, 1, c.copies[0], nq, "queue", setup, &b50, &b99);
 	}
 	for (i = 0; i + 1 < nq; i++)
