@@ -414,8 +414,9 @@ def draw_chart(rows, title, paths):
         import matplotlib.pyplot as plt
     except ImportError as e:
         print(f"chart: not drawn: {sys.executable} has no matplotlib ({e}); install Debian's "
-              f"python3-matplotlib (the toolchain root has it), or draw it from the JSON later: "
-              f"report.py --chart-from RESULTS.json --chart OUT.png")
+              f"python3-matplotlib (scripts/root-packages lists it: a toolchain root built since "
+              f"has it), then draw it from the JSON: report.py --chart-from RESULTS.json "
+              f"--chart OUT.png")
         return False
     batch, thr, lat = chart_series(rows)
     by = {r["name"]: r for r in rows}
