@@ -120,6 +120,19 @@ struct qctx {
 	int err;
 };
 
+/*
+ * Buffers one file may hold (INFO's max_buffers, ABI 3; no limit when the driver reports 0), so
+ * that a row needing more is left out with a message instead of failing the whole program.
+ */
+static unsigned int file_max_buffers(int fd)
+{
+	struct neuron_udma_info info;
+
+	if (udma_info(fd, &info) || !info.max_buffers)
+		return ~0U;
+	return info.max_buffers;
+}
+
 /* A file with queue (@eng, @q) of @ring-slot rings, two 1 MiB host buffers, @ncopies copies. */
 static void qctx_open_ring(struct qctx *c, __u32 eng, __u32 q, __u32 ring, unsigned int ncopies)
 {
@@ -327,6 +340,14 @@ static void bench_lookup(void)
 	if (!bufs || !all)
 		die("calloc", -ENOMEM);
 	qctx_open(&c, 0, 1);
+	if (file_max_buffers(c.fd) < LOOKUP_BUFS) {
+		fprintf(stderr, "udma_bench: a file may hold %u buffers (INFO max_buffers), the lookup "
+			"rows need %u: left out\n", file_max_buffers(c.fd), LOOKUP_BUFS);
+		qctx_close(&c);
+		free(all);
+		free(bufs);
+		return;
+	}
 	ret = submit(&c, 256, 1);		/* warm-up */
 	if (ret)
 		die("lookup, 2 buffers", ret);
@@ -890,6 +911,12 @@ static void bench_latency_scale(void)
 	for (p = 0; p < nbufs; p++) {
 		struct neuron_udma_copy cp;
 
+		if (scale_bufs[p] > file_max_buffers(fd)) {
+			fprintf(stderr, "udma_bench: a file may hold %u buffers (INFO max_buffers): the "
+				"latency-scale points from %u buffers are left out\n", file_max_buffers(fd),
+				scale_bufs[p]);
+			break;
+		}
 		for (; have < scale_bufs[p]; have++) {
 			ret = ubuf_host(fd, SMALL_BUF, &bufs[have]);
 			if (ret)
