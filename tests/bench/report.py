@@ -4,6 +4,9 @@
 
 usage: report.py --console LOG --output LOG --cargo LOG --check-log FILE --kernel-dir DIR
                  --kind bench|test --run-kernel-dir DIR --json OUT --wall SECONDS
+                 [--host-cpu MODEL --host-load-start LOADAVG --host-load-end LOADAVG]
+                 [--chart OUT.png ...]
+       report.py --chart-from RESULTS.json --chart OUT.png [--chart OUT.svg ...]
 
 Rows come from `NU-BENCH {json}` lines (the KUnit bench suite in the guest's console log, and
 udma_bench in the guest command's output; the first row of each name counts), from the two
@@ -15,6 +18,12 @@ Rows named in TARGETS get a target, labelled by what it measures (TARGET_KINDS),
 "MISSED"; for each missed row the profile of its workload (`NU-PROFILE-BEGIN name` .. `NU-PROFILE-END name` in the
 output, perf report of perf record -e cpu-clock) is printed after the table. Exit status 1 if an
 expected group of rows is missing (a missed target is reported, not an error).
+
+The scale rows (COPY_PREPARE per pair against the batch size, round-trip throughput against the
+copy size, latency against the open buffers and queues) are also drawn as one chart of three
+panels with matplotlib (--chart, PNG or SVG by the file's extension; --chart-from draws it from
+the JSON of an earlier run). Without matplotlib the report says so and writes no chart (exit
+status unchanged): Debian's python3-matplotlib, which the toolchain root has.
 """
 
 import argparse
@@ -49,8 +58,12 @@ TARGETS = {
     "COPY_PREPARE x256 time per pair": ("b", "<=", 3.0, "submit"),
     "COPY_PREPARE x2032 time per pair": ("b", "<=", 3.0, "submit"),
     "COPY_PREPARE x256 per pair, 1000 buffers open": ("b", "<=", 1.1, "lookup"),
-    "latency 4 B copy p50 vs floor": ("c", "<=", 1.5, "latency"),
-    "latency 4 B copy p99 vs p50": ("c", "<=", 3.0, "latency"),
+    "COPY_PREPARE x256 per pair, 1000 buffers, a different buffer per entry": ("b", "<=", 1.2, "lookup"),
+    # Baseline: the user copy of one entry + the in-kernel prepare_one, both of this run.
+    "batch scale: COPY_PREPARE x2032 per pair": ("b", "<=", 1.5, "batch"),
+    # The floor is PREPARE_ONE + START, measured interleaved with the copies (udma_bench).
+    "latency 4 B copy (START + WAIT) p50 vs same-phase floor": ("c", "<=", 1.2, "latency"),
+    "latency 4 B copy (START + WAIT) p99 vs p50": ("c", "<=", 3.0, "latency"),
     "streaming 64M host->HBM: user queue vs MEMCPY": ("d", ">=", 0.9, "stream"),
     "streaming 64M HBM->host: user queue vs MEMCPY": ("d", ">=", 0.9, "stream"),
     "submit PREPARE x16, 2 threads": ("e", ">=", 1.8, "threads"),
@@ -62,9 +75,19 @@ TARGETS = {
     "zero-copy 64M host->HBM (MEMCPY)": ("zc", ">=", 1.5, "zerocopy"),
     "zero-copy 64M HBM->host (MEMCPY)": ("zc", ">=", 1.5, "zerocopy"),
 }
-# Doorbell writes one small copy must make: Rx then Tx, once (data pair and marker pair share
-# them: COPY_WAIT rings both rings once for everything prepared).
-DOORBELL_WRITES = 2
+# Row names of the chart's panels (udma_bench writes them; the round trips are derive()'s).
+BATCH_RE = re.compile(r"^batch scale: COPY_PREPARE x(\d+) per pair$")
+ROUNDTRIP_RE = re.compile(r"^round trip (\S+) host->HBM->host \((user queue|MEMCPY)\)$")
+ONEWAY_RE = re.compile(r"^(user queue|MEMCPY) (\S+) (host->HBM|HBM->host)$")
+LATSCALE_RE = re.compile(r"^latency scale: (p50|p99), (\d+) (buffer|queue)s? open$")
+USER_COPY = "COPY_PREPARE user copy per entry (x2032)"
+SIZE_UNIT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def size_bytes(s):
+    """udmactl's size column (4K, 64K, 1M, 64M, or bytes) as a number."""
+    m = re.fullmatch(r"(\d+)([KMG]?)", s)
+    return int(m.group(1)) * SIZE_UNIT[m.group(2)] if m else 0
 
 
 def bench_lines(path):
@@ -102,23 +125,26 @@ def profiles(path):
 
 
 def derive(rows):
-    """Rows whose baseline comes from another row of the same run (targets (b) to (d))."""
+    """Rows whose baseline comes from another row of the same run (targets (b) and (d)), and the
+    round-trip rows of the throughput panel."""
     by = {r["name"]: r for r in rows}
     new = []
     prep = by.get("prepare_one (in kernel)")
+    ucopy = by.get(USER_COPY)
     for r in rows:
         if r["name"].startswith("COPY_PREPARE x") and r["name"].endswith("time per pair") and prep:
             r["baseline"] = prep["value"]
             r["ratio"] = r["value"] / prep["value"] if prep["value"] else 0
-    lat, mmio = by.get("latency 4 B copy p50"), by.get("BAR0 doorbell-sized write (in kernel)")
-    if lat and mmio:
-        floor = lat["baseline"] + DOORBELL_WRITES * mmio["value"] / 1000
-        new.append({"name": "latency 4 B copy p50 vs floor", "value": lat["value"], "unit": "us",
-                    "baseline": floor, "ratio": lat["value"] / floor if floor else 0,
-                    "how": f"the latency p50 above; baseline (floor): the null ioctl p50 "
-                           f"({lat['baseline']:.2f} us) + {DOORBELL_WRITES} doorbell-sized BAR0 "
-                           f"writes ({mmio['value'] / 1000:.2f} us each, KUnit bench suite): the "
-                           f"Rx and Tx doorbells the copy must ring"})
+    if ucopy and prep:
+        ucopy["baseline"] = prep["value"]
+        ucopy["ratio"] = ucopy["value"] / prep["value"] if prep["value"] else 0
+    for r in rows:
+        if BATCH_RE.match(r["name"]):
+            # Without either half of the baseline the row stays at baseline 0 (a target: MISSED).
+            if ucopy and prep:
+                r["baseline"] = ucopy["value"] + prep["value"]
+                r["ratio"] = r["value"] / r["baseline"] if r["baseline"] else 0
+                r["how"] += (f" ({ucopy['value']:.1f} ns/entry + {prep['value']:.1f} ns/pair)")
     for d in ("host->HBM", "HBM->host"):
         uq, mc = by.get(f"user queue 64M {d}"), by.get(f"MEMCPY 64M {d}")
         if uq and mc:
@@ -129,6 +155,30 @@ def derive(rows):
                                "(neuron_udma::Pipeline: the next batch is prepared and started "
                                "while the engine runs the previous one); baseline: udmactl bench "
                                "--memcpy (the MEMCPY ioctl) of the same run"})
+    # host -> HBM -> host: the bytes over the time of both directions, 1 / (1/up + 1/down).
+    sizes = sorted({m.group(2) for m in map(ONEWAY_RE.match, by) if m}, key=size_bytes)
+    trip = {}
+    for via in ("MEMCPY", "user queue"):
+        for size in sizes:
+            up, down = by.get(f"{via} {size} host->HBM"), by.get(f"{via} {size} HBM->host")
+            if up and down and up["value"] and down["value"]:
+                trip[via, size] = (1 / (1 / up["value"] + 1 / down["value"]), up["baseline"])
+    for via in ("user queue", "MEMCPY"):
+        for size in sizes:
+            if (via, size) not in trip:
+                continue
+            value, memcpy = trip[via, size]
+            if via == "MEMCPY":
+                base = memcpy / 2
+                base_how = "two guest memcpys of the same bytes (there and back)"
+            else:
+                base = trip.get(("MEMCPY", size), (0, 0))[0]
+                base_how = "the MEMCPY round trip of the same size"
+            new.append({"name": f"round trip {size} host->HBM->host ({via})", "value": value,
+                        "unit": "B/s", "baseline": base, "ratio": value / base if base else 0,
+                        "how": f"{size} host->HBM then HBM->host, {via} (the udmactl bench rows "
+                               f"'{via} {size} host->HBM' and '... HBM->host' of this run): the "
+                               f"bytes over the sum of the two best times; baseline: {base_how}"})
     return new
 
 
@@ -163,10 +213,19 @@ def udmactl_rows(path):
             size, path_, v, vu, b, bu = m.groups()
             value, base = float(v) * UNIT[vu], float(b) * UNIT[bu]
             how = (f"udmactl bench{' --memcpy' if via == 'MEMCPY' else ' --pipeline'} --iters 3 --sizes "
-                   f"4K,64K,1M,64M: best of 3; sizes above 4 MiB move in 4 MiB rounds (host buffers are "
+                   f"SIZES: best of 3; sizes above 4 MiB move in 4 MiB rounds (host buffers are "
                    f"at most 4 MiB), via {ring}; baseline: guest memcpy of the same bytes (best of 3)")
             rows.append({"name": f"{via} {size} {path_}", "value": value, "unit": "B/s",
                          "baseline": base, "ratio": value / base if base else 0, "how": how})
+    for via in ("user queue", "MEMCPY"):
+        mine = [r for r in rows if r["name"].startswith(via + " ")]
+        sizes = []
+        for r in mine:
+            size = r["name"].split()[-2]
+            if size not in sizes:
+                sizes.append(size)
+        for r in mine:
+            r["how"] = r["how"].replace("SIZES", ",".join(sizes))
     return rows
 
 
@@ -318,7 +377,154 @@ def machine(kind="test"):
             f"device: udma-sim trn1 model over vfio-user, 256 MiB HBM")
 
 
+def chart_series(rows):
+    """The chart's data from the rows: per panel, series of (x, y) points sorted by x."""
+    batch, thr, lat = {}, {}, {}
+    for r in rows:
+        name = r["name"]
+        m = BATCH_RE.match(name)
+        if m:
+            batch.setdefault("COPY_PREPARE, time per pair", []).append((int(m.group(1)), r["value"]))
+            continue
+        m = ROUNDTRIP_RE.match(name)
+        if m:
+            thr.setdefault(f"{m.group(2)}, host->HBM->host", []).append(
+                (size_bytes(m.group(1)), r["value"] / 1e6))
+            continue
+        m = ONEWAY_RE.match(name)
+        if m:
+            thr.setdefault(f"{m.group(1)}, {m.group(3)}", []).append(
+                (size_bytes(m.group(2)), r["value"] / 1e6))
+            continue
+        m = LATSCALE_RE.match(name)
+        if m:
+            what = m.group(3) + "s"
+            lat.setdefault(f"{m.group(1)}, open {what}", []).append((int(m.group(2)), r["value"]))
+            if m.group(1) == "p50" and r.get("floor_us"):
+                lat.setdefault(f"floor p50, open {what}", []).append((int(m.group(2)), r["floor_us"]))
+    return [{k: sorted(v) for k, v in d.items()} for d in (batch, thr, lat)]
+
+
+def draw_chart(rows, title, paths):
+    """Draws the three scale panels into each of `paths` (PNG or SVG by extension). Returns False,
+    after saying why, when matplotlib is not installed; raises on any other failure."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        print(f"chart: not drawn: {sys.executable} has no matplotlib ({e}); install Debian's "
+              f"python3-matplotlib (scripts/root-packages lists it: a toolchain root built since "
+              f"has it), then draw it from the JSON: report.py --chart-from RESULTS.json "
+              f"--chart OUT.png")
+        return False
+    batch, thr, lat = chart_series(rows)
+    by = {r["name"]: r for r in rows}
+    fig, ax = plt.subplots(1, 3, figsize=(17, 5.2))
+    fig.suptitle(title, fontsize=10)
+
+    def empty(a, what):
+        a.text(0.5, 0.5, f"no {what} rows in this run", ha="center", va="center",
+               transform=a.transAxes, color="gray")
+
+    a = ax[0]
+    for label, pts in batch.items():
+        a.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
+        for x, y in pts:
+            a.annotate(f"{y:.0f}", (x, y), textcoords="offset points", xytext=(0, 6),
+                       ha="center", fontsize=7)
+    ucopy, prep = by.get(USER_COPY), by.get("prepare_one (in kernel)")
+    if ucopy and prep:
+        base = ucopy["value"] + prep["value"]
+        a.axhline(base, color="gray", ls="--", lw=1,
+                  label=f"user copy of one entry + prepare_one (in kernel): {base:.0f} ns")
+        bound = TARGETS["batch scale: COPY_PREPARE x2032 per pair"][2]
+        a.axhline(base * bound, color="red", ls=":", lw=1, label=f"target for x2032: {bound:g}x that")
+    if batch:
+        a.set_xscale("log", base=2)
+        a.set_yscale("log")
+        xs = sorted({p[0] for pts in batch.values() for p in pts})
+        a.set_xticks(xs)
+        a.set_xticklabels([str(x) for x in xs], rotation=35, fontsize=8)
+        a.legend(fontsize=7)
+    else:
+        empty(a, "batch scale")
+    a.set_xlabel("entries per COPY_PREPARE call")
+    a.set_ylabel("ns per pair (time inside the calls)")
+    a.set_title("COPY_PREPARE cost per pair vs batch size", fontsize=10)
+
+    a = ax[1]
+    colors = {"user queue": "tab:blue", "MEMCPY": "tab:orange"}
+    for label, pts in thr.items():
+        via, path = label.split(", ")
+        trip = path == "host->HBM->host"
+        a.plot([p[0] for p in pts], [p[1] for p in pts], "o-" if trip else ".--",
+               color=colors.get(via), lw=2 if trip else 0.8, alpha=1 if trip else 0.6,
+               label=label)
+    if thr:
+        a.set_xscale("log", base=2)
+        a.set_yscale("log")
+        xs = sorted({p[0] for pts in thr.values() for p in pts})
+        a.set_xticks(xs)
+        a.set_xticklabels([f"{x >> 20}M" if x >= 1 << 20 else f"{x >> 10}K" for x in xs])
+        a.legend(fontsize=7)
+    else:
+        empty(a, "throughput")
+    a.set_xlabel("bytes per transfer (above 4 MiB in 4 MiB rounds)")
+    a.set_ylabel("MB/s (best of 3)")
+    a.set_title("throughput vs copy size (round trip solid, one way dashed)", fontsize=10)
+
+    a = ax[2]
+    colors = {"buffers": "tab:green", "queues": "tab:purple"}
+    for label, pts in lat.items():
+        what = label.rsplit(" ", 1)[1]
+        style = {"p50": "o-", "p99": "s--"}.get(label.split(",")[0], ":")
+        a.plot([p[0] for p in pts], [p[1] for p in pts], style, color=colors.get(what),
+               lw=1 if style == ":" else 1.5, label=label)
+    if lat:
+        a.set_xscale("log")
+        xs = sorted({p[0] for pts in lat.values() for p in pts})
+        a.set_xticks(xs)
+        a.set_xticklabels([str(x) for x in xs])
+        a.legend(fontsize=7)
+        a.set_ylim(bottom=0)
+    else:
+        empty(a, "latency scale")
+    a.set_xlabel("host buffers open in the file / queues initialised")
+    a.set_ylabel("us, PREPARE_ONE + START + WAIT of 4 B")
+    a.set_title("small-copy latency vs open buffers and queues", fontsize=10)
+
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    for path in paths:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fig.savefig(path, dpi=110)
+        print(f"chart: written {path}")
+    plt.close(fig)
+    return True
+
+
+def chart_title(date, kind, host_load):
+    load = f"; host load average {host_load}" if host_load else ""
+    return f"make bench, {date}, {kind} kernel, trn1 model under QEMU TCG{load}"
+
+
+def chart_from(argv):
+    ap = argparse.ArgumentParser(description="draw the scale chart from the JSON of a run")
+    ap.add_argument("--chart-from", required=True, metavar="RESULTS.json")
+    ap.add_argument("--chart", action="append", required=True, metavar="OUT.png")
+    a = ap.parse_args(argv)
+    with open(a.chart_from) as f:
+        res = json.load(f)
+    host = res.get("host", {})
+    load = " -> ".join(x for x in (host.get("load_start"), host.get("load_end")) if x)
+    draw_chart(res.get("rows", []), chart_title(res.get("date", "?"), res.get("kernel", "?"), load),
+               a.chart)
+    return 0
+
+
 def main():
+    if "--chart-from" in sys.argv[1:]:
+        return chart_from(sys.argv[1:])
     ap = argparse.ArgumentParser()
     ap.add_argument("--console", required=True)
     ap.add_argument("--output", required=True)
@@ -329,6 +535,11 @@ def main():
     ap.add_argument("--run-kernel-dir", default="", help="build dir of the kernel that ran")
     ap.add_argument("--json", required=True)
     ap.add_argument("--wall", type=int, default=0)
+    ap.add_argument("--host-cpu", default="", help="the host's CPU model (scripts/bench)")
+    ap.add_argument("--host-load-start", default="", help="the host's /proc/loadavg at the start")
+    ap.add_argument("--host-load-end", default="", help="the host's /proc/loadavg at the end")
+    ap.add_argument("--chart", action="append", default=[], metavar="OUT.png",
+                    help="draw the scale chart there (PNG or SVG; repeatable)")
     a = ap.parse_args()
 
     groups = [
@@ -353,6 +564,13 @@ def main():
             print(f"  {r['target']:<13} {'met   ' if r['met'] else 'MISSED'} {r['ratio']:7.3g}x  {r['name']}")
     for n in absent:
         print(f"  ({TARGETS[n][0]}) NO ROW: {n}")
+    lat = next((r for r in rows if r["name"] in TARGETS and TARGETS[r["name"]][0] == "c"
+                and "load_start" in r), None)
+    if lat:
+        print(f"  (c) measured at guest load average {lat['load_start']} -> {lat['load_end']} (1, 5, "
+              f"15 min; before and after the latency phase), host load average "
+              f"{a.host_load_start or '?'} -> {a.host_load_end or '?'} (start and end of make "
+              f"bench; {a.host_cpu or 'host CPU not given'})")
     print()
     table = [("name", "figure", "baseline", "ratio", "target", "")]
     for r in rows:
@@ -374,6 +592,9 @@ def main():
         print(f"  {names[0] if len(names) == 1 else names[0] + ' .. ' + names[-1]}: {how}")
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     print(f"\n{when}  {machine(a.kind)}")
+    if a.host_load_start or a.host_load_end:
+        print(f"host during make bench: {a.host_cpu or 'CPU not given'}; /proc/loadavg "
+              f"{a.host_load_start or '?'} (start), {a.host_load_end or '?'} (end)")
     if a.wall:
         print(f"make bench wall time: {a.wall} s")
     for g in missing:
@@ -390,13 +611,13 @@ def main():
               "which MMIO accesses force, so MMIO helpers are over-represented):")
     for r in missed:
         p = r["profile"]
+        if p not in profs:
+            print(f"\n  {r['name']}: no profile '{p}' in the output (BENCH_PROFILE=0?)")
+            continue
         if p in shown:
             print(f"\n  {r['name']}: see the profile '{p}' above")
             continue
         shown.add(p)
-        if p not in profs:
-            print(f"\n  {r['name']}: no profile '{p}' in the output (BENCH_PROFILE=0?)")
-            continue
         print(f"\n  {r['name']}: profile '{p}' ({profs[p]['command']})")
         for pl in profs[p]["lines"]:
             print(f"    {pl}")
@@ -404,10 +625,20 @@ def main():
     os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
     with open(a.json, "w") as f:
         json.dump({"date": when, "machine": machine(a.kind), "kernel": a.kind,
+                   "host": {"cpu": a.host_cpu, "load_start": a.host_load_start,
+                            "load_end": a.host_load_end},
                    "wall_seconds": a.wall, "rows": rows, "missing": missing,
                    "targets_without_row": absent, "profiles": profs}, f, indent=1)
     print(f"written {a.json}")
-    return 1 if missing else 0
+    chart_failed = False
+    if a.chart:
+        load = " -> ".join(x for x in (a.host_load_start, a.host_load_end) if x)
+        try:
+            draw_chart(rows, chart_title(when, a.kind, load), a.chart)
+        except Exception as e:  # a broken chart must not hide the table above
+            print(f"chart: FAILED: {type(e).__name__}: {e}", file=sys.stderr)
+            chart_failed = True
+    return 1 if missing or chart_failed else 0
 
 
 if __name__ == "__main__":
