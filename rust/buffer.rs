@@ -177,7 +177,7 @@ impl Buffer {
                 released: Atomic::new(0),
                 backing <- new_mutex!(Some(backing)),
             }),
-            GFP_KERNEL,
+            GFP_KERNEL_ACCOUNT,
         )
     }
 

@@ -19,9 +19,9 @@ use crate::{
     bar0::Bar0,
     buffer::Holds,
     charge::Charge,
-    events::{EventFd, FileEvents, UringCmd},
     desc::{Barrier, Desc, DescLen, Dir, MAX_DESC_BYTES},
     engine::{self, EngineErrors, EngineIo, QueueRegs},
+    events::{EventFd, FileEvents, UringCmd},
     queue::{self, Queue},
     regs::{M2s, S2m},
     ring::RingState,
@@ -827,9 +827,7 @@ impl Channel {
             return Err((ENOMEM, cmd));
         }
         // Cannot fail: capacity was reserved.
-        l.uring
-            .push_within_capacity(cmd)
-            .map_err(|e| (ENOMEM, e.0))
+        l.uring.push_within_capacity(cmd).map_err(|e| (ENOMEM, e.0))
     }
 
     /// Whether a fence can be submitted now (a free completion slot and room for its marker).
@@ -883,9 +881,7 @@ impl Channel {
     /// are in flight.
     pub(crate) fn has_listeners(&self) -> bool {
         let l = self.listeners.lock();
-        l.file.as_ref().is_some_and(|f| f.is_polled())
-            || l.eventfd.is_some()
-            || !l.uring.is_empty()
+        l.file.as_ref().is_some_and(|f| f.is_polled()) || l.eventfd.is_some() || !l.uring.is_empty()
     }
 
     /// One round of the completion worker on this queue: retires what completed, then wakes the

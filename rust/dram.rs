@@ -97,8 +97,11 @@ impl DramAllocator {
             // The rest of the range stays free (its records are reused).
             self.free
                 .insert(fnode.into_reservation().into_node(at + len, flen - len));
-            self.by_size
-                .insert(snode.into_reservation().into_node((flen - len, at + len), ()));
+            self.by_size.insert(
+                snode
+                    .into_reservation()
+                    .into_node((flen - len, at + len), ()),
+            );
         }
         self.used.insert(used);
         Ok(at)

@@ -3,9 +3,9 @@
 //! The PCI driver: binds Neuron devices, maps their BARs, and releases them on unbind.
 
 use crate::{
-    node::Node,
     arch::{self, Arch},
     device::UdmaDevice,
+    node::Node,
     regs, Registry,
 };
 use kernel::{

@@ -10,7 +10,9 @@
 use crate::{
     batch::Batch,
     buffer::{self, Buffer},
-    channel::{Channel, FenceState, Job, Owner, QueueEvents, QueueId, DEFAULT_TIMEOUT, MIN_TIMEOUT_MS},
+    channel::{
+        Channel, FenceState, Job, Owner, QueueEvents, QueueId, DEFAULT_TIMEOUT, MIN_TIMEOUT_MS,
+    },
     device::UdmaDevice,
     events::{EventFd, FileEvents, UringCmd},
     shim::{self, MappedFile, RawUringCmd},
@@ -18,11 +20,11 @@ use crate::{
 };
 use kernel::{
     fs::{file::flags, File},
-    sync::poll::PollTable,
     miscdevice::{MiscDevice, MiscDeviceRegistration},
     mm::virt::VmaNew,
     new_mutex,
     prelude::*,
+    sync::poll::PollTable,
     sync::{
         atomic::{Atomic, Relaxed},
         Arc, Mutex,
@@ -378,7 +380,8 @@ impl OpenFile {
             out.push(event_record(&chan, &ev), GFP_KERNEL_ACCOUNT)?;
         }
         let size = core::mem::size_of::<uapi::neuron_udma_queue_event>();
-        let mut w = UserSlice::new(UserPtr::from_addr(e.events as usize), size * out.len()).writer();
+        let mut w =
+            UserSlice::new(UserPtr::from_addr(e.events as usize), size * out.len()).writer();
         for r in out.iter() {
             w.write(r)?;
         }
@@ -765,7 +768,8 @@ impl MiscDevice for OpenFile {
         }
         // Commands that allocate, start DMA or change a queue need a file opened for writing:
         // a read-only descriptor may only look (INFO, QUEUE_STATE, FENCE_STATUS).
-        if !matches!(cmd, IOC_INFO | IOC_QUEUE_STATE | IOC_FENCE_STATUS) && info_size(cmd).is_none()
+        if !matches!(cmd, IOC_INFO | IOC_QUEUE_STATE | IOC_FENCE_STATUS)
+            && info_size(cmd).is_none()
             && file.flags() & flags::O_ACCMODE == flags::O_RDONLY
         {
             return Err(EBADF);

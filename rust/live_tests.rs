@@ -526,7 +526,13 @@ mod tests {
         // A released device buffer of some file, busy with an abandoned MEMCPY of it.
         let (owner, handle) = (u64::MAX >> 1, u64::MAX >> 23);
         let addr = dev.pool.alloc_dram(4096)?;
-        let buf = Buffer::new(handle, 4096, owner, MappedFile::none(), Backing::Device(addr))?;
+        let buf = Buffer::new(
+            handle,
+            4096,
+            owner,
+            MappedFile::none(),
+            Backing::Device(addr),
+        )?;
         dev.pool.insert(&buf)?;
         let guards = [buf.busy()?, buf.busy()?];
         buf.mark_released();

@@ -27,16 +27,16 @@ mod charge;
 mod debugfs;
 mod desc;
 mod device;
-mod events;
 mod dmaengine;
 mod dram;
 mod driver;
 mod engine;
+mod events;
 mod file;
 mod h2t;
-mod node;
 #[cfg(neuron_udma_kunit)]
 mod live_tests;
+mod node;
 mod orphan;
 mod pool;
 mod queue;

@@ -113,11 +113,11 @@ impl BufferPool {
         if !st.alive {
             return Err(ENODEV);
         }
-        st.table.reserve(1, GFP_KERNEL)?;
+        st.table.reserve(1, GFP_KERNEL_ACCOUNT)?;
         // CAST: handles are below HANDLE_LIMIT, which fits in `usize` on 64-bit kernels.
         handles
             .lock()
-            .store(buf.handle as usize, buf.clone(), GFP_KERNEL)?;
+            .store(buf.handle as usize, buf.clone(), GFP_KERNEL_ACCOUNT)?;
         buf.table_index.store(st.table.len(), Relaxed);
         // Cannot fail: capacity was reserved.
         let _ = st.table.push_within_capacity(buf.clone());

@@ -172,11 +172,11 @@ struct neuron_udma_pin *neuron_udma_pin_user(u64 addr, u64 size, bool write)
 	if (!size || addr + size < addr)
 		return ERR_PTR(-EINVAL);
 	npages = ((addr + size - 1) >> PAGE_SHIFT) - first + 1;
-	pin = kzalloc(sizeof(*pin), GFP_KERNEL);
+	pin = kzalloc(sizeof(*pin), GFP_KERNEL_ACCOUNT);
 	if (!pin)
 		return ERR_PTR(-ENOMEM);
 	pin->write = write;
-	pin->pages = kvmalloc_array(npages, sizeof(*pin->pages), GFP_KERNEL);
+	pin->pages = kvmalloc_array(npages, sizeof(*pin->pages), GFP_KERNEL_ACCOUNT);
 	if (!pin->pages) {
 		ret = -ENOMEM;
 		goto free_pin;
@@ -198,7 +198,7 @@ struct neuron_udma_pin *neuron_udma_pin_user(u64 addr, u64 size, bool write)
 	}
 	ret = sg_alloc_table_from_pages_segment(&pin->sgt, pin->pages, npages,
 						offset_in_page(addr), size,
-						UINT_MAX & PAGE_MASK, GFP_KERNEL);
+						UINT_MAX & PAGE_MASK, GFP_KERNEL_ACCOUNT);
 	if (ret)
 		goto unpin;
 	pin->npages = npages;

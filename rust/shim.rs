@@ -112,7 +112,10 @@ mod ffi {
             file: *mut bindings::file,
             wait: *mut bindings::poll_table_struct,
         ) -> bindings::__poll_t;
-        pub(crate) fn neuron_udma_uring_cmd(cmd: *mut bindings::io_uring_cmd, issue_flags: c_uint) -> c_int;
+        pub(crate) fn neuron_udma_uring_cmd(
+            cmd: *mut bindings::io_uring_cmd,
+            issue_flags: c_uint,
+        ) -> c_int;
         pub(crate) fn neuron_udma_uring_cmd_iopoll(
             cmd: *mut bindings::io_uring_cmd,
             iob: *mut bindings::io_comp_batch,
@@ -121,12 +124,12 @@ mod ffi {
     }
 }
 
+/// An io_uring command as C passes it (`struct io_uring_cmd`).
+pub(crate) use bindings::io_uring_cmd as RawUringCmd;
 /// A dmaengine client descriptor as C passes it (`struct dma_async_tx_descriptor`).
 pub(crate) use ffi::dma_async_tx_descriptor as RawTxd;
 /// An eventfd context as C passes it (`struct eventfd_ctx`).
 pub(crate) use ffi::eventfd_ctx as RawEventFd;
-/// An io_uring command as C passes it (`struct io_uring_cmd`).
-pub(crate) use bindings::io_uring_cmd as RawUringCmd;
 /// The file operations of the device node that 7.3's `MiscDevice` lacks (`rust/node.rs`).
 pub(crate) use ffi::{neuron_udma_poll, neuron_udma_uring_cmd, neuron_udma_uring_cmd_iopoll};
 

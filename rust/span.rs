@@ -32,7 +32,7 @@ pub(crate) fn runs(dma: impl Iterator<Item = (u64, u64)>) -> Result<KVVec<Segmen
     for (addr, len) in dma.filter(|&(_, l)| l != 0) {
         match v.last_mut() {
             Some(last) if last.addr.checked_add(last.len) == Some(addr) => last.len += len,
-            _ => v.push(Segment { offset, addr, len }, GFP_KERNEL)?,
+            _ => v.push(Segment { offset, addr, len }, GFP_KERNEL_ACCOUNT)?,
         }
         offset += len;
     }

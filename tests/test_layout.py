@@ -113,7 +113,7 @@ class Layout(unittest.TestCase):
                          f"only in Rust {sorted((rust_calls | rust_defs) - declared)}")
         self.assertEqual(rust_calls & rust_defs, set())
         shim_c = re.sub(r"/\*.*?\*/", "", (RUST / "shim.c").read_text(), flags=re.S)
-        c_defs = set(re.findall(r"^(?!static)[a-z][\w ]*?\**\b(neuron_udma_\w+)\(", shim_c, re.M))
+        c_defs = set(re.findall(r"^(?!static)[a-z_][\w ]*?\**\b(neuron_udma_\w+)\(", shim_c, re.M))
         self.assertEqual(c_defs - declared, set(), "functions of rust/shim.c missing from rust/shim.h")
         self.assertEqual(rust_calls - c_defs, set(), "shim.h functions that rust/shim.c does not define")
 

@@ -303,6 +303,33 @@ class TestSplats(GateTest):
                 self.console_line("trn2", line)
                 self.assertFails(f"trn2: kernel splat: {line}")
 
+    def console_lines(self, model, lines):
+        """Adds `lines` in this order after the NU-BOUND line of `model`'s console."""
+        for line in reversed(lines):
+            self.console_line(model, line)
+
+    def oom_report(self, comm):
+        return [f"{comm} invoked oom-killer: gfp_mask=0x400cc0(GFP_KERNEL_ACCOUNT), order=0, oom_score_adj=0",
+                "CPU: 1 UID: 0 PID: 211 Comm: nu_memcg_oom Not tainted 7.3.4 #1",
+                "Call Trace:",
+                " <TASK>",
+                " dump_stack_lvl+0x5d/0x80",
+                " </TASK>",
+                "memory: usage 9216kB, limit 9216kB, failcnt 61",
+                f"Memory cgroup out of memory: Killed process 211 ({comm}) total-vm:1032kB"]
+
+    def test_expected_memcg_oom_is_not_a_splat(self):
+        self.console_lines("trn1", self.oom_report("nu_memcg_oom"))
+        rc, out = self.gate()
+        self.assertEqual(rc, 0, out)
+
+    def test_other_oom_and_later_splats_fail(self):
+        self.console_lines("trn1", self.oom_report("insmod"))
+        self.assertFails("trn1: kernel splat: Call Trace:")
+        self.setUp()
+        self.console_lines("trn2", [*self.oom_report("nu_memcg_oom"), "WARNING: CPU: 0 PID: 1 at mm/slub.c:1 x"])
+        self.assertFails("trn2: kernel splat: WARNING: CPU: 0 PID: 1 at mm/slub.c:1 x")
+
     def test_boot_splat_detection(self):
         d = self.tmp / "trn1"
         self.assertFalse(pr.boot_splat(d))
@@ -595,10 +622,11 @@ class TestManifest(unittest.TestCase):
 
     def test_kunit_suites_match_the_sources(self):
         suites = set()
-        for f in (TOP / "rust").glob("*.rs"):
+        # The module's sources and the bench code make bench compiles into it.
+        for f in [*(TOP / "rust").glob("*.rs"), *(TOP / "tests" / "bench" / "kernel").glob("*.rs")]:
             suites |= set(re.findall(r"#\[(?:kernel::prelude::)?kunit_tests\((\w+)\)\]", f.read_text()))
         self.assertTrue(suites)
-        self.assertEqual(suites, set(self.m.kunit), "rust/*.rs #[kunit_tests] and tests/expected.toml differ")
+        self.assertEqual(suites, set(self.m.kunit), "#[kunit_tests] of rust/ and tests/bench/kernel/ and tests/expected.toml differ")
 
     def test_every_kselftest_source_is_named(self):
         sources = {f.stem for f in (TOP / "tests" / "kselftest").glob("*.c")}
