@@ -214,7 +214,7 @@ struct Reported {
     failed: u64,
 }
 
-/// What happened on a queue since its events were last reported ([`Channel::take_events`]).
+/// What happened on a queue since its events were last reported ([`Channel::peek_events`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct QueueEvents {
     /// Fences completed: the newest done.
@@ -502,27 +502,33 @@ impl Channel {
         )
     }
 
-    /// Reports the queue's completions and failures not reported yet (`QUEUE_EVENTS`), and
-    /// marks them reported: `(flags, newest done, newest failed and why)`, or `None` when there
-    /// is nothing new.
+    /// The queue's completions and failures not reported yet (`QUEUE_EVENTS`), or `None` when
+    /// there is nothing new. Nothing is marked reported: [`Self::mark_reported`] does that once
+    /// the record reached user space, so a failed copy-out loses no event.
     ///
     /// # Errors
     ///
     /// `ENODEV` if the queue was released or the device unbound.
-    pub(crate) fn take_events(&self) -> Result<Option<QueueEvents>> {
+    pub(crate) fn peek_events(&self) -> Result<Option<QueueEvents>> {
         let (done, failed) = self.locked(|q| {
             q.retire();
             Ok(q.outcomes())
         })?;
+        Ok(QueueEvents::since(
+            &self.listeners.lock().reported,
+            done,
+            failed,
+        ))
+    }
+
+    /// Marks what `ev` ([`Self::peek_events`]) holds as reported; what happened since stays
+    /// pending (a report never moves back).
+    pub(crate) fn mark_reported(&self, ev: &QueueEvents) {
         let mut l = self.listeners.lock();
-        let ev = QueueEvents::since(&l.reported, done, failed);
-        if ev.is_some() {
-            l.reported = Reported {
-                done,
-                failed: failed.map_or(0, |f| f.0),
-            };
+        l.reported.done = l.reported.done.max(ev.done);
+        if let Some((f, _)) = ev.failed {
+            l.reported.failed = l.reported.failed.max(f);
         }
-        Ok(ev)
     }
 
     /// Whether the queue has completions or failures not reported yet: `(completed, failed)`
@@ -1106,6 +1112,27 @@ impl Channel {
             dst: Span::Linear(dst),
             size,
         };
+        self.run_job(job, timeout)
+    }
+
+    /// Fills `size` bytes at device-fabric address `dst` from the fill block at `block`
+    /// ([`PATTERN_BYTES`](crate::pattern::PATTERN_BYTES)), as [`Self::memcpy`] copies.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Self::memcpy`].
+    #[cfg(neuron_udma_kunit)]
+    pub(crate) fn fill(&self, block: u64, dst: u64, size: u64, timeout: Delta) -> Result {
+        let job = Job {
+            src: Span::Repeat(block),
+            dst: Span::Linear(dst),
+            size,
+        };
+        self.run_job(job, timeout)
+    }
+
+    #[cfg(neuron_udma_kunit)]
+    fn run_job(&self, job: Job<'_>, timeout: Delta) -> Result {
         let policy = Policy {
             signals: WaitMode::Uninterruptible,
             timeout,

@@ -18,6 +18,7 @@ use crate::{
     engine::QueueId,
     events::FileEvents,
     h2t::{H2t, H2T_RING_DESCS, SCRUB_BYTES},
+    pattern::Patterns,
     pool::BufferPool,
     queue::Queue,
     ring::RingSize,
@@ -78,6 +79,8 @@ pub(crate) struct UdmaDevice {
     reaping: Atomic<u32>,
     /// The completion worker of the queues somebody listens to (`watch.rs`).
     watcher: Arc<Watcher>,
+    /// The source blocks of fills (`MEMSET`, dmaengine `DMA_MEMSET`).
+    pub(crate) patterns: Arc<Patterns>,
 }
 
 impl_has_work! {
@@ -115,6 +118,7 @@ impl UdmaDevice {
     ) -> Result<Arc<Self>> {
         let dram = DramAllocator::new(DRAM_RESERVED, dram_size)?;
         let bar = Arc::pin_init(Bar0::new(pdev.into(), arch, bar0), GFP_KERNEL)?;
+        let patterns = Patterns::new(pdev.into(), arch)?;
         Arc::pin_init(
             try_pin_init!(Self {
                 pdev: pdev.into(),
@@ -133,6 +137,7 @@ impl UdmaDevice {
                 reaper <- new_work!("neuron_udma::reap"),
                 reaping: Atomic::new(0),
                 watcher: Watcher::new()?,
+                patterns,
             }),
             GFP_KERNEL,
         )
@@ -169,6 +174,17 @@ impl UdmaDevice {
     #[cfg(neuron_udma_kunit)]
     pub(crate) fn memcpy(&self, src: u64, dst: u64, size: u64, timeout: Delta) -> Result {
         self.h2t()?.memcpy(src, dst, size, timeout)
+    }
+
+    /// Fills `size` bytes at device-fabric address `dst` from the fill block at `block` on the
+    /// driver's H2T queue ([`Channel::fill`]).
+    ///
+    /// # Errors
+    ///
+    /// See [`Channel::fill`].
+    #[cfg(neuron_udma_kunit)]
+    pub(crate) fn fill(&self, block: u64, dst: u64, size: u64, timeout: Delta) -> Result {
+        self.h2t()?.fill(block, dst, size, timeout)
     }
 
     /// Gives back what settled orphans hold (`orphan.rs`); returns how many are left (0 after
@@ -530,6 +546,7 @@ impl UdmaDevice {
         if let Some(h2t) = h2t {
             h2t.shutdown();
         }
+        self.patterns.shutdown();
         self.pool.shutdown();
         // `alive` is false: the reaper ends its loop and is not queued again.
         crate::shim::flush_work(&self.reaper);

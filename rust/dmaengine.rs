@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The dmaengine provider (`Documentation/neuron-udma.rst`, "dmaengine"): each bound device
-//! registers one private `DMA_MEMCPY` `dma_device` whose channels are driver-owned queues of the
-//! last H2T engine, so that in-kernel clients (and the kernel's own `dmatest`) copy with the
-//! engine.
+//! registers one private `DMA_MEMCPY` and `DMA_MEMSET` `dma_device` whose channels are
+//! driver-owned queues of the last H2T engine, so that in-kernel clients (and the kernel's own
+//! `dmatest`) copy and fill with the engine. A fill reads the device's block of its value
+//! (`pattern.rs`), found or made by the completion work before the descriptor goes to the ring
+//! (prep may run in atomic context, making a block may sleep).
 //!
 //! Everything but the `dma_device` and the cookies (the dmaengine core's `dma_cookie_*()`,
 //! called by the shim) is here: channel state, descriptor building
@@ -19,6 +21,7 @@ use crate::{
     channel::{Backoff, Channel, Owner, QueueId},
     desc::MAX_DESC_BYTES,
     device::UdmaDevice,
+    pattern::{PatternRef, Patterns},
     queue::{FenceState, FENCE_SLOTS, MAX_PAIRS_PER_SUBMISSION},
     shim::{self, DmaRegistration, TxResult, Txd, TxdRef},
 };
@@ -68,13 +71,16 @@ enum Stage {
     Done,
 }
 
-/// One memcpy descriptor.
+/// One memcpy or memset descriptor.
 struct Desc {
     txd: Txd,
-    /// Host DMA addresses and length in bytes.
+    /// Host DMA addresses and length in bytes (`src` unused by a fill).
     src: u64,
     dst: u64,
     len: u64,
+    /// A fill: the byte value, and once found, its block.
+    fill: Option<u8>,
+    pattern: Option<PatternRef>,
     cookie: i32,
     stage: Stage,
     /// Bytes written to the ring.
@@ -166,6 +172,7 @@ impl Completed {
 pub(crate) struct DmaChan {
     chan: Arc<Channel>,
     arch: &'static Arch,
+    patterns: Arc<Patterns>,
     pdev: ARef<pci::Device>,
     #[pin]
     state: SpinLock<State>,
@@ -197,6 +204,7 @@ impl DmaChan {
             pin_init!(Self {
                 chan,
                 arch: dev.arch,
+                patterns: dev.patterns.clone(),
                 pdev: dev.pdev.clone(),
                 state <- new_spinlock!(State {
                     dead: false,
@@ -332,6 +340,7 @@ impl DmaChan {
         if self.state.lock().fences.len() >= FENCE_SLOTS {
             return Ok(());
         }
+        self.find_patterns();
         let room = self.chan.room()? as usize;
         if room == 0 {
             return Ok(());
@@ -340,7 +349,7 @@ impl DmaChan {
         pieces.clear();
         {
             let mut st = self.state.lock();
-            for d in st.descs.iter_mut() {
+            'descs: for d in st.descs.iter_mut() {
                 match d.stage {
                     Stage::Issued => d.stage = Stage::Active,
                     Stage::Active if d.written < d.len => {}
@@ -350,11 +359,15 @@ impl DmaChan {
                 while d.written < d.len && pieces.len() < room {
                     // CAST: bounded by MAX_DESC_BYTES.
                     let len = (d.len - d.written).min(u64::from(MAX_DESC_BYTES)) as u32;
-                    let piece = (
-                        self.arch.host_addr(d.src + d.written),
-                        self.arch.host_addr(d.dst + d.written),
-                        len,
-                    );
+                    // A fill reads its whole block (MAX_DESC_BYTES) for every piece.
+                    let src = match (&d.fill, &d.pattern) {
+                        (None, _) => self.arch.host_addr(d.src + d.written),
+                        (Some(_), Some(p)) => p.addr(),
+                        // Not found yet (issued after this round's look): the next round,
+                        // and nothing after it before it (the channel runs in order).
+                        (Some(_), None) => break 'descs,
+                    };
+                    let piece = (src, self.arch.host_addr(d.dst + d.written), len);
                     // Cannot fail: the capacity is MAX_PAIRS_PER_SUBMISSION, at least `room`.
                     if pieces.push_within_capacity(piece).is_err() {
                         break;
@@ -381,6 +394,38 @@ impl DmaChan {
             }
         }
         Ok(())
+    }
+
+    /// Finds the block of every issued fill that has none yet (outside the state lock: making
+    /// a block may sleep); a fill whose block cannot be made fails (`DMA_ERROR`, in order).
+    fn find_patterns(&self) {
+        loop {
+            let want = {
+                let st = self.state.lock();
+                st.descs
+                    .iter()
+                    .find(|d| {
+                        matches!(d.stage, Stage::Issued | Stage::Active) && d.pattern.is_none()
+                    })
+                    .and_then(|d| d.fill.map(|v| (d.cookie, v)))
+            };
+            let Some((cookie, value)) = want else {
+                return;
+            };
+            let got = self.patterns.get(value);
+            let mut st = self.state.lock();
+            let Some(d) = st.descs.iter_mut().find(|d| d.cookie == cookie) else {
+                continue;
+            };
+            match got {
+                Ok(p) => d.pattern = Some(p),
+                Err(_) => {
+                    d.stage = Stage::Failed;
+                    d.fill = None;
+                    st.record_failed(cookie, cookie);
+                }
+            }
+        }
     }
 
     /// Completes, in order, the descriptors the newest completed fence covers, and the failed
@@ -486,6 +531,8 @@ extern "C" fn neuron_udma_dma_prep(
         src,
         dst,
         len,
+        fill: None,
+        pattern: None,
         cookie: 0,
         stage: Stage::Submitted,
         written: 0,
@@ -495,6 +542,24 @@ extern "C" fn neuron_udma_dma_prep(
         Ok(d) => KBox::into_raw(d),
         Err(_) => core::ptr::null_mut(),
     }
+}
+
+/// `device_prep_dma_memset`: a descriptor that fills `len` bytes at `dst` (a host DMA address)
+/// with `value`; `NULL` for length 0, no memory, or after unbind.
+#[no_mangle]
+extern "C" fn neuron_udma_dma_prep_memset(
+    chan: *const DmaChan,
+    txd: *mut shim::RawTxd,
+    dst: u64,
+    value: u8,
+    len: u64,
+) -> *mut Desc {
+    let d = neuron_udma_dma_prep(chan, txd, dst, 0, len);
+    if !d.is_null() {
+        // SAFETY: `d` was just made by `neuron_udma_dma_prep` and is not shared yet.
+        unsafe { (*d).fill = Some(value) };
+    }
+    d
 }
 
 /// `tx_submit`: queues `desc` (from [`neuron_udma_dma_prep`]) and returns its cookie

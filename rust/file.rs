@@ -15,7 +15,9 @@ use crate::{
     },
     device::UdmaDevice,
     events::{EventFd, FileEvents, UringCmd},
+    orphan::Hold,
     shim::{self, MappedFile, RawUringCmd},
+    span::Span,
     uapi, Registry,
 };
 use kernel::{
@@ -359,6 +361,7 @@ impl OpenFile {
     fn queue_events(&self, e: &mut uapi::neuron_udma_events) -> Result {
         let max = e.max.min(MAX_EVENTS) as usize;
         let mut out: KVec<uapi::neuron_udma_queue_event> = KVec::new();
+        let mut seen: KVec<(Arc<Channel>, QueueEvents)> = KVec::new();
         let ids = {
             let st = self.st.lock();
             let mut ids = KVec::with_capacity(st.queues.len(), GFP_KERNEL_ACCOUNT)?;
@@ -374,16 +377,21 @@ impl OpenFile {
             let Ok(chan) = self.dev.queue(Owner::File(self.id), id) else {
                 continue;
             };
-            let Some(ev) = chan.take_events()? else {
+            let Some(ev) = chan.peek_events()? else {
                 continue;
             };
             out.push(event_record(&chan, &ev), GFP_KERNEL_ACCOUNT)?;
+            seen.push((chan, ev), GFP_KERNEL_ACCOUNT)?;
         }
         let size = core::mem::size_of::<uapi::neuron_udma_queue_event>();
         let mut w =
             UserSlice::new(UserPtr::from_addr(e.events as usize), size * out.len()).writer();
         for r in out.iter() {
             w.write(r)?;
+        }
+        // Reported only once the records reached user space: an EFAULT loses nothing.
+        for (chan, ev) in seen.iter() {
+            chan.mark_reported(ev);
         }
         // CAST: at most MAX_EVENTS.
         e.count = out.len() as u32;
@@ -501,18 +509,16 @@ impl OpenFile {
         true
     }
 
-    fn memcpy(&self, m: &uapi::neuron_udma_memcpy) -> Result {
-        reserved_zero(&[u64::from(m.reserved)])?;
-        if m.size == 0 {
-            return Err(EINVAL);
-        }
-        let limit = timeout(m.timeout_ms);
-        // One MEMCPY of this file at a time (the wait for the slot counts against the timeout
-        // and ends on SIGKILL).
-        let start = kernel::time::Instant::<kernel::time::Monotonic>::now();
-        let _slot = loop {
+    /// Waits for this file's slot on the shared H2T queue: one `MEMCPY` or `MEMSET` of a file
+    /// at a time (the wait counts against `limit` from `start` and ends on SIGKILL).
+    fn h2t_slot(
+        &self,
+        start: kernel::time::Instant<kernel::time::Monotonic>,
+        limit: Delta,
+    ) -> Result<kernel::sync::MutexGuard<'_, ()>> {
+        loop {
             if let Some(g) = self.memcpy_slot.try_lock() {
-                break g;
+                return Ok(g);
             }
             if start.elapsed() >= limit {
                 return Err(ETIMEDOUT);
@@ -521,7 +527,17 @@ impl OpenFile {
                 return Err(EINTR);
             }
             kernel::time::delay::fsleep(Delta::from_micros(200));
-        };
+        }
+    }
+
+    fn memcpy(&self, m: &uapi::neuron_udma_memcpy) -> Result {
+        reserved_zero(&[u64::from(m.reserved)])?;
+        if m.size == 0 {
+            return Err(EINVAL);
+        }
+        let limit = timeout(m.timeout_ms);
+        let start = kernel::time::Instant::<kernel::time::Monotonic>::now();
+        let _slot = self.h2t_slot(start, limit)?;
         let (s, d) = (self.buffer(m.src_handle)?, self.buffer(m.dst_handle)?);
         let route = self.dev.arch.host_route;
         let job = Job {
@@ -531,11 +547,37 @@ impl OpenFile {
         };
         d.check_writable()?;
         // `MEM_FREE` refuses buffers in use until the engine is done with them.
-        let guards = [s.busy()?, d.busy()?];
+        let hold = Hold::Buffers([s.busy()?, d.busy()?]);
         let left = limit - start.elapsed();
         self.dev
             .h2t()?
-            .memcpy_for_file(&self.dev.pool, self.id, job, left, guards)
+            .copy_for_file(&self.dev.pool, self.id, job, left, hold)
+    }
+
+    /// `MEMSET`: fills a range of a buffer of this file with one byte value through the
+    /// engine, as `MEMCPY` copies (the same queue, slot, timeout and orphan rules), reading the
+    /// device's block of that value ([`Patterns`](crate::pattern::Patterns)).
+    fn memset(&self, m: &uapi::neuron_udma_memset) -> Result {
+        let value = u8::try_from(m.value).map_err(|_| EINVAL)?;
+        if m.size == 0 {
+            return Err(EINVAL);
+        }
+        let limit = timeout(m.timeout_ms);
+        let start = kernel::time::Instant::<kernel::time::Monotonic>::now();
+        let _slot = self.h2t_slot(start, limit)?;
+        let d = self.buffer(m.handle)?;
+        let pattern = self.dev.patterns.get(value)?;
+        let job = Job {
+            src: Span::Repeat(pattern.addr()),
+            dst: d.span(self.dev.arch.host_route, m.offset, m.size)?,
+            size: m.size,
+        };
+        d.check_writable()?;
+        let hold = Hold::Fill(d.busy()?, pattern);
+        let left = limit - start.elapsed();
+        self.dev
+            .h2t()?
+            .copy_for_file(&self.dev.pool, self.id, job, left, hold)
     }
 }
 
@@ -774,7 +816,10 @@ impl MiscDevice for OpenFile {
         {
             return Err(EBADF);
         }
-        if matches!(cmd, IOC_MEM_ALLOC | IOC_MEM_IMPORT | IOC_MEMCPY) {
+        if matches!(
+            cmd,
+            IOC_MEM_ALLOC | IOC_MEM_IMPORT | IOC_MEMCPY | IOC_MEMSET
+        ) {
             // What abandoned copies held comes back as soon as the engine is done with it
             // (checked at every call that needs memory or the shared queue; MEM_FREE reaps
             // itself).
@@ -850,6 +895,9 @@ impl MiscDevice for OpenFile {
             }),
             IOC_MEMCPY => in_out(arg, false, |m: &mut neuron_udma_memcpy| {
                 me.memcpy(m).map(|()| 0)
+            }),
+            IOC_MEMSET => in_out(arg, false, |m: &mut neuron_udma_memset| {
+                me.memset(m).map(|()| 0)
             }),
             IOC_COPY_SUBMIT => in_out(arg, true, |c: &mut neuron_udma_copy_submit| {
                 me.copy_submit(c).map(|()| 0)

@@ -10,7 +10,6 @@
 //! file has at most one, so a caller with a tiny timeout cannot fill the shared queue.
 
 use crate::{
-    buffer::BusyGuard,
     channel::{Channel, Finish, Job, OnTimeout, Policy, WaitMode, DEFAULT_TIMEOUT},
     desc::MAX_DESC_BYTES,
     orphan::{Hold, Orphan, Orphans},
@@ -86,6 +85,16 @@ impl H2t {
         self.chan.memcpy(src, dst, size, timeout)
     }
 
+    /// Fills `size` bytes at `dst` from the fill block at `block` ([`Channel::fill`]).
+    ///
+    /// # Errors
+    ///
+    /// See [`Channel::fill`].
+    #[cfg(neuron_udma_kunit)]
+    pub(crate) fn fill(&self, block: u64, dst: u64, size: u64, timeout: Delta) -> Result {
+        self.chan.fill(block, dst, size, timeout)
+    }
+
     /// The policy of the shared queue's interruptible callers: the wait ends on SIGKILL, and a
     /// timeout resets the queue only when it made no progress for [`DEFAULT_TIMEOUT`].
     fn policy(timeout: Delta) -> Policy {
@@ -96,25 +105,26 @@ impl H2t {
         }
     }
 
-    /// The `MEMCPY` ioctl of the open file `file`: copies `job` (run by run for imported
-    /// buffers), with `guards` keeping the two buffers busy; `timeout` bounds the wait for the
-    /// file's previous unfinished copy and each submission's wait. When the call returns early
-    /// (timeout, SIGKILL) with its last submission still in flight, the buffers stay busy (an
-    /// orphan) until the engine is done with it, and the file's next `MEMCPY` first waits for
-    /// that submission.
+    /// The `MEMCPY` and `MEMSET` ioctls of the open file `file`: copies `job` (run by run for
+    /// imported buffers), with `hold` keeping what it reads and writes (the two buffers busy, or
+    /// the destination busy and the fill block); `timeout` bounds the wait for the file's
+    /// previous unfinished copy and each submission's wait. When the call returns early
+    /// (timeout, SIGKILL) with its last submission still in flight, `hold` stays (an orphan)
+    /// until the engine is done with it, and the file's next `MEMCPY` or `MEMSET` first waits
+    /// for that submission.
     ///
     /// # Errors
     ///
     /// `ETIMEDOUT` (also when the file's previous timed-out copy is still running), `EIO`
     /// (engine error: the queue was reset), `EINTR` (SIGKILL), `EINVAL` for size 0, `ENOMEM`,
     /// `ENODEV`.
-    pub(crate) fn memcpy_for_file(
+    pub(crate) fn copy_for_file(
         &self,
         pool: &BufferPool,
         file: u64,
         job: Job<'_>,
         timeout: Delta,
-        guards: [BusyGuard; 2],
+        hold: Hold,
     ) -> Result {
         let start = Instant::<Monotonic>::now();
         // One unfinished copy per file: a caller with a tiny timeout cannot fill the queue.
@@ -141,7 +151,7 @@ impl H2t {
                         chan: self.chan.clone(),
                         seq,
                         file,
-                        hold: Hold::Buffers(guards),
+                        hold,
                     },
                 );
                 Err(err)

@@ -7,6 +7,7 @@ use crate::{
     channel::{Channel, Owner, DEFAULT_TIMEOUT},
     desc::{Barrier, DescLen},
     device::UdmaDevice,
+    pattern::PATTERN_BYTES,
     queue::Copy,
     Registry,
 };
@@ -145,6 +146,37 @@ mod tests {
             dev.memcpy(s, hbm, size, DEFAULT_TIMEOUT)?;
             dev.memcpy(hbm, d, size, DEFAULT_TIMEOUT)
         })
+    }
+
+    /// Fill blocks: one per value however many users, kept while used, the unused ones beyond
+    /// the idle allowance freed by the next new value; a fill through the shared queue writes the
+    /// value and nothing around it.
+    #[test]
+    fn fill_blocks_are_shared_and_trimmed() -> Result {
+        let dev = device()?;
+        let base = dev.patterns.blocks();
+        let a = dev.patterns.get(0xA5)?;
+        let b = dev.patterns.get(0xA5)?;
+        assert_eq!(a.addr(), b.addr());
+        assert_eq!(dev.patterns.blocks(), base + 1);
+        let dst = dev.alloc_coherent(3 * PATTERN_BYTES)?;
+        clear(&dst);
+        let at = dev.arch.host_addr(dst.dma_address()) + 7;
+        let len = 2 * PATTERN_BYTES as u64 + 100;
+        dev.fill(a.addr(), at, len, DEFAULT_TIMEOUT)?;
+        // SAFETY: the fill is complete; nothing else writes `dst`.
+        let bytes = unsafe { dst.as_ref() };
+        assert_eq!(bytes[6], 0);
+        assert!(bytes[7..7 + len as usize].iter().all(|&x| x == 0xA5));
+        assert_eq!(bytes[7 + len as usize], 0);
+        // Twenty more values, each dropped at once: the unused blocks stay few.
+        for v in 1..=20u8 {
+            drop(dev.patterns.get(v)?);
+        }
+        assert!(dev.patterns.blocks() <= base + 1 + 5 + 1);
+        // Still in use: still there (the same address).
+        assert_eq!(dev.patterns.get(0xA5)?.addr(), a.addr());
+        Ok(())
     }
 
     #[test]

@@ -38,6 +38,7 @@ mod h2t;
 mod live_tests;
 mod node;
 mod orphan;
+mod pattern;
 mod pool;
 mod queue;
 mod regs;

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Work the engine may still touch after its caller left: an *orphan* is the last submission of
-//! a driver copy on the shared H2T queue (a `MEMCPY`, a device-memory scrub) whose caller
-//! returned early (timeout, SIGKILL) while it was in flight. What it used stays reserved — the
-//! two buffers of a `MEMCPY` (busy), the device-memory range of a scrub — until the fence that
+//! a driver copy on the shared H2T queue (a `MEMCPY`, a `MEMSET`, a device-memory scrub) whose
+//! caller returned early (timeout, SIGKILL) while it was in flight. What it used stays reserved —
+//! the two buffers of a `MEMCPY` (busy), the buffer and fill block of a `MEMSET`, the
+//! device-memory range of a scrub — until the fence that
 //! covers it is settled; then [`Orphans::reap`] gives it back.
 //!
 //! Adopting an orphan never fails: its caller reserves the room before it submits
@@ -11,7 +12,7 @@
 //! and released outside the lock, one at a time, so an allocation failure cannot leave a
 //! released buffer (or its memory charge) behind.
 
-use crate::{buffer::BusyGuard, channel::Channel, pool::BufferPool};
+use crate::{buffer::BusyGuard, channel::Channel, pattern::PatternRef, pool::BufferPool};
 use kernel::{
     new_mutex,
     prelude::*,
@@ -28,6 +29,8 @@ pub(crate) enum Hold {
     /// A device-memory range at this address whose scrub was interrupted (the allocator gets it
     /// back then).
     Dram(u64),
+    /// The destination buffer of a `MEMSET` (busy) and the block its fill reads.
+    Fill(BusyGuard, PatternRef),
 }
 
 /// One orphan: its queue, the fence that covers it, its owner, and what it holds.
@@ -153,6 +156,12 @@ impl Orphans {
                     }
                 }
                 Hold::Dram(addr) => pool.free_dram(addr),
+                Hold::Fill(guard, pattern) => {
+                    let buf = guard.buffer().clone();
+                    drop(guard);
+                    drop(pattern);
+                    pool.free_if_released(&buf);
+                }
             }
         }
     }

@@ -284,8 +284,11 @@ impl Queue {
 
     /// Resets the queue after a timeout or an engine error (`why`: `ETIMEDOUT` or `EIO`, the
     /// reason its dropped fences report): the full queue init sequence again (which includes
-    /// `q_sw_ctrl` reset), so the next submission starts from slot 0, ring id 1.
+    /// `q_sw_ctrl` reset), so the next submission starts from slot 0, ring id 1. Fences whose
+    /// marker landed before the reset are retired first: they completed, only the later ones
+    /// are dropped.
     pub(crate) fn reset(&mut self, io: EngineIo<'_>, why: Error) {
+        self.retire();
         self.resets = self.resets.wrapping_add(1);
         engine::init_queue_dir::<M2s>(io, self.q(), self.tx_base(), self.tx.state().size());
         engine::init_queue_dir::<S2m>(io, self.q(), self.rx_base(), self.rx.state().size());

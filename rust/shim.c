@@ -333,20 +333,48 @@ static dma_cookie_t neuron_udma_tx_submit(struct dma_async_tx_descriptor *txd)
 	return neuron_udma_dma_submit(neuron_udma_rs(txd->chan), d->rs);
 }
 
-static struct dma_async_tx_descriptor *
-neuron_udma_prep_memcpy(struct dma_chan *chan, dma_addr_t dst, dma_addr_t src, size_t len,
-			unsigned long flags)
+/* A descriptor of @chan for Rust to fill in, or NULL (GFP_NOWAIT: prep may be atomic). */
+static struct neuron_udma_txd *neuron_udma_txd_new(struct dma_chan *chan, unsigned long flags)
 {
 	struct neuron_udma_txd *d = kzalloc(sizeof(*d), GFP_NOWAIT);
-	struct neuron_udma_dma_desc *rs;
 
 	if (!d)
 		return NULL;
 	dma_async_tx_descriptor_init(&d->txd, chan);
 	d->txd.flags = flags;
 	d->txd.tx_submit = neuron_udma_tx_submit;
-	/* From here on Rust owns @d: it has freed it if it returns NULL. */
+	return d;
+}
+
+static struct dma_async_tx_descriptor *
+neuron_udma_prep_memcpy(struct dma_chan *chan, dma_addr_t dst, dma_addr_t src, size_t len,
+			unsigned long flags)
+{
+	struct neuron_udma_txd *d = neuron_udma_txd_new(chan, flags);
+	struct neuron_udma_dma_desc *rs;
+
+	if (!d)
+		return NULL;
+	/* From here on Rust owns @d: it has freed it if it returns NULL (so @d is not touched). */
 	rs = neuron_udma_dma_prep(neuron_udma_rs(chan), &d->txd, dst, src, len);
+	if (!rs)
+		return NULL;
+	d->rs = rs;
+	return &d->txd;
+}
+
+/* DMA_MEMSET: @value's low byte, as dmatest and the other providers read it. */
+static struct dma_async_tx_descriptor *
+neuron_udma_prep_memset(struct dma_chan *chan, dma_addr_t dst, int value, size_t len,
+			unsigned long flags)
+{
+	struct neuron_udma_txd *d = neuron_udma_txd_new(chan, flags);
+	struct neuron_udma_dma_desc *rs;
+
+	if (!d)
+		return NULL;
+	/* As for memcpy: Rust owns @d now. */
+	rs = neuron_udma_dma_prep_memset(neuron_udma_rs(chan), &d->txd, dst, (u8)value, len);
 	if (!rs)
 		return NULL;
 	d->rs = rs;
@@ -423,7 +451,7 @@ void neuron_udma_dma_free_released(void)
 }
 
 /*
- * Registers a DMA_MEMCPY dma_device of @dev with @nr channels backed by the Rust channels
+ * Registers a DMA_MEMCPY and DMA_MEMSET dma_device of @dev with @nr channels backed by the Rust channels
  * @chans; on success the dma_device owns one reference of each (given back by the release). The
  * channels are private (DMA_PRIVATE): only clients that ask for a channel get one, never async_tx
  * or the opportunistic dma_find_channel() users (Documentation/neuron-udma.rst, "dmaengine").
@@ -444,6 +472,7 @@ struct neuron_udma_dma *neuron_udma_dma_register(struct device *dev,
 	dd->dev = dev;
 	INIT_LIST_HEAD(&dd->channels);
 	dma_cap_set(DMA_MEMCPY, dd->cap_mask);
+	dma_cap_set(DMA_MEMSET, dd->cap_mask);
 	dma_cap_set(DMA_PRIVATE, dd->cap_mask);
 	/* The engine copies any byte count from any byte address. */
 	dd->copy_align = DMAENGINE_ALIGN_1_BYTE;
@@ -452,6 +481,7 @@ struct neuron_udma_dma *neuron_udma_dma_register(struct device *dev,
 	dd->device_alloc_chan_resources = neuron_udma_alloc_chan_resources;
 	dd->device_free_chan_resources = neuron_udma_free_chan_resources;
 	dd->device_prep_dma_memcpy = neuron_udma_prep_memcpy;
+	dd->device_prep_dma_memset = neuron_udma_prep_memset;
 	dd->device_issue_pending = neuron_udma_issue_pending;
 	dd->device_tx_status = neuron_udma_tx_status;
 	dd->device_terminate_all = neuron_udma_terminate_all;

@@ -118,6 +118,9 @@ void neuron_udma_dma_free_chan(const struct neuron_udma_dma_chan *chan);
 struct neuron_udma_dma_desc *neuron_udma_dma_prep(const struct neuron_udma_dma_chan *chan,
 						  struct dma_async_tx_descriptor *txd, u64 dst,
 						  u64 src, u64 len);
+struct neuron_udma_dma_desc *neuron_udma_dma_prep_memset(const struct neuron_udma_dma_chan *chan,
+							 struct dma_async_tx_descriptor *txd,
+							 u64 dst, u8 value, u64 len);
 dma_cookie_t neuron_udma_dma_submit(const struct neuron_udma_dma_chan *chan,
 				    struct neuron_udma_dma_desc *desc);
 void neuron_udma_dma_issue(const struct neuron_udma_dma_chan *chan);

@@ -310,8 +310,8 @@ def blocks(lines):
 
 # The kselftest that runs dmatest and the phases it must log.
 DMATEST_TEST = "dmatest_test"
-DMATEST_PHASES = ("random", "polled", "size65536", "size65537", "align", "fault", "after-fault",
-                  "unbind", "after-rebind")
+DMATEST_PHASES = ("random", "polled", "size65536", "size65537", "align", "memset", "fault",
+                  "after-fault", "unbind", "after-rebind")
 DMATEST_PHASE_RE = re.compile(r"neuron_udma-dmatest: phase (\S+) channels (\d+) min (\d+) expect (\w+)")
 DMATEST_END_RE = re.compile(r"neuron_udma-dmatest: phase (\S+) end")
 DMATEST_SUMMARY_RE = re.compile(r"dmatest: (\S+?)-\w+?\d+: summary (\d+) tests, (\d+) failures")

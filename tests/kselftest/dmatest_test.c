@@ -3,8 +3,8 @@
  * The kernel's own dmaengine test client (drivers/dma/dmatest.c) on the dmaengine provider of
  * neuron_udma (Documentation/neuron-udma.rst, "dmaengine"): every channel of the bound device,
  * two threads per channel, with data verification; then polled completion, the 64 KiB chunk
- * boundary, the engine's copy alignment, an injected engine fault (the model's BAR2 window) and
- * an unbind during a run, each followed by a clean run.
+ * boundary, the engine's copy alignment, DMA_MEMSET fills, an injected engine fault (the
+ * model's BAR2 window) and an unbind during a run, each followed by a clean run.
  *
  * Each phase writes a marker to the kernel log ("neuron_udma-dmatest: phase NAME channels N min M
  * expect clean|failures|any"), so that tests/parse-results.py checks dmatest's own summary lines
@@ -182,6 +182,7 @@ static int run_phase(const char *bdf, int nchans, const struct phase *p, struct 
 		{ "threads_per_chan", "2" }, { "max_channels", "0" }, { "polled", "N" },
 		{ "norandom", "N" }, { "noverify", "N" }, { "transfer_size", "0" },
 		{ "alignment", "-1" }, { "test_buf_size", "16384" }, { "timeout", "3000" },
+		{ "dmatest", "0" },
 	};
 	char buf[256];
 	unsigned int i;
@@ -303,6 +304,20 @@ TEST_F_TIMEOUT(dma, polled, 600)
 {
 	struct phase p = { .name = "polled", .expect = "clean", .iterations = 2 * ITER_SHORT,
 			   .threads = 1, .extra = { { "polled", "Y" } } };
+	struct tally t;
+
+	ASSERT_EQ(0, run_phase(self->bdf, self->nchans, &p, &t));
+	ASSERT_CLEAN(&t, self->nchans, &p);
+}
+
+/*
+ * (f) DMA_MEMSET (dmatest=1): random sizes and offsets filled with dmatest's byte and verified,
+ * 2 threads on every channel; the fills read the device's fill blocks (rust/pattern.rs).
+ */
+TEST_F_TIMEOUT(dma, memset_verified, 900)
+{
+	struct phase p = { .name = "memset", .expect = "clean", .iterations = ITER_SHORT,
+			   .extra = { { "dmatest", "1" } } };
 	struct tally t;
 
 	ASSERT_EQ(0, run_phase(self->bdf, self->nchans, &p, &t));
