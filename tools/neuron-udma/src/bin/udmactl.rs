@@ -285,6 +285,12 @@ fn print_info(dev: &Device, i: &Info) {
     println!("host_engines:       {} ({} of {} engines)", engine_ranges(host.iter().copied()), host.len(), i.engines);
     let h2t: Vec<String> = i.h2t_queues().iter().map(|(e, q)| format!("{e}/{q}")).collect();
     println!("driver H2T queues:  {}", if h2t.is_empty() { "-".into() } else { h2t.join(" ") });
+    if i.has_abi3() {
+        println!("max_buffers:        {}", i.max_buffers);
+        println!("max_queue_fences:   {}", i.max_queue_fences);
+        let dr = i.device_ring_engine_list();
+        println!("device_ring_engines: {} ({} of {} engines)", engine_ranges(dr.iter().copied()), dr.len(), i.engines);
+    }
 }
 
 /// Fails with the first byte where `got` differs from `want`; `at` is the offset of byte 0 in
