@@ -62,7 +62,9 @@ static struct buf bufs[MAX_BUFS];
 static struct queue queues[MAX_QUEUES];
 static struct batch *work_head, *work_tail;
 static int engine_busy;
-static int dev_fd = -1;
+/* Open files of the fake device (they share one state: no per-file ownership). */
+#define MAX_FILES 16
+static int dev_fds[MAX_FILES] = { -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1 };
 static int abi = 3;
 static long ns_per_kib = 200;
 static uint64_t fail_fence;
@@ -80,6 +82,35 @@ static void signal_fd(int fd, uint64_t n)
 {
 	if (fd >= 0)
 		(void)!write(fd, &n, sizeof(n));
+}
+
+/* close() without the wrapper below (which takes the lock the ioctls hold). */
+static int real_close(int fd)
+{
+	int (*f)(int) = dlsym(RTLD_NEXT, "close");
+	return f(fd);
+}
+
+static int is_dev_fd(int fd)
+{
+	for (int i = 0; fd >= 0 && i < MAX_FILES; i++)
+		if (dev_fds[i] == fd)
+			return 1;
+	return 0;
+}
+
+static void signal_files(void)
+{
+	for (int i = 0; i < MAX_FILES; i++)
+		signal_fd(dev_fds[i], 1);
+}
+
+static void clear_files(void)
+{
+	uint64_t v;
+	for (int i = 0; i < MAX_FILES; i++)
+		if (dev_fds[i] >= 0)
+			(void)!read(dev_fds[i], &v, sizeof(v));
 }
 
 static void *engine_main(void *arg)
@@ -118,7 +149,7 @@ static void *engine_main(void *arg)
 			q->completed = b->fence;
 		}
 		engine_busy = 0;
-		signal_fd(dev_fd, 1);
+		signal_files();
 		signal_fd(q->eventfd, 1);
 		pthread_cond_broadcast(&done_cv);
 		free(b->copies);
@@ -148,9 +179,17 @@ static int open_fake(void)
 	pthread_once(&once, init);
 	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	pthread_mutex_lock(&mu);
-	dev_fd = fd;
+	for (int i = 0; i < MAX_FILES; i++) {
+		if (dev_fds[i] < 0) {
+			dev_fds[i] = fd;
+			pthread_mutex_unlock(&mu);
+			return fd;
+		}
+	}
 	pthread_mutex_unlock(&mu);
-	return fd;
+	real_close(fd);
+	errno = EMFILE;
+	return -1;
 }
 
 static int real_open_va(const char *sym, int dirfd, const char *path, int flags, mode_t mode, int at)
@@ -212,9 +251,19 @@ static void *fake_mmap(size_t len, off_t off)
 	return r;
 }
 
+int close(int fd)
+{
+	pthread_mutex_lock(&mu);
+	for (int i = 0; fd >= 0 && i < MAX_FILES; i++)
+		if (dev_fds[i] == fd)
+			dev_fds[i] = -1;
+	pthread_mutex_unlock(&mu);
+	return real_close(fd);
+}
+
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	if (fd >= 0 && fd == dev_fd)
+	if (is_dev_fd(fd))
 		return fake_mmap(len, off);
 	void *(*f)(void *, size_t, int, int, int, off_t) = dlsym(RTLD_NEXT, "mmap");
 	return f(addr, len, prot, flags, fd, off);
@@ -222,7 +271,7 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	if (fd >= 0 && fd == dev_fd)
+	if (is_dev_fd(fd))
 		return fake_mmap(len, off);
 	void *(*f)(void *, size_t, int, int, int, off_t) = dlsym(RTLD_NEXT, "mmap64");
 	return f(addr, len, prot, flags, fd, off);
@@ -397,7 +446,7 @@ static int fake_ioctl(unsigned long req, void *arg)
 			pthread_cond_wait(&done_cv, &mu);
 		free(q->pending);
 		if (q->eventfd >= 0)
-			close(q->eventfd);
+			real_close(q->eventfd);
 		q->used = 0;
 		return 0;
 	}
@@ -499,10 +548,8 @@ static int fake_ioctl(unsigned long req, void *arg)
 			n++;
 		}
 		a->count = n;
-		if (!more) {
-			uint64_t v;
-			(void)!read(dev_fd, &v, sizeof(v));
-		}
+		if (!more)
+			clear_files();
 		return 0;
 	}
 	case NEURON_UDMA_QUEUE_EVENTFD: {
@@ -511,7 +558,7 @@ static int fake_ioctl(unsigned long req, void *arg)
 		if (!q)
 			return -ENOENT;
 		if (q->eventfd >= 0)
-			close(q->eventfd);
+			real_close(q->eventfd);
 		q->eventfd = a->fd < 0 ? -1 : fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
 		return 0;
 	}
@@ -526,7 +573,10 @@ int ioctl(int fd, unsigned long req, ...)
 	va_start(ap, req);
 	void *arg = va_arg(ap, void *);
 	va_end(ap);
-	if (fd < 0 || fd != dev_fd) {
+	pthread_mutex_lock(&mu);
+	int fake = is_dev_fd(fd);
+	pthread_mutex_unlock(&mu);
+	if (!fake) {
 		if (!real_ioctl)
 			real_ioctl = dlsym(RTLD_NEXT, "ioctl");
 		return real_ioctl(fd, req, arg);
