@@ -3,13 +3,14 @@
 //! events of a device file: `QUEUE_EVENTS` and `QUEUE_EVENTFD`.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
-use crate::{ioctl, sys, timeout_ms, Device, Error, Queue, Result};
+use crate::{ioctl, sys, timeout_ms, Copy, Device, Error, Queue, Result};
 
 /// The state of a fence (`state` and `error` of `FENCE_STATUS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -285,9 +286,67 @@ impl<'d> Queue<'d> {
         Ok(QueueEventFd { reg, fd })
     }
 
+    /// The io_uring command that prepares `copies` on this queue, submits them with a fence and
+    /// completes when the fence is done (`NEURON_UDMA_URING_COPY`, ABI 3): put
+    /// [`UringCopy::to_bytes`] in the command area of an `IORING_OP_URING_CMD` SQE on the device
+    /// file, with `cmd_op` [`UringCopy::CMD_OP`]. The CQE's `res` is 0 or `-errno` (the errors
+    /// of `COPY_PREPARE`, `COPY_SUBMIT` and `FENCE_WAIT`; `EIO`: the fence failed). This crate
+    /// does not own a ring: with the `io-uring` crate, for example,
+    /// `opcode::UringCmd16::new(types::Fd(dev.as_raw_fd()), UringCopy::CMD_OP).cmd(cmd.to_bytes())`.
+    /// The command holds the address of `copies`, which must stay alive and unchanged until
+    /// the driver has read them (the SQE is submitted); the borrow of the returned value only
+    /// covers its own life. [`Error::Argument`] (before anything is submitted): an empty batch,
+    /// more than `max_batch` copies, a copy above `max_copy_size`, or an engine or queue above
+    /// 65535 (the command's fields are 16 bits).
+    pub fn uring_copy<'c>(&self, copies: &'c [Copy]) -> Result<UringCopy<'c>> {
+        if copies.is_empty() {
+            return Err(Error::Argument("empty batch".into()));
+        }
+        let max_batch = self.dev.limits()?.max_batch;
+        let count = u32::try_from(copies.len()).ok().filter(|&n| n <= max_batch).ok_or_else(|| {
+            Error::Argument(format!("batch of {} copies above max_batch {max_batch} (INFO)", copies.len()))
+        })?;
+        self.check_sizes(copies)?;
+        let (Ok(engine), Ok(queue)) = (u16::try_from(self.engine), u16::try_from(self.queue)) else {
+            return Err(Error::Argument("engine or queue above 65535: not expressible in an io_uring copy".into()));
+        };
+        Ok(UringCopy {
+            raw: sys::neuron_udma_uring_copy { engine, queue, count, copies: copies.as_ptr() as u64 },
+            _copies: PhantomData,
+        })
+    }
+
     fn set_eventfd(&self, fd: RawFd) -> Result<()> {
         let mut arg = sys::neuron_udma_eventfd { engine: self.engine, queue: self.queue, fd, ..Default::default() };
         ioctl(self.dev.fd(), sys::NEURON_UDMA_QUEUE_EVENTFD, &mut arg)
+    }
+}
+
+/// The command area of an io_uring copy ([`Queue::uring_copy`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UringCopy<'c> {
+    raw: sys::neuron_udma_uring_copy,
+    _copies: PhantomData<&'c [Copy]>,
+}
+
+impl UringCopy<'_> {
+    /// The `cmd_op` of the SQE: `NEURON_UDMA_URING_COPY`.
+    pub const CMD_OP: u32 = sys::NEURON_UDMA_URING_COPY;
+
+    /// The raw ABI struct.
+    pub fn raw(&self) -> &sys::neuron_udma_uring_copy {
+        &self.raw
+    }
+
+    /// The 16 bytes of the SQE's command area (`struct neuron_udma_uring_copy`, native byte
+    /// order), for a 64-byte SQE (no `IORING_SETUP_SQE128` needed).
+    pub fn to_bytes(&self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[0..2].copy_from_slice(&self.raw.engine.to_ne_bytes());
+        b[2..4].copy_from_slice(&self.raw.queue.to_ne_bytes());
+        b[4..8].copy_from_slice(&self.raw.count.to_ne_bytes());
+        b[8..16].copy_from_slice(&self.raw.copies.to_ne_bytes());
+        b
     }
 }
 
@@ -607,6 +666,31 @@ mod tests {
         let null = std::fs::File::open("/dev/null").unwrap();
         assert!(matches!(dev.dmabuf_import(null.as_fd()), Err(Error::Unsupported)));
         assert!(matches!(dev.dmabuf_import_writable(null.as_fd()), Err(Error::Unsupported)));
+    }
+
+    #[test]
+    fn uring_copy_commands() {
+        let dev = fake_device(Info { abi_version: 3, max_batch: 2, max_copy_size: 4096, ..Default::default() });
+        let q = Queue::new(&dev, 4, 3, QueueOptions::new(64));
+        let b = Fake(1, 1 << 20);
+        let copies = [Copy::new(&b, 0, &b, 8192, 4096).unwrap(), Copy::new(&b, 4096, &b, 12288, 100).unwrap()];
+        let cmd = q.uring_copy(&copies).unwrap();
+        assert_eq!(
+            *cmd.raw(),
+            sys::neuron_udma_uring_copy { engine: 4, queue: 3, count: 2, copies: copies.as_ptr() as u64 }
+        );
+        let bytes = cmd.to_bytes();
+        assert_eq!(bytes.len(), std::mem::size_of::<sys::neuron_udma_uring_copy>());
+        // SAFETY: the struct is 16 bytes of plain integers; any bytes are a valid value.
+        let back: sys::neuron_udma_uring_copy = unsafe { std::mem::transmute(bytes) };
+        assert_eq!(back, *cmd.raw());
+        assert_eq!(UringCopy::CMD_OP, 0x4010_B920);
+        assert!(matches!(q.uring_copy(&[]), Err(Error::Argument(_))));
+        assert!(matches!(q.uring_copy(&[copies[0]; 3]), Err(Error::Argument(_))));
+        let big = Copy::new(&b, 0, &b, 8192, 4097).unwrap();
+        assert!(matches!(q.uring_copy(&[big]), Err(Error::Argument(_))));
+        let wide = Queue::new(&dev, 70_000, 1, QueueOptions::new(64));
+        assert!(matches!(wide.uring_copy(&copies), Err(Error::Argument(_))));
     }
 
     #[test]

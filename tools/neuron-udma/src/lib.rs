@@ -93,7 +93,7 @@ pub use error::{errno_name, Error, Result};
 #[cfg(feature = "tokio")]
 pub use events::TokioReadiness;
 pub use events::{DeviceEvents, FenceCompletion, Readiness, ThreadReadiness};
-pub use fence::{EventFdRegistration, Fence, FenceId, FenceReport, FenceStatus, QueueEvent, QueueEventFd};
+pub use fence::{EventFdRegistration, Fence, FenceId, FenceReport, FenceStatus, QueueEvent, QueueEventFd, UringCopy};
 
 /// Facts about a device and its driver (`NEURON_UDMA_INFO`).
 pub type Info = sys::neuron_udma_info;
