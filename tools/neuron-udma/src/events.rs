@@ -358,6 +358,9 @@ struct ThreadState {
 impl ThreadReadiness {
     /// Starts the helper thread for `fd` (duplicated: the thread never touches the caller's
     /// fd number). Any pollable fd works; [`DeviceEvents::with_thread`] passes the device's.
+    /// The duplicate keeps the open file alive until this is dropped: the driver releases a
+    /// file's buffers and queues only when its last fd is closed. (Inside a [`DeviceEvents`],
+    /// which borrows the [`Device`], it is dropped first.)
     pub fn new(fd: BorrowedFd<'_>) -> io::Result<Self> {
         let fd = fd.try_clone_to_owned()?;
         let stop = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?;
@@ -475,8 +478,10 @@ impl TokioReadiness {
     /// The interests waited for: completions and failures.
     const INTEREST: tokio::io::Interest = tokio::io::Interest::READABLE.add(tokio::io::Interest::PRIORITY);
 
-    /// Registers (a duplicate of) `fd` with the current tokio runtime's reactor. Errors: no
-    /// current runtime, or one without its IO driver; the errors of `dup` and `epoll_ctl`.
+    /// Registers (a duplicate of) `fd` with the current tokio runtime's reactor (the duplicate
+    /// keeps the open file alive until this is dropped, as for [`ThreadReadiness::new`]).
+    /// Errors: no current runtime, or one without its IO driver; the errors of `dup` and
+    /// `epoll_ctl`.
     pub fn new(fd: BorrowedFd<'_>) -> io::Result<Self> {
         tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
         let fd = fd.try_clone_to_owned()?;
