@@ -244,6 +244,8 @@ struct Lane<'a> {
     next: u64,
     inflight: VecDeque<(u64, u64)>,
     fences: u64,
+    /// The queue's newest fence (numbers go on across runs).
+    newest: u64,
 }
 
 impl Lane<'_> {
@@ -265,7 +267,14 @@ impl Lane<'_> {
                 Copy::new(src, self.src_off + off, &self.dst, off, size)
             })
             .collect::<neuron_udma::Result<Vec<_>>>()?;
-        self.q.prepare(&copies).with_context(|| {
+        let mut r = self.q.prepare(&copies);
+        if matches!(r, Err(neuron_udma::Error::RingFull)) && self.newest > 0 {
+            // The plan leaves room for --depth fences: the space of the completed ones may not
+            // have been retired yet. FENCE_STATUS retires completed fences first; then retry.
+            self.q.fence(self.newest).report().context("NEURON_UDMA_FENCE_STATUS (retiring)")?;
+            r = self.q.prepare(&copies);
+        }
+        r.with_context(|| {
             format!("NEURON_UDMA_COPY_PREPARE of {n} copies on queue {}/{}", self.q.engine(), self.q.queue())
         })?;
         self.next += n;
@@ -280,6 +289,7 @@ impl Lane<'_> {
             .submit()
             .with_context(|| format!("NEURON_UDMA_COPY_SUBMIT on queue {}/{}", self.q.engine(), self.q.queue()))?;
         self.inflight.push_back((fence.number(), bytes));
+        self.newest = fence.number();
         self.fences += 1;
         Ok(())
     }
@@ -597,7 +607,15 @@ fn measure(dev: &Device, info: &Info, a: &MultiqueueArgs) -> Result<MultiqueueJs
             format!("NEURON_UDMA_MEM_ALLOC host destination of queue {}/{}", q.engine(), q.queue()),
             Remedy::Window,
         )?;
-        lanes.push(Lane { q, src_off: STRIDE * i as u64, dst, next: 0, inflight: VecDeque::new(), fences: 0 });
+        lanes.push(Lane {
+            q,
+            src_off: STRIDE * i as u64,
+            dst,
+            next: 0,
+            inflight: VecDeque::new(),
+            fences: 0,
+            newest: 0,
+        });
     }
     let timeout = Duration::from_millis(a.timeout_ms.unwrap_or(10_000).max(10));
     let bytes = plan.bytes_per_queue() * n as u64;
