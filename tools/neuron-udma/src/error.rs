@@ -27,15 +27,49 @@ pub enum Error {
     /// `ENOSPC`: the ring is full; nothing was written. `COPY_WAIT` frees space.
     #[error("descriptor ring full (ENOSPC)")]
     RingFull,
-    /// `EBUSY`: the queue is taken (or reserved for the driver), or a buffer has copies in flight.
-    #[error("busy: queue taken or reserved, or copies in flight (EBUSY)")]
+    /// `EBUSY`: the queue is taken (or reserved for the driver), a buffer has copies in flight
+    /// (or is exported as a dma-buf), or (`COPY_SUBMIT`) `max_queue_fences` fences are in flight
+    /// on the queue.
+    #[error("busy: queue taken or reserved, copies or fences in flight, or buffer exported (EBUSY)")]
     Busy,
-    /// `ETIMEDOUT`: no completion in time; the queue was reset and is usable again.
-    #[error("timed out waiting for completion; the queue was reset (ETIMEDOUT)")]
+    /// `ETIMEDOUT`: no completion in time. Since ABI 3 the copies go on (the queue is reset only
+    /// when it made no progress for 10 s); an ABI 1/2 driver reset the queue.
+    #[error("timed out waiting for completion; the copies go on unless the queue made no progress (ETIMEDOUT)")]
     TimedOut,
-    /// `EIO`: the engine reported an error; the queue was reset.
+    /// `EIO`: the engine reported an error, or a reset dropped the copy; the queue was reset.
+    /// ([`Fence::wait`](crate::Fence::wait) reports a failed fence as [`Error::FenceFailed`].)
     #[error("DMA engine error; the queue was reset (EIO)")]
     EngineError,
+    /// A fence failed (`NEURON_UDMA_FENCE_FAILED`, or `EIO` of `FENCE_WAIT`): an engine error or
+    /// a queue reset dropped it before its marker arrived; the copies before it may not all have
+    /// run. [`Error::errno`] is `EIO`, as `FENCE_WAIT` says it.
+    #[error("fence {fence} of queue {engine}/{queue} failed: {} ({})", fence_reason(*.error), errno_name(*.error))]
+    FenceFailed {
+        /// The queue's engine.
+        engine: u32,
+        /// The queue within the engine.
+        queue: u32,
+        /// The fence number.
+        fence: u64,
+        /// Why, a positive errno: `EIO` (an engine error), `ETIMEDOUT` (no progress for 10 s,
+        /// the queue was reset); 0 if the driver could not say.
+        error: i32,
+    },
+    /// `ESTALE` (`NEURON_UDMA_FENCE_EXPIRED`): the fence is older than what its queue remembers
+    /// of its failures (its last 32 resets): it may have failed.
+    #[error("fence expired: older than the queue's last 32 resets, it may have failed (ESTALE)")]
+    Expired,
+    /// `EMFILE`: the file holds `max_buffers` of [`Info`](crate::Info) buffers already, or (a
+    /// dma-buf export) the process has no free file descriptor.
+    #[error("too many buffers in this file, or no free file descriptor (EMFILE)")]
+    TooMany,
+    /// `EBADF`: the fd is not an eventfd (`QUEUE_EVENTFD`) or not a dma-buf (`DMABUF_IMPORT`),
+    /// or the device file was opened read-only (such files may only look).
+    #[error("bad file descriptor: not an eventfd or dma-buf, or a read-only device file (EBADF)")]
+    BadFd,
+    /// `E2BIG`: a split copy needs more pairs than the queue's rings hold even when empty.
+    #[error("copy needs more descriptor pairs than the rings hold: use larger rings (E2BIG)")]
+    TooBig,
     /// `ENODEV`: the device was unbound from the driver.
     #[error("device unbound (ENODEV)")]
     Unbound,
@@ -98,6 +132,10 @@ impl Error {
             libc::EPERM => Error::ReadOnly,
             libc::EXDEV => Error::CrossesRun,
             libc::EOPNOTSUPP => Error::NotSupported,
+            libc::ESTALE => Error::Expired,
+            libc::EMFILE => Error::TooMany,
+            libc::EBADF => Error::BadFd,
+            libc::E2BIG => Error::TooBig,
             e => Error::Other(e),
         }
     }
@@ -120,6 +158,11 @@ impl Error {
             Error::ReadOnly => libc::EPERM,
             Error::CrossesRun => libc::EXDEV,
             Error::NotSupported => libc::EOPNOTSUPP,
+            Error::FenceFailed { .. } => libc::EIO,
+            Error::Expired => libc::ESTALE,
+            Error::TooMany => libc::EMFILE,
+            Error::BadFd => libc::EBADF,
+            Error::TooBig => libc::E2BIG,
             Error::Other(e) => *e,
             Error::Open { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
@@ -128,6 +171,45 @@ impl Error {
     pub(crate) fn last_os() -> Self {
         Error::from_errno(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
     }
+}
+
+/// What the `error` of a failed fence means (`FENCE_STATUS`, `QUEUE_EVENTS`).
+pub(crate) fn fence_reason(errno: i32) -> &'static str {
+    match errno {
+        libc::EIO => "an engine error; the queue was reset",
+        libc::ETIMEDOUT => "the queue made no progress for 10 s and was reset",
+        0 => "dropped by a queue reset",
+        _ => "dropped",
+    }
+}
+
+/// The symbolic name of the errnos this ABI uses ("EIO"), else "errno N".
+pub fn errno_name(errno: i32) -> String {
+    let name = match errno {
+        libc::EINVAL => "EINVAL",
+        libc::ENOENT => "ENOENT",
+        libc::ERANGE => "ERANGE",
+        libc::ENOSPC => "ENOSPC",
+        libc::EBUSY => "EBUSY",
+        libc::ETIMEDOUT => "ETIMEDOUT",
+        libc::EIO => "EIO",
+        libc::ENODEV => "ENODEV",
+        libc::EFAULT => "EFAULT",
+        libc::ENOTTY => "ENOTTY",
+        libc::EINTR => "EINTR",
+        libc::ENOMEM => "ENOMEM",
+        libc::EPERM => "EPERM",
+        libc::EXDEV => "EXDEV",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::ESTALE => "ESTALE",
+        libc::EMFILE => "EMFILE",
+        libc::EBADF => "EBADF",
+        libc::E2BIG => "E2BIG",
+        libc::EAGAIN => "EAGAIN",
+        libc::EACCES => "EACCES",
+        _ => return format!("errno {errno}"),
+    };
+    name.to_string()
 }
 
 impl From<io::Error> for Error {

@@ -13,7 +13,15 @@
 //!   zero-copy), as source only or as source and destination. They borrow the slice for their
 //!   life, so the borrow checker keeps the process from freeing (or, for [`ImportedMut`],
 //!   touching) the memory while the device may reach it; freed (`MEM_FREE`) on drop.
-//! * [`Queue`]: one (engine, queue) pair, released (`QUEUE_RELEASE`) on drop.
+//! * [`Queue`]: one (engine, queue) pair, released (`QUEUE_RELEASE`) on drop. ABI 3:
+//!   [`Queue::submit`] starts what is prepared and returns a [`Fence`] at once; the fence is a
+//!   value: [`Fence::is_done`] (`FENCE_STATUS`), [`Fence::wait`] (`FENCE_WAIT`), or
+//!   [`Fence::completion`], a `Future` ([`DeviceEvents`]: the device file's readiness through
+//!   a pluggable [`Readiness`]: [`ThreadReadiness`], or tokio's with the `tokio` feature).
+//!   [`Device::queue_events`] (`QUEUE_EVENTS`) and [`QueueEventFd`] (`QUEUE_EVENTFD`) report
+//!   completions as events.
+//! * [`DmaBufImport`]: a dma-buf of another driver as a buffer of this file
+//!   ([`Device::dmabuf_import`]); [`Device::dmabuf_export`] gives a device buffer as a dma-buf.
 //! * [`Copy`](struct@Copy): one validated descriptor pair (at most `max_copy_size` of [`Info`]
 //!   bytes, checked when it is prepared on a queue).
 //!
@@ -67,18 +75,25 @@
 #![warn(missing_docs)]
 
 mod error;
+mod events;
+mod fence;
 pub mod sys;
 
 use std::fs::{File, OpenOptions};
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-pub use error::{Error, Result};
+pub use error::{errno_name, Error, Result};
+#[cfg(feature = "tokio")]
+pub use events::TokioReadiness;
+pub use events::{DeviceEvents, FenceCompletion, Readiness, ThreadReadiness};
+pub use fence::{EventFdRegistration, Fence, FenceId, FenceReport, FenceStatus, QueueEvent, QueueEventFd, UringCopy};
 
 /// Facts about a device and its driver (`NEURON_UDMA_INFO`).
 pub type Info = sys::neuron_udma_info;
@@ -162,6 +177,27 @@ impl sys::neuron_udma_info {
                 .host_engines
                 .get((engine / u64::BITS) as usize)
                 .is_some_and(|w| (w >> (engine % u64::BITS)) & 1 == 1)
+    }
+
+    /// Whether the driver has ABI 3: fences ([`Queue::submit`]), events, `MEMSET`, dma-bufs,
+    /// rings in device memory, mmap of device buffers.
+    pub fn has_abi3(&self) -> bool {
+        self.abi_version >= 3
+    }
+
+    /// Whether queues of `engine` may keep their rings in device memory
+    /// (`device_ring_engines` of INFO, ABI 3; never on an older driver): [`QueueOptions::device_rings`].
+    pub fn has_device_rings(&self, engine: u32) -> bool {
+        engine < self.engines
+            && self
+                .device_ring_engines
+                .get((engine / u64::BITS) as usize)
+                .is_some_and(|w| (w >> (engine % u64::BITS)) & 1 == 1)
+    }
+
+    /// The engines whose queues may keep their rings in device memory, ascending.
+    pub fn device_ring_engine_list(&self) -> Vec<u32> {
+        (0..self.engines).filter(|&e| self.has_device_rings(e)).collect()
     }
 
     /// The lowest engine with host connectivity whose queues 1..=3 are free for user queues
@@ -304,10 +340,25 @@ impl Device {
     /// println!("{:#x}: {} engines, {} bytes of HBM", info.device_id, info.engines, info.device_mem_size);
     /// # Ok::<(), neuron_udma::Error>(())
     /// ```
+    ///
+    /// The struct has grown with ABI 3 (`max_buffers`, `max_queue_fences`,
+    /// `device_ring_engines`), and its size is part of the command number. This asks with the
+    /// ABI 3 size first; a driver older than ABI 3 answers that with `ENOTTY`, and the call is
+    /// then repeated with the ABI 1/2 size ([`sys::NEURON_UDMA_INFO_SIZE_V2`], 88 bytes): the
+    /// ABI 3 fields are 0 then. Only if that fails too is the error returned (`ENOTTY`: not a
+    /// neuron_udma device).
     pub fn info(&self) -> Result<Info> {
         let mut info = Info::default();
-        ioctl(self.fd(), sys::NEURON_UDMA_INFO, &mut info)?;
-        Ok(info)
+        match ioctl(self.fd(), sys::NEURON_UDMA_INFO, &mut info) {
+            Err(Error::Unsupported) => {
+                let mut old = Info::default();
+                // The driver writes only the first NEURON_UDMA_INFO_SIZE_V2 bytes, which the
+                // request number encodes; `old` is larger, so the write stays inside it.
+                ioctl(self.fd(), sys::NEURON_UDMA_INFO_V2, &mut old)?;
+                Ok(old)
+            }
+            r => r.map(|()| info),
+        }
     }
 
     /// The device's limits: `NEURON_UDMA_INFO`, read once and kept for the life of this
@@ -377,7 +428,7 @@ impl Device {
     /// ```
     pub fn alloc_device(&self, size: u64) -> Result<DeviceBuffer<'_>> {
         let arg = self.alloc(size, sys::NEURON_UDMA_MEM_DEVICE)?;
-        Ok(DeviceBuffer { dev: self, handle: arg.handle, size })
+        Ok(DeviceBuffer { dev: self, handle: arg.handle, size, mmap_offset: arg.mmap_offset })
     }
 
     /// Takes queue (`engine`, `queue`) with Tx and Rx rings of `ring_descs` descriptors each
@@ -397,6 +448,25 @@ impl Device {
 
     /// Like [`Device::queue`] with separate Tx and Rx ring sizes.
     pub fn queue_with_rings(&self, engine: u32, queue: u32, tx_descs: u32, rx_descs: u32) -> Result<Queue<'_>> {
+        self.queue_with(engine, queue, QueueOptions { tx_descs, rx_descs, device_rings: false })
+    }
+
+    /// Takes queue (`engine`, `queue`) as `opts` says: ring sizes, and (ABI 3) whether the rings
+    /// live in device memory (`NEURON_UDMA_QUEUE_DEVICE_RINGS`: then an engine without host
+    /// connectivity can serve the queue, and its copies may only name device buffers; a copy
+    /// from or to host memory fails in the engine with `EIO`). Errors: those of
+    /// [`Device::queue`]; with `device_rings`, [`Error::Unsupported`] (before the ioctl) on a
+    /// driver older than ABI 3 and [`Error::NotSupported`] from the driver when the device has
+    /// no device memory ([`Info::has_device_rings`] says which engines can).
+    ///
+    /// ```no_run
+    /// use neuron_udma::QueueOptions;
+    /// let dev = neuron_udma::Device::open_index(0)?;
+    /// let q = dev.queue_with(0, 1, QueueOptions::new(1024).device_rings(true))?;
+    /// # Ok::<(), neuron_udma::Error>(())
+    /// ```
+    pub fn queue_with(&self, engine: u32, queue: u32, opts: QueueOptions) -> Result<Queue<'_>> {
+        let QueueOptions { tx_descs, rx_descs, device_rings } = opts;
         for (name, n) in [("tx", tx_descs), ("rx", rx_descs)] {
             if !n.is_power_of_two() {
                 return Err(Error::Argument(format!("{name} ring of {n} descriptors: not a power of two")));
@@ -411,10 +481,15 @@ impl Device {
                 )));
             }
         }
-        let mut arg = sys::neuron_udma_queue_init { engine, queue, tx_descs, rx_descs, ..Default::default() };
+        if device_rings && !info.has_abi3() {
+            // An ABI 1/2 driver would refuse the flag with EINVAL.
+            return Err(Error::Unsupported);
+        }
+        let flags = if device_rings { sys::NEURON_UDMA_QUEUE_DEVICE_RINGS } else { 0 };
+        let mut arg = sys::neuron_udma_queue_init { engine, queue, tx_descs, rx_descs, flags, ..Default::default() };
         ioctl(self.fd(), sys::NEURON_UDMA_QUEUE_INIT, &mut arg)?;
         self.queues.lock().unwrap_or_else(|e| e.into_inner()).push((engine, queue));
-        Ok(Queue { dev: self, engine, queue, tx_descs, rx_descs })
+        Ok(Queue::new(self, engine, queue, opts))
     }
 
     /// Pins `size` bytes at `addr` (`MEM_IMPORT`) after the library's checks.
@@ -548,6 +623,90 @@ impl Device {
         ioctl(self.fd(), sys::NEURON_UDMA_MEMCPY, &mut arg)
     }
 
+    /// Fills `size` bytes of `buf` at `offset` with `value` through the engine, on the driver's
+    /// shared queue (`NEURON_UDMA_MEMSET`, ABI 3), and waits for it; `timeout` as for
+    /// [`Device::memcpy`]. `buf` is a host or device buffer, or one imported writable
+    /// ([`Error::ReadOnly`] otherwise). Errors: [`Error::Argument`] (before the ioctl) for a size
+    /// of 0 or a range beyond the buffer; [`Error::Unsupported`] on a driver older than ABI 3;
+    /// [`Error::TimedOut`], [`Error::EngineError`], [`Error::Interrupted`] (SIGKILL).
+    ///
+    /// ```no_run
+    /// let dev = neuron_udma::Device::open_index(0)?;
+    /// let hbm = dev.alloc_device(1 << 20)?;
+    /// dev.memset(&hbm, 0, 1 << 20, 0, None)?;
+    /// # Ok::<(), neuron_udma::Error>(())
+    /// ```
+    pub fn memset(&self, buf: &dyn Buffer, offset: u64, size: u64, value: u8, timeout: Option<Duration>) -> Result<()> {
+        if size == 0 {
+            return Err(Error::Argument("memset of 0 bytes".into()));
+        }
+        check_range("memset", buf.size(), offset, size)?;
+        let mut arg = sys::neuron_udma_memset {
+            handle: buf.handle(),
+            offset,
+            size,
+            value: value.into(),
+            timeout_ms: timeout_ms(timeout),
+        };
+        ioctl(self.fd(), sys::NEURON_UDMA_MEMSET, &mut arg)
+    }
+
+    /// Exports the device buffer `buf` as a dma-buf (`NEURON_UDMA_DMABUF_EXPORT`, ABI 3, with
+    /// `O_CLOEXEC`): other devices' drivers can DMA from and to that range of device memory.
+    /// The buffer cannot be freed while any fd of the dma-buf is open (`MEM_FREE` is `EBUSY`:
+    /// dropping the [`DeviceBuffer`] then leaves it to the file's close); at unbind every
+    /// importer's mapping is revoked. Errors: [`Error::NotFound`], [`Error::TooMany`] (no free
+    /// file descriptor), [`Error::Unsupported`] (a driver older than ABI 3).
+    ///
+    /// ```no_run
+    /// let dev = neuron_udma::Device::open_index(0)?;
+    /// let hbm = dev.alloc_device(1 << 20)?;
+    /// let fd: std::os::fd::OwnedFd = dev.dmabuf_export(&hbm)?;
+    /// # Ok::<(), neuron_udma::Error>(())
+    /// ```
+    pub fn dmabuf_export(&self, buf: &DeviceBuffer<'_>) -> Result<OwnedFd> {
+        if !std::ptr::eq(buf.dev, self) {
+            return Err(Error::Argument("the buffer belongs to another device file".into()));
+        }
+        let mut arg =
+            sys::neuron_udma_dmabuf_export { handle: buf.handle, flags: libc::O_CLOEXEC as u32, ..Default::default() };
+        ioctl(self.fd(), sys::NEURON_UDMA_DMABUF_EXPORT, &mut arg)?;
+        if arg.fd < 0 {
+            return Err(Error::Other(libc::EPROTO));
+        }
+        // SAFETY: the driver installed a new fd for the dma-buf and gave it to us: we own it.
+        Ok(unsafe { OwnedFd::from_raw_fd(arg.fd) })
+    }
+
+    /// Imports the dma-buf `fd` of any exporter as a buffer of this file
+    /// (`NEURON_UDMA_DMABUF_IMPORT`, ABI 3), usable as the source of copies (as destination
+    /// the driver refuses it with `EPERM`: use [`Device::dmabuf_import_writable`]). The driver
+    /// keeps its own reference: `fd` may be closed after the call. Errors: [`Error::BadFd`]
+    /// (not a dma-buf), [`Error::NotSupported`] (the exporter's memory is not reachable by this
+    /// device), [`Error::OutOfMemory`], [`Error::TooMany`] (`max_buffers`),
+    /// [`Error::Unsupported`] (a driver older than ABI 3).
+    pub fn dmabuf_import(&self, fd: BorrowedFd<'_>) -> Result<DmaBufImport<'_>> {
+        self.dmabuf_import_flags(fd, 0)
+    }
+
+    /// Like [`Device::dmabuf_import`], with `NEURON_UDMA_IMPORT_WRITE`: the engine may also
+    /// write the buffer (copy destination, [`Device::memset`]).
+    pub fn dmabuf_import_writable(&self, fd: BorrowedFd<'_>) -> Result<DmaBufImport<'_>> {
+        self.dmabuf_import_flags(fd, sys::NEURON_UDMA_IMPORT_WRITE)
+    }
+
+    fn dmabuf_import_flags(&self, fd: BorrowedFd<'_>, flags: u32) -> Result<DmaBufImport<'_>> {
+        let mut arg = sys::neuron_udma_dmabuf_import { fd: fd.as_raw_fd(), flags, ..Default::default() };
+        ioctl(self.fd(), sys::NEURON_UDMA_DMABUF_IMPORT, &mut arg)?;
+        Ok(DmaBufImport {
+            dev: self,
+            handle: arg.handle,
+            size: arg.size,
+            segments: arg.segments,
+            writable: flags & sys::NEURON_UDMA_IMPORT_WRITE != 0,
+        })
+    }
+
     /// Issues a raw ioctl of this ABI on the device file. For tests and tools that need to
     /// send what the safe API refuses to build.
     ///
@@ -567,6 +726,15 @@ impl Device {
 impl AsRawFd for Device {
     fn as_raw_fd(&self) -> RawFd {
         self.fd()
+    }
+}
+
+/// The device file, for `poll(2)` / epoll: readable (`EPOLLIN`) while a queue of the file has
+/// completed fences not reported by [`Device::queue_events`] yet, `EPOLLPRI | EPOLLERR` while one
+/// has a failure not reported yet (ABI 3).
+impl AsFd for Device {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
     }
 }
 
@@ -685,16 +853,43 @@ impl Drop for HostBuffer<'_> {
     }
 }
 
-/// Device memory (HBM) of a device file, freed (`MEM_FREE`) on drop. It is not mapped: reach
-/// it with copies.
+/// Device memory (HBM) of a device file, freed (`MEM_FREE`) on drop. Reach it with copies, or
+/// (ABI 3) map it for small CPU reads and writes with [`DeviceBuffer::map`].
 #[derive(Debug)]
 pub struct DeviceBuffer<'d> {
     dev: &'d Device,
     handle: u64,
     size: u64,
+    /// Where `mmap()` finds it: non-zero from an ABI 3 driver, 0 (not mappable) before.
+    mmap_offset: u64,
 }
 
 impl DeviceBuffer<'_> {
+    /// Maps the buffer into the process (ABI 3: write-combined through BAR4, for small CPU
+    /// reads and writes: every CPU access crosses PCIe, reads are slow). The mapping borrows
+    /// the buffer and is unmapped on drop. As with [`HostBuffer`], the engine writes these bytes
+    /// behind the compiler's back: read them only after the copies that write them completed.
+    /// Errors: [`Error::Unsupported`] when the driver gave no mmap offset (older than ABI 3);
+    /// the errors of `mmap(2)`.
+    ///
+    /// ```no_run
+    /// let dev = neuron_udma::Device::open_index(0)?;
+    /// let hbm = dev.alloc_device(4096)?;
+    /// let mut m = hbm.map()?;
+    /// m[..4].copy_from_slice(b"abcd");
+    /// # Ok::<(), neuron_udma::Error>(())
+    /// ```
+    pub fn map(&self) -> Result<DeviceMapping<'_>> {
+        if self.mmap_offset == 0 {
+            return Err(Error::Unsupported);
+        }
+        let len = usize::try_from(self.size).map_err(|_| Error::Argument("buffer too large to map".into()))?;
+        // SAFETY: the mapping is of device memory the driver keeps allocated until MEM_FREE,
+        // which this buffer issues only on drop, after every mapping that borrows it is gone.
+        let map = unsafe { memmap2::MmapOptions::new().offset(self.mmap_offset).len(len).map_mut(&self.dev.file) }?;
+        Ok(DeviceMapping { map, _buf: PhantomData })
+    }
+
     /// Frees the buffer, reporting a `MEM_FREE` error (e.g. [`Error::Busy`]).
     pub fn free(mut self) -> Result<()> {
         let r = self.dev.free(self.handle);
@@ -716,6 +911,85 @@ impl Drop for DeviceBuffer<'_> {
     fn drop(&mut self) {
         if self.handle != 0 {
             let _ = self.dev.free(self.handle);
+        }
+    }
+}
+
+/// A device buffer mapped into the process ([`DeviceBuffer::map`]), unmapped on drop.
+/// Dereferences to its bytes.
+#[derive(Debug)]
+pub struct DeviceMapping<'b> {
+    map: memmap2::MmapMut,
+    _buf: PhantomData<&'b DeviceBuffer<'b>>,
+}
+
+impl Deref for DeviceMapping<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.map
+    }
+}
+
+impl DerefMut for DeviceMapping<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.map
+    }
+}
+
+/// A dma-buf of another exporter imported as a buffer of this file
+/// ([`Device::dmabuf_import`], ABI 3). A copy source, and with
+/// [`Device::dmabuf_import_writable`] a destination. Its physically contiguous runs
+/// ([`DmaBufImport::segments`]) split copies as an imported buffer's do ([`Copy::new`] sets
+/// `NEURON_UDMA_COPY_SPLIT`; [`Copy::max_pairs`] counts its runs as beginning at page
+/// boundaries of the buffer's offsets).
+///
+/// Dropping it frees it (`MEM_FREE`); one that is `EBUSY` (copies still reach it) is handled as
+/// for [`Imported`]: this file's queues are completed first, and a remaining error is ignored
+/// (the file's close frees it).
+#[derive(Debug)]
+pub struct DmaBufImport<'d> {
+    dev: &'d Device,
+    handle: u64,
+    size: u64,
+    segments: u32,
+    writable: bool,
+}
+
+impl DmaBufImport<'_> {
+    /// Physically contiguous runs of the buffer (`segments` of `DMABUF_IMPORT`).
+    pub fn segments(&self) -> u32 {
+        self.segments
+    }
+
+    /// Whether it was imported writable (`NEURON_UDMA_IMPORT_WRITE`).
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+
+    /// Frees the buffer as drop does, reporting the `MEM_FREE` error.
+    pub fn free(mut self) -> Result<()> {
+        let r = self.dev.free_drained(self.handle);
+        self.handle = 0;
+        r
+    }
+}
+
+impl Buffer for DmaBufImport<'_> {
+    fn handle(&self) -> u64 {
+        self.handle
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn import_layout(&self) -> Option<ImportLayout> {
+        Some(ImportLayout { addr: 0, segments: self.segments })
+    }
+}
+
+impl Drop for DmaBufImport<'_> {
+    fn drop(&mut self) {
+        if self.handle != 0 {
+            let _ = self.dev.free_drained(self.handle);
         }
     }
 }
@@ -933,6 +1207,8 @@ impl Copy {
     }
 
     /// Sets or clears the interrupt flag on the Rx descriptor (`NEURON_UDMA_COPY_DST_INT`).
+    /// ABI 1 and 2 only: an ABI 3 driver refuses the flag (`EINVAL`); completions are reported
+    /// by fences and their events there.
     pub fn dst_interrupt(mut self, on: bool) -> Self {
         if on {
             self.0.flags |= sys::NEURON_UDMA_COPY_DST_INT;
@@ -982,9 +1258,54 @@ pub struct Queue<'d> {
     queue: u32,
     tx_descs: u32,
     rx_descs: u32,
+    device_rings: bool,
+    /// An [`EventFdRegistration`] of this queue is alive (a queue has at most one eventfd).
+    eventfd: AtomicBool,
+}
+
+/// How [`Device::queue_with`] takes a queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueOptions {
+    /// Descriptors of the Tx (m2s) ring: a power of two from `min_ring_descs` to
+    /// `max_ring_descs` of [`Info`].
+    pub tx_descs: u32,
+    /// Descriptors of the Rx (s2m) ring.
+    pub rx_descs: u32,
+    /// ABI 3: the rings live in device memory (`NEURON_UDMA_QUEUE_DEVICE_RINGS`).
+    pub device_rings: bool,
+}
+
+impl QueueOptions {
+    /// Tx and Rx rings of `ring_descs` descriptors each, in host memory.
+    pub fn new(ring_descs: u32) -> Self {
+        QueueOptions { tx_descs: ring_descs, rx_descs: ring_descs, device_rings: false }
+    }
+
+    /// Whether the rings live in device memory (`NEURON_UDMA_QUEUE_DEVICE_RINGS`, ABI 3).
+    pub fn device_rings(mut self, on: bool) -> Self {
+        self.device_rings = on;
+        self
+    }
 }
 
 impl<'d> Queue<'d> {
+    fn new(dev: &'d Device, engine: u32, queue: u32, opts: QueueOptions) -> Self {
+        Queue {
+            dev,
+            engine,
+            queue,
+            tx_descs: opts.tx_descs,
+            rx_descs: opts.rx_descs,
+            device_rings: opts.device_rings,
+            eventfd: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the queue's rings live in device memory ([`QueueOptions::device_rings`]).
+    pub fn device_rings(&self) -> bool {
+        self.device_rings
+    }
+
     /// The engine id.
     pub fn engine(&self) -> u32 {
         self.engine
@@ -1275,7 +1596,7 @@ mod tests {
     #[test]
     fn queues_are_registered_for_the_import_drain() {
         let dev = fake_device(Info::default());
-        let q = Queue { dev: &dev, engine: 4, queue: 2, tx_descs: 64, rx_descs: 64 };
+        let q = Queue::new(&dev, 4, 2, QueueOptions::new(64));
         dev.queues.lock().unwrap().push((4, 2));
         // QUEUE_RELEASE fails on /dev/null, but the queue is gone from the list either way.
         assert!(matches!(q.release(), Err(Error::Unsupported)));
@@ -1294,7 +1615,7 @@ mod tests {
 
     #[test]
     fn struct_sizes_match_c() {
-        assert_eq!(size_of::<sys::neuron_udma_info>(), 88);
+        assert_eq!(size_of::<sys::neuron_udma_info>(), 152);
         assert_eq!(size_of::<sys::neuron_udma_mem_import>(), 48);
         assert_eq!(size_of::<sys::neuron_udma_mem_alloc>(), 48);
         assert_eq!(size_of::<sys::neuron_udma_mem_free>(), 16);
@@ -1309,11 +1630,70 @@ mod tests {
         assert_eq!(size_of::<sys::neuron_udma_memcpy>(), 48);
         assert_eq!(size_of::<Copy>(), size_of::<sys::neuron_udma_copy>());
         assert_eq!(core::mem::align_of::<Copy>(), 8);
+        // ABI 3.
+        assert_eq!(size_of::<sys::neuron_udma_copy_submit>(), 24);
+        assert_eq!(size_of::<sys::neuron_udma_fence_status>(), 40);
+        assert_eq!(size_of::<sys::neuron_udma_fence_wait>(), 24);
+        assert_eq!(size_of::<sys::neuron_udma_queue_event>(), 32);
+        assert_eq!(size_of::<sys::neuron_udma_events>(), 16);
+        assert_eq!(size_of::<sys::neuron_udma_eventfd>(), 16);
+        assert_eq!(size_of::<sys::neuron_udma_uring_copy>(), 16);
+        assert_eq!(size_of::<sys::neuron_udma_memset>(), 32);
+        assert_eq!(size_of::<sys::neuron_udma_dmabuf_export>(), 24);
+        assert_eq!(size_of::<sys::neuron_udma_dmabuf_import>(), 32);
+        assert_eq!(size_of::<QueueEvent>(), size_of::<sys::neuron_udma_queue_event>());
+    }
+
+    #[test]
+    fn abi3_field_offsets() {
+        use core::mem::offset_of;
+        // INFO grew at its end: an ABI 2 caller's 88 bytes are the same fields.
+        assert_eq!(offset_of!(sys::neuron_udma_info, max_import_size), 80);
+        assert_eq!(offset_of!(sys::neuron_udma_info, max_buffers), 88);
+        assert_eq!(offset_of!(sys::neuron_udma_info, max_queue_fences), 92);
+        assert_eq!(offset_of!(sys::neuron_udma_info, device_ring_engines), 96);
+        assert_eq!(offset_of!(sys::neuron_udma_info, reserved), 120);
+        assert_eq!(sys::NEURON_UDMA_INFO_SIZE_V2, 88);
+        assert_eq!(offset_of!(sys::neuron_udma_copy_submit, fence), 16);
+        assert_eq!(offset_of!(sys::neuron_udma_fence_status, fence), 8);
+        assert_eq!(offset_of!(sys::neuron_udma_fence_status, state), 16);
+        assert_eq!(offset_of!(sys::neuron_udma_fence_status, error), 20);
+        assert_eq!(offset_of!(sys::neuron_udma_fence_status, completed), 24);
+        assert_eq!(offset_of!(sys::neuron_udma_fence_status, submitted), 32);
+        assert_eq!(offset_of!(sys::neuron_udma_fence_wait, timeout_ms), 16);
+        assert_eq!(offset_of!(sys::neuron_udma_queue_event, error), 12);
+        assert_eq!(offset_of!(sys::neuron_udma_queue_event, completed), 16);
+        assert_eq!(offset_of!(sys::neuron_udma_queue_event, failed), 24);
+        assert_eq!(offset_of!(sys::neuron_udma_events, max), 8);
+        assert_eq!(offset_of!(sys::neuron_udma_events, count), 12);
+        assert_eq!(offset_of!(sys::neuron_udma_eventfd, fd), 8);
+        assert_eq!(offset_of!(sys::neuron_udma_uring_copy, queue), 2);
+        assert_eq!(offset_of!(sys::neuron_udma_uring_copy, count), 4);
+        assert_eq!(offset_of!(sys::neuron_udma_uring_copy, copies), 8);
+        assert_eq!(offset_of!(sys::neuron_udma_memset, value), 24);
+        assert_eq!(offset_of!(sys::neuron_udma_memset, timeout_ms), 28);
+        assert_eq!(offset_of!(sys::neuron_udma_dmabuf_export, flags), 8);
+        assert_eq!(offset_of!(sys::neuron_udma_dmabuf_export, fd), 12);
+        assert_eq!(offset_of!(sys::neuron_udma_dmabuf_import, handle), 8);
+        assert_eq!(offset_of!(sys::neuron_udma_dmabuf_import, size), 16);
+        assert_eq!(offset_of!(sys::neuron_udma_dmabuf_import, segments), 24);
+        assert_eq!(offset_of!(sys::neuron_udma_queue_init, flags), 16);
     }
 
     #[test]
     fn header_constants() {
-        assert_eq!(sys::NEURON_UDMA_ABI_VERSION, 2);
+        assert_eq!(sys::NEURON_UDMA_ABI_VERSION, 3);
+        assert_eq!(sys::NEURON_UDMA_QUEUE_DEVICE_RINGS, 1);
+        assert_eq!(
+            (
+                sys::NEURON_UDMA_FENCE_PENDING,
+                sys::NEURON_UDMA_FENCE_DONE,
+                sys::NEURON_UDMA_FENCE_FAILED,
+                sys::NEURON_UDMA_FENCE_EXPIRED
+            ),
+            (0, 1, 2, 3)
+        );
+        assert_eq!((sys::NEURON_UDMA_EVENT_COMPLETED, sys::NEURON_UDMA_EVENT_FAILED), (1, 2));
         assert_eq!((sys::NEURON_UDMA_IMPORT_WRITE, sys::NEURON_UDMA_COPY_SPLIT), (1, 2));
         assert_eq!(sys::NEURON_UDMA_IOC_MAGIC, 0xB9);
         assert_eq!((sys::NEURON_UDMA_GEN_V2, sys::NEURON_UDMA_GEN_V3), (2, 3));
@@ -1326,8 +1706,9 @@ mod tests {
     #[allow(clippy::unnecessary_cast)] // ioctl_num_type is not u64 on every libc
     fn ioctl_numbers() {
         // By hand: dir << 30 | size << 16 | 0xB9 << 8 | nr, _IOR = 2, _IOW = 1, _IOWR = 3.
-        let want: [(sys::IoctlRequest, u32); 12] = [
-            (sys::NEURON_UDMA_INFO, 0x8058_B900),
+        let want: [(sys::IoctlRequest, u32); 21] = [
+            (sys::NEURON_UDMA_INFO, 0x8098_B900),
+            (sys::NEURON_UDMA_INFO_V2, 0x8058_B900),
             (sys::NEURON_UDMA_MEM_ALLOC, 0xC030_B901),
             (sys::NEURON_UDMA_MEM_FREE, 0x4010_B902),
             (sys::NEURON_UDMA_QUEUE_INIT, 0x4028_B903),
@@ -1339,10 +1720,19 @@ mod tests {
             (sys::NEURON_UDMA_QUEUE_STATE, 0xC080_B909),
             (sys::NEURON_UDMA_MEMCPY, 0x4030_B90A),
             (sys::NEURON_UDMA_MEM_IMPORT, 0xC030_B90B),
+            (sys::NEURON_UDMA_COPY_SUBMIT, 0xC018_B90C),
+            (sys::NEURON_UDMA_FENCE_STATUS, 0xC028_B90D),
+            (sys::NEURON_UDMA_FENCE_WAIT, 0x4018_B90E),
+            (sys::NEURON_UDMA_QUEUE_EVENTS, 0xC010_B90F),
+            (sys::NEURON_UDMA_QUEUE_EVENTFD, 0x4010_B910),
+            (sys::NEURON_UDMA_MEMSET, 0x4020_B911),
+            (sys::NEURON_UDMA_DMABUF_EXPORT, 0xC018_B912),
+            (sys::NEURON_UDMA_DMABUF_IMPORT, 0xC020_B913),
         ];
         for (i, (got, want)) in want.iter().enumerate() {
-            assert_eq!(*got as u64, *want as u64, "ioctl nr {i:#x}: {got:#x} != {want:#x}");
+            assert_eq!(*got as u64, *want as u64, "ioctl {i}: {got:#x} != {want:#x}");
         }
+        assert_eq!(sys::NEURON_UDMA_URING_COPY, 0x4010_B920);
     }
 
     #[test]
@@ -1363,13 +1753,29 @@ mod tests {
             (libc::EPERM, "EPERM"),
             (libc::EXDEV, "EXDEV"),
             (libc::EOPNOTSUPP, "EOPNOTSUPP"),
+            (libc::ESTALE, "ESTALE"),
+            (libc::EMFILE, "EMFILE"),
+            (libc::EBADF, "EBADF"),
+            (libc::E2BIG, "E2BIG"),
         ];
         for (errno, name) in cases {
             let e = Error::from_errno(errno);
             assert!(!matches!(e, Error::Other(_)), "{name} not mapped");
             assert_eq!(e.errno(), errno);
             assert!(e.to_string().contains(name), "{e} does not name {name}");
+            assert_eq!(errno_name(errno), name);
         }
+        assert!(matches!(Error::from_errno(libc::ESTALE), Error::Expired));
+        assert_eq!(errno_name(9999), "errno 9999");
+        // A failed fence: EIO as FENCE_WAIT says it, with the driver's reason in the message.
+        let f = Error::FenceFailed { engine: 4, queue: 2, fence: 17, error: libc::ETIMEDOUT };
+        assert_eq!(f.errno(), libc::EIO);
+        assert_eq!(
+            f.to_string(),
+            "fence 17 of queue 4/2 failed: the queue made no progress for 10 s and was reset (ETIMEDOUT)"
+        );
+        let f = Error::FenceFailed { engine: 0, queue: 1, fence: 3, error: libc::EIO };
+        assert!(f.to_string().ends_with("an engine error; the queue was reset (EIO)"), "{f}");
         assert!(matches!(Error::from_errno(libc::ENOENT), Error::NotFound));
         assert!(matches!(Error::from_errno(libc::ENOSPC), Error::RingFull));
         assert!(matches!(Error::from_errno(libc::EIO), Error::EngineError));
@@ -1496,7 +1902,7 @@ mod tests {
         assert!(matches!(dev.queue(0, 1, 256), Err(Error::Unsupported)));
         assert!(matches!(dev.alloc_host((1 << 20) + 1), Err(Error::Argument(_))));
         assert!(matches!(dev.alloc_host(1 << 20), Err(Error::Unsupported)));
-        let q = Queue { dev: &dev, engine: 0, queue: 1, tx_descs: 64, rx_descs: 64 };
+        let q = Queue::new(&dev, 0, 1, QueueOptions::new(64));
         let buf = Fake(1, 1 << 20);
         let (ok, big) = (Copy::new(&buf, 0, &buf, 8192, 4096).unwrap(), Copy::new(&buf, 0, &buf, 8192, 4097).unwrap());
         assert!(matches!(q.prepare_one(&big), Err(Error::Argument(_))));

@@ -50,3 +50,38 @@ pub const NEURON_UDMA_MEMCPY: IoctlRequest = nix::request_code_write!(MAGIC, 0x0
 /// `NEURON_UDMA_MEM_IMPORT`: `_IOWR(0xB9, 0x0B, struct neuron_udma_mem_import)` (ABI 2).
 pub const NEURON_UDMA_MEM_IMPORT: IoctlRequest =
     nix::request_code_readwrite!(MAGIC, 0x0B, size_of::<neuron_udma_mem_import>());
+
+/// Size of `struct neuron_udma_info` before ABI 3 (ABI 1 and 2: up to `max_import_size`, which
+/// ABI 1 had as `reserved`). An ABI 3 driver answers every earlier size (the size is part of the
+/// command number); an older driver knows only this one and answers the ABI 3 size with ENOTTY.
+pub const NEURON_UDMA_INFO_SIZE_V2: usize = core::mem::offset_of!(neuron_udma_info, max_buffers);
+/// `NEURON_UDMA_INFO` with the ABI 1/2 struct size: `_IOR(0xB9, 0x00, 88 bytes)`.
+pub const NEURON_UDMA_INFO_V2: IoctlRequest = nix::request_code_read!(MAGIC, 0x00, NEURON_UDMA_INFO_SIZE_V2);
+/// `NEURON_UDMA_COPY_SUBMIT`: `_IOWR(0xB9, 0x0C, struct neuron_udma_copy_submit)` (ABI 3).
+pub const NEURON_UDMA_COPY_SUBMIT: IoctlRequest =
+    nix::request_code_readwrite!(MAGIC, 0x0C, size_of::<neuron_udma_copy_submit>());
+/// `NEURON_UDMA_FENCE_STATUS`: `_IOWR(0xB9, 0x0D, struct neuron_udma_fence_status)` (ABI 3).
+pub const NEURON_UDMA_FENCE_STATUS: IoctlRequest =
+    nix::request_code_readwrite!(MAGIC, 0x0D, size_of::<neuron_udma_fence_status>());
+/// `NEURON_UDMA_FENCE_WAIT`: `_IOW(0xB9, 0x0E, struct neuron_udma_fence_wait)` (ABI 3).
+pub const NEURON_UDMA_FENCE_WAIT: IoctlRequest =
+    nix::request_code_write!(MAGIC, 0x0E, size_of::<neuron_udma_fence_wait>());
+/// `NEURON_UDMA_QUEUE_EVENTS`: `_IOWR(0xB9, 0x0F, struct neuron_udma_events)` (ABI 3).
+pub const NEURON_UDMA_QUEUE_EVENTS: IoctlRequest =
+    nix::request_code_readwrite!(MAGIC, 0x0F, size_of::<neuron_udma_events>());
+/// `NEURON_UDMA_QUEUE_EVENTFD`: `_IOW(0xB9, 0x10, struct neuron_udma_eventfd)` (ABI 3).
+pub const NEURON_UDMA_QUEUE_EVENTFD: IoctlRequest =
+    nix::request_code_write!(MAGIC, 0x10, size_of::<neuron_udma_eventfd>());
+/// `NEURON_UDMA_MEMSET`: `_IOW(0xB9, 0x11, struct neuron_udma_memset)` (ABI 3).
+pub const NEURON_UDMA_MEMSET: IoctlRequest = nix::request_code_write!(MAGIC, 0x11, size_of::<neuron_udma_memset>());
+/// `NEURON_UDMA_DMABUF_EXPORT`: `_IOWR(0xB9, 0x12, struct neuron_udma_dmabuf_export)` (ABI 3).
+pub const NEURON_UDMA_DMABUF_EXPORT: IoctlRequest =
+    nix::request_code_readwrite!(MAGIC, 0x12, size_of::<neuron_udma_dmabuf_export>());
+/// `NEURON_UDMA_DMABUF_IMPORT`: `_IOWR(0xB9, 0x13, struct neuron_udma_dmabuf_import)` (ABI 3).
+pub const NEURON_UDMA_DMABUF_IMPORT: IoctlRequest =
+    nix::request_code_readwrite!(MAGIC, 0x13, size_of::<neuron_udma_dmabuf_import>());
+/// `NEURON_UDMA_URING_COPY`: `_IOW(0xB9, 0x20, struct neuron_udma_uring_copy)` (ABI 3): not an
+/// ioctl but the `cmd_op` of an `IORING_OP_URING_CMD` on the device file, with the struct in the
+/// SQE's 16-byte command area.
+pub const NEURON_UDMA_URING_COPY: u32 =
+    nix::request_code_write!(MAGIC, 0x20, size_of::<neuron_udma_uring_copy>()) as u32;

@@ -33,6 +33,14 @@ pub struct InfoJson {
     pub host_engines_bitmap: Vec<String>,
     /// The driver's own H2T queues (QUEUE_INIT of them is EBUSY).
     pub driver_h2t_queues: Vec<QueueId>,
+    /// ABI 3 (0 from an older driver): live buffers one file may hold.
+    pub max_buffers: u32,
+    /// ABI 3 (0 before): fences in flight on one queue (COPY_SUBMIT is EBUSY past it).
+    pub max_queue_fences: u32,
+    /// ABI 3 (empty before): the engines whose queues may keep their rings in device memory.
+    pub device_ring_engines: Vec<u32>,
+    /// The raw `device_ring_engines` words of INFO, as "0x..." strings.
+    pub device_ring_engines_bitmap: Vec<String>,
 }
 
 /// One (engine, queue) pair.
@@ -65,6 +73,10 @@ impl InfoJson {
             host_engines,
             host_engines_bitmap: i.host_engines.iter().map(|w| format!("{w:#018x}")).collect(),
             driver_h2t_queues: i.h2t_queues().iter().map(|&(engine, queue)| QueueId { engine, queue }).collect(),
+            max_buffers: i.max_buffers,
+            max_queue_fences: i.max_queue_fences,
+            device_ring_engines: i.device_ring_engine_list(),
+            device_ring_engines_bitmap: i.device_ring_engines.iter().map(|w| format!("{w:#018x}")).collect(),
         }
     }
 }
@@ -189,6 +201,7 @@ mod tests {
             max_host_buffer: 4 << 20,
             host_engines: [(1 << 34) - 1, 0, 0],
             max_import_size: 1 << 30,
+            ..Default::default()
         }
     }
 
@@ -219,8 +232,25 @@ mod tests {
                 "host_engines": (0..34).collect::<Vec<u32>>(),
                 "host_engines_bitmap": ["0x00000003ffffffff", "0x0000000000000000", "0x0000000000000000"],
                 "driver_h2t_queues": [{"engine": 32, "queue": 0}, {"engine": 33, "queue": 0}],
+                "max_buffers": 0,
+                "max_queue_fences": 0,
+                "device_ring_engines": [],
+                "device_ring_engines_bitmap": ["0x0000000000000000", "0x0000000000000000", "0x0000000000000000"],
             })
         );
+    }
+
+    #[test]
+    fn abi3_fields() {
+        let mut i = trn1();
+        i.abi_version = 3;
+        i.max_buffers = 4096;
+        i.max_queue_fences = 256;
+        i.device_ring_engines = [(1 << 34) - 1, 0, 0];
+        let v = serde_json::to_value(InfoJson::new(&i)).unwrap();
+        assert_eq!((v["max_buffers"].as_u64(), v["max_queue_fences"].as_u64()), (Some(4096), Some(256)));
+        assert_eq!(v["device_ring_engines"].as_array().unwrap().len(), 34);
+        assert_eq!(v["device_ring_engines_bitmap"][0], "0x00000003ffffffff");
     }
 
     #[test]

@@ -79,6 +79,12 @@ fn open_errors(dev: &Device, _: &Info) -> Result<()> {
         libc::EINTR,
         libc::ENOMEM,
         libc::EPERM,
+        libc::EXDEV,
+        libc::EOPNOTSUPP,
+        libc::ESTALE,
+        libc::EMFILE,
+        libc::EBADF,
+        libc::E2BIG,
     ] {
         ensure!(Error::from_errno(errno).errno() == errno, "errno {errno} round trip");
     }
@@ -152,17 +158,19 @@ fn copies(dev: &Device, i: &Info) -> Result<()> {
     let n = q.wait(Some(Duration::from_secs(10)))?;
     ensure!(n == 2, "wait freed {n} pairs, want 2");
     ensure!(b[5..4005] == a[3..4003] && b[4] == 0 && b[4005] == 0, "prepare_one bytes");
-    // A batch host -> HBM, then HBM -> host, with barriers and the interrupt flag.
+    // A batch host -> HBM, then HBM -> host, with barriers (and before ABI 3 the interrupt flag,
+    // which ABI 3 reserves: fences_and_events checks its EINVAL).
     let up: Vec<Copy> = (0..16u64).map(|k| Copy::new(&a, k * m, &d, k * m, max)).collect::<neuron_udma::Result<_>>()?;
     q.prepare(&up)?;
     q.wait(None)?;
     let down: Vec<Copy> = (0..16u64)
         .map(|k| {
-            Copy::new(&d, k * m, &b, k * m, max)
-                .map(|c| c.barrier(if k == 15 { Barrier::Write } else { Barrier::Dmb }).dst_interrupt(k == 0))
+            Copy::new(&d, k * m, &b, k * m, max).map(|c| {
+                c.barrier(if k == 15 { Barrier::Write } else { Barrier::Dmb }).dst_interrupt(k == 0 && !i.has_abi3())
+            })
         })
         .collect::<neuron_udma::Result<_>>()?;
-    ensure!(down[0].raw().flags == neuron_udma::sys::NEURON_UDMA_COPY_DST_INT, "dst_interrupt");
+    ensure!(down[0].dst_interrupt(true).raw().flags == neuron_udma::sys::NEURON_UDMA_COPY_DST_INT, "dst_interrupt");
     ensure!(down[15].raw().barrier == neuron_udma::sys::NEURON_UDMA_BARRIER_WRITE, "barrier");
     ensure!(down[3].size() == max && down[3].dst_interrupt(false).raw().flags == 0, "copy accessors");
     q.prepare(&down)?;
@@ -370,7 +378,7 @@ pub fn run(dev: &Device, info: &Info) -> Result<()> {
     let engine = info.user_engine().context("INFO reports no engine that reaches host memory")?;
     let _ = ENG.set(engine);
     type Check = fn(&Device, &Info) -> Result<()>;
-    let checks: [(&str, Check); 9] = [
+    let checks: [(&str, Check); 11] = [
         ("info", info_check),
         ("open_and_errno_mapping", open_errors),
         ("host_and_device_buffers", buffers),
@@ -380,6 +388,8 @@ pub fn run(dev: &Device, info: &Info) -> Result<()> {
         ("copy_errors_and_full_ring", copy_errors),
         ("memcpy", memcpy),
         ("imports", imports),
+        ("fences_and_events", fences_and_events),
+        ("memset_mmap_dmabuf_device_rings", abi3_memory),
     ];
     println!("TAP version 13");
     println!("1..{}", checks.len());
@@ -403,4 +413,181 @@ pub fn run(dev: &Device, info: &Info) -> Result<()> {
 
 fn info_check(dev: &Device, i: &Info) -> Result<()> {
     info(dev, i)
+}
+
+/// Blocks on `f` (the library's futures are runtime-neutral): a thread-parking waker, and a
+/// failure after 10 s without completion.
+fn block_on<F: std::future::Future>(f: F) -> Result<F::Output> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    let t = std::time::Instant::now();
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return Ok(v);
+        }
+        ensure!(t.elapsed() < Duration::from_secs(10), "a future still pending after 10 s");
+        std::thread::park_timeout(Duration::from_millis(100));
+    }
+}
+
+/// Whether the device file is readable (poll with `timeout_ms`): completions not reported yet.
+fn readable(dev: &Device, timeout_ms: u16) -> Result<bool> {
+    use nix::poll::{PollFd, PollFlags};
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(dev.as_fd(), PollFlags::POLLIN | PollFlags::POLLPRI)];
+    let n = nix::poll::poll(&mut fds, timeout_ms).context("poll on the device file")?;
+    Ok(n > 0 && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)))
+}
+
+/// ABI 3 fences and their events: COPY_SUBMIT, FENCE_STATUS, FENCE_WAIT, poll() on the file and
+/// QUEUE_EVENTS, QUEUE_EVENTFD, the async fence on the runtime-neutral listener, and the
+/// reserved DST_INT flag.
+fn fences_and_events(dev: &Device, i: &Info) -> Result<()> {
+    ensure!(i.has_abi3(), "the driver has ABI {}: no fences", i.abi_version);
+    ensure!(
+        i.max_buffers > 0 && i.max_queue_fences > 0,
+        "INFO max_buffers {} max_queue_fences {}",
+        i.max_buffers,
+        i.max_queue_fences
+    );
+    let q = dev.queue(eng(), 1, 64)?;
+    let max = i.max_copy_size;
+    let m = u64::from(max);
+    let mut a = dev.alloc_host(8 * m)?;
+    let mut b = dev.alloc_host(8 * m)?;
+    pattern(&mut a, 21);
+    b.fill(0);
+    let batch = |k: u64| -> Result<Vec<Copy>> {
+        Ok((0..2)
+            .map(|j| Copy::new(&a, (k * 2 + j) * m, &b, (k * 2 + j) * m, max))
+            .collect::<neuron_udma::Result<_>>()?)
+    };
+    // Nothing prepared, no fence yet: fence 0, done.
+    let f0 = q.submit()?;
+    ensure!(f0.number() == 0 && f0.is_done()?, "submit with nothing prepared: {f0:?}");
+    // Leftover events of earlier groups' queues are not this group's.
+    dev.queue_events()?;
+    q.prepare(&batch(0)?)?;
+    let f1 = q.submit()?;
+    ensure!(f1.number() == 1, "first fence {f1:?}");
+    f1.wait(Some(Duration::from_secs(10)))?;
+    ensure!(f1.is_done()? && f1.status()? == neuron_udma::FenceStatus::Done, "fence 1 after FENCE_WAIT");
+    let r = f1.report()?;
+    ensure!(r.completed >= 1 && r.submitted == 1, "FENCE_STATUS {r:?}");
+    ensure!(b[..2 * max as usize] == a[..2 * max as usize], "bytes of fence 1");
+    ensure!(q.submit()? == f1, "a submit with nothing new returns the newest fence");
+    expect_errno(q.fence(9).is_done(), libc::EINVAL, "FENCE_STATUS of a fence not submitted")?;
+    // poll() shows the completion until QUEUE_EVENTS reports it.
+    ensure!(readable(dev, 1000)?, "the file is not readable after fence 1 completed");
+    let ev = dev.queue_events()?;
+    ensure!(
+        ev.iter().any(|e| (e.engine(), e.queue()) == (eng(), 1) && e.completed() >= 1 && e.failure().is_none()),
+        "QUEUE_EVENTS {ev:?}"
+    );
+    ensure!(!readable(dev, 0)?, "still readable after QUEUE_EVENTS");
+    // A fence learnt through poll() alone.
+    q.prepare(&batch(1)?)?;
+    let f2 = q.submit()?;
+    ensure!(readable(dev, 10_000)?, "no readiness in 10 s for fence 2");
+    ensure!(dev.queue_events()?.iter().any(|e| e.completed() >= f2.number()), "QUEUE_EVENTS after fence 2");
+    ensure!(f2.is_done()?, "fence 2 reported completed, FENCE_STATUS disagrees");
+    // An eventfd counts the queue's fences.
+    let efd = q.eventfd()?;
+    expect_errno(q.eventfd(), libc::EINVAL, "a second eventfd registration (library)")?;
+    q.prepare(&batch(2)?)?;
+    q.submit()?.wait(None)?;
+    // The driver signals the eventfd as it retires the fence: give it a moment to.
+    let mut fds = [nix::poll::PollFd::new(std::os::fd::AsFd::as_fd(&efd), nix::poll::PollFlags::POLLIN)];
+    nix::poll::poll(&mut fds, 1000u16).context("poll on the eventfd")?;
+    ensure!(efd.read()? == 1, "eventfd count after one fence");
+    drop(efd);
+    // The async fence, runtime-neutral.
+    dev.queue_events()?;
+    let events = neuron_udma::DeviceEvents::with_thread(dev)?;
+    q.prepare(&batch(3)?)?;
+    let f4 = q.submit()?;
+    block_on(f4.completion(&events))??;
+    ensure!(b[..] == a[..], "bytes of fences 1..4");
+    // DST_INT is reserved since ABI 3.
+    let c = Copy::new(&a, 0, &b, 0, 64)?.dst_interrupt(true);
+    expect_errno(q.prepare_one(&c), libc::EINVAL, "COPY_DST_INT (reserved since ABI 3)")?;
+    Ok(())
+}
+
+/// ABI 3 memory: MEMSET, mmap of a device buffer, a dma-buf of a device buffer imported back
+/// (if the device reaches its own exported memory), and a queue with its rings in device memory.
+fn abi3_memory(dev: &Device, i: &Info) -> Result<()> {
+    use std::os::fd::AsFd;
+    ensure!(i.has_abi3(), "the driver has ABI {}: no MEMSET", i.abi_version);
+    let mut h = dev.alloc_host(1 << 16)?;
+    h.fill(0x11);
+    dev.memset(&h, 100, 1000, 0xAB, None)?;
+    ensure!(h[100..1100].iter().all(|&x| x == 0xAB) && h[99] == 0x11 && h[1100] == 0x11, "MEMSET of a host buffer");
+    expect_errno(dev.memset(&h, 0, 0, 1, None), libc::EINVAL, "MEMSET of 0 bytes")?;
+    let d = dev.alloc_device(1 << 16)?;
+    dev.memset(&d, 0, 1 << 16, 0x5C, Some(Duration::from_secs(10)))?;
+    dev.memcpy(&d, 0, &h, 0, 1 << 16, None)?;
+    ensure!(h.iter().all(|&x| x == 0x5C), "MEMSET of a device buffer, read back");
+    // mmap of the device buffer: CPU writes, read back by the engine, and the other way.
+    {
+        let mut map = d.map()?;
+        ensure!(map.len() >= 1 << 16 && map[0] == 0x5C && map[(1 << 16) - 1] == 0x5C, "device mapping bytes");
+        pattern(&mut map[..4096], 31);
+    }
+    dev.memcpy(&d, 0, &h, 0, 4096, None)?;
+    let mut want = vec![0u8; 4096];
+    pattern(&mut want, 31);
+    ensure!(h[..4096] == want[..], "CPU writes through the device mapping, read by the engine");
+    // A dma-buf of the device buffer: the buffer stays while exported.
+    let fd = dev.dmabuf_export(&d)?;
+    let mut f = neuron_udma::sys::neuron_udma_mem_free { handle: d.handle(), ..Default::default() };
+    // SAFETY: MEM_FREE takes a struct neuron_udma_mem_free, which `f` is.
+    expect_errno(
+        unsafe { dev.raw_ioctl(neuron_udma::sys::NEURON_UDMA_MEM_FREE, &mut f) },
+        libc::EBUSY,
+        "MEM_FREE of an exported buffer",
+    )?;
+    let mut e = neuron_udma::sys::neuron_udma_dmabuf_export { handle: h.handle(), ..Default::default() };
+    // SAFETY: DMABUF_EXPORT takes a struct neuron_udma_dmabuf_export, which `e` is.
+    expect_errno(
+        unsafe { dev.raw_ioctl(neuron_udma::sys::NEURON_UDMA_DMABUF_EXPORT, &mut e) },
+        libc::EINVAL,
+        "DMABUF_EXPORT of a host buffer",
+    )?;
+    let null = std::fs::File::open("/dev/null")?;
+    expect_errno(dev.dmabuf_import(null.as_fd()), libc::EBADF, "DMABUF_IMPORT of a file that is no dma-buf")?;
+    match dev.dmabuf_import(fd.as_fd()) {
+        Ok(imp) => {
+            ensure!(imp.size() >= 1 << 16 && imp.segments() >= 1 && !imp.writable(), "dma-buf import {imp:?}");
+            h.fill(0);
+            dev.memcpy(&imp, 0, &h, 0, 4096, None)?;
+            ensure!(h[..4096] == want[..], "copy from the imported dma-buf");
+            expect_errno(dev.memcpy(&h, 0, &imp, 0, 16, None), libc::EPERM, "copy into a read-only dma-buf import")?;
+        }
+        // The device may not reach its own memory through a dma-buf: the header allows it.
+        Err(Error::NotSupported) => println!("# dma-buf import of our own device memory: EOPNOTSUPP"),
+        Err(e) => return Err(e).context("DMABUF_IMPORT of our own export"),
+    }
+    drop(fd);
+    // A queue with its rings in device memory: device -> device copies.
+    if i.has_device_rings(eng()) {
+        let q = dev.queue_with(eng(), 2, neuron_udma::QueueOptions::new(64).device_rings(true))?;
+        ensure!(q.device_rings(), "device_rings()");
+        let d2 = dev.alloc_device(1 << 16)?;
+        q.prepare_one(&Copy::new(&d, 0, &d2, 0, 4096)?)?;
+        q.submit()?.wait(None)?;
+        h.fill(0);
+        dev.memcpy(&d2, 0, &h, 0, 4096, None)?;
+        ensure!(h[..4096] == want[..], "device -> device on a queue with device rings");
+    } else {
+        println!("# engine {} has no device rings (device_ring_engines of INFO)", eng());
+    }
+    Ok(())
 }
