@@ -45,8 +45,9 @@ pub(crate) enum Backing {
     /// Coherent host memory, with its charge to the allocating process (`None` for the
     /// driver's own buffers).
     Host(Coherent<[u8]>, Option<Charge>),
-    /// Device memory at this device-fabric address.
-    Device(u64),
+    /// Device memory at this device-fabric address, and the CPU physical address of that byte
+    /// in BAR4 (for user mappings; device address = BAR4 offset, `arch.rs` `hbm0_len`).
+    Device(u64, u64),
     /// The importing process's pages, pinned and mapped for the device, with their charge.
     Pinned(PinnedPages, Charge),
 }
@@ -79,8 +80,8 @@ pub(crate) struct Buffer {
     /// Whether the engine may write the buffer (false only for imports without
     /// `IMPORT_WRITE`, mapped to-device only).
     pub(crate) writable: bool,
-    /// Offset for mmap() of a host buffer (`handle << 22`: unique, never reused); 0 for
-    /// device memory.
+    /// Offset for mmap() of a host or device buffer (`handle << 22`: unique, never reused); 0
+    /// for imports.
     pub(crate) mmap_offset: u64,
     /// Id of the owning open file: only it may use the handle.
     pub(crate) owner: u64,
@@ -158,8 +159,8 @@ impl Buffer {
             return Err(ENOMEM);
         }
         let mmap_offset = match backing {
-            Backing::Host(..) => handle << MMAP_STRIDE_SHIFT,
-            Backing::Device(_) | Backing::Pinned(..) => 0,
+            Backing::Host(..) | Backing::Device(..) => handle << MMAP_STRIDE_SHIFT,
+            Backing::Pinned(..) => 0,
         };
         Arc::pin_init(
             try_pin_init!(Self {
@@ -312,7 +313,7 @@ impl Buffer {
     pub(crate) fn base(&self, route: u64) -> Result<u64> {
         match &*self.backing.lock() {
             Some(Backing::Host(c, _)) => Ok(c.dma_address() | route),
-            Some(Backing::Device(a)) => Ok(*a),
+            Some(Backing::Device(a, _)) => Ok(*a),
             Some(Backing::Pinned(..)) => Ok(route),
             // `MEM_FREE` marks the buffer before it takes the backing under this lock.
             None if self.freeing.load(Relaxed) == FREE_DONE => Err(ENOENT),
@@ -320,33 +321,51 @@ impl Buffer {
         }
     }
 
-    /// Whether this is a host buffer whose memory is still there.
-    pub(crate) fn is_host(&self) -> bool {
-        matches!(&*self.backing.lock(), Some(Backing::Host(..)))
+    /// How the buffer can be mapped into a process while its memory is there: `Some(false)`
+    /// for host memory, `Some(true)` for device memory (through BAR4, write-combined), `None`
+    /// for imports (the process has its own mapping) and freed buffers.
+    pub(crate) fn mappable(&self) -> Option<bool> {
+        match &*self.backing.lock() {
+            Some(Backing::Host(..)) => Some(false),
+            Some(Backing::Device(_, phys)) if *phys != 0 => Some(true),
+            _ => None,
+        }
     }
 
-    /// Maps page `pgoff` (in units of the file's page offsets) of this host buffer at the
-    /// faulting address of `vmf`. Returns the `vm_fault_t` of the insertion, or `None` when
-    /// the page does not exist: out of range, a device buffer, or freed.
+    /// Maps page `pgoff` (in units of the file's page offsets) of this host or device buffer
+    /// at the faulting address of `vmf`. Returns the `vm_fault_t` of the insertion, or `None`
+    /// when the page does not exist: out of range, an import, or freed.
     fn fault(&self, pgoff: u64, vmf: *mut kernel::bindings::vm_fault) -> Option<u32> {
         let idx = pgoff.checked_sub(self.mmap_offset >> PAGE_SHIFT)?;
         if idx >= self.size >> PAGE_SHIFT {
             return None;
         }
+        // CAST: `idx` is below size / PAGE_SIZE.
+        let off = (idx as usize).checked_mul(PAGE_SIZE)?;
         // Held across the insertion: `free` takes the backing under this lock, so a page is
         // either mapped before `free` (and then zapped by it) or not at all.
         let backing = self.backing.lock();
-        let Some(Backing::Host(mem, _)) = &*backing else {
-            return None;
-        };
-        // CAST: `idx` is below size / PAGE_SIZE, and `size` fits the allocation.
-        let off = (idx as usize).checked_mul(PAGE_SIZE)?;
-        if off >= mem.size() {
-            return None;
+        match &*backing {
+            Some(Backing::Host(mem, _)) => {
+                if off >= mem.size() {
+                    return None;
+                }
+                // SAFETY: `off` lies inside the allocation, which stays alive while `backing`
+                // is held; `vmf` is the fault being handled (see `neuron_udma_vma_fault`).
+                Some(unsafe {
+                    shim::insert_page(vmf, mem.as_mut_ptr().cast::<u8>().add(off).cast())
+                })
+            }
+            Some(Backing::Device(_, phys)) if *phys != 0 => {
+                // CAST: `off` is below the buffer's size.
+                let pfn = (phys + off as u64) >> PAGE_SHIFT;
+                // SAFETY: the page is BAR4 memory of this buffer, which no one else is given
+                // while `backing` is held (freeing takes it and zaps the mappings first); `vmf`
+                // is the fault being handled.
+                Some(unsafe { shim::insert_pfn(vmf, pfn) })
+            }
+            _ => None,
         }
-        // SAFETY: `off` lies inside the allocation, which stays alive while `backing` is held;
-        // `vmf` is the fault being handled (see `neuron_udma_vma_fault`).
-        Some(unsafe { shim::insert_page(vmf, mem.as_mut_ptr().cast::<u8>().add(off).cast()) })
     }
 
     /// Whether the owning file was released ([`Self::mark_released`]).
@@ -374,7 +393,9 @@ impl Buffer {
             // unbind) returns only once the mappings are gone. Once the owning file is released
             // no mapping exists (each one holds the file) and the `struct file` may be gone:
             // nothing to zap then.
-            if matches!(old, Some(Backing::Host(..))) && self.released.load(Relaxed) == 0 {
+            if matches!(old, Some(Backing::Host(..) | Backing::Device(..)))
+                && self.released.load(Relaxed) == 0
+            {
                 // SAFETY: `owner_file` is the open file that created the buffer, not released
                 // yet (its release marks the buffer before freeing it, and waits for this lock
                 // in its own `free`), so the `struct file` is alive.
@@ -389,7 +410,7 @@ impl Buffer {
                 drop(charge);
                 None
             }
-            Some(Backing::Device(a)) => Some(a),
+            Some(Backing::Device(a, _)) => Some(a),
             // Unmapped and unpinned outside the backing lock.
             Some(Backing::Pinned(pages, charge)) => {
                 drop(pages);

@@ -58,6 +58,8 @@ pub(crate) struct UdmaDevice {
     pub(crate) bar: Arc<Bar0>,
     /// Size of the device memory (BAR4) in bytes, 0 if unmapped.
     pub(crate) dram_size: u64,
+    /// CPU physical address of BAR4 (device address 0), 0 if unmapped.
+    pub(crate) bar4_phys: u64,
     /// The device model's control window (KUnit builds on the model only).
     #[cfg(neuron_udma_kunit)]
     pub(crate) model: Option<crate::testing::ModelCtl>,
@@ -114,6 +116,7 @@ impl UdmaDevice {
         arch: &'static Arch,
         bar0: pci::DevresBar,
         dram_size: u64,
+        bar4_phys: u64,
         #[cfg(neuron_udma_kunit)] model: Option<crate::testing::ModelCtl>,
     ) -> Result<Arc<Self>> {
         let dram = DramAllocator::new(DRAM_RESERVED, dram_size)?;
@@ -125,6 +128,7 @@ impl UdmaDevice {
                 arch,
                 bar,
                 dram_size,
+                bar4_phys,
                 #[cfg(neuron_udma_kunit)]
                 model,
                 bound: Atomic::new(1),
@@ -464,10 +468,15 @@ impl UdmaDevice {
             self.h2t()
                 .inspect_err(|_| self.pool.free_dram(addr))?
                 .scrub(&self.pool, addr, size)?;
-            Backing::Device(addr)
+            let phys = if self.bar4_phys == 0 {
+                0
+            } else {
+                self.bar4_phys + addr
+            };
+            Backing::Device(addr, phys)
         };
         let dram = match backing {
-            Backing::Device(a) => Some(a),
+            Backing::Device(a, _) => Some(a),
             _ => None,
         };
         Buffer::new(handle, size, owner, owner_file, backing).inspect_err(|_| {

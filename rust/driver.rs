@@ -151,11 +151,16 @@ impl NeuronUdmaDriver {
         // Device buffers come from HBM0, where device address = BAR4 offset (hardware.rst §1.2,
         // 1.3).
         let dram_size = bar4.as_ref().map_or(0, |b| arch.hbm0_len(b.size() as u64));
+        let bar4_phys = match bar4 {
+            Some(_) => pdev.resource_start(DRAM_BAR)?,
+            None => 0,
+        };
         let dev = UdmaDevice::new(
             pdev,
             arch,
             bar0.into_devres()?,
             dram_size,
+            bar4_phys,
             #[cfg(neuron_udma_kunit)]
             crate::testing::ModelCtl::map(pdev),
         )?;

@@ -785,16 +785,15 @@ impl MiscDevice for OpenFile {
         vma.try_clear_mayexec()?;
         vma.set_dontcopy();
         vma.set_dontexpand();
-        if !buf.is_host() {
-            return Err(EINVAL);
-        }
+        // Host buffers, and device buffers through BAR4 (write-combined); not imports.
+        let device = buf.mappable().ok_or(EINVAL)?;
         // The VMA holds a reference to the buffer record (given back by its close); pages are
         // mapped on fault, under the buffer's lock (`buffer::Buffer`), so a mapping never reaches
         // memory that was freed, whenever it was made.
         let priv_ = buffer::vma_private(&buf);
         // SAFETY: `vma` is being set up by this call; `priv_` is a counted `Arc<Buffer>`
         // reference from `vma_private`, which the VMA's close gives back.
-        let r = unsafe { shim::mmap_buffer(vma, priv_, buf.size) };
+        let r = unsafe { shim::mmap_buffer(vma, priv_, buf.size, device) };
         if r.is_err() {
             // SAFETY: the VMA did not take the reference: give it back here.
             unsafe { buffer::neuron_udma_vma_put(priv_) };

@@ -563,7 +563,7 @@ mod tests {
             4096,
             owner,
             MappedFile::none(),
-            Backing::Device(addr),
+            Backing::Device(addr, 0),
         )?;
         dev.pool.insert(&buf)?;
         let guards = [buf.busy()?, buf.busy()?];
@@ -589,7 +589,7 @@ mod tests {
         // Reaping allocated nothing.
         assert!(unused);
         assert!(dev.pool.get(owner, handle).is_err());
-        assert!(!buf.is_host() && buf.base(0).is_err());
+        assert!(buf.mappable().is_none() && buf.base(0).is_err());
         // The range is back with the allocator.
         let again = dev.pool.alloc_dram(4096)?;
         dev.pool.free_dram(again);

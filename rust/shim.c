@@ -50,10 +50,16 @@ static const struct vm_operations_struct neuron_udma_vm_ops = {
  * mapped here, so a mapping that is linked after the buffer was freed never reaches its memory.
  */
 int neuron_udma_mmap_buffer(struct vm_area_struct *vma, const struct neuron_udma_buffer *buf,
-			    u64 size)
+			    u64 size, bool wc)
 {
 	if (vma->vm_end - vma->vm_start != PAGE_ALIGN(size))
 		return -EINVAL;
+	/*
+	 * Device memory (BAR4) is mapped write-combined, as the reference driver maps it; where
+	 * the platform tracks memory types (x86 PAT) a page keeps the type the BAR already has.
+	 */
+	if (wc)
+		vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
 	/* VM_IO, VM_DONTEXPAND, VM_DONTDUMP and VM_DONTCOPY are set by Rust (VmaNew). */
 	vm_flags_set(vma, VM_PFNMAP);
 	vma->vm_private_data = (void *)buf;
@@ -72,6 +78,12 @@ vm_fault_t neuron_udma_insert_page(struct vm_fault *vmf, void *cpu_addr)
 							page_to_pfn(virt_to_page(cpu_addr));
 
 	return vmf_insert_pfn(vmf->vma, vmf->address, pfn);
+}
+
+/* A page of device memory (BAR4), mapped with the VMA's protection (write-combined). */
+vm_fault_t neuron_udma_insert_pfn(struct vm_fault *vmf, u64 pfn)
+{
+	return vmf_insert_pfn_prot(vmf->vma, vmf->address, pfn, vmf->vma->vm_page_prot);
 }
 
 /*

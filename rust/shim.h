@@ -39,9 +39,10 @@ struct neuron_udma_dma;		/* a dma_device with its channels */
 
 /* No vm_operations_struct in Rust. */
 int neuron_udma_mmap_buffer(struct vm_area_struct *vma, const struct neuron_udma_buffer *buf,
-			    u64 size);
+			    u64 size, bool wc);
 /* No vmf_insert_pfn() in Rust. */
 vm_fault_t neuron_udma_insert_page(struct vm_fault *vmf, void *cpu_addr);
+vm_fault_t neuron_udma_insert_pfn(struct vm_fault *vmf, u64 pfn);
 /* No unmap_mapping_range() in Rust. */
 void neuron_udma_zap(struct file *file, u64 offset, u64 len);
 /* No locked-memory (user_struct::locked_vm) accounting in Rust. */

@@ -49,7 +49,9 @@ mod ffi {
             vma: *mut bindings::vm_area_struct,
             buf: *const neuron_udma_buffer,
             size: u64,
+            wc: bool,
         ) -> c_int;
+        pub(super) fn neuron_udma_insert_pfn(vmf: *mut bindings::vm_fault, pfn: u64) -> u32;
         pub(super) fn neuron_udma_insert_page(
             vmf: *mut bindings::vm_fault,
             cpu_addr: *mut c_void,
@@ -266,11 +268,24 @@ pub(crate) unsafe fn mmap_buffer<T>(
     vma: &kernel::mm::virt::VmaNew,
     buf: *const T,
     size: u64,
+    wc: bool,
 ) -> Result {
     // SAFETY: per the function's contract.
     kernel::error::to_result(unsafe {
-        ffi::neuron_udma_mmap_buffer(vma.as_ptr(), buf.cast(), size)
+        ffi::neuron_udma_mmap_buffer(vma.as_ptr(), buf.cast(), size, wc)
     })
+}
+
+/// Maps the page frame `pfn` (device memory, BAR4) at the faulting address of `vmf`; returns
+/// the `vm_fault_t`.
+///
+/// # Safety
+///
+/// `vmf` is the fault being handled, and `pfn` a page of BAR4 that the faulting mapping's
+/// buffer owns until the insertion returns.
+pub(crate) unsafe fn insert_pfn(vmf: *mut bindings::vm_fault, pfn: u64) -> u32 {
+    // SAFETY: per the function's contract.
+    unsafe { ffi::neuron_udma_insert_pfn(vmf, pfn) }
 }
 
 /// Maps the page of coherent memory at `cpu_addr` at the faulting address of `vmf`; returns the

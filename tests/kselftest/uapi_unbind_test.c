@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * ENODEV of the neuron_udma ABI: a file kept open across an unbind of its device fails every
- * ioctl with ENODEV, its host-buffer mappings raise SIGBUS, and it can still be closed; after a
- * rebind a new file works again.
+ * ioctl with ENODEV, its host- and device-buffer mappings raise SIGBUS, and it can still be
+ * closed; after a rebind a new file works again.
  */
 #include <stdlib.h>
 
@@ -27,6 +27,7 @@ TEST(unbound_file_enodev)
 	struct neuron_udma_queue_state st;
 	struct neuron_udma_info info;
 	struct ubuf a, b, a2, kept;
+	unsigned char *dmap;
 	char bdf[64];
 	int fd, fd2, ret;
 
@@ -42,6 +43,11 @@ TEST(unbound_file_enodev)
 	ASSERT_EQ(0, ubuf_host(fd, 8192, &kept));
 	memset(kept.map, 0x5a, 8192);
 	ASSERT_EQ(0, touch_signal(kept.map + 4096, false));
+	/* ABI 3: a device buffer's mapping (BAR4) must fault after the unbind too. */
+	dmap = mmap(NULL, b.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, b.mmap_offset);
+	ASSERT_NE(MAP_FAILED, dmap);
+	dmap[0] = 0x33;
+	ASSERT_EQ(0, touch_signal(dmap + 4096, false));
 
 	ret = sysfs_write(UDMA_DRV_DIR "/unbind", bdf);
 	ASSERT_EQ(0, ret) {
@@ -60,7 +66,10 @@ TEST(unbound_file_enodev)
 	/* The coherent memory went with the device: the mapping is empty. */
 	EXPECT_EQ(SIGBUS, touch_signal(kept.map, false));
 	EXPECT_EQ(SIGBUS, touch_signal(kept.map + 4096, true));
+	EXPECT_EQ(SIGBUS, touch_signal(dmap, false));
+	EXPECT_EQ(SIGBUS, touch_signal(dmap + 4096, true));
 	munmap(kept.map, kept.size);
+	munmap(dmap, b.size);
 	EXPECT_EQ(0, close(fd));
 
 	ret = sysfs_write(UDMA_DRV_DIR "/bind", bdf);

@@ -98,7 +98,7 @@ struct neuron_udma_mem_alloc {
 	__u32 type;			/* in: NEURON_UDMA_MEM_* */
 	__u32 flags;			/* in: 0 */
 	__u64 handle;			/* out: non-zero buffer handle */
-	__u64 mmap_offset;		/* out: host buffers: offset for mmap(); device: 0 */
+	__u64 mmap_offset;		/* out: offset for mmap() (ABI 3: device buffers too) */
 	__u64 reserved[2];
 };
 
