@@ -52,6 +52,17 @@ pub(crate) enum Backing {
     Pinned(PinnedPages, Charge),
 }
 
+/// What memory a buffer is (the usage counters of `pool.rs` and the file's `fdinfo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MemKind {
+    /// Coherent host memory (`MEM_ALLOC` host).
+    Host = 0,
+    /// Device memory (`MEM_ALLOC` device).
+    Device = 1,
+    /// The caller's own pages (`MEM_IMPORT`).
+    Imported = 2,
+}
+
 /// [`Buffer`] `freeing`: no `MEM_FREE` of the buffer is deciding or has freed it.
 const FREE_NONE: u32 = 0;
 /// [`Buffer`] `freeing`: a `MEM_FREE` is deciding whether the buffer is busy.
@@ -85,6 +96,10 @@ pub(crate) struct Buffer {
     pub(crate) mmap_offset: u64,
     /// Id of the owning open file: only it may use the handle.
     pub(crate) owner: u64,
+    /// What memory it is.
+    pub(crate) kind: MemKind,
+    /// Bytes charged to the owner's locked memory (`RLIMIT_MEMLOCK`) for it.
+    pub(crate) charged: u64,
     /// The owning open file, whose mapping holds the buffer's user mappings.
     owner_file: MappedFile,
     /// Synchronous copies (`MEMCPY`) using the buffer right now.
@@ -162,6 +177,11 @@ impl Buffer {
             Backing::Host(..) | Backing::Device(..) => handle << MMAP_STRIDE_SHIFT,
             Backing::Pinned(..) => 0,
         };
+        let (kind, charged) = match &backing {
+            Backing::Host(_, c) => (MemKind::Host, c.as_ref().map_or(0, |c| c.bytes())),
+            Backing::Device(..) => (MemKind::Device, 0),
+            Backing::Pinned(_, c) => (MemKind::Imported, c.bytes()),
+        };
         Arc::pin_init(
             try_pin_init!(Self {
                 handle,
@@ -170,6 +190,8 @@ impl Buffer {
                 writable,
                 mmap_offset,
                 owner,
+                kind,
+                charged,
                 owner_file,
                 users: Atomic::new(0),
                 freeing: Atomic::new(0),

@@ -757,6 +757,21 @@ impl Channel {
         }
     }
 
+    /// Fences completed and failed on the queue since it was taken (fdinfo); `(0, 0)` once
+    /// released.
+    pub(crate) fn fence_counts(&self) -> (u64, u64) {
+        self.locked(|q| {
+            q.retire();
+            Ok((q.fences_done, q.fences_failed))
+        })
+        .unwrap_or((0, 0))
+    }
+
+    /// Bytes of the queue's memory charged to the owner's locked memory.
+    pub(crate) fn charged(&self) -> u64 {
+        self.charge.lock().as_ref().map_or(0, |c| c.bytes())
+    }
+
     /// Whether fence `seq` is no longer in flight ([`Queue::is_settled`]); a released queue
     /// has nothing in flight.
     pub(crate) fn is_settled(&self, seq: u64) -> bool {

@@ -13,6 +13,8 @@ use kernel::{page::PAGE_SIZE, prelude::*};
 pub(crate) struct Charge {
     /// Given back when dropped.
     _user: UserCharge,
+    /// Bytes charged (whole pages).
+    bytes: u64,
 }
 
 impl Charge {
@@ -26,6 +28,12 @@ impl Charge {
         let pages = usize::try_from(bytes.div_ceil(PAGE_SIZE as u64)).map_err(|_| ENOMEM)?;
         Ok(Self {
             _user: UserCharge::new(pages)?,
+            bytes: bytes.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64,
         })
+    }
+
+    /// Bytes charged (whole pages).
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
     }
 }

@@ -31,6 +31,9 @@ pub(crate) struct NeuronUdma<'bound> {
     /// debugfs files (`neuron_udma/<pci name>/`); before `dev`, so they go away first.
     #[pin]
     _debugfs: crate::debugfs::DeviceDir,
+    /// The usage counters in sysfs (`neuron_udma/` of the PCI device); removed before `dev` is
+    /// dropped, whose counters they read.
+    _usage: crate::shim::UsageAttrs,
     /// The dmaengine provider; unregistered first at unbind.
     dma: Pin<KBox<crate::dmaengine::DmaProvider>>,
     /// State shared with open files and the KUnit suites; BAR0 lives in it (revocable).
@@ -169,12 +172,16 @@ impl NeuronUdmaDriver {
         let dma = crate::dmaengine::DmaProvider::register(&dev, pdev, crate::shim::dma_channels())
             .inspect_err(|e| dev_err!(pdev, "dmaengine registration failed: {:?}\n", e))?;
         let debugfs = crate::debugfs::device_dir(dev.clone(), pdev.as_ref().name());
+        // SAFETY: the counters live in `dev`, which this driver data holds longer than the
+        // group (`_usage` is declared, so dropped, before `dev`).
+        let usage = unsafe { crate::shim::UsageAttrs::add(pdev.as_ref(), &dev.pool.usage.raw())? };
         let entry = RegistryEntry::new(dev.clone())?;
         let name = entry.name;
         Ok(try_pin_init!(NeuronUdma {
             dma,
             dev,
             _bar4: bar4,
+            _usage: usage,
             _entry: entry,
             _debugfs <- debugfs,
             node <- Node::register(name),

@@ -9,7 +9,7 @@
 
 use crate::{
     batch::Batch,
-    buffer::{self, Buffer},
+    buffer::{self, Buffer, MemKind},
     channel::{
         Channel, FenceState, Job, Owner, QueueEvents, QueueId, DEFAULT_TIMEOUT, MIN_TIMEOUT_MS,
     },
@@ -26,6 +26,7 @@ use kernel::{
     mm::virt::VmaNew,
     new_mutex,
     prelude::*,
+    seq_file::{seq_print, SeqFile},
     sync::poll::PollTable,
     sync::{
         atomic::{Atomic, Relaxed},
@@ -81,6 +82,11 @@ pub(crate) struct OpenFile {
     memcpy_slot: Mutex<()>,
     /// The file's poll wait queue, woken by its queues' completions (`events.rs`).
     events: Arc<FileEvents>,
+    /// Bytes of the copies prepared, and of the `MEMCPY`s and `MEMSET`s done (fdinfo).
+    copy_bytes: Atomic<u64>,
+    /// Fences completed and failed on queues the file released (fdinfo; its current queues
+    /// count their own).
+    released_fences: [Atomic<u64>; 2],
 }
 
 #[pinned_drop]
@@ -274,6 +280,11 @@ impl OpenFile {
         let id = QueueId::new(self.dev.arch, q.engine, q.queue).ok_or(ENOENT)?;
         let mut st = self.st.lock();
         let idx = st.queues.iter().position(|&x| x == id).ok_or(ENOENT)?;
+        if let Ok(chan) = self.dev.queue(Owner::File(self.id), id) {
+            let (done, failed) = chan.fence_counts();
+            self.released_fences[0].fetch_add(done, Relaxed);
+            self.released_fences[1].fetch_add(failed, Relaxed);
+        }
         self.dev.queue_release(Owner::File(self.id), id)?;
         st.queues.remove(idx).map_err(|_| ENOENT)?;
         Ok(())
@@ -291,6 +302,8 @@ impl OpenFile {
         }
         let holds = batch.take_holds();
         chan.prepare(batch.copies(), batch.largest, holds)?;
+        let bytes: u64 = copies.iter().map(|c| u64::from(c.size)).sum();
+        self.copy_bytes.fetch_add(bytes, Relaxed);
         let (flags, pairs) = (batch.flags, batch.pairs());
         Ok(split_result(flags, pairs))
     }
@@ -551,7 +564,9 @@ impl OpenFile {
         let left = limit - start.elapsed();
         self.dev
             .h2t()?
-            .copy_for_file(&self.dev.pool, self.id, job, left, hold)
+            .copy_for_file(&self.dev.pool, self.id, job, left, hold)?;
+        self.copy_bytes.fetch_add(m.size, Relaxed);
+        Ok(())
     }
 
     /// `MEMSET`: fills a range of a buffer of this file with one byte value through the
@@ -577,7 +592,77 @@ impl OpenFile {
         let left = limit - start.elapsed();
         self.dev
             .h2t()?
-            .copy_for_file(&self.dev.pool, self.id, job, left, hold)
+            .copy_for_file(&self.dev.pool, self.id, job, left, hold)?;
+        self.copy_bytes.fetch_add(m.size, Relaxed);
+        Ok(())
+    }
+
+    /// `fdinfo`: what the file holds and did (`Documentation/userspace-api.rst`, "Counters").
+    fn show_fdinfo(&self, m: &SeqFile) {
+        let (queues, handles) = {
+            let st = self.st.lock();
+            let mut q: KVec<QueueId> = KVec::new();
+            if q.reserve(st.queues.len(), GFP_KERNEL_ACCOUNT).is_err() {
+                return;
+            }
+            for &id in st.queues.iter() {
+                let _ = q.push_within_capacity(id);
+            }
+            (q, st.handles.len())
+        };
+        let mut held = [0u64; 3];
+        let mut memlock = 0u64;
+        {
+            let st = self.st.lock();
+            for &h in st.handles.iter() {
+                if let Ok(b) = self.dev.pool.get(self.id, h) {
+                    held[b.kind as usize] += b.size;
+                    memlock += b.charged;
+                }
+            }
+        }
+        let [mut done, mut failed] = [
+            self.released_fences[0].load(Relaxed),
+            self.released_fences[1].load(Relaxed),
+        ];
+        for &id in queues.iter() {
+            if let Ok(chan) = self.dev.queue(Owner::File(self.id), id) {
+                let (d, f) = chan.fence_counts();
+                done += d;
+                failed += f;
+                memlock += chan.charged();
+            }
+        }
+        seq_print!(
+            m,
+            "neuron_udma-device:\t{}\n",
+            self.dev.pdev.as_ref().name()
+        );
+        seq_print!(m, "neuron_udma-buffers:\t{}\n", handles);
+        seq_print!(
+            m,
+            "neuron_udma-host-bytes:\t{}\n",
+            held[MemKind::Host as usize]
+        );
+        seq_print!(
+            m,
+            "neuron_udma-device-bytes:\t{}\n",
+            held[MemKind::Device as usize]
+        );
+        seq_print!(
+            m,
+            "neuron_udma-imported-bytes:\t{}\n",
+            held[MemKind::Imported as usize]
+        );
+        seq_print!(m, "neuron_udma-memlock-bytes:\t{}\n", memlock);
+        seq_print!(m, "neuron_udma-queues:\t{}\n", queues.len());
+        seq_print!(
+            m,
+            "neuron_udma-copy-bytes:\t{}\n",
+            self.copy_bytes.load(Relaxed)
+        );
+        seq_print!(m, "neuron_udma-fences-completed:\t{}\n", done);
+        seq_print!(m, "neuron_udma-fences-failed:\t{}\n", failed);
     }
 }
 
@@ -764,6 +849,8 @@ impl MiscDevice for OpenFile {
                 }),
                 memcpy_slot <- new_mutex!(()),
                 events: Arc::pin_init(FileEvents::new(), GFP_KERNEL_ACCOUNT)?,
+                copy_bytes: Atomic::new(0),
+                released_fences: [const { Atomic::new(0) }; 2],
             }),
             GFP_KERNEL_ACCOUNT,
         )
@@ -799,6 +886,10 @@ impl MiscDevice for OpenFile {
             unsafe { buffer::neuron_udma_vma_put(priv_) };
         }
         r
+    }
+
+    fn show_fdinfo(me: Pin<&OpenFile>, m: &SeqFile, _file: &File) {
+        me.show_fdinfo(m);
     }
 
     fn ioctl(me: Pin<&OpenFile>, file: &File, cmd: u32, arg: usize) -> Result<isize> {

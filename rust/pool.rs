@@ -5,13 +5,16 @@
 //! its buffers; this is the one place that knows which buffer exists and who owns it.
 
 use crate::{
-    buffer::{Buffer, MMAP_STRIDE_SHIFT},
+    buffer::{Buffer, MemKind, MMAP_STRIDE_SHIFT},
     dram::DramAllocator,
 };
 use kernel::{
     new_mutex, new_spinlock,
     prelude::*,
-    sync::{atomic::Relaxed, Arc, Mutex, SpinLock},
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc, Mutex, SpinLock,
+    },
     xarray::{AllocKind, XArray},
 };
 use pin_init::pin_init_array_from_fn;
@@ -44,11 +47,64 @@ pub(crate) struct BufferPool {
     /// CPU while claims spin for the outcome.
     #[pin]
     deciding: SpinLock<()>,
+    /// Bytes held by the buffers in the pool, and the peak, per [`MemKind`] (sysfs).
+    pub(crate) usage: Usage,
+}
+
+/// Memory held by a device's buffers: `held` and `peak` bytes per [`MemKind`] (host, device,
+/// imported). Read without a lock (sysfs); changed under the pool lock, so a peak is never
+/// missed.
+pub(crate) struct Usage {
+    held: [Atomic<u64>; 3],
+    peak: [Atomic<u64>; 3],
+    /// Device memory available to buffers, bytes.
+    device_total: u64,
+}
+
+impl Usage {
+    const fn new(device_total: u64) -> Self {
+        Self {
+            held: [const { Atomic::new(0) }; 3],
+            peak: [const { Atomic::new(0) }; 3],
+            device_total,
+        }
+    }
+
+    /// The counters as raw `u64`s for the shim's sysfs attributes: held then peak per kind,
+    /// then the device memory available.
+    pub(crate) fn raw(&self) -> [*const u64; 7] {
+        let p = |a: &Atomic<u64>| a.as_ptr().cast_const();
+        [
+            p(&self.held[0]),
+            p(&self.held[1]),
+            p(&self.held[2]),
+            p(&self.peak[0]),
+            p(&self.peak[1]),
+            p(&self.peak[2]),
+            &self.device_total,
+        ]
+    }
+
+    fn add(&self, kind: MemKind, bytes: u64) {
+        let i = kind as usize;
+        let now = self.held[i].load(Relaxed) + bytes;
+        self.held[i].store(now, Relaxed);
+        if now > self.peak[i].load(Relaxed) {
+            self.peak[i].store(now, Relaxed);
+        }
+    }
+
+    fn sub(&self, kind: MemKind, bytes: u64) {
+        let i = kind as usize;
+        let now = self.held[i].load(Relaxed).saturating_sub(bytes);
+        self.held[i].store(now, Relaxed);
+    }
 }
 
 impl BufferPool {
     /// An empty pool over the device memory `dram`.
     pub(crate) fn new(dram: DramAllocator) -> impl PinInit<Self, Error> {
+        let total = dram.capacity();
         try_pin_init!(Self {
             handles <- pin_init_array_from_fn(|_| XArray::new(AllocKind::Alloc)),
             state <- new_mutex!(PoolState {
@@ -57,6 +113,7 @@ impl BufferPool {
                 dram,
             }),
             deciding <- new_spinlock!(()),
+            usage: Usage::new(total),
         })
     }
 
@@ -97,7 +154,7 @@ impl BufferPool {
     pub(crate) fn insert(&self, buf: &Arc<Buffer>) -> Result {
         let r = {
             let mut st = self.state.lock();
-            Self::link(&mut st, self.shard(buf.owner), buf)
+            Self::link(&mut st, self.shard(buf.owner), &self.usage, buf)
         };
         if r.is_err() {
             // Freed outside the pool lock: giving back a host buffer's charge takes the mmap
@@ -109,7 +166,12 @@ impl BufferPool {
         r
     }
 
-    fn link(st: &mut PoolState, handles: &XArray<Arc<Buffer>>, buf: &Arc<Buffer>) -> Result {
+    fn link(
+        st: &mut PoolState,
+        handles: &XArray<Arc<Buffer>>,
+        usage: &Usage,
+        buf: &Arc<Buffer>,
+    ) -> Result {
         if !st.alive {
             return Err(ENODEV);
         }
@@ -121,6 +183,7 @@ impl BufferPool {
         buf.table_index.store(st.table.len(), Relaxed);
         // Cannot fail: capacity was reserved.
         let _ = st.table.push_within_capacity(buf.clone());
+        usage.add(buf.kind, buf.size);
         Ok(())
     }
 
@@ -182,18 +245,20 @@ impl BufferPool {
     /// queues are paused).
     pub(crate) fn free(&self, buf: &Buffer) {
         let mut st = self.state.lock();
-        Self::unlink(&mut st, self.shard(buf.owner), buf);
+        if Self::unlink(&mut st, self.shard(buf.owner), buf) {
+            self.usage.sub(buf.kind, buf.size);
+        }
         drop(st);
         if let Some(addr) = buf.free() {
             self.free_dram(addr);
         }
     }
 
-    /// Removes `buf` from the table and the handle index (if it is there).
-    fn unlink(st: &mut PoolState, handles: &XArray<Arc<Buffer>>, buf: &Buffer) {
+    /// Removes `buf` from the table and the handle index; false if it was not there.
+    fn unlink(st: &mut PoolState, handles: &XArray<Arc<Buffer>>, buf: &Buffer) -> bool {
         let idx = buf.table_index.load(Relaxed);
         if !st.table.get(idx).is_some_and(|b| core::ptr::eq(&**b, buf)) {
-            return;
+            return false;
         }
         // CAST: as in `insert`.
         drop(handles.lock().remove(buf.handle as usize));
@@ -204,6 +269,7 @@ impl BufferPool {
                 st.table[idx] = last;
             }
         }
+        true
     }
 
     /// Releases the buffers `handles` of the closed file `owner` (after its queues were
@@ -248,6 +314,9 @@ impl BufferPool {
         let table = {
             let mut st = self.state.lock();
             st.alive = false;
+            for b in st.table.iter() {
+                self.usage.sub(b.kind, b.size);
+            }
             core::mem::replace(&mut st.table, KVVec::new())
         };
         for b in table.iter() {

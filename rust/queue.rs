@@ -151,6 +151,9 @@ pub(crate) struct Queue {
     expired_below: u64,
     /// Times the queue was reset (after a timeout or an engine error).
     pub(crate) resets: u32,
+    /// Fences completed, and fences dropped by a reset (not by a pause), since creation.
+    pub(crate) fences_done: u64,
+    pub(crate) fences_failed: u64,
     /// The buffers of the submissions not yet retired, oldest first from `holds_head` (the
     /// entries before it are retired, `None`).
     holds: KVVec<Option<SubmissionHolds>>,
@@ -197,6 +200,8 @@ impl Queue {
             lost: KVec::with_capacity(LOST_RANGES, GFP_KERNEL_ACCOUNT)?,
             expired_below: 0,
             resets: 0,
+            fences_done: 0,
+            fences_failed: 0,
             holds: KVVec::new(),
             holds_head: 0,
             tx_written: 0,
@@ -258,6 +263,9 @@ impl Queue {
         self.rx.reset();
         self.pending_tx = 0;
         self.pending_rx = 0;
+        if why != ECANCELED {
+            self.fences_failed += self.fences.len() as u64;
+        }
         if let (Some(first), Some(last)) = (self.fences.first(), self.fences.last()) {
             if self.lost.len() == LOST_RANGES {
                 // PANIC: the list is full, so not empty.
@@ -588,6 +596,7 @@ impl Queue {
         for old in self.fences.iter().take(n + 1) {
             io_write!(&self.completion, [panic: old.slot].dst, 0);
         }
+        self.fences_done += n as u64 + 1;
         self.fences.retain(|x| x.seq > f.seq);
         self.settled = f.seq;
         self.done = f.seq;

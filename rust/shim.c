@@ -87,6 +87,65 @@ vm_fault_t neuron_udma_insert_pfn(struct vm_fault *vmf, u64 pfn)
 }
 
 /*
+ * No sysfs attribute abstraction in Rust: the device's usage counters as read-only files of the
+ * group "neuron_udma" of the PCI device (Documentation/ABI/testing/sysfs-driver-neuron_udma).
+ * Each attribute reads one u64 that Rust owns and keeps alive until neuron_udma_usage_remove(),
+ * which the unbind calls (sysfs drains the readers first).
+ */
+static const char *const neuron_udma_usage_names[NEURON_UDMA_USAGE_NR] = {
+	"mem_host_bytes", "mem_device_bytes", "mem_imported_bytes",
+	"mem_host_peak_bytes", "mem_device_peak_bytes", "mem_imported_peak_bytes",
+	"mem_device_total_bytes",
+};
+
+struct neuron_udma_usage {
+	struct device *dev;
+	struct dev_ext_attribute ext[NEURON_UDMA_USAGE_NR];
+	struct attribute *attrs[NEURON_UDMA_USAGE_NR + 1];
+	struct attribute_group group;
+};
+
+static ssize_t neuron_udma_usage_show(struct device *dev, struct device_attribute *attr,
+				      char *buf)
+{
+	struct dev_ext_attribute *ea = container_of(attr, struct dev_ext_attribute, attr);
+
+	return sysfs_emit(buf, "%llu\n", (unsigned long long)READ_ONCE(*(const u64 *)ea->var));
+}
+
+struct neuron_udma_usage *neuron_udma_usage_add(struct device *dev, const u64 *const *vals)
+{
+	struct neuron_udma_usage *u = kzalloc(sizeof(*u), GFP_KERNEL);
+	int i, ret;
+
+	if (!u)
+		return ERR_PTR(-ENOMEM);
+	u->dev = dev;
+	for (i = 0; i < NEURON_UDMA_USAGE_NR; i++) {
+		sysfs_attr_init(&u->ext[i].attr.attr);
+		u->ext[i].attr.attr.name = neuron_udma_usage_names[i];
+		u->ext[i].attr.attr.mode = 0444;
+		u->ext[i].attr.show = neuron_udma_usage_show;
+		u->ext[i].var = (void *)vals[i];
+		u->attrs[i] = &u->ext[i].attr.attr;
+	}
+	u->group.name = "neuron_udma";
+	u->group.attrs = u->attrs;
+	ret = sysfs_create_group(&dev->kobj, &u->group);
+	if (ret) {
+		kfree(u);
+		return ERR_PTR(ret);
+	}
+	return u;
+}
+
+void neuron_udma_usage_remove(struct neuron_udma_usage *u)
+{
+	sysfs_remove_group(&u->dev->kobj, &u->group);
+	kfree(u);
+}
+
+/*
  * No locked-memory accounting in Rust: charge @pages of pinned memory to the calling user's
  * locked_vm, limited by RLIMIT_MEMLOCK unless the caller has CAP_IPC_LOCK (as io_uring charges
  * its pinned pages). The charge belongs to the user, not to a process: it lasts as long as the

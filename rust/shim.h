@@ -34,6 +34,7 @@ struct neuron_udma_dma_desc;	/* rust/dmaengine.rs: Desc (a KBox) */
 /* C objects, opaque to Rust. */
 struct neuron_udma_pin;		/* pinned user pages and their scatter-gather table */
 struct neuron_udma_dma;		/* a dma_device with its channels */
+struct neuron_udma_usage;	/* the sysfs group of a device's usage counters */
 
 /* ---- implemented in rust/shim.c, called from Rust ---- */
 
@@ -57,6 +58,10 @@ struct neuron_udma_pin *neuron_udma_pin_user(u64 addr, u64 size, bool write);
 int neuron_udma_pin_map(struct neuron_udma_pin *pin, struct device *dev);
 struct sg_table *neuron_udma_pin_sgt(struct neuron_udma_pin *pin);
 void neuron_udma_pin_release(struct neuron_udma_pin *pin);
+/* No sysfs attributes in Rust: read-only u64 counters of a device, in a named group. */
+#define NEURON_UDMA_USAGE_NR 7
+struct neuron_udma_usage *neuron_udma_usage_add(struct device *dev, const u64 *const *vals);
+void neuron_udma_usage_remove(struct neuron_udma_usage *usage);
 /* No dma_set_seg_boundary() in Rust. */
 void neuron_udma_dma_no_seg_boundary(struct device *dev);
 /* No flush_work() in Rust. */

@@ -34,6 +34,8 @@ mod ffi {
         neuron_udma_pin;
         /// `struct neuron_udma_dma`: a registered `dma_device` with its channels.
         neuron_udma_dma;
+        /// `struct neuron_udma_usage`: the sysfs group of a device's usage counters.
+        neuron_udma_usage;
         /// `struct dma_async_tx_descriptor` (7.3's bindings have no dmaengine types).
         dma_async_tx_descriptor;
         /// `struct eventfd_ctx`.
@@ -83,6 +85,11 @@ mod ffi {
             nr: c_uint,
         ) -> *mut neuron_udma_dma;
         pub(super) fn neuron_udma_dma_unregister(dma: *mut neuron_udma_dma);
+        pub(super) fn neuron_udma_usage_add(
+            dev: *mut bindings::device,
+            vals: *const *const u64,
+        ) -> *mut neuron_udma_usage;
+        pub(super) fn neuron_udma_usage_remove(usage: *mut neuron_udma_usage);
         pub(super) fn neuron_udma_dma_free_released();
         pub(super) fn neuron_udma_txd_assign_cookie(txd: *mut dma_async_tx_descriptor) -> i32;
         pub(super) fn neuron_udma_txd_cookie_complete(txd: *mut dma_async_tx_descriptor);
@@ -525,6 +532,51 @@ impl Drop for Txd {
 /// # Invariants
 ///
 /// The pointer is a `neuron_udma_dma_register` result, registered until [`Self::unregister`].
+/// The sysfs group of a device's usage counters (`neuron_udma/` under the PCI device), removed
+/// on drop.
+///
+/// # Invariants
+///
+/// The group was created by `neuron_udma_usage_add` and not removed yet.
+pub(crate) struct UsageAttrs(core::ptr::NonNull<ffi::neuron_udma_usage>);
+
+// SAFETY: the group is an address; removing it works from any task.
+unsafe impl Send for UsageAttrs {}
+// SAFETY: no method takes `&self`.
+unsafe impl Sync for UsageAttrs {}
+
+impl UsageAttrs {
+    /// Publishes the counters `vals` (in the order of the shim's names) as read-only files of
+    /// `dev`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`, or the error of `sysfs_create_group()`.
+    ///
+    /// # Safety
+    ///
+    /// Every pointer of `vals` stays valid (and aligned) until the returned value is dropped.
+    pub(crate) unsafe fn add(
+        dev: &kernel::device::Device<kernel::device::Bound>,
+        vals: &[*const u64; 7],
+    ) -> Result<Self> {
+        let raw = raw_device(dev);
+        // SAFETY: `raw` is the bound device `dev`; `vals` holds the shim's count of pointers,
+        // valid for as long as the group exists (per the contract).
+        let p = unsafe { ffi::neuron_udma_usage_add(raw, vals.as_ptr()) };
+        let p = kernel::error::from_err_ptr(p)?;
+        // INVARIANT: created now.
+        core::ptr::NonNull::new(p).map(Self).ok_or(ENOMEM)
+    }
+}
+
+impl Drop for UsageAttrs {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant created and not removed; removed once, here.
+        unsafe { ffi::neuron_udma_usage_remove(self.0.as_ptr()) };
+    }
+}
+
 pub(crate) struct DmaRegistration(core::ptr::NonNull<ffi::neuron_udma_dma>);
 
 // SAFETY: the registration is an address; unregistering works from any task.
