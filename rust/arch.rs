@@ -230,6 +230,18 @@ impl Arch {
         }
     }
 
+    /// The driver's queues that scrub device memory beside its shared H2T queue (`h2t[0]`):
+    /// the first reserved queue of each other H2T engine (v2: engine 33; v3: 129-131), so a
+    /// large scrub runs on every H2T engine at once.
+    pub(crate) fn scrub_queues(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let main = self.h2t[0].0;
+        self.h2t
+            .iter()
+            .enumerate()
+            .filter(move |&(i, &(e, _))| e != main && !self.h2t[..i].iter().any(|&(p, _)| p == e))
+            .map(|(_, &q)| q)
+    }
+
     /// Whether `eng` is one of the generation's dedicated host DMA (H2T) engines
     /// (hardware.rst §2.1).
     pub(crate) fn is_h2t_engine(&self, eng: u32) -> bool {
@@ -370,6 +382,20 @@ mod tests {
             .chain(128..132);
         assert!(v3.eq(want));
         assert!(TRN2.h2t.iter().all(|&(e, _)| TRN2.has_host_connectivity(e)));
+        let mut v1 = [(0, 0); 3];
+        let mut n = 0;
+        for q in TRN1.scrub_queues() {
+            v1[n] = q;
+            n += 1;
+        }
+        assert_eq!(&v1[..n], &[(33, 0)]);
+        let mut v3 = [(0, 0); 3];
+        n = 0;
+        for q in TRN2.scrub_queues() {
+            v3[n] = q;
+            n += 1;
+        }
+        assert_eq!(&v3[..n], &[(129, 0), (130, 0), (131, 0)]);
         assert!(!TRN2.has_host_connectivity(0) && !TRN2.has_host_connectivity(3));
     }
 

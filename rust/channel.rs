@@ -140,6 +140,24 @@ pub(crate) struct Policy {
     pub(crate) on_timeout: OnTimeout,
 }
 
+/// Most queues one [`Channel::transfer_split`] runs on.
+pub(crate) const MAX_SPLIT: usize = 4;
+
+/// How a [`Channel::transfer_split`] ended.
+#[must_use]
+pub(crate) enum SplitFinish {
+    /// Every byte of every part moved.
+    Done,
+    /// A part failed, and nothing of any part is in flight any more.
+    Failed(Error),
+    /// It ended early (`EINTR`, or `ETIMEDOUT` without a reset) with these submissions still in
+    /// flight: `(part, fence)`; what the parts use must stay reserved until they settle.
+    InFlight {
+        err: Error,
+        fences: [Option<(usize, u64)>; MAX_SPLIT],
+    },
+}
+
 /// How a copy of the submission loop ended.
 #[derive(Debug, PartialEq, Eq)]
 #[must_use]
@@ -1114,6 +1132,94 @@ impl Channel {
         Finish::Done
     }
 
+    /// Runs the jobs of `parts`, each on its own queue, at the same time: every queue gets a
+    /// submission of its job whenever it has none in flight, and the caller waits for them in
+    /// turn ([`Self::transfer`]'s rules for each: `policy`'s timeout per wait, a full ring
+    /// waited for and reset when stuck). At most [`MAX_SPLIT`] parts. A failure stops new
+    /// submissions; the call returns once nothing of it is in flight, or at once with the
+    /// fences still in flight when a wait ends early (`EINTR`, or `ETIMEDOUT` without a reset).
+    pub(crate) fn transfer_split(parts: &[(&Channel, Job<'_>)], policy: &Policy) -> SplitFinish {
+        let n = parts.len().min(MAX_SPLIT);
+        let start = Instant::<Monotonic>::now();
+        let mut pieces: [Option<Pieces<'_>>; MAX_SPLIT] = [const { None }; MAX_SPLIT];
+        for (p, (_, job)) in pieces.iter_mut().zip(&parts[..n]) {
+            *p = Some(Pieces::new(job.src, job.dst, job.size, MAX_DESC_BYTES));
+        }
+        let mut inflight: [Option<u64>; MAX_SPLIT] = [None; MAX_SPLIT];
+        let mut failed: Option<Error> = None;
+        loop {
+            let mut submitted = false;
+            if failed.is_none() {
+                for i in 0..n {
+                    let Some(p) = pieces[i].as_mut() else {
+                        continue;
+                    };
+                    if inflight[i].is_some() || p.remaining() == 0 {
+                        continue;
+                    }
+                    match parts[i].0.submit(p) {
+                        Ok(Some(seq)) => {
+                            inflight[i] = Some(seq);
+                            submitted = true;
+                        }
+                        // Full of other submissions: again next round.
+                        Ok(None) => {}
+                        Err(e) => failed = Some(e),
+                    }
+                }
+            }
+            let busy = inflight.iter().any(Option::is_some);
+            for i in 0..n {
+                let Some(seq) = inflight[i] else { continue };
+                match parts[i].0.wait_for(seq, policy) {
+                    Ok(()) => inflight[i] = None,
+                    Err(err)
+                        if (err == EINTR || err == ETIMEDOUT) && !parts[i].0.is_settled(seq) =>
+                    {
+                        let mut fences = [None; MAX_SPLIT];
+                        for (f, (j, s)) in fences.iter_mut().zip(
+                            inflight
+                                .iter()
+                                .enumerate()
+                                .filter_map(|(j, s)| s.map(|s| (j, s))),
+                        ) {
+                            *f = Some((j, s));
+                        }
+                        return SplitFinish::InFlight { err, fences };
+                    }
+                    // Settled (the queue was reset, or the wait failed after the fence did).
+                    Err(e) => {
+                        inflight[i] = None;
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                if inflight.iter().all(Option::is_none) {
+                    return SplitFinish::Failed(e);
+                }
+                continue;
+            }
+            let left = pieces[..n].iter().flatten().any(|p| p.remaining() != 0);
+            if !left {
+                return SplitFinish::Done;
+            }
+            if !busy && !submitted {
+                // Every ring with work left is full of other submissions.
+                if start.elapsed() >= policy.timeout {
+                    for (ch, _) in &parts[..n] {
+                        let _ = ch.reset_if_stuck();
+                    }
+                    return SplitFinish::Failed(ETIMEDOUT);
+                }
+                if policy.signals != WaitMode::Uninterruptible && fatal_signal_pending() {
+                    return SplitFinish::Failed(EINTR);
+                }
+                fsleep(FULL_RING_SLEEP);
+            }
+        }
+    }
+
     /// Copies `size` bytes from device-fabric address `src` to `dst` ([`Self::transfer`]),
     /// uninterruptibly, resetting the queue on a timeout (the KUnit suites' copies).
     ///
@@ -1166,4 +1272,13 @@ pub(crate) struct Job<'a> {
     pub(crate) dst: Span<'a>,
     /// Bytes.
     pub(crate) size: u64,
+}
+
+impl Job<'static> {
+    /// Nothing to move (a placeholder in arrays of jobs).
+    pub(crate) const EMPTY: Self = Self {
+        src: Span::Linear(0),
+        dst: Span::Linear(0),
+        size: 0,
+    };
 }

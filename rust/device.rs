@@ -17,7 +17,7 @@ use crate::{
     dram::{DramAllocator, DRAM_RESERVED},
     engine::QueueId,
     events::FileEvents,
-    h2t::{H2t, H2T_RING_DESCS, SCRUB_BYTES},
+    h2t::{H2t, H2T_RING_DESCS, SCRUB_BYTES, SCRUB_RING_DESCS},
     pattern::Patterns,
     pool::BufferPool,
     queue::Queue,
@@ -147,15 +147,23 @@ impl UdmaDevice {
         )
     }
 
-    /// Takes the H2T queue of NeuronCore 0 (hardware.rst §2.3) for the driver's own copies, and
-    /// allocates the zeroed source of device-memory scrubs.
+    /// Takes the H2T queue of NeuronCore 0 (hardware.rst §2.3) for the driver's own copies and
+    /// a reserved queue of each other H2T engine for large scrubs, and allocates the zeroed
+    /// source of device-memory scrubs.
     pub(crate) fn setup_h2t(&self) -> Result {
         let (eng, qid) = self.arch.h2t[0];
         let id = QueueId::new(self.arch, eng, qid).ok_or(EINVAL)?;
         let zeros = self.alloc_coherent(SCRUB_BYTES)?;
         let zeros_addr = self.arch.host_addr(zeros.dma_address());
         let chan = self.queue_init(id, H2T_RING_DESCS, H2T_RING_DESCS, Owner::Driver, None)?;
-        let h2t = H2t::new(chan, zeros, zeros_addr)?;
+        // The other H2T engines scrub large ranges beside it (`h2t.rs`).
+        let mut scrubbers = KVec::new();
+        for (eng, qid) in self.arch.scrub_queues() {
+            let id = QueueId::new(self.arch, eng, qid).ok_or(EINVAL)?;
+            let c = self.queue_init(id, SCRUB_RING_DESCS, SCRUB_RING_DESCS, Owner::Driver, None)?;
+            scrubbers.push(c, GFP_KERNEL)?;
+        }
+        let h2t = H2t::new(chan, scrubbers, zeros, zeros_addr)?;
         self.state.lock().h2t = Some(h2t);
         Ok(())
     }

@@ -10,9 +10,11 @@
 //! file has at most one, so a caller with a tiny timeout cannot fill the shared queue.
 
 use crate::{
-    channel::{Channel, Finish, Job, OnTimeout, Policy, WaitMode, DEFAULT_TIMEOUT},
+    channel::{
+        Channel, Finish, Job, OnTimeout, Policy, SplitFinish, WaitMode, DEFAULT_TIMEOUT, MAX_SPLIT,
+    },
     desc::MAX_DESC_BYTES,
-    orphan::{Hold, Orphan, Orphans},
+    orphan::{Hold, Orphan, OrphanSlot, Orphans},
     pool::BufferPool,
     shim::fatal_signal_pending,
     span::Span,
@@ -30,6 +32,14 @@ use kernel::{
 pub(crate) const H2T_RING_DESCS: u32 = 8192;
 /// Bytes of the zeroed host buffer that scrubs device memory (one 64 KiB descriptor).
 pub(crate) const SCRUB_BYTES: usize = MAX_DESC_BYTES as usize;
+/// Ring size of the other H2T engines' scrub queues ([`Arch::scrub_queues`]): room for one
+/// submission of 1016 pairs (64 MiB) and its marker while the previous one runs.
+///
+/// [`Arch::scrub_queues`]: crate::arch::Arch::scrub_queues
+pub(crate) const SCRUB_RING_DESCS: u32 = 2048;
+/// Scrubs of at least this many bytes run on every H2T engine at once (smaller ones are not
+/// worth the extra doorbells and waits).
+pub(crate) const SPLIT_SCRUB_BYTES: u64 = 4 << 20;
 /// Sleep between two looks at a file's orphan that its next `MEMCPY` waits for.
 const ORPHAN_SLEEP: Delta = Delta::from_micros(200);
 
@@ -37,6 +47,8 @@ const ORPHAN_SLEEP: Delta = Delta::from_micros(200);
 #[pin_data]
 pub(crate) struct H2t {
     chan: Arc<Channel>,
+    /// The other H2T engines' scrub queues (driver-owned, used only by scrubs).
+    scrubbers: KVec<Arc<Channel>>,
     /// Zeroed host memory ([`SCRUB_BYTES`]) and its device-fabric address; `None` after
     /// [`Self::shutdown`] (freed while the device is still bound).
     #[pin]
@@ -55,12 +67,14 @@ impl H2t {
     /// `ENOMEM`.
     pub(crate) fn new(
         chan: Arc<Channel>,
+        scrubbers: KVec<Arc<Channel>>,
         zeros: Coherent<[u8]>,
         zeros_addr: u64,
     ) -> Result<Arc<Self>> {
         Arc::pin_init(
             try_pin_init!(Self {
                 chan,
+                scrubbers,
                 zeros <- new_mutex!(Some((zeros, zeros_addr))),
                 orphans <- Orphans::new(),
             }),
@@ -145,15 +159,8 @@ impl H2t {
         let left = timeout - start.elapsed();
         match self.chan.transfer(job, &Self::policy(left)) {
             Finish::InFlight { err, seq } => {
-                self.orphans.adopt(
-                    slot,
-                    Orphan {
-                        chan: self.chan.clone(),
-                        seq,
-                        file,
-                        hold,
-                    },
-                );
+                self.orphans
+                    .adopt(slot, Orphan::new(self.chan.clone(), seq, file, hold));
                 Err(err)
             }
             done => done.result(),
@@ -182,6 +189,9 @@ impl H2t {
             Ok(s) => s,
             Err(e) => return give_back(e),
         };
+        if size >= SPLIT_SCRUB_BYTES && !self.scrubbers.is_empty() {
+            return self.scrub_split(pool, zeros, addr, size, slot);
+        }
         let job = Job {
             src: Span::Repeat(zeros),
             dst: Span::Linear(addr),
@@ -193,13 +203,72 @@ impl H2t {
             Finish::InFlight { err, seq } => {
                 self.orphans.adopt(
                     slot,
-                    Orphan {
-                        chan: self.chan.clone(),
-                        seq,
-                        file: 0,
-                        hold: Hold::Dram(addr),
-                    },
+                    Orphan::new(self.chan.clone(), seq, 0, Hold::Dram(addr)),
                 );
+                Err(err)
+            }
+        }
+    }
+
+    /// [`Self::scrub`] of a large range on every H2T engine at once: the range is cut into
+    /// one part per queue (whole 64 KiB pieces), and all parts run together
+    /// ([`Channel::transfer_split`]). The range comes back only once no part is in flight.
+    fn scrub_split(
+        &self,
+        pool: &BufferPool,
+        zeros: u64,
+        addr: u64,
+        size: u64,
+        slot: OrphanSlot<'_>,
+    ) -> Result {
+        let chans =
+            || Iterator::chain(core::iter::once(&self.chan), self.scrubbers.iter()).take(MAX_SPLIT);
+        let n = chans().count() as u64;
+        let unit = u64::from(MAX_DESC_BYTES);
+        let per = size.div_ceil(n).div_ceil(unit) * unit;
+        let mut list: [(&Channel, Job<'_>); MAX_SPLIT] = [(&*self.chan, Job::EMPTY); MAX_SPLIT];
+        let mut k = 0;
+        for (i, ch) in chans().enumerate() {
+            // CAST: at most MAX_SPLIT.
+            let off = per * i as u64;
+            if off >= size {
+                break;
+            }
+            list[k] = (
+                &**ch,
+                Job {
+                    src: Span::Repeat(zeros),
+                    dst: Span::Linear(addr + off),
+                    size: per.min(size - off),
+                },
+            );
+            k += 1;
+        }
+        match Channel::transfer_split(&list[..k], &Self::policy(DEFAULT_TIMEOUT)) {
+            SplitFinish::Done => Ok(()),
+            SplitFinish::Failed(e) => {
+                pool.free_dram(addr);
+                Err(e)
+            }
+            SplitFinish::InFlight { err, fences } => {
+                let chan_of = |i: usize| -> Arc<Channel> {
+                    if i == 0 {
+                        self.chan.clone()
+                    } else {
+                        self.scrubbers[i - 1].clone()
+                    }
+                };
+                let mut left = fences.iter().flatten();
+                // Not empty: a wait ended early on a fence in flight.
+                let Some(&(i0, s0)) = left.next() else {
+                    pool.free_dram(addr);
+                    return Err(err);
+                };
+                let mut orphan = Orphan::new(chan_of(i0), s0, 0, Hold::Dram(addr));
+                for (m, &(i, s)) in orphan.more.iter_mut().zip(left) {
+                    *m = Some((chan_of(i), s));
+                }
+                self.orphans.adopt(slot, orphan);
                 Err(err)
             }
         }

@@ -572,12 +572,7 @@ mod tests {
         let slot = orphans.reserve()?;
         orphans.adopt(
             slot,
-            Orphan {
-                chan: q.clone(),
-                seq,
-                file: owner,
-                hold: Hold::Buffers(guards),
-            },
+            Orphan::new(q.clone(), seq, owner, Hold::Buffers(guards)),
         );
         let task = kernel::current!().as_ptr();
         // SAFETY: the current task's own fault-injection counter, read and written by it only.

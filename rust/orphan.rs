@@ -12,7 +12,12 @@
 //! and released outside the lock, one at a time, so an allocation failure cannot leave a
 //! released buffer (or its memory charge) behind.
 
-use crate::{buffer::BusyGuard, channel::Channel, pattern::PatternRef, pool::BufferPool};
+use crate::{
+    buffer::BusyGuard,
+    channel::{Channel, MAX_SPLIT},
+    pattern::PatternRef,
+    pool::BufferPool,
+};
 use kernel::{
     new_mutex,
     prelude::*,
@@ -39,10 +44,30 @@ pub(crate) struct Orphan {
     pub(crate) chan: Arc<Channel>,
     /// The fence of that queue that covers it.
     pub(crate) seq: u64,
+    /// The other queues and fences of a scrub split across engines (all must settle).
+    pub(crate) more: [Option<(Arc<Channel>, u64)>; MAX_SPLIT - 1],
     /// The open file whose `MEMCPY` it was (0 for the driver's own scrub).
     pub(crate) file: u64,
     /// What stays reserved until the fence is settled.
     pub(crate) hold: Hold,
+}
+
+impl Orphan {
+    /// An orphan of one submission: fence `seq` of `chan`.
+    pub(crate) fn new(chan: Arc<Channel>, seq: u64, file: u64, hold: Hold) -> Self {
+        Self {
+            chan,
+            seq,
+            more: [const { None }; MAX_SPLIT - 1],
+            file,
+            hold,
+        }
+    }
+
+    /// Whether every fence that covers it is settled.
+    fn is_settled(&self) -> bool {
+        self.chan.is_settled(self.seq) && self.more.iter().flatten().all(|(c, s)| c.is_settled(*s))
+    }
 }
 
 struct List {
@@ -134,7 +159,7 @@ impl Orphans {
         loop {
             let (settled, left) = {
                 let mut l = self.list.lock();
-                let pos = l.items.iter().position(|o| o.chan.is_settled(o.seq));
+                let pos = l.items.iter().position(|o| o.is_settled());
                 let settled = pos.and_then(|i| l.items.remove(i).ok());
                 self.count.store(l.items.len() as u32, Relaxed);
                 (settled, l.items.len())
@@ -172,13 +197,16 @@ impl Orphans {
         let chans = {
             let l = self.list.lock();
             let mut v: KVec<Arc<Channel>> = KVec::new();
-            for o in l.items.iter() {
-                if v.iter().any(|c| Arc::ptr_eq(c, &o.chan)) {
-                    continue;
-                }
-                // Without memory the next round tries again.
-                if v.push(o.chan.clone(), GFP_KERNEL).is_err() {
-                    break;
+            'items: for o in l.items.iter() {
+                let more = o.more.iter().flatten().map(|(c, _)| c);
+                for chan in Iterator::chain(core::iter::once(&o.chan), more) {
+                    if v.iter().any(|c| Arc::ptr_eq(c, chan)) {
+                        continue;
+                    }
+                    // Without memory the next round tries again.
+                    if v.push(chan.clone(), GFP_KERNEL).is_err() {
+                        break 'items;
+                    }
                 }
             }
             v
