@@ -56,8 +56,11 @@ TEST(large_buffers_read_zeros)
 	for (__u64 off = 0; off < size; off += 4 * MIB) {
 		memset(host.map, 0x55, 4 * MIB);
 		ASSERT_EQ(0, udma_memcpy(fd, &dev, off, &host, 0, 4 * MIB, 0));
-		for (__u64 i = 0; i < 4 * MIB; i++)
-			ASSERT_EQ(0, host.map[i]) TH_LOG("byte %llu is not zero", off + i);
+		for (__u64 i = 0; i < 4 * MIB; i++) {
+			ASSERT_EQ(0, host.map[i]) {
+				TH_LOG("byte %llu is not zero", off + i);
+			}
+		}
 	}
 	close(fd);
 }
