@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Unbind with completion listeners (ABI 3; the multi-device pass of `make check`): a device is
+ * unbound while a file has a fence in flight on a stalled queue, an eventfd registered on that
+ * queue, a thread blocked in epoll_wait() on the file, and an io_uring NEURON_UDMA_URING_COPY
+ * waiting for its fence. The unbind returns in bounded time; the io_uring command completes
+ * with -ECANCELED; the epoll waiter wakes with EPOLLERR | EPOLLHUP; FENCE_WAIT, COPY_SUBMIT and
+ * QUEUE_EVENTFD then fail with ENODEV; the eventfd is given back (closing our last descriptor
+ * frees it: nothing of the driver holds it); the file closes; after the rebind the device
+ * works and a second device was never disturbed.
+ *
+ * The victim is the device of /dev/neuron_udma0; its stall comes from its own BAR2 window.
+ */
+#define _GNU_SOURCE
+#include <liburing.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+
+#include "kselftest_harness.h"
+#include "udma_multi.h"
+
+#define ENG 15
+#define QID 7
+#define BUF (64U * 1024)
+
+static int ioc(int fd, unsigned long req, void *arg)
+{
+	return ioctl(fd, req, arg) ? -errno : 0;
+}
+
+/* The BAR2 window of the model device @bdf (its fault injection). */
+static volatile __u32 *bar2_of(const char *bdf, int *fd)
+{
+	char path[256];
+	void *p;
+
+	snprintf(path, sizeof(path), PCI_DEVS_DIR "/%s/resource2", bdf);
+	*fd = open(path, O_RDWR | O_SYNC | O_CLOEXEC);
+	if (*fd < 0)
+		return NULL;
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static void stall(volatile __u32 *r, __u32 eng, __u32 q, __u32 ms)
+{
+	r[BAR2_FAULT_KIND / 4] = FAULT_STALL;
+	r[BAR2_FAULT_ENGINE / 4] = eng;
+	r[BAR2_FAULT_QUEUE / 4] = q;
+	r[BAR2_FAULT_ARG / 4] = ms;
+	r[BAR2_FAULT_COMMIT / 4] = 1;
+}
+
+struct waiter {
+	int ep;
+	__u32 events;
+	int n;
+	double woke_s;
+};
+
+static void *epoll_waiter(void *arg)
+{
+	struct waiter *w = arg;
+	struct epoll_event ev;
+
+	w->n = epoll_wait(w->ep, &ev, 1, 30000);
+	w->events = w->n == 1 ? ev.events : 0;
+	w->woke_s = now_s();
+	return NULL;
+}
+
+static int victim_bdf(char *bdf, size_t len)
+{
+	struct udma_pci pci[UDMA_MAX_DEVS];
+	int n = udma_pci_list(pci, UDMA_MAX_DEVS);
+
+	for (int i = 0; i < n; i++)
+		if (pci_bound(pci[i].bdf) && node_of_bdf(pci[i].bdf) == 0) {
+			snprintf(bdf, len, "%s", pci[i].bdf);
+			return n;
+		}
+	return -ENODEV;
+}
+
+TEST_TIMEOUT(unbind_with_pollers_eventfds_and_sqes, 300)
+{
+	struct neuron_udma_mem_alloc a = { .size = BUF, .type = NEURON_UDMA_MEM_HOST };
+	struct neuron_udma_queue_init qi = { .engine = ENG, .queue = QID, .tx_descs = 64,
+					     .rx_descs = 64 };
+	struct neuron_udma_copy c = { .size = 4096 };
+	struct neuron_udma_copy_prepare_one p = { .engine = ENG, .queue = QID };
+	struct neuron_udma_copy_submit sub = { .engine = ENG, .queue = QID };
+	struct neuron_udma_fence_wait fw = { .engine = ENG, .queue = QID, .timeout_ms = 100 };
+	struct neuron_udma_eventfd reg = { .engine = ENG, .queue = QID };
+	struct neuron_udma_uring_copy uc = { .engine = ENG, .queue = QID, .count = 1 };
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLPRI };
+	struct waiter w = { 0 };
+	struct io_uring ring;
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe *cqe;
+	struct __kernel_timespec ts = { .tv_sec = 20 };
+	volatile __u32 *bar2;
+	pthread_t th;
+	char bdf[64], path[256];
+	int fd, efd, b2fd, ndev, bystander_ok;
+	double t0;
+
+	ndev = victim_bdf(bdf, sizeof(bdf));
+	ASSERT_LT(0, ndev);
+	bar2 = bar2_of(bdf, &b2fd);
+	ASSERT_NE(NULL, bar2);
+	fd = node_open(0);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, ioc(fd, NEURON_UDMA_MEM_ALLOC, &a));
+	ASSERT_EQ(0, ioc(fd, NEURON_UDMA_QUEUE_INIT, &qi));
+	c.src_handle = c.dst_handle = a.handle;
+	c.dst_offset = 8192;
+	p.copy = c;
+
+	/* A fence in flight on a queue stalled for longer than the test. */
+	stall(bar2, ENG, QID, 60000);
+	ASSERT_EQ(0, ioc(fd, NEURON_UDMA_COPY_PREPARE_ONE, &p));
+	ASSERT_EQ(0, ioc(fd, NEURON_UDMA_COPY_SUBMIT, &sub));
+	ASSERT_EQ(1ULL, sub.fence);
+	/* An eventfd on the queue. */
+	efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ASSERT_LE(0, efd);
+	reg.fd = efd;
+	ASSERT_EQ(0, ioc(fd, NEURON_UDMA_QUEUE_EVENTFD, &reg));
+	/* An io_uring command waiting for its fence. */
+	ASSERT_EQ(0, io_uring_queue_init(4, &ring, 0));
+	sqe = io_uring_get_sqe(&ring);
+	ASSERT_NE(NULL, sqe);
+	memset(sqe, 0, sizeof(*sqe));
+	sqe->opcode = IORING_OP_URING_CMD;
+	sqe->fd = fd;
+	sqe->cmd_op = NEURON_UDMA_URING_COPY;
+	c.dst_offset = 16384;
+	uc.copies = (uintptr_t)&c;
+	memcpy((char *)sqe + offsetof(struct io_uring_sqe, addr3), &uc, sizeof(uc));
+	sqe->user_data = 42;
+	ASSERT_EQ(1, io_uring_submit(&ring));
+	/* A thread in epoll_wait() on the file: nothing to report yet. */
+	w.ep = epoll_create1(EPOLL_CLOEXEC);
+	ASSERT_LE(0, w.ep);
+	ASSERT_EQ(0, epoll_ctl(w.ep, EPOLL_CTL_ADD, fd, &ev));
+	ASSERT_EQ(0, pthread_create(&th, NULL, epoll_waiter, &w));
+	usleep(300 * 1000);
+	ASSERT_EQ(0, w.n) TH_LOG("the waiter woke before the unbind");
+
+	t0 = now_s();
+	ASSERT_EQ(0, sysfs_write(UDMA_DRV_DIR "/unbind", bdf));
+	TH_LOG("unbind with listeners: %.2f s", now_s() - t0);
+	EXPECT_LT(now_s() - t0, 20.0);
+
+	/* The io_uring command: cancelled. */
+	ASSERT_EQ(0, io_uring_wait_cqe_timeout(&ring, &cqe, &ts));
+	EXPECT_EQ(42ULL, cqe->user_data);
+	EXPECT_EQ(-ECANCELED, cqe->res);
+	io_uring_cqe_seen(&ring, cqe);
+	/* The epoll waiter: woken with the hang-up. */
+	pthread_join(th, NULL);
+	EXPECT_EQ(1, w.n);
+	EXPECT_TRUE(w.events & EPOLLERR) TH_LOG("events %#x", w.events);
+	EXPECT_TRUE(w.events & EPOLLHUP) TH_LOG("events %#x", w.events);
+	EXPECT_LT(w.woke_s - t0, 20.0);
+	/* Every later call: ENODEV. */
+	fw.fence = 1;
+	EXPECT_EQ(-ENODEV, ioc(fd, NEURON_UDMA_FENCE_WAIT, &fw));
+	EXPECT_EQ(-ENODEV, ioc(fd, NEURON_UDMA_COPY_SUBMIT, &sub));
+	reg.fd = -1;
+	EXPECT_EQ(-ENODEV, ioc(fd, NEURON_UDMA_QUEUE_EVENTFD, &reg));
+	close(w.ep);
+	io_uring_queue_exit(&ring);
+	EXPECT_EQ(0, close(efd));
+	EXPECT_EQ(0, close(fd));
+	munmap((void *)bar2, 4096);
+	close(b2fd);
+
+	/* A second device kept working all along. */
+	if (ndev > 1) {
+		pid_t pid = fork();
+
+		ASSERT_LE(0, pid);
+		if (!pid)
+			_exit(copy_worker(1, 3, 0x7700, 8192, 2, false, 0, -1, -1));
+		bystander_ok = wait_bounded(pid, 60);
+		EXPECT_TRUE(bystander_ok >= 0 && WIFEXITED(bystander_ok) &&
+			    WEXITSTATUS(bystander_ok) == WK_OK)
+			TH_LOG("the second device: %s", worker_what(bystander_ok));
+	}
+	ASSERT_EQ(0, sysfs_write(UDMA_DRV_DIR "/bind", bdf));
+	ASSERT_TRUE(wait_until(pci_bound(bdf), 10000));
+	ASSERT_TRUE(wait_until(node_of_bdf(bdf) == 0, 5000));
+	snprintf(path, sizeof(path), "/dev/neuron_udma0");
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, fd);
+	a = (struct neuron_udma_mem_alloc){ .size = BUF, .type = NEURON_UDMA_MEM_HOST };
+	EXPECT_EQ(0, ioc(fd, NEURON_UDMA_MEM_ALLOC, &a));
+	EXPECT_EQ(0, ioc(fd, NEURON_UDMA_QUEUE_INIT, &qi));
+	close(fd);
+}
+
+TEST_HARNESS_MAIN
