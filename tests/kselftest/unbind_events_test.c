@@ -71,25 +71,25 @@ static void *epoll_waiter(void *arg)
 	return NULL;
 }
 
-static __attribute__((noinline)) int victim_bdf(char *bdf, size_t len)
-{
-	struct udma_pci pci[UDMA_MAX_DEVS];
-	int n = udma_pci_list(pci, UDMA_MAX_DEVS);
-
-	for (int i = 0; i < n; i++)
-		if (pci_bound(pci[i].bdf) && node_of_bdf(pci[i].bdf) == 0) {
-			snprintf(bdf, len, "%.15s", pci[i].bdf);
-			return n;
-		}
-	return -ENODEV;
-}
-
 FIXTURE(victim) {
-	int unused;
+	struct udma_pci pci[UDMA_MAX_DEVS];
+	int n;
+	char bdf[16];		/* the device of /dev/neuron_udma0 */
 };
 
 FIXTURE_SETUP(victim)
 {
+	int i;
+
+	self->n = udma_pci_list(self->pci, UDMA_MAX_DEVS);
+	ASSERT_GE(self->n, 1);
+	self->bdf[0] = 0;
+	for (i = 0; i < self->n; i++) {
+		ASSERT_TRUE(wait_until(pci_bound(self->pci[i].bdf), 5000));
+		if (node_of_bdf(self->pci[i].bdf) == 0)
+			snprintf(self->bdf, sizeof(self->bdf), "%.15s", self->pci[i].bdf);
+	}
+	ASSERT_NE(0, self->bdf[0]) TH_LOG("no PCI device owns /dev/neuron_udma0");
 }
 
 FIXTURE_TEARDOWN(victim)
@@ -119,8 +119,8 @@ TEST_F_TIMEOUT(victim, unbind_with_pollers_eventfds_and_sqes, 300)
 	int fd, efd, b2fd, ndev, bystander_ok;
 	double t0;
 
-	ndev = victim_bdf(bdf, sizeof(bdf));
-	ASSERT_LT(0, ndev);
+	ndev = self->n;
+	snprintf(bdf, sizeof(bdf), "%.15s", self->bdf);
 	bar2 = bar2_of(bdf, &b2fd);
 	ASSERT_NE(NULL, bar2);
 	fd = node_open(0);
