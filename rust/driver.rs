@@ -177,6 +177,7 @@ impl NeuronUdmaDriver {
         let usage = unsafe { crate::shim::UsageAttrs::add(pdev.as_ref(), &dev.pool.usage.raw())? };
         let entry = RegistryEntry::new(dev.clone())?;
         let name = entry.name;
+        let parent = crate::shim::raw_device(pdev.as_ref());
         Ok(try_pin_init!(NeuronUdma {
             dma,
             dev,
@@ -184,7 +185,9 @@ impl NeuronUdmaDriver {
             _usage: usage,
             _entry: entry,
             _debugfs <- debugfs,
-            node <- Node::register(name),
+            // SAFETY: the node is the first field: dropped (deregistered) before the driver data
+            // goes, while the PCI device is still bound.
+            node <- unsafe { Node::register(name, parent) },
         }))
     }
 }

@@ -66,12 +66,23 @@ unsafe impl Send for Node {}
 unsafe impl Sync for Node {}
 
 impl Node {
-    /// Registers the node `name` (`/dev/<name>`).
-    pub(crate) fn register(name: &'static CStr) -> impl PinInit<Self, Error> {
+    /// Registers the node `name` (`/dev/<name>`) as a child of the bound device `parent`, so
+    /// that `/sys/class/misc/<name>/device` leads to it (the node is deregistered first at
+    /// unbind: the parent outlives it).
+    ///
+    /// # Safety
+    ///
+    /// `parent` is a bound device that stays alive until the returned node is dropped.
+    pub(crate) unsafe fn register(
+        name: &'static CStr,
+        parent: *mut bindings::device,
+    ) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             inner <- Opaque::try_ffi_init(move |slot: *mut bindings::miscdevice| {
                 let mut raw = MiscDeviceOptions { name }.into_raw::<OpenFile>();
                 raw.fops = &FOPS.0;
+                // 7.3's `MiscDeviceOptions` has no parent; the field is set as C drivers do.
+                raw.parent = parent;
                 // SAFETY: the initializer may write the slot.
                 unsafe { slot.write(raw) };
                 // SAFETY: the slot holds a misc device description; it stays pinned until the

@@ -344,7 +344,9 @@ impl Drop for UserCharge {
 
 /// The `struct device` of `dev`, for the C side: `Device` is a transparent wrapper of it (7.3
 /// keeps `Device::as_raw` private). Valid while `dev` is borrowed.
-fn raw_device(dev: &kernel::device::Device<kernel::device::Bound>) -> *mut bindings::device {
+pub(crate) fn raw_device(
+    dev: &kernel::device::Device<kernel::device::Bound>,
+) -> *mut bindings::device {
     core::ptr::from_ref(dev)
         .cast::<bindings::device>()
         .cast_mut()
