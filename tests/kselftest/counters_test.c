@@ -49,13 +49,26 @@ static long long usage(const char *bdf, const char *name)
 	return buf[0] ? strtoll(buf, NULL, 10) : -1;
 }
 
+/* A fixture only for the harness's per-test timeouts. */
+FIXTURE(cnt) {
+	int unused;
+};
+
+FIXTURE_SETUP(cnt)
+{
+}
+
+FIXTURE_TEARDOWN(cnt)
+{
+}
+
 #define FI(key) fdinfo(fd, "neuron_udma-" key)
 
 /* Engine 15 is host-connected on both generations (as in fence_test). */
 #define ENG 15
 #define QID 5
 
-TEST(fdinfo_tracks_buffers_copies_and_fences)
+TEST_F_TIMEOUT(cnt, fdinfo_tracks_buffers_copies_and_fences, 120)
 {
 	struct ubuf host, dev;
 	unsigned char *page;
@@ -117,7 +130,7 @@ TEST(fdinfo_tracks_buffers_copies_and_fences)
 }
 
 /* A fence dropped by an engine error counts as failed. */
-TEST(fdinfo_counts_failed_fences)
+TEST_F_TIMEOUT(cnt, fdinfo_counts_failed_fences, 120)
 {
 	struct ubar2 bar2;
 	struct ubuf host;
@@ -128,7 +141,7 @@ TEST(fdinfo_counts_failed_fences)
 	ASSERT_EQ(0, bar2_open(&bar2));
 	ASSERT_EQ(0, ubuf_host(fd, 8 * KIB, &host));
 	ASSERT_EQ(0, queue_init(fd, ENG, QID + 1, 64, 64));
-	ASSERT_EQ(0, bar2_fault(&bar2, FAULT_FAIL_NTH, ENG, QID + 1, 0));
+	ASSERT_EQ(0, bar2_fault(&bar2, FAULT_FAIL_NTH, ENG, QID + 1, 1));
 	ASSERT_EQ(0, prep_one(fd, ENG, QID + 1, ucopy(&host, 0, &host, 4096, 64)));
 	ASSERT_EQ(0, copy_submit(fd, ENG, QID + 1, &fence));
 	EXPECT_EQ(-EIO, fence_wait(fd, ENG, QID + 1, fence, 0));
@@ -140,7 +153,7 @@ TEST(fdinfo_counts_failed_fences)
 }
 
 /* The device's counters: bytes held per type by every file, their peak, the total. */
-TEST(sysfs_usage_by_type)
+TEST_F_TIMEOUT(cnt, sysfs_usage_by_type, 120)
 {
 	struct neuron_udma_info info;
 	struct ubuf a, b, c;
@@ -160,6 +173,8 @@ TEST(sysfs_usage_by_type)
 	ASSERT_EQ(0, ubuf_dev(fa, 1024 * KIB, &a));
 	ASSERT_EQ(0, ubuf_dev(fb, 256 * KIB, &b));
 	ASSERT_EQ(0, ubuf_host(fb, 64 * KIB, &c));
+	/* A mapping holds its file open: closing fb below must release it. */
+	munmap(c.map, c.size);
 	EXPECT_EQ(dev0 + 1280 * (long long)KIB, usage(bdf, "mem_device_bytes"));
 	EXPECT_EQ(host0 + 64 * (long long)KIB, usage(bdf, "mem_host_bytes"));
 	peak = usage(bdf, "mem_device_peak_bytes");

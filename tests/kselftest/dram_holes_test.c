@@ -83,7 +83,7 @@ FIXTURE_TEARDOWN(holes)
 	free(self->handles);
 }
 
-TEST_F(holes, alloc_time_does_not_grow_with_holes)
+TEST_F_TIMEOUT(holes, alloc_time_does_not_grow_with_holes, 900)
 {
 	double fail1, ok1, failn, okn;
 	int errors = 0, holes = 0;

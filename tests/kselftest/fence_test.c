@@ -853,7 +853,7 @@ TEST_F_TIMEOUT(events, eventfd_counts_fences, 60)
 TEST_F_TIMEOUT(events, eventfd_errors, 60)
 {
 	struct fx *x = &self->x;
-	const __u32 q = 14, q_other = 15;
+	const __u32 q = 14, q_other = 11;
 	struct neuron_udma_eventfd e;
 	struct ubuf oa, ob;
 	int efd, efd_other, efd_spare, closed, p[2], fd2;

@@ -97,7 +97,20 @@ static void cg_remove(void)
 
 /* ---- the per-file bound ---- */
 
-TEST(info_reports_the_bounds)
+/* No state: a fixture only for the harness's per-test timeouts (TEST has 30 s). */
+FIXTURE(kmem) {
+	int unused;
+};
+
+FIXTURE_SETUP(kmem)
+{
+}
+
+FIXTURE_TEARDOWN(kmem)
+{
+}
+
+TEST_F(kmem, info_reports_the_bounds)
 {
 	struct neuron_udma_info info;
 	int fd = udma_open();
@@ -115,7 +128,7 @@ TEST(info_reports_the_bounds)
  * succeed, the next is EMFILE and changes nothing; another file is not affected; a MEM_FREE
  * makes room for exactly one more.
  */
-TEST(buffers_per_file_end_with_emfile)
+TEST_F_TIMEOUT(kmem, buffers_per_file_end_with_emfile, 900)
 {
 	struct neuron_udma_info info;
 	struct rlimit unlimited = { RLIM_INFINITY, RLIM_INFINITY };
@@ -227,7 +240,7 @@ static int charge_child(void *arg)
  * The kernel memory behind a 4 KiB device buffer and behind a one-page import is charged to
  * the memory cgroup of the task that made it, and given back by MEM_FREE.
  */
-TEST(buffers_are_charged_to_the_memory_cgroup)
+TEST_F_TIMEOUT(kmem, buffers_are_charged_to_the_memory_cgroup, 300)
 {
 	struct charge_report *r = sec_shared(sizeof(*r));
 	struct rlimit unlimited = { RLIM_INFINITY, RLIM_INFINITY };
@@ -313,7 +326,7 @@ static int loop_child(void *arg)
  * more than the charge batches; and once the task is gone everything it held is back: the
  * cgroup's slab is empty and the device memory can be allocated again.
  */
-TEST(memory_max_stops_allocations)
+TEST_F_TIMEOUT(kmem, memory_max_stops_allocations, 300)
 {
 	struct loop_report *r = sec_shared(sizeof(*r));
 	struct rlimit unlimited = { RLIM_INFINITY, RLIM_INFINITY };

@@ -13,6 +13,19 @@
 #include "udma_sec.h"
 
 #define KIB 1024ULL
+
+/* A fixture only for the harness's per-test timeouts. */
+FIXTURE(scrub) {
+	int unused;
+};
+
+FIXTURE_SETUP(scrub)
+{
+}
+
+FIXTURE_TEARDOWN(scrub)
+{
+}
 #define MIB (1024ULL * 1024)
 
 static int do_memset(int fd, __u64 handle, __u64 off, __u64 size, __u32 value)
@@ -33,7 +46,7 @@ static __u32 scrub_engine(const struct neuron_udma_info *info)
  * Dirty most of device memory (a MEMSET of 0xEE), free it, allocate it again: every byte of the
  * large buffer reads as zero, in every part the engines scrubbed.
  */
-TEST(large_buffers_read_zeros)
+TEST_F_TIMEOUT(scrub, large_buffers_read_zeros, 300)
 {
 	struct neuron_udma_info info;
 	struct ubuf dev, host;
@@ -86,7 +99,7 @@ static int kill_child(void *arg)
 	return 0;
 }
 
-TEST(sigkill_keeps_the_range_until_every_part_is_done)
+TEST_F_TIMEOUT(scrub, sigkill_keeps_the_range_until_every_part_is_done, 120)
 {
 	struct kill_report *r = sec_shared(sizeof(*r));
 	struct neuron_udma_info info;
