@@ -27,7 +27,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Median time in microseconds of REPS MEM_ALLOCs of @size (each freed unless @expect_fail). */
-static double median_alloc_us(int fd, __u64 size, bool expect_fail, int *errors)
+static double median_alloc_us(int fd, __u64 size, bool expect_fail, int *errors, int *last)
 {
 	static double t[REPS];
 	__u64 h;
@@ -37,8 +37,10 @@ static double median_alloc_us(int fd, __u64 size, bool expect_fail, int *errors)
 		int ret = raw_alloc(fd, NEURON_UDMA_MEM_DEVICE, size, &h, NULL);
 
 		t[i] = (now_ms() - t0) * 1000;
-		if (expect_fail ? ret != -ENOMEM : ret != 0)
+		if (expect_fail ? ret != -ENOMEM : ret != 0) {
 			(*errors)++;
+			*last = ret;
+		}
 		if (!ret && mem_free(fd, h))
 			(*errors)++;
 	}
@@ -86,14 +88,15 @@ FIXTURE_TEARDOWN(holes)
 TEST_F_TIMEOUT(holes, alloc_time_does_not_grow_with_holes, 900)
 {
 	double fail1, ok1, failn, okn;
-	int errors = 0, holes = 0;
+	int errors = 0, holes = 0, last = 0;
 
 	/* One hole of one slot: a 2-slot buffer fits nowhere. */
 	ASSERT_EQ(0, mem_free(self->fd, self->handles[self->count / 2]));
 	self->handles[self->count / 2] = 0;
-	fail1 = median_alloc_us(self->fd, 2 * self->slot, true, &errors);
-	ok1 = median_alloc_us(self->fd, self->slot, false, &errors);
-	ASSERT_EQ(0, errors);
+	fail1 = median_alloc_us(self->fd, 2 * self->slot, true, &errors, &last);
+	ASSERT_EQ(0, errors) TH_LOG("one hole: a 2-slot MEM_ALLOC gave %d", last);
+	ok1 = median_alloc_us(self->fd, self->slot, false, &errors, &last);
+	ASSERT_EQ(0, errors) TH_LOG("one hole: a 1-slot MEM_ALLOC gave %d", last);
 	/* Every other slot: thousands of one-slot holes, none adjacent to another. */
 	for (int i = 1; i < self->count; i += 2) {
 		if (!self->handles[i])
@@ -102,9 +105,10 @@ TEST_F_TIMEOUT(holes, alloc_time_does_not_grow_with_holes, 900)
 		self->handles[i] = 0;
 		holes++;
 	}
-	failn = median_alloc_us(self->fd, 2 * self->slot, true, &errors);
-	okn = median_alloc_us(self->fd, self->slot, false, &errors);
-	ASSERT_EQ(0, errors);
+	failn = median_alloc_us(self->fd, 2 * self->slot, true, &errors, &last);
+	ASSERT_EQ(0, errors) TH_LOG("%d holes: a 2-slot MEM_ALLOC gave %d", holes, last);
+	okn = median_alloc_us(self->fd, self->slot, false, &errors, &last);
+	ASSERT_EQ(0, errors) TH_LOG("%d holes: a 1-slot MEM_ALLOC gave %d", holes, last);
 	TH_LOG("slot %llu KiB, %d slots; MEM_ALLOC median over %d calls: failing %.1f us with 1 hole, "
 	       "%.1f us with %d holes; succeeding %.1f us / %.1f us",
 	       self->slot >> 10, self->count, REPS, fail1, failn, holes, ok1, okn);

@@ -124,10 +124,13 @@ TEST_F(kmem, info_reports_the_bounds)
 }
 
 /*
- * MEM_IMPORT of one byte of the same page until the file's bound: exactly max_buffers imports
- * succeed, the next is EMFILE and changes nothing; another file is not affected; a MEM_FREE
- * makes room for exactly one more.
+ * MEM_IMPORT of one byte of a page until the file's bound: exactly max_buffers imports succeed,
+ * the next is EMFILE and changes nothing; another file is not affected; a MEM_FREE makes room
+ * for exactly one more. The imports cycle over PAGES pages: DMA-API debugging (the test kernel)
+ * keeps the mappings of one 8 KiB bus-address range in one hash chain, and 65536 mappings of
+ * one page make every unmap a walk of them all.
  */
+#define PAGES 1024
 TEST_F_TIMEOUT(kmem, buffers_per_file_end_with_emfile, 900)
 {
 	struct neuron_udma_info info;
@@ -145,13 +148,14 @@ TEST_F_TIMEOUT(kmem, buffers_per_file_end_with_emfile, 900)
 	ASSERT_LE(0, fd2);
 	ASSERT_EQ(0, udma_info(fd, &info));
 	handles = calloc(info.max_buffers, sizeof(*handles));
-	page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	page = mmap(NULL, PAGES * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	ASSERT_NE(NULL, handles);
 	ASSERT_NE(MAP_FAILED, page);
-	page[0] = 1;
+	for (int i = 0; i < PAGES; i++)
+		page[i * 4096] = 1;
 	t0 = now_ms();
 	while (n <= info.max_buffers) {
-		ret = udma_import(fd, page, 1, 0, &h, NULL);
+		ret = udma_import(fd, page + (n % PAGES) * 4096, 1, 0, &h, NULL);
 		if (ret)
 			break;
 		handles[n++] = h;
@@ -177,7 +181,7 @@ TEST_F_TIMEOUT(kmem, buffers_per_file_end_with_emfile, 900)
 	close(fd);
 	TH_LOG("close with %u imports: %.0f ms", n - (n + 4095) / 4096, now_ms() - t0);
 	close(fd2);
-	munmap(page, 4096);
+	munmap(page, PAGES * 4096);
 	free(handles);
 }
 
