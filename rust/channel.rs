@@ -685,7 +685,7 @@ impl Channel {
             OnTimeout::Reset => self.fail(seq, ETIMEDOUT, &errors, policy.timeout),
             // A waiter that may not reset on its own timeout still resets a queue that has
             // made no progress for the default timeout: it is stuck, not just slow or busy.
-            OnTimeout::ResetIfStuck if self.locked(|q| Ok(q.stalled_for()))? < DEFAULT_TIMEOUT => {
+            OnTimeout::ResetIfStuck if self.with_io(|q, io| Ok(q.stalled_for(io)))? < DEFAULT_TIMEOUT => {
                 Err(ETIMEDOUT)
             }
             // A stuck queue is an error whatever the caller's timeout.
@@ -736,7 +736,7 @@ impl Channel {
     ///
     /// `ENODEV` if the queue was released or the device unbound.
     pub(crate) fn reset_if_stuck(&self) -> Result {
-        if self.locked(|q| Ok(q.stalled_for()))? < DEFAULT_TIMEOUT {
+        if self.with_io(|q, io| Ok(q.stalled_for(io)))? < DEFAULT_TIMEOUT {
             return Ok(());
         }
         if self.bar.log_limit.allow() {
@@ -1073,7 +1073,7 @@ impl Channel {
             let errors = engine::engine_errors(io);
             let (err, why) = if errors.aborted() {
                 (EIO, "failed: engine error")
-            } else if q.stalled_for() >= DEFAULT_TIMEOUT {
+            } else if q.stalled_for(io) >= DEFAULT_TIMEOUT {
                 (ETIMEDOUT, "timed out")
             } else {
                 return Ok(None);

@@ -582,6 +582,13 @@ pub(crate) fn doorbell(
     }
 }
 
+/// The Rx (s2m) completion head of queue `q`: raw `rcrhp`, completed descriptors mod the ring
+/// length with the ring id in bits [31:30] (hardware.rst §8.4; reported since [`init_engine`] turns
+/// completion-head reporting on). A value that changed means the engine completed descriptors.
+pub(crate) fn rx_completion_head(io: EngineIo<'_>, q: QueueIndex) -> u32 {
+    io.read(regs::Q_CRHP::of::<S2m>().at(q.get())).into_raw()
+}
+
 /// Register snapshot of one direction of a queue (hardware.rst §3.8 "queue state").
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct QueueRegs {

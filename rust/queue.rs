@@ -163,8 +163,11 @@ pub(crate) struct Queue {
     tx_written: u64,
     /// Tx descriptors acked (or dropped by a reset) since the queue was created.
     tx_acked: u64,
-    /// When a fence last completed, or the queue last went from idle to busy.
+    /// When a fence last completed, the engine last completed a descriptor of this queue
+    /// (seen by [`Self::stalled_for`]), or the queue last went from idle to busy.
     progress_at: Instant<Monotonic>,
+    /// The Rx completion head (`rcrhp`, raw) when [`Self::stalled_for`] last read it.
+    progress_head: u32,
 }
 
 impl Queue {
@@ -207,6 +210,7 @@ impl Queue {
             tx_written: 0,
             tx_acked: 0,
             progress_at: Instant::now(),
+            progress_head: 0,
         })
     }
 
@@ -624,16 +628,22 @@ impl Queue {
         }
     }
 
-    /// How long fences have been in flight without any completing (zero when idle): a queue
-    /// stalled for the channel's default timeout is stuck and may be reset even by a
-    /// waiter whose own timeout was shorter.
-    pub(crate) fn stalled_for(&mut self) -> Delta {
+    /// How long fences have been in flight without the engine completing any of their
+    /// descriptors (zero when idle): a queue stalled for the channel's default timeout is
+    /// stuck and may be reset even by a waiter whose own timeout was shorter. Progress is a
+    /// fence completing or the Rx completion head moving (read from `io`), so one long
+    /// submission on a slow but working engine is not taken for a hung one.
+    pub(crate) fn stalled_for(&mut self, io: EngineIo<'_>) -> Delta {
         self.retire();
         if self.fences.is_empty() {
-            Delta::from_millis(0)
-        } else {
-            self.progress_at.elapsed()
+            return Delta::from_millis(0);
         }
+        let head = engine::rx_completion_head(io, self.q());
+        if head != self.progress_head {
+            self.progress_head = head;
+            self.progress_at = Instant::now();
+        }
+        self.progress_at.elapsed()
     }
 
     /// The Tx and Rx rings, for the benchmark's plain-store floor (`tests/bench/kernel/bench.rs`).
