@@ -838,9 +838,12 @@ impl MiscDevice for OpenFile {
             }),
             IOC_COPY_WAIT => in_out(arg, true, |w: &mut neuron_udma_copy_wait| {
                 reserved_zero(&[u64::from(w.reserved)])?;
-                w.completed = me
-                    .queue(w.engine, w.queue)?
-                    .wait_all(timeout(w.timeout_ms))?;
+                let chan = me.queue(w.engine, w.queue)?;
+                let r = chan.wait_all(timeout(w.timeout_ms));
+                // The wait's own fence settles without the completion worker: let it tell the
+                // queue's listeners (pollers, the eventfd), as for fences of COPY_SUBMIT.
+                me.dev.watch(&chan);
+                w.completed = r?;
                 Ok(0)
             }),
             IOC_QUEUE_STATE => in_out(arg, true, |s: &mut neuron_udma_queue_state| {
