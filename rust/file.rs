@@ -789,7 +789,7 @@ impl MiscDevice for OpenFile {
                 .write_slice(bytes.get(..size).ok_or(EINVAL)?)?;
             return Ok(0);
         }
-        match cmd {
+        let r = match cmd {
             IOC_MEM_ALLOC => {
                 // The buffer joins the file's table only once its handle reached user space,
                 // so a failing copy-out frees a buffer nothing can have used.
@@ -870,6 +870,12 @@ impl MiscDevice for OpenFile {
                 me.queue_eventfd(e).map(|()| 0)
             }),
             _ => Err(ENOTTY),
+        };
+        // A queue that another thread of the file released while this call used it is not
+        // this file's queue any more (ENOENT); ENODEV means that the device was unbound.
+        match r {
+            Err(e) if e == ENODEV && me.dev.is_alive() => Err(ENOENT),
+            r => r,
         }
     }
 }
