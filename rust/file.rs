@@ -924,7 +924,7 @@ impl MiscDevice for OpenFile {
                 .write_slice(bytes.get(..size).ok_or(EINVAL)?)?;
             return Ok(0);
         }
-        match cmd {
+        let r = match cmd {
             IOC_MEM_ALLOC => {
                 // The buffer joins the file's table only once its handle reached user space,
                 // so a failing copy-out frees a buffer nothing can have used.
@@ -973,9 +973,12 @@ impl MiscDevice for OpenFile {
             }),
             IOC_COPY_WAIT => in_out(arg, true, |w: &mut neuron_udma_copy_wait| {
                 reserved_zero(&[u64::from(w.reserved)])?;
-                w.completed = me
-                    .queue(w.engine, w.queue)?
-                    .wait_all(timeout(w.timeout_ms))?;
+                let chan = me.queue(w.engine, w.queue)?;
+                let r = chan.wait_all(timeout(w.timeout_ms));
+                // The wait's own fence settles without the completion worker: let it tell the
+                // queue's listeners (pollers, the eventfd), as for fences of COPY_SUBMIT.
+                me.dev.watch(&chan);
+                w.completed = r?;
                 Ok(0)
             }),
             IOC_QUEUE_STATE => in_out(arg, true, |s: &mut neuron_udma_queue_state| {
@@ -1005,6 +1008,12 @@ impl MiscDevice for OpenFile {
                 me.queue_eventfd(e).map(|()| 0)
             }),
             _ => Err(ENOTTY),
+        };
+        // A queue that another thread of the file released while this call used it is not
+        // this file's queue any more (ENOENT); ENODEV means that the device was unbound.
+        match r {
+            Err(e) if e == ENODEV && me.dev.is_alive() => Err(ENOENT),
+            r => r,
         }
     }
 }

@@ -73,6 +73,302 @@ pub fn ioctl_raw(fd: RawFd, req: sys::IoctlRequest, arg: *mut libc::c_void) -> R
     }
 }
 
+/// `ioctl(fd, req, arg)` returning the driver's non-negative result (the pairs a split
+/// prepare wrote).
+///
+/// # Errors
+///
+/// The errno the driver returned.
+pub fn ioctl_ret<T>(fd: RawFd, req: sys::IoctlRequest, arg: &mut T) -> Result<i32, Errno> {
+    // SAFETY: as `ioctl_raw`: `arg` is a live struct of the size `req` encodes.
+    let r = unsafe { libc::ioctl(fd, req, (arg as *mut T).cast::<libc::c_void>()) };
+    if r < 0 {
+        Err(last_errno())
+    } else {
+        Ok(r)
+    }
+}
+
+/// An ioctl request number: `_IOC(dir, 0xB9, nr, size)`.
+const fn ioc(dir: u64, nr: u64, size: usize) -> sys::IoctlRequest {
+    ((dir << 30) | ((size as u64) << 16) | (0xB9 << 8) | nr) as sys::IoctlRequest
+}
+
+/// ABI 3 requests (the client crate's `sys` names those of ABI 2).
+pub mod abi3 {
+    use super::{ioc, sys};
+    use std::mem::size_of;
+    /// `NEURON_UDMA_COPY_SUBMIT`.
+    pub const COPY_SUBMIT: sys::IoctlRequest = ioc(3, 0x0C, size_of::<sys::neuron_udma_copy_submit>());
+    /// `NEURON_UDMA_FENCE_STATUS`.
+    pub const FENCE_STATUS: sys::IoctlRequest = ioc(3, 0x0D, size_of::<sys::neuron_udma_fence_status>());
+    /// `NEURON_UDMA_FENCE_WAIT`.
+    pub const FENCE_WAIT: sys::IoctlRequest = ioc(1, 0x0E, size_of::<sys::neuron_udma_fence_wait>());
+    /// `NEURON_UDMA_QUEUE_EVENTS`.
+    pub const QUEUE_EVENTS: sys::IoctlRequest = ioc(3, 0x0F, size_of::<sys::neuron_udma_events>());
+    /// `NEURON_UDMA_QUEUE_EVENTFD`.
+    pub const QUEUE_EVENTFD: sys::IoctlRequest = ioc(1, 0x10, size_of::<sys::neuron_udma_eventfd>());
+}
+
+/// `poll()` of one descriptor for `POLLIN | POLLRDNORM | POLLPRI`: its `revents` (0 on timeout).
+///
+/// # Errors
+///
+/// The errno of `poll(2)`.
+pub fn poll(fd: RawFd, timeout_ms: i32) -> Result<i16, Errno> {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN | libc::POLLRDNORM | libc::POLLPRI, revents: 0 };
+    // SAFETY: one valid pollfd.
+    let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    if r < 0 {
+        return Err(last_errno());
+    }
+    Ok(p.revents)
+}
+
+/// A new eventfd (counter, non-blocking).
+///
+/// # Errors
+///
+/// The errno of `eventfd(2)`.
+pub fn eventfd() -> Result<OwnedFd, Errno> {
+    // SAFETY: plain syscall; the descriptor is owned below.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(last_errno());
+    }
+    // SAFETY: just created, owned here only.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Reads (and so resets) an eventfd's counter: 0 when it is 0.
+pub fn eventfd_take(fd: RawFd) -> u64 {
+    let mut v = 0u64;
+    // SAFETY: reads 8 bytes into `v`.
+    let r = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+    if r == 8 {
+        v
+    } else {
+        0
+    }
+}
+
+/// What backs a memory region of the process that the fuzzer imports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegionKind {
+    /// Private anonymous memory of 4 KiB pages (`MADV_NOHUGEPAGE`: scattered pages).
+    Anon,
+    /// 2 MiB of private anonymous memory, 2 MiB aligned, `MADV_HUGEPAGE` (a transparent huge
+    /// page when the kernel has one; `MADV_COLLAPSE` makes one), `MADV_DONTFORK`.
+    Thp,
+    /// A shared mapping of a memfd (shmem pages).
+    Memfd,
+    /// Private anonymous memory mapped read-only.
+    ReadOnly,
+    /// `PROT_NONE`: nothing can be pinned.
+    NoAccess,
+}
+
+/// A memory region of the process (mapped at creation, unmapped on drop).
+#[derive(Debug)]
+pub struct Region {
+    /// Its kind.
+    pub kind: RegionKind,
+    ptr: *mut u8,
+    /// Length in bytes.
+    pub len: usize,
+    map: (*mut u8, usize),
+    _memfd: Option<OwnedFd>,
+}
+
+// SAFETY: plain process memory, accessed with volatile byte accesses only.
+unsafe impl Send for Region {}
+// SAFETY: as above.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Maps a region of `len` bytes (`Thp`: 2 MiB) filled with `fill(i)`.
+    ///
+    /// # Errors
+    ///
+    /// The errno of the failing `mmap`/`memfd_create`/`mprotect`.
+    pub fn new(kind: RegionKind, len: usize, fill: impl Fn(usize) -> u8) -> Result<Self, Errno> {
+        const HUGE: usize = 2 << 20;
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        let mut memfd = None;
+        // SAFETY: fresh mappings chosen by the kernel; they alias no Rust object.
+        let (map, ptr) = unsafe {
+            match kind {
+                RegionKind::Thp => {
+                    let m = libc::mmap(std::ptr::null_mut(), 2 * HUGE, rw, anon, -1, 0);
+                    if m == libc::MAP_FAILED {
+                        return Err(last_errno());
+                    }
+                    let p = ((m as usize + HUGE - 1) & !(HUGE - 1)) as *mut u8;
+                    libc::madvise(p.cast(), HUGE, libc::MADV_HUGEPAGE);
+                    // Not shared with children: a child's copy-on-write reference would make
+                    // the parent's next write (or pin) split the huge page.
+                    libc::madvise(m, 2 * HUGE, libc::MADV_DONTFORK);
+                    ((m.cast::<u8>(), 2 * HUGE), p)
+                }
+                RegionKind::Memfd => {
+                    let fd = libc::memfd_create(c"udma-fuzz".as_ptr(), libc::MFD_CLOEXEC);
+                    if fd < 0 {
+                        return Err(last_errno());
+                    }
+                    let fd = OwnedFd::from_raw_fd(fd);
+                    if libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) != 0 {
+                        return Err(last_errno());
+                    }
+                    let m = libc::mmap(std::ptr::null_mut(), len, rw, libc::MAP_SHARED, fd.as_raw_fd(), 0);
+                    if m == libc::MAP_FAILED {
+                        return Err(last_errno());
+                    }
+                    memfd = Some(fd);
+                    ((m.cast(), len), m.cast())
+                }
+                _ => {
+                    let m = libc::mmap(std::ptr::null_mut(), len, rw, anon, -1, 0);
+                    if m == libc::MAP_FAILED {
+                        return Err(last_errno());
+                    }
+                    libc::madvise(m, len, libc::MADV_NOHUGEPAGE);
+                    ((m.cast(), len), m.cast())
+                }
+            }
+        };
+        let len = if kind == RegionKind::Thp { HUGE } else { len };
+        let r = Self { kind, ptr, len, map, _memfd: memfd };
+        if kind != RegionKind::NoAccess {
+            r.write(0, &(0..len).map(fill).collect::<Vec<u8>>());
+        }
+        let prot = match kind {
+            RegionKind::ReadOnly => Some(libc::PROT_READ),
+            RegionKind::NoAccess => Some(libc::PROT_NONE),
+            _ => None,
+        };
+        r.collapse();
+        if let Some(prot) = prot {
+            // SAFETY: our own mapping.
+            if unsafe { libc::mprotect(r.ptr.cast(), len, prot) } != 0 {
+                return Err(last_errno());
+            }
+        }
+        Ok(r)
+    }
+
+    /// Makes a `Thp` region one huge page if it is not (`MADV_COLLAPSE`: synchronous, keeps
+    /// the bytes; it may fail when no 2 MiB block is free). Returns whether the region is
+    /// physically contiguous now.
+    pub fn collapse(&self) -> bool {
+        if self.kind != RegionKind::Thp {
+            return false;
+        }
+        if phys_runs(self.addr(0), self.len).is_ok_and(|r| r.is_empty()) {
+            return true;
+        }
+        // SAFETY: our own mapping; the advice changes no byte.
+        unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_COLLAPSE) };
+        phys_runs(self.addr(0), self.len).is_ok_and(|r| r.is_empty())
+    }
+
+    /// The address of byte `off`.
+    pub fn addr(&self, off: usize) -> u64 {
+        self.ptr as u64 + off as u64
+    }
+
+    /// Writes `data` at `off`. A plain copy: the memory is the process's (the device reads it
+    /// only during the system calls that follow), and a byte-wise volatile loop is slow under
+    /// emulation.
+    pub fn write(&self, off: usize, data: &[u8]) {
+        assert!(off + data.len() <= self.len);
+        // SAFETY: in bounds of the live, writable mapping (checked above; callers do not
+        // write read-only regions); it aliases no Rust object.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), data.len()) };
+    }
+
+    /// Reads `len` bytes at `off` (after the calls that may have written them returned).
+    pub fn read(&self, off: usize, len: usize) -> Vec<u8> {
+        assert!(off + len <= self.len);
+        let mut v = vec![0u8; len];
+        // SAFETY: in bounds of the live, readable mapping; `v` has `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), v.as_mut_ptr(), len) };
+        v
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: the mapping this value owns.
+        unsafe { libc::munmap(self.map.0.cast(), self.map.1) };
+    }
+}
+
+/// Offsets in `[addr, addr + len)` where a new physically contiguous run starts (0
+/// excluded), from `/proc/self/pagemap` (root: page frame numbers are visible).
+///
+/// # Errors
+///
+/// A page that is not present, or frame numbers hidden.
+pub fn phys_runs(addr: u64, len: usize) -> Result<Vec<usize>, String> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open("/proc/self/pagemap").map_err(|e| format!("pagemap: {e}"))?;
+    let first = addr / 4096;
+    let last = (addr + len as u64 - 1) / 4096;
+    let mut raw = vec![0u8; ((last - first + 1) * 8) as usize];
+    f.read_exact_at(&mut raw, first * 8).map_err(|e| format!("pagemap: {e}"))?;
+    let mut runs = vec![];
+    let mut prev = None;
+    for (i, e) in raw.chunks_exact(8).enumerate() {
+        let e = u64::from_le_bytes(e.try_into().expect("8 bytes"));
+        let pfn = e & ((1 << 55) - 1);
+        if e >> 63 == 0 || pfn == 0 {
+            return Err(format!(
+                "page {:#x} not present or its frame hidden (entry {e:#x})",
+                (first + i as u64) * 4096
+            ));
+        }
+        if let Some(p) = prev {
+            if pfn != p + 1 {
+                runs.push(((first + i as u64) * 4096 - addr) as usize);
+            }
+        }
+        prev = Some(pfn);
+    }
+    Ok(runs)
+}
+
+/// Writes `what` to the sysfs file `path`.
+///
+/// # Errors
+///
+/// The errno of the write.
+pub fn sysfs_write(path: &str, what: &str) -> Result<(), Errno> {
+    std::fs::write(path, what).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// The PCI device (`0000:00:03.0`) behind the device node `path`: a file of the node takes
+/// queue 13 of engine 5 for a moment and the debugfs directory that lists it is the device's
+/// (the misc device has no parent link). `None` if that fails (no debugfs, queue taken).
+pub fn node_bdf(path: &Path) -> Option<String> {
+    const ENGINE: u32 = 5;
+    const QUEUE: u32 = 13;
+    let dev = Dev::open(path, false).ok()?;
+    let mut q =
+        sys::neuron_udma_queue_init { engine: ENGINE, queue: QUEUE, tx_descs: 32, rx_descs: 32, ..Default::default() };
+    dev.ioctl(sys::NEURON_UDMA_QUEUE_INIT, &mut q).ok()?;
+    let head = format!("engine {ENGINE} queue {QUEUE} owner ");
+    let found = std::fs::read_dir("/sys/kernel/debug/neuron_udma").ok().and_then(|d| {
+        d.filter_map(|e| e.ok()).find_map(|e| {
+            let rings = std::fs::read_to_string(e.path().join("rings")).ok()?;
+            rings.lines().any(|l| l.starts_with(&head)).then(|| e.file_name().to_string_lossy().into_owned())
+        })
+    });
+    let mut r = sys::neuron_udma_queue_id { engine: ENGINE, queue: QUEUE, reserved: 0 };
+    dev.ioctl(sys::NEURON_UDMA_QUEUE_RELEASE, &mut r).ok();
+    found
+}
+
 /// A shared mapping of a host buffer.
 #[derive(Debug)]
 pub struct Mapping {
@@ -103,6 +399,11 @@ impl Mapping {
             // SAFETY: in bounds of the live mapping (checked above).
             unsafe { self.ptr.add(off + i).write_volatile(b) };
         }
+    }
+
+    /// The address of the mapping.
+    pub fn addr(&self) -> u64 {
+        self.ptr as u64
     }
 
     /// Reads the whole mapping (volatile: the device writes it behind our back).
@@ -157,10 +458,13 @@ const FAULT_COMMIT: usize = 0x020;
 const CLEAR: usize = 0x060;
 
 impl FaultWindow {
-    /// Maps BAR2 of the PCI device behind `/dev/neuron_udma<index>` (root only). `None` when
-    /// the device is not the model or the window cannot be mapped.
-    pub fn open() -> Option<Self> {
-        let pci = bound_device()?;
+    /// Maps BAR2 of PCI device `bdf` (default: the first bound to the driver; root only).
+    /// `None` when the device is not the model or the window cannot be mapped.
+    pub fn open(bdf: Option<&str>) -> Option<Self> {
+        let pci = match bdf {
+            Some(b) => PathBuf::from("/sys/bus/pci/devices").join(b),
+            None => bound_device()?,
+        };
         let path = pci.join("resource2");
         let c = CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
         // SAFETY: NUL-terminated path; the descriptor is owned below.

@@ -2,18 +2,20 @@
 //! The state machine: the operations (every ioctl with valid and invalid arguments, mmap and
 //! munmap, fork, close and reopen, signals during waits, a second process and threads, and
 //! the model's faults), how they are generated, and what the device must answer to each one
-//! according to the reference model (`model.rs`).
+//! according to the reference model (`model.rs`). Imports live in `import.rs`, fences and
+//! their events in `fence.rs`, two threads on one file in `race.rs`, unbind in `unbind.rs`.
 //!
 //! Operations name buffers and queues by small slot numbers, so every operation is valid in
 //! every state and any subsequence of a failing run is a run: proptest's shrinking deletes and
 //! simplifies operations freely. The expected answer of an operation is computed from the
 //! model at the time it runs.
 
-use crate::dev::{ioctl_raw, Dev, Errno, FaultKind, FaultWindow, Mapping};
+use crate::dev::{ioctl_raw, ioctl_ret, Dev, Errno, FaultKind, FaultWindow, Mapping, Region};
 use crate::model::*;
 use crate::workers::{self, Child};
 use libc::{
-    EBADF, EBUSY, EFAULT, EINTR, EINVAL, EIO, ENOENT, ENOMEM, ENOSPC, ENOTTY, EOPNOTSUPP, EPERM, ERANGE, ETIMEDOUT,
+    E2BIG, EBADF, EBUSY, EFAULT, EINTR, EINVAL, EIO, ENOENT, ENOMEM, ENOSPC, ENOTTY, EOPNOTSUPP, EPERM, ERANGE, ESTALE,
+    ETIMEDOUT, EXDEV,
 };
 use neuron_udma::sys;
 use proptest::prelude::*;
@@ -26,14 +28,15 @@ use std::time::Duration;
 /// One copy entry of a `Prepare` operation.
 #[derive(Clone, Debug)]
 pub struct CopyOp {
-    src: u8,
-    dst: u8,
-    soff: u16,
-    doff: u16,
-    size: u8,
-    barrier: u8,
-    int: bool,
-    bad: u8,
+    pub(crate) src: u8,
+    pub(crate) dst: u8,
+    pub(crate) soff: u16,
+    pub(crate) doff: u16,
+    pub(crate) size: u8,
+    pub(crate) barrier: u8,
+    /// `NEURON_UDMA_COPY_SPLIT`.
+    pub(crate) split: bool,
+    pub(crate) bad: u8,
 }
 
 /// One operation of the state machine. `file` fields pick a file (0 or 1) or, for queue
@@ -49,9 +52,10 @@ pub enum Op {
     Map { file: u8, slot: u8, how: u8 },
     /// `munmap()` of a slot's mapping.
     Unmap { file: u8, slot: u8 },
-    /// Writes bytes through a mapping.
+    /// Writes bytes through a mapping (or into an import's memory).
     Write { file: u8, slot: u8, off: u16, len: u16, seed: u8 },
-    /// Compares a buffer's bytes with the model (through its mapping, or a MEMCPY).
+    /// Compares a buffer's bytes with the model (through its mapping, the import's memory, or
+    /// a MEMCPY).
     Check { file: u8, slot: u8 },
     /// `QUEUE_INIT` of a queue slot.
     QueueInit { file: u8, q: u8, tx: u8, rx: u8, how: u8 },
@@ -79,10 +83,31 @@ pub enum Op {
     Fault { kind: u8, q: u8, arg: u8 },
     /// Unknown commands, bad pointers, writes through a read-only file.
     BadIoctl { how: u8 },
+    /// `MEM_IMPORT` of part of a memory region of the process into a slot.
+    Import { file: u8, slot: u8, region: u8, off: u16, len: u8, write: bool, how: u8 },
+    /// `COPY_SUBMIT`.
+    Submit { file: u8, q: u8, how: u8 },
+    /// `FENCE_STATUS`.
+    FenceStatus { file: u8, q: u8, which: u8, ro: bool },
+    /// `FENCE_WAIT`.
+    FenceWait { file: u8, q: u8, which: u8, how: u8, us: u16 },
+    /// `QUEUE_EVENTS`.
+    Events { file: u8, how: u8 },
+    /// `QUEUE_EVENTFD` (register, unregister, bad descriptors) or reading the eventfd.
+    EventFd { file: u8, q: u8, how: u8 },
+    /// `poll()` of a file.
+    Poll { file: u8, how: u8 },
+    /// `fork()` with live imports: the child copies from (or into) an import, the parent
+    /// checks the bytes.
+    ForkImport { file: u8, src: u8, dst: u8, soff: u16, size: u8, how: u8 },
+    /// Two threads call into one file at once.
+    Race { kind: u8, a: u8, b: u8, x: u16 },
+    /// Unbinds the device and binds it again (`--unbind` only).
+    Unbind { how: u8 },
 }
 
 /// Names of the operation kinds, for the operation mix.
-pub const OP_NAMES: [&str; 19] = [
+pub const OP_NAMES: [&str; OPS] = [
     "alloc",
     "free",
     "mmap",
@@ -102,7 +127,21 @@ pub const OP_NAMES: [&str; 19] = [
     "thread",
     "fault",
     "bad_ioctl",
+    "import",
+    "submit",
+    "fence_status",
+    "fence_wait",
+    "queue_events",
+    "eventfd",
+    "poll",
+    "fork_import",
+    "race",
+    "unbind",
 ];
+/// Operation kinds.
+pub const OPS: usize = 29;
+/// `CUR_OP` of a wait run by another operation.
+pub(crate) const OP_WAIT: u64 = 10;
 
 impl Op {
     fn kind(&self) -> usize {
@@ -126,20 +165,41 @@ impl Op {
             Op::Thread { .. } => 16,
             Op::Fault { .. } => 17,
             Op::BadIoctl { .. } => 18,
+            Op::Import { .. } => 19,
+            Op::Submit { .. } => 20,
+            Op::FenceStatus { .. } => 21,
+            Op::FenceWait { .. } => 22,
+            Op::Events { .. } => 23,
+            Op::EventFd { .. } => 24,
+            Op::Poll { .. } => 25,
+            Op::ForkImport { .. } => 26,
+            Op::Race { .. } => 27,
+            Op::Unbind { .. } => 28,
         }
     }
 }
 
 /// Operations run, by kind (`OP_NAMES`), since the start of the program.
-pub static OP_COUNTS: [AtomicU64; 19] = [const { AtomicU64::new(0) }; 19];
+pub static OP_COUNTS: [AtomicU64; OPS] = [const { AtomicU64::new(0) }; OPS];
 /// Faults injected, by kind: fail_nth, abort, stall, slow, slow off, clear.
 pub static FAULT_COUNTS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
-/// Calls that succeeded, by operation kind (`OP_NAMES`).
-pub static OP_OK: [AtomicU64; 20] = [const { AtomicU64::new(0) }; 20];
-static CUR_OP: AtomicU64 = AtomicU64::new(0);
+/// Calls that succeeded, by operation kind (`OP_NAMES`; the last entry: teardown).
+pub static OP_OK: [AtomicU64; OPS + 1] = [const { AtomicU64::new(0) }; OPS + 1];
+pub(crate) static CUR_OP: AtomicU64 = AtomicU64::new(0);
+/// Facts seen: imports by region kind and their runs, split copies and their pairs, unbinds.
+pub static FACTS: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
+
+/// Counts a fact for the summary.
+pub(crate) fn fact(what: &str, n: u64) {
+    let mut v = FACTS.lock().unwrap_or_else(|e| e.into_inner());
+    match v.iter_mut().find(|(k, _)| k == what) {
+        Some(e) => e.1 += n,
+        None => v.push((what.to_string(), n)),
+    }
+}
 
 /// Counts the running operation as one that succeeded (for calls not checked by `expect`).
-fn succeeded() {
+pub(crate) fn succeeded() {
     OP_OK[CUR_OP.load(Relaxed) as usize].fetch_add(1, Relaxed);
 }
 /// Answers checked, by errno (0: success).
@@ -159,6 +219,10 @@ pub struct Ctx {
     pub engines: [u32; 4],
     /// The model's fault window, if this is the model and we may map it.
     pub window: Option<FaultWindow>,
+    /// The PCI device behind the node (for unbind), if known.
+    pub bdf: Option<String>,
+    /// Generate `Unbind` operations.
+    pub unbind: bool,
 }
 
 static CTX: OnceLock<Ctx> = OnceLock::new();
@@ -166,7 +230,7 @@ static CTX: OnceLock<Ctx> = OnceLock::new();
 static ENGINES: Mutex<[EngineM; 3]> = Mutex::new([EngineM { armed: false, maybe_aborted: false }; 3]);
 /// The newest handle seen: handles are never reused, so each new one is larger.
 static LAST_HANDLE: AtomicU64 = AtomicU64::new(0);
-static PATTERN_SEQ: AtomicU64 = AtomicU64::new(1);
+pub(crate) static PATTERN_SEQ: AtomicU64 = AtomicU64::new(1);
 
 /// Sets the shared context (once).
 pub fn init(ctx: Ctx) {
@@ -181,12 +245,12 @@ pub fn init(ctx: Ctx) {
     }
 }
 
-fn ctx() -> &'static Ctx {
+pub(crate) fn ctx() -> &'static Ctx {
     CTX.get().expect("fuzz::init")
 }
 
 /// (engine, queue) of queue slot `q`, and the index of its engine in `ENGINES`.
-fn slot_queue(q: usize) -> (u32, u32, usize) {
+pub(crate) fn slot_queue(q: usize) -> (u32, u32, usize) {
     let e = &ctx().engines;
     match q {
         0 => (e[0], 2, 0),
@@ -196,7 +260,7 @@ fn slot_queue(q: usize) -> (u32, u32, usize) {
     }
 }
 
-fn engines() -> std::sync::MutexGuard<'static, [EngineM; 3]> {
+pub(crate) fn engines() -> std::sync::MutexGuard<'static, [EngineM; 3]> {
     ENGINES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -204,27 +268,32 @@ fn engines() -> std::sync::MutexGuard<'static, [EngineM; 3]> {
 macro_rules! fail {
     ($($arg:tt)*) => { panic!($($arg)*) };
 }
+pub(crate) use fail;
 
-/// Checks a call's result against the allowed outcomes: `ok` (success allowed) and `errs`.
-fn expect(what: &str, got: Result<(), Errno>, ok: bool, errs: &[Errno]) -> Result<(), Errno> {
+/// Counts an answer checked.
+pub(crate) fn count(got: Result<(), Errno>) {
     OUTCOMES[got.err().unwrap_or(0).clamp(0, 127) as usize].fetch_add(1, Relaxed);
     if got.is_ok() {
         OP_OK[CUR_OP.load(Relaxed) as usize].fetch_add(1, Relaxed);
     }
+}
+
+/// Checks a call's result against the allowed outcomes: `ok` (success allowed) and `errs`.
+pub(crate) fn expect<T>(what: &str, got: Result<T, Errno>, ok: bool, errs: &[Errno]) -> Result<T, Errno> {
+    count(got.as_ref().map(|_| ()).map_err(|e| *e));
     match got {
-        Ok(()) if ok => {}
-        Err(e) if errs.contains(&e) => {}
-        _ => fail!(
+        Ok(v) if ok => Ok(v),
+        Err(e) if errs.contains(&e) => Err(e),
+        got => fail!(
             "{what}: got {}, expected {}{}",
-            show(got),
+            show(got.as_ref().map(|_| ()).map_err(|e| *e)),
             if ok { "success" } else { "" },
             errs.iter().map(|e| format!("{}{}", if ok { " or " } else { " " }, name(*e))).collect::<String>()
         ),
     }
-    got
 }
 
-fn show(r: Result<(), Errno>) -> String {
+pub(crate) fn show(r: Result<(), Errno>) -> String {
     match r {
         Ok(()) => "success".into(),
         Err(e) => name(e).into(),
@@ -234,6 +303,7 @@ fn show(r: Result<(), Errno>) -> String {
 /// The errno's name.
 pub fn name(e: Errno) -> &'static str {
     match e {
+        E2BIG => "E2BIG",
         EBADF => "EBADF",
         EBUSY => "EBUSY",
         EFAULT => "EFAULT",
@@ -247,8 +317,11 @@ pub fn name(e: Errno) -> &'static str {
         EOPNOTSUPP => "EOPNOTSUPP",
         EPERM => "EPERM",
         ERANGE => "ERANGE",
+        ESTALE => "ESTALE",
         ETIMEDOUT => "ETIMEDOUT",
+        EXDEV => "EXDEV",
         libc::ENODEV => "ENODEV",
+        libc::EMFILE => "EMFILE",
         _ => "another errno",
     }
 }
@@ -269,17 +342,17 @@ fn copy_op() -> impl Strategy<Value = CopyOp> {
         any::<u16>(),
         any::<u8>(),
         0u8..3,
-        any::<bool>(),
-        prop_oneof![60 => Just(0u8), 1 => 1u8..=9],
+        prop_oneof![3 => Just(true), 1 => Just(false)],
+        prop_oneof![60 => Just(0u8), 1 => 1u8..=10],
     )
-        .prop_map(|(src, dst, soff, doff, size, barrier, int, bad)| CopyOp {
+        .prop_map(|(src, dst, soff, doff, size, barrier, split, bad)| CopyOp {
             src: src % 4,
             dst: dst % 4,
             soff,
             doff,
             size,
             barrier,
-            int,
+            split,
             bad,
         })
 }
@@ -301,25 +374,39 @@ impl ReferenceStateMachine for FuzzRef {
         let slot = 0u8..BUF_SLOTS as u8;
         let f = 0u8..FILES as u8;
         let base = prop_oneof![
-            10 => (f.clone(), slot.clone(), any::<u8>(), any::<u8>()).prop_map(|(file, slot, kind, size)| Op::Alloc { file, slot, kind, size }),
+            7 => (f.clone(), slot.clone(), any::<u8>(), any::<u8>()).prop_map(|(file, slot, kind, size)| Op::Alloc { file, slot, kind, size }),
             3 => (f.clone(), slot.clone(), how(3)).prop_map(|(file, slot, how)| Op::Free { file, slot, how }),
-            5 => (f.clone(), slot.clone(), how(5)).prop_map(|(file, slot, how)| Op::Map { file, slot, how }),
+            4 => (f.clone(), slot.clone(), how(5)).prop_map(|(file, slot, how)| Op::Map { file, slot, how }),
             1 => (f.clone(), slot.clone()).prop_map(|(file, slot)| Op::Unmap { file, slot }),
-            6 => (f.clone(), slot.clone(), any::<u16>(), any::<u16>(), any::<u8>()).prop_map(|(file, slot, off, len, seed)| Op::Write { file, slot, off, len, seed }),
+            5 => (f.clone(), slot.clone(), any::<u16>(), any::<u16>(), any::<u8>()).prop_map(|(file, slot, off, len, seed)| Op::Write { file, slot, off, len, seed }),
             4 => (f.clone(), slot.clone()).prop_map(|(file, slot)| Op::Check { file, slot }),
             5 => (f.clone(), q.clone(), any::<u8>(), any::<u8>(), how(7)).prop_map(|(file, q, tx, rx, how)| Op::QueueInit { file, q, tx, rx, how }),
             2 => (file(), q.clone(), how(2)).prop_map(|(file, q, how)| Op::QueueRelease { file, q, how }),
-            14 => (file(), q.clone(), any::<bool>(), prop_oneof![3 => prop::collection::vec(copy_op(), 1..=8), 1 => prop::collection::vec(copy_op(), 9..=40)], how(3)).prop_map(|(file, q, one, copies, how)| Op::Prepare { file, q, one, copies, how }),
+            12 => (file(), q.clone(), any::<bool>(), prop_oneof![3 => prop::collection::vec(copy_op(), 1..=8), 1 => prop::collection::vec(copy_op(), 9..=40)], how(3)).prop_map(|(file, q, one, copies, how)| Op::Prepare { file, q, one, copies, how }),
             3 => (file(), q.clone(), any::<u8>(), any::<bool>(), how(3)).prop_map(|(file, q, n, tx, how)| Op::Start { file, q, n, tx, how }),
-            12 => (file(), q.clone(), prop_oneof![6 => Just(0u8), 1 => 1u8..=3], any::<u16>()).prop_map(|(file, q, how, us)| Op::Wait { file, q, how, us }),
+            9 => (file(), q.clone(), prop_oneof![6 => Just(0u8), 1 => 1u8..=3], any::<u16>()).prop_map(|(file, q, how, us)| Op::Wait { file, q, how, us }),
             2 => (file(), q.clone(), any::<bool>()).prop_map(|(file, q, ro)| Op::State { file, q, ro }),
             5 => (f.clone(), slot.clone(), slot.clone(), any::<u16>(), any::<u16>(), any::<u8>(), how(5)).prop_map(|(file, src, dst, soff, doff, size, how)| Op::Memcpy { file, src, dst, soff, doff, size, how }),
             1 => (f.clone(), 0u8..3).prop_map(|(file, how)| Op::Fork { file, how }),
             1 => f.clone().prop_map(|file| Op::Reopen { file }),
             1 => any::<bool>().prop_map(|join| Op::Second { join }),
             1 => q.clone().prop_map(|q| Op::Thread { q }),
-            2 => (0u8..6).prop_map(|how| Op::BadIoctl { how }),
+            2 => (0u8..8).prop_map(|how| Op::BadIoctl { how }),
+            7 => (f.clone(), slot.clone(), 0u8..5, any::<u16>(), any::<u8>(), prop_oneof![3 => Just(true), 1 => Just(false)], how(8)).prop_map(|(file, slot, region, off, len, write, how)| Op::Import { file, slot, region, off, len, write, how }),
+            4 => (file(), q.clone(), how(3)).prop_map(|(file, q, how)| Op::Submit { file, q, how }),
+            2 => (file(), q.clone(), any::<u8>(), prop_oneof![7 => Just(false), 1 => Just(true)]).prop_map(|(file, q, which, ro)| Op::FenceStatus { file, q, which, ro }),
+            3 => (file(), q.clone(), any::<u8>(), prop_oneof![6 => Just(0u8), 1 => 1u8..=3], any::<u16>()).prop_map(|(file, q, which, how, us)| Op::FenceWait { file, q, which, how, us }),
+            2 => (f.clone(), how(2)).prop_map(|(file, how)| Op::Events { file, how }),
+            3 => (file(), q.clone(), prop_oneof![3 => Just(0u8), 2 => Just(1u8), 5 => Just(2u8), 1 => 3u8..=5]).prop_map(|(file, q, how)| Op::EventFd { file, q, how }),
+            2 => (f.clone(), 0u8..4).prop_map(|(file, how)| Op::Poll { file, how }),
+            1 => (f.clone(), slot.clone(), slot.clone(), any::<u16>(), any::<u8>(), 0u8..4).prop_map(|(file, src, dst, soff, size, how)| Op::ForkImport { file, src, dst, soff, size, how }),
+            2 => (0u8..10, any::<u8>(), any::<u8>(), any::<u16>()).prop_map(|(kind, a, b, x)| Op::Race { kind, a, b, x }),
         ];
+        let base = if ctx().unbind {
+            prop_oneof![200 => base, 1 => (0u8..2).prop_map(|how| Op::Unbind { how })].boxed()
+        } else {
+            base.boxed()
+        };
         if FAULTS.load(Relaxed) && ctx().window.is_some() {
             prop_oneof![
                 30 => base,
@@ -327,7 +414,7 @@ impl ReferenceStateMachine for FuzzRef {
             ]
             .boxed()
         } else {
-            base.boxed()
+            base
         }
     }
 
@@ -338,20 +425,26 @@ impl ReferenceStateMachine for FuzzRef {
 
 /// The device side and the reference model of one test case.
 pub struct Sut {
-    devs: [Dev; FILES],
-    ro: Dev,
-    files: [FileM; FILES],
-    queues: [Option<QueueM>; QUEUE_SLOTS],
+    pub(crate) devs: [Dev; FILES],
+    pub(crate) ro: Dev,
+    pub(crate) files: [FileM; FILES],
+    pub(crate) queues: [Option<QueueM>; QUEUE_SLOTS],
+    /// The bytes of every buffer and region.
+    pub(crate) mem: Mem,
+    /// Memory regions of the process that imports take (`import.rs`).
+    pub(crate) regions: Vec<Region>,
     /// Per file, a host buffer (not in any slot) that device buffers are read into.
-    scratch: [(u64, Mapping); FILES],
+    pub(crate) scratch: [(u64, Mapping); FILES],
     /// Handles that no longer exist (freed, or of a closed file).
-    stale: Vec<u64>,
-    second: Option<Child>,
+    pub(crate) stale: Vec<u64>,
+    pub(crate) second: Option<Child>,
+    /// `QUEUE_INIT`s so far (the order of a file's queues).
+    pub(crate) serial: u64,
 }
 
-const SCRATCH: usize = 73728;
+pub(crate) const SCRATCH: usize = 73728;
 
-fn open_file() -> (Dev, (u64, Mapping)) {
+pub(crate) fn open_file() -> (Dev, (u64, Mapping)) {
     let dev = Dev::open(&ctx().path, false).unwrap_or_else(|e| fail!("open: {}", name(e)));
     let mut a =
         sys::neuron_udma_mem_alloc { size: SCRATCH as u64, type_: sys::NEURON_UDMA_MEM_HOST, ..Default::default() };
@@ -362,7 +455,7 @@ fn open_file() -> (Dev, (u64, Mapping)) {
     (dev, (a.handle, map))
 }
 
-fn note_handle(h: u64) {
+pub(crate) fn note_handle(h: u64) {
     let last = LAST_HANDLE.swap(h, Relaxed);
     if h <= last {
         fail!("MEM_ALLOC returned handle {h}, not above the previous one ({last}): handles must never be reused");
@@ -373,25 +466,40 @@ fn round_up(n: u64) -> u64 {
     n.div_ceil(4096) * 4096
 }
 
+/// What a `MEMCPY` (or a child's) will do and must answer.
+pub(crate) struct McPlan {
+    pub(crate) arg: sys::neuron_udma_memcpy,
+    pub(crate) ok: bool,
+    pub(crate) errs: Vec<Errno>,
+    pub(crate) src: Loc,
+    pub(crate) dst: Loc,
+    pub(crate) n: usize,
+}
+
 impl Sut {
     fn new() -> Self {
         let (d0, s0) = open_file();
         let (d1, s1) = open_file();
-        Self {
+        let mut s = Self {
             devs: [d0, d1],
             ro: Dev::open(&ctx().path, true).unwrap_or_else(|e| fail!("open read-only: {}", name(e))),
             files: Default::default(),
             queues: Default::default(),
+            mem: Mem::default(),
+            regions: vec![],
             scratch: [s0, s1],
             stale: vec![u64::MAX >> 1],
             second: None,
-        }
+            serial: 0,
+        };
+        s.map_regions();
+        s
     }
 
     /// The handle a copy's or MEMCPY's slot number names in file `f`: 0..3 its own slots (an
     /// empty one stands for the next buffer of the file), 4 another file's buffer, 5 a stale
     /// handle (the last two, and a file without buffers, are `ENOENT`).
-    fn handle(&self, f: usize, slot: u8) -> Option<u64> {
+    pub(crate) fn handle(&self, f: usize, slot: u8) -> Option<u64> {
         let bufs = &self.files[f].bufs;
         match slot % 6 {
             s @ 0..=3 => (0..BUF_SLOTS).find_map(|i| bufs[(s as usize + i) % BUF_SLOTS].as_ref()).map(|b| b.handle),
@@ -401,26 +509,37 @@ impl Sut {
     }
 
     /// The buffer slot an operation on slot `slot` of file `f` uses: `slot`, or if it is empty
-    /// (or not a host buffer when `host`), the next one that fits (`slot` when none does).
-    fn bslot(&self, f: usize, slot: usize, host: bool) -> usize {
+    /// (or not one the CPU can write when `cpu`), the next one that fits (`slot` when none
+    /// does).
+    pub(crate) fn bslot(&self, f: usize, slot: usize, cpu: bool) -> usize {
         (0..BUF_SLOTS)
             .map(|i| (slot + i) % BUF_SLOTS)
-            .find(|&s| self.files[f].bufs[s].as_ref().is_some_and(|b| b.host || !host))
+            .find(|&s| self.files[f].bufs[s].as_ref().is_some_and(|b| !cpu || self.cpu_writable(b)))
             .unwrap_or(slot)
+    }
+
+    /// Whether the CPU can write the buffer's bytes (a host buffer through its mapping, an
+    /// import through the process's own writable memory).
+    pub(crate) fn cpu_writable(&self, b: &BufM) -> bool {
+        match b.kind {
+            Kind::Host => true,
+            Kind::Device => false,
+            Kind::Import { region, .. } => self.region_writable(region),
+        }
     }
 
     /// The queue slot an operation on slot `q` uses: `q`, or if it has no queue, the next
     /// slot that has one (`q` when none has).
-    fn qslot(&self, q: usize) -> usize {
+    pub(crate) fn qslot(&self, q: usize) -> usize {
         (0..QUEUE_SLOTS).map(|i| (q + i) % QUEUE_SLOTS).find(|&s| self.queues[s].is_some()).unwrap_or(q)
     }
 
-    fn stale_handle(&self) -> u64 {
+    pub(crate) fn stale_handle(&self) -> u64 {
         *self.stale.last().expect("never empty")
     }
 
     /// The file a queue operation runs on: the owner, or with `other` the other file.
-    fn qfile(&self, q: usize, other: u8) -> usize {
+    pub(crate) fn qfile(&self, q: usize, other: u8) -> usize {
         let owner = self.queues[q].as_ref().map_or(0, |q| q.owner);
         if other == 1 {
             1 - owner
@@ -429,10 +548,49 @@ impl Sut {
         }
     }
 
-    fn lenient(&self, q: usize) -> bool {
+    pub(crate) fn lenient(&self, q: usize) -> bool {
         let (_, _, e) = slot_queue(q);
         let eng = engines()[e];
-        eng.armed || eng.maybe_aborted || self.queues[q].as_ref().is_some_and(|q| q.tainted)
+        eng.armed || eng.maybe_aborted || self.queues[q].as_ref().is_some_and(|q| q.tainted || q.maybe_reset)
+    }
+
+    /// Before an operation on queue slot `q`: a tainted queue that somebody listens to (a
+    /// polled file, an eventfd) may be reset at any time by the completion worker, which
+    /// reads the engine's error state.
+    pub(crate) fn refresh(&mut self, q: usize) {
+        let Some(m) = self.queues[q].as_mut() else { return };
+        if m.tainted && (self.files[m.owner].polled || m.eventfd.is_some()) {
+            m.maybe_reset_now();
+        }
+    }
+
+    /// Lands copies that completed.
+    pub(crate) fn land_all(&mut self, landed: Vec<PendingCopy>) {
+        for c in &landed {
+            land(&mut self.mem, &mut self.queues, c);
+        }
+    }
+
+    /// The newest fence of queue slot `q`, asked from the driver (`FENCE_STATUS` of fence 1)
+    /// when a reset the model did not see leaves it uncertain.
+    pub(crate) fn resync(&mut self, q: usize) {
+        let Some(m) = self.queues[q].as_ref() else { return };
+        if m.newest.0 == m.newest.1 {
+            return;
+        }
+        let (engine, queue, _) = slot_queue(q);
+        let mut a = sys::neuron_udma_fence_status { engine, queue, fence: 1, ..Default::default() };
+        let r = ioctl_ret(self.devs[m.owner].raw(), crate::dev::abi3::FENCE_STATUS, &mut a);
+        let n = match r {
+            Ok(_) => a.submitted,
+            Err(EINVAL) => 0,
+            Err(e) => fail!("FENCE_STATUS of queue slot {q} (to learn its newest fence): {}", name(e)),
+        };
+        let m = self.queues[q].as_mut().expect("queue");
+        if n < m.newest.0 || n > m.newest.1 {
+            fail!("queue slot {q}: newest fence {n}, the model says {}..={}", m.newest.0, m.newest.1);
+        }
+        m.learn_newest(n);
     }
 
     fn apply(&mut self, op: Op) {
@@ -444,11 +602,12 @@ impl Sut {
                 self.free(file as usize, self.bslot(file as usize, slot as usize, false), how)
             }
             Op::Map { file, slot, how } => {
-                self.map(file as usize, self.bslot(file as usize, slot as usize, how == 0), how)
+                self.map(file as usize, self.map_slot(file as usize, slot as usize, how), how)
             }
             Op::Unmap { file, slot } => {
-                let slot = self.bslot(file as usize, slot as usize, true);
-                if let Some(b) = self.files[file as usize].bufs[slot].as_mut() {
+                let f = file as usize;
+                let slot = self.map_slot(f, slot as usize, 0);
+                if let Some(b) = self.files[f].bufs[slot].as_mut() {
                     if b.map.take().is_some() {
                         succeeded();
                     }
@@ -465,7 +624,13 @@ impl Sut {
             Op::Wait { file, q, how, us } => self.wait(file, q as usize, how, us),
             Op::State { file, q, ro } => self.state(file, q as usize, ro),
             Op::Memcpy { file, src, dst, soff, doff, size, how } => {
-                self.memcpy(file as usize, src, dst, soff, doff, size, how)
+                let f = file as usize;
+                let plan = self.memcpy_plan(f, src, dst, soff, doff, size, how);
+                let mut a = plan.arg;
+                let r = self.devs[f].ioctl(sys::NEURON_UDMA_MEMCPY, &mut a);
+                if expect("MEMCPY", r, plan.ok, &plan.errs).is_ok() {
+                    self.memcpy_apply(&plan);
+                }
             }
             Op::Fork { file, how } => self.fork(file as usize, how),
             Op::Reopen { file } => self.reopen(file as usize),
@@ -473,7 +638,32 @@ impl Sut {
             Op::Thread { q } => self.thread(q as usize),
             Op::Fault { kind, q, arg } => self.fault(kind, q as usize, arg),
             Op::BadIoctl { how } => self.bad_ioctl(how),
+            Op::Import { file, slot, region, off, len, write, how } => {
+                self.import(file as usize, slot as usize, region, off, len, write, how)
+            }
+            Op::Submit { file, q, how } => self.submit(file, q as usize, how),
+            Op::FenceStatus { file, q, which, ro } => self.fence_status(file, q as usize, which, ro),
+            Op::FenceWait { file, q, which, how, us } => self.fence_wait(file, q as usize, which, how, us),
+            Op::Events { file, how } => self.events(file as usize, how),
+            Op::EventFd { file, q, how } => self.eventfd(file, q as usize, how),
+            Op::Poll { file, how } => self.poll(file as usize, how),
+            Op::ForkImport { file, src, dst, soff, size, how } => {
+                self.fork_import(file as usize, src, dst, soff, size, how)
+            }
+            Op::Race { kind, a, b, x } => self.race(kind, a, b, x),
+            Op::Unbind { how } => self.unbind(how),
         }
+    }
+
+    /// The slot a mapping operation uses: a host buffer for the valid call.
+    fn map_slot(&self, f: usize, slot: usize, how: u8) -> usize {
+        if how != 0 {
+            return self.bslot(f, slot, false);
+        }
+        (0..BUF_SLOTS)
+            .map(|i| (slot + i) % BUF_SLOTS)
+            .find(|&s| self.files[f].bufs[s].as_ref().is_some_and(|b| b.host()))
+            .unwrap_or(slot)
     }
 
     fn alloc(&mut self, f: usize, slot: usize, kind: u8, size: u8) {
@@ -516,41 +706,61 @@ impl Sut {
                 a.mmap_offset
             );
         }
+        self.mem.add(a.handle, a.size as usize, Some(0));
         let b = BufM {
             handle: a.handle,
             size: a.size as usize,
-            host,
+            kind: if host { Kind::Host } else { Kind::Device },
             mmap_offset: a.mmap_offset,
             map: None,
-            data: vec![Some(0); a.size as usize],
+            at: (a.handle, 0),
         };
+        self.put(f, slot, b);
+    }
+
+    /// Puts a new buffer into a slot (the slot's old buffer stays the file's).
+    pub(crate) fn put(&mut self, f: usize, slot: usize, b: BufM) {
         if let Some(old) = self.files[f].bufs[slot].replace(b) {
             self.files[f].extra.push(old);
         }
     }
 
-    /// Pending copies of file `f` that reference `handle`: (any unfenced, any at all).
-    fn refs(&self, f: usize, handle: u64) -> (bool, bool) {
-        let mut unfenced = false;
-        let mut any = false;
-        for q in self.queues.iter().flatten().filter(|q| q.owner == f) {
-            for p in q.pending.iter().filter(|p| p.src.0 == handle || p.dst.0 == handle) {
-                any = true;
-                unfenced |= !p.fenced;
+    /// Pending copies of file `f` that reference `handle`, per queue slot: whether one is not
+    /// covered by a fence yet (the buffer is certainly busy), and the newest fence that covers
+    /// one.
+    pub(crate) fn refs(&self, f: usize, handle: u64) -> (bool, Vec<(usize, u64)>) {
+        let mut busy = false;
+        let mut fenced = vec![];
+        for (qi, q) in self.queues.iter().enumerate() {
+            let Some(q) = q.as_ref().filter(|q| q.owner == f) else { continue };
+            let mut newest = None;
+            for p in q.pending.iter().filter(|p| p.handles.0 == handle || p.handles.1 == handle) {
+                if p.fence == 0 {
+                    busy |= !q.maybe_reset;
+                    newest = Some(q.newest.1.max(1));
+                } else {
+                    newest = Some(newest.unwrap_or(0).max(p.fence));
+                }
+            }
+            if let Some(n) = newest {
+                fenced.push((qi, n));
             }
         }
-        (unfenced, any)
+        (busy, fenced)
     }
 
     fn free(&mut self, f: usize, slot: usize, how: u8) {
         let own = self.files[f].bufs[slot].as_ref().map(|b| b.handle);
         let mut arg = sys::neuron_udma_mem_free::default();
+        for q in 0..QUEUE_SLOTS {
+            self.refresh(q);
+        }
         let (ok, errs): (bool, Vec<Errno>) = match (how % 4, own) {
             (0, Some(h)) => {
                 arg.handle = h;
                 match self.refs(f, h) {
                     (true, _) => (false, vec![EBUSY]),
-                    (false, true) => (true, vec![EBUSY]),
+                    (false, v) if !v.is_empty() => (true, vec![EBUSY]),
                     _ => (true, vec![]),
                 }
             }
@@ -572,44 +782,57 @@ impl Sut {
         if expect("MEM_FREE", r, ok, &errs).is_err() || !ok {
             return;
         }
-        let h = arg.handle;
-        // Freed while only fenced copies used it: those copies (and the ones before them on
-        // their queue) completed.
-        for qi in 0..QUEUE_SLOTS {
-            let Some(q) = self.queues[qi].as_mut().filter(|q| q.owner == f) else { continue };
-            if let Some(last) = q.pending.iter().rposition(|p| p.src.0 == h || p.dst.0 == h) {
-                let done: Vec<PendingCopy> = q.pending.drain(..=last).collect();
-                for c in &done {
-                    land(&mut self.files[f], &mut self.queues, f, c);
-                }
+        self.freed(f, slot);
+    }
+
+    /// The buffer in slot `slot` of file `f` was freed.
+    pub(crate) fn freed(&mut self, f: usize, slot: usize) {
+        let h = self.files[f].bufs[slot].as_ref().expect("freed buffer").handle;
+        // Freed while only fenced copies used it: the fences that cover them were retired (or,
+        // on a queue that may have been reset, dropped).
+        for (qi, fence) in self.refs(f, h).1 {
+            let m = self.queues[qi].as_mut().expect("queue");
+            if m.maybe_reset {
+                let last = m.pending.iter().rposition(|p| p.handles.0 == h || p.handles.1 == h).unwrap_or(0);
+                let gone: Vec<PendingCopy> = m.pending.drain(..=last).collect();
+                drop_pending(&mut self.mem, gone);
+            } else {
+                let landed = m.done(fence);
+                self.land_all(landed);
             }
         }
-        self.files[f].bufs[slot] = None;
+        let b = self.files[f].bufs[slot].take().expect("freed buffer");
+        if !matches!(b.kind, Kind::Import { .. }) {
+            self.mem.remove(b.at.0);
+        }
         self.stale.push(h);
     }
 
     fn map(&mut self, f: usize, slot: usize, how: u8) {
-        let other = self.files[1 - f].bufs.iter().flatten().find(|b| b.host).map(|b| b.mmap_offset);
+        let other = self.files[1 - f].bufs.iter().flatten().find(|b| b.host()).map(|b| b.mmap_offset);
         let fd = self.devs[f].raw();
         let Some(b) = self.files[f].bufs[slot].as_mut() else {
             let r = Mapping::new(fd, 4096, 1 << 40, libc::PROT_READ, libc::MAP_SHARED).map(drop);
             expect("mmap of no buffer", r, false, &[EINVAL]).ok();
             return;
         };
+        let host = b.host();
         let rw = libc::PROT_READ | libc::PROT_WRITE;
         let (len, off, prot, flags, errs) = match how % 6 {
-            0 if b.host => (b.size, b.mmap_offset, rw, libc::MAP_SHARED, vec![]),
-            1 if b.host => (
+            0 if host => (b.size, b.mmap_offset, rw, libc::MAP_SHARED, vec![]),
+            1 if host => (
                 if b.size > 4096 { b.size - 4096 } else { b.size + 4096 },
                 b.mmap_offset,
                 rw,
                 libc::MAP_SHARED,
                 vec![EINVAL],
             ),
-            2 if b.host => (b.size, b.mmap_offset, rw, libc::MAP_PRIVATE, vec![EINVAL]),
-            3 if b.host => (b.size, b.mmap_offset, rw | libc::PROT_EXEC, libc::MAP_SHARED, vec![EINVAL, EPERM]),
+            2 if host => (b.size, b.mmap_offset, rw, libc::MAP_PRIVATE, vec![EINVAL]),
+            3 if host => (b.size, b.mmap_offset, rw | libc::PROT_EXEC, libc::MAP_SHARED, vec![EINVAL, EPERM]),
             4 if other.is_some() => (4096, other.unwrap_or(0), rw, libc::MAP_SHARED, vec![EINVAL]),
-            _ => (b.size, if b.host { b.mmap_offset + 4096 } else { 0 }, rw, libc::MAP_SHARED, vec![EINVAL]),
+            // A device buffer or an import (not mappable through the node), or an offset
+            // inside a host buffer.
+            _ => (b.size, if host { b.mmap_offset + 4096 } else { 0 }, rw, libc::MAP_SHARED, vec![EINVAL]),
         };
         let r = Mapping::new(fd, len, off, prot, flags);
         let ok = errs.is_empty();
@@ -619,8 +842,8 @@ impl Sut {
                 // A second mapping of the same buffer is allowed: it must show the bytes of
                 // the model (those no copy in flight may write).
                 if b.map.is_some() {
-                    let (h, got) = (b.handle, m.read());
-                    self.compare(f, h, &got, "bytes through a second mapping");
+                    let (at, size, got) = (b.at, b.size, m.read());
+                    self.compare(at, size, &got, "bytes through a second mapping");
                 } else {
                     b.map = Some(m);
                 }
@@ -633,41 +856,52 @@ impl Sut {
 
     fn write(&mut self, f: usize, slot: usize, off: u16, len: u16, seed: u8) {
         let fd = self.devs[f].raw();
-        let Some(b) = self.files[f].bufs[slot].as_mut().filter(|b| b.host) else { return };
-        if b.map.is_none() {
-            let rw = libc::PROT_READ | libc::PROT_WRITE;
-            let r = Mapping::new(fd, b.size, b.mmap_offset, rw, libc::MAP_SHARED);
-            b.map = Some(r.unwrap_or_else(|e| fail!("mmap of host buffer {}: {}", b.handle, name(e))));
+        let Some(b) = self.files[f].bufs[slot].as_ref() else { return };
+        if !self.cpu_writable(b) {
+            return;
         }
-        let Some(m) = b.map.as_ref() else { return };
-        succeeded();
         let o = (off as usize * b.size) >> 16;
         let l = ((len as usize * (b.size - o)) >> 16).max(1);
         let s = PATTERN_SEQ.fetch_add(1, Relaxed) as u32 ^ u32::from(seed) << 24;
         let data: Vec<u8> = (0..l).map(|i| pattern(s, i)).collect();
-        m.write(o, &data);
-        for (d, v) in b.data[o..o + l].iter_mut().zip(data) {
-            *d = Some(v);
+        let at = b.loc(o);
+        if let Kind::Import { region, .. } = b.kind {
+            self.regions[region].write(at.1, &data);
+        } else {
+            let b = self.files[f].bufs[slot].as_mut().expect("slot");
+            if b.map.is_none() {
+                let rw = libc::PROT_READ | libc::PROT_WRITE;
+                let r = Mapping::new(fd, b.size, b.mmap_offset, rw, libc::MAP_SHARED);
+                b.map = Some(r.unwrap_or_else(|e| fail!("mmap of host buffer {}: {}", b.handle, name(e))));
+            }
+            b.map.as_ref().expect("mapped").write(o, &data);
         }
-        let h = b.handle;
-        touch_write(&mut self.queues, f, h, o, l);
+        succeeded();
+        self.mem.set(at, &data.iter().map(|&v| Some(v)).collect::<Vec<_>>());
+        touch_write(&mut self.queues, at, l);
     }
 
-    fn compare(&self, f: usize, handle: u64, got: &[u8], what: &str) {
-        let b = self.files[f].by_handle(handle).expect("buffer");
-        let mut racy = vec![false; b.size];
-        for q in self.queues.iter().flatten().filter(|q| q.owner == f) {
-            for p in q.pending.iter().filter(|p| p.dst.0 == handle) {
-                racy[p.dst.1..p.dst.1 + p.len].fill(true);
+    /// Compares `got`, the bytes at `at`, with the model (those no copy in flight may write).
+    pub(crate) fn compare(&self, at: Loc, len: usize, got: &[u8], what: &str) {
+        let want = self.mem.get(at, len);
+        let mut racy = vec![false; len];
+        for q in self.queues.iter().flatten() {
+            for p in q.pending.iter().filter(|p| overlaps(p.dst, p.len, at, len)) {
+                let s = p.dst.1.max(at.1) - at.1;
+                let e = (p.dst.1 + p.len).min(at.1 + len) - at.1;
+                racy[s..e].fill(true);
             }
         }
-        for i in 0..b.size {
-            if let (Some(v), false) = (b.data[i], racy[i]) {
+        for i in 0..len {
+            if let (Some(v), false) = (want[i], racy[i]) {
                 if got[i] != v {
                     fail!(
-                        "{what}: buffer {handle} ({} bytes, {}) byte {i} is {:#04x}, the model says {v:#04x}",
-                        b.size,
-                        if b.host { "host" } else { "device" },
+                        "{what}: {} byte {i} (of {len}) is {:#04x}, the model says {v:#04x}",
+                        if at.0 >= REGION_SPACE {
+                            format!("region {} at offset {}", at.0 - REGION_SPACE, at.1)
+                        } else {
+                            format!("buffer {}", at.0)
+                        },
                         got[i]
                     );
                 }
@@ -675,24 +909,29 @@ impl Sut {
         }
     }
 
-    fn check(&mut self, f: usize, slot: usize) {
+    pub(crate) fn check(&mut self, f: usize, slot: usize) {
         let Some(b) = self.files[f].bufs[slot].as_ref() else { return };
-        let h = b.handle;
+        let (h, at, size) = (b.handle, b.at, b.size);
+        if let Kind::Import { region, .. } = b.kind {
+            let got = self.regions[region].read(at.1, size);
+            self.compare(at, size, &got, "bytes of an import (the process's memory)");
+            return;
+        }
         if let Some(m) = b.map.as_ref() {
             let got = m.read();
-            self.compare(f, h, &got, "bytes through mmap");
+            self.compare(at, size, &got, "bytes through mmap");
             return;
         }
         let mut m = sys::neuron_udma_memcpy {
             src_handle: h,
             dst_handle: self.scratch[f].0,
-            size: b.size as u64,
+            size: size as u64,
             ..Default::default()
         };
         let r = self.devs[f].ioctl(sys::NEURON_UDMA_MEMCPY, &mut m);
         expect("MEMCPY to the scratch buffer", r, true, &[]).ok();
         let got = self.scratch[f].1.read();
-        self.compare(f, h, &got, "bytes copied out with MEMCPY");
+        self.compare(at, size, &got, "bytes copied out with MEMCPY");
     }
 
     fn queue_init(&mut self, f: usize, q: usize, tx: u8, rx: u8, how: u8) {
@@ -755,17 +994,16 @@ impl Sut {
         let r = self.devs[f].ioctl(sys::NEURON_UDMA_QUEUE_INIT, &mut a);
         if expect("QUEUE_INIT", r, ok, &errs).is_ok() {
             let eng = engines()[e];
-            self.queues[q] = Some(QueueM {
-                owner: f,
-                tx: a.tx_descs,
-                rx: a.rx_descs,
-                hi: 0,
-                lo: 0,
-                ptx: 0,
-                prx: 0,
-                pending: vec![],
-                tainted: eng.armed || eng.maybe_aborted,
-            });
+            self.serial += 1;
+            self.queues[q] = Some(QueueM::new(f, self.serial, a.tx_descs, a.rx_descs, eng.armed || eng.maybe_aborted));
+        }
+    }
+
+    /// A queue of the model is gone (released, its file closed, unbind): its copies may or
+    /// may not have run.
+    pub(crate) fn forget_queue(&mut self, q: usize) {
+        if let Some(m) = self.queues[q].take() {
+            drop_pending(&mut self.mem, m.pending);
         }
     }
 
@@ -790,22 +1028,16 @@ impl Sut {
         };
         let r = self.devs[f].ioctl(sys::NEURON_UDMA_QUEUE_RELEASE, &mut a);
         if expect("QUEUE_RELEASE", r, ok, &errs).is_ok() {
-            let m = self.queues[q].take().expect("owned");
-            drop_pending(&mut self.files[f], m.pending);
+            self.forget_queue(q);
         }
     }
 
-    fn prepare(&mut self, other: u8, q: usize, one: bool, copies: &[CopyOp], how: u8) {
-        let q = self.qslot(q);
-        let f = self.qfile(q, other);
-        let (engine, queue, _) = slot_queue(q);
-        let owned = self.queues[q].as_ref().is_some_and(|m| m.owner == f);
-        let copies = if one { &copies[..1] } else { copies };
-        // The raw entries, and the errors the first bad one may give.
-        let mut raw = Vec::with_capacity(copies.len());
-        let mut pend = Vec::with_capacity(copies.len());
-        let mut entry_errs: Option<Vec<Errno>> = None;
+    /// The entries of a prepare call on queue slot `q` of file `f`: the raw copies, the model's
+    /// copies, the errors of the first bad entry (if any), the pairs each valid entry takes and
+    /// whether any asks for `COPY_SPLIT`.
+    pub(crate) fn entries(&self, f: usize, copies: &[CopyOp]) -> Entries {
         const SIZES: [u32; 8] = [4096, 1, 64, 65, 1000, 65536, 8192, 3];
+        let mut e = Entries::default();
         for c in copies {
             // Bad entries 8 and 9: another file's buffer, a stale handle.
             let sh = self.handle(f, if c.bad == 8 { 4 } else { c.src });
@@ -817,29 +1049,31 @@ impl Sut {
             let so = (c.soff as usize * ssz) >> 16;
             let doff = (c.doff as usize * dsz) >> 16;
             let size = (SIZES[c.size as usize % 8] as usize).min(ssz - so).min(dsz - doff);
-            let mut e = sys::neuron_udma_copy {
+            let mut raw = sys::neuron_udma_copy {
                 src_handle: sh.unwrap_or(self.stale_handle()),
                 src_offset: so as u64,
                 dst_handle: dh.unwrap_or(self.stale_handle()),
                 dst_offset: doff as u64,
                 size: size as u32,
                 barrier: u32::from(c.barrier),
-                flags: if c.int { sys::NEURON_UDMA_COPY_DST_INT } else { 0 },
+                flags: if c.split { sys::NEURON_UDMA_COPY_SPLIT } else { 0 },
                 reserved: 0,
             };
-            let mut errs = vec![];
             match c.bad {
-                1 => e.size = 0,
-                2 => e.size = 65537,
-                3 => e.barrier = 3,
+                1 => raw.size = 0,
+                2 => raw.size = 65537,
+                3 => raw.barrier = 3,
                 // The first copy flag bit the ABI does not define (DST_INT, SPLIT are bits 0, 1).
-                4 => e.flags = 4,
-                5 => e.reserved = 1,
-                6 => e.dst_offset = dsz as u64,
-                7 => e.src_offset = u64::MAX - 1,
+                4 => raw.flags = 4,
+                5 => raw.reserved = 1,
+                6 => raw.dst_offset = dsz as u64,
+                7 => raw.src_offset = u64::MAX - 1,
+                // DST_INT is reserved since ABI 3.
+                10 => raw.flags |= sys::NEURON_UDMA_COPY_DST_INT,
                 _ => {}
             }
-            if matches!(c.bad, 1..=5) {
+            let mut errs = vec![];
+            if matches!(c.bad, 1..=5 | 10) {
                 errs.push(EINVAL);
             }
             if matches!(c.bad, 6 | 7) {
@@ -848,27 +1082,85 @@ impl Sut {
             if sb.is_none() || db.is_none() {
                 errs.push(ENOENT);
             }
-            if !errs.is_empty() && entry_errs.is_none() {
-                entry_errs = Some(errs);
+            let mut pairs = 1;
+            if let (Some(sb), Some(db)) = (sb, db) {
+                if errs.is_empty() && !db.writable() {
+                    errs.push(EPERM);
+                }
+                pairs = pieces(sb.runs(), so, db.runs(), doff, size);
+                if errs.is_empty() && pairs > 1 && !c.split {
+                    errs.push(EXDEV);
+                }
             }
-            raw.push(e);
-            pend.push(PendingCopy {
-                src: (e.src_handle, so),
-                dst: (e.dst_handle, doff),
+            if !errs.is_empty() && e.errs.is_none() {
+                e.errs = Some(errs);
+            }
+            e.split |= raw.flags & sys::NEURON_UDMA_COPY_SPLIT != 0;
+            e.total += pairs;
+            e.largest = e.largest.max(pairs);
+            e.raw.push(raw);
+            e.pend.push(PendingCopy {
+                handles: (raw.src_handle, raw.dst_handle),
+                src: sb.map_or((raw.src_handle, so), |b| b.loc(so)),
+                dst: db.map_or((raw.dst_handle, doff), |b| b.loc(doff)),
                 len: size,
-                fenced: false,
+                fence: 0,
                 fuzzy: false,
             });
         }
-        let count = raw.len() as u32;
+        e
+    }
+
+    /// Adds the pairs of a successful prepare to queue slot `q`.
+    pub(crate) fn prepared(&mut self, q: usize, e: Entries) {
+        let fuzzy = self.lenient(q);
+        let eng = engines()[slot_queue(q).2];
+        let m = self.queues[q].as_mut().expect("owned");
+        m.unf += e.total;
+        m.prep = m.prep.map(|(t, r)| (t + e.total, r + e.total));
+        if eng.armed || eng.maybe_aborted {
+            m.taint();
+        }
+        for mut p in e.pend {
+            p.fuzzy = fuzzy;
+            add_pending(&mut self.queues, q, p);
+        }
+    }
+
+    /// The errors a prepare of `e` on queue slot `q` may answer beyond its entries' (ring
+    /// space): (must fail, may fail).
+    pub(crate) fn space_errs(&self, q: usize, e: &Entries) -> (bool, Vec<Errno>) {
+        let m = self.queues[q].as_ref().expect("owned");
+        let cap = m.cap();
+        if e.largest > cap {
+            return (true, vec![E2BIG]);
+        }
+        if e.total > cap.saturating_sub(m.lo()) {
+            (true, vec![ENOSPC])
+        } else if e.total > cap.saturating_sub(m.hi()) {
+            (false, vec![ENOSPC])
+        } else {
+            (false, vec![])
+        }
+    }
+
+    fn prepare(&mut self, other: u8, q: usize, one: bool, copies: &[CopyOp], how: u8) {
+        let q = self.qslot(q);
+        self.refresh(q);
+        let f = self.qfile(q, other);
+        let (engine, queue, _) = slot_queue(q);
+        let owned = self.queues[q].as_ref().is_some_and(|m| m.owner == f);
+        let copies = if one { &copies[..1] } else { copies };
+        let e = self.entries(f, copies);
+        let count = e.raw.len() as u32;
         let mut errs: Vec<Errno>;
         let r = if one {
-            errs = if owned { entry_errs.unwrap_or_default() } else { vec![ENOENT] };
-            let mut a = sys::neuron_udma_copy_prepare_one { engine, queue, copy: raw[0] };
-            self.devs[f].ioctl(sys::NEURON_UDMA_COPY_PREPARE_ONE, &mut a)
+            errs = if owned { e.errs.clone().unwrap_or_default() } else { vec![ENOENT] };
+            let mut a = sys::neuron_udma_copy_prepare_one { engine, queue, copy: e.raw[0] };
+            ioctl_ret(self.devs[f].raw(), sys::NEURON_UDMA_COPY_PREPARE_ONE, &mut a)
         } else {
             let mut a =
-                sys::neuron_udma_copy_prepare { engine, queue, count, reserved: 0, copies: raw.as_ptr() as u64 };
+                sys::neuron_udma_copy_prepare { engine, queue, count, reserved: 0, copies: e.raw.as_ptr() as u64 };
             errs = match how % 4 {
                 1 => {
                     a.count = 0;
@@ -883,40 +1175,36 @@ impl Sut {
                     vec![EINVAL]
                 }
                 _ if !owned => vec![ENOENT],
-                _ => entry_errs.unwrap_or_default(),
+                _ => e.errs.clone().unwrap_or_default(),
             };
-            self.devs[f].ioctl(sys::NEURON_UDMA_COPY_PREPARE, &mut a)
+            ioctl_ret(self.devs[f].raw(), sys::NEURON_UDMA_COPY_PREPARE, &mut a)
         };
         let mut ok = errs.is_empty();
         if ok {
-            let m = self.queues[q].as_ref().expect("owned");
-            let cap = m.cap();
-            if count > cap.saturating_sub(m.lo) {
-                ok = false;
-                errs.push(ENOSPC);
-            } else if count > cap.saturating_sub(m.hi) {
-                errs.push(ENOSPC);
+            let (must, more) = self.space_errs(q, &e);
+            ok = !must;
+            errs.extend(more);
+        }
+        let what =
+            format!("COPY_PREPARE{} of {count} ({} pairs) on queue slot {q}", if one { "_ONE" } else { "" }, e.total);
+        let Ok(n) = expect(&what, r, ok, &errs) else { return };
+        let want = if e.split { e.total as i32 } else { 0 };
+        if n != want {
+            fail!("{what}: returned {n}, expected {want} (the pairs written with COPY_SPLIT, else 0)");
+        }
+        if e.split {
+            fact("split copies (calls with COPY_SPLIT)", 1);
+            fact("pairs of split calls", u64::from(e.total));
+            if e.largest > 1 {
+                fact("split calls that crossed runs", 1);
             }
         }
-        let what = format!("COPY_PREPARE{} of {count} on queue slot {q}", if one { "_ONE" } else { "" });
-        if expect(&what, r, ok || errs.is_empty(), &errs).is_err() {
-            return;
-        }
-        let tainted = self.lenient(q);
-        let m = self.queues[q].as_mut().expect("owned");
-        m.hi += count;
-        m.lo += count;
-        m.ptx += count;
-        m.prx += count;
-        m.tainted |= tainted;
-        for mut p in pend {
-            p.fuzzy = tainted;
-            add_pending(&mut self.queues, q, p);
-        }
+        self.prepared(q, e);
     }
 
     fn start(&mut self, other: u8, q: usize, n: u8, tx: bool, how: u8) {
         let q = self.qslot(q);
+        self.refresh(q);
         let f = self.qfile(q, other);
         let (engine, queue, _) = slot_queue(q);
         let Some(m) = self.queues[q].as_ref().filter(|m| m.owner == f) else {
@@ -925,41 +1213,41 @@ impl Sut {
             expect("COPY_START on a queue not of this file", r, false, &[ENOENT]).ok();
             return;
         };
-        let k = if m.prx == 0 { 0 } else { 1 + u32::from(n) % m.prx };
+        let (ptx, prx) = m.prep.unwrap_or((m.unf, m.unf));
+        let k = if prx == 0 { 0 } else { 1 + u32::from(n) % prx };
         let mut a = sys::neuron_udma_copy_start {
             engine,
             queue,
-            m2s_count: if tx { k.min(m.ptx) } else { 0 },
+            m2s_count: if tx { k.min(ptx) } else { 0 },
             s2m_count: k,
             reserved: 0,
         };
         match how % 4 {
             1 => a.s2m_count = 0,
-            2 => a.s2m_count = m.prx + 1,
+            2 => a.s2m_count = prx + 1,
             3 => {
                 a.s2m_count = a.s2m_count.max(1);
-                a.m2s_count = m.ptx + 1;
+                a.m2s_count = ptx + 1;
             }
             _ => {}
         }
-        let ok = a.s2m_count != 0 && a.s2m_count <= m.prx && a.m2s_count <= m.ptx;
+        let valid = a.s2m_count != 0 && a.s2m_count <= prx && a.m2s_count <= ptx;
+        // Without the exact counts (a reset may have dropped them) EINVAL is allowed too.
+        let known = m.prep.is_some();
+        let ok = if known { valid } else { a.s2m_count != 0 };
+        let errs: &[Errno] = if !known || !valid { &[EINVAL] } else { &[] };
         let r = self.devs[f].ioctl(sys::NEURON_UDMA_COPY_START, &mut a);
-        if expect(
-            &format!("COPY_START m2s {} s2m {} (prepared {}/{})", a.m2s_count, a.s2m_count, m.ptx, m.prx),
-            r,
-            ok,
-            &[EINVAL],
-        )
-        .is_ok()
+        if expect(&format!("COPY_START m2s {} s2m {} (prepared {ptx}/{prx})", a.m2s_count, a.s2m_count), r, ok, errs)
+            .is_ok()
         {
             let m = self.queues[q].as_mut().expect("owned");
-            m.ptx -= a.m2s_count;
-            m.prx -= a.s2m_count;
+            m.prep = m.prep.map(|(t, r)| (t.saturating_sub(a.m2s_count), r.saturating_sub(a.s2m_count)));
         }
     }
 
-    fn wait(&mut self, other: u8, q: usize, how: u8, us: u16) {
+    pub(crate) fn wait(&mut self, other: u8, q: usize, how: u8, us: u16) {
         let q = self.qslot(q);
+        self.refresh(q);
         let f = self.qfile(q, other);
         let (engine, queue, e) = slot_queue(q);
         let mut a = sys::neuron_udma_copy_wait { engine, queue, ..Default::default() };
@@ -982,74 +1270,74 @@ impl Sut {
         if !ok {
             errs = vec![if how % 4 == 3 { EINVAL } else { ENOENT }];
         }
-        let r = if how % 4 == 2 {
-            let t = libc::itimerval {
-                it_interval: libc::timeval { tv_sec: 0, tv_usec: 0 },
-                it_value: libc::timeval { tv_sec: 0, tv_usec: 1 + libc::suseconds_t::from(us % 500) },
-            };
-            // SAFETY: arms a one-shot SIGALRM (empty handler, see `init`).
-            unsafe { libc::setitimer(libc::ITIMER_REAL, &t, std::ptr::null_mut()) };
-            let r = self.devs[f].ioctl(sys::NEURON_UDMA_COPY_WAIT, &mut a);
-            let zero: libc::itimerval = unsafe { std::mem::zeroed() };
-            // SAFETY: disarms the timer.
-            unsafe { libc::setitimer(libc::ITIMER_REAL, &zero, std::ptr::null_mut()) };
-            r
-        } else {
-            self.devs[f].ioctl(sys::NEURON_UDMA_COPY_WAIT, &mut a)
-        };
+        let before = self.queues[q].as_ref().map(|m| (m.unf, m.hi(), m.groups.is_empty() && !m.maybe_reset));
+        let r = with_alarm(how % 4 == 2, us, || self.devs[f].ioctl(sys::NEURON_UDMA_COPY_WAIT, &mut a));
         let r = expect(&format!("COPY_WAIT on queue slot {q}"), r, ok, &errs);
         if !ok {
             return;
         }
-        if let Err(err) = r {
-            let m = self.queues[q].as_mut().expect("owned");
-            if err == EINTR {
-                m.hi += 1;
-                m.lo = 0;
-                m.ptx = 0;
-                m.prx = 0;
-                m.pending.iter_mut().for_each(|p| p.fenced = true);
-                return;
-            }
-            // ETIMEDOUT / EIO: the queue was reset; what had not completed is lost.
-            let had_work = m.hi > 0;
-            let pending = std::mem::take(&mut m.pending);
-            (m.hi, m.lo, m.ptx, m.prx) = (0, 0, 0, 0);
-            drop_pending(&mut self.files[f], pending);
-            self.healed(q, e, had_work);
-            return;
-        }
-        let got = a.completed;
+        let (unf, hi, certain) = before.expect("owned");
         let m = self.queues[q].as_mut().expect("owned");
-        let certain = m.hi == m.lo && m.pending.iter().all(|p| !p.fenced);
-        let expected = if m.hi > 0 { u64::from(m.hi) + 1 } else { 0 };
-        if (certain && !lenient && got != expected) || got > u64::from(m.hi) + 1 {
-            fail!("COPY_WAIT on queue slot {q}: completed {got} pairs, the model says {expected} (at most {} with interrupted waits)", m.hi + 1);
+        match r {
+            // The marker was appended (when there was work no fence covered) and the copies go
+            // on; since ABI 3 a timeout resets only a queue without progress for 10 s (a
+            // faulted one).
+            Err(err @ (EINTR | ETIMEDOUT)) => {
+                m.fence_now();
+                if lenient {
+                    m.pending.iter_mut().for_each(|p| p.fuzzy = true);
+                    if err == ETIMEDOUT {
+                        m.maybe_reset_now();
+                    }
+                }
+            }
+            // The engine failed: the queue was reset; what had not completed is lost.
+            Err(_) => {
+                m.fence_now();
+                let had_work = hi > 0;
+                if m.maybe_reset {
+                    m.maybe_reset_now();
+                } else {
+                    let k = m.newest.1;
+                    let dropped = m.reset(k);
+                    drop_pending(&mut self.mem, dropped);
+                }
+                self.healed(q, e, had_work);
+            }
+            Ok(()) => {
+                let got = a.completed;
+                let expected = if unf > 0 { u64::from(unf) + 1 } else { 0 };
+                if (certain && !lenient && got != expected) || got > u64::from(hi) + 1 {
+                    fail!("COPY_WAIT on queue slot {q}: completed {got} pairs, the model says {expected} (at most {} with fences in flight)", hi + 1);
+                }
+                m.fence_now();
+                let landed = m.all_done();
+                self.land_all(landed);
+                self.resync(q);
+                self.healed(q, e, hi > 0);
+            }
         }
-        let had_work = m.hi > 0;
-        let pending = std::mem::take(&mut m.pending);
-        (m.hi, m.lo, m.ptx, m.prx) = (0, 0, 0, 0);
-        for c in &pending {
-            land(&mut self.files[f], &mut self.queues, f, c);
-        }
-        self.healed(q, e, had_work);
     }
 
     /// A wait with work returned on queue slot `q` (engine index `e`): once no fault is armed,
     /// the engine is out of abort state (the wait would have reset it) and the queue is
     /// strict again.
-    fn healed(&mut self, q: usize, e: usize, had_work: bool) {
+    pub(crate) fn healed(&mut self, q: usize, e: usize, had_work: bool) {
         let mut eng = engines();
         if had_work && !eng[e].armed {
             eng[e].maybe_aborted = false;
             if let Some(m) = self.queues[q].as_mut() {
                 m.tainted = false;
+                if m.maybe_reset && m.newest.0 == m.newest.1 && m.prep.is_some() {
+                    m.maybe_reset = false;
+                }
             }
         }
     }
 
     fn state(&mut self, other: u8, q: usize, ro: bool) {
         let q = self.qslot(q);
+        self.refresh(q);
         let (engine, queue, _) = slot_queue(q);
         let mut a = sys::neuron_udma_queue_state { engine, queue, ..Default::default() };
         if ro {
@@ -1058,24 +1346,36 @@ impl Sut {
             return;
         }
         let f = self.qfile(q, other);
-        let Some(m) = self.queues[q].as_ref().filter(|m| m.owner == f) else {
+        if self.queues[q].as_ref().is_none_or(|m| m.owner != f) {
             let r = self.devs[f].ioctl(sys::NEURON_UDMA_QUEUE_STATE, &mut a);
             expect("QUEUE_STATE of a queue not of this file", r, false, &[ENOENT]).ok();
             return;
-        };
+        }
         let r = self.devs[f].ioctl(sys::NEURON_UDMA_QUEUE_STATE, &mut a);
         expect("QUEUE_STATE", r, true, &[]).ok();
-        for (ring, s, size, pending) in [("tx", &a.tx, m.tx, m.ptx), ("rx", &a.rx, m.rx, m.prx)] {
-            let lo = (size - RESERVE).saturating_sub(m.hi);
-            let hi = (size - RESERVE).saturating_sub(m.lo);
-            if s.size != size || s.sw_pending != pending || s.sw_available < lo || s.sw_available > hi {
-                fail!("QUEUE_STATE of slot {q} {ring}: size {} pending {} available {}; the model says size {size} pending {pending} available {lo}..={hi}", s.size, s.sw_pending, s.sw_available);
+        self.check_state(q, &a, "QUEUE_STATE");
+    }
+
+    /// Checks a `QUEUE_STATE` answer of queue slot `q` against the model.
+    pub(crate) fn check_state(&self, q: usize, a: &sys::neuron_udma_queue_state, what: &str) {
+        let m = self.queues[q].as_ref().expect("queue");
+        let (ptx, prx) = m.prep.map_or((None, None), |(t, r)| (Some(t), Some(r)));
+        for (ring, s, size, pending) in [("tx", &a.tx, m.tx, ptx), ("rx", &a.rx, m.rx, prx)] {
+            let lo = (size - RESERVE).saturating_sub(m.hi());
+            let hi = (size - RESERVE).saturating_sub(m.lo());
+            if s.size != size
+                || pending.is_some_and(|p| s.sw_pending != p)
+                || s.sw_available < lo
+                || s.sw_available > hi
+            {
+                fail!("{what} of slot {q} {ring}: size {} pending {} available {}; the model says size {size} pending {} available {lo}..={hi}", s.size, s.sw_pending, s.sw_available, pending.map_or("any".into(), |p| p.to_string()));
             }
         }
     }
 
+    /// What a `MEMCPY` between slots `src` and `dst` of file `f` must answer.
     #[allow(clippy::too_many_arguments)]
-    fn memcpy(&mut self, f: usize, src: u8, dst: u8, soff: u16, doff: u16, size: u8, how: u8) {
+    pub(crate) fn memcpy_plan(&self, f: usize, src: u8, dst: u8, soff: u16, doff: u16, size: u8, how: u8) -> McPlan {
         const SIZES: [u64; 8] = [4096, 1, 65536, 100, 65537, 8192, 3, 12288];
         // `how` 4 and 5: another file's source, a stale destination (ENOENT).
         let src = if how % 6 == 4 { 4 } else { src };
@@ -1115,20 +1415,25 @@ impl Sut {
         if sb.is_none() || db.is_none() {
             errs.push(ENOENT);
         }
-        let r = self.devs[f].ioctl(sys::NEURON_UDMA_MEMCPY, &mut a);
-        if expect("MEMCPY", r, errs.is_empty(), &errs).is_err() {
-            return;
+        if errs.is_empty() && db.is_some_and(|b| !b.writable()) {
+            errs.push(EPERM);
         }
-        let (sh, dh) = (a.src_handle, a.dst_handle);
-        let unknown = racy_read(&self.queues, f, sh, so, n) || overlaps(sh, so, n, dh, dof, n);
-        let data: Vec<Option<u8>> = match self.files[f].by_handle(sh) {
-            Some(b) if !unknown => b.data[so..so + n].to_vec(),
-            _ => vec![None; n],
-        };
-        if let Some(b) = self.files[f].by_handle_mut(dh) {
-            b.data[dof..dof + n].copy_from_slice(&data);
+        McPlan {
+            arg: a,
+            ok: errs.is_empty(),
+            errs,
+            src: sb.map_or((0, 0), |b| b.loc(so)),
+            dst: db.map_or((0, 0), |b| b.loc(dof)),
+            n,
         }
-        touch_write(&mut self.queues, f, dh, dof, n);
+    }
+
+    /// The model after a successful `MEMCPY` of `p`.
+    pub(crate) fn memcpy_apply(&mut self, p: &McPlan) {
+        let unknown = racy_read(&self.queues, p.src, p.n) || overlaps(p.src, p.n, p.dst, p.n);
+        let data = if unknown { vec![None; p.n] } else { self.mem.get(p.src, p.n) };
+        self.mem.set(p.dst, &data);
+        touch_write(&mut self.queues, p.dst, p.n);
     }
 
     fn fork(&mut self, f: usize, how: u8) {
@@ -1170,22 +1475,31 @@ impl Sut {
         }
     }
 
-    fn reopen(&mut self, f: usize) {
-        for q in self.queues.iter_mut() {
-            if q.as_ref().is_some_and(|m| m.owner == f) {
-                *q = None;
+    /// Forgets everything file `f` owned (closed, or its device unbound).
+    pub(crate) fn forget_file(&mut self, f: usize) {
+        for q in 0..QUEUE_SLOTS {
+            if self.queues[q].as_ref().is_some_and(|m| m.owner == f) {
+                self.forget_queue(q);
             }
         }
         let old = std::mem::take(&mut self.files[f]);
-        self.stale.extend(old.bufs.iter().flatten().chain(old.extra.iter()).map(|b| b.handle));
-        drop(old);
+        for b in old.bufs.iter().flatten().chain(old.extra.iter()) {
+            self.stale.push(b.handle);
+            if !matches!(b.kind, Kind::Import { .. }) {
+                self.mem.remove(b.at.0);
+            }
+        }
+    }
+
+    fn reopen(&mut self, f: usize) {
+        self.forget_file(f);
         let (dev, scratch) = open_file();
         self.devs[f] = dev;
         self.scratch[f] = scratch;
         succeeded();
     }
 
-    fn second(&mut self, join: bool) {
+    pub(crate) fn second(&mut self, join: bool) {
         if join {
             if let Some(c) = self.second.take() {
                 match c.join(Duration::from_secs(120)) {
@@ -1205,7 +1519,7 @@ impl Sut {
         let path = ctx().path.clone();
         let seed = PATTERN_SEQ.fetch_add(100, Relaxed) as u32;
         let t = std::thread::spawn(move || workers::memcpy_thread(&path, 4, seed));
-        CUR_OP.store(10, Relaxed); // the wait's answer counts as a wait's
+        CUR_OP.store(OP_WAIT, Relaxed); // the wait's answer counts as a wait's
         self.wait(0, q, 0, 0);
         CUR_OP.store(16, Relaxed);
         match t.join() {
@@ -1228,8 +1542,7 @@ impl Sut {
                 engines()[e] = EngineM { armed: true, maybe_aborted: true };
                 for (i, m) in self.queues.iter_mut().enumerate() {
                     if let Some(m) = m.as_mut().filter(|_| slot_queue(i).2 == e) {
-                        m.tainted = true;
-                        m.pending.iter_mut().for_each(|p| p.fuzzy = true);
+                        m.taint();
                     }
                 }
                 ok
@@ -1254,9 +1567,9 @@ impl Sut {
         let mut buf = [0u8; 256];
         let p = buf.as_mut_ptr().cast();
         let ioc = |dir: u64, nr: u64, size: u64| ((dir << 30) | (size << 16) | (0xB9 << 8) | nr) as sys::IoctlRequest;
-        match how % 6 {
+        match how % 8 {
             0 => {
-                expect("ioctl 0x0B", ioctl_raw(fd, ioc(3, 0x0B, 16), p), false, &[ENOTTY]).ok();
+                expect("ioctl 0x0B of 16 bytes", ioctl_raw(fd, ioc(3, 0x0B, 16), p), false, &[ENOTTY]).ok();
             }
             1 => {
                 expect("ioctl 0x7F", ioctl_raw(fd, ioc(0, 0x7F, 0), p), false, &[ENOTTY]).ok();
@@ -1292,11 +1605,36 @@ impl Sut {
                 )
                 .ok();
             }
+            5 => {
+                let r = self.regions.first().map_or(0, |r| r.addr(0));
+                let mut a = sys::neuron_udma_mem_import { addr: r, size: 4096, ..Default::default() };
+                expect(
+                    "MEM_IMPORT on a read-only file",
+                    self.ro.ioctl(sys::NEURON_UDMA_MEM_IMPORT, &mut a),
+                    false,
+                    &[EBADF],
+                )
+                .ok();
+            }
+            6 => {
+                let (engine, queue, _) = slot_queue(0);
+                let mut a = sys::neuron_udma_copy_submit { engine, queue, ..Default::default() };
+                expect(
+                    "COPY_SUBMIT on a read-only file",
+                    ioctl_ret(self.ro.raw(), crate::dev::abi3::COPY_SUBMIT, &mut a),
+                    false,
+                    &[EBADF],
+                )
+                .ok();
+            }
             _ => {
                 let mut i = sys::neuron_udma_info::default();
                 expect("INFO on a read-only file", self.ro.ioctl(sys::NEURON_UDMA_INFO, &mut i), true, &[]).ok();
-                if i.abi_version != sys::NEURON_UDMA_ABI_VERSION || i.ring_reserve_descs != RESERVE {
-                    fail!("INFO: abi {} reserve {}", i.abi_version, i.ring_reserve_descs);
+                if i.abi_version != sys::NEURON_UDMA_ABI_VERSION
+                    || i.ring_reserve_descs != RESERVE
+                    || u64::from(i.max_queue_fences) != MAX_FENCES
+                {
+                    fail!("INFO: abi {} reserve {} fences {}", i.abi_version, i.ring_reserve_descs, i.max_queue_fences);
                 }
             }
         }
@@ -1305,7 +1643,7 @@ impl Sut {
     /// End of a test case: the second process must have succeeded; engines that a fault may
     /// have left aborted must recover with one failing wait at most.
     fn teardown(mut self) {
-        CUR_OP.store(19, Relaxed); // not an operation of the sequence
+        CUR_OP.store(OPS as u64, Relaxed); // not an operation of the sequence
         self.second(true);
         drop(self);
         if let Some(w) = ctx().window.as_ref() {
@@ -1321,6 +1659,49 @@ impl Sut {
             }
         }
     }
+}
+
+impl Drop for Sut {
+    fn drop(&mut self) {
+        // A failed case's regions are unmapped with it: the next case maps new ones.
+        if !std::thread::panicking() {
+            self.keep_regions();
+        }
+    }
+}
+
+/// The entries of one prepare call (`Sut::entries`).
+#[derive(Default)]
+pub(crate) struct Entries {
+    pub(crate) raw: Vec<sys::neuron_udma_copy>,
+    pub(crate) pend: Vec<PendingCopy>,
+    /// The errors of the first bad entry.
+    pub(crate) errs: Option<Vec<Errno>>,
+    /// Pairs of all entries.
+    pub(crate) total: u32,
+    /// Pairs of the largest entry.
+    pub(crate) largest: u32,
+    /// An entry asks for `COPY_SPLIT`.
+    pub(crate) split: bool,
+}
+
+/// Runs `f`, with a `SIGALRM` arriving after 1..500 us if `signal`.
+pub(crate) fn with_alarm<R>(signal: bool, us: u16, f: impl FnOnce() -> R) -> R {
+    if !signal {
+        return f();
+    }
+    let t = libc::itimerval {
+        it_interval: libc::timeval { tv_sec: 0, tv_usec: 0 },
+        it_value: libc::timeval { tv_sec: 0, tv_usec: 1 + libc::suseconds_t::from(us % 500) },
+    };
+    // SAFETY: arms a one-shot SIGALRM (empty handler, see `init`).
+    unsafe { libc::setitimer(libc::ITIMER_REAL, &t, std::ptr::null_mut()) };
+    let r = f();
+    // SAFETY: disarms the timer.
+    let zero: libc::itimerval = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::setitimer(libc::ITIMER_REAL, &zero, std::ptr::null_mut()) };
+    r
 }
 
 /// Runs copies on queue slot `q` of a new file until one succeeds (at most one may fail:

@@ -9,11 +9,16 @@
 //!
 //! ```text
 //! udma-fuzz [--ops N] [--seed S] [--len L] [--device PATH] [--replay CASE_SEED] [--faults on|off|both]
+//!           [--unbind]
 //! ```
 
 mod dev;
+mod fence;
 mod fuzz;
+mod import;
 mod model;
+mod race;
+mod unbind;
 mod workers;
 
 use clap::Parser;
@@ -49,6 +54,9 @@ struct Args {
     /// Fault storms: on, off, or both passes.
     #[arg(long, default_value = "both", value_parser = ["on", "off", "both"])]
     faults: String,
+    /// Also unbind and rebind the device mid-run (root; the multi-device pass).
+    #[arg(long)]
+    unbind: bool,
 }
 
 fn clock_seed() -> u64 {
@@ -157,18 +165,25 @@ fn main() {
     // Engines 4..7 reach host memory on every generation and hold no driver queue.
     let engines = [4, 5, 6, 7];
     assert!(engines.iter().all(|&e| host(e) && e < info.engines), "engines 4..7 must reach host memory");
-    let window = dev::FaultWindow::open();
-    fuzz::init(fuzz::Ctx { path: a.device.clone(), info, engines, window });
+    let bdf = dev::node_bdf(&a.device);
+    if a.unbind && bdf.is_none() {
+        println!("1..0 # SKIP --unbind: cannot find the PCI device of {}", a.device.display());
+        std::process::exit(1);
+    }
+    let window = dev::FaultWindow::open(bdf.as_deref());
+    fuzz::init(fuzz::Ctx { path: a.device.clone(), info, engines, window, bdf: bdf.clone(), unbind: a.unbind });
     let has_window = fuzz::has_window();
     println!("TAP version 13");
     println!(
-        "# udma-fuzz: device {} generation {} seed {} ops {} len {} fault window {}",
+        "# udma-fuzz: device {} ({}) generation {} seed {} ops {} len {} fault window {}{}",
         a.device.display(),
+        bdf.as_deref().unwrap_or("PCI device unknown"),
         info.generation,
         a.seed,
         a.ops,
         a.len,
-        if has_window { "mapped" } else { "absent" }
+        if has_window { "mapped" } else { "absent" },
+        if a.unbind { ", unbind on" } else { "" }
     );
     let t0 = Instant::now();
     if let Some(seed) = a.replay {
@@ -197,6 +212,14 @@ fn main() {
         println!("{} {} {name}", if ok { "ok" } else { "not ok" }, n + 1);
         failed += usize::from(!ok);
     }
+    if a.unbind {
+        // Whatever failed, leave the device bound for what runs next.
+        if let Some(b) = bdf.as_deref() {
+            if !std::path::Path::new("/sys/bus/pci/drivers/neuron_udma").join(b).exists() {
+                let _ = dev::sysfs_write("/sys/bus/pci/drivers/neuron_udma/bind", b);
+            }
+        }
+    }
     let total = total_ops();
     println!(
         "# {total} operations in {:.1} s ({:.0}/s); mix:",
@@ -221,5 +244,8 @@ fn main() {
         .map(|(e, c)| format!("{} {}", if e == 0 { "success" } else { fuzz::name(e as i32) }, c.load(Relaxed)))
         .collect();
     println!("# answers checked: {}", o.join(", "));
+    let facts = fuzz::FACTS.lock().map(|v| v.clone()).unwrap_or_default();
+    let f: Vec<String> = facts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    println!("# seen: {}", f.join(", "));
     std::process::exit(i32::from(failed != 0));
 }

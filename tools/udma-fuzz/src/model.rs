@@ -1,12 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The reference model: what the driver must hold for each open file (buffers and their bytes,
-//! queues and their ring accounting, copies in flight) and the rules that say which bytes are
-//! known after which call.
+//! queues with their ring accounting, fences and events, copies in flight) and the rules that
+//! say which bytes are known after which call.
+//!
+//! Bytes live in *spaces*: every allocated buffer is its own space, and each memory region of
+//! the process that imports use (`import.rs`) is one space that all the imports of that region
+//! (of either file) view at their own offset. So two imports of the same pages, and an import
+//! and the CPU's own writes to the region, alias as they do in the machine.
 //!
 //! Bytes are `Option<u8>`: `None` where the ABI does not fix the value (a copy lost to a queue
 //! reset, writes racing each other without ordering). Every other byte must match exactly.
 
 use crate::dev::Mapping;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Buffer slots per file that the operations name.
 pub const BUF_SLOTS: usize = 4;
@@ -17,52 +23,190 @@ pub const QUEUE_SLOTS: usize = 4;
 pub const FILES: usize = 2;
 /// Slots kept free on each ring (`ring_reserve_descs`).
 pub const RESERVE: u32 = 16;
+/// Fences a queue may have in flight (`max_queue_fences`).
+pub const MAX_FENCES: u64 = 256;
+/// Resets whose dropped fences a queue remembers: older fences may read `EXPIRED` after more.
+pub const LOST_RANGES: u32 = 32;
+/// Spaces from this one on are the process's memory regions (`REGION_SPACE + region`); below
+/// it, a space is the handle of the allocated buffer it holds.
+pub const REGION_SPACE: u64 = 1 << 62;
+
+/// A place in the model's memory: (space, byte offset).
+pub type Loc = (u64, usize);
+
+/// What a buffer is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// Host memory (`MEM_ALLOC` host): mappable.
+    Host,
+    /// Device memory (`MEM_ALLOC` device).
+    Device,
+    /// The process's own memory (`MEM_IMPORT`).
+    Import {
+        /// The region it lies in (`Sut::regions`).
+        region: usize,
+        /// Imported with `NEURON_UDMA_IMPORT_WRITE`.
+        writable: bool,
+        /// Offsets in the buffer where a new physically contiguous run starts (0 excluded),
+        /// from `/proc/self/pagemap`.
+        runs: Vec<usize>,
+    },
+}
 
 /// One buffer of a file.
 #[derive(Debug)]
 pub struct BufM {
-    /// Handle from `MEM_ALLOC`.
+    /// Handle from `MEM_ALLOC` / `MEM_IMPORT`.
     pub handle: u64,
-    /// Size in bytes (rounded up to 4 KiB by the driver).
+    /// Size in bytes (rounded up to 4 KiB by `MEM_ALLOC`; any size for imports).
     pub size: usize,
-    /// Host (mappable) or device memory.
-    pub host: bool,
+    /// What it is.
+    pub kind: Kind,
     /// `mmap_offset` from `MEM_ALLOC`.
     pub mmap_offset: u64,
     /// Our mapping, if mapped.
     pub map: Option<Mapping>,
-    /// The bytes the buffer must hold.
-    pub data: Vec<Option<u8>>,
+    /// Where byte 0 is in the model's memory.
+    pub at: Loc,
+}
+
+impl BufM {
+    /// A host buffer (mappable).
+    pub fn host(&self) -> bool {
+        self.kind == Kind::Host
+    }
+    /// Whether the engine may write it.
+    pub fn writable(&self) -> bool {
+        !matches!(self.kind, Kind::Import { writable: false, .. })
+    }
+    /// Run boundaries of an import (none for driver buffers: contiguous).
+    pub fn runs(&self) -> &[usize] {
+        match &self.kind {
+            Kind::Import { runs, .. } => runs,
+            _ => &[],
+        }
+    }
+    /// Where byte `off` of the buffer is.
+    pub fn loc(&self, off: usize) -> Loc {
+        (self.at.0, self.at.1 + off)
+    }
+}
+
+/// The pairs a copy of `len` bytes from offset `so` of a buffer with runs `sr` to offset `do_`
+/// of one with runs `dr` takes: one per piece that lies within one run of each side.
+pub fn pieces(sr: &[usize], so: usize, dr: &[usize], do_: usize, len: usize) -> u32 {
+    let mut cuts: Vec<usize> = sr
+        .iter()
+        .filter(|&&b| b > so && b < so + len)
+        .map(|&b| b - so)
+        .chain(dr.iter().filter(|&&b| b > do_ && b < do_ + len).map(|&b| b - do_))
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    1 + cuts.len() as u32
+}
+
+/// The bytes of every space.
+#[derive(Debug, Default)]
+pub struct Mem {
+    spaces: BTreeMap<u64, Vec<Option<u8>>>,
+}
+
+impl Mem {
+    /// A new space of `len` bytes, all `init`.
+    pub fn add(&mut self, space: u64, len: usize, init: Option<u8>) {
+        self.spaces.insert(space, vec![init; len]);
+    }
+    /// A space with these bytes.
+    pub fn insert(&mut self, space: u64, bytes: Vec<Option<u8>>) {
+        self.spaces.insert(space, bytes);
+    }
+    /// Takes a space's bytes out.
+    pub fn take(&mut self, space: u64) -> Vec<Option<u8>> {
+        self.spaces.remove(&space).unwrap_or_default()
+    }
+    /// Forgets a space (a freed buffer).
+    pub fn remove(&mut self, space: u64) {
+        self.spaces.remove(&space);
+    }
+    /// `len` bytes at `at` (unknown where the space is gone).
+    pub fn get(&self, at: Loc, len: usize) -> Vec<Option<u8>> {
+        match self.spaces.get(&at.0) {
+            Some(v) => v[at.1..at.1 + len].to_vec(),
+            None => vec![None; len],
+        }
+    }
+    /// Sets the bytes at `at` (nothing where the space is gone).
+    pub fn set(&mut self, at: Loc, data: &[Option<u8>]) {
+        if let Some(v) = self.spaces.get_mut(&at.0) {
+            v[at.1..at.1 + data.len()].copy_from_slice(data);
+        }
+    }
+    /// Makes `len` bytes at `at` unknown.
+    pub fn forget(&mut self, at: Loc, len: usize) {
+        if let Some(v) = self.spaces.get_mut(&at.0) {
+            v[at.1..at.1 + len].fill(None);
+        }
+    }
 }
 
 /// A copy prepared on a queue whose completion has not been observed yet.
 #[derive(Clone, Debug)]
 pub struct PendingCopy {
-    /// Source buffer handle and byte range.
-    pub src: (u64, usize),
-    /// Destination buffer handle and byte range.
-    pub dst: (u64, usize),
+    /// Source and destination handles (what `MEM_FREE` sees as busy).
+    pub handles: (u64, u64),
+    /// Where the source bytes are.
+    pub src: Loc,
+    /// Where the destination bytes are.
+    pub dst: Loc,
     /// Length in bytes.
     pub len: usize,
-    /// Covered by a completion marker of an interrupted wait (it may have been retired since).
-    pub fenced: bool,
-    /// Raced by another write or copy without ordering: its destination is unknown once it
-    /// lands.
+    /// The fence that covers it (the first marker after it), 0 while none does.
+    pub fence: u64,
+    /// Raced by another write or copy without ordering, or on a queue that may have been
+    /// reset: its destination is unknown once it lands.
     pub fuzzy: bool,
 }
 
 impl PendingCopy {
-    fn dst_overlaps(&self, h: u64, off: usize, len: usize) -> bool {
-        overlaps(self.dst.0, self.dst.1, self.len, h, off, len)
+    fn dst_overlaps(&self, at: Loc, len: usize) -> bool {
+        overlaps(self.dst, self.len, at, len)
     }
-    fn src_overlaps(&self, h: u64, off: usize, len: usize) -> bool {
-        overlaps(self.src.0, self.src.1, self.len, h, off, len)
+    fn src_overlaps(&self, at: Loc, len: usize) -> bool {
+        overlaps(self.src, self.len, at, len)
     }
 }
 
-/// Whether two byte ranges of buffers overlap.
-pub fn overlaps(h1: u64, o1: usize, l1: usize, h2: u64, o2: usize, l2: usize) -> bool {
-    h1 == h2 && o1 < o2 + l2 && o2 < o1 + l1
+/// Whether two byte ranges overlap.
+pub fn overlaps(a: Loc, la: usize, b: Loc, lb: usize) -> bool {
+    a.0 == b.0 && a.1 < b.1 + lb && b.1 < a.1 + la
+}
+
+/// States a fence may be in (`FENCE_STATUS`), as a bit set.
+pub mod fs {
+    /// In flight.
+    pub const PENDING: u8 = 1;
+    /// Done.
+    pub const DONE: u8 = 2;
+    /// Failed with `EIO` (an engine error).
+    pub const FAIL_EIO: u8 = 4;
+    /// Failed with `ETIMEDOUT` (no progress for 10 s).
+    pub const FAIL_TMO: u8 = 8;
+    /// Either failure.
+    pub const FAIL: u8 = FAIL_EIO | FAIL_TMO;
+    /// Expired (after more than 32 resets).
+    pub const EXPIRED: u8 = 16;
+}
+
+/// A registered eventfd of a queue.
+#[derive(Debug)]
+pub struct EventFdM {
+    /// The eventfd.
+    pub fd: std::os::fd::OwnedFd,
+    /// Fences settled when it was registered: at least / at most.
+    pub base: (u64, u64),
+    /// What it has been read to have counted so far.
+    pub read: u64,
 }
 
 /// One queue taken by a file.
@@ -70,29 +214,231 @@ pub fn overlaps(h1: u64, o1: usize, l1: usize, h2: u64, o2: usize, l2: usize) ->
 pub struct QueueM {
     /// The file that owns it.
     pub owner: usize,
+    /// Order of `QUEUE_INIT`s (a file's queues report their events in this order).
+    pub serial: u64,
     /// Tx and Rx ring sizes, descriptors.
     pub tx: u32,
     /// See `tx`.
     pub rx: u32,
-    /// Upper bound of the pairs handed out and not yet freed (markers included).
-    pub hi: u32,
-    /// Lower bound of the same (work behind an interrupted wait may have been freed since).
-    pub lo: u32,
-    /// Prepared, not yet started Tx descriptors.
-    pub ptx: u32,
-    /// Prepared, not yet started Rx descriptors.
-    pub prx: u32,
+    /// Prepared, not yet started Tx and Rx descriptors; `None` when a reset the model did not
+    /// see may have dropped them.
+    pub prep: Option<(u32, u32)>,
+    /// Pairs prepared since the newest marker (no fence covers them yet); an upper bound when
+    /// `maybe_reset`.
+    pub unf: u32,
+    /// Fences not known to be retired: (fence, pairs up to its marker, marker included).
+    pub groups: VecDeque<(u64, u32)>,
     /// Copies in flight, in ring order.
     pub pending: Vec<PendingCopy>,
+    /// The newest fence of the queue: at least / at most (equal unless `maybe_reset`).
+    pub newest: (u64, u64),
+    /// What each fence (1..) may read now (`fs`).
+    pub fences: Vec<u8>,
+    /// Newest fence that `QUEUE_EVENTS` reported done / failed (the driver's `reported`).
+    pub reported: (u64, u64),
+    /// Newest fence the model saw fail (from its own waits): an event the driver must report.
+    pub known_failed: u64,
+    /// The registered eventfd.
+    pub eventfd: Option<EventFdM>,
     /// A fault was injected on its engine: its waits may fail (EIO/ETIMEDOUT) until a wait
     /// with work completes after the faults were cleared.
     pub tainted: bool,
+    /// A reset the model did not observe may have happened (a fault, with a listener whose
+    /// completion worker checks the engine): the ring may be emptier and fences failed.
+    pub maybe_reset: bool,
+    /// Resets that may have happened (observed or not).
+    pub resets: u32,
 }
 
 impl QueueM {
+    /// A queue just taken.
+    pub fn new(owner: usize, serial: u64, tx: u32, rx: u32, tainted: bool) -> Self {
+        Self {
+            owner,
+            serial,
+            tx,
+            rx,
+            prep: Some((0, 0)),
+            unf: 0,
+            groups: VecDeque::new(),
+            pending: vec![],
+            newest: (0, 0),
+            fences: vec![],
+            reported: (0, 0),
+            known_failed: 0,
+            eventfd: None,
+            tainted,
+            maybe_reset: false,
+            resets: 0,
+        }
+    }
     /// Pairs the driver keeps available on a fresh queue (`min(tx, rx) - 16`).
     pub fn cap(&self) -> u32 {
         self.tx.min(self.rx) - RESERVE
+    }
+    /// Upper bound of the pairs handed out and not yet freed (markers included).
+    pub fn hi(&self) -> u32 {
+        self.unf + self.groups.iter().map(|g| g.1).sum::<u32>()
+    }
+    /// Lower bound of the same (what no completion can have freed).
+    pub fn lo(&self) -> u32 {
+        if self.maybe_reset {
+            0
+        } else {
+            self.unf
+        }
+    }
+    /// The states fence `seq` (1..=newest) may read.
+    pub fn may(&self, seq: u64) -> u8 {
+        let mut s = self.fences.get(seq as usize - 1).copied().unwrap_or(fs::PENDING | fs::DONE | fs::FAIL);
+        if (self.tainted || self.maybe_reset) && s & fs::PENDING != 0 {
+            s |= fs::FAIL;
+        }
+        if self.resets > LOST_RANGES {
+            s |= fs::EXPIRED;
+        }
+        s
+    }
+    /// Sets what fence `seq` may read.
+    pub fn set_may(&mut self, seq: u64, s: u8) {
+        let i = seq as usize - 1;
+        if self.fences.len() <= i {
+            self.fences.resize(i + 1, fs::PENDING | fs::DONE | fs::FAIL);
+        }
+        self.fences[i] = s;
+    }
+    /// The newest fence known done (everything before it is settled).
+    pub fn done_floor(&self) -> u64 {
+        (1..=self.fences.len() as u64).rev().find(|&k| self.fences[k as usize - 1] == fs::DONE).unwrap_or(0)
+    }
+    /// The newest fence that may be done.
+    pub fn done_ceiling(&self) -> u64 {
+        (1..=self.newest.1).rev().find(|&k| self.may(k) & fs::DONE != 0).unwrap_or(0)
+    }
+    /// Whether a fence newer than `after` may have failed.
+    pub fn may_have_failed_after(&self, after: u64) -> bool {
+        (after + 1..=self.newest.1).any(|k| self.may(k) & fs::FAIL != 0)
+    }
+    /// Every fence up to this one is settled.
+    pub fn settled_floor(&self) -> u64 {
+        (1..=self.newest.0).take_while(|&k| self.may(k) & fs::PENDING == 0).last().unwrap_or(0)
+    }
+    /// A marker was appended after the pairs prepared so far (`COPY_SUBMIT`, `COPY_WAIT`), if
+    /// there were any: they are started, and the new fence covers them.
+    pub fn fence_now(&mut self) {
+        if self.unf == 0 && !self.maybe_reset {
+            return;
+        }
+        let exact = !self.maybe_reset;
+        let seq = self.newest.1 + 1;
+        let new =
+            if self.tainted || self.maybe_reset { fs::PENDING | fs::DONE | fs::FAIL } else { fs::PENDING | fs::DONE };
+        if exact {
+            self.newest = (seq, seq);
+        } else {
+            // Without the pairs a reset may have dropped, nothing was appended.
+            self.newest.1 = seq;
+        }
+        self.set_may(seq, new);
+        self.groups.push_back((seq, self.unf + 1));
+        self.unf = 0;
+        self.prep = if exact { Some((0, 0)) } else { None };
+        for p in self.pending.iter_mut().filter(|p| p.fence == 0) {
+            p.fence = seq;
+        }
+    }
+    /// A fault was injected on the queue's engine: its fences in flight may fail, its copies'
+    /// bytes are unknown.
+    pub fn taint(&mut self) {
+        if !self.tainted {
+            self.tainted = true;
+            for k in 1..=self.newest.1 {
+                let s = self.may(k);
+                self.set_may(k, s);
+            }
+        }
+        for p in self.pending.iter_mut() {
+            p.fuzzy = true;
+        }
+    }
+    /// Learns the newest fence (`COPY_SUBMIT`'s or `FENCE_STATUS`'s answer).
+    pub fn learn_newest(&mut self, n: u64) {
+        self.newest = (n, n);
+        self.fences.truncate(n as usize);
+    }
+    /// Fence `seq` is known done: it and everything before it was retired (ring space freed);
+    /// returns the copies that landed, in ring order.
+    pub fn done(&mut self, seq: u64) -> Vec<PendingCopy> {
+        if seq == 0 {
+            return vec![];
+        }
+        for k in 1..seq {
+            let s = self.may(k);
+            if s & fs::PENDING != 0 {
+                let left = s & !fs::PENDING & !fs::EXPIRED;
+                self.set_may(k, if left == 0 { fs::DONE } else { left });
+            }
+        }
+        self.set_may(seq, fs::DONE);
+        self.newest.0 = self.newest.0.max(seq);
+        while self.groups.front().is_some_and(|g| g.0 <= seq) {
+            self.groups.pop_front();
+        }
+        let n = self.pending.iter().take_while(|p| p.fence != 0 && p.fence <= seq).count();
+        self.pending.drain(..n).collect()
+    }
+    /// The queue was reset (seen: the wait for fence `failed` failed with `EIO`): every fence
+    /// in flight failed (those before `failed` may have completed first), the rings are empty.
+    /// Returns the copies that may or may not have run.
+    pub fn reset(&mut self, failed: u64) -> Vec<PendingCopy> {
+        self.resets += 1;
+        for k in 1..=self.newest.1 {
+            let s = self.may(k);
+            if s & fs::PENDING != 0 {
+                self.set_may(k, if k < failed { (s & !fs::PENDING) | fs::FAIL } else { fs::FAIL });
+            }
+        }
+        self.known_failed = self.known_failed.max(failed);
+        self.groups.clear();
+        self.unf = 0;
+        self.prep = Some((0, 0));
+        std::mem::take(&mut self.pending)
+    }
+    /// A reset may have happened that the model did not see (a fault): every bound becomes
+    /// loose until a wait resynchronises.
+    pub fn maybe_reset_now(&mut self) {
+        if !self.maybe_reset {
+            self.maybe_reset = true;
+            self.prep = None;
+        }
+        self.resets += 1;
+        for p in self.pending.iter_mut() {
+            p.fuzzy = true;
+        }
+    }
+    /// Everything prepared completed (a `COPY_WAIT` returned 0): returns the copies, which
+    /// landed in ring order. Without an unseen reset, the newest fence (the one the wait
+    /// appended or joined) is done if it was in flight; after one, every fence is settled.
+    pub fn all_done(&mut self) -> Vec<PendingCopy> {
+        let newest = self.newest.1;
+        let mut v = vec![];
+        if !self.maybe_reset && self.newest.0 == newest {
+            if newest > 0 && self.may(newest) & fs::PENDING != 0 {
+                v = self.done(newest);
+            }
+        } else {
+            for k in 1..=newest {
+                let s = self.may(k);
+                if s & fs::PENDING != 0 {
+                    self.set_may(k, (s & !fs::PENDING & !fs::EXPIRED) | fs::DONE);
+                }
+            }
+        }
+        v.extend(std::mem::take(&mut self.pending));
+        self.groups.clear();
+        self.unf = 0;
+        self.prep = Some((0, 0));
+        v
     }
 }
 
@@ -112,6 +458,8 @@ pub struct FileM {
     pub bufs: [Option<BufM>; BUF_SLOTS],
     /// Buffers allocated into an occupied slot (still the file's, no longer named by a slot).
     pub extra: Vec<BufM>,
+    /// The file was polled: its queues' fences are watched by the completion worker.
+    pub polled: bool,
 }
 
 impl FileM {
@@ -119,48 +467,42 @@ impl FileM {
     pub fn by_handle(&self, handle: u64) -> Option<&BufM> {
         self.bufs.iter().flatten().chain(self.extra.iter()).find(|b| b.handle == handle)
     }
-    /// The buffer with `handle`, mutably.
-    pub fn by_handle_mut(&mut self, handle: u64) -> Option<&mut BufM> {
-        self.bufs.iter_mut().flatten().chain(self.extra.iter_mut()).find(|b| b.handle == handle)
+    /// Every buffer.
+    pub fn all(&self) -> impl Iterator<Item = &BufM> {
+        self.bufs.iter().flatten().chain(self.extra.iter())
     }
 }
 
-/// Marks every pending copy of `queues` owned by `owner` that reads or writes
-/// `[off, off + len)` of `handle` as fuzzy: a write there races it.
-pub fn touch_write(queues: &mut [Option<QueueM>], owner: usize, handle: u64, off: usize, len: usize) {
-    for q in queues.iter_mut().flatten().filter(|q| q.owner == owner) {
+/// Marks every pending copy that reads or writes `[at, at + len)` as fuzzy: a write there
+/// races it.
+pub fn touch_write(queues: &mut [Option<QueueM>], at: Loc, len: usize) {
+    for q in queues.iter_mut().flatten() {
         for p in q.pending.iter_mut() {
-            if p.dst_overlaps(handle, off, len) || p.src_overlaps(handle, off, len) {
+            if p.dst_overlaps(at, len) || p.src_overlaps(at, len) {
                 p.fuzzy = true;
             }
         }
     }
 }
 
-/// Whether a pending copy of `owner` may write `[off, off + len)` of `handle` at any time
-/// (a read there races it).
-pub fn racy_read(queues: &[Option<QueueM>], owner: usize, handle: u64, off: usize, len: usize) -> bool {
-    queues
-        .iter()
-        .flatten()
-        .filter(|q| q.owner == owner)
-        .any(|q| q.pending.iter().any(|p| p.dst_overlaps(handle, off, len)))
+/// Whether a pending copy may write `[at, at + len)` at any time (a read there races it).
+pub fn racy_read(queues: &[Option<QueueM>], at: Loc, len: usize) -> bool {
+    queues.iter().flatten().any(|q| q.pending.iter().any(|p| p.dst_overlaps(at, len)))
 }
 
 /// Records a new copy of queue `qi`: copies it races (unordered writes to the same bytes,
 /// or a read of bytes another queue writes) become fuzzy, and so does the new one.
 pub fn add_pending(queues: &mut [Option<QueueM>], qi: usize, mut c: PendingCopy) {
-    let owner = queues[qi].as_ref().expect("queue").owner;
-    if overlaps(c.src.0, c.src.1, c.len, c.dst.0, c.dst.1, c.len) {
+    if overlaps(c.src, c.len, c.dst, c.len) {
         c.fuzzy = true;
     }
     for (j, q) in queues.iter_mut().enumerate() {
-        let Some(q) = q.as_mut().filter(|q| q.owner == owner) else { continue };
+        let Some(q) = q.as_mut() else { continue };
         for p in q.pending.iter_mut() {
             // Same queue: reads are in ring order (read-after-write is ordered); two writes of
             // the same bytes without a barrier are not. Other queues: no order at all.
-            let waw = p.dst_overlaps(c.dst.0, c.dst.1, c.len);
-            let cross = j != qi && (p.src_overlaps(c.dst.0, c.dst.1, c.len) || p.dst_overlaps(c.src.0, c.src.1, c.len));
+            let waw = p.dst_overlaps(c.dst, c.len);
+            let cross = j != qi && (p.src_overlaps(c.dst, c.len) || p.dst_overlaps(c.src, c.len));
             if waw || cross {
                 p.fuzzy = true;
                 c.fuzzy = true;
@@ -170,25 +512,18 @@ pub fn add_pending(queues: &mut [Option<QueueM>], qi: usize, mut c: PendingCopy)
     queues[qi].as_mut().expect("queue").pending.push(c);
 }
 
-/// Applies a completed copy to the file's bytes.
-pub fn land(file: &mut FileM, queues: &mut [Option<QueueM>], owner: usize, c: &PendingCopy) {
-    let src: Vec<Option<u8>> = match file.by_handle(c.src.0) {
-        Some(b) if !c.fuzzy => b.data[c.src.1..c.src.1 + c.len].to_vec(),
-        _ => vec![None; c.len],
-    };
-    if let Some(d) = file.by_handle_mut(c.dst.0) {
-        d.data[c.dst.1..c.dst.1 + c.len].copy_from_slice(&src);
-    }
-    touch_write(queues, owner, c.dst.0, c.dst.1, c.len);
+/// Applies a completed copy to the bytes.
+pub fn land(mem: &mut Mem, queues: &mut [Option<QueueM>], c: &PendingCopy) {
+    let src = if c.fuzzy { vec![None; c.len] } else { mem.get(c.src, c.len) };
+    mem.set(c.dst, &src);
+    touch_write(queues, c.dst, c.len);
 }
 
 /// Forgets copies that may or may not have happened (queue reset or release): their
 /// destinations become unknown.
-pub fn drop_pending(file: &mut FileM, pending: Vec<PendingCopy>) {
+pub fn drop_pending(mem: &mut Mem, pending: Vec<PendingCopy>) {
     for c in pending {
-        if let Some(d) = file.by_handle_mut(c.dst.0) {
-            d.data[c.dst.1..c.dst.1 + c.len].fill(None);
-        }
+        mem.forget(c.dst, c.len);
     }
 }
 
@@ -202,21 +537,21 @@ pub fn pattern(seed: u32, i: usize) -> u8 {
 mod tests {
     use super::*;
 
-    fn q(owner: usize) -> Option<QueueM> {
-        Some(QueueM { owner, tx: 32, rx: 64, hi: 0, lo: 0, ptx: 0, prx: 0, pending: vec![], tainted: false })
+    fn q() -> Option<QueueM> {
+        Some(QueueM::new(0, 0, 32, 64, false))
     }
-    fn copy(src: (u64, usize), dst: (u64, usize), len: usize) -> PendingCopy {
-        PendingCopy { src, dst, len, fenced: false, fuzzy: false }
+    fn copy(src: Loc, dst: Loc, len: usize) -> PendingCopy {
+        PendingCopy { handles: (src.0, dst.0), src, dst, len, fence: 0, fuzzy: false }
     }
 
     #[test]
     fn cap_keeps_the_reserve_of_the_smaller_ring() {
-        assert_eq!(q(0).unwrap().cap(), 16);
+        assert_eq!(q().unwrap().cap(), 16);
     }
 
     #[test]
     fn same_queue_read_after_write_is_ordered_but_write_after_write_is_not() {
-        let mut qs = vec![q(0), q(0)];
+        let mut qs = vec![q(), q()];
         add_pending(&mut qs, 0, copy((1, 0), (2, 0), 100));
         add_pending(&mut qs, 0, copy((2, 0), (3, 0), 100));
         assert!(qs[0].as_ref().unwrap().pending.iter().all(|p| !p.fuzzy));
@@ -227,39 +562,68 @@ mod tests {
 
     #[test]
     fn other_queue_reading_a_pending_destination_is_fuzzy() {
-        let mut qs = vec![q(0), q(0), q(1)];
+        let mut qs = vec![q(), q()];
         add_pending(&mut qs, 0, copy((1, 0), (2, 0), 100));
-        add_pending(&mut qs, 2, copy((2, 0), (3, 0), 100));
-        assert!(!qs[0].as_ref().unwrap().pending[0].fuzzy, "another file's queue cannot race");
         add_pending(&mut qs, 1, copy((2, 10), (4, 0), 10));
         assert!(qs[0].as_ref().unwrap().pending[0].fuzzy && qs[1].as_ref().unwrap().pending[0].fuzzy);
     }
 
     #[test]
     fn landing_copies_known_bytes_and_fuzzy_ones_become_unknown() {
-        let buf = |handle, v| BufM { handle, size: 8, host: true, mmap_offset: 0, map: None, data: vec![Some(v); 8] };
-        let mut f = FileM::default();
-        f.bufs[0] = Some(buf(1, 7));
-        f.bufs[1] = Some(buf(2, 0));
-        let mut qs = vec![q(0)];
-        land(&mut f, &mut qs, 0, &copy((1, 0), (2, 2), 4));
-        assert_eq!(f.bufs[1].as_ref().unwrap().data, [0, 0, 7, 7, 7, 7, 0, 0].map(Some));
+        let mut m = Mem::default();
+        m.add(1, 8, Some(7));
+        m.add(2, 8, Some(0));
+        let mut qs = vec![q()];
+        land(&mut m, &mut qs, &copy((1, 0), (2, 2), 4));
+        assert_eq!(m.get((2, 0), 8), [0, 0, 7, 7, 7, 7, 0, 0].map(Some));
         let mut c = copy((1, 0), (2, 0), 2);
         c.fuzzy = true;
-        land(&mut f, &mut qs, 0, &c);
-        assert_eq!(f.bufs[1].as_ref().unwrap().data[..3], [None, None, Some(7)]);
-        drop_pending(&mut f, vec![copy((1, 0), (2, 6), 2)]);
-        assert_eq!(f.bufs[1].as_ref().unwrap().data[6..], [None, None]);
+        land(&mut m, &mut qs, &c);
+        assert_eq!(m.get((2, 0), 3), [None, None, Some(7)]);
+        drop_pending(&mut m, vec![copy((1, 0), (2, 6), 2)]);
+        assert_eq!(m.get((2, 6), 2), [None, None]);
     }
 
     #[test]
     fn touch_write_marks_readers_and_writers() {
-        let mut qs = vec![q(0)];
+        let mut qs = vec![q()];
         add_pending(&mut qs, 0, copy((1, 0), (2, 0), 10));
-        touch_write(&mut qs, 1, 1, 0, 10);
-        assert!(!qs[0].as_ref().unwrap().pending[0].fuzzy, "another file");
-        touch_write(&mut qs, 0, 1, 9, 1);
+        touch_write(&mut qs, (5, 0), 10);
+        assert!(!qs[0].as_ref().unwrap().pending[0].fuzzy, "another space");
+        touch_write(&mut qs, (1, 9), 1);
         assert!(qs[0].as_ref().unwrap().pending[0].fuzzy);
-        assert!(racy_read(&qs, 0, 2, 5, 1) && !racy_read(&qs, 0, 2, 10, 5));
+        assert!(racy_read(&qs, (2, 5), 1) && !racy_read(&qs, (2, 10), 5));
+    }
+
+    #[test]
+    fn pieces_split_at_the_runs_of_both_sides() {
+        assert_eq!(pieces(&[], 0, &[], 0, 65536), 1);
+        // Source runs start at 4096 and 8192; the copy reads 100..9000.
+        assert_eq!(pieces(&[4096, 8192], 100, &[], 0, 8900), 3);
+        // A boundary at the copy's first byte or past its end does not split it.
+        assert_eq!(pieces(&[4096], 4096, &[], 0, 10), 1);
+        // Both sides cut at the same copy offset: one cut.
+        assert_eq!(pieces(&[4096], 96, &[4000], 0, 5000), 2);
+        assert_eq!(pieces(&[4096], 96, &[3000], 0, 5000), 3);
+    }
+
+    #[test]
+    fn fences_settle_in_order_and_resets_fail_the_ones_in_flight() {
+        let mut m = QueueM::new(0, 0, 64, 64, false);
+        m.unf = 3;
+        m.pending.push(copy((1, 0), (2, 0), 1));
+        m.fence_now();
+        assert_eq!((m.newest, m.hi(), m.lo(), m.prep), ((1, 1), 4, 0, Some((0, 0))));
+        m.unf = 2;
+        m.fence_now();
+        assert_eq!(m.may(1), fs::PENDING | fs::DONE);
+        let landed = m.done(2);
+        assert_eq!(landed.len(), 1);
+        assert_eq!((m.may(1), m.may(2), m.hi()), (fs::DONE, fs::DONE, 0));
+        m.unf = 1;
+        m.fence_now();
+        m.reset(3);
+        assert_eq!((m.may(3), m.done_floor(), m.done_ceiling()), (fs::FAIL, 2, 2));
+        assert!(m.may_have_failed_after(2) && !m.may_have_failed_after(3));
     }
 }

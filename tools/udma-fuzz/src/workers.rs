@@ -165,6 +165,36 @@ impl Child {
         Self { pid }
     }
 
+    /// Forks like [`Self::spawn`]; the child exits with the code `f` returns.
+    pub fn spawn_code(keep: Option<i32>, f: impl FnOnce() -> i32) -> Self {
+        let mut p = [0; 2];
+        // SAFETY: `p` has room for the two descriptors.
+        assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0, "pipe2 failed");
+        // SAFETY: as in `spawn`: the fuzzer forks only while single-threaded; the child runs
+        // `f` and leaves with `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            close_fds_except(&[Some(p[1]), keep]);
+            // SAFETY: our own pipe end; one byte says the descriptors are closed.
+            unsafe {
+                libc::write(p[1], [1u8].as_ptr().cast(), 1);
+                libc::close(p[1]);
+            }
+            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(2);
+            // SAFETY: ends the child without running the parent's destructors.
+            unsafe { libc::_exit(code) };
+        }
+        // SAFETY: as in `spawn`.
+        unsafe {
+            libc::close(p[1]);
+            let mut fds = libc::pollfd { fd: p[0], events: libc::POLLIN, revents: 0 };
+            libc::poll(&mut fds, 1, 20_000);
+            libc::close(p[0]);
+        }
+        Self { pid }
+    }
+
     /// Waits at most `limit` for the child; kills it past that. Returns its exit status, or
     /// `Err` when it did not exit in time or died of a signal.
     pub fn join(self, limit: Duration) -> Result<i32, String> {
