@@ -111,7 +111,8 @@ pub(crate) struct Shared {
 /// The simulated PCI function: BAR0 engines, BAR2 model-control window, BAR4 HBM.
 pub struct Device {
     shared: Arc<Shared>,
-    workers: Mutex<Vec<JoinHandle<()>>>,
+    /// Engine worker threads, by engine id.
+    workers: Mutex<Vec<(u32, JoinHandle<()>)>>,
 }
 
 impl Device {
@@ -193,7 +194,7 @@ impl Device {
             e2.run(&env, &on_error);
         });
         match h {
-            Ok(h) => self.workers.lock().unwrap_or_else(|e| e.into_inner()).push(h),
+            Ok(h) => self.workers.lock().unwrap_or_else(|e| e.into_inner()).push((eng.id, h)),
             Err(e) => log::error!("cannot spawn worker for engine {}: {e}", eng.id),
         }
     }
@@ -206,6 +207,27 @@ impl Device {
     /// Posted writes held by unordered completion, summed over all engines (packets).
     pub fn held_writes(&self) -> usize {
         self.shared.engines.iter().filter_map(|s| s.get()).map(|e| e.held_writes()).sum()
+    }
+
+    /// CPU time used so far by the worker thread of engine `engine` (its
+    /// `CLOCK_THREAD_CPUTIME_ID`, read through `pthread_getcpuclockid`); `None` if the engine has
+    /// no worker yet. For benchmarks.
+    pub fn worker_cpu_time(&self, engine: u32) -> Option<Duration> {
+        use std::os::unix::thread::JoinHandleExt;
+        let workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        let (_, h) = workers.iter().find(|(id, _)| *id == engine)?;
+        let mut clk: libc::clockid_t = 0;
+        // SAFETY: the pthread_t belongs to a thread that is not joined yet (joined only in Drop,
+        // which cannot run while `workers` is borrowed); `clk` is a valid out pointer.
+        if unsafe { libc::pthread_getcpuclockid(h.as_pthread_t(), &mut clk) } != 0 {
+            return None;
+        }
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid out pointer.
+        if unsafe { libc::clock_gettime(clk, &mut ts) } != 0 {
+            return None;
+        }
+        Some(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
     }
 
     /// Model options.
@@ -357,7 +379,7 @@ impl Drop for Device {
         for e in self.shared.engines.iter().filter_map(|s| s.get()) {
             e.shutdown();
         }
-        for h in self.workers.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        for (_, h) in self.workers.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             let _ = h.join();
         }
     }
