@@ -143,7 +143,7 @@ const CPU_PAIR: usize = 4096;
 /// Data pairs per submission; each submission is followed by the completion marker pair.
 const CPU_BATCH: u32 = 64;
 /// Submissions per worker and measurement.
-const CPU_SUBMISSIONS: u32 = 2000;
+const CPU_SUBMISSIONS: u32 = 8000;
 const MARKER: u32 = 0xABCD_EF01;
 
 /// One engine's queue 0 as a driver thread drives it: rings, a source and a destination area,

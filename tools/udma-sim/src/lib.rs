@@ -18,7 +18,7 @@ pub mod regs;
 pub mod server;
 pub mod trace;
 
-use engine::{Engine, EnvOwned, ErrorRecord};
+use engine::{Engine, ErrorRecord, Memories};
 use fault::{CounterValues, Fault};
 use layout::{Gen, Model};
 use mem::{FlatMemory, GuestMemory};
@@ -179,19 +179,21 @@ impl Device {
         let shared = self.shared.clone();
         let e2 = eng.clone();
         let h = std::thread::Builder::new().name(format!("udma-eng{}", eng.id)).spawn(move || {
-            let env = || EnvOwned {
+            // Everything the worker reaches is borrowed for the thread's life; host memory
+            // through the worker's own reader (see `mem::MemReader`).
+            let mut mem = Memories {
                 gen: shared.gen,
-                host: shared.host.clone(),
-                hbm: shared.hbm_map.clone(),
-                bus_master: shared.bus_master.load(Ordering::Relaxed),
-                slow: shared.slow.load(Ordering::Relaxed),
-                trace: shared.tracer.clone(),
+                host: shared.host.reader(),
+                hbm: &*shared.hbm_map,
+                bus_master: &shared.bus_master,
+                slow: &shared.slow,
+                trace: shared.tracer.as_deref(),
             };
             let on_error = |rec: ErrorRecord| {
                 *shared.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
                     Some(LastError { engine: e2.id, record: rec });
             };
-            e2.run(&env, &on_error);
+            e2.run(&mut mem, &on_error);
         });
         match h {
             Ok(h) => self.workers.lock().unwrap_or_else(|e| e.into_inner()).push((eng.id, h)),
@@ -253,14 +255,14 @@ impl Device {
             log::debug!("BAR0 write of unmodelled offset 0x{off:x} = 0x{val:x} ignored");
             return;
         };
-        let Some(eng) = self.engine(id).cloned() else { return };
+        let Some(eng) = self.engine(id) else { return };
         let fx = eng.write(unit & !3, val);
         if let Some(rec) = fx.error {
             *self.shared.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
                 Some(LastError { engine: id, record: rec });
         }
         if fx.kick {
-            self.ensure_worker(&eng);
+            self.ensure_worker(eng);
         }
     }
 
@@ -333,18 +335,14 @@ impl Device {
         self.shared.slow.store(0, Ordering::Relaxed);
         for e in self.shared.engines.iter().filter_map(|s| s.get()) {
             e.clear_faults();
-            e.counters.clear();
+            e.clear_counters();
         }
         *self.shared.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Counters summed over all engines.
     pub fn counters(&self) -> CounterValues {
-        self.shared
-            .engines
-            .iter()
-            .filter_map(|s| s.get())
-            .fold(CounterValues::default(), |a, e| a.sum(e.counters.get()))
+        self.shared.engines.iter().filter_map(|s| s.get()).fold(CounterValues::default(), |a, e| a.sum(e.counters()))
     }
 
     /// Counters of every allocated engine that did something.
@@ -353,7 +351,7 @@ impl Device {
             .engines
             .iter()
             .filter_map(|s| s.get())
-            .map(|e| (e.id, e.counters.get()))
+            .map(|e| (e.id, e.counters()))
             .filter(|(_, c)| *c != CounterValues::default())
             .collect()
     }

@@ -126,6 +126,8 @@ pub(super) struct State {
     pub(super) shutdown: bool,
     pub(super) worker_started: bool,
     pub(super) rr: usize,
+    /// Statistics.
+    pub(super) counters: crate::fault::CounterValues,
 }
 
 impl State {
@@ -153,6 +155,7 @@ impl State {
             shutdown: false,
             worker_started: false,
             rr: 0,
+            counters: Default::default(),
         }
     }
 
@@ -451,7 +454,7 @@ impl Engine {
             st.error = Some(e);
         }
         st.forget_queue_resets();
-        self.counters.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        st.counters.errors += 1;
         log::warn!("engine {}: {e}; engine aborted", self.id);
         true
     }

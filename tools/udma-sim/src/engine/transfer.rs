@@ -7,7 +7,6 @@ use super::{err, Dir, Engine, ErrorKind, ErrorRecord};
 use crate::layout::Target;
 use crate::mem::{self, GuestMemory};
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 /// Longest packet, in bytes, whose writes are never held by unordered completion: one
@@ -138,12 +137,12 @@ impl Engine {
                     at += t.len as usize;
                 }
                 held.push(Held { epoch: s.epoch, due: Instant::now() + delay, segs: sc.rx.clone(), data });
-                self.held.fetch_add(1, Relaxed);
+                self.add_held(1);
                 while held.bytes > HELD_BYTES_MAX {
                     let Some(h) = held.pop() else { break };
                     self.write_held(env, &h);
                     held.recycle(h.data);
-                    self.held.fetch_sub(1, Relaxed);
+                    self.add_held(-1);
                 }
                 Ok(())
             }
@@ -169,7 +168,7 @@ impl Engine {
                 self.write_held(env, &h);
             }
             held.recycle(h.data);
-            self.held.fetch_sub(1, Relaxed);
+            self.add_held(-1);
         }
     }
 
