@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use std::time::Duration;
-use udma_sim::engine::{ErrorKind, POSTED_WRITE_MAX};
+use udma_sim::engine::{Dir, ErrorKind, POSTED_WRITE_MAX};
 use udma_sim::layout::Model;
 use udma_sim::mem::GuestMemory;
 use udma_sim::regs::{self, desc, m2s_cause, s2m_cause};
@@ -108,11 +108,22 @@ fn v3_engines_without_host_connectivity_cannot_fetch_host_rings() {
     let mut sq = rig.init_queue(0, 1, TX_RING, RX_RING, 64);
     rig.fill(SRC, 4096, 1);
     rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 4096);
+    // The Rx doorbell comes first: the Rx prefetch cannot fetch the host Rx ring (S2M 9).
     rig.start(&sq, 1);
     rig.wait_abort(0);
     let le = rig.dev.last_error().unwrap();
-    assert_eq!((le.engine, le.record.kind), (0, ErrorKind::DescFetch));
-    assert_eq!(rig.cause_a(0), m2s_cause::DESC_FETCH);
+    assert_eq!((le.engine, le.record.kind, le.record.dir), (0, ErrorKind::DescFetch, Some(Dir::Rx)));
+    assert_eq!((rig.cause_a(0), rig.cause_b(0)), (0, s2m_cause::DESC_FETCH));
+    // A Tx doorbell alone: the Tx fetch of the host Tx ring fails (M2S 11).
+    let rig = Rig::new(Model::Trn2);
+    rig.init_engine(0);
+    let mut sq = rig.init_queue(0, 1, TX_RING, RX_RING, 64);
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 4096);
+    rig.doorbell(0, 1, true, 1);
+    rig.wait_abort(0);
+    let le = rig.dev.last_error().unwrap();
+    assert_eq!((le.engine, le.record.kind, le.record.dir), (0, ErrorKind::DescFetch, Some(Dir::Tx)));
+    assert_eq!((rig.cause_a(0), rig.cause_b(0)), (m2s_cause::DESC_FETCH, 0));
     // Engine 4 of the same SENG (hardware.rst §2.5) and the H2T engine 128 reach host memory.
     for e in [4, 128] {
         rig.init_engine(e);
@@ -204,6 +215,82 @@ fn rx_prefetch_checks_ring_ids_up_to_the_tail() {
     rig.doorbell(E, 0, false, 2);
     rig.doorbell(E, 0, true, 2);
     rig.wait_done(&sq);
+}
+
+#[test]
+fn rx_descriptors_are_checked_at_the_rx_doorbell() {
+    // A bad Rx descriptor rung without any Tx packet is reported by the Rx prefetch: a stale ring
+    // id (S2M 11), a destination that is not mapped (S2M 1), an undefined len_ctrl bit (M2S 1).
+    let cases = [
+        (ErrorKind::RingId, 0, s2m_cause::RING_ID),
+        (ErrorKind::DataWrite, 0, s2m_cause::DATA_WRITE),
+        (ErrorKind::Unsupported, m2s_cause::UNSUPPORTED, 0),
+    ];
+    for (kind, a, b) in cases {
+        let rig = Rig::new(Model::Trn1);
+        rig.init_engine(E);
+        let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+        let (ri, rrid) = sq.rx.take();
+        let (w0, dst) = match kind {
+            ErrorKind::RingId => (((rrid + 1) & 3) << 24 | 64, rig.host(DST)),
+            ErrorKind::DataWrite => (rrid << 24 | 64, rig.host(0x7000_0000)),
+            _ => (desc::FIRST | rrid << 24 | 64, rig.host(DST)),
+        };
+        rig.put_desc(&sq.rx, ri, w0, 0, dst);
+        rig.doorbell(E, 0, false, 1);
+        rig.wait_abort(E);
+        let le = rig.dev.last_error().unwrap();
+        assert_eq!((le.record.kind, le.record.dir, le.record.index), (kind, Some(Dir::Rx), Some(0)));
+        assert_eq!((rig.cause_a(E), rig.cause_b(E)), (a, b), "{kind:?}");
+        assert_eq!((rig.head(E, 0, true), rig.head(E, 0, false)), (1 << 30, 1 << 30));
+    }
+    // Masked (abort masks at their reset value), a bad destination only sets its cause bit.
+    let rig = Rig::new(Model::Trn1);
+    let mut sq = engine_without_unmask(&rig);
+    let (ri, rrid) = sq.rx.take();
+    rig.put_desc(&sq.rx, ri, rrid << 24 | 64, 0, rig.host(0x7000_0000));
+    rig.doorbell(E, 0, false, 1);
+    wait_until("cause bit", || rig.cause_b(E) == s2m_cause::DATA_WRITE);
+    assert_eq!(rig.rd(E, regs::M2S_STATE), regs::STATE_NORMAL);
+    // The correct sequence: valid Rx descriptors rung ahead of their Tx packets wait for them.
+    let rig = Rig::new(Model::Trn1);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    let data = rig.fill(SRC, 8192, 8);
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 4096);
+    rig.prepare(&mut sq, rig.host(SRC + 4096), rig.host(DST + 4096), 4096);
+    rig.doorbell(E, 0, false, 2);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(rig.rd(E, regs::M2S_STATE), regs::STATE_NORMAL);
+    assert!(rig.dev.last_error().is_none());
+    rig.doorbell(E, 0, true, 2);
+    rig.wait_done(&sq);
+    assert_eq!(rig.ram_bytes(DST, 8192), data);
+}
+
+#[test]
+fn rx_prefetch_reads_at_most_64_ahead_of_the_head() {
+    // 100 Rx descriptors posted, slot 70 stale: the prefetch at the doorbell checks slots 0-63
+    // only; the error comes once the head is within 64 slots of it, after 7 packets.
+    let rig = Rig::new(Model::Trn1);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 128);
+    rig.fill(SRC, 64 * 100, 1);
+    for i in 0..100u64 {
+        rig.prepare(&mut sq, rig.host(SRC + i * 64), rig.host(DST + i * 64), 64);
+    }
+    let mut d = [0u8; 16];
+    assert!(rig.ram.read(RX_RING + 70 * 16, &mut d));
+    d[3] ^= 2; // ring id 1 -> 3
+    assert!(rig.ram.write(RX_RING + 70 * 16, &d));
+    rig.doorbell(E, 0, false, 100);
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(rig.dev.last_error().is_none(), "slot 70 is beyond the prefetch window");
+    rig.doorbell(E, 0, true, 100);
+    rig.wait_abort(E);
+    let le = rig.dev.last_error().unwrap();
+    assert_eq!((le.record.kind, le.record.dir, le.record.index), (ErrorKind::RingId, Some(Dir::Rx), Some(70)));
+    assert_eq!(rig.head(E, 0, true), 7 | 1 << 30);
 }
 
 #[test]

@@ -105,11 +105,34 @@ pub(super) struct Queue {
     pub(super) not_before: Option<Instant>,
     /// fail_nth countdown (0 = off).
     pub(super) fail_countdown: u32,
+    /// Rx descriptors from the head that the prefetcher has checked (at most the pending ones).
+    pub(super) rx_checked: u32,
 }
 
 impl Queue {
     pub(super) fn new() -> Queue {
-        Queue { tx: Ring::new(), rx: Ring::new(), epoch: 0, wait_doorbell: false, not_before: None, fail_countdown: 0 }
+        Queue {
+            tx: Ring::new(),
+            rx: Ring::new(),
+            epoch: 0,
+            wait_doorbell: false,
+            not_before: None,
+            fail_countdown: 0,
+            rx_checked: 0,
+        }
+    }
+
+    /// Whether the Rx prefetcher has descriptors to check: posted, within
+    /// [`super::RX_PREFETCH`] of the head, not checked yet, on an enabled Rx queue.
+    pub(super) fn rx_unchecked(&self) -> bool {
+        self.rx.enabled() && self.rx_checked < self.rx.pending.min(super::RX_PREFETCH)
+    }
+
+    /// Consumes `ntx` Tx and `nrx` Rx descriptors.
+    pub(super) fn consume(&mut self, ntx: u32, nrx: u32) {
+        self.tx.advance_head(ntx);
+        self.rx.advance_head(nrx);
+        self.rx_checked = self.rx_checked.saturating_sub(nrx);
     }
 }
 
@@ -364,6 +387,9 @@ impl Engine {
                 if val & regs::Q_SW_CTRL_RESET != 0 {
                     ring.reset_pointers();
                     ring.reset_since_abort = true;
+                    if dir == Dir::Rx {
+                        qu.rx_checked = 0;
+                    }
                     qu.epoch += 1;
                     qu.wait_doorbell = false;
                     qu.not_before = None;

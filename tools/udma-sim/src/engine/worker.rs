@@ -11,6 +11,7 @@ use crate::mem::{GuestMemory, MemReader};
 use crate::regs::{self, m2s_cause, s2m_cause};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 /// Retry interval of a queue stalled on a masked ring-id mismatch (V3 SENG).
@@ -104,12 +105,17 @@ impl Engine {
             let mut deadline: Option<Instant> = held.iter().filter_map(HeldQueue::next_due).min();
             let mut pick = None;
             if st.runnable() {
+                // The prefetcher issues no descriptor read while bus mastering is off; the
+                // packet's own fetch reports that (bus_master_off).
+                let bus_master = mem.bus_master.load(Relaxed);
                 for i in 0..regs::QUEUES_PER_ENGINE {
                     let q = (st.rr + i) % regs::QUEUES_PER_ENGINE;
                     let qu = &mut st.queues[q];
+                    let prefetch = bus_master && qu.rx_unchecked();
                     // A queue runs only while both directions have both enable bits set, at
                     // every fetch, not just at doorbell time (hardware.rst §3.4, §3.8 queue pause).
-                    if qu.tx.pending == 0 || qu.wait_doorbell || !qu.tx.enabled() || !qu.rx.enabled() {
+                    let packet = qu.tx.pending > 0 && !qu.wait_doorbell && qu.tx.enabled() && qu.rx.enabled();
+                    if !prefetch && !packet {
                         continue;
                     }
                     if let Some(t) = qu.not_before {
@@ -119,11 +125,11 @@ impl Engine {
                         }
                         qu.not_before = None;
                     }
-                    pick = Some(q);
+                    pick = Some((q, prefetch, packet));
                     break;
                 }
             }
-            let Some(q) = pick else {
+            let Some((q, prefetch, packet)) = pick else {
                 // Blocking: leave host memory first, so that a DMA map update need not wait.
                 mem.idle();
                 st = match deadline {
@@ -135,36 +141,54 @@ impl Engine {
                 };
                 continue;
             };
-            st.rr = q + 1;
             let snap = self.snapshot(&st, q);
             drop(st);
             let t0 = Instant::now();
-            let (outcome, slow) = {
+            let (pre, outcome, slow) = {
                 let e = mem.env();
-                let mut outcome = self.process(&e, &snap, &mut scratch);
-                if let Outcome::Done { bytes, dmb, wb, .. } = outcome {
-                    if let Err(rec) = self.move_data(&e, &snap, &scratch, &mut held[q], bytes, dmb, wb) {
-                        outcome = Outcome::Error(rec);
+                // The Rx prefetcher runs before the queue's next packet (it was kicked by the Rx
+                // doorbell, which comes first), so its errors are the first ones reported; a
+                // packet runs only if it found nothing.
+                let pre = prefetch.then(|| self.prefetch_rx(&e, &snap));
+                let mut outcome = None;
+                if packet && pre.as_ref().is_none_or(|p| p.stop.is_none()) {
+                    let mut o = self.process(&e, &snap, &mut scratch);
+                    if let Outcome::Done { bytes, dmb, wb, .. } = o {
+                        if let Err(rec) = self.move_data(&e, &snap, &scratch, &mut held[q], bytes, dmb, wb) {
+                            o = Outcome::Error(rec);
+                        }
                     }
+                    outcome = Some(o);
                 }
-                (outcome, e.slow)
+                (pre, outcome, e.slow)
             };
-            if slow > 1 {
-                if let Outcome::Done { .. } = outcome {
-                    let base = t0.elapsed().max(SLOW_BASE);
-                    mem.idle();
-                    std::thread::sleep(base * (slow - 1));
-                }
+            if slow > 1 && matches!(outcome, Some(Outcome::Done { .. })) {
+                let base = t0.elapsed().max(SLOW_BASE);
+                mem.idle();
+                std::thread::sleep(base * (slow - 1));
             }
             st = self.lock();
+            st.rr = q + 1;
             if st.queues[q].epoch != snap.epoch {
                 continue; // queue reset while in flight: drop the result
             }
+            if let Some(p) = pre {
+                // Counted from the head of the snapshot: only this thread moves the head.
+                st.queues[q].rx_checked = p.checked;
+                if let Some(rec) = p.masked {
+                    self.raise(&mut st, rec);
+                }
+                match p.stop {
+                    Some(Outcome::Retry) => st.queues[q].not_before = Some(Instant::now() + RINGID_RETRY),
+                    Some(Outcome::Error(rec)) => st = self.report(st, q, rec, on_error),
+                    _ => {}
+                }
+            }
+            let Some(outcome) = outcome else { continue };
             match outcome {
                 Outcome::Done { ntx, nrx, bytes, .. } => {
                     let qu = &mut st.queues[q];
-                    qu.tx.advance_head(ntx);
-                    qu.rx.advance_head(nrx);
+                    qu.consume(ntx, nrx);
                     if qu.fail_countdown > 0 {
                         qu.fail_countdown -= ntx.min(qu.fail_countdown);
                     }
@@ -180,9 +204,7 @@ impl Engine {
                         st.queues[q].fail_countdown = 0;
                     }
                     self.raise(&mut st, rec);
-                    let qu = &mut st.queues[q];
-                    qu.tx.advance_head(ntx);
-                    qu.rx.advance_head(nrx);
+                    st.queues[q].consume(ntx, nrx);
                     st.counters.descriptors += u64::from(ntx + nrx);
                 }
                 Outcome::NeedDoorbell => st.queues[q].wait_doorbell = true,
@@ -191,17 +213,30 @@ impl Engine {
                     if rec.kind == ErrorKind::InjectedFail {
                         st.queues[q].fail_countdown = 0;
                     }
-                    if self.raise(&mut st, rec) {
-                        drop(st);
-                        on_error(rec);
-                        st = self.lock();
-                    } else {
-                        // Masked, and the packet cannot be delimited or moved: the queue
-                        // stalls on it (cause bits set), as the prefetcher does on hardware.
-                        st.queues[q].not_before = Some(Instant::now() + RINGID_RETRY);
-                    }
+                    st = self.report(st, q, rec, on_error);
                 }
             }
+        }
+    }
+
+    /// Reports error `rec` of queue `q` found by the worker: aborts the engine and tells
+    /// `on_error` (outside the lock), or, when the abort masks mask it, stalls the queue (cause
+    /// bits set, retried every [`RINGID_RETRY`]) as the prefetcher does on hardware when a packet
+    /// cannot be delimited or moved.
+    fn report<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        q: usize,
+        rec: ErrorRecord,
+        on_error: &dyn Fn(ErrorRecord),
+    ) -> MutexGuard<'a, State> {
+        if self.raise(&mut st, rec) {
+            drop(st);
+            on_error(rec);
+            self.lock()
+        } else {
+            st.queues[q].not_before = Some(Instant::now() + RINGID_RETRY);
+            st
         }
     }
 
@@ -231,6 +266,7 @@ impl Engine {
             abort_mask_a,
             abort_mask_b,
             fail_countdown: qu.fail_countdown,
+            rx_checked: qu.rx_checked,
         }
     }
 }
