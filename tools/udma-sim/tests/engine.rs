@@ -85,11 +85,11 @@ fn single_pair_host_to_host() {
 fn host_to_hbm_and_back_with_completion_marker() {
     let (rig, mut sq) = setup(Model::Inf2, 64);
     let data = rig.fill(SRC, 8192, 7);
-    // host -> HBM at device address 0x1000, HBM -> host, then the 4-byte marker pair
-    // (hardware.rst §5.1).
+    // host -> HBM at device address 0x1000, HBM -> host (with DMB: it reads what the first pair
+    // wrote), then the 4-byte marker pair (hardware.rst §5.1).
     assert!(rig.ram.write(DST + 0x10000, &0xABCD_EF01u32.to_le_bytes()));
     rig.prepare(&mut sq, rig.host(SRC), 0x1000, 8192);
-    rig.prepare(&mut sq, 0x1000, rig.host(DST), 8192);
+    rig.prepare_dmb(&mut sq, 0x1000, rig.host(DST), 8192);
     rig.prepare(&mut sq, rig.host(DST + 0x10000), rig.host(DST + 0x10004), 4);
     rig.start(&sq, 3);
     wait_until("marker", || rig.ram_bytes(DST + 0x10004, 4) == 0xABCD_EF01u32.to_le_bytes());
@@ -198,7 +198,7 @@ fn v3_h2t_engine_with_bit46_route() {
     let data = rig.fill(SRC, 1024, 4);
     assert_eq!(rig.host(SRC) >> 44, 4);
     rig.prepare(&mut sq, rig.host(SRC), 0x3000, 1024);
-    rig.prepare(&mut sq, 0x3000, rig.host(DST), 1024);
+    rig.prepare_dmb(&mut sq, 0x3000, rig.host(DST), 1024);
     rig.start(&sq, 2);
     rig.wait_done(&sq);
     assert_eq!(rig.ram_bytes(DST, 1024), data);

@@ -78,6 +78,102 @@ fn write_barrier_on_the_last_data_pair_orders_the_marker() {
 }
 
 #[test]
+fn write_barrier_alone_does_not_order_a_marker_after_earlier_data() {
+    // Barrier-free data, then a marker with only the write barrier (no DMB): the write barrier
+    // orders the marker before later writes, not after earlier ones. The marker lands, the data
+    // stays held (here until a later write, at the latest the delay).
+    let rig = rig_with_delay(5000);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    let data = rig.fill(SRC, 16384, 9);
+    assert!(rig.ram.write(MARK, &MARKER.to_le_bytes()));
+    pair(&rig, &mut sq, rig.host(SRC), rig.host(DST), 16384, 0, desc::META_COPY);
+    pair(&rig, &mut sq, rig.host(MARK), rig.host(MARK + 4), 4, 0, desc::META_COPY_WB);
+    rig.start(&sq, 2);
+    wait_until("marker", || rig.ram_bytes(MARK + 4, 4) == MARKER.to_le_bytes());
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(rig.ram_bytes(DST, 16384), vec![0u8; 16384], "write-barrier marker ordered after earlier data");
+    assert_eq!(rig.dev.held_writes(), 1);
+    // A later write lands the data the write barrier fenced first.
+    let later = rig.fill(SRC + 0x10000, 64, 3);
+    pair(&rig, &mut sq, rig.host(SRC + 0x10000), rig.host(DST + 0x10000), 64, 0, desc::META_COPY);
+    rig.start(&sq, 1);
+    wait_until("later write", || rig.ram_bytes(DST + 0x10000, 64) == later);
+    assert_eq!(rig.ram_bytes(DST, 16384), data);
+    // The reference driver's order, a write barrier on the last data pair and a barrier-free
+    // marker, and the driver's, DMB on the marker, both order the marker after all the data.
+    for (last_meta, mark_w0) in [(desc::META_COPY_WB, 0), (desc::META_COPY, desc::DMB)] {
+        let rig = rig_with_delay(5000);
+        rig.init_engine(E);
+        let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+        let data = rig.fill(SRC, 32768, 5);
+        assert!(rig.ram.write(MARK, &MARKER.to_le_bytes()));
+        pair(&rig, &mut sq, rig.host(SRC), rig.host(DST), 16384, 0, desc::META_COPY);
+        pair(&rig, &mut sq, rig.host(SRC + 16384), rig.host(DST + 16384), 16384, 0, last_meta);
+        pair(&rig, &mut sq, rig.host(MARK), rig.host(MARK + 4), 4, mark_w0, desc::META_COPY);
+        rig.start(&sq, 3);
+        wait_until("marker", || rig.ram_bytes(MARK + 4, 4) == MARKER.to_le_bytes());
+        assert_eq!(rig.ram_bytes(DST, 32768), data, "meta 0x{last_meta:x} marker 0x{mark_w0:x}");
+    }
+}
+
+#[test]
+fn device_memory_reads_do_not_see_unordered_writes_of_the_queue() {
+    // A pair writes device memory, a later pair of the same queue reads it back without DMB:
+    // the read returns the bytes from before the write, whatever the writer carried (held,
+    // write barrier, a short write, DMB on the writer itself). With DMB on the reader it returns
+    // the new bytes; so does a later submission after the DMB marker.
+    const HBM: u64 = 0x2000;
+    let writers = [
+        (0u32, desc::META_COPY, 4096u32),
+        (0, desc::META_COPY_WB, 4096),
+        (0, desc::META_COPY, 64),
+        (desc::DMB, desc::META_COPY, 4096),
+    ];
+    for (w0, meta, len) in writers {
+        for reader_dmb in [false, true] {
+            let rig = rig_with_delay(5000);
+            rig.init_engine(E);
+            let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+            let old: Vec<u8> = (0..len).map(|i| (i * 3) as u8 | 1).collect();
+            rig.dev.bar4_write(HBM, &old);
+            let new = rig.fill(SRC, len as usize, 0x40);
+            assert!(rig.ram.write(MARK, &MARKER.to_le_bytes()));
+            pair(&rig, &mut sq, rig.host(SRC), HBM, len, w0, meta);
+            let r_w0 = if reader_dmb { desc::DMB } else { 0 };
+            pair(&rig, &mut sq, HBM, rig.host(DST), len, r_w0, desc::META_COPY);
+            pair(&rig, &mut sq, rig.host(MARK), rig.host(MARK + 4), 4, desc::DMB, desc::META_COPY);
+            rig.start(&sq, 3);
+            rig.wait_done(&sq);
+            let what = format!("writer w0 0x{w0:x} meta 0x{meta:x} len {len}, reader DMB {reader_dmb}");
+            assert!(rig.hbm_bytes(HBM, len as usize) == new, "{what}: device memory not written");
+            let got = rig.ram_bytes(DST, len as usize);
+            let want = if reader_dmb { &new } else { &old };
+            assert!(got == *want, "{what}: read {} bytes", if got == new { "new" } else { "other" });
+            // The next submission (after the DMB marker) sees the new bytes without a barrier.
+            assert!(rig.ram.write(MARK + 4, &[0; 4]));
+            pair(&rig, &mut sq, HBM, rig.host(DST + 0x10000), len, 0, desc::META_COPY);
+            pair(&rig, &mut sq, rig.host(MARK), rig.host(MARK + 4), 4, desc::DMB, desc::META_COPY);
+            rig.start(&sq, 2);
+            rig.wait_done(&sq);
+            assert!(rig.ram_bytes(DST + 0x10000, len as usize) == new, "{what}: next submission");
+        }
+    }
+    // Host memory is different: a read sees the queue's earlier writes to it (a read request does
+    // not pass posted writes), held or not.
+    let rig = rig_with_delay(5000);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    let data = rig.fill(SRC, 4096, 0x11);
+    pair(&rig, &mut sq, rig.host(SRC), rig.host(DST), 4096, 0, desc::META_COPY);
+    pair(&rig, &mut sq, rig.host(DST), rig.host(DST + 0x10000), 4096, 0, desc::META_COPY);
+    pair(&rig, &mut sq, rig.host(MARK), rig.host(MARK + 4), 4, desc::DMB, desc::META_COPY);
+    rig.start(&sq, 3);
+    rig.wait_done(&sq);
+    assert_eq!(rig.ram_bytes(DST + 0x10000, 4096), data);
+}
+
+#[test]
 fn short_writes_are_never_held_and_ordered_mode_holds_nothing() {
     let rig = rig_with_delay(5000);
     rig.init_engine(E);
@@ -415,7 +511,7 @@ fn device_addresses_follow_the_hbm_map() {
     // HBM1 at its real base lands at BAR4 + 4 MiB; HBM3 at BAR4 + 12 MiB.
     rig.prepare(&mut sq, rig.host(SRC), 0x40_0000_0100, 4096);
     rig.prepare(&mut sq, rig.host(SRC), 0x8040_0000_0000, 4096);
-    rig.prepare(&mut sq, 0x40_0000_0100, rig.host(DST), 4096);
+    rig.prepare_dmb(&mut sq, 0x40_0000_0100, rig.host(DST), 4096);
     rig.start(&sq, 3);
     rig.wait_done(&sq);
     assert_eq!(rig.hbm_bytes((4 << 20) + 0x100, 4096), data);

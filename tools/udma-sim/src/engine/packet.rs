@@ -138,6 +138,8 @@ pub struct Scratch {
     pub(super) tx: Vec<Seg>,
     pub(super) rx: Vec<Seg>,
     pub(super) recs: Vec<TraceRec>,
+    /// Staging buffer of a packet that is copied through a buffer.
+    pub(super) buf: Vec<u8>,
 }
 
 /// What a pass of the Rx prefetcher over a queue found.

@@ -154,7 +154,7 @@ impl Engine {
                 if packet && pre.as_ref().is_none_or(|p| p.stop.is_none()) {
                     let mut o = self.process(&e, &snap, &mut scratch);
                     if let Outcome::Done { bytes, dmb, wb, .. } = o {
-                        if let Err(rec) = self.move_data(&e, &snap, &scratch, &mut held[q], bytes, dmb, wb) {
+                        if let Err(rec) = self.move_data(&e, &snap, &mut scratch, &mut held[q], bytes, dmb, wb) {
                             o = Outcome::Error(rec);
                         }
                     }
