@@ -38,6 +38,8 @@ pub const POSTED_WRITE_MAX: u64 = 64;
 const HELD_BYTES_MAX: usize = 4 << 20;
 /// Bytes of landed buffers a queue keeps for reuse.
 const HELD_POOL_MAX: usize = 8 << 20;
+/// Segment lists a queue keeps for reuse.
+const HELD_SEG_POOL: usize = 4096;
 /// Bytes of shadows (device memory replaced by unordered writes) a queue keeps; above it the
 /// oldest are dropped (a later read then sees those writes).
 const SHADOW_BYTES_MAX: usize = 4 << 20;
@@ -78,18 +80,53 @@ pub(super) struct HeldQueue {
     /// The first `fence` held packets precede a write-barrier packet: they land before any
     /// write of a later packet lands (hardware.rst §4.3 bit 26).
     fence: usize,
+    /// Bounds `[lo, hi)` of the host bytes the held packets write (a quick no-overlap test).
+    host_span: Span,
     /// Oldest first.
     shadows: VecDeque<Shadow>,
     shadow_bytes: usize,
+    /// Bounds of the device bytes the shadows cover.
+    shadow_span: Span,
     /// Buffers of landed packets, reused so that holding a packet does not fault in fresh
     /// pages; at most [`HELD_POOL_MAX`] bytes.
     pool: Vec<Vec<u8>>,
     pool_bytes: usize,
+    /// Segment lists of landed packets, reused (no allocation per held packet).
+    seg_pool: Vec<Vec<Seg>>,
+}
+
+/// Bounds `[lo, hi)` of a set of byte ranges; empty when `lo >= hi`.
+#[derive(Clone, Copy)]
+struct Span {
+    lo: u64,
+    hi: u64,
+}
+
+impl Default for Span {
+    fn default() -> Span {
+        Span { lo: u64::MAX, hi: 0 }
+    }
+}
+
+impl Span {
+    fn add(&mut self, a: u64, len: u32) {
+        self.lo = self.lo.min(a);
+        self.hi = self.hi.max(a.saturating_add(u64::from(len)));
+    }
+
+    fn meets(&self, a: u64, len: u32) -> bool {
+        a < self.hi && self.lo < a.saturating_add(u64::from(len))
+    }
 }
 
 impl HeldQueue {
     fn push(&mut self, h: Held) {
         self.bytes += h.data.len();
+        for r in &h.segs {
+            if let Target::Host(a) = r.target {
+                self.host_span.add(a, r.len);
+            }
+        }
         self.list.push_back(h);
     }
 
@@ -97,7 +134,16 @@ impl HeldQueue {
         let h = self.list.pop_front()?;
         self.bytes -= h.data.len();
         self.fence = self.fence.saturating_sub(1);
+        if self.list.is_empty() {
+            self.host_span = Span::default();
+        }
         Some(h)
+    }
+
+    /// Whether source segment `t` reads host bytes a held packet writes.
+    fn overlaps_host(&self, t: &Seg) -> bool {
+        matches!(t.target, Target::Host(a) if self.host_span.meets(a, t.len))
+            && self.list.iter().any(|h| h.overlaps_host(t))
     }
 
     fn front(&self) -> Option<&Held> {
@@ -123,6 +169,14 @@ impl HeldQueue {
         b
     }
 
+    /// A copy of `segs` in a reused list.
+    fn segs(&mut self, segs: &[Seg]) -> Vec<Seg> {
+        let mut v = self.seg_pool.pop().unwrap_or_default();
+        v.clear();
+        v.extend_from_slice(segs);
+        v
+    }
+
     fn recycle(&mut self, b: Vec<u8>) {
         if self.pool_bytes + b.capacity() <= HELD_POOL_MAX {
             self.pool_bytes += b.capacity();
@@ -133,6 +187,9 @@ impl HeldQueue {
     /// Adds a shadow, dropping the oldest beyond the bounds.
     fn push_shadow(&mut self, s: Shadow) {
         self.shadow_bytes += s.pre.len();
+        for &(d, l) in &s.segs {
+            self.shadow_span.add(d, l);
+        }
         self.shadows.push_back(s);
         while self.shadow_bytes > SHADOW_BYTES_MAX || self.shadows.len() > SHADOW_MAX {
             let Some(old) = self.shadows.pop_front() else { break };
@@ -147,6 +204,7 @@ impl HeldQueue {
             self.recycle(old.pre);
         }
         self.shadow_bytes = 0;
+        self.shadow_span = Span::default();
     }
 
     /// Drops the oldest shadows that are over (`due` by `now`) or of an older queue epoch.
@@ -158,16 +216,23 @@ impl HeldQueue {
             self.shadow_bytes -= old.pre.len();
             self.recycle(old.pre);
         }
+        if self.shadows.is_empty() {
+            self.shadow_span = Span::default();
+        }
     }
 
     /// Whether device range `[a, a+len)` overlaps a live shadow.
     fn shadowed(&self, a: u64, len: u32, now: Instant, epoch: u64) -> bool {
-        self.shadows.iter().any(|s| s.live(now, epoch) && s.segs.iter().any(|&(d, l)| overlap(d, l, a, len)))
+        self.shadow_span.meets(a, len)
+            && self.shadows.iter().any(|s| s.live(now, epoch) && s.segs.iter().any(|&(d, l)| overlap(d, l, a, len)))
     }
 
     /// Puts back, into `buf` (the device bytes read at `a`), the bytes that live shadows say
     /// were there before the queue's unordered writes: the oldest shadow of a byte wins.
     fn overlay(&self, a: u64, buf: &mut [u8], now: Instant, epoch: u64) {
+        if !self.shadow_span.meets(a, buf.len() as u32) {
+            return;
+        }
         for s in self.shadows.iter().rev().filter(|s| s.live(now, epoch)) {
             let mut at = 0usize;
             for &(d, l) in &s.segs {
@@ -235,7 +300,7 @@ impl Engine {
             // byte, and this packet's reads see all of them.
             self.land(env, held, None, s.epoch);
             held.clear_shadows();
-        } else if held.bytes > 0 && sc.tx.iter().any(|t| held.list.iter().any(|h| h.overlaps_host(t))) {
+        } else if held.bytes > 0 && sc.tx.iter().any(|t| held.overlaps_host(t)) {
             // Host memory: a read does not pass the queue's earlier writes to it (PCIe: a read
             // request does not pass posted writes), so they land first.
             self.land_oldest(env, held, held.list.len(), s.epoch, now);
@@ -247,7 +312,8 @@ impl Engine {
                 held.recycle(data);
                 return Err(e);
             }
-            held.push(Held { epoch: s.epoch, due: now + delay, segs: sc.rx.clone(), data });
+            let segs = held.segs(&sc.rx);
+            held.push(Held { epoch: s.epoch, due: now + delay, segs, data });
             self.add_held(1);
             while held.bytes > HELD_BYTES_MAX && held.list.len() > 1 {
                 self.land_oldest(env, held, 1, s.epoch, now);
@@ -393,6 +459,9 @@ impl Engine {
             }
         }
         held.recycle(h.data);
+        if held.seg_pool.len() < HELD_SEG_POOL {
+            held.seg_pool.push(h.segs);
+        }
         self.add_held(-1);
     }
 
