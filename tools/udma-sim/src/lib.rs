@@ -92,6 +92,16 @@ pub struct LastError {
     pub record: ErrorRecord,
 }
 
+/// The settings every engine worker reads per packet, on cache lines of their own: the locks
+/// beside them in [`Shared`] (last error, BAR2 staging) are written by other threads.
+#[repr(align(128))]
+pub(crate) struct Knobs {
+    /// PCI bus-master enable.
+    pub(crate) bus_master: AtomicBool,
+    /// Slow-down factor.
+    pub(crate) slow: AtomicU32,
+}
+
 /// State shared between the device front end and the engine workers.
 pub(crate) struct Shared {
     pub(crate) model: Model,
@@ -101,8 +111,8 @@ pub(crate) struct Shared {
     pub(crate) hbm: Arc<FlatMemory>,
     pub(crate) hbm_map: Arc<mem::HbmMap>,
     pub(crate) engines: Vec<OnceLock<Arc<Engine>>>,
-    pub(crate) bus_master: AtomicBool,
-    pub(crate) slow: AtomicU32,
+    /// Read by every worker for every packet; written only when the guest changes them.
+    pub(crate) knobs: Knobs,
     pub(crate) tracer: Option<Arc<trace::Tracer>>,
     pub(crate) last_error: Mutex<Option<LastError>>,
     pub(crate) bar2: Mutex<control::Bar2Stage>,
@@ -134,8 +144,7 @@ impl Device {
                 hbm_map: Arc::new(mem::HbmMap::new(gen, hbm.clone())),
                 hbm,
                 engines: (0..gen.engine_count()).map(|_| OnceLock::new()).collect(),
-                bus_master: AtomicBool::new(true),
-                slow: AtomicU32::new(0),
+                knobs: Knobs { bus_master: AtomicBool::new(true), slow: AtomicU32::new(0) },
                 tracer,
                 last_error: Mutex::new(None),
                 bar2: Mutex::new(control::Bar2Stage::default()),
@@ -162,7 +171,7 @@ impl Device {
     /// Sets PCI bus-master enable (config command bit 2). While clear, every
     /// DMA attempt aborts the engine (`bus_master_off`). Default: enabled.
     pub fn set_bus_master(&self, on: bool) {
-        self.shared.bus_master.store(on, Ordering::Relaxed);
+        self.shared.knobs.bus_master.store(on, Ordering::Relaxed);
     }
 
     /// The engine with id `id`, allocated on first use.
@@ -185,8 +194,8 @@ impl Device {
                 gen: shared.gen,
                 host: shared.host.reader(),
                 hbm: &*shared.hbm_map,
-                bus_master: &shared.bus_master,
-                slow: &shared.slow,
+                bus_master: &shared.knobs.bus_master,
+                slow: &shared.knobs.slow,
                 trace: shared.tracer.as_deref(),
             };
             let on_error = |rec: ErrorRecord| {
@@ -324,7 +333,7 @@ impl Device {
                 let e = eng(engine)?;
                 e.inject_stall(queue(q)?, Duration::from_millis(u64::from(ms)));
             }
-            Fault::Slow { factor } => self.shared.slow.store(factor, Ordering::Relaxed),
+            Fault::Slow { factor } => self.shared.knobs.slow.store(factor, Ordering::Relaxed),
         }
         log::info!("fault injected: {f:?}");
         Ok(())
@@ -332,7 +341,7 @@ impl Device {
 
     /// Clears all faults, counters and the last error.
     pub fn clear(&self) {
-        self.shared.slow.store(0, Ordering::Relaxed);
+        self.shared.knobs.slow.store(0, Ordering::Relaxed);
         for e in self.shared.engines.iter().filter_map(|s| s.get()) {
             e.clear_faults();
             e.clear_counters();
