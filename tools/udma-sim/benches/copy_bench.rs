@@ -137,13 +137,13 @@ fn copy_bench() {
 const CPU_RAM: u64 = 0x1_0000_0000;
 const CPU_RAM_SIZE: usize = 16 << 20;
 /// Ring slots per queue.
-const CPU_RING: u32 = 256;
+const CPU_RING: u32 = 1024;
 /// Bytes per data pair.
 const CPU_PAIR: usize = 4096;
 /// Data pairs per submission; each submission is followed by the completion marker pair.
-const CPU_BATCH: u32 = 64;
+const CPU_BATCH: u32 = 256;
 /// Submissions per worker and measurement.
-const CPU_SUBMISSIONS: u32 = 8000;
+const CPU_SUBMISSIONS: u32 = 2000;
 const MARKER: u32 = 0xABCD_EF01;
 
 /// One engine's queue 0 as a driver thread drives it: rings, a source and a destination area,
@@ -173,7 +173,8 @@ impl Lane {
 
 /// Drives `lane` for `subs` submissions of [`CPU_BATCH`] pairs plus a marker pair with DMB (the
 /// driver's in-kernel copy: the last data pair carries the write barrier), keeping two
-/// submissions in flight; waits for each marker by polling guest RAM, sleeping in between.
+/// submissions in flight; waits for each marker by polling guest RAM, sleeping 100 us in between
+/// (rare wake-ups: the driver threads share the two cores with the workers).
 fn drive(dev: &Device, ram: &FlatMemory, lane: &Lane, slot: &mut u64, subs: u32) {
     let gen = dev.gen();
     let route = gen.host_route();
@@ -199,7 +200,7 @@ fn drive(dev: &Device, ram: &FlatMemory, lane: &Lane, slot: &mut u64, subs: u32)
                 panic!("engine error {e:?}");
             }
             assert!(t0.elapsed() < Duration::from_secs(20), "marker timeout");
-            std::thread::sleep(Duration::from_micros(20));
+            std::thread::sleep(Duration::from_micros(100));
         }
     };
     let chunks = (0x10_0000 / CPU_PAIR) as u64;
