@@ -4,8 +4,6 @@
 //! in-band BAR2 window; both end up as a [`Fault`] applied by
 //! [`crate::Device::inject`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 /// A fault to inject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -42,19 +40,6 @@ pub enum Fault {
 }
 
 /// Per-engine statistics (all monotonic until cleared).
-#[derive(Default, Debug)]
-pub struct Counters {
-    /// Descriptors consumed (Tx + Rx).
-    pub descriptors: AtomicU64,
-    /// Packets completed.
-    pub packets: AtomicU64,
-    /// Payload bytes copied.
-    pub bytes: AtomicU64,
-    /// Errors raised (aborts, including injected ones).
-    pub errors: AtomicU64,
-}
-
-/// A plain copy of [`Counters`].
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct CounterValues {
     /// Descriptors consumed (Tx + Rx).
@@ -65,26 +50,6 @@ pub struct CounterValues {
     pub bytes: u64,
     /// Errors raised.
     pub errors: u64,
-}
-
-impl Counters {
-    /// Snapshot.
-    pub fn get(&self) -> CounterValues {
-        CounterValues {
-            descriptors: self.descriptors.load(Ordering::Relaxed),
-            packets: self.packets.load(Ordering::Relaxed),
-            bytes: self.bytes.load(Ordering::Relaxed),
-            errors: self.errors.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Resets all counters to 0.
-    pub fn clear(&self) {
-        self.descriptors.store(0, Ordering::Relaxed);
-        self.packets.store(0, Ordering::Relaxed);
-        self.bytes.store(0, Ordering::Relaxed);
-        self.errors.store(0, Ordering::Relaxed);
-    }
 }
 
 impl CounterValues {

@@ -18,7 +18,7 @@ pub mod regs;
 pub mod server;
 pub mod trace;
 
-use engine::{Engine, EnvOwned, ErrorRecord};
+use engine::{Engine, ErrorRecord, Memories};
 use fault::{CounterValues, Fault};
 use layout::{Gen, Model};
 use mem::{FlatMemory, GuestMemory};
@@ -92,6 +92,16 @@ pub struct LastError {
     pub record: ErrorRecord,
 }
 
+/// The settings every engine worker reads per packet, on cache lines of their own: the locks
+/// beside them in [`Shared`] (last error, BAR2 staging) are written by other threads.
+#[repr(align(128))]
+pub(crate) struct Knobs {
+    /// PCI bus-master enable.
+    pub(crate) bus_master: AtomicBool,
+    /// Slow-down factor.
+    pub(crate) slow: AtomicU32,
+}
+
 /// State shared between the device front end and the engine workers.
 pub(crate) struct Shared {
     pub(crate) model: Model,
@@ -101,8 +111,8 @@ pub(crate) struct Shared {
     pub(crate) hbm: Arc<FlatMemory>,
     pub(crate) hbm_map: Arc<mem::HbmMap>,
     pub(crate) engines: Vec<OnceLock<Arc<Engine>>>,
-    pub(crate) bus_master: AtomicBool,
-    pub(crate) slow: AtomicU32,
+    /// Read by every worker for every packet; written only when the guest changes them.
+    pub(crate) knobs: Knobs,
     pub(crate) tracer: Option<Arc<trace::Tracer>>,
     pub(crate) last_error: Mutex<Option<LastError>>,
     pub(crate) bar2: Mutex<control::Bar2Stage>,
@@ -111,7 +121,8 @@ pub(crate) struct Shared {
 /// The simulated PCI function: BAR0 engines, BAR2 model-control window, BAR4 HBM.
 pub struct Device {
     shared: Arc<Shared>,
-    workers: Mutex<Vec<JoinHandle<()>>>,
+    /// Engine worker threads, by engine id.
+    workers: Mutex<Vec<(u32, JoinHandle<()>)>>,
 }
 
 impl Device {
@@ -133,8 +144,7 @@ impl Device {
                 hbm_map: Arc::new(mem::HbmMap::new(gen, hbm.clone())),
                 hbm,
                 engines: (0..gen.engine_count()).map(|_| OnceLock::new()).collect(),
-                bus_master: AtomicBool::new(true),
-                slow: AtomicU32::new(0),
+                knobs: Knobs { bus_master: AtomicBool::new(true), slow: AtomicU32::new(0) },
                 tracer,
                 last_error: Mutex::new(None),
                 bar2: Mutex::new(control::Bar2Stage::default()),
@@ -161,7 +171,7 @@ impl Device {
     /// Sets PCI bus-master enable (config command bit 2). While clear, every
     /// DMA attempt aborts the engine (`bus_master_off`). Default: enabled.
     pub fn set_bus_master(&self, on: bool) {
-        self.shared.bus_master.store(on, Ordering::Relaxed);
+        self.shared.knobs.bus_master.store(on, Ordering::Relaxed);
     }
 
     /// The engine with id `id`, allocated on first use.
@@ -178,22 +188,24 @@ impl Device {
         let shared = self.shared.clone();
         let e2 = eng.clone();
         let h = std::thread::Builder::new().name(format!("udma-eng{}", eng.id)).spawn(move || {
-            let env = || EnvOwned {
+            // Everything the worker reaches is borrowed for the thread's life; host memory
+            // through the worker's own reader (see `mem::MemReader`).
+            let mut mem = Memories {
                 gen: shared.gen,
-                host: shared.host.clone(),
-                hbm: shared.hbm_map.clone(),
-                bus_master: shared.bus_master.load(Ordering::Relaxed),
-                slow: shared.slow.load(Ordering::Relaxed),
-                trace: shared.tracer.clone(),
+                host: shared.host.reader(),
+                hbm: &*shared.hbm_map,
+                bus_master: &shared.knobs.bus_master,
+                slow: &shared.knobs.slow,
+                trace: shared.tracer.as_deref(),
             };
             let on_error = |rec: ErrorRecord| {
                 *shared.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
                     Some(LastError { engine: e2.id, record: rec });
             };
-            e2.run(&env, &on_error);
+            e2.run(&mut mem, &on_error);
         });
         match h {
-            Ok(h) => self.workers.lock().unwrap_or_else(|e| e.into_inner()).push(h),
+            Ok(h) => self.workers.lock().unwrap_or_else(|e| e.into_inner()).push((eng.id, h)),
             Err(e) => log::error!("cannot spawn worker for engine {}: {e}", eng.id),
         }
     }
@@ -206,6 +218,27 @@ impl Device {
     /// Posted writes held by unordered completion, summed over all engines (packets).
     pub fn held_writes(&self) -> usize {
         self.shared.engines.iter().filter_map(|s| s.get()).map(|e| e.held_writes()).sum()
+    }
+
+    /// CPU time used so far by the worker thread of engine `engine` (its
+    /// `CLOCK_THREAD_CPUTIME_ID`, read through `pthread_getcpuclockid`); `None` if the engine has
+    /// no worker yet. For benchmarks.
+    pub fn worker_cpu_time(&self, engine: u32) -> Option<Duration> {
+        use std::os::unix::thread::JoinHandleExt;
+        let workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        let (_, h) = workers.iter().find(|(id, _)| *id == engine)?;
+        let mut clk: libc::clockid_t = 0;
+        // SAFETY: the pthread_t belongs to a thread that is not joined yet (joined only in Drop,
+        // which cannot run while `workers` is borrowed); `clk` is a valid out pointer.
+        if unsafe { libc::pthread_getcpuclockid(h.as_pthread_t(), &mut clk) } != 0 {
+            return None;
+        }
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid out pointer.
+        if unsafe { libc::clock_gettime(clk, &mut ts) } != 0 {
+            return None;
+        }
+        Some(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
     }
 
     /// Model options.
@@ -231,14 +264,14 @@ impl Device {
             log::debug!("BAR0 write of unmodelled offset 0x{off:x} = 0x{val:x} ignored");
             return;
         };
-        let Some(eng) = self.engine(id).cloned() else { return };
+        let Some(eng) = self.engine(id) else { return };
         let fx = eng.write(unit & !3, val);
         if let Some(rec) = fx.error {
             *self.shared.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
                 Some(LastError { engine: id, record: rec });
         }
         if fx.kick {
-            self.ensure_worker(&eng);
+            self.ensure_worker(eng);
         }
     }
 
@@ -300,7 +333,7 @@ impl Device {
                 let e = eng(engine)?;
                 e.inject_stall(queue(q)?, Duration::from_millis(u64::from(ms)));
             }
-            Fault::Slow { factor } => self.shared.slow.store(factor, Ordering::Relaxed),
+            Fault::Slow { factor } => self.shared.knobs.slow.store(factor, Ordering::Relaxed),
         }
         log::info!("fault injected: {f:?}");
         Ok(())
@@ -308,21 +341,17 @@ impl Device {
 
     /// Clears all faults, counters and the last error.
     pub fn clear(&self) {
-        self.shared.slow.store(0, Ordering::Relaxed);
+        self.shared.knobs.slow.store(0, Ordering::Relaxed);
         for e in self.shared.engines.iter().filter_map(|s| s.get()) {
             e.clear_faults();
-            e.counters.clear();
+            e.clear_counters();
         }
         *self.shared.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Counters summed over all engines.
     pub fn counters(&self) -> CounterValues {
-        self.shared
-            .engines
-            .iter()
-            .filter_map(|s| s.get())
-            .fold(CounterValues::default(), |a, e| a.sum(e.counters.get()))
+        self.shared.engines.iter().filter_map(|s| s.get()).fold(CounterValues::default(), |a, e| a.sum(e.counters()))
     }
 
     /// Counters of every allocated engine that did something.
@@ -331,7 +360,7 @@ impl Device {
             .engines
             .iter()
             .filter_map(|s| s.get())
-            .map(|e| (e.id, e.counters.get()))
+            .map(|e| (e.id, e.counters()))
             .filter(|(_, c)| *c != CounterValues::default())
             .collect()
     }
@@ -357,7 +386,7 @@ impl Drop for Device {
         for e in self.shared.engines.iter().filter_map(|s| s.get()) {
             e.shutdown();
         }
-        for h in self.workers.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        for (_, h) in self.workers.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             let _ = h.join();
         }
     }

@@ -13,7 +13,8 @@
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A mapping of host memory (anonymous or a file), unmapped on drop.
 pub struct MmapRegion {
@@ -144,6 +145,12 @@ pub trait GuestMemory: Send + Sync {
         true
     }
 
+    /// The view of this memory one engine worker thread uses (see [`MemReader`]). Default: the
+    /// memory itself, for memories whose lookups take no lock.
+    fn reader(&self) -> Box<dyn MemReader + '_> {
+        Box::new(Direct(self))
+    }
+
     /// Writes `data` at `addr`; `false` (partly written) if unmapped.
     fn write(&self, addr: u64, data: &[u8]) -> bool {
         let mut done = 0;
@@ -161,6 +168,33 @@ pub trait GuestMemory: Send + Sync {
         true
     }
 }
+
+/// An engine worker's view of a [`GuestMemory`]. The worker calls [`MemReader::enter`] before
+/// it accesses memory for a packet (or for held writes) and [`MemReader::leave`] before it
+/// blocks; between the two it uses the reader as the memory. A reader may keep per-thread state
+/// (a snapshot of the DMA map, [`DmaReader`]) so that the per-packet path shares no lock or
+/// reference count with other workers.
+pub trait MemReader: GuestMemory {
+    /// The worker is about to access memory: take a current view if the memory changed.
+    fn enter(&mut self) {}
+    /// The worker accesses no memory until the next [`MemReader::enter`].
+    fn leave(&mut self) {}
+}
+
+/// The default reader: the memory itself.
+struct Direct<'a, T: ?Sized>(&'a T);
+
+impl<T: GuestMemory + ?Sized> GuestMemory for Direct<'_, T> {
+    fn span(&self, addr: u64, max_len: usize) -> Option<Span<'_>> {
+        self.0.span(addr, max_len)
+    }
+
+    fn reader(&self) -> Box<dyn MemReader + '_> {
+        Box::new(Direct(self.0))
+    }
+}
+
+impl<T: GuestMemory + ?Sized> MemReader for Direct<'_, T> {}
 
 /// Copies `len` bytes from `src`@`sa` to `dst`@`da` span by span (memmove
 /// semantics inside one space). Returns `false` if some part is unmapped.
@@ -286,14 +320,72 @@ struct DmaEntry {
     region: Arc<MmapRegion>,
 }
 
+/// The entry `addr` falls in, as a span of at most `max_len` bytes; `keep` makes the span hold a
+/// reference to the mapping (for callers without a snapshot that outlives the span).
+fn entry_span<'a>(entries: &'a [DmaEntry], addr: u64, max_len: usize, keep: bool) -> Option<Span<'a>> {
+    let idx = entries.partition_point(|e| e.iova <= addr).checked_sub(1)?;
+    let e = &entries[idx];
+    let off = usize::try_from(addr - e.iova).ok()?;
+    if off >= e.region.len() {
+        return None;
+    }
+    Some(Span {
+        // SAFETY: off < len, inside the mapping, kept alive by `entries` (or `_keep`).
+        ptr: unsafe { e.region.as_ptr().add(off) },
+        len: max_len.min(e.region.len() - off),
+        _keep: keep.then(|| e.region.clone()),
+        _life: std::marker::PhantomData,
+    })
+}
+
+/// What a [`DmaReader`] publishes in its slot while it holds no snapshot in use.
+const READER_IDLE: u64 = u64::MAX;
+
+/// The slot of one [`DmaReader`]: the generation of the snapshot it may be using, or
+/// [`READER_IDLE`]. Written by its reader only (when the generation changes, or when the reader
+/// goes idle or busy), read by a table update waiting for its grace period. Aligned so that no
+/// other data shares its cache line.
+#[repr(align(128))]
+struct ReaderSlot {
+    seen: AtomicU64,
+}
+
+/// The current entries and their generation.
+struct Entries {
+    list: Arc<Vec<DmaEntry>>,
+    gen: u64,
+}
+
 /// The vfio-user DMA map table: guest RAM as announced by DMA_MAP/DMA_UNMAP.
 ///
-/// Readers take a snapshot (`Arc` of the entry list); an unmapped region is
-/// munmap'ed only when the last in-flight span referencing it is gone, so an
-/// UNMAP racing with a copy never faults the model.
-#[derive(Default)]
+/// Engine workers do not look entries up in the table: each has a [`DmaReader`], which keeps its
+/// own snapshot of the entries and takes a new one only when the table's generation changed, so
+/// the per-packet path reads one atomic that is written only by table updates (no lock, no
+/// reference count). A table update (map, unmap, clear) replaces the entries, bumps the
+/// generation and then waits for a **grace period**: until every reader is idle or has taken a
+/// snapshot of that generation or later. Only then does it return, so the vfio-user reply to a
+/// DMA_UNMAP is sent when no worker can touch the unmapped region any more, and every packet
+/// that starts after it uses the new entries. A mapping is munmap'ed when the last snapshot
+/// holding it is dropped.
+///
+/// Other users (the server thread, tests) can use the table itself as a [`GuestMemory`]: each
+/// lookup then takes the table lock.
 pub struct DmaTable {
-    entries: RwLock<Arc<Vec<DmaEntry>>>,
+    entries: Mutex<Entries>,
+    /// Generation of `entries`; stored (SeqCst) after each replacement.
+    gen: AtomicU64,
+    /// Slots of the live readers.
+    readers: Mutex<Vec<Arc<ReaderSlot>>>,
+}
+
+impl Default for DmaTable {
+    fn default() -> DmaTable {
+        DmaTable {
+            entries: Mutex::new(Entries { list: Arc::new(Vec::new()), gen: 0 }),
+            gen: AtomicU64::new(0),
+            readers: Mutex::new(Vec::new()),
+        }
+    }
 }
 
 impl DmaTable {
@@ -302,45 +394,100 @@ impl DmaTable {
         DmaTable::default()
     }
 
+    fn lock(&self) -> MutexGuard<'_, Entries> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Replaces the entries by `f(current)` and waits for the grace period (see [`DmaTable`]).
+    /// Returns what `f` returned.
+    fn update<R>(&self, f: impl FnOnce(&[DmaEntry]) -> (Vec<DmaEntry>, R)) -> R {
+        let gen = {
+            let mut g = self.lock();
+            let (v, r) = f(&g.list);
+            g.list = Arc::new(v);
+            g.gen += 1;
+            // SeqCst, then the SeqCst loads of the reader slots in `wait_readers`: a reader
+            // whose slot still reads idle there has not yet made its SeqCst load of `gen` in
+            // `DmaReader::enter`, so that load sees this store (or a later one).
+            self.gen.store(g.gen, Ordering::SeqCst);
+            (g.gen, r)
+        };
+        self.wait_readers(gen.0);
+        gen.1
+    }
+
+    /// Waits until every reader is idle or uses a snapshot of generation `gen` or later.
+    fn wait_readers(&self, gen: u64) {
+        let slots: Vec<Arc<ReaderSlot>> = self.readers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for s in slots {
+            let mut spins = 0u32;
+            loop {
+                let v = s.seen.load(Ordering::SeqCst);
+                if v == READER_IDLE || v >= gen {
+                    break;
+                }
+                // A busy reader takes the new snapshot before its next packet: wait at most about
+                // one packet.
+                spins += 1;
+                if spins < 100 {
+                    std::hint::spin_loop();
+                } else if spins < 200 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                }
+            }
+        }
+    }
+
     /// Adds a mapping of `size` bytes of `file` at `offset` for IOVA `iova`.
     /// Overlapping older entries are dropped first.
     pub fn map(&self, iova: u64, size: u64, file: &File, offset: u64, writable: bool) -> std::io::Result<()> {
         let len = usize::try_from(size).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
         iova.checked_add(size).ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
         let region = Arc::new(MmapRegion::from_file(file, offset, len, writable)?);
-        let mut g = self.entries.write().unwrap_or_else(|e| e.into_inner());
-        let mut v: Vec<DmaEntry> =
-            g.iter().filter(|e| !overlaps(e.iova, e.region.len() as u64, iova, size)).cloned().collect();
-        v.push(DmaEntry { iova, region });
-        v.sort_by_key(|e| e.iova);
-        *g = Arc::new(v);
+        self.update(|cur| {
+            let mut v: Vec<DmaEntry> =
+                cur.iter().filter(|e| !overlaps(e.iova, e.region.len() as u64, iova, size)).cloned().collect();
+            v.push(DmaEntry { iova, region });
+            v.sort_by_key(|e| e.iova);
+            (v, ())
+        });
         Ok(())
     }
 
-    /// Removes every entry overlapping `[iova, iova+size)`; returns how many.
+    /// Removes every entry overlapping `[iova, iova+size)`; returns how many. When it returns,
+    /// no engine worker can access the removed entries any more.
     pub fn unmap(&self, iova: u64, size: u64) -> usize {
-        let mut g = self.entries.write().unwrap_or_else(|e| e.into_inner());
-        let before = g.len();
-        let v: Vec<DmaEntry> =
-            g.iter().filter(|e| !overlaps(e.iova, e.region.len() as u64, iova, size)).cloned().collect();
-        let removed = before - v.len();
-        *g = Arc::new(v);
-        removed
+        self.update(|cur| {
+            let v: Vec<DmaEntry> =
+                cur.iter().filter(|e| !overlaps(e.iova, e.region.len() as u64, iova, size)).cloned().collect();
+            let removed = cur.len() - v.len();
+            (v, removed)
+        })
     }
 
-    /// Removes all entries.
+    /// Removes all entries (with the same guarantee as [`DmaTable::unmap`]).
     pub fn clear(&self) {
-        *self.entries.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Vec::new());
+        self.update(|_| (Vec::new(), ()));
     }
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.entries.read().unwrap_or_else(|e| e.into_inner()).len()
+        self.lock().list.len()
     }
 
     /// True if no entries.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// A reader with its own snapshot of the entries, for one engine worker thread.
+    pub fn worker_reader(&self) -> DmaReader<'_> {
+        let slot = Arc::new(ReaderSlot { seen: AtomicU64::new(READER_IDLE) });
+        self.readers.lock().unwrap_or_else(|e| e.into_inner()).push(slot.clone());
+        let g = self.lock();
+        DmaReader { table: self, slot, snap: g.list.clone(), gen: g.gen, busy: false }
     }
 }
 
@@ -350,20 +497,86 @@ fn overlaps(a: u64, alen: u64, b: u64, blen: u64) -> bool {
 
 impl GuestMemory for DmaTable {
     fn span(&self, addr: u64, max_len: usize) -> Option<Span<'_>> {
-        let snap = self.entries.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let idx = snap.partition_point(|e| e.iova <= addr).checked_sub(1)?;
-        let e = &snap[idx];
-        let off = usize::try_from(addr - e.iova).ok()?;
-        if off >= e.region.len() {
-            return None;
+        let list = self.lock().list.clone();
+        let s = entry_span(&list, addr, max_len, true)?;
+        // The span holds its mapping itself; it does not borrow the local snapshot.
+        Some(Span { ptr: s.ptr, len: s.len, _keep: s._keep, _life: std::marker::PhantomData })
+    }
+
+    fn reader(&self) -> Box<dyn MemReader + '_> {
+        Box::new(self.worker_reader())
+    }
+}
+
+/// One engine worker's view of a [`DmaTable`]: a snapshot of its entries, renewed by
+/// [`MemReader::enter`] when the table's generation changed.
+///
+/// Ordering (see [`DmaTable`] for the update side): [`MemReader::enter`] first publishes "busy"
+/// (the snapshot's generation) in the reader's slot with a SeqCst store, then loads the table
+/// generation with SeqCst. An update stores the new generation with SeqCst, then loads every
+/// slot with SeqCst. In the single order of SeqCst operations, either the update's slot load
+/// comes after the reader's store (the update sees the reader busy with an older generation and
+/// waits until it takes the new snapshot or goes idle), or before it, and then the reader's
+/// generation load comes after the update's store and sees the new generation. So no packet
+/// uses a snapshot older than an update that had returned when the packet started. A reader
+/// busy across many packets loads the generation before each one (a plain load on x86; the
+/// line is written only by updates) and publishes only when it changes.
+pub struct DmaReader<'a> {
+    table: &'a DmaTable,
+    slot: Arc<ReaderSlot>,
+    snap: Arc<Vec<DmaEntry>>,
+    gen: u64,
+    busy: bool,
+}
+
+impl DmaReader<'_> {
+    /// Takes the table's current snapshot and publishes its generation.
+    fn refresh(&mut self) {
+        let (list, gen) = {
+            let g = self.table.lock();
+            (g.list.clone(), g.gen)
+        };
+        // The old snapshot is dropped here (a mapping no snapshot holds is munmap'ed).
+        self.snap = list;
+        self.gen = gen;
+        self.slot.seen.store(gen, Ordering::SeqCst);
+    }
+}
+
+impl GuestMemory for DmaReader<'_> {
+    fn span(&self, addr: u64, max_len: usize) -> Option<Span<'_>> {
+        entry_span(&self.snap, addr, max_len, false)
+    }
+
+    fn reader(&self) -> Box<dyn MemReader + '_> {
+        Box::new(self.table.worker_reader())
+    }
+}
+
+impl MemReader for DmaReader<'_> {
+    fn enter(&mut self) {
+        if !self.busy {
+            self.slot.seen.store(self.gen, Ordering::SeqCst);
+            self.busy = true;
         }
-        Some(Span {
-            // SAFETY: off < len, inside the mapping, kept alive by `_keep`.
-            ptr: unsafe { e.region.as_ptr().add(off) },
-            len: max_len.min(e.region.len() - off),
-            _keep: Some(e.region.clone()),
-            _life: std::marker::PhantomData,
-        })
+        if self.table.gen.load(Ordering::SeqCst) != self.gen {
+            self.refresh();
+        }
+    }
+
+    fn leave(&mut self) {
+        if self.busy {
+            self.slot.seen.store(READER_IDLE, Ordering::SeqCst);
+            self.busy = false;
+        }
+    }
+}
+
+impl Drop for DmaReader<'_> {
+    fn drop(&mut self) {
+        self.leave();
+        let mut r = self.table.readers.lock().unwrap_or_else(|e| e.into_inner());
+        r.retain(|s| !Arc::ptr_eq(s, &self.slot));
     }
 }
 
@@ -405,6 +618,44 @@ mod tests {
         assert_eq!(t.unmap(0x12000, 0x1000), 1);
         assert!(!t.is_mapped(0x11f80, 0x100));
         assert!(!copy(&t, 0x11f80, &f, 0, 0x100));
+        t.clear();
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn dma_reader_keeps_a_snapshot_and_updates_wait_for_busy_readers() {
+        use std::sync::atomic::AtomicBool;
+        use std::time::Duration;
+        let f = FlatMemory::memfd(0, 0x4000, "t").unwrap();
+        // SAFETY: duplicate the memfd so that the table can map it.
+        let file = unsafe { File::from_raw_fd(libc::dup(f.raw_fd().unwrap())) };
+        let t = DmaTable::new();
+        t.map(0x10000, 0x2000, &file, 0, true).unwrap();
+        let mut r = t.worker_reader();
+        r.enter();
+        assert!(r.is_mapped(0x10000, 0x2000));
+        // A busy reader keeps using its snapshot; the unmap does not return before the reader
+        // has moved to the new one (its next packet).
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert_eq!(t.unmap(0x10000, 0x1000), 1);
+                done.store(true, Ordering::SeqCst);
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!done.load(Ordering::SeqCst), "unmap returned while a reader used the old snapshot");
+            assert!(r.is_mapped(0x10000, 0x2000));
+            r.enter();
+            assert!(!r.is_mapped(0x10000, 0x1000));
+        });
+        assert!(done.load(Ordering::SeqCst));
+        // An idle reader does not hold an update up, and sees it when it next enters.
+        r.leave();
+        t.map(0x20000, 0x1000, &file, 0x1000, true).unwrap();
+        r.enter();
+        assert!(r.is_mapped(0x20000, 0x1000));
+        // Dropping the reader deregisters it: later updates wait for nobody.
+        drop(r);
         t.clear();
         assert!(t.is_empty());
     }

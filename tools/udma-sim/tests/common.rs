@@ -158,11 +158,22 @@ impl Rig {
 
     /// Builds one Tx+Rx pair like `udma_m2m_copy_prepare_one` (src/dst are device addresses).
     pub fn prepare(&self, sq: &mut SwQueue, src: u64, dst: u64, len: u32) {
+        self.prepare_with(sq, src, dst, len, 0);
+    }
+
+    /// As [`Rig::prepare`], with DMB on the Tx descriptor: the pair waits for every earlier
+    /// transfer of the queue. A pair that reads device memory an earlier pair of the queue wrote
+    /// needs it (hardware.rst §4.2 bit 30; without it the read may see the old bytes).
+    pub fn prepare_dmb(&self, sq: &mut SwQueue, src: u64, dst: u64, len: u32) {
+        self.prepare_with(sq, src, dst, len, desc::DMB);
+    }
+
+    fn prepare_with(&self, sq: &mut SwQueue, src: u64, dst: u64, len: u32, w0_extra: u32) {
         let l = len & desc::LEN_MASK; // 65536 -> 0
         let (ri, rrid) = sq.rx.take();
         let (ti, trid) = sq.tx.take();
         self.put_desc(&sq.rx, ri, rrid << 24 | l, 0, dst);
-        self.put_desc(&sq.tx, ti, desc::FIRST | desc::LAST | trid << 24 | l, desc::META_COPY, src);
+        self.put_desc(&sq.tx, ti, desc::FIRST | desc::LAST | w0_extra | trid << 24 | l, desc::META_COPY, src);
     }
 
     pub fn doorbell(&self, eng: u32, q: u32, tx: bool, n: u32) {

@@ -85,11 +85,11 @@ fn single_pair_host_to_host() {
 fn host_to_hbm_and_back_with_completion_marker() {
     let (rig, mut sq) = setup(Model::Inf2, 64);
     let data = rig.fill(SRC, 8192, 7);
-    // host -> HBM at device address 0x1000, HBM -> host, then the 4-byte marker pair
-    // (hardware.rst §5.1).
+    // host -> HBM at device address 0x1000, HBM -> host (with DMB: it reads what the first pair
+    // wrote), then the 4-byte marker pair (hardware.rst §5.1).
     assert!(rig.ram.write(DST + 0x10000, &0xABCD_EF01u32.to_le_bytes()));
     rig.prepare(&mut sq, rig.host(SRC), 0x1000, 8192);
-    rig.prepare(&mut sq, 0x1000, rig.host(DST), 8192);
+    rig.prepare_dmb(&mut sq, 0x1000, rig.host(DST), 8192);
     rig.prepare(&mut sq, rig.host(DST + 0x10000), rig.host(DST + 0x10004), 4);
     rig.start(&sq, 3);
     wait_until("marker", || rig.ram_bytes(DST + 0x10004, 4) == 0xABCD_EF01u32.to_le_bytes());
@@ -198,7 +198,7 @@ fn v3_h2t_engine_with_bit46_route() {
     let data = rig.fill(SRC, 1024, 4);
     assert_eq!(rig.host(SRC) >> 44, 4);
     rig.prepare(&mut sq, rig.host(SRC), 0x3000, 1024);
-    rig.prepare(&mut sq, 0x3000, rig.host(DST), 1024);
+    rig.prepare_dmb(&mut sq, 0x3000, rig.host(DST), 1024);
     rig.start(&sq, 2);
     rig.wait_done(&sq);
     assert_eq!(rig.ram_bytes(DST, 1024), data);
@@ -386,4 +386,66 @@ fn malicious_register_writes_do_not_panic() {
     // Shutting down joins every worker (a panic while stopping counts too).
     drop(rig);
     assert_eq!(MODEL_PANICS.load(std::sync::atomic::Ordering::SeqCst), 0, "a model thread panicked");
+}
+
+#[test]
+fn dma_unmap_is_seen_by_the_next_packet() {
+    use std::sync::Arc;
+    use udma_sim::engine::ErrorKind;
+    use udma_sim::mem::{DmaTable, FlatMemory, GuestMemory};
+    use udma_sim::{Config, Device, Options};
+    // Guest RAM behind the vfio-user DMA map table, as in the server: rings and source in one
+    // entry, the destination in another.
+    let ram = Arc::new(FlatMemory::memfd(RAM_BASE, RAM_SIZE, "ram").unwrap());
+    // SAFETY: dup of a valid memfd; the File owns the duplicate.
+    let file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(libc::dup(ram.raw_fd().unwrap())) };
+    let dma = Arc::new(DmaTable::new());
+    dma.map(RAM_BASE, DST - RAM_BASE, &file, 0, true).unwrap();
+    dma.map(DST, 0x10_0000, &file, DST - RAM_BASE, true).unwrap();
+    let dev = Arc::new(
+        Device::new(
+            Config {
+                model: Model::Trn1,
+                hbm_size: 1 << 20,
+                trace: None,
+                // Held writes land after 2 ms (not 100), so that the rounds do not wait long.
+                options: Options { unordered_delay: Some(Duration::from_millis(2)), ..Options::default() },
+            },
+            dma.clone() as Arc<dyn GuestMemory>,
+        )
+        .unwrap(),
+    );
+    let rig = Rig { dev, ram, gen: Model::Trn1.gen() };
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    let data = rig.fill(SRC, 8192, 3);
+    // Map churn of an unrelated range while copies run: every update waits for the worker's
+    // grace period, and nothing deadlocks.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                dma.map(0x9000_0000, 0x1000, &file, 0, true).unwrap();
+                dma.unmap(0x9000_0000, 0x1000);
+            }
+        });
+        for round in 0..20u64 {
+            for i in 0..8u64 {
+                rig.prepare(&mut sq, rig.host(SRC + i * 1024), rig.host(DST + (round % 4) * 8192 + i * 1024), 1024);
+            }
+            rig.start(&sq, 8);
+            rig.wait_done(&sq);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert_eq!(rig.ram_bytes(DST, 8192), data);
+    // Once DMA_UNMAP has returned, the next packet no longer reaches the region: a data-write
+    // error, nothing written.
+    assert_eq!(dma.unmap(DST, 0x10_0000), 1);
+    rig.fill(SRC, 8192, 4);
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 8192);
+    rig.start(&sq, 1);
+    rig.wait_abort(E);
+    assert_eq!(rig.dev.last_error().unwrap().record.kind, ErrorKind::DataWrite);
+    assert_eq!(rig.ram_bytes(DST, 8192), data);
 }

@@ -52,8 +52,11 @@ fn expect_error(rig: &Rig, kind: ErrorKind, a: u32, b: u32) {
 #[test]
 fn desc_fetch_from_unmapped_ring() {
     let (rig, _) = setup();
-    // Ring base outside guest RAM (still 256-byte aligned).
+    // Tx ring base outside guest RAM (still 256-byte aligned); the Rx descriptor is valid, so
+    // the Rx prefetch at the Rx doorbell passes and the Tx fetch fails.
     let mut sq = rig.init_queue(E, 0, 0x4000_0000, RX_RING, 64);
+    let (ri, rrid) = sq.rx.take();
+    rig.put_desc(&sq.rx, ri, rrid << 24 | 64, 0, rig.host(DST));
     rig.start(&sq, 1);
     expect_error(&rig, ErrorKind::DescFetch, m2s_cause::DESC_FETCH, 0);
     // Rx ring unmapped (Tx descriptor valid).

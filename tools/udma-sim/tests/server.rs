@@ -112,7 +112,8 @@ fn vfio_user_end_to_end() {
     put(rx_ring, 0, 1 << 24 | 4096, 0, 0x800);
     put(tx_ring, 0, fl, desc::META_COPY, host(src));
     put(rx_ring, 1, 1 << 24 | 4096, 0, host(dst));
-    put(tx_ring, 1, fl, desc::META_COPY_WB, 0x800);
+    // DMB: the pair reads the device memory the first pair wrote.
+    put(tx_ring, 1, fl | desc::DMB, desc::META_COPY_WB, 0x800);
     wr32(&mut c, BAR0, eng + 0x21038, 2);
     wr32(&mut c, BAR0, eng + 0x1038, 2);
     let t0 = Instant::now();

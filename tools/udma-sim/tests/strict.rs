@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use std::time::Duration;
-use udma_sim::engine::{ErrorKind, POSTED_WRITE_MAX};
+use udma_sim::engine::{Dir, ErrorKind, POSTED_WRITE_MAX};
 use udma_sim::layout::Model;
 use udma_sim::mem::GuestMemory;
 use udma_sim::regs::{self, desc, m2s_cause, s2m_cause};
@@ -78,6 +78,102 @@ fn write_barrier_on_the_last_data_pair_orders_the_marker() {
 }
 
 #[test]
+fn write_barrier_alone_does_not_order_a_marker_after_earlier_data() {
+    // Barrier-free data, then a marker with only the write barrier (no DMB): the write barrier
+    // orders the marker before later writes, not after earlier ones. The marker lands, the data
+    // stays held (here until a later write, at the latest the delay).
+    let rig = rig_with_delay(5000);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    let data = rig.fill(SRC, 16384, 9);
+    assert!(rig.ram.write(MARK, &MARKER.to_le_bytes()));
+    pair(&rig, &mut sq, rig.host(SRC), rig.host(DST), 16384, 0, desc::META_COPY);
+    pair(&rig, &mut sq, rig.host(MARK), rig.host(MARK + 4), 4, 0, desc::META_COPY_WB);
+    rig.start(&sq, 2);
+    wait_until("marker", || rig.ram_bytes(MARK + 4, 4) == MARKER.to_le_bytes());
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(rig.ram_bytes(DST, 16384), vec![0u8; 16384], "write-barrier marker ordered after earlier data");
+    assert_eq!(rig.dev.held_writes(), 1);
+    // A later write lands the data the write barrier fenced first.
+    let later = rig.fill(SRC + 0x10000, 64, 3);
+    pair(&rig, &mut sq, rig.host(SRC + 0x10000), rig.host(DST + 0x10000), 64, 0, desc::META_COPY);
+    rig.start(&sq, 1);
+    wait_until("later write", || rig.ram_bytes(DST + 0x10000, 64) == later);
+    assert_eq!(rig.ram_bytes(DST, 16384), data);
+    // The reference driver's order, a write barrier on the last data pair and a barrier-free
+    // marker, and the driver's, DMB on the marker, both order the marker after all the data.
+    for (last_meta, mark_w0) in [(desc::META_COPY_WB, 0), (desc::META_COPY, desc::DMB)] {
+        let rig = rig_with_delay(5000);
+        rig.init_engine(E);
+        let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+        let data = rig.fill(SRC, 32768, 5);
+        assert!(rig.ram.write(MARK, &MARKER.to_le_bytes()));
+        pair(&rig, &mut sq, rig.host(SRC), rig.host(DST), 16384, 0, desc::META_COPY);
+        pair(&rig, &mut sq, rig.host(SRC + 16384), rig.host(DST + 16384), 16384, 0, last_meta);
+        pair(&rig, &mut sq, rig.host(MARK), rig.host(MARK + 4), 4, mark_w0, desc::META_COPY);
+        rig.start(&sq, 3);
+        wait_until("marker", || rig.ram_bytes(MARK + 4, 4) == MARKER.to_le_bytes());
+        assert_eq!(rig.ram_bytes(DST, 32768), data, "meta 0x{last_meta:x} marker 0x{mark_w0:x}");
+    }
+}
+
+#[test]
+fn device_memory_reads_do_not_see_unordered_writes_of_the_queue() {
+    // A pair writes device memory, a later pair of the same queue reads it back without DMB:
+    // the read returns the bytes from before the write, whatever the writer carried (held,
+    // write barrier, a short write, DMB on the writer itself). With DMB on the reader it returns
+    // the new bytes; so does a later submission after the DMB marker.
+    const HBM: u64 = 0x2000;
+    let writers = [
+        (0u32, desc::META_COPY, 4096u32),
+        (0, desc::META_COPY_WB, 4096),
+        (0, desc::META_COPY, 64),
+        (desc::DMB, desc::META_COPY, 4096),
+    ];
+    for (w0, meta, len) in writers {
+        for reader_dmb in [false, true] {
+            let rig = rig_with_delay(5000);
+            rig.init_engine(E);
+            let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+            let old: Vec<u8> = (0..len).map(|i| (i * 3) as u8 | 1).collect();
+            rig.dev.bar4_write(HBM, &old);
+            let new = rig.fill(SRC, len as usize, 0x40);
+            assert!(rig.ram.write(MARK, &MARKER.to_le_bytes()));
+            pair(&rig, &mut sq, rig.host(SRC), HBM, len, w0, meta);
+            let r_w0 = if reader_dmb { desc::DMB } else { 0 };
+            pair(&rig, &mut sq, HBM, rig.host(DST), len, r_w0, desc::META_COPY);
+            pair(&rig, &mut sq, rig.host(MARK), rig.host(MARK + 4), 4, desc::DMB, desc::META_COPY);
+            rig.start(&sq, 3);
+            rig.wait_done(&sq);
+            let what = format!("writer w0 0x{w0:x} meta 0x{meta:x} len {len}, reader DMB {reader_dmb}");
+            assert!(rig.hbm_bytes(HBM, len as usize) == new, "{what}: device memory not written");
+            let got = rig.ram_bytes(DST, len as usize);
+            let want = if reader_dmb { &new } else { &old };
+            assert!(got == *want, "{what}: read {} bytes", if got == new { "new" } else { "other" });
+            // The next submission (after the DMB marker) sees the new bytes without a barrier.
+            assert!(rig.ram.write(MARK + 4, &[0; 4]));
+            pair(&rig, &mut sq, HBM, rig.host(DST + 0x10000), len, 0, desc::META_COPY);
+            pair(&rig, &mut sq, rig.host(MARK), rig.host(MARK + 4), 4, desc::DMB, desc::META_COPY);
+            rig.start(&sq, 2);
+            rig.wait_done(&sq);
+            assert!(rig.ram_bytes(DST + 0x10000, len as usize) == new, "{what}: next submission");
+        }
+    }
+    // Host memory is different: a read sees the queue's earlier writes to it (a read request does
+    // not pass posted writes), held or not.
+    let rig = rig_with_delay(5000);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    let data = rig.fill(SRC, 4096, 0x11);
+    pair(&rig, &mut sq, rig.host(SRC), rig.host(DST), 4096, 0, desc::META_COPY);
+    pair(&rig, &mut sq, rig.host(DST), rig.host(DST + 0x10000), 4096, 0, desc::META_COPY);
+    pair(&rig, &mut sq, rig.host(MARK), rig.host(MARK + 4), 4, desc::DMB, desc::META_COPY);
+    rig.start(&sq, 3);
+    rig.wait_done(&sq);
+    assert_eq!(rig.ram_bytes(DST + 0x10000, 4096), data);
+}
+
+#[test]
 fn short_writes_are_never_held_and_ordered_mode_holds_nothing() {
     let rig = rig_with_delay(5000);
     rig.init_engine(E);
@@ -108,11 +204,22 @@ fn v3_engines_without_host_connectivity_cannot_fetch_host_rings() {
     let mut sq = rig.init_queue(0, 1, TX_RING, RX_RING, 64);
     rig.fill(SRC, 4096, 1);
     rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 4096);
+    // The Rx doorbell comes first: the Rx prefetch cannot fetch the host Rx ring (S2M 9).
     rig.start(&sq, 1);
     rig.wait_abort(0);
     let le = rig.dev.last_error().unwrap();
-    assert_eq!((le.engine, le.record.kind), (0, ErrorKind::DescFetch));
-    assert_eq!(rig.cause_a(0), m2s_cause::DESC_FETCH);
+    assert_eq!((le.engine, le.record.kind, le.record.dir), (0, ErrorKind::DescFetch, Some(Dir::Rx)));
+    assert_eq!((rig.cause_a(0), rig.cause_b(0)), (0, s2m_cause::DESC_FETCH));
+    // A Tx doorbell alone: the Tx fetch of the host Tx ring fails (M2S 11).
+    let rig = Rig::new(Model::Trn2);
+    rig.init_engine(0);
+    let mut sq = rig.init_queue(0, 1, TX_RING, RX_RING, 64);
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 4096);
+    rig.doorbell(0, 1, true, 1);
+    rig.wait_abort(0);
+    let le = rig.dev.last_error().unwrap();
+    assert_eq!((le.engine, le.record.kind, le.record.dir), (0, ErrorKind::DescFetch, Some(Dir::Tx)));
+    assert_eq!((rig.cause_a(0), rig.cause_b(0)), (m2s_cause::DESC_FETCH, 0));
     // Engine 4 of the same SENG (hardware.rst §2.5) and the H2T engine 128 reach host memory.
     for e in [4, 128] {
         rig.init_engine(e);
@@ -204,6 +311,82 @@ fn rx_prefetch_checks_ring_ids_up_to_the_tail() {
     rig.doorbell(E, 0, false, 2);
     rig.doorbell(E, 0, true, 2);
     rig.wait_done(&sq);
+}
+
+#[test]
+fn rx_descriptors_are_checked_at_the_rx_doorbell() {
+    // A bad Rx descriptor rung without any Tx packet is reported by the Rx prefetch: a stale ring
+    // id (S2M 11), a destination that is not mapped (S2M 1), an undefined len_ctrl bit (M2S 1).
+    let cases = [
+        (ErrorKind::RingId, 0, s2m_cause::RING_ID),
+        (ErrorKind::DataWrite, 0, s2m_cause::DATA_WRITE),
+        (ErrorKind::Unsupported, m2s_cause::UNSUPPORTED, 0),
+    ];
+    for (kind, a, b) in cases {
+        let rig = Rig::new(Model::Trn1);
+        rig.init_engine(E);
+        let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+        let (ri, rrid) = sq.rx.take();
+        let (w0, dst) = match kind {
+            ErrorKind::RingId => (((rrid + 1) & 3) << 24 | 64, rig.host(DST)),
+            ErrorKind::DataWrite => (rrid << 24 | 64, rig.host(0x7000_0000)),
+            _ => (desc::FIRST | rrid << 24 | 64, rig.host(DST)),
+        };
+        rig.put_desc(&sq.rx, ri, w0, 0, dst);
+        rig.doorbell(E, 0, false, 1);
+        rig.wait_abort(E);
+        let le = rig.dev.last_error().unwrap();
+        assert_eq!((le.record.kind, le.record.dir, le.record.index), (kind, Some(Dir::Rx), Some(0)));
+        assert_eq!((rig.cause_a(E), rig.cause_b(E)), (a, b), "{kind:?}");
+        assert_eq!((rig.head(E, 0, true), rig.head(E, 0, false)), (1 << 30, 1 << 30));
+    }
+    // Masked (abort masks at their reset value), a bad destination only sets its cause bit.
+    let rig = Rig::new(Model::Trn1);
+    let mut sq = engine_without_unmask(&rig);
+    let (ri, rrid) = sq.rx.take();
+    rig.put_desc(&sq.rx, ri, rrid << 24 | 64, 0, rig.host(0x7000_0000));
+    rig.doorbell(E, 0, false, 1);
+    wait_until("cause bit", || rig.cause_b(E) == s2m_cause::DATA_WRITE);
+    assert_eq!(rig.rd(E, regs::M2S_STATE), regs::STATE_NORMAL);
+    // The correct sequence: valid Rx descriptors rung ahead of their Tx packets wait for them.
+    let rig = Rig::new(Model::Trn1);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    let data = rig.fill(SRC, 8192, 8);
+    rig.prepare(&mut sq, rig.host(SRC), rig.host(DST), 4096);
+    rig.prepare(&mut sq, rig.host(SRC + 4096), rig.host(DST + 4096), 4096);
+    rig.doorbell(E, 0, false, 2);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(rig.rd(E, regs::M2S_STATE), regs::STATE_NORMAL);
+    assert!(rig.dev.last_error().is_none());
+    rig.doorbell(E, 0, true, 2);
+    rig.wait_done(&sq);
+    assert_eq!(rig.ram_bytes(DST, 8192), data);
+}
+
+#[test]
+fn rx_prefetch_reads_at_most_64_ahead_of_the_head() {
+    // 100 Rx descriptors posted, slot 70 stale: the prefetch at the doorbell checks slots 0-63
+    // only; the error comes once the head is within 64 slots of it, after 7 packets.
+    let rig = Rig::new(Model::Trn1);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 128);
+    rig.fill(SRC, 64 * 100, 1);
+    for i in 0..100u64 {
+        rig.prepare(&mut sq, rig.host(SRC + i * 64), rig.host(DST + i * 64), 64);
+    }
+    let mut d = [0u8; 16];
+    assert!(rig.ram.read(RX_RING + 70 * 16, &mut d));
+    d[3] ^= 2; // ring id 1 -> 3
+    assert!(rig.ram.write(RX_RING + 70 * 16, &d));
+    rig.doorbell(E, 0, false, 100);
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(rig.dev.last_error().is_none(), "slot 70 is beyond the prefetch window");
+    rig.doorbell(E, 0, true, 100);
+    rig.wait_abort(E);
+    let le = rig.dev.last_error().unwrap();
+    assert_eq!((le.record.kind, le.record.dir, le.record.index), (ErrorKind::RingId, Some(Dir::Rx), Some(70)));
+    assert_eq!(rig.head(E, 0, true), 7 | 1 << 30);
 }
 
 #[test]
@@ -328,7 +511,7 @@ fn device_addresses_follow_the_hbm_map() {
     // HBM1 at its real base lands at BAR4 + 4 MiB; HBM3 at BAR4 + 12 MiB.
     rig.prepare(&mut sq, rig.host(SRC), 0x40_0000_0100, 4096);
     rig.prepare(&mut sq, rig.host(SRC), 0x8040_0000_0000, 4096);
-    rig.prepare(&mut sq, 0x40_0000_0100, rig.host(DST), 4096);
+    rig.prepare_dmb(&mut sq, 0x40_0000_0100, rig.host(DST), 4096);
     rig.start(&sq, 3);
     rig.wait_done(&sq);
     assert_eq!(rig.hbm_bytes((4 << 20) + 0x100, 4096), data);

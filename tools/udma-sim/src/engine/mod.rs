@@ -19,9 +19,9 @@ mod worker;
 pub use packet::{Scratch, RX_PREFETCH};
 pub use regfile::WriteEffect;
 pub use transfer::POSTED_WRITE_MAX;
-pub use worker::{Env, EnvOwned};
+pub use worker::{Env, Memories};
 
-use crate::fault::Counters;
+use crate::fault::CounterValues;
 use crate::layout::Gen;
 use crate::regs::{m2s_cause, s2m_cause};
 use crate::Options;
@@ -197,19 +197,19 @@ pub struct ErrorRecord {
     pub s2m_bits: u32,
 }
 
-/// One UDMA engine.
+/// One UDMA engine. Aligned to two cache lines so that what its worker writes per packet (the
+/// engine lock, the held-write count) shares no cache line with another engine.
+#[repr(align(128))]
 pub struct Engine {
     /// Engine id (hardware.rst §2.2).
     pub id: u32,
     /// Whether this engine reaches host memory (hardware.rst §2.5).
     host_ok: bool,
     opts: Options,
-    /// Packets whose writes are held (unordered completion).
+    /// Packets whose writes are held (unordered completion). Written by the worker only.
     held: AtomicUsize,
     state: Mutex<State>,
     cv: Condvar,
-    /// Statistics.
-    pub counters: Counters,
 }
 
 fn err(kind: ErrorKind, q: usize, dir: Dir, index: Option<u32>) -> ErrorRecord {
@@ -227,13 +227,29 @@ impl Engine {
             held: AtomicUsize::new(0),
             state: Mutex::new(State::new(opts.strict_reset)),
             cv: Condvar::new(),
-            counters: Counters::default(),
         }
     }
 
     /// Packets whose writes are held by unordered completion.
     pub fn held_writes(&self) -> usize {
         self.held.load(Relaxed)
+    }
+
+    /// Adds `d` to the held-packet count. Only the worker thread changes it, so a load and a
+    /// store do (no read-modify-write).
+    pub(super) fn add_held(&self, d: isize) {
+        self.held.store(self.held.load(Relaxed).wrapping_add_signed(d), Relaxed);
+    }
+
+    /// Statistics (kept under the engine lock, which the worker holds anyway when it updates
+    /// them).
+    pub fn counters(&self) -> CounterValues {
+        self.lock().counters
+    }
+
+    /// Resets the statistics to 0.
+    pub fn clear_counters(&self) {
+        self.lock().counters = CounterValues::default();
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -244,10 +260,11 @@ impl Engine {
     pub fn reset(&self) {
         let mut st = self.lock();
         let epochs: Vec<u64> = st.queues.iter().map(|q| q.epoch).collect();
-        let (shutdown, started) = (st.shutdown, st.worker_started);
+        let (shutdown, started, counters) = (st.shutdown, st.worker_started, st.counters);
         *st = State::new(self.opts.strict_reset);
         st.shutdown = shutdown;
         st.worker_started = started;
+        st.counters = counters;
         for (q, e) in st.queues.iter_mut().zip(epochs) {
             q.epoch = e + 1;
         }

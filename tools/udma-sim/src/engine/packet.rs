@@ -8,8 +8,8 @@ use crate::layout::Target;
 use crate::regs::desc;
 use crate::trace::TraceRec;
 
-/// Rx descriptors the S2M prefetcher reads (and ring-id checks) past the current packet, up
-/// to the tail (hardware.rst §3.5 S2M cause 11, §8.5).
+/// Rx descriptors the S2M prefetcher reads (and checks) ahead of the head, up to the tail
+/// (hardware.rst §3.5 S2M cause 11, §8.5).
 pub const RX_PREFETCH: u32 = 64;
 
 /// Immutable per-packet inputs taken from the engine state under the lock.
@@ -24,9 +24,19 @@ pub(super) struct Snapshot {
     pub(super) abort_mask_a: u32,
     pub(super) abort_mask_b: u32,
     pub(super) fail_countdown: u32,
+    /// Rx descriptors from the head the prefetcher has checked already.
+    pub(super) rx_checked: u32,
 }
 
 impl Snapshot {
+    /// Length of a descriptor whose len_ctrl is `w0` (0 = 65536 with cfg_len bit 24).
+    fn dlen(&self, w0: u32) -> u32 {
+        match w0 & desc::LEN_MASK {
+            0 if self.len0_is_64k => 65536,
+            l => l,
+        }
+    }
+
     /// Whether `e` is masked from aborting (as `State::abort_masked`).
     pub(super) fn masked(&self, e: &ErrorRecord) -> bool {
         (e.m2s_bits | e.s2m_bits) != 0 && e.m2s_bits & !self.abort_mask_a == 0 && e.s2m_bits & !self.abort_mask_b == 0
@@ -128,6 +138,20 @@ pub struct Scratch {
     pub(super) tx: Vec<Seg>,
     pub(super) rx: Vec<Seg>,
     pub(super) recs: Vec<TraceRec>,
+    /// Staging buffer of a packet that is copied through a buffer.
+    pub(super) buf: Vec<u8>,
+}
+
+/// What a pass of the Rx prefetcher over a queue found.
+pub(super) struct Prefetched {
+    /// Descriptors from the head checked now (the pass's start included).
+    pub(super) checked: u32,
+    /// A masked data-write error found on the way: its cause bits are to be set; the packet
+    /// that consumes the descriptor writes nothing (hardware.rst §8.3).
+    pub(super) masked: Option<ErrorRecord>,
+    /// Why the pass stopped before the end of its window: an error, or a masked ring-id
+    /// mismatch to retry ([`Outcome::Retry`]).
+    pub(super) stop: Option<Outcome>,
 }
 
 impl Scratch {
@@ -172,9 +196,8 @@ impl Engine {
         Ok(d)
     }
 
-    /// Checks the next packet of the snapshot's queue: its Tx descriptors (FIRST..LAST), the Rx
-    /// descriptors that take its bytes, and the Rx prefetch window. The segments to move are
-    /// left in `sc`.
+    /// Checks the next packet of the snapshot's queue: its Tx descriptors (FIRST..LAST) and the
+    /// Rx descriptors that take its bytes. The segments to move are left in `sc`.
     pub(super) fn process(&self, env: &Env<'_>, s: &Snapshot, sc: &mut Scratch) -> Outcome {
         sc.tx.clear();
         sc.rx.clear();
@@ -186,12 +209,6 @@ impl Engine {
 
     fn check_packet(&self, env: &Env<'_>, s: &Snapshot, sc: &mut Scratch) -> Result<Outcome, Outcome> {
         let q = s.q;
-        let dlen = |w0: u32| -> u32 {
-            match w0 & desc::LEN_MASK {
-                0 if s.len0_is_64k => 65536,
-                l => l,
-            }
-        };
         let mut poison: Option<ErrorRecord> = None;
         let (mut dmb, mut wb) = (false, false);
         // ---- Tx: collect FIRST..LAST ----
@@ -217,7 +234,7 @@ impl Engine {
             }
             dmb |= w0 & desc::DMB != 0;
             wb |= w1 & desc::META_WB != 0;
-            let len = dlen(w0);
+            let len = s.dlen(w0);
             let bad = if s.fail_countdown == k + 1 {
                 Some(ErrorKind::InjectedFail)
             } else {
@@ -247,38 +264,68 @@ impl Engine {
         let mut j = 0u32;
         while placed < total {
             let d = self.fetch(env, q, &s.rx, j)?;
-            let w0 = d.w0();
-            let fail = |kind| Err(Outcome::Error(err(kind, q, Dir::Rx, Some(d.idx))));
-            if w0 & desc::RX_UNDEFINED != 0 {
-                return fail(ErrorKind::Unsupported);
-            }
-            let len = dlen(w0);
-            if placed + u64::from(len) > total || len == 0 {
-                return fail(ErrorKind::LenMismatch);
-            }
-            let target = match env.gen.decode_addr(d.addr()) {
-                Some(t) if self.mapped(env, t, len) => t,
-                _ => {
-                    data_error(s, &mut poison, err(ErrorKind::DataWrite, q, Dir::Rx, Some(d.idx)))?;
-                    Target::Device(0)
-                }
-            };
+            let (len, target) = self.check_rx(env, s, &d, Some(total - placed), &mut poison)?;
             placed += u64::from(len);
             sc.rx.push(Seg { target, len });
             sc.trace(env, self.id, q, false, &d);
             j += 1;
         }
-        // ---- Rx prefetch: the S2M prefetcher reads ahead up to the tail (at most
-        // RX_PREFETCH descriptors) and checks each slot's ring id (hardware.rst §3.5 S2M cause 11):
-        // an over-counted Rx doorbell, or one rung before its descriptor was written, fails
-        // here even though the packet itself is complete ----
-        for jj in j..s.rx.pending.min(j + RX_PREFETCH) {
-            self.fetch(env, q, &s.rx, jj)?;
-        }
         if let Some(rec) = poison {
             return Ok(Outcome::Poisoned { ntx: k, nrx: j, rec });
         }
         Ok(Outcome::Done { ntx: k, nrx: j, bytes: total, dmb, wb })
+    }
+
+    /// The checks of Rx descriptor `d`: no undefined len_ctrl bit (`unsupported`); with `room`
+    /// (the bytes of the packet still to place), a length that is not 0 and ends within the
+    /// packet (`len_mismatch`); a destination mapped for its whole length (`data_write`; when
+    /// masked, kept in `poison`: the descriptor is consumed, its packet writes nothing). Returns
+    /// the length and the destination.
+    fn check_rx(
+        &self,
+        env: &Env<'_>,
+        s: &Snapshot,
+        d: &Fetched,
+        room: Option<u64>,
+        poison: &mut Option<ErrorRecord>,
+    ) -> Result<(u32, Target), Outcome> {
+        let w0 = d.w0();
+        let fail = |kind| Err(Outcome::Error(err(kind, s.q, Dir::Rx, Some(d.idx))));
+        if w0 & desc::RX_UNDEFINED != 0 {
+            return fail(ErrorKind::Unsupported);
+        }
+        let len = s.dlen(w0);
+        if room.is_some_and(|room| u64::from(len) > room || len == 0) {
+            return fail(ErrorKind::LenMismatch);
+        }
+        let target = match env.gen.decode_addr(d.addr()) {
+            Some(t) if self.mapped(env, t, len) => t,
+            _ => {
+                data_error(s, poison, err(ErrorKind::DataWrite, s.q, Dir::Rx, Some(d.idx)))?;
+                Target::Device(0)
+            }
+        };
+        Ok((len, target))
+    }
+
+    /// The S2M prefetcher (hardware.rst §3.5, §8.5): reads the Rx descriptors posted ahead of
+    /// the head, from the first one not checked yet up to the tail (at most [`RX_PREFETCH`] past
+    /// the head), and checks each as [`Engine::check_rx`] does without a packet: ring id,
+    /// undefined bits, destination mapped for the descriptor's length. The worker runs it when Rx
+    /// descriptors are posted (the Rx doorbell) and as the head moves, before the queue's next
+    /// packet, so a bad Rx descriptor is reported even when no Tx packet comes.
+    pub(super) fn prefetch_rx(&self, env: &Env<'_>, s: &Snapshot) -> Prefetched {
+        let end = s.rx.pending.min(RX_PREFETCH);
+        let mut p = Prefetched { checked: s.rx_checked, masked: None, stop: None };
+        while p.checked < end {
+            let r = self.fetch(env, s.q, &s.rx, p.checked).and_then(|d| self.check_rx(env, s, &d, None, &mut p.masked));
+            if let Err(o) = r {
+                p.stop = Some(o);
+                break;
+            }
+            p.checked += 1;
+        }
+        p
     }
 
     fn mapped(&self, env: &Env<'_>, t: Target, len: u32) -> bool {

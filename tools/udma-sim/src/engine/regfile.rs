@@ -105,11 +105,34 @@ pub(super) struct Queue {
     pub(super) not_before: Option<Instant>,
     /// fail_nth countdown (0 = off).
     pub(super) fail_countdown: u32,
+    /// Rx descriptors from the head that the prefetcher has checked (at most the pending ones).
+    pub(super) rx_checked: u32,
 }
 
 impl Queue {
     pub(super) fn new() -> Queue {
-        Queue { tx: Ring::new(), rx: Ring::new(), epoch: 0, wait_doorbell: false, not_before: None, fail_countdown: 0 }
+        Queue {
+            tx: Ring::new(),
+            rx: Ring::new(),
+            epoch: 0,
+            wait_doorbell: false,
+            not_before: None,
+            fail_countdown: 0,
+            rx_checked: 0,
+        }
+    }
+
+    /// Whether the Rx prefetcher has descriptors to check: posted, within
+    /// [`super::RX_PREFETCH`] of the head, not checked yet, on an enabled Rx queue.
+    pub(super) fn rx_unchecked(&self) -> bool {
+        self.rx.enabled() && self.rx_checked < self.rx.pending.min(super::RX_PREFETCH)
+    }
+
+    /// Consumes `ntx` Tx and `nrx` Rx descriptors.
+    pub(super) fn consume(&mut self, ntx: u32, nrx: u32) {
+        self.tx.advance_head(ntx);
+        self.rx.advance_head(nrx);
+        self.rx_checked = self.rx_checked.saturating_sub(nrx);
     }
 }
 
@@ -126,6 +149,8 @@ pub(super) struct State {
     pub(super) shutdown: bool,
     pub(super) worker_started: bool,
     pub(super) rr: usize,
+    /// Statistics.
+    pub(super) counters: crate::fault::CounterValues,
 }
 
 impl State {
@@ -153,6 +178,7 @@ impl State {
             shutdown: false,
             worker_started: false,
             rr: 0,
+            counters: Default::default(),
         }
     }
 
@@ -361,6 +387,9 @@ impl Engine {
                 if val & regs::Q_SW_CTRL_RESET != 0 {
                     ring.reset_pointers();
                     ring.reset_since_abort = true;
+                    if dir == Dir::Rx {
+                        qu.rx_checked = 0;
+                    }
                     qu.epoch += 1;
                     qu.wait_doorbell = false;
                     qu.not_before = None;
@@ -451,7 +480,7 @@ impl Engine {
             st.error = Some(e);
         }
         st.forget_queue_resets();
-        self.counters.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        st.counters.errors += 1;
         log::warn!("engine {}: {e}; engine aborted", self.id);
         true
     }

@@ -7,9 +7,11 @@ use super::regfile::{Ring, State};
 use super::transfer::HeldQueue;
 use super::{Dir, Engine, ErrorKind, ErrorRecord};
 use crate::layout::Gen;
-use crate::mem::GuestMemory;
+use crate::mem::{GuestMemory, MemReader};
 use crate::regs::{self, m2s_cause, s2m_cause};
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 /// Retry interval of a queue stalled on a masked ring-id mismatch (V3 SENG).
@@ -17,7 +19,7 @@ const RINGID_RETRY: Duration = Duration::from_millis(1);
 /// Minimum per-packet base time used by the slow-down fault.
 const SLOW_BASE: Duration = Duration::from_micros(20);
 
-/// Memories and settings the worker needs (owned by the device).
+/// Memories and settings the worker needs for one packet.
 pub struct Env<'a> {
     /// Architecture (address decoding).
     pub gen: Gen,
@@ -33,25 +35,67 @@ pub struct Env<'a> {
     pub trace: Option<&'a crate::trace::Tracer>,
 }
 
+/// What an engine worker thread reaches, borrowed from the device for the thread's whole life:
+/// nothing in it is cloned or locked per packet. Host memory is the worker's own
+/// [`MemReader`] (for the vfio-user DMA map, a snapshot renewed only when the map changes).
+pub struct Memories<'a> {
+    /// Architecture (address decoding).
+    pub gen: Gen,
+    /// Host (guest RAM) address space, this worker's view.
+    pub host: Box<dyn MemReader + 'a>,
+    /// Device memory (HBM / BAR4).
+    pub hbm: &'a dyn GuestMemory,
+    /// PCI bus-master enable (read once per packet).
+    pub bus_master: &'a AtomicBool,
+    /// Slow-down factor (read once per packet).
+    pub slow: &'a AtomicU32,
+    /// Trace sink, if enabled.
+    pub trace: Option<&'a crate::trace::Tracer>,
+}
+
+impl Memories<'_> {
+    /// The environment of one packet (or one landing of held writes): enters the host reader,
+    /// which renews its view if the memory map changed since the last packet.
+    pub fn env(&mut self) -> Env<'_> {
+        self.host.enter();
+        Env {
+            gen: self.gen,
+            host: &*self.host,
+            hbm: self.hbm,
+            bus_master: self.bus_master.load(Relaxed),
+            slow: self.slow.load(Relaxed),
+            trace: self.trace,
+        }
+    }
+
+    /// The worker is about to block: it touches no host memory until the next [`Memories::env`]
+    /// (a DMA map update does not wait for it meanwhile).
+    pub fn idle(&mut self) {
+        self.host.leave();
+    }
+}
+
 impl Engine {
-    /// Worker thread body: processes packets until [`Engine::shutdown`].
-    /// `env` is re-evaluated for every packet (bus master / slow factor may change).
-    pub fn run(&self, env: &dyn Fn() -> EnvOwned, on_error: &dyn Fn(ErrorRecord)) {
+    /// Worker thread body: processes packets until [`Engine::shutdown`]. The bus-master bit and
+    /// the slow factor are read for every packet.
+    pub fn run(&self, mem: &mut Memories<'_>, on_error: &dyn Fn(ErrorRecord)) {
         let mut scratch = Scratch::default();
         // Writes held by unordered completion, per queue, oldest first. Only this thread
         // touches them, so they land in the order the barriers require.
         let mut held: Vec<HeldQueue> = (0..regs::QUEUES_PER_ENGINE).map(|_| HeldQueue::default()).collect();
+        let mut epochs = [0u64; regs::QUEUES_PER_ENGINE];
         let mut st = self.lock();
         loop {
             if st.shutdown {
                 return;
             }
             let now = Instant::now();
-            let epochs: Vec<u64> = st.queues.iter().map(|q| q.epoch).collect();
+            for (e, qu) in epochs.iter_mut().zip(&st.queues) {
+                *e = qu.epoch;
+            }
             if held.iter().zip(&epochs).any(|(h, &e)| h.due(now, e)) {
                 drop(st);
-                let owned = env();
-                let e = owned.env();
+                let e = mem.env();
                 for (h, &ep) in held.iter_mut().zip(&epochs) {
                     self.land(&e, h, Some(now), ep);
                 }
@@ -61,12 +105,17 @@ impl Engine {
             let mut deadline: Option<Instant> = held.iter().filter_map(HeldQueue::next_due).min();
             let mut pick = None;
             if st.runnable() {
+                // The prefetcher issues no descriptor read while bus mastering is off; the
+                // packet's own fetch reports that (bus_master_off).
+                let bus_master = mem.bus_master.load(Relaxed);
                 for i in 0..regs::QUEUES_PER_ENGINE {
                     let q = (st.rr + i) % regs::QUEUES_PER_ENGINE;
                     let qu = &mut st.queues[q];
+                    let prefetch = bus_master && qu.rx_unchecked();
                     // A queue runs only while both directions have both enable bits set, at
                     // every fetch, not just at doorbell time (hardware.rst §3.4, §3.8 queue pause).
-                    if qu.tx.pending == 0 || qu.wait_doorbell || !qu.tx.enabled() || !qu.rx.enabled() {
+                    let packet = qu.tx.pending > 0 && !qu.wait_doorbell && qu.tx.enabled() && qu.rx.enabled();
+                    if !prefetch && !packet {
                         continue;
                     }
                     if let Some(t) = qu.not_before {
@@ -76,11 +125,13 @@ impl Engine {
                         }
                         qu.not_before = None;
                     }
-                    pick = Some(q);
+                    pick = Some((q, prefetch, packet));
                     break;
                 }
             }
-            let Some(q) = pick else {
+            let Some((q, prefetch, packet)) = pick else {
+                // Blocking: leave host memory first, so that a DMA map update need not wait.
+                mem.idle();
                 st = match deadline {
                     Some(t) => {
                         let d = t.saturating_duration_since(now);
@@ -90,40 +141,61 @@ impl Engine {
                 };
                 continue;
             };
-            st.rr = q + 1;
             let snap = self.snapshot(&st, q);
             drop(st);
-            let owned = env();
-            let e = owned.env();
             let t0 = Instant::now();
-            let mut outcome = self.process(&e, &snap, &mut scratch);
-            if let Outcome::Done { bytes, dmb, wb, .. } = outcome {
-                if let Err(rec) = self.move_data(&e, &snap, &scratch, &mut held[q], bytes, dmb, wb) {
-                    outcome = Outcome::Error(rec);
+            let (pre, outcome, slow) = {
+                let e = mem.env();
+                // The Rx prefetcher runs before the queue's next packet (it was kicked by the Rx
+                // doorbell, which comes first), so its errors are the first ones reported; a
+                // packet runs only if it found nothing.
+                let pre = prefetch.then(|| self.prefetch_rx(&e, &snap));
+                let mut outcome = None;
+                if packet && pre.as_ref().is_none_or(|p| p.stop.is_none()) {
+                    let mut o = self.process(&e, &snap, &mut scratch);
+                    if let Outcome::Done { bytes, dmb, wb, .. } = o {
+                        if let Err(rec) = self.move_data(&e, &snap, &mut scratch, &mut held[q], bytes, dmb, wb) {
+                            o = Outcome::Error(rec);
+                        }
+                    }
+                    outcome = Some(o);
                 }
-            }
-            if e.slow > 1 {
-                if let Outcome::Done { .. } = outcome {
-                    let base = t0.elapsed().max(SLOW_BASE);
-                    std::thread::sleep(base * (e.slow - 1));
-                }
+                (pre, outcome, e.slow)
+            };
+            if slow > 1 && matches!(outcome, Some(Outcome::Done { .. })) {
+                let base = t0.elapsed().max(SLOW_BASE);
+                mem.idle();
+                std::thread::sleep(base * (slow - 1));
             }
             st = self.lock();
+            st.rr = q + 1;
             if st.queues[q].epoch != snap.epoch {
                 continue; // queue reset while in flight: drop the result
             }
+            if let Some(p) = pre {
+                // Counted from the head of the snapshot: only this thread moves the head.
+                st.queues[q].rx_checked = p.checked;
+                if let Some(rec) = p.masked {
+                    self.raise(&mut st, rec);
+                }
+                match p.stop {
+                    Some(Outcome::Retry) => st.queues[q].not_before = Some(Instant::now() + RINGID_RETRY),
+                    Some(Outcome::Error(rec)) => st = self.report(st, q, rec, on_error),
+                    _ => {}
+                }
+            }
+            let Some(outcome) = outcome else { continue };
             match outcome {
                 Outcome::Done { ntx, nrx, bytes, .. } => {
                     let qu = &mut st.queues[q];
-                    qu.tx.advance_head(ntx);
-                    qu.rx.advance_head(nrx);
+                    qu.consume(ntx, nrx);
                     if qu.fail_countdown > 0 {
                         qu.fail_countdown -= ntx.min(qu.fail_countdown);
                     }
-                    self.counters.descriptors.fetch_add(u64::from(ntx + nrx), Relaxed);
-                    self.counters.packets.fetch_add(1, Relaxed);
-                    self.counters.bytes.fetch_add(bytes, Relaxed);
-                    if let Some(t) = e.trace {
+                    st.counters.descriptors += u64::from(ntx + nrx);
+                    st.counters.packets += 1;
+                    st.counters.bytes += bytes;
+                    if let Some(t) = mem.trace {
                         t.record(&scratch.recs);
                     }
                 }
@@ -132,10 +204,8 @@ impl Engine {
                         st.queues[q].fail_countdown = 0;
                     }
                     self.raise(&mut st, rec);
-                    let qu = &mut st.queues[q];
-                    qu.tx.advance_head(ntx);
-                    qu.rx.advance_head(nrx);
-                    self.counters.descriptors.fetch_add(u64::from(ntx + nrx), Relaxed);
+                    st.queues[q].consume(ntx, nrx);
+                    st.counters.descriptors += u64::from(ntx + nrx);
                 }
                 Outcome::NeedDoorbell => st.queues[q].wait_doorbell = true,
                 Outcome::Retry => st.queues[q].not_before = Some(Instant::now() + RINGID_RETRY),
@@ -143,17 +213,30 @@ impl Engine {
                     if rec.kind == ErrorKind::InjectedFail {
                         st.queues[q].fail_countdown = 0;
                     }
-                    if self.raise(&mut st, rec) {
-                        drop(st);
-                        on_error(rec);
-                        st = self.lock();
-                    } else {
-                        // Masked, and the packet cannot be delimited or moved: the queue
-                        // stalls on it (cause bits set), as the prefetcher does on hardware.
-                        st.queues[q].not_before = Some(Instant::now() + RINGID_RETRY);
-                    }
+                    st = self.report(st, q, rec, on_error);
                 }
             }
+        }
+    }
+
+    /// Reports error `rec` of queue `q` found by the worker: aborts the engine and tells
+    /// `on_error` (outside the lock), or, when the abort masks mask it, stalls the queue (cause
+    /// bits set, retried every [`RINGID_RETRY`]) as the prefetcher does on hardware when a packet
+    /// cannot be delimited or moved.
+    fn report<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        q: usize,
+        rec: ErrorRecord,
+        on_error: &dyn Fn(ErrorRecord),
+    ) -> MutexGuard<'a, State> {
+        if self.raise(&mut st, rec) {
+            drop(st);
+            on_error(rec);
+            self.lock()
+        } else {
+            st.queues[q].not_before = Some(Instant::now() + RINGID_RETRY);
+            st
         }
     }
 
@@ -183,36 +266,7 @@ impl Engine {
             abort_mask_a,
             abort_mask_b,
             fail_countdown: qu.fail_countdown,
-        }
-    }
-}
-
-/// Owned inputs from which an [`Env`] is borrowed for one packet.
-pub struct EnvOwned {
-    /// Architecture.
-    pub gen: Gen,
-    /// Host memory.
-    pub host: std::sync::Arc<dyn GuestMemory>,
-    /// Device memory.
-    pub hbm: std::sync::Arc<dyn GuestMemory>,
-    /// Bus master enable.
-    pub bus_master: bool,
-    /// Slow factor.
-    pub slow: u32,
-    /// Trace sink.
-    pub trace: Option<std::sync::Arc<crate::trace::Tracer>>,
-}
-
-impl EnvOwned {
-    /// Borrowed view.
-    pub fn env(&self) -> Env<'_> {
-        Env {
-            gen: self.gen,
-            host: &*self.host,
-            hbm: &*self.hbm,
-            bus_master: self.bus_master,
-            slow: self.slow,
-            trace: self.trace.as_deref(),
+            rx_checked: qu.rx_checked,
         }
     }
 }
