@@ -26,6 +26,8 @@ mod multiqueue;
 mod nodes;
 #[path = "udmactl/selftest.rs"]
 mod selftest;
+#[path = "udmactl/top.rs"]
+mod top;
 
 /// Default largest buffer: big coherent host allocations are hard to get in a small guest.
 const DEFAULT_WINDOW: u64 = 4 << 20;
@@ -35,8 +37,8 @@ const DEFAULT_WINDOW: u64 = 4 << 20;
     name = "udmactl",
     version,
     about = "Inspect and exercise a neuron_udma (AWS Neuron UDMA) device",
-    after_help = "`udmactl list` shows the device nodes. `info`, `list` and `queue-state` print JSON with \
-                  --json.\nExit status: 0 ok, 1 error (the message names the errno; `copy` says it in its `verdict: FAILED: \
+    after_help = "`udmactl list` shows the device nodes. `info`, `list`, `queue-state` and `top` print JSON \
+                  with --json.\nExit status: 0 ok, 1 error (the message names the errno; `copy` says it in its `verdict: FAILED: \
                   ...` line), 2 usage error."
 )]
 struct Cli {
@@ -91,6 +93,17 @@ enum Cmd {
     /// in FENCE_WAIT (target >= 0.90x), byte-exact`, or `verdict: FAILED: <reason>` (exit
     /// status 1) for a ratio below --target or any error.
     Multiqueue(multiqueue::MultiqueueArgs),
+    /// Show what every device and every process holding one open uses, refreshed in place.
+    ///
+    /// Per device (all nodes, or --device): host, device and imported memory in use and peak,
+    /// device memory total (sysfs). Per process with device files open (/proc/PID/fd): files,
+    /// buffers, host/device/imported bytes, locked memory charged, queues, bytes copied and their
+    /// rate since the last refresh, fences completed and failed (fdinfo). Processes whose
+    /// descriptors cannot be read (another user's, unless root) are counted as not readable.
+    /// On a terminal (stdout a TTY, TERM not dumb) the screen is redrawn every --interval;
+    /// otherwise the reports follow one another. --once prints one report (exit status 1 if a
+    /// device's counters could not be read).
+    Top(top::TopArgs),
     /// Exercise every call of the client library against the device and print TAP (exit 1 if
     /// any test fails). Uses queues 1..3 of the first engine that reaches host memory (0 on
     /// Trn1/Inf2, 4 on Trn2) and the driver's MEMCPY queue.
@@ -264,10 +277,13 @@ fn run(cli: &Cli) -> Result<()> {
     if let Cmd::Multiqueue(a) = &cli.cmd {
         return Ok(multiqueue::run(cli.device(), a)?);
     }
+    if let Cmd::Top(a) = &cli.cmd {
+        return top::run(cli.device.as_deref(), a);
+    }
     // `info` only reads: a read-only open works for users who may not write the node.
     let (dev, info) = nodes::open(cli.device(), matches!(cli.cmd, Cmd::Info(_)))?;
     match &cli.cmd {
-        Cmd::List(_) | Cmd::Copy(_) | Cmd::Multiqueue(_) => unreachable!("handled above"),
+        Cmd::List(_) | Cmd::Copy(_) | Cmd::Multiqueue(_) | Cmd::Top(_) => unreachable!("handled above"),
         Cmd::Info(a) if a.json => {
             let (pci, usage) = device_usage(&dev);
             let out = json::DeviceInfo {
