@@ -387,7 +387,8 @@ pub struct ProcessScan {
     /// The processes with at least one device file open, by pid.
     pub processes: Vec<ProcessFiles>,
     /// The pids of the processes whose descriptors could not be read (another user's, without
-    /// `CAP_SYS_PTRACE` or root): they may hold device files too.
+    /// `CAP_SYS_PTRACE` or root): they may hold device files too. Kernel threads, which hold
+    /// no files, are not among them.
     pub unreadable: Vec<u32>,
 }
 
@@ -423,12 +424,27 @@ pub fn scan_processes(proc_root: &Path, opts: &ScanOptions) -> io::Result<Proces
         match scan_process(proc_root, pid, &rdevs, opts.kcmp) {
             Ok(Some(p)) => scan.processes.push(p),
             Ok(None) => {}
-            Err(e) if matches!(e.kind(), io::ErrorKind::PermissionDenied) => scan.unreadable.push(pid),
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                if !is_kernel_thread(proc_root, pid) {
+                    scan.unreadable.push(pid);
+                }
+            }
             // Gone (ENOENT, ESRCH), or a zombie: nothing open.
             Err(_) => {}
         }
     }
     Ok(scan)
+}
+
+/// `PF_KTHREAD` in the flags of `/proc/PID/stat`.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Whether `pid` is a kernel thread (its `stat`, readable by everyone, says so).
+fn is_kernel_thread(proc_root: &Path, pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")) else { return false };
+    // "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": comm may hold anything.
+    let Some((_, rest)) = stat.rsplit_once(')') else { return false };
+    rest.split_whitespace().nth(6).and_then(|f| f.parse::<u64>().ok()).is_some_and(|f| f & PF_KTHREAD != 0)
 }
 
 /// The device files of one process, `None` if it has none.
@@ -693,6 +709,28 @@ mod tests {
         dup.files[2].same_file_as = Some(3);
         assert_eq!(dup.totals("0000:00:03.0").0, sample());
         assert!(scan_processes(&p.join("missing"), &ScanOptions::default()).is_err());
+    }
+
+    #[test]
+    fn kernel_threads() {
+        let t = TempDir::new("kthread");
+        for (pid, stat) in [
+            (2, "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 0 0 0"),
+            (7, "7 (a (b) c) S 1 7 7 0 -1 4194560 0 0"),
+            (8, "garbage"),
+        ] {
+            std::fs::create_dir_all(t.0.join(pid.to_string())).unwrap();
+            std::fs::write(t.0.join(pid.to_string()).join("stat"), stat).unwrap();
+        }
+        assert!(is_kernel_thread(&t.0, 2));
+        assert!(!is_kernel_thread(&t.0, 7));
+        assert!(!is_kernel_thread(&t.0, 8));
+        assert!(!is_kernel_thread(&t.0, 9));
+        // The real kthreadd, where this machine has one as pid 2.
+        if std::fs::read_to_string("/proc/2/comm").is_ok_and(|c| c.trim() == "kthreadd") {
+            assert!(is_kernel_thread(Path::new("/proc"), 2));
+        }
+        assert!(!is_kernel_thread(Path::new("/proc"), std::process::id()));
     }
 
     #[test]
