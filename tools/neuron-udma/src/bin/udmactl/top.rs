@@ -259,6 +259,14 @@ fn build_report(
     Report { devices, unreadable_processes: scan.unreadable.len(), interval_seconds: None }
 }
 
+/// How many devices of `report` have no counters shown: a PCI device whose counters could not
+/// be read, or a node whose PCI device is unknown while no device without a node (whose
+/// counters may be the node's: a node a user may not open) is shown either.
+fn failed_devices(report: &Report) -> usize {
+    let nodeless = report.devices.iter().any(|d| d.device.is_none() && d.usage.is_some());
+    report.devices.iter().filter(|d| d.usage.is_none() && (d.pci_device.is_some() || !nodeless)).count()
+}
+
 /// The copy rates of `report` against the previous refresh's copy bytes.
 fn add_rates(report: &mut Report, prev: &CopyBytes, secs: Option<f64>) {
     report.interval_seconds = secs;
@@ -439,7 +447,7 @@ pub fn run(device: Option<&Path>, a: &TopArgs) -> Result<()> {
             return Ok(());
         }
         if a.once {
-            let failed = report.devices.iter().filter(|d| d.usage.is_none()).count();
+            let failed = failed_devices(&report);
             if failed > 0 {
                 bail!("the counters of {failed} of {} devices could not be read (see above)", report.devices.len());
             }
@@ -538,6 +546,20 @@ mod tests {
             vec![Node { path: "/dev/neuron_udma9".into(), problem: Some("cannot open".into()), ..Default::default() }];
         let r = build_report(nodes, Vec::new(), &scan(), true, &usage_ok);
         assert_eq!(r.devices[0].usage_error.as_deref(), Some("cannot open"));
+        assert_eq!(failed_devices(&r), 1);
+    }
+
+    #[test]
+    fn what_fails_once() {
+        // A node nobody could map, beside a bound PCI device without a node: shown there.
+        let nodes =
+            vec![Node { path: "/dev/neuron_udma9".into(), problem: Some("cannot open".into()), ..Default::default() }];
+        let r = build_report(nodes, vec!["0000:00:03.0".into()], &ProcessScan::default(), false, &usage_ok);
+        assert_eq!(r.devices.len(), 2);
+        assert_eq!(failed_devices(&r), 0);
+        // A PCI device whose counters cannot be read (an older driver).
+        let r = build_report(Vec::new(), vec!["0000:00:05.0".into()], &ProcessScan::default(), false, &usage_ok);
+        assert_eq!(failed_devices(&r), 1);
     }
 
     #[test]
