@@ -22,6 +22,9 @@
 //!   completions as events.
 //! * [`DmaBufImport`]: a dma-buf of another driver as a buffer of this file
 //!   ([`Device::dmabuf_import`]); [`Device::dmabuf_export`] gives a device buffer as a dma-buf.
+//! * [`usage`]: the driver's usage counters: [`Device::usage`] (this file's fdinfo,
+//!   [`FileUsage`]), [`DeviceUsage`] (the device's sysfs group), [`usage::scan_processes`]
+//!   (every process's device files, for `udmactl top`).
 //! * [`Copy`](struct@Copy): one validated descriptor pair (at most `max_copy_size` of [`Info`]
 //!   bytes, checked when it is prepared on a queue).
 //!
@@ -78,6 +81,7 @@ mod error;
 mod events;
 mod fence;
 pub mod sys;
+pub mod usage;
 
 use std::fs::{File, OpenOptions};
 use std::marker::PhantomData;
@@ -94,6 +98,7 @@ pub use error::{errno_name, Error, Result};
 pub use events::TokioReadiness;
 pub use events::{DeviceEvents, FenceCompletion, Readiness, ThreadReadiness};
 pub use fence::{EventFdRegistration, Fence, FenceId, FenceReport, FenceStatus, QueueEvent, QueueEventFd, UringCopy};
+pub use usage::{DeviceUsage, FileUsage, UsageError};
 
 /// Facts about a device and its driver (`NEURON_UDMA_INFO`).
 pub type Info = sys::neuron_udma_info;

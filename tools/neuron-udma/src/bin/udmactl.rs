@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand};
 use indicatif::ProgressBar;
-use neuron_udma::{Buffer, Device, Info, Pipeline, Queue, QueueState, RingState};
+use neuron_udma::{Buffer, Device, DeviceUsage, Info, Pipeline, Queue, QueueState, RingState, UsageError};
 
 #[path = "udmactl/copy.rs"]
 mod copy;
@@ -26,6 +26,8 @@ mod multiqueue;
 mod nodes;
 #[path = "udmactl/selftest.rs"]
 mod selftest;
+#[path = "udmactl/top.rs"]
+mod top;
 
 /// Default largest buffer: big coherent host allocations are hard to get in a small guest.
 const DEFAULT_WINDOW: u64 = 4 << 20;
@@ -35,8 +37,8 @@ const DEFAULT_WINDOW: u64 = 4 << 20;
     name = "udmactl",
     version,
     about = "Inspect and exercise a neuron_udma (AWS Neuron UDMA) device",
-    after_help = "`udmactl list` shows the device nodes. `info`, `list` and `queue-state` print JSON with \
-                  --json.\nExit status: 0 ok, 1 error (the message names the errno; `copy` says it in its `verdict: FAILED: \
+    after_help = "`udmactl list` shows the device nodes. `info`, `list`, `queue-state` and `top` print JSON \
+                  with --json.\nExit status: 0 ok, 1 error (the message names the errno; `copy` says it in its `verdict: FAILED: \
                   ...` line), 2 usage error."
 )]
 struct Cli {
@@ -62,7 +64,8 @@ enum Cmd {
     /// if there is no node at all, or (after the listing) if any node could not be read. Needs
     /// only read access to the nodes.
     List(ListArgs),
-    /// Print the device and driver facts (NEURON_UDMA_INFO).
+    /// Print the device and driver facts (NEURON_UDMA_INFO), the PCI device and the memory its
+    /// files use (the driver's usage counters: in use and peak per type, device memory total).
     Info(JsonArg),
     /// Copy a file (or generated data) host -> HBM -> host, verify every byte, and end with a
     /// verdict line.
@@ -90,6 +93,17 @@ enum Cmd {
     /// in FENCE_WAIT (target >= 0.90x), byte-exact`, or `verdict: FAILED: <reason>` (exit
     /// status 1) for a ratio below --target or any error.
     Multiqueue(multiqueue::MultiqueueArgs),
+    /// Show what every device and every process holding one open uses, refreshed in place.
+    ///
+    /// Per device (all nodes, or --device): host, device and imported memory in use and peak,
+    /// device memory total (sysfs). Per process with device files open (/proc/PID/fd): files,
+    /// buffers, host/device/imported bytes, locked memory charged, queues, bytes copied and their
+    /// rate since the last refresh, fences completed and failed (fdinfo). Processes whose
+    /// descriptors cannot be read (another user's, unless root) are counted as not readable.
+    /// On a terminal (stdout a TTY, TERM not dumb) the screen is redrawn every --interval;
+    /// otherwise the reports follow one another. --once prints one report (exit status 1 if a
+    /// device's counters could not be read).
+    Top(top::TopArgs),
     /// Exercise every call of the client library against the device and print TAP (exit 1 if
     /// any test fails). Uses queues 1..3 of the first engine that reaches host memory (0 on
     /// Trn1/Inf2, 4 on Trn2) and the driver's MEMCPY queue.
@@ -111,7 +125,8 @@ struct ListArgs {
 struct JsonArg {
     /// Print one JSON object instead: every INFO field as a number, plus "device", "model"
     /// (null if unknown), "host_engines" (engine numbers), "host_engine_count",
-    /// "host_engines_bitmap" (the raw words, as "0x..." strings) and "driver_h2t_queues".
+    /// "host_engines_bitmap" (the raw words, as "0x..." strings), "driver_h2t_queues",
+    /// "pci_device" and "usage" (the sysfs counters by file name, or null and "usage_error").
     #[arg(long)]
     json: bool,
 }
@@ -262,17 +277,31 @@ fn run(cli: &Cli) -> Result<()> {
     if let Cmd::Multiqueue(a) = &cli.cmd {
         return Ok(multiqueue::run(cli.device(), a)?);
     }
+    if let Cmd::Top(a) = &cli.cmd {
+        return top::run(cli.device.as_deref(), a);
+    }
     // `info` only reads: a read-only open works for users who may not write the node.
     let (dev, info) = nodes::open(cli.device(), matches!(cli.cmd, Cmd::Info(_)))?;
     match &cli.cmd {
-        Cmd::List(_) | Cmd::Copy(_) | Cmd::Multiqueue(_) => unreachable!("handled above"),
+        Cmd::List(_) | Cmd::Copy(_) | Cmd::Multiqueue(_) | Cmd::Top(_) => unreachable!("handled above"),
         Cmd::Info(a) if a.json => {
-            let out = json::DeviceInfo { device: dev.path().display().to_string(), info: json::InfoJson::new(&info) };
+            let (pci, usage) = device_usage(&dev);
+            let out = json::DeviceInfo {
+                device: dev.path().display().to_string(),
+                info: json::InfoJson::new(&info),
+                pci_device: pci,
+                usage: usage.as_ref().ok().map(Into::into),
+                usage_error: usage.as_ref().err().map(|e| error_text(e)),
+            };
             println!("{}", serde_json::to_string(&out)?);
             Ok(())
         }
         Cmd::Info(_) => {
             print_info(&dev, &info);
+            let (pci, usage) = device_usage(&dev);
+            for line in usage_lines(pci.as_deref(), usage.as_ref()) {
+                println!("{line}");
+            }
             Ok(())
         }
         Cmd::QueueState(a) => cmd_state(&dev, &info, &a.s, if a.json { Show::Json } else { Show::Table }),
@@ -306,6 +335,52 @@ fn print_info(dev: &Device, i: &Info) {
         let dr = i.device_ring_engine_list();
         println!("device_ring_engines: {} ({} of {} engines)", engine_ranges(dr.iter().copied()), dr.len(), i.engines);
     }
+}
+
+/// The PCI device of an open file (its fdinfo) and its device's usage counters (sysfs).
+fn device_usage(dev: &Device) -> (Option<String>, std::result::Result<DeviceUsage, UsageError>) {
+    match dev.usage() {
+        Ok(file) => {
+            let usage = DeviceUsage::read(&file.device);
+            (Some(file.device), usage)
+        }
+        Err(e) => (None, Err(e)),
+    }
+}
+
+/// An error and its sources, as one line ("cannot read X: Permission denied (os error 13)").
+pub(crate) fn error_text(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// The lines of `info` about the PCI device and its usage counters.
+fn usage_lines(pci: Option<&str>, usage: std::result::Result<&DeviceUsage, &UsageError>) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(pci) = pci {
+        out.push(format!("pci device:         {pci}"));
+    }
+    match usage {
+        Ok(u) => {
+            let h = human_bytes;
+            out.push(format!("host memory:        {} in use, peak {}", h(u.host_bytes), h(u.host_peak_bytes)));
+            out.push(format!(
+                "device memory:      {} in use of {}, peak {}",
+                h(u.device_bytes),
+                h(u.device_total_bytes),
+                h(u.device_peak_bytes)
+            ));
+            out.push(format!("imported memory:    {} in use, peak {}", h(u.imported_bytes), h(u.imported_peak_bytes)));
+        }
+        Err(e) => out.push(format!("usage:              not available: {}", error_text(e))),
+    }
+    out
 }
 
 /// Fails with the first byte where `got` differs from `want`; `at` is the offset of byte 0 in

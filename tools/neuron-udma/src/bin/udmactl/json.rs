@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The `--json` output of `info`, `list` and `queue-state`: the fields of the text output as
-//! serde structs (numbers as JSON numbers).
+//! The `--json` output of `info`, `list`, `queue-state` and `top`: the fields of the text
+//! output as serde structs (numbers as JSON numbers).
 
-use neuron_udma::{Info, QueueState, RingState};
+use neuron_udma::{DeviceUsage, Info, QueueState, RingState};
 use serde::Serialize;
 
 /// NEURON_UDMA_INFO with what udmactl derives from it.
@@ -81,12 +81,46 @@ impl InfoJson {
     }
 }
 
-/// `info --json`: the node and its INFO.
+/// `info --json`: the node, its INFO and its device's usage counters.
 #[derive(Serialize, Debug)]
 pub struct DeviceInfo {
     pub device: String,
     #[serde(flatten)]
     pub info: InfoJson,
+    /// The PCI device (the file's fdinfo `neuron_udma-device`), null from an older driver.
+    pub pci_device: Option<String>,
+    /// The device's usage counters (sysfs), null when they cannot be read.
+    pub usage: Option<DeviceUsageJson>,
+    /// Why `usage` is null.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_error: Option<String>,
+}
+
+/// The usage counters of a device, named as their sysfs files
+/// (Documentation/ABI/testing/sysfs-driver-neuron_udma).
+#[derive(Serialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceUsageJson {
+    pub mem_host_bytes: u64,
+    pub mem_device_bytes: u64,
+    pub mem_imported_bytes: u64,
+    pub mem_host_peak_bytes: u64,
+    pub mem_device_peak_bytes: u64,
+    pub mem_imported_peak_bytes: u64,
+    pub mem_device_total_bytes: u64,
+}
+
+impl From<&DeviceUsage> for DeviceUsageJson {
+    fn from(u: &DeviceUsage) -> Self {
+        DeviceUsageJson {
+            mem_host_bytes: u.host_bytes,
+            mem_device_bytes: u.device_bytes,
+            mem_imported_bytes: u.imported_bytes,
+            mem_host_peak_bytes: u.host_peak_bytes,
+            mem_device_peak_bytes: u.device_peak_bytes,
+            mem_imported_peak_bytes: u.imported_peak_bytes,
+            mem_device_total_bytes: u.device_total_bytes,
+        }
+    }
 }
 
 /// One node of `list --json`: its INFO, or why it could not be read.
@@ -207,8 +241,15 @@ mod tests {
 
     #[test]
     fn info_serialises_every_field_as_a_number() {
-        let v = serde_json::to_value(DeviceInfo { device: "/dev/neuron_udma0".into(), info: InfoJson::new(&trn1()) })
-            .unwrap();
+        let usage = DeviceUsage { host_bytes: 4096, device_total_bytes: 240 << 20, ..Default::default() };
+        let v = serde_json::to_value(DeviceInfo {
+            device: "/dev/neuron_udma0".into(),
+            info: InfoJson::new(&trn1()),
+            pci_device: Some("0000:00:03.0".into()),
+            usage: Some((&usage).into()),
+            usage_error: None,
+        })
+        .unwrap();
         assert_eq!(
             v,
             json!({
@@ -236,8 +277,32 @@ mod tests {
                 "max_queue_fences": 0,
                 "device_ring_engines": [],
                 "device_ring_engines_bitmap": ["0x0000000000000000", "0x0000000000000000", "0x0000000000000000"],
+                "pci_device": "0000:00:03.0",
+                "usage": {
+                    "mem_host_bytes": 4096,
+                    "mem_device_bytes": 0,
+                    "mem_imported_bytes": 0,
+                    "mem_host_peak_bytes": 0,
+                    "mem_device_peak_bytes": 0,
+                    "mem_imported_peak_bytes": 0,
+                    "mem_device_total_bytes": 240u64 << 20,
+                },
             })
         );
+    }
+
+    #[test]
+    fn info_without_counters() {
+        let v = serde_json::to_value(DeviceInfo {
+            device: "/dev/neuron_udma0".into(),
+            info: InfoJson::new(&trn1()),
+            pci_device: None,
+            usage: None,
+            usage_error: Some("no neuron_udma usage counters".into()),
+        })
+        .unwrap();
+        assert_eq!((&v["pci_device"], &v["usage"]), (&Value::Null, &Value::Null));
+        assert_eq!(v["usage_error"], "no neuron_udma usage counters");
     }
 
     #[test]

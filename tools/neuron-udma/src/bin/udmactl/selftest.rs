@@ -373,12 +373,200 @@ fn memcpy(dev: &Device, _: &Info) -> Result<()> {
     Ok(())
 }
 
+/// `udmactl ARGS` (this program) as uid `uid` if given: its stdout, and its pid. Fails unless
+/// it exits with status 0.
+///
+/// Not `std::process::Command`: in the test guest it cannot spawn. Its posix_spawn path needs
+/// glibc's version, which a static binary cannot look up, and its fork path reports exec errors
+/// through an AF_UNIX socket pair, which a kernel without CONFIG_NET (the test kernel) refuses
+/// with ENOSYS. So: fork, dup2 the pipes, setgid/setuid, execv, by hand.
+fn udmactl(args: &[&str], uid: Option<u32>) -> Result<(Vec<u8>, u32)> {
+    use std::ffi::CString;
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+
+    let exe = std::env::current_exe().context("current_exe")?;
+    let path = CString::new(exe.as_os_str().as_bytes())?;
+    let argv: Vec<CString> =
+        std::iter::once("udmactl").chain(args.iter().copied()).map(CString::new).collect::<Result<_, _>>()?;
+    let mut argp: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argp.push(std::ptr::null());
+    let pipe = || -> Result<(OwnedFd, OwnedFd)> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into `fds`, which we then own.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("pipe2");
+        }
+        // SAFETY: both are new descriptors of this process, owned by nobody else.
+        Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    };
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let (ow, ew) = (out_w.as_raw_fd(), err_w.as_raw_fd());
+    // SAFETY: the child calls only async-signal-safe functions (dup2, setgroups, setgid,
+    // setuid, execv, _exit) on memory prepared before the fork.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error()).context("fork");
+    }
+    if pid == 0 {
+        // SAFETY: see above; the child never returns into Rust.
+        unsafe {
+            if libc::dup2(ow, 1) < 0 || libc::dup2(ew, 2) < 0 {
+                libc::_exit(126);
+            }
+            if let Some(uid) = uid {
+                if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(uid) != 0 || libc::setuid(uid) != 0 {
+                    libc::_exit(126);
+                }
+            }
+            libc::execv(path.as_ptr(), argp.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    drop((out_w, err_w));
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let read = std::fs::File::from(out_r).read_to_end(&mut out);
+    std::fs::File::from(err_r).read_to_end(&mut err).context("reading its stderr")?;
+    let mut status = 0;
+    // SAFETY: waitpid writes the status of our own child into `status`.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+        let e = std::io::Error::last_os_error();
+        ensure!(e.kind() == std::io::ErrorKind::Interrupted, "waitpid: {e}");
+    }
+    read.context("reading its stdout")?;
+    let who = uid.map(|u| format!(" as uid {u}")).unwrap_or_default();
+    ensure!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "udmactl {}{who}: wait status {status:#x}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&err).trim()
+    );
+    Ok((out, pid as u32))
+}
+
+/// The usage counters (fdinfo and sysfs) through the library, exactly what a second file of
+/// this process holds; then `udmactl top --once --json` shows this process with those bytes
+/// (and not itself), `info --json` the device's counters, and as another user `top` counts
+/// this process as not readable. Closing the file gives the device's bytes back.
+fn usage_counters(dev: &Device, i: &Info) -> Result<()> {
+    use neuron_udma::{DeviceUsage, FileUsage};
+    let mine = dev.usage().context("fdinfo of the selftest's file")?;
+    ensure!(
+        (mine.buffers, mine.host_bytes, mine.device_bytes, mine.imported_bytes, mine.queues) == (0, 0, 0, 0, 0),
+        "the selftest's file still holds buffers or queues after the other groups: {mine:?}"
+    );
+    let before = DeviceUsage::read(&mine.device)?;
+    ensure!(before.device_total_bytes == i.device_mem_size, "mem_device_total_bytes {before:?}, INFO {i:?}");
+    let ps = neuron_udma::page_size();
+    let holder = Device::open(dev.path())?;
+    let fresh = holder.usage()?;
+    ensure!(fresh == FileUsage { device: mine.device.clone(), ..Default::default() }, "a new file: {fresh:?}");
+
+    let (host, hbm, imported) = (12u64 << 10, 64u64 << 10, 2 * ps);
+    let mut h = holder.alloc_host(host)?;
+    h.fill(0x3c);
+    let d = holder.alloc_device(hbm)?;
+    let mut pages = memmap2::MmapMut::map_anon(4 * ps as usize)?;
+    pages.fill(1);
+    // 100 bytes in: the import touches three pages, all charged.
+    let imp = holder.import(&pages[100..100 + imported as usize])?;
+    let q = holder.queue(eng(), 1, 64)?;
+    q.prepare_one(&Copy::new(&h, 0, &d, 0, 4096)?)?;
+    q.submit()?.wait(None)?;
+    let u = holder.usage()?;
+    ensure!(u.device == mine.device, "device {} vs {}", u.device, mine.device);
+    ensure!(
+        (u.buffers, u.host_bytes, u.device_bytes, u.imported_bytes) == (3, host, hbm, imported),
+        "buffers and bytes of the second file: {u:?}"
+    );
+    ensure!(
+        (u.queues, u.copy_bytes, u.fences_completed, u.fences_failed) == (1, 4096, 1, 0),
+        "queues, copies and fences of the second file: {u:?}"
+    );
+    // Host buffers are charged a power of two of pages; the queue's memory is on top.
+    let charged = host.next_multiple_of(ps).next_power_of_two() + 3 * ps;
+    ensure!(u.memlock_bytes > charged, "memlock {} (buffers alone {charged})", u.memlock_bytes);
+    let now = holder.device_usage()?;
+    let held = (now.host_bytes - before.host_bytes, now.device_bytes - before.device_bytes);
+    ensure!(held == (host, hbm), "sysfs host/device bytes: before {before:?}, now {now:?}");
+    ensure!(now.imported_bytes == before.imported_bytes + imported, "sysfs imported bytes: {before:?} {now:?}");
+    ensure!(
+        now.host_peak_bytes >= now.host_bytes
+            && now.device_peak_bytes >= now.device_bytes
+            && now.imported_peak_bytes >= now.imported_bytes,
+        "peaks below the counters: {now:?}"
+    );
+
+    // udmactl top --once --json: this process, both files, with exactly their counters.
+    let (out, top_pid) = udmactl(&["top", "--once", "--json"], None)?;
+    let v: serde_json::Value = serde_json::from_slice(&out).context("top --json output")?;
+    let me = std::process::id();
+    let devs = v["devices"].as_array().context("no devices array")?;
+    let ours = devs.iter().find(|d| d["pci_device"] == mine.device.as_str()).context("our device not in top")?;
+    ensure!(ours["device"] == dev.path().display().to_string().as_str(), "top's node: {}", ours["device"]);
+    let want_usage = serde_json::to_value(crate::json::DeviceUsageJson::from(&now))?;
+    ensure!(ours["usage"] == want_usage, "top's device counters {} vs sysfs {want_usage}", ours["usage"]);
+    let rows = ours["processes"].as_array().context("no processes array")?;
+    ensure!(!rows.iter().any(|r| r["pid"] == top_pid), "top lists itself");
+    let row = rows.iter().find(|r| r["pid"] == me).with_context(|| format!("pid {me} not in top: {ours}"))?;
+    let n = |k: &str| row[k].as_u64().unwrap_or(u64::MAX);
+    ensure!(n("files") == 2 && row["fds"].as_array().map(Vec::len) == Some(2), "files of this process: {row}");
+    ensure!(
+        (n("buffers"), n("host_bytes"), n("device_bytes"), n("imported_bytes")) == (3, host, hbm, imported),
+        "top's bytes: {row}"
+    );
+    ensure!(n("memlock_bytes") == u.memlock_bytes + mine.memlock_bytes && n("queues") == 1, "top's memlock: {row}");
+    ensure!(
+        (n("copy_bytes"), n("fences_completed"), n("fences_failed"))
+            == (mine.copy_bytes + 4096, mine.fences_completed + 1, mine.fences_failed),
+        "top's copies and fences: {row} (selftest file {mine:?})"
+    );
+    ensure!(row["copy_bytes_per_second"].is_null() && v["interval_seconds"].is_null(), "rates with --once: {row}");
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        ensure!(v["unreadable_processes"] == 0, "root could not read every process: {}", v["unreadable_processes"]);
+    }
+
+    // info --json: the PCI device and the same counters.
+    let path = dev.path().display().to_string();
+    let (out, _) = udmactl(&["-d", &path, "info", "--json"], None)?;
+    let v: serde_json::Value = serde_json::from_slice(&out).context("info --json output")?;
+    ensure!(v["pci_device"] == mine.device.as_str() && v["usage"] == want_usage, "info --json: {v}");
+
+    // As another user (root only): this process cannot be read, and is counted so.
+    if root {
+        let (out, _) = udmactl(&["top", "--once", "--json"], Some(1001))?;
+        let v: serde_json::Value = serde_json::from_slice(&out).context("top --json output as uid 1001")?;
+        ensure!(v["unreadable_processes"].as_u64() > Some(0), "uid 1001 read every process: {v}");
+        let ours = v["devices"].as_array().and_then(|a| a.iter().find(|d| d["pci_device"] == mine.device.as_str()));
+        let ours = ours.context("our device not in top as uid 1001")?;
+        ensure!(ours["usage"] == want_usage, "top's device counters as uid 1001: {ours}");
+        ensure!(!ours["processes"].as_array().is_some_and(|r| r.iter().any(|r| r["pid"] == me)), "uid 1001 saw us");
+    } else {
+        println!("# not root: top as another user not tried");
+    }
+
+    drop((q, imp, d, h));
+    drop(holder);
+    let after = DeviceUsage::read(&mine.device)?;
+    ensure!(
+        (after.host_bytes, after.device_bytes, after.imported_bytes)
+            == (before.host_bytes, before.device_bytes, before.imported_bytes),
+        "closing the file did not give the bytes back: before {before:?}, after {after:?}"
+    );
+    ensure!(after.device_peak_bytes >= now.device_bytes, "the peak went down: {after:?}");
+    Ok(())
+}
+
 /// Runs every group and prints TAP; the error lists the failed groups.
 pub fn run(dev: &Device, info: &Info) -> Result<()> {
     let engine = info.user_engine().context("INFO reports no engine that reaches host memory")?;
     let _ = ENG.set(engine);
     type Check = fn(&Device, &Info) -> Result<()>;
-    let checks: [(&str, Check); 11] = [
+    let checks: [(&str, Check); 12] = [
         ("info", info_check),
         ("open_and_errno_mapping", open_errors),
         ("host_and_device_buffers", buffers),
@@ -390,6 +578,7 @@ pub fn run(dev: &Device, info: &Info) -> Result<()> {
         ("imports", imports),
         ("fences_and_events", fences_and_events),
         ("memset_mmap_dmabuf_device_rings", abi3_memory),
+        ("usage_counters_and_top", usage_counters),
     ];
     println!("TAP version 13");
     println!("1..{}", checks.len());
@@ -590,4 +779,21 @@ fn abi3_memory(dev: &Device, i: &Info) -> Result<()> {
         println!("# engine {} has no device rings (device_ring_engines of INFO)", eng());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The runner of `udmactl` subcommands, on this test binary (current_exe): `--list` lists
+    /// the tests and exits 0; an unknown option fails with the harness's message.
+    #[test]
+    fn runs_this_program() {
+        let (out, pid) = udmactl(&["--list", "--exact", "selftest::tests::runs_this_program"], None).unwrap();
+        assert!(String::from_utf8_lossy(&out).contains("runs_this_program: test"), "{out:?}");
+        assert!(pid > 0 && pid != std::process::id());
+        let e = udmactl(&["--no-such-option"], None).unwrap_err().to_string();
+        assert!(e.starts_with("udmactl --no-such-option: wait status"), "{e}");
+        assert!(e.contains("no-such-option"), "{e}");
+    }
 }
