@@ -386,6 +386,33 @@ TEST_F(db, import_attachment_follows_the_buffer)
 	udbuf_destroy(&u);
 }
 
+/* DMABUF_EXPORT of @handle with every descriptor of the process taken: its result. */
+static int export_without_fds(int fd, __u64 handle)
+{
+	struct rlimit old, lim;
+	int fds[64], n = 0, ret;
+
+	if (getrlimit(RLIMIT_NOFILE, &old))
+		return -errno;
+	lim = old;
+	lim.rlim_cur = 64;
+	if (setrlimit(RLIMIT_NOFILE, &lim))
+		return -errno;
+	while (n < 64) {
+		fds[n] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fds[n] < 0)
+			break;
+		n++;
+	}
+	ret = db_export(fd, handle, 0);
+	if (ret >= 0)
+		close(ret);
+	while (n > 0)
+		close(fds[--n]);
+	setrlimit(RLIMIT_NOFILE, &old);
+	return ret;
+}
+
 /* EXPORT's errors: only device buffers of this file, O_CLOEXEC the only flag. */
 TEST_F(db, export_bad_input)
 {
@@ -415,6 +442,8 @@ TEST_F(db, export_bad_input)
 	close(other);
 	/* A bad result pointer: no descriptor is left behind, the buffer is not busy. */
 	EXPECT_EQ(-EFAULT, udma_ioc(fd, NEURON_UDMA_DMABUF_EXPORT, (void *)8));
+	/* No free descriptor: EMFILE, and nothing stays exported. */
+	EXPECT_EQ(-EMFILE, export_without_fds(fd, dev.handle));
 	dbfd = db_export(fd, dev.handle, O_CLOEXEC);
 	ASSERT_LE(0, dbfd);
 	EXPECT_EQ(FD_CLOEXEC, fcntl(dbfd, F_GETFD) & FD_CLOEXEC);
