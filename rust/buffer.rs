@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! DMA buffers handed to user space: host buffers (coherent memory, mmap'able), device
-//! buffers (ranges of the device memory, HBM) and imported buffers (the caller's own pages,
-//! pinned: `MEM_IMPORT`). User space names them by handle; the driver translates (handle,
-//! offset, size) into device-fabric addresses ([`Span`]) after a bounds check.
+//! buffers (ranges of the device memory, HBM), imported buffers (the caller's own pages,
+//! pinned: `MEM_IMPORT`) and imported dma-bufs (another exporter's memory: `DMABUF_IMPORT`).
+//! User space names them by handle; the driver translates (handle, offset, size) into
+//! device-fabric addresses ([`Span`]) after a bounds check.
 //!
 //! A buffer is kept from being freed while the engine may reach it: by a [`BusyGuard`] while a
 //! synchronous copy uses it, and by an [`InFlight`] reference per submission that names it
@@ -11,7 +12,7 @@
 
 use crate::{
     charge::Charge,
-    shim::{self, MappedFile, PinnedPages},
+    shim::{self, DmaBufImport, MappedFile, PinnedPages},
     span::{Segment, Span},
 };
 use kernel::{
@@ -50,6 +51,18 @@ pub(crate) enum Backing {
     Device(u64, u64),
     /// The importing process's pages, pinned and mapped for the device, with their charge.
     Pinned(PinnedPages, Charge),
+    /// Another exporter's dma-buf mapped for the device, what drains the buffer if the exporter
+    /// revokes it, and whether its addresses are device addresses (this driver's own export of
+    /// the same device's memory) rather than host DMA addresses.
+    DmaBuf(DmaBufImport, Arc<dyn Drain>, bool),
+}
+
+/// What waits, for an imported dma-buf that its exporter revoked while it was in use, until no
+/// descriptor or copy can reach it any more (`dmabuf.rs`: the device).
+pub(crate) trait Drain: Send + Sync {
+    /// Returns once nothing holds `buf` ([`Buffer::is_busy`] is false); `buf` is revoked, so no
+    /// new hold can be taken. Bounded: it resets what does not finish on its own.
+    fn drain(&self, buf: &Buffer);
 }
 
 /// What memory a buffer is (the usage counters of `pool.rs` and the file's `fdinfo`).
@@ -109,6 +122,9 @@ pub(crate) struct Buffer {
     freeing: Atomic<u32>,
     /// Prepared descriptor pairs referencing the buffer that the engine may still process.
     inflight: Atomic<u32>,
+    /// Non-zero once the exporter of an imported dma-buf revoked it: no new hold is taken
+    /// (`ENXIO`), and the mapping goes once the existing ones are gone.
+    revoked: Atomic<u32>,
     /// Position in the pool's table (`pool.rs`).
     pub(crate) table_index: Atomic<usize>,
     /// Non-zero once the owning file is released ([`Self::mark_released`]); a buffer that is
@@ -161,6 +177,47 @@ impl Buffer {
         Self::with_segments(handle, size, owner, owner_file, backing, segments, writable)
     }
 
+    /// Creates the record of buffer `handle`, the imported dma-buf `imp` of `size` bytes
+    /// (`drain` drains it if the exporter revokes it), and connects the import to it. The
+    /// mapping's segments become its runs: host DMA addresses, or for this driver's own export
+    /// of the same device's memory ([`DmaBufImport::local_base`]) the device addresses of that
+    /// range, which the engine reaches directly. The engine may write it if `writable`.
+    ///
+    /// # Errors
+    ///
+    /// `EOPNOTSUPP` if the mapping is shorter than the dma-buf, `ENXIO` if the exporter revoked
+    /// it meanwhile, `ENOMEM`; the import is released then.
+    pub(crate) fn imported_dmabuf(
+        handle: u64,
+        size: u64,
+        owner: u64,
+        owner_file: MappedFile,
+        imp: DmaBufImport,
+        drain: Arc<dyn Drain>,
+        writable: bool,
+    ) -> Result<Arc<Self>> {
+        let local = imp.local_base();
+        let mut left = size;
+        let clipped = imp.dma_segments().filter_map(|(addr, len)| {
+            let n = len.min(left);
+            left -= n;
+            (n != 0).then(|| (local.map_or(addr, |base| addr.wrapping_sub(base)), n))
+        });
+        let segments = crate::span::runs(clipped)?;
+        if segments.iter().map(|s| s.len).sum::<u64>() != size {
+            return Err(EOPNOTSUPP);
+        }
+        let backing = Backing::DmaBuf(imp, drain, local.is_some());
+        let buf =
+            Self::with_segments(handle, size, owner, owner_file, backing, segments, writable)?;
+        if let Some(Backing::DmaBuf(imp, ..)) = &*buf.backing.lock() {
+            // SAFETY: `buf` is the record whose backing holds the import; the backing is freed
+            // (`free`, which releases the import) before the record goes.
+            unsafe { imp.connect(Arc::as_ptr(&buf)) }?;
+        }
+        Ok(buf)
+    }
+
     fn with_segments(
         handle: u64,
         size: u64,
@@ -175,12 +232,13 @@ impl Buffer {
         }
         let mmap_offset = match backing {
             Backing::Host(..) | Backing::Device(..) => handle << MMAP_STRIDE_SHIFT,
-            Backing::Pinned(..) => 0,
+            Backing::Pinned(..) | Backing::DmaBuf(..) => 0,
         };
         let (kind, charged) = match &backing {
             Backing::Host(_, c) => (MemKind::Host, c.as_ref().map_or(0, |c| c.bytes())),
             Backing::Device(..) => (MemKind::Device, 0),
             Backing::Pinned(_, c) => (MemKind::Imported, c.bytes()),
+            Backing::DmaBuf(..) => (MemKind::Imported, 0),
         };
         Arc::pin_init(
             try_pin_init!(Self {
@@ -196,6 +254,7 @@ impl Buffer {
                 users: Atomic::new(0),
                 freeing: Atomic::new(0),
                 inflight: Atomic::new(0),
+                revoked: Atomic::new(0),
                 table_index: Atomic::new(usize::MAX),
                 released: Atomic::new(0),
                 backing <- new_mutex!(Some(backing)),
@@ -210,7 +269,7 @@ impl Buffer {
     ///
     /// `ENOENT` if a `MEM_FREE` freed the buffer ([`Self::take_for_free`]).
     pub(crate) fn busy(self: &Arc<Self>) -> Result<BusyGuard> {
-        Self::claim(&self.users, &self.freeing)?;
+        self.claim(&self.users)?;
         Ok(BusyGuard(self.clone()))
     }
 
@@ -222,11 +281,16 @@ impl Buffer {
     /// decision, a few instructions under the pool lock that never sleep: either that
     /// `MEM_FREE` saw this count and gives up (`EBUSY`, the claim succeeds), or it did not and
     /// frees the buffer (the claim is `ENOENT`). A `MEM_FREE` that fails therefore never makes a
-    /// valid copy fail.
-    fn claim(counter: &Atomic<u32>, freeing: &Atomic<u32>) -> Result {
+    /// valid copy fail. A revoked dma-buf ([`Self::revoke`]) is claimed by the same handshake:
+    /// the claim fails (`ENXIO`), or the revocation sees it and waits for it.
+    fn claim(&self, counter: &Atomic<u32>) -> Result {
         counter.fetch_add(1, Full);
+        if self.revoked.load(Relaxed) != 0 {
+            counter.fetch_sub(1, Relaxed);
+            return Err(ENXIO);
+        }
         loop {
-            match freeing.load(Relaxed) {
+            match self.freeing.load(Relaxed) {
                 FREE_NONE => return Ok(()),
                 FREE_DONE => {
                     counter.fetch_sub(1, Relaxed);
@@ -336,7 +400,8 @@ impl Buffer {
         match &*self.backing.lock() {
             Some(Backing::Host(c, _)) => Ok(c.dma_address() | route),
             Some(Backing::Device(a, _)) => Ok(*a),
-            Some(Backing::Pinned(..)) => Ok(route),
+            Some(Backing::Pinned(..)) | Some(Backing::DmaBuf(_, _, false)) => Ok(route),
+            Some(Backing::DmaBuf(_, _, true)) => Ok(0),
             // `MEM_FREE` marks the buffer before it takes the backing under this lock.
             None if self.freeing.load(Relaxed) == FREE_DONE => Err(ENOENT),
             None => Err(ENODEV),
@@ -352,6 +417,42 @@ impl Buffer {
             Some(Backing::Device(_, phys)) if *phys != 0 => Some(true),
             _ => None,
         }
+    }
+
+    /// The device-fabric (device memory) address of a device buffer whose memory is still there.
+    pub(crate) fn device_addr(&self) -> Option<u64> {
+        match &*self.backing.lock() {
+            Some(Backing::Device(a, _)) => Some(*a),
+            _ => None,
+        }
+    }
+
+    /// Marks an imported dma-buf revoked by its exporter: no new hold can be taken from now on
+    /// ([`Self::claim`] fails with `ENXIO`). Returns whether a hold still exists (then
+    /// [`Self::drain_revoked`] must run before the mapping goes).
+    pub(crate) fn revoke(&self) -> bool {
+        // A fully ordered mark, then a look at the holds: the other half of `claim`'s handshake.
+        self.revoked.xchg(1, Full);
+        self.is_busy()
+    }
+
+    /// Waits until no descriptor or copy can reach the revoked import any more, then unmaps
+    /// it. Nothing to do once it was freed (the release unmapped it).
+    pub(crate) fn drain_revoked(&self) {
+        let drain = match &*self.backing.lock() {
+            Some(Backing::DmaBuf(_, d, _)) => d.clone(),
+            _ => return,
+        };
+        drain.drain(self);
+        // The reservation lock is taken inside the backing lock (never the other way round).
+        if let Some(Backing::DmaBuf(imp, ..)) = &*self.backing.lock() {
+            imp.unmap();
+        }
+    }
+
+    /// Whether this is a host buffer whose memory is still there.
+    pub(crate) fn is_host(&self) -> bool {
+        matches!(&*self.backing.lock(), Some(Backing::Host(..)))
     }
 
     /// Maps page `pgoff` (in units of the file's page offsets) of this host or device buffer
@@ -439,6 +540,13 @@ impl Buffer {
                 drop(charge);
                 None
             }
+            // Unmapped and detached outside the backing lock (the dma-buf's reservation lock is
+            // taken after it, never before).
+            Some(Backing::DmaBuf(imp, drain, _)) => {
+                drop(imp);
+                drop(drain);
+                None
+            }
             None => None,
         }
     }
@@ -474,7 +582,7 @@ impl InFlight {
     ///
     /// `ENOENT` if a `MEM_FREE` freed the buffer.
     pub(crate) fn new(buf: &Arc<Buffer>) -> Result<Self> {
-        Buffer::claim(&buf.inflight, &buf.freeing)?;
+        buf.claim(&buf.inflight)?;
         Ok(Self(buf.clone()))
     }
 }
@@ -569,4 +677,30 @@ pub(crate) unsafe extern "C" fn neuron_udma_vma_fault(
     // SAFETY: the VMA holds a reference to the buffer for as long as it exists.
     let buf = unsafe { &*buf };
     buf.fault(pgoff, vmf).unwrap_or(u32::MAX)
+}
+
+/// The exporter revoked the imported dma-buf of `buf` (`invalidate_mappings`, under the
+/// dma-buf's reservation lock): no new copy may name it. Returns whether a descriptor or copy
+/// may still reach it ([`Buffer::revoke`]).
+///
+/// # Safety
+///
+/// `buf` is the record connected to the import ([`DmaBufImport::connect`]), alive while the
+/// import is.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn neuron_udma_import_revoke(buf: *const Buffer) -> bool {
+    // SAFETY: per the function's contract.
+    unsafe { &*buf }.revoke()
+}
+
+/// The work item of a revoked import still in use: drains it, then unmaps it
+/// ([`Buffer::drain_revoked`]).
+///
+/// # Safety
+///
+/// As [`neuron_udma_import_revoke`]; the import's release waits for this call.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn neuron_udma_import_drain(buf: *const Buffer) {
+    // SAFETY: per the function's contract.
+    unsafe { &*buf }.drain_revoked();
 }

@@ -635,6 +635,16 @@ impl Channel {
         })
     }
 
+    /// Whether the queue holds work the engine may still run: fences in flight, or pairs that
+    /// no fence covers yet (prepared or started).
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` if the queue was released or the device unbound.
+    pub(crate) fn has_work(&self) -> Result<bool> {
+        self.locked(|q| Ok(q.busy() || q.unfenced() != 0))
+    }
+
     // ---- waits ----
 
     /// Waits until fence `seq` is settled, with `policy`.

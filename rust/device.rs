@@ -32,7 +32,7 @@ use kernel::{
     prelude::*,
     sync::{
         aref::ARef,
-        atomic::{Atomic, Relaxed, Release},
+        atomic::{Atomic, Full, Relaxed, Release},
         Arc, Mutex,
     },
     time::{delay::fsleep, Delta},
@@ -66,6 +66,8 @@ pub(crate) struct UdmaDevice {
     /// Non-zero while bound: [`DevState::alive`] for the per-ioctl check, which so takes no
     /// lock shared by every user (cleared under the state lock, before anything is torn down).
     bound: Atomic<u32>,
+    /// Sections running in [`Self::enter`]: the unbind waits for them.
+    entered: Atomic<u32>,
     /// The queues in use, keyed by [`QueueId::key`]; each knows its owner.
     #[pin]
     queues: XArray<Arc<Channel>>,
@@ -132,6 +134,7 @@ impl UdmaDevice {
                 #[cfg(neuron_udma_kunit)]
                 model,
                 bound: Atomic::new(1),
+                entered: Atomic::new(0),
                 queues <- XArray::new(AllocKind::Alloc),
                 pool <- BufferPool::new(dram),
                 state <- new_mutex!(DevState {
@@ -232,7 +235,7 @@ impl UdmaDevice {
     /// # Errors
     ///
     /// `ENODEV` once the device is unbound; those of `f`.
-    fn with_bound<R>(
+    pub(crate) fn with_bound<R>(
         &self,
         f: impl FnOnce(&kernel::device::Device<Bound>) -> Result<R>,
     ) -> Result<R> {
@@ -246,6 +249,24 @@ impl UdmaDevice {
         // outlive this scope.
         let dev = unsafe { self.pdev.as_ref().as_bound() };
         f(dev)
+    }
+
+    /// Enters a section in which the device stays bound without the state lock, for calls that
+    /// take another subsystem's locks which this driver's callbacks take the state lock under
+    /// (a dma-buf's reservation lock: [`Self::with_bound`] would invert that order).
+    /// [`Self::shutdown`] waits for every section to end before it tears anything down.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` once the device is unbound.
+    pub(crate) fn enter(&self) -> Result<Entered<'_>> {
+        // The other half of the shutdown's handshake: mark, then look (fully ordered).
+        self.entered.fetch_add(1, Full);
+        let section = Entered { dev: self };
+        if !self.is_alive() {
+            return Err(ENODEV);
+        }
+        Ok(section)
     }
 
     /// Allocates `len` bytes of coherent host memory for DMA by this device.
@@ -550,6 +571,10 @@ impl UdmaDevice {
             self.bound.store(0, Relaxed);
             st.h2t.take()
         };
+        // Sections entered before the mark end first (`enter`): what they made is in the pool.
+        while self.entered.fetch_add(0, Full) != 0 {
+            fsleep(Delta::from_micros(100));
+        }
         for key in 0..self.queue_keys() {
             let chan = self.queues.lock().remove(key);
             if let Some(chan) = chan {
@@ -564,8 +589,33 @@ impl UdmaDevice {
             h2t.shutdown();
         }
         self.patterns.shutdown();
+        // No importer reaches the device memory (or the P2PDMA provider, which devres frees)
+        // after this; the dma-bufs live on, revoked, until their last descriptor is closed.
+        crate::shim::dmabuf_revoke_all(self.pdev.as_ref());
         self.pool.shutdown();
         // `alive` is false: the reaper ends its loop and is not queued again.
         crate::shim::flush_work(&self.reaper);
+    }
+}
+
+/// A section in which the device stays bound ([`UdmaDevice::enter`]); ends on drop.
+pub(crate) struct Entered<'a> {
+    dev: &'a UdmaDevice,
+}
+
+impl Entered<'_> {
+    /// The device, bound while the section lasts.
+    pub(crate) fn bound(&self) -> &kernel::device::Device<Bound> {
+        // SAFETY: the section was entered while the device was alive (`enter` looked after its
+        // fully ordered mark), and `shutdown`, which runs in the PCI unbind callback before the
+        // device is unbound, waits for the mark to go (a fully ordered look after it cleared
+        // `bound`): the device stays bound until this section ends, which the borrow bounds.
+        unsafe { self.dev.pdev.as_ref().as_bound() }
+    }
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        self.dev.entered.fetch_sub(1, Release);
     }
 }

@@ -1007,6 +1007,34 @@ impl MiscDevice for OpenFile {
             IOC_QUEUE_EVENTFD => in_out(arg, false, |e: &mut neuron_udma_eventfd| {
                 me.queue_eventfd(e).map(|()| 0)
             }),
+            IOC_DMABUF_EXPORT => {
+                // The descriptor is installed only once its number reached user space (an
+                // installed descriptor cannot be taken back).
+                let mut pending = None;
+                let r = in_out(arg, true, |e: &mut neuron_udma_dmabuf_export| {
+                    pending = Some(crate::dmabuf::export_ioctl(&me.dev, me.id, e)?);
+                    Ok(0)
+                });
+                if let (Some(p), Ok(_)) = (pending, &r) {
+                    p.install();
+                }
+                r
+            }
+            IOC_DMABUF_IMPORT => {
+                // As MEM_IMPORT; the device stays bound until the buffer is in the pool.
+                let mut imported = None;
+                let r = in_out(arg, true, |a: &mut neuron_udma_dmabuf_import| {
+                    let handle = NEXT_HANDLE.fetch_add(1, Relaxed);
+                    imported = Some(crate::dmabuf::import_ioctl(
+                        &me.dev, me.id, me.file, handle, a,
+                    )?);
+                    Ok(0)
+                });
+                match imported {
+                    Some((b, _bound)) => me.mem_alloc_publish(b, r.is_ok()).and(r),
+                    None => r,
+                }
+            }
             _ => Err(ENOTTY),
         };
         // A queue that another thread of the file released while this call used it is not

@@ -27,6 +27,7 @@ mod charge;
 mod debugfs;
 mod desc;
 mod device;
+mod dmabuf;
 mod dmaengine;
 mod dram;
 mod driver;

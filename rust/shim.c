@@ -3,12 +3,18 @@
  * C helpers of neuron_udma for what Linux 7.3 has no Rust abstraction for; rust/shim.h declares
  * them, and says for each which abstraction is missing.
  */
+#include <linux/dma-buf.h>
+#include <linux/dma-buf-mapping.h>
 #include <linux/dma-mapping.h>
+#include <linux/dma-resv.h>
 #include <linux/eventfd.h>
+#include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/io_uring/cmd.h>
 #include <linux/mm.h>
 #include <linux/moduleparam.h>
+#include <linux/pci.h>
+#include <linux/pci-p2pdma.h>
 #include <linux/capability.h>
 #include <linux/cred.h>
 #include <linux/sched/mm.h>
@@ -16,6 +22,7 @@
 #include <linux/sched/signal.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
+#include <linux/workqueue.h>
 
 #include "shim.h"
 #include "../include/uapi/linux/neuron_udma.h"
@@ -734,3 +741,580 @@ void neuron_udma_flush_work(struct work_struct *work)
 {
 	flush_work(work);
 }
+
+/*
+ * ---- dma-buf: no Rust abstraction in 7.3 ----
+ *
+ * Export (NEURON_UDMA_DMABUF_EXPORT): a dma-buf of a range of device memory, which is BAR4 (a
+ * device address is its BAR4 offset, rust/arch.rs). Importers get the bus addresses of that
+ * range from the PCI P2PDMA provider of BAR4 (dma_buf_phys_vec_to_sgt(), as vfio-pci exports
+ * BARs). Only importers that can be revoked attach (a dynamic attachment with
+ * invalidate_mappings, as vfio-pci requires): at unbind every export is revoked
+ * (neuron_udma_dmabuf_revoke_all()) and the unbind waits until every importer unmapped, so no
+ * importer reaches the BAR (nor the provider, which devres frees) after it. The dma-buf holds a
+ * module reference (exp_info.owner) and, through its Rust hold, the buffer: the device memory
+ * goes back to the allocator only when the last reference to the dma-buf is gone, and it is
+ * scrubbed before its next MEM_ALLOC.
+ */
+MODULE_IMPORT_NS("DMA_BUF");
+
+/* BAR holding device memory (rust/driver.rs). */
+#define NEURON_UDMA_DRAM_BAR 4
+
+struct neuron_udma_export {
+	/* In neuron_udma_exports while the dma-buf lives and is not being revoked. */
+	struct list_head node;
+	struct dma_buf *dmabuf;
+	/* The exporting device: an address to compare, kept alive by @hold. */
+	struct device *dev;
+	struct p2pdma_provider *provider;
+	/* The CPU physical range of the buffer in BAR4. */
+	struct phys_vec phys;
+	/* One per live mapping, and one until the export is revoked. */
+	struct kref maps;
+	struct completion unmapped;
+	/* Under the dma-buf's reservation lock: no new mapping (the device is going away). */
+	bool revoked;
+	/* rust/dmabuf.rs: the exported buffer (busy) and its device, given back by ->release. */
+	struct neuron_udma_export_hold *hold;
+};
+
+static LIST_HEAD(neuron_udma_exports);
+static DEFINE_MUTEX(neuron_udma_exports_lock);
+
+static void neuron_udma_export_unmapped(struct kref *kref)
+{
+	complete(&container_of(kref, struct neuron_udma_export, maps)->unmapped);
+}
+
+/*
+ * Only importers that reach the BAR (peer-to-peer) and can be revoked: a pinned importer
+ * without invalidate_mappings could keep its mapping past unbind.
+ */
+static int neuron_udma_dmabuf_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
+{
+	struct neuron_udma_export *exp = dmabuf->priv;
+
+	if (!attach->peer2peer || !dma_buf_attach_revocable(attach))
+		return -EOPNOTSUPP;
+	/* Rechecked under the reservation lock by ->map_dma_buf. */
+	if (READ_ONCE(exp->revoked))
+		return -ENODEV;
+	/* A device the BAR cannot reach (no common switch or allow-listed host bridge). */
+	if (pci_p2pdma_distance_many(to_pci_dev(exp->dev), &attach->dev, 1, false) < 0)
+		return -EOPNOTSUPP;
+	return 0;
+}
+
+static struct sg_table *neuron_udma_dmabuf_map(struct dma_buf_attachment *attach,
+					       enum dma_data_direction dir)
+{
+	struct neuron_udma_export *exp = attach->dmabuf->priv;
+	struct sg_table *sgt;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	if (exp->revoked)
+		return ERR_PTR(-ENODEV);
+	sgt = dma_buf_phys_vec_to_sgt(attach, exp->provider, &exp->phys, 1, exp->phys.len, dir);
+	if (!IS_ERR(sgt))
+		kref_get(&exp->maps);
+	return sgt;
+}
+
+static void neuron_udma_dmabuf_unmap(struct dma_buf_attachment *attach, struct sg_table *sgt,
+				     enum dma_data_direction dir)
+{
+	struct neuron_udma_export *exp = attach->dmabuf->priv;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	dma_buf_free_sgt(attach, sgt, dir);
+	kref_put(&exp->maps, neuron_udma_export_unmapped);
+}
+
+/* The last reference is gone: no attachment (nor mapping) is left. */
+static void neuron_udma_dmabuf_release(struct dma_buf *dmabuf)
+{
+	struct neuron_udma_export *exp = dmabuf->priv;
+
+	mutex_lock(&neuron_udma_exports_lock);
+	list_del_init(&exp->node);
+	mutex_unlock(&neuron_udma_exports_lock);
+	/* The buffer is no longer busy: freed now if its file was closed. */
+	neuron_udma_dmabuf_released(exp->hold);
+	kfree(exp);
+}
+
+static const struct dma_buf_ops neuron_udma_dmabuf_ops = {
+	.attach = neuron_udma_dmabuf_attach,
+	.map_dma_buf = neuron_udma_dmabuf_map,
+	.unmap_dma_buf = neuron_udma_dmabuf_unmap,
+	.release = neuron_udma_dmabuf_release,
+};
+
+/*
+ * A dma-buf of bytes [@offset, @offset + @size) of @dev's BAR4 (a bound device), with one
+ * reference the caller owns (neuron_udma_dmabuf_install() or neuron_udma_dmabuf_put()). On
+ * success the dma-buf owns @hold and gives it back to Rust when it is released; on error the
+ * caller keeps it. ERR_PTR(-EINVAL) for a range outside BAR4, -EOPNOTSUPP without PCI
+ * peer-to-peer support (CONFIG_PCI_P2PDMA, or a BAR that cannot be mapped), -ENOMEM, -ENOENT
+ * (the module is going away).
+ */
+struct neuron_udma_export *neuron_udma_dmabuf_export(struct device *dev, u64 offset, u64 size,
+						     struct neuron_udma_export_hold *hold)
+{
+	struct pci_dev *pdev = to_pci_dev(dev);
+	DEFINE_DMA_BUF_EXPORT_INFO(exp_info);
+	struct neuron_udma_export *exp;
+	struct p2pdma_provider *provider;
+	struct dma_buf *dmabuf;
+	int ret;
+
+	if (!size || offset + size < offset ||
+	    offset + size > pci_resource_len(pdev, NEURON_UDMA_DRAM_BAR))
+		return ERR_PTR(-EINVAL);
+	/* Once per binding (devres frees it at unbind); the caller holds the device state lock. */
+	ret = pcim_p2pdma_init(pdev);
+	if (ret)
+		return ERR_PTR(ret == -ENOMEM ? ret : -EOPNOTSUPP);
+	provider = pcim_p2pdma_provider(pdev, NEURON_UDMA_DRAM_BAR);
+	if (!provider)
+		return ERR_PTR(-EOPNOTSUPP);
+	exp = kzalloc(sizeof(*exp), GFP_KERNEL_ACCOUNT);
+	if (!exp)
+		return ERR_PTR(-ENOMEM);
+	INIT_LIST_HEAD(&exp->node);
+	exp->dev = dev;
+	exp->provider = provider;
+	exp->phys.paddr = pci_resource_start(pdev, NEURON_UDMA_DRAM_BAR) + offset;
+	exp->phys.len = size;
+	kref_init(&exp->maps);
+	init_completion(&exp->unmapped);
+	exp_info.ops = &neuron_udma_dmabuf_ops;
+	exp_info.size = size;
+	exp_info.flags = O_RDWR;
+	exp_info.priv = exp;
+	dmabuf = dma_buf_export(&exp_info);
+	if (IS_ERR(dmabuf)) {
+		kfree(exp);
+		return ERR_CAST(dmabuf);
+	}
+	exp->dmabuf = dmabuf;
+	exp->hold = hold;
+	mutex_lock(&neuron_udma_exports_lock);
+	list_add_tail(&exp->node, &neuron_udma_exports);
+	mutex_unlock(&neuron_udma_exports_lock);
+	return exp;
+}
+
+/* Drops the caller's reference to @exp's dma-buf (the release runs when it was the last). */
+void neuron_udma_dmabuf_put(struct neuron_udma_export *exp)
+{
+	dma_buf_put(exp->dmabuf);
+}
+
+/* A file descriptor number for a later install (O_CLOEXEC in @flags or not), or -EMFILE. */
+int neuron_udma_fd_reserve(u32 flags)
+{
+	return get_unused_fd_flags(flags & O_CLOEXEC);
+}
+
+/* Gives back a number of neuron_udma_fd_reserve() that was not installed. */
+void neuron_udma_fd_unreserve(int fd)
+{
+	put_unused_fd(fd);
+}
+
+/*
+ * Publishes @exp's dma-buf as the reserved @fd, with the caller's reference: cannot be undone,
+ * so the caller did everything that may fail first.
+ */
+void neuron_udma_dmabuf_install(struct neuron_udma_export *exp, int fd)
+{
+	dma_buf_fd_install(exp->dmabuf, fd);
+}
+
+/*
+ * Revokes @exp (the caller holds a reference to its dma-buf): no new mapping, every importer
+ * is told to unmap (invalidate_mappings), and this returns once every mapping is gone, so the
+ * BAR range and the provider are no longer reachable through it. Idempotent.
+ */
+void neuron_udma_dmabuf_revoke(struct neuron_udma_export *exp)
+{
+	struct dma_buf *dmabuf = exp->dmabuf;
+
+	dma_resv_lock(dmabuf->resv, NULL);
+	if (exp->revoked) {
+		dma_resv_unlock(dmabuf->resv);
+		return;
+	}
+	WRITE_ONCE(exp->revoked, true);
+	dma_buf_invalidate_mappings(dmabuf);
+	dma_resv_wait_timeout(dmabuf->resv, DMA_RESV_USAGE_BOOKKEEP, false, MAX_SCHEDULE_TIMEOUT);
+	dma_resv_unlock(dmabuf->resv);
+	/* Importers with invalidate_mappings unmap in bounded time (they alone may attach). */
+	kref_put(&exp->maps, neuron_udma_export_unmapped);
+	wait_for_completion(&exp->unmapped);
+}
+
+/*
+ * Unbind of @dev: revokes every export of it. A dma-buf whose last reference is already gone
+ * has no attachment left; its release only gives its hold back.
+ */
+void neuron_udma_dmabuf_revoke_all(struct device *dev)
+{
+	struct neuron_udma_export *exp, *next;
+	LIST_HEAD(revoke);
+
+	mutex_lock(&neuron_udma_exports_lock);
+	list_for_each_entry_safe(exp, next, &neuron_udma_exports, node) {
+		if (exp->dev == dev && get_file_active(&exp->dmabuf->file))
+			list_move_tail(&exp->node, &revoke);
+	}
+	mutex_unlock(&neuron_udma_exports_lock);
+	list_for_each_entry_safe(exp, next, &revoke, node) {
+		neuron_udma_dmabuf_revoke(exp);
+		mutex_lock(&neuron_udma_exports_lock);
+		list_del_init(&exp->node);
+		mutex_unlock(&neuron_udma_exports_lock);
+		/* May release it (from task work or the delayed fput worker, not here). */
+		fput(exp->dmabuf->file);
+	}
+}
+
+/*
+ * Import (NEURON_UDMA_DMABUF_IMPORT): another exporter's dma-buf, attached for the device and
+ * pinned (dma_buf_pin()), then mapped once. Pinned, not moved on demand: descriptors carry the
+ * mapped addresses and the engine runs them whenever it gets to them, with no way to stop or
+ * retry one, so the memory must stay where it is for as long as a descriptor may reach it; an
+ * exporter does not move a pinned buffer. The attachment is still dynamic, with
+ * invalidate_mappings, because exporters revoke (vfio-pci, this driver at unbind): then the
+ * buffer is marked revoked in Rust (no new copy can name it: ENXIO), and the mapping is
+ * unmapped only once no descriptor or copy can reach it any more (rust/dmabuf.rs drains the
+ * buffer from a work item, resetting the owner's queues that still hold it after a grace
+ * period), which the exporter waits for before it reuses the memory.
+ */
+struct neuron_udma_import {
+	struct dma_buf *dmabuf;
+	struct dma_buf_attachment *attach;
+	/* Under the reservation lock: the mapping, NULL once unmapped. */
+	struct sg_table *sgt;
+	enum dma_data_direction dir;
+	/* Under the reservation lock. */
+	bool pinned;
+	bool revoked;
+	/* Under the reservation lock: the Rust buffer (not counted: it outlives its backing). */
+	const struct neuron_udma_buffer *buf;
+	/* Drains a revoked buffer that was still in use, then unmaps. */
+	struct work_struct drain;
+};
+
+static void neuron_udma_import_unmap_locked(struct neuron_udma_import *imp)
+{
+	dma_resv_assert_held(imp->dmabuf->resv);
+	if (imp->sgt) {
+		dma_buf_unmap_attachment(imp->attach, imp->sgt, imp->dir);
+		imp->sgt = NULL;
+	}
+	if (imp->pinned) {
+		dma_buf_unpin(imp->attach);
+		imp->pinned = false;
+	}
+}
+
+static void neuron_udma_import_invalidate(struct dma_buf_attachment *attach)
+{
+	struct neuron_udma_import *imp = attach->importer_priv;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	if (imp->revoked)
+		return;
+	imp->revoked = true;
+	/*
+	 * Not connected yet: the import is being made from the mapping, and fails at
+	 * neuron_udma_import_connect(); its release unmaps (bounded). Released: unmapped already.
+	 */
+	if (!imp->buf)
+		return;
+	/* In use: the mapping stays until no descriptor can reach it (in bounded time). */
+	if (neuron_udma_import_revoke(imp->buf)) {
+		queue_work(system_unbound_wq, &imp->drain);
+		return;
+	}
+	neuron_udma_import_unmap_locked(imp);
+}
+
+static void neuron_udma_import_drain_work(struct work_struct *work)
+{
+	struct neuron_udma_import *imp = container_of(work, struct neuron_udma_import, drain);
+	const struct neuron_udma_buffer *buf;
+
+	dma_resv_lock(imp->dmabuf->resv, NULL);
+	buf = imp->buf;
+	dma_resv_unlock(imp->dmabuf->resv);
+	/* The release waits for this work before the buffer's record can go. */
+	if (buf)
+		neuron_udma_import_drain(buf);
+}
+
+static const struct dma_buf_attach_ops neuron_udma_import_ops = {
+	.allow_peer2peer = true,
+	.invalidate_mappings = neuron_udma_import_invalidate,
+};
+
+static int neuron_udma_import_error(int err)
+{
+	/* The exporter cannot give this device its memory (placement, peer-to-peer, revoked). */
+	return err == -ENOMEM || err == -EINTR ? err : -EOPNOTSUPP;
+}
+
+/* neuron_udma_import_dmabuf() of @dmabuf, whose reference it takes over. */
+static struct neuron_udma_import *neuron_udma_import_attach(struct dma_buf *dmabuf,
+							    struct device *dev, bool write,
+							    u64 *size)
+{
+	struct neuron_udma_import *imp;
+	struct sg_table *sgt;
+	long ret;
+
+	if (write && !(dmabuf->file->f_mode & FMODE_WRITE)) {
+		ret = -EACCES;
+		goto put;
+	}
+	imp = kzalloc(sizeof(*imp), GFP_KERNEL_ACCOUNT);
+	if (!imp) {
+		ret = -ENOMEM;
+		goto put;
+	}
+	imp->dmabuf = dmabuf;
+	imp->dir = write ? DMA_BIDIRECTIONAL : DMA_TO_DEVICE;
+	INIT_WORK(&imp->drain, neuron_udma_import_drain_work);
+	imp->attach = dma_buf_dynamic_attach(dmabuf, dev, &neuron_udma_import_ops, imp);
+	if (IS_ERR(imp->attach)) {
+		ret = neuron_udma_import_error(PTR_ERR(imp->attach));
+		goto free;
+	}
+	ret = dma_resv_lock_interruptible(dmabuf->resv, NULL);
+	if (ret)
+		goto detach;
+	if (imp->revoked) {
+		ret = -EOPNOTSUPP;
+		goto unlock;
+	}
+	ret = dma_buf_pin(imp->attach);
+	if (ret) {
+		ret = neuron_udma_import_error(ret);
+		goto unlock;
+	}
+	imp->pinned = true;
+	sgt = dma_buf_map_attachment(imp->attach, imp->dir);
+	if (IS_ERR(sgt)) {
+		ret = neuron_udma_import_error(PTR_ERR(sgt));
+		goto unmap;
+	}
+	imp->sgt = sgt;
+	/* What the exporter still does to the memory (a move, a clear) ends first. */
+	ret = dma_resv_wait_timeout(dmabuf->resv, DMA_RESV_USAGE_KERNEL, true,
+				    MAX_SCHEDULE_TIMEOUT);
+	if (ret < 0)
+		goto unmap;
+	dma_resv_unlock(dmabuf->resv);
+	*size = dmabuf->size;
+	return imp;
+
+unmap:
+	neuron_udma_import_unmap_locked(imp);
+unlock:
+	dma_resv_unlock(dmabuf->resv);
+detach:
+	dma_buf_detach(dmabuf, imp->attach);
+free:
+	kfree(imp);
+put:
+	dma_buf_put(dmabuf);
+	return ERR_PTR(ret);
+}
+
+/*
+ * Attaches the dma-buf @fd to the bound device @dev, pins it and maps it (to the device only,
+ * unless @write); *@size is the dma-buf's size. Nothing is connected to a Rust buffer yet
+ * (neuron_udma_import_connect()). ERR_PTR(-EBADF) (@fd is not a dma-buf), -EACCES (@write for
+ * a dma-buf not open for writing), -EOPNOTSUPP (the exporter refused this device), -ENOMEM,
+ * -EINTR.
+ */
+struct neuron_udma_import *neuron_udma_import_dmabuf(int fd, struct device *dev, bool write,
+						     u64 *size)
+{
+	struct dma_buf *dmabuf = dma_buf_get(fd);
+
+	if (IS_ERR(dmabuf))
+		return ERR_PTR(-EBADF);
+	return neuron_udma_import_attach(dmabuf, dev, write, size);
+}
+
+/* The mapping of @imp (DMA addresses only, nents entries), valid until it is unmapped. */
+struct sg_table *neuron_udma_import_sgt(struct neuron_udma_import *imp)
+{
+	return imp->sgt;
+}
+
+/*
+ * Whether @imp is this driver's own export of device memory of the device it is attached to:
+ * then *@bus_base is the bus address of that device's BAR4, so an address of the mapping minus
+ * it is a device address the engine reaches directly (rather than through the host route and
+ * back into its own BAR).
+ */
+bool neuron_udma_import_local(struct neuron_udma_import *imp, u64 *bus_base)
+{
+	struct neuron_udma_export *exp = imp->dmabuf->priv;
+
+	if (imp->dmabuf->ops != &neuron_udma_dmabuf_ops || exp->dev != imp->attach->dev)
+		return false;
+	*bus_base = pci_bus_address(to_pci_dev(exp->dev), NEURON_UDMA_DRAM_BAR);
+	return true;
+}
+
+/*
+ * Connects @imp to its Rust buffer @buf, whose revocation callbacks it calls from now on
+ * (neuron_udma_import_revoke(), neuron_udma_import_drain()). -ENXIO if the exporter revoked it
+ * meanwhile.
+ */
+int neuron_udma_import_connect(struct neuron_udma_import *imp,
+			       const struct neuron_udma_buffer *buf)
+{
+	int ret = 0;
+
+	dma_resv_lock(imp->dmabuf->resv, NULL);
+	if (imp->revoked)
+		ret = -ENXIO;
+	else
+		imp->buf = buf;
+	dma_resv_unlock(imp->dmabuf->resv);
+	return ret;
+}
+
+/* Unmaps and unpins @imp (a revoked buffer that no descriptor can reach any more). */
+void neuron_udma_import_unmap(struct neuron_udma_import *imp)
+{
+	dma_resv_lock(imp->dmabuf->resv, NULL);
+	neuron_udma_import_unmap_locked(imp);
+	dma_resv_unlock(imp->dmabuf->resv);
+}
+
+/*
+ * Releases @imp (no descriptor can reach it): no callback into Rust after this, unmapped,
+ * unpinned, detached, and the dma-buf reference given back.
+ */
+void neuron_udma_import_release(struct neuron_udma_import *imp)
+{
+	struct dma_buf *dmabuf = imp->dmabuf;
+
+	dma_resv_lock(dmabuf->resv, NULL);
+	imp->buf = NULL;
+	neuron_udma_import_unmap_locked(imp);
+	dma_resv_unlock(dmabuf->resv);
+	/* Not queued again: the invalidation needs imp->buf for that. */
+	cancel_work_sync(&imp->drain);
+	dma_buf_detach(dmabuf, imp->attach);
+	kfree(imp);
+	dma_buf_put(dmabuf);
+}
+
+#ifdef NEURON_UDMA_KUNIT
+/*
+ * KUnit builds only: an importer of an export of this driver in the kernel (rust/dmabuf.rs's
+ * suite), as another device's driver would be: a static attachment (refused), then a dynamic,
+ * revocable one that maps the buffer, sees the export revoked (its invalidate_mappings unmaps at
+ * once, as the contract asks), and maps again after the revocation (refused).
+ */
+struct neuron_udma_kunit_importer {
+	struct sg_table *sgt;
+	unsigned int invalidations;
+};
+
+static void neuron_udma_kunit_invalidate(struct dma_buf_attachment *attach)
+{
+	struct neuron_udma_kunit_importer *k = attach->importer_priv;
+
+	k->invalidations++;
+	if (k->sgt) {
+		dma_buf_unmap_attachment(attach, k->sgt, DMA_BIDIRECTIONAL);
+		k->sgt = NULL;
+	}
+}
+
+static const struct dma_buf_attach_ops neuron_udma_kunit_ops = {
+	.allow_peer2peer = true,
+	.invalidate_mappings = neuron_udma_kunit_invalidate,
+};
+
+static int neuron_udma_kunit_map(struct dma_buf_attachment *attach, struct sg_table **sgt)
+{
+	int ret;
+
+	dma_resv_lock(attach->dmabuf->resv, NULL);
+	*sgt = dma_buf_map_attachment(attach, DMA_BIDIRECTIONAL);
+	ret = PTR_ERR_OR_ZERO(*sgt);
+	if (ret)
+		*sgt = NULL;
+	dma_resv_unlock(attach->dmabuf->resv);
+	return ret;
+}
+
+/* Runs the importer on @exp from the bound device @dev; what it saw goes to @r. */
+void neuron_udma_kunit_import(struct neuron_udma_export *exp, struct device *dev,
+			      struct neuron_udma_kunit_report *r)
+{
+	struct neuron_udma_kunit_importer k = {};
+	struct dma_buf_attachment *attach;
+	struct scatterlist *sg;
+	struct sg_table *sgt;
+	unsigned int i;
+
+	memset(r, 0, sizeof(*r));
+	attach = dma_buf_attach(exp->dmabuf, dev);
+	r->static_attach = PTR_ERR_OR_ZERO(attach);
+	if (!IS_ERR(attach))
+		dma_buf_detach(exp->dmabuf, attach);
+
+	attach = dma_buf_dynamic_attach(exp->dmabuf, dev, &neuron_udma_kunit_ops, &k);
+	r->attach = PTR_ERR_OR_ZERO(attach);
+	if (IS_ERR(attach))
+		return;
+	r->map = neuron_udma_kunit_map(attach, &k.sgt);
+	if (!r->map) {
+		r->nents = k.sgt->nents;
+		for_each_sgtable_dma_sg(k.sgt, sg, i) {
+			if (!i)
+				r->first_addr = sg_dma_address(sg);
+			r->bytes += sg_dma_len(sg);
+		}
+	}
+	neuron_udma_dmabuf_revoke(exp);
+	r->invalidations = k.invalidations;
+	r->unmapped = !k.sgt;
+	r->map_after = neuron_udma_kunit_map(attach, &sgt);
+	if (sgt) {
+		dma_resv_lock(exp->dmabuf->resv, NULL);
+		dma_buf_unmap_attachment(attach, sgt, DMA_BIDIRECTIONAL);
+		dma_resv_unlock(exp->dmabuf->resv);
+	}
+	if (k.sgt) {
+		dma_resv_lock(exp->dmabuf->resv, NULL);
+		dma_buf_unmap_attachment(attach, k.sgt, DMA_BIDIRECTIONAL);
+		dma_resv_unlock(exp->dmabuf->resv);
+	}
+	dma_buf_detach(exp->dmabuf, attach);
+	attach = dma_buf_dynamic_attach(exp->dmabuf, dev, &neuron_udma_kunit_ops, &k);
+	r->attach_after = PTR_ERR_OR_ZERO(attach);
+	if (!IS_ERR(attach))
+		dma_buf_detach(exp->dmabuf, attach);
+}
+
+/* The driver's own importer on @exp (as DMABUF_IMPORT of its descriptor), writable. */
+struct neuron_udma_import *neuron_udma_kunit_import_export(struct neuron_udma_export *exp,
+							   struct device *dev, u64 *size)
+{
+	get_dma_buf(exp->dmabuf);
+	return neuron_udma_import_attach(exp->dmabuf, dev, true, size);
+}
+#endif

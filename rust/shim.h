@@ -14,6 +14,7 @@
 #include <linux/dmaengine.h>
 
 struct device;
+struct dma_buf;
 struct file;
 struct sg_table;
 struct user_struct;
@@ -30,11 +31,28 @@ struct neuron_udma_file;	/* rust/file.rs: OpenFile (the file's private data) */
 struct neuron_udma_buffer;	/* rust/buffer.rs: Buffer, one counted (Arc) reference */
 struct neuron_udma_dma_chan;	/* rust/dmaengine.rs: DmaChan, one counted (Arc) reference */
 struct neuron_udma_dma_desc;	/* rust/dmaengine.rs: Desc (a KBox) */
+struct neuron_udma_export_hold;	/* rust/dmabuf.rs: ExportHold (a KBox), owned by an export */
 
 /* C objects, opaque to Rust. */
 struct neuron_udma_pin;		/* pinned user pages and their scatter-gather table */
 struct neuron_udma_dma;		/* a dma_device with its channels */
 struct neuron_udma_usage;	/* the sysfs group of a device's usage counters */
+struct neuron_udma_export;	/* a dma-buf of device memory, its mappings and revocation */
+struct neuron_udma_import;	/* another exporter's dma-buf, attached, pinned and mapped */
+
+/* What the KUnit importer of an export saw (rust/dmabuf.rs; KUnit builds only). */
+struct neuron_udma_kunit_report {
+	int static_attach;	/* dma_buf_attach() without invalidate_mappings: 0 or -errno */
+	int attach;		/* the revocable dynamic attachment */
+	int map;		/* its mapping */
+	u32 nents;		/* DMA entries of the mapping */
+	u64 first_addr;		/* DMA (bus) address of the first entry */
+	u64 bytes;		/* bytes of all entries */
+	u32 invalidations;	/* invalidate_mappings calls of the revocation */
+	u32 unmapped;		/* 1 if the importer had no mapping left after the revocation */
+	int map_after;		/* a mapping after the revocation */
+	int attach_after;	/* an attachment after the revocation */
+};
 
 /* ---- implemented in rust/shim.c, called from Rust ---- */
 
@@ -94,6 +112,29 @@ void neuron_udma_txd_cookie_complete(struct dma_async_tx_descriptor *txd);
 void neuron_udma_txd_callback(struct dma_async_tx_descriptor *txd, u32 result, u32 residue);
 bool neuron_udma_txd_acked(struct dma_async_tx_descriptor *txd);
 void neuron_udma_txd_free(struct dma_async_tx_descriptor *txd);
+/* No dma-buf abstraction in Rust: the exporter of device memory (its dma_buf_ops). */
+struct neuron_udma_export *neuron_udma_dmabuf_export(struct device *dev, u64 offset, u64 size,
+						     struct neuron_udma_export_hold *hold);
+void neuron_udma_dmabuf_put(struct neuron_udma_export *exp);
+int neuron_udma_fd_reserve(u32 flags);
+void neuron_udma_fd_unreserve(int fd);
+void neuron_udma_dmabuf_install(struct neuron_udma_export *exp, int fd);
+void neuron_udma_dmabuf_revoke(struct neuron_udma_export *exp);
+void neuron_udma_dmabuf_revoke_all(struct device *dev);
+/* ... and the importer (a dynamic, pinned attachment with invalidate_mappings). */
+struct neuron_udma_import *neuron_udma_import_dmabuf(int fd, struct device *dev, bool write,
+						     u64 *size);
+struct sg_table *neuron_udma_import_sgt(struct neuron_udma_import *imp);
+bool neuron_udma_import_local(struct neuron_udma_import *imp, u64 *bus_base);
+int neuron_udma_import_connect(struct neuron_udma_import *imp,
+			       const struct neuron_udma_buffer *buf);
+void neuron_udma_import_unmap(struct neuron_udma_import *imp);
+void neuron_udma_import_release(struct neuron_udma_import *imp);
+/* KUnit builds only: an in-kernel importer of an export, and the driver's own on one. */
+void neuron_udma_kunit_import(struct neuron_udma_export *exp, struct device *dev,
+			      struct neuron_udma_kunit_report *r);
+struct neuron_udma_import *neuron_udma_kunit_import_export(struct neuron_udma_export *exp,
+							   struct device *dev, u64 *size);
 
 /* ---- implemented in Rust, called from rust/shim.c ---- */
 
@@ -117,6 +158,16 @@ __poll_t neuron_udma_file_poll(const struct neuron_udma_file *file, struct file 
 void neuron_udma_vma_get(const struct neuron_udma_buffer *buf);
 void neuron_udma_vma_put(const struct neuron_udma_buffer *buf);
 u32 neuron_udma_vma_fault(const struct neuron_udma_buffer *buf, u64 pgoff, struct vm_fault *vmf);
+
+/* rust/dmabuf.rs: an export's dma-buf was released (its last reference is gone). */
+void neuron_udma_dmabuf_released(struct neuron_udma_export_hold *hold);
+/*
+ * rust/dmabuf.rs: the exporter revoked the import of @buf (called under the dma-buf's
+ * reservation lock): no new copy may name it; true while a descriptor or copy may still reach
+ * it (neuron_udma_import_drain() then waits, from a work item, and unmaps).
+ */
+bool neuron_udma_import_revoke(const struct neuron_udma_buffer *buf);
+void neuron_udma_import_drain(const struct neuron_udma_buffer *buf);
 
 /* rust/dmaengine.rs: the dma_device operations of one channel. */
 int neuron_udma_dma_alloc_chan(const struct neuron_udma_dma_chan *chan);

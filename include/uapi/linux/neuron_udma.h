@@ -460,7 +460,8 @@ struct neuron_udma_memset {
  * other devices' drivers to DMA from and to (they get the bus addresses of that range of device
  * memory). The buffer cannot be freed while exported (MEM_FREE: EBUSY until every fd of the
  * dma-buf is closed); at unbind every importer's mapping is revoked. @flags: O_CLOEXEC.
- * Errors: ENOENT, EINVAL (not a device buffer, other flags), EMFILE.
+ * Errors: ENOENT, EINVAL (not a device buffer, other flags), EMFILE, EOPNOTSUPP (no PCI
+ * peer-to-peer DMA in the kernel).
  */
 struct neuron_udma_dmabuf_export {
 	__u64 handle;			/* in */
@@ -473,8 +474,10 @@ struct neuron_udma_dmabuf_export {
  * NEURON_UDMA_DMABUF_IMPORT (ABI 3): a buffer of this file backed by the dma-buf @fd of any
  * exporter (mapped for this device), usable as copy source, and as destination with
  * NEURON_UDMA_IMPORT_WRITE, like MEM_IMPORT's buffers; @segments as there. Freed with MEM_FREE
- * or close once no descriptor can reach it. Errors: EBADF (not a dma-buf), EINVAL, ENOMEM,
- * EOPNOTSUPP (the exporter's memory is not reachable by this device), EMFILE.
+ * or close once no descriptor can reach it. A copy naming it after the exporter revoked the
+ * dma-buf fails with ENXIO. Errors: EBADF (not a dma-buf), EINVAL, ENOMEM, EOPNOTSUPP (the
+ * exporter's memory is not reachable by this device), EMFILE, EACCES (IMPORT_WRITE of a dma-buf
+ * not open for writing).
  */
 struct neuron_udma_dmabuf_import {
 	__s32 fd;			/* in */

@@ -1,0 +1,333 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! dma-buf export and import (ABI 3: `DMABUF_EXPORT`, `DMABUF_IMPORT`); the `dma_buf_ops` and
+//! the importer's attachment are C (`rust/shim.c`: 7.3 has no dma-buf abstraction).
+//!
+//! **Export.** A device buffer of a file becomes a dma-buf whose importers get the bus addresses
+//! of its device-memory range (BAR4) through the PCI P2PDMA provider. The export keeps the
+//! buffer busy ([`ExportHold`]): `MEM_FREE` is `EBUSY`, and a buffer whose file was closed is
+//! freed (its device memory given back, to be scrubbed at its next `MEM_ALLOC`) only when the
+//! last reference to the dma-buf is gone. Only revocable importers attach; unbind revokes every
+//! export and waits until no importer maps it ([`shim::dmabuf_revoke_all`]). The dma-buf holds a
+//! module reference and, after unbind, only the device's record (as an open file does).
+//!
+//! **Import.** Another exporter's dma-buf becomes a buffer of the file, pinned and mapped for
+//! the device once (see `rust/shim.c`), usable as copy source and, with `IMPORT_WRITE`,
+//! destination; its runs are the mapping's segments. If the exporter revokes it, no new copy
+//! may name it (`ENXIO`) and the mapping goes once nothing can reach it any more
+//! ([`Revoker`]: a bounded drain).
+
+use crate::{
+    buffer::{Buffer, BusyGuard, Drain},
+    channel::Owner,
+    device::{Entered, UdmaDevice},
+    shim::{DmaBufExport, DmaBufImport, MappedFile, RawExportHold, ReservedFd},
+    uapi,
+};
+use kernel::{
+    fs::file::flags::O_CLOEXEC,
+    prelude::*,
+    sync::Arc,
+    time::{delay::fsleep, Delta, Instant, Monotonic},
+};
+
+/// How long the holders of a revoked import get to finish on their own before the owner's
+/// queues that still hold work are reset (copies already started usually complete by then).
+const REVOKE_GRACE: Delta = Delta::from_millis(100);
+/// First and longest sleep between two looks at a revoked import's holders.
+const DRAIN_SLEEP: (Delta, Delta) = (Delta::from_micros(10), Delta::from_millis(1));
+
+/// What an export keeps while its dma-buf lives: the buffer busy (so it is neither freed nor
+/// reused), and the device whose pool frees it afterwards. Owned by the dma-buf (C), given back
+/// by [`neuron_udma_dmabuf_released`].
+pub(crate) struct ExportHold {
+    dev: Arc<UdmaDevice>,
+    guard: BusyGuard,
+}
+
+/// Exports the device buffer `buf` of `dev` as a dma-buf (one reference, the caller's).
+///
+/// # Errors
+///
+/// `EINVAL` if `buf` is not a device buffer, `ENOENT` if it is being freed, `EOPNOTSUPP`
+/// without PCI peer-to-peer support, `ENOMEM`, `ENODEV` after unbind.
+pub(crate) fn export(dev: &Arc<UdmaDevice>, buf: &Arc<Buffer>) -> Result<DmaBufExport> {
+    // Busy first: the memory cannot be freed between the look at it and the export.
+    let guard = buf.busy()?;
+    let addr = buf.device_addr().ok_or(EINVAL)?;
+    let hold = KBox::new(
+        ExportHold {
+            dev: dev.clone(),
+            guard,
+        },
+        GFP_KERNEL_ACCOUNT,
+    )?;
+    let raw = KBox::into_raw(hold);
+    // Under the state lock with the device alive: the unbind's revocation, which runs after it
+    // marked the device dead under that lock, finds every export (a dma-buf takes no lock of the
+    // driver's while it is created).
+    let r = dev.with_bound(|d| {
+        // SAFETY: `raw` is an `ExportHold` from `KBox::into_raw`, which the release callback
+        // takes back; `d` is bound for the duration of the call (`with_bound`).
+        unsafe { DmaBufExport::new(d, addr, buf.size, raw.cast()) }
+    });
+    if r.is_err() {
+        // SAFETY: on error the hold stays the caller's: taken back once, here.
+        drop(unsafe { KBox::from_raw(raw) });
+    }
+    r
+}
+
+/// The dma-buf of an export was released (its last reference is gone, so no importer maps it):
+/// the buffer is no longer busy, and is freed now if its file was closed.
+///
+/// # Safety
+///
+/// `hold` is the `ExportHold` given to the export (`KBox::into_raw`), not used afterwards.
+#[no_mangle]
+unsafe extern "C" fn neuron_udma_dmabuf_released(hold: *mut RawExportHold) {
+    // SAFETY: per the function's contract.
+    let hold = unsafe { KBox::from_raw(hold.cast::<ExportHold>()) };
+    let ExportHold { dev, guard } = KBox::into_inner(hold);
+    let buf = guard.buffer().clone();
+    drop(guard);
+    dev.pool.free_if_released(&buf);
+}
+
+/// A `DMABUF_EXPORT` whose dma-buf exists and whose descriptor is reserved: [`Self::install`]
+/// publishes it once its number reached user space; dropped, it undoes both.
+pub(crate) struct PendingExport {
+    dmabuf: DmaBufExport,
+    fd: ReservedFd,
+}
+
+impl PendingExport {
+    /// Publishes the dma-buf as the reserved descriptor.
+    pub(crate) fn install(self) {
+        self.dmabuf.install(self.fd);
+    }
+}
+
+/// `DMABUF_EXPORT` of the open file `owner` of `dev`: the dma-buf of its buffer `e.handle`, with
+/// a descriptor reserved (`e.fd`).
+///
+/// # Errors
+///
+/// `EINVAL` (flags other than `O_CLOEXEC`, reserved set, not a device buffer), `ENOENT`,
+/// `EMFILE`, `EOPNOTSUPP`, `ENOMEM`, `ENODEV`.
+pub(crate) fn export_ioctl(
+    dev: &Arc<UdmaDevice>,
+    owner: u64,
+    e: &mut uapi::neuron_udma_dmabuf_export,
+) -> Result<PendingExport> {
+    if e.reserved != 0 || e.flags & !O_CLOEXEC != 0 {
+        return Err(EINVAL);
+    }
+    let buf = dev.pool.get(owner, e.handle)?;
+    let dmabuf = export(dev, &buf)?;
+    let fd = ReservedFd::new(e.flags)?;
+    e.fd = fd.number();
+    Ok(PendingExport { dmabuf, fd })
+}
+
+/// `DMABUF_IMPORT` of the open file `owner` / `owner_file` of `dev`: the dma-buf `a.fd` as
+/// buffer `handle`, not in the pool yet. The returned section keeps the device bound until the
+/// caller published the buffer (or freed it), so that the unbind frees it.
+///
+/// # Errors
+///
+/// `EINVAL` (unknown flags, reserved set), `EBADF` (not a dma-buf), `EACCES` (`IMPORT_WRITE` on
+/// a dma-buf not open for writing), `EOPNOTSUPP` (the exporter cannot give this device its
+/// memory), `ENXIO` (revoked meanwhile), `ENOMEM`, `EINTR`, `ENODEV`.
+pub(crate) fn import_ioctl<'a>(
+    dev: &'a Arc<UdmaDevice>,
+    owner: u64,
+    owner_file: MappedFile,
+    handle: u64,
+    a: &mut uapi::neuron_udma_dmabuf_import,
+) -> Result<(Arc<Buffer>, Entered<'a>)> {
+    let write = a.flags & uapi::NEURON_UDMA_IMPORT_WRITE != 0;
+    if a.reserved != 0 || a.flags & !uapi::NEURON_UDMA_IMPORT_WRITE != 0 {
+        return Err(EINVAL);
+    }
+    // Not under the state lock: the exporter's reservation lock is taken inside, and the
+    // revocation callbacks take the state lock under it.
+    let entered = dev.enter()?;
+    // SAFETY: the section keeps the device bound during the call; the import belongs to the
+    // buffer, which the pool frees at unbind at the latest (the section lasts until it is in
+    // the pool or freed).
+    let (imp, size) = unsafe { DmaBufImport::new(a.fd, entered.bound(), write) }?;
+    let drain: Arc<dyn Drain> = Arc::new(Revoker(dev.clone()), GFP_KERNEL_ACCOUNT)?;
+    let buf = Buffer::imported_dmabuf(handle, size, owner, owner_file, imp, drain, write)?;
+    a.handle = handle;
+    a.size = size;
+    a.segments = u32::try_from(buf.run_count()).unwrap_or(u32::MAX);
+    Ok((buf, entered))
+}
+
+/// Drains the revoked imports of a device ([`Drain`]).
+struct Revoker(Arc<UdmaDevice>);
+
+impl Drain for Revoker {
+    /// Retires what the owner's queues completed until nothing holds `buf`; after
+    /// [`REVOKE_GRACE`] resets the owner's queues that still hold work (pairs prepared and never
+    /// started would hold it forever). A `MEMCPY` ends on its own (a stuck shared queue is reset
+    /// after the default timeout); what abandoned copies hold is reaped by the device's reaper.
+    fn drain(&self, buf: &Buffer) {
+        let dev = &self.0;
+        let start = Instant::<Monotonic>::now();
+        let mut reset = false;
+        let mut sleep = DRAIN_SLEEP.0;
+        while buf.is_busy() {
+            let grace_over = start.elapsed() >= REVOKE_GRACE;
+            for chan in dev.queues().unwrap_or_default().iter() {
+                if chan.owner != Owner::File(buf.owner) {
+                    continue;
+                }
+                let _ = chan.retire();
+                if grace_over && !reset && buf.is_busy() && chan.has_work().unwrap_or(false) {
+                    dev_warn!(
+                        dev.pdev,
+                        "engine {} queue {}: reset, its copies name an imported dma-buf its exporter revoked\n",
+                        chan.id.eng.get(),
+                        chan.id.q.number()
+                    );
+                    let _ = chan.reset(EIO);
+                }
+            }
+            reset |= grace_over;
+            UdmaDevice::reap_later(dev);
+            if !buf.is_busy() {
+                break;
+            }
+            fsleep(sleep);
+            sleep = (sleep + sleep).min(DRAIN_SLEEP.1);
+        }
+    }
+}
+
+#[cfg(neuron_udma_kunit)]
+#[kunit_tests(neuron_udma_dmabuf)]
+mod tests {
+    use super::*;
+    use crate::Registry;
+
+    /// BAR4, the device memory (`driver.rs`).
+    const DRAM_BAR: u32 = 4;
+
+    /// Waits up to a second for `buf` to be no longer busy (the release of a dma-buf put by a
+    /// kernel thread runs from the delayed-fput worker).
+    fn settles(buf: &Buffer) -> bool {
+        for _ in 0..1000 {
+            if !buf.is_busy() {
+                return true;
+            }
+            fsleep(Delta::from_millis(1));
+        }
+        false
+    }
+
+    /// An importer in the kernel (`rust/shim.c`) attaches to an export of a device buffer, maps
+    /// it and gets exactly the bus range of the buffer in BAR4; the revocation (unbind's) tells
+    /// it to unmap, and afterwards it can neither map nor attach. The buffer stays busy (no
+    /// `MEM_FREE`) until the dma-buf is released.
+    #[test]
+    fn importer_maps_bar4_and_is_revoked() -> Result {
+        let dev = Registry::first().ok_or(ENODEV)?;
+        let size = 3 * 65536;
+        let buf = dev.alloc_buffer(false, size, 1, 0, MappedFile::none())?;
+        let addr = buf.device_addr().ok_or(EINVAL)?;
+        let exp = export(&dev, &buf)?;
+        assert!(buf.is_busy());
+        assert_eq!(buf.take_for_free(), Err(EBUSY));
+        let report = {
+            let entered = dev.enter()?;
+            exp.kunit_import(entered.bound())
+        };
+        let bar4 = dev.pdev.resource_start(DRAM_BAR)?;
+        assert_eq!(report.static_attach, EOPNOTSUPP.to_errno());
+        assert_eq!(report.attach, 0);
+        assert_eq!(report.map, 0);
+        assert_eq!(report.nents, 1);
+        // The device's own BAR is reached at its bus address, which on x86 is its CPU physical
+        // address: device address = BAR4 offset (HBM0).
+        assert_eq!(report.first_addr, bar4 + addr);
+        assert_eq!(report.bytes, size);
+        assert_eq!(report.invalidations, 1);
+        assert_eq!(report.unmapped, 1);
+        assert_eq!(report.map_after, ENODEV.to_errno());
+        assert_eq!(report.attach_after, ENODEV.to_errno());
+        drop(exp);
+        assert!(settles(&buf));
+        buf.take_for_free()?;
+        if let Some(a) = buf.free() {
+            dev.pool.free_dram(a);
+        }
+        Ok(())
+    }
+
+    /// The driver's own import of an export of the same device reaches the buffer by its device
+    /// addresses; when the export is revoked while a submission holds the import, no new copy
+    /// may name it (`ENXIO`) and the revocation waits until the hold is gone, then unmaps.
+    #[test]
+    fn revoked_import_waits_for_its_holders() -> Result {
+        let dev = Registry::first().ok_or(ENODEV)?;
+        let size = 65536;
+        let buf = dev.alloc_buffer(false, size, 3, 0, MappedFile::none())?;
+        let addr = buf.device_addr().ok_or(EINVAL)?;
+        let exp = export(&dev, &buf)?;
+        let (imp, isize) = {
+            let entered = dev.enter()?;
+            // SAFETY: the section keeps the device bound during the call; the import is
+            // released below, before this test ends.
+            unsafe { DmaBufImport::of_export(&exp, entered.bound()) }?
+        };
+        assert_eq!(isize, size);
+        let drain: Arc<dyn Drain> = Arc::new(Revoker(dev.clone()), GFP_KERNEL)?;
+        // An owner without queues: only the hold below keeps the import busy.
+        let ib = Buffer::imported_dmabuf(4, size, u64::MAX, MappedFile::none(), imp, drain, true)?;
+        assert_eq!(ib.run_count(), 1);
+        let route = dev.arch.host_route;
+        assert_eq!(ib.span(route, 0, size)?.at(0), Some((addr, size)));
+        let hold = crate::buffer::InFlight::new(&ib)?;
+
+        let done = Arc::pin_init(kernel::sync::Completion::new(), GFP_KERNEL)?;
+        let revoked = Arc::new(kernel::sync::atomic::Atomic::new(0u32), GFP_KERNEL)?;
+        {
+            let (done, revoked) = (done.clone(), revoked.clone());
+            kernel::workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+                exp.revoke();
+                revoked.store(1, kernel::sync::atomic::Release);
+                drop(exp);
+                done.complete_all();
+            })?;
+        }
+        fsleep(Delta::from_millis(50));
+        assert!(ib.busy().is_err());
+        assert!(crate::buffer::InFlight::new(&ib).is_err());
+        assert_eq!(revoked.load(kernel::sync::atomic::Acquire), 0);
+        drop(hold);
+        done.wait_for_completion();
+        ib.take_for_free()?;
+        ib.free();
+        assert!(settles(&buf));
+        buf.take_for_free()?;
+        if let Some(a) = buf.free() {
+            dev.pool.free_dram(a);
+        }
+        Ok(())
+    }
+
+    /// Only device buffers are exported.
+    #[test]
+    fn host_buffers_are_not_exported() -> Result {
+        let dev = Registry::first().ok_or(ENODEV)?;
+        let buf = dev.alloc_buffer(true, 4096, 2, 0, MappedFile::none())?;
+        assert!(matches!(export(&dev, &buf), Err(e) if e == EINVAL));
+        assert!(!buf.is_busy());
+        // No file: nothing to unmap from.
+        buf.mark_released();
+        buf.free();
+        Ok(())
+    }
+}
