@@ -450,11 +450,6 @@ impl Buffer {
         }
     }
 
-    /// Whether this is a host buffer whose memory is still there.
-    pub(crate) fn is_host(&self) -> bool {
-        matches!(&*self.backing.lock(), Some(Backing::Host(..)))
-    }
-
     /// Maps page `pgoff` (in units of the file's page offsets) of this host or device buffer
     /// at the faulting address of `vmf`. Returns the `vm_fault_t` of the insertion, or `None`
     /// when the page does not exist: out of range, an import, or freed.
