@@ -274,6 +274,17 @@ impl H2t {
         }
     }
 
+    /// The shared queue, the device-fabric address of the zeroed block (`None` after
+    /// [`Self::shutdown`]) and the number of H2T engines a large scrub runs on: what the
+    /// benchmark suite's scrub rows (`tests/bench/kernel/bench.rs`) need to time the
+    /// one-engine path against [`Self::scrub`].
+    #[cfg(neuron_udma_bench)]
+    pub(crate) fn scrub_parts(&self) -> (&Arc<Channel>, Option<u64>, usize) {
+        let zeros = self.zeros.lock().as_ref().map(|(_, a)| *a);
+        let engines = (1 + self.scrubbers.len()).min(MAX_SPLIT);
+        (&self.chan, zeros, engines)
+    }
+
     /// Gives back what settled orphans held ([`Orphans::reap`]); returns the orphans left.
     pub(crate) fn reap(&self, pool: &BufferPool) -> usize {
         self.orphans.reap(pool)

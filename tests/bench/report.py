@@ -42,8 +42,8 @@ ZC_RE = re.compile(r"^\s*(\S+)\s+zero-copy (host->HBM|HBM->host)\s+" + RATE_RE +
 UNIT = {"GB": 1e9, "MB": 1e6, "kB": 1e3}
 
 
-# What each target measures: its label in the table, (a) .. (e) and (zc), as in
-# Documentation/benchmarks.rst, "Targets".
+# What each target measures: its label in the table, (a) .. (e), (zc), (holes), (ev) and (fill),
+# as in Documentation/benchmarks.rst, "Targets".
 TARGET_KINDS = {
     "a": "pair build",
     "b": "COPY_PREPARE per pair",
@@ -51,6 +51,9 @@ TARGET_KINDS = {
     "d": "streaming",
     "e": "two threads",
     "zc": "zero-copy",
+    "holes": "fragmented device memory",
+    "ev": "completion events",
+    "fill": "fills",
 }
 # Targeted rows: name -> (kind of TARGET_KINDS, comparison, ratio bound, profile of its workload).
 TARGETS = {
@@ -74,6 +77,21 @@ TARGETS = {
     "zero-copy 64M HBM->host (user queue)": ("zc", ">=", 1.5, "zerocopy"),
     "zero-copy 64M host->HBM (MEMCPY)": ("zc", ">=", 1.5, "zerocopy"),
     "zero-copy 64M HBM->host (MEMCPY)": ("zc", ">=", 1.5, "zerocopy"),
+    # MEM_ALLOC of device memory with 8,192 one-slot holes against 1 hole (udma_bench).
+    "MEM_ALLOC failing, 8192 holes vs 1 hole": ("holes", "<=", 2.0, "holes"),
+    "MEM_ALLOC succeeding, 8192 holes vs 1 hole": ("holes", "<=", 2.0, "holes"),
+    # One thread + epoll against a thread per queue (udmactl multiqueue --json, mq_rows).
+    "16 queues: one thread + epoll vs 16 threads in COPY_WAIT": ("ev", ">=", 0.9, "multiqueue"),
+    "16 queues: one thread + epoll vs 16 threads in FENCE_WAIT": ("ev", ">=", 0.9, "multiqueue"),
+    # io_uring submission per pair against COPY_PREPARE of the same batches (udma_bench).
+    "URING_COPY 1 SQE x2032 submission per pair vs COPY_PREPARE": ("ev", "<=", 1.0, "uring"),
+    "URING_COPY 8 SQEs x254 submission per pair vs COPY_PREPARE": ("ev", "<=", 1.0, "uring"),
+    # From COPY_SUBMIT to the waiter's wake-up (udma_bench).
+    "COPY_SUBMIT to wake-up p50: epoll vs COPY_WAIT": ("ev", "<=", 1.5, "wakeup"),
+    # MEMSET against MEMCPY of the same bytes (udma_bench).
+    "MEMSET 4M host vs MEMCPY host->host": ("fill", ">=", 0.9, "fill"),
+    "MEMSET 4M HBM vs MEMCPY HBM->HBM": ("fill", ">=", 0.9, "fill"),
+    "MEMSET 64M HBM vs MEMCPY HBM->HBM": ("fill", ">=", 0.9, "fill"),
 }
 # Row names of the chart's panels (udma_bench writes them; the round trips are derive()'s).
 BATCH_RE = re.compile(r"^batch scale: COPY_PREPARE x(\d+) per pair$")
@@ -258,6 +276,45 @@ def zc_rows(path):
                          "baseline": base, "ratio": value / base if base else 0, "how": how,
                          "pin_ms": float(pin), "runs": int(runs)})
     return rows
+
+
+def mq_rows(path):
+    """The `udmactl multiqueue --json` objects of the output: one thread + epoll against one thread
+    per queue (FENCE_WAIT, or COPY_WAIT with --thread-wait copy-wait). Returns the rows and the
+    verdicts of the runs that failed."""
+    rows, failed = [], []
+    with open(path, errors="replace") as f:
+        for line in f:
+            line = line.replace("\r", "").strip()
+            if not (line.startswith('{"device"') and '"verdict"' in line):
+                continue
+            try:
+                mq = json.loads(line)
+            except json.JSONDecodeError as e:
+                print(f"report: bad udmactl multiqueue line in {path}: {e}", file=sys.stderr)
+                continue
+            modes = {m.get("mode"): m for m in mq.get("modes", [])}
+            ep, th = modes.get("epoll"), modes.get("threads")
+            if not mq.get("ok") or not ep or not th:
+                failed.append(mq.get("verdict", "no verdict"))
+                continue
+            n = len(mq.get("queues", []))
+            engines = sorted({q["engine"] for q in mq.get("queues", [])})
+            how = (f"udmactl multiqueue --json: {n} queues (queue 1 of engines "
+                   f"{engines[0]}-{engines[-1]}), each copying {mq['window'] >> 10} KiB {mq['passes']} "
+                   f"times over in fences of {mq['batch']} copies of {mq['copy_size'] >> 10} KiB, "
+                   f"depth {mq['depth']}, {mq['ring_size']}-slot rings; best of {mq['iters']} runs of "
+                   f"each mode, alternating, byte-exact: one thread submitting to every queue and "
+                   f"sleeping in epoll_wait + QUEUE_EVENTS ({ep['seconds']:.3f} s, "
+                   f"{ep['epoll_wakeups']} wakeups, cpu {ep['cpu_seconds']:.3f} s); baseline: "
+                   f"{th['threads']} threads, one per queue, blocked in {th['wait']} "
+                   f"({th['seconds']:.3f} s, cpu {th['cpu_seconds']:.3f} s); {mq['label']}")
+            rows.append({"name": f"{n} queues: one thread + epoll vs {th['threads']} threads in {th['wait']}",
+                         "value": ep["bytes_per_second"], "unit": "B/s",
+                         "baseline": th["bytes_per_second"],
+                         "ratio": ep["bytes_per_second"] / th["bytes_per_second"]
+                         if th["bytes_per_second"] else 0, "how": how})
+    return rows, failed
 
 
 def cargo_rows(path):
@@ -542,11 +599,13 @@ def main():
                     help="draw the scale chart there (PNG or SVG; repeatable)")
     a = ap.parse_args()
 
+    mq, mq_failed = mq_rows(a.output)
     groups = [
         ("1. descriptor pair build (KUnit)", bench_lines(a.console)),
         ("2+4. submission rate and latency (udma_bench)", bench_lines(a.output)),
         ("3. copy throughput (udmactl bench)", udmactl_rows(a.output)),
         ("6. zero-copy (udmactl bench --zero-copy)", zc_rows(a.output)),
+        ("7. one thread + epoll against a thread per queue (udmactl multiqueue)", mq),
         ("3. model copy loop (cargo bench)", cargo_rows(a.cargo)),
         ("5. build and test cost", kernel_rows(a.kind, a.run_kernel_dir, a.kernel_dir)
          + check_rows(a.check_log, a.kernel_dir)),
@@ -564,13 +623,19 @@ def main():
             print(f"  {r['target']:<13} {'met   ' if r['met'] else 'MISSED'} {r['ratio']:7.3g}x  {r['name']}")
     for n in absent:
         print(f"  ({TARGETS[n][0]}) NO ROW: {n}")
-    lat = next((r for r in rows if r["name"] in TARGETS and TARGETS[r["name"]][0] == "c"
-                and "load_start" in r), None)
-    if lat:
-        print(f"  (c) measured at guest load average {lat['load_start']} -> {lat['load_end']} (1, 5, "
-              f"15 min; before and after the latency phase), host load average "
-              f"{a.host_load_start or '?'} -> {a.host_load_end or '?'} (start and end of make "
-              f"bench; {a.host_cpu or 'host CPU not given'})")
+    for v in mq_failed:
+        print(f"  (ev) udmactl multiqueue: {v}")
+    # The load each kind of target was measured at (the rows that carry the guest's load average
+    # around their phase), with the host's and its CPU.
+    for kind, phase in (("c", "the latency phase"), ("holes", "the MEM_ALLOC phase"),
+                        ("ev", "the first phase of its rows"), ("fill", "the first fill row")):
+        lat = next((r for r in rows if r["name"] in TARGETS and TARGETS[r["name"]][0] == kind
+                    and "load_start" in r), None)
+        if lat:
+            print(f"  ({kind}) measured at guest load average {lat['load_start']} -> {lat['load_end']} "
+                  f"(1, 5, 15 min; before and after {phase}), host load average "
+                  f"{a.host_load_start or '?'} -> {a.host_load_end or '?'} (start and end of make "
+                  f"bench; {a.host_cpu or 'host CPU not given'})")
     print()
     table = [("name", "figure", "baseline", "ratio", "target", "")]
     for r in rows:
@@ -628,7 +693,8 @@ def main():
                    "host": {"cpu": a.host_cpu, "load_start": a.host_load_start,
                             "load_end": a.host_load_end},
                    "wall_seconds": a.wall, "rows": rows, "missing": missing,
-                   "targets_without_row": absent, "profiles": profs}, f, indent=1)
+                   "targets_without_row": absent, "multiqueue_failed": mq_failed,
+                   "profiles": profs}, f, indent=1)
     print(f"written {a.json}")
     chart_failed = False
     if a.chart:

@@ -21,15 +21,29 @@
  *       START (the same calls without the wait) and with PREPARE_ONE + WAIT: p50, p99, p99.9 and
  *       the floor's spread, with the guest's /proc/loadavg before and after;
  *   latency scale: PREPARE_ONE + START + WAIT p50/p99 (and its interleaved floor) with 1, 2, 10,
- *       100 and 1,000 host buffers open in the file, and with 1, 4 and 16 queues initialised.
+ *       100 and 1,000 host buffers open in the file, and with 1, 4 and 16 queues initialised;
+ *   io_uring: the time per pair of submitting 2032 copies as NEURON_UDMA_URING_COPY SQEs (one of
+ *       2032, eight of 254 on eight queues, in one io_uring_enter) until their fences are
+ *       submitted, against COPY_PREPARE of the same batches, and against COPY_PREPARE +
+ *       COPY_SUBMIT (raw io_uring system calls: no library linked);
+ *   wake-up: the time from COPY_SUBMIT, and from a copy's bytes landing (a thread spins on the
+ *       destination), to the wake-up of its waiter, epoll + QUEUE_EVENTS against COPY_WAIT;
+ *   fills: MEMSET against MEMCPY of the same bytes, 4 MiB host, 4 MiB and 64 MiB device;
+ *   fragmented device memory: MEM_ALLOC that fails and one that succeeds with 8,192 one-slot
+ *       holes against the same with 1 hole.
  *
  * Every result is one line `NU-BENCH {json}` on stdout (name, value, unit, baseline, ratio,
  * how, and for some rows more fields: load_start/load_end, floor_us). Progress and errors go to
  * stderr. Built statically by scripts/bench in the toolchain root.
  */
 #define _GNU_SOURCE
+#include <linux/io_uring.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stddef.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <time.h>
 
 #include "udma_util.h"
@@ -49,6 +63,14 @@
 #define UNOWNED_Q 3U		/* a queue of engine 0 that no file of this program takes */
 #define SMALL_BUF 4096U		/* the buffers of the lookup and open-buffer rows */
 
+#define HOLES 8192U		/* holes of the fragmented device memory of the MEM_ALLOC rows */
+#define HOLE_SLOTS (2 * HOLES)	/* slot: device_mem_size / HOLE_SLOTS, rounded down to 4 KiB */
+#define HOLE_REPS 401U		/* MEM_ALLOCs of each kind per measurement (median) */
+#define HOLE_ROUNDS 3U		/* 1 hole, then HOLES, this often; the best median of each counts */
+#define FILL_VALUE 0x5AU	/* the byte of the MEMSET rows */
+#define FILL_REPS 5U		/* MEMSETs and MEMCPYs per fill row, the fastest counts */
+#define URING_SQES 8U		/* SQEs of the batched io_uring submission: 8 x 254 = PER_SUB copies */
+
 /* Entries per COPY_PREPARE call of the batch-scale rows. */
 static const unsigned int scale_batches[] = { 1, 16, 256, 2032, 4096 };
 /* Host buffers open in the file, then queues initialised, of the latency-scale rows. */
@@ -58,6 +80,7 @@ static const unsigned int scale_queues[] = { 1, 4, 16 };
 static unsigned int subs = 8;		/* submissions per measurement */
 static unsigned int lat_runs = 10000;
 static unsigned int scale_runs = 2000;	/* rounds per point of the latency-scale rows */
+static unsigned int wake_runs = 2000;	/* rounds of the completion-to-wake-up rows */
 static unsigned int only_threads;	/* 0: one thread, then two; else only this many */
 static unsigned int only_batch = ~0U;	/* ~0: every batch size; else only this one */
 
@@ -989,9 +1012,838 @@ static void bench_latency_scale(void)
 	qctx_close(&c);
 }
 
+/* ---- ABI 3 calls of the rows below (0 or -errno) ---- */
+
+static int copy_submit(int fd, __u32 eng, __u32 q, __u64 *fence)
+{
+	struct neuron_udma_copy_submit s = { .engine = eng, .queue = q };
+	int ret = udma_ioc(fd, NEURON_UDMA_COPY_SUBMIT, &s);
+
+	if (!ret && fence)
+		*fence = s.fence;
+	return ret;
+}
+
+static int fence_wait(int fd, __u32 eng, __u32 q, __u64 fence)
+{
+	struct neuron_udma_fence_wait w = { .engine = eng, .queue = q, .fence = fence };
+
+	return udma_ioc(fd, NEURON_UDMA_FENCE_WAIT, &w);
+}
+
+/* QUEUE_EVENTS into @ev (at most @max records): the number of records, or -errno. */
+static int queue_events(int fd, struct neuron_udma_queue_event *ev, __u32 max)
+{
+	struct neuron_udma_events e = { .events = (uintptr_t)ev, .max = max };
+	int ret = udma_ioc(fd, NEURON_UDMA_QUEUE_EVENTS, &e);
+
+	return ret ? ret : (int)e.count;
+}
+
+static int udma_memset(int fd, const struct ubuf *b, __u64 size, __u32 value)
+{
+	struct neuron_udma_memset m = { .handle = b->handle, .size = size, .value = value };
+
+	return udma_ioc(fd, NEURON_UDMA_MEMSET, &m);
+}
+
+/* ---- MEM_ALLOC of fragmented device memory ---- */
+
+/*
+ * Median microseconds of HOLE_REPS MEM_ALLOCs of device memory that must fail (2 slots: no hole
+ * holds them) and of HOLE_REPS that must succeed (1 slot, freed again untimed), interleaved.
+ */
+static void holes_measure(int fd, __u64 slot, double *fail_us, double *ok_us)
+{
+	double *f = calloc(HOLE_REPS, sizeof(double)), *o = calloc(HOLE_REPS, sizeof(double));
+	struct ubuf b;
+	unsigned int r;
+	double t0;
+	int ret;
+
+	if (!f || !o)
+		die("calloc", -ENOMEM);
+	for (r = 0; r < HOLE_REPS; r++) {
+		t0 = now();
+		ret = ubuf_dev(fd, 2 * slot, &b);
+		f[r] = now() - t0;
+		if (ret != -ENOMEM)
+			die("MEM_ALLOC of 2 slots (expected ENOMEM: no hole holds them)", ret ? ret : -EPROTO);
+		t0 = now();
+		ret = ubuf_dev(fd, slot, &b);
+		o[r] = now() - t0;
+		if (ret)
+			die("MEM_ALLOC of 1 slot", ret);
+		ret = ubuf_free(fd, &b);
+		if (ret)
+			die("MEM_FREE", ret);
+	}
+	*fail_us = median(f, HOLE_REPS) * 1e6;
+	*ok_us = median(o, HOLE_REPS) * 1e6;
+	free(f);
+	free(o);
+}
+
+/*
+ * MEM_ALLOC of device memory with HOLES holes against the same with 1 hole: one file fills device
+ * memory with buffers of one slot (device_mem_size / HOLE_SLOTS rounded down to 4 KiB, so that at
+ * least HOLE_SLOTS fit) until ENOMEM, then frees one buffer of every other slot of the first
+ * HOLE_SLOTS (1 hole), measures, frees the other HOLES - 1 of them (HOLES one-slot holes, no two
+ * adjacent) and measures again; then fills the holes again (best fit: exactly the freed slots)
+ * and repeats, HOLE_ROUNDS times in all; the best median of each state counts. The failing
+ * MEM_ALLOC asks for 2 slots, which no hole holds; the succeeding one for 1 slot (its scrub
+ * included, the same in both states).
+ */
+static void bench_holes(void)
+{
+	unsigned int max = 0, n = 0, nh, i, k, round;
+	double f1 = 0, o1 = 0, fn = 0, on = 0, f, o;
+	char name[96], how[1200], extra[160], l0[40], l1[40], rounds[2][HOLE_ROUNDS * 40];
+	size_t rl[2] = { 0, 0 };
+	struct neuron_udma_info info;
+	__u64 slot, *h, *hole;
+	struct ubuf b;
+	int fd, ret;
+
+	fd = udma_open();
+	if (fd < 0)
+		die("open " UDMA_DEV, -errno);
+	ret = udma_info(fd, &info);
+	if (ret)
+		die("INFO", ret);
+	slot = (info.device_mem_size / HOLE_SLOTS) & ~4095ULL;
+	if (slot < 4096)
+		slot = 4096;
+	/* A buffer more than the fill for the succeeding MEM_ALLOC. */
+	max = file_max_buffers(fd) - 1;
+	if (info.device_mem_size / slot < max)
+		max = info.device_mem_size / slot;
+	h = calloc(max, sizeof(*h));
+	hole = calloc(HOLES, sizeof(*hole));
+	if (!h || !hole)
+		die("calloc", -ENOMEM);
+	loadavg(l0, sizeof(l0));
+	for (ret = 0; n < max; n++) {
+		ret = ubuf_dev(fd, slot, &b);
+		if (ret)
+			break;
+		h[n] = b.handle;
+	}
+	if (ret && ret != -ENOMEM)
+		die("MEM_ALLOC (filling device memory)", ret);
+	nh = n / 2 < HOLES ? n / 2 : HOLES;
+	if (nh < 2)
+		die("MEM_ALLOC: device memory too small for the holes rows", -ENOSPC);
+	if (nh < HOLES)
+		fprintf(stderr, "udma_bench: %u slots of %llu KiB fit in device memory: %u holes, not %u\n",
+			n, (unsigned long long)slot >> 10, nh, HOLES);
+	/* The hole set: every other slot, the middle one first (the 1-hole state). */
+	for (k = 0; k < nh; k++)
+		hole[k] = h[2 * ((k + nh / 2) % nh) + 1];
+	for (round = 0; round < HOLE_ROUNDS; round++) {
+		ret = mem_free(fd, hole[0]);
+		if (ret)
+			die("MEM_FREE (1 hole)", ret);
+		holes_measure(fd, slot, &f, &o);
+		f1 = round && f1 < f ? f1 : f;
+		o1 = round && o1 < o ? o1 : o;
+		rl[0] += snprintf(rounds[0] + rl[0], sizeof(rounds[0]) - rl[0], "%s%.1f/", round ? ", " : "", f);
+		rl[1] += snprintf(rounds[1] + rl[1], sizeof(rounds[1]) - rl[1], "%s%.1f/", round ? ", " : "", o);
+		for (k = 1; k < nh; k++) {
+			ret = mem_free(fd, hole[k]);
+			if (ret)
+				die("MEM_FREE (holes)", ret);
+		}
+		holes_measure(fd, slot, &f, &o);
+		fn = round && fn < f ? fn : f;
+		on = round && on < o ? on : o;
+		rl[0] += snprintf(rounds[0] + rl[0], sizeof(rounds[0]) - rl[0], "%.1f", f);
+		rl[1] += snprintf(rounds[1] + rl[1], sizeof(rounds[1]) - rl[1], "%.1f", o);
+		fprintf(stderr, "udma_bench: MEM_ALLOC round %u: failing %s us (1 hole / %u holes), "
+			"succeeding %s us\n", round, rounds[0], nh, rounds[1]);
+		if (round + 1 == HOLE_ROUNDS)
+			break;
+		/* Best fit puts each one-slot buffer into a hole: the same hole set next round. */
+		for (k = 0; k < nh; k++) {
+			ret = ubuf_dev(fd, slot, &b);
+			if (ret)
+				die("MEM_ALLOC (filling the holes again)", ret);
+			hole[k] = b.handle;
+		}
+	}
+	loadavg(l1, sizeof(l1));
+	close(fd);	/* frees every buffer */
+	snprintf(extra, sizeof(extra), "\"load_start\":\"%s\",\"load_end\":\"%s\",\"holes\":%u", l0, l1, nh);
+	for (i = 0; i < 2; i++) {
+		snprintf(how, sizeof(how),
+			 "one file fills device memory (%llu MiB) with %u buffers of %llu KiB "
+			 "(device_mem_size / %u rounded down to 4 KiB), then frees every other one of the "
+			 "first %u: %u one-slot holes, no two adjacent; median of %u MEM_ALLOCs of %s, "
+			 "interleaved with %u of %s; best of %u rounds (the holes filled again between "
+			 "them; medians per round, 1 hole / %u holes: %s us); baseline: the same with 1 "
+			 "hole (the middle one of the set); guest load average %s before, %s after",
+			 (unsigned long long)info.device_mem_size >> 20, n,
+			 (unsigned long long)slot >> 10, HOLE_SLOTS, 2 * nh, nh, HOLE_REPS,
+			 i ? "1 slot, which succeeds (and its scrub), freed again untimed" :
+			 "2 slots, which fail with ENOMEM (no hole holds them)",
+			 HOLE_REPS, i ? "2 slots (failing)" : "1 slot (succeeding)", HOLE_ROUNDS, nh,
+			 rounds[i], l0, l1);
+		snprintf(name, sizeof(name), "MEM_ALLOC %s, %u holes vs 1 hole", i ? "succeeding" : "failing",
+			 nh);
+		result_x(name, i ? on : fn, "us", i ? o1 : f1, how, extra);
+	}
+	free(hole);
+	free(h);
+}
+
+/* ---- MEMSET against MEMCPY ---- */
+
+/*
+ * MEMSET of @size bytes of a buffer of @type against MEMCPY of the same bytes into it from another
+ * buffer of that type, FILL_REPS runs each (alternating which goes first), the fastest of each.
+ * A host buffer is checked after the last MEMSET.
+ */
+static void fill_row(int fd, __u32 type, __u64 size, const char *sz)
+{
+	const char *where = type == NEURON_UDMA_MEM_HOST ? "host" : "HBM";
+	double best_set = 0, best_cpy = 0, t0, t;
+	char name[96], how[640], extra[120], l0[40], l1[40];
+	struct ubuf src, dst;
+	unsigned int r, k;
+	size_t i;
+	int ret;
+
+	ret = ubuf_alloc(fd, type, size, &src);
+	if (!ret)
+		ret = ubuf_alloc(fd, type, size, &dst);
+	if (ret)
+		die("MEM_ALLOC (fill rows)", ret);
+	if (src.map)
+		fill_pattern(src.map, size, 7);
+	/* Warm-up: the fill block of the value, the buffers' pages. */
+	ret = udma_memset(fd, &dst, size, FILL_VALUE);
+	if (!ret)
+		ret = udma_memcpy(fd, &src, 0, &dst, 0, size, 0);
+	if (ret)
+		die("warm-up MEMSET / MEMCPY", ret);
+	loadavg(l0, sizeof(l0));
+	for (r = 0; r < FILL_REPS; r++)
+		for (k = 0; k < 2; k++) {
+			bool set = (r + k) % 2 == 0;
+
+			t0 = now();
+			ret = set ? udma_memset(fd, &dst, size, FILL_VALUE) :
+				    udma_memcpy(fd, &src, 0, &dst, 0, size, 0);
+			t = now() - t0;
+			if (ret)
+				die(set ? "MEMSET" : "MEMCPY", ret);
+			if (set && (!r || t < best_set))
+				best_set = t;
+			if (!set && (!r || t < best_cpy))
+				best_cpy = t;
+		}
+	loadavg(l1, sizeof(l1));
+	if (dst.map) {
+		ret = udma_memset(fd, &dst, size, FILL_VALUE);
+		if (ret)
+			die("MEMSET", ret);
+		for (i = 0; i < size; i++)
+			if (dst.map[i] != FILL_VALUE)
+				die("MEMSET left a byte other than its value", -EIO);
+	}
+	ubuf_free(fd, &src);
+	ubuf_free(fd, &dst);
+	snprintf(name, sizeof(name), "MEMSET %s %s vs MEMCPY %s->%s", sz, where, where, where);
+	snprintf(how, sizeof(how),
+		 "MEMSET of %s of a %s buffer (value 0x%02x; the driver's shared H2T queue, each "
+		 "descriptor reading the device's fill block of that value) %.3f ms, fastest of %u, "
+		 "alternating with the baseline: MEMCPY of the same bytes into the same buffer from "
+		 "another %s buffer (same queue) %.3f ms, fastest of %u; guest load average %s before, "
+		 "%s after",
+		 sz, where, FILL_VALUE, best_set * 1e3, FILL_REPS, where, best_cpy * 1e3, FILL_REPS, l0, l1);
+	snprintf(extra, sizeof(extra), "\"load_start\":\"%s\",\"load_end\":\"%s\"", l0, l1);
+	result_x(name, size / best_set, "B/s", size / best_cpy, how, extra);
+	fprintf(stderr, "udma_bench: %s: MEMSET %.1f MB/s, MEMCPY %.1f MB/s\n", name, size / best_set / 1e6,
+		size / best_cpy / 1e6);
+}
+
+static void bench_fill(void)
+{
+	int fd = udma_open();
+
+	if (fd < 0)
+		die("open " UDMA_DEV, -errno);
+	fill_row(fd, NEURON_UDMA_MEM_HOST, 4U << 20, "4M");
+	fill_row(fd, NEURON_UDMA_MEM_DEVICE, 4U << 20, "4M");
+	fill_row(fd, NEURON_UDMA_MEM_DEVICE, 64U << 20, "64M");
+	close(fd);
+}
+
+/* ---- io_uring (raw system calls: the bench links no library) ---- */
+
+struct uring {
+	int fd;
+	unsigned int *sq_tail, *sq_mask, *sq_array;
+	unsigned int *cq_head, *cq_tail, *cq_mask;
+	struct io_uring_sqe *sqes;
+	struct io_uring_cqe *cqes;
+	void *rings;
+	size_t rings_len, sqes_len;
+};
+
+static int uring_open(struct uring *u, unsigned int entries)
+{
+	struct io_uring_params p;
+	char *r;
+
+	memset(&p, 0, sizeof(p));
+	memset(u, 0, sizeof(*u));
+	u->fd = (int)syscall(__NR_io_uring_setup, entries, &p);
+	if (u->fd < 0)
+		return -errno;
+	if (!(p.features & IORING_FEAT_SINGLE_MMAP)) {
+		close(u->fd);
+		return -EOPNOTSUPP;
+	}
+	u->rings_len = p.sq_off.array + p.sq_entries * sizeof(__u32);
+	if (u->rings_len < p.cq_off.cqes + p.cq_entries * sizeof(struct io_uring_cqe))
+		u->rings_len = p.cq_off.cqes + p.cq_entries * sizeof(struct io_uring_cqe);
+	u->sqes_len = p.sq_entries * sizeof(struct io_uring_sqe);
+	r = mmap(NULL, u->rings_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, u->fd,
+		 IORING_OFF_SQ_RING);
+	u->sqes = mmap(NULL, u->sqes_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, u->fd,
+		       IORING_OFF_SQES);
+	if (r == MAP_FAILED || u->sqes == MAP_FAILED) {
+		close(u->fd);
+		return -ENOMEM;
+	}
+	u->rings = r;
+	u->sq_tail = (unsigned int *)(r + p.sq_off.tail);
+	u->sq_mask = (unsigned int *)(r + p.sq_off.ring_mask);
+	u->sq_array = (unsigned int *)(r + p.sq_off.array);
+	u->cq_head = (unsigned int *)(r + p.cq_off.head);
+	u->cq_tail = (unsigned int *)(r + p.cq_off.tail);
+	u->cq_mask = (unsigned int *)(r + p.cq_off.ring_mask);
+	u->cqes = (struct io_uring_cqe *)(r + p.cq_off.cqes);
+	return 0;
+}
+
+static void uring_close(struct uring *u)
+{
+	munmap(u->sqes, u->sqes_len);
+	munmap(u->rings, u->rings_len);
+	close(u->fd);
+}
+
+/* Queues (does not submit) one NEURON_UDMA_URING_COPY SQE of @n copies at @c. */
+static void uring_queue_copy(struct uring *u, int fd, __u32 eng, __u32 q,
+			     const struct neuron_udma_copy *c, __u32 n)
+{
+	unsigned int tail = *u->sq_tail, idx = tail & *u->sq_mask;
+	struct io_uring_sqe *sqe = &u->sqes[idx];
+	struct neuron_udma_uring_copy uc = {
+		.engine = (__u16)eng, .queue = (__u16)q, .count = n, .copies = (uintptr_t)c,
+	};
+
+	memset(sqe, 0, sizeof(*sqe));
+	sqe->opcode = IORING_OP_URING_CMD;
+	sqe->fd = fd;
+	sqe->cmd_op = NEURON_UDMA_URING_COPY;
+	memcpy((char *)sqe + offsetof(struct io_uring_sqe, addr3), &uc, sizeof(uc));
+	u->sq_array[idx] = idx;
+	__atomic_store_n(u->sq_tail, tail + 1, __ATOMIC_RELEASE);
+}
+
+/* Submits the queued SQEs (io_uring_enter): how many it took, or -errno. */
+static int uring_submit(struct uring *u, unsigned int n)
+{
+	int ret = (int)syscall(__NR_io_uring_enter, u->fd, n, 0, 0, NULL, 0);
+
+	return ret < 0 ? -errno : ret;
+}
+
+/* Reaps @n CQEs, waiting for them: 0, or the first error (a CQE's res, or -errno). */
+static int uring_reap(struct uring *u, unsigned int n)
+{
+	int err = 0;
+
+	while (n) {
+		unsigned int head = *u->cq_head;
+		unsigned int tail = __atomic_load_n(u->cq_tail, __ATOMIC_ACQUIRE);
+
+		if (head == tail) {
+			if (syscall(__NR_io_uring_enter, u->fd, 0, 1, IORING_ENTER_GETEVENTS, NULL, 0) < 0 &&
+			    errno != EINTR)
+				return -errno;
+			continue;
+		}
+		if (u->cqes[head & *u->cq_mask].res < 0 && !err)
+			err = u->cqes[head & *u->cq_mask].res;
+		__atomic_store_n(u->cq_head, head + 1, __ATOMIC_RELEASE);
+		n--;
+	}
+	return err;
+}
+
+/* Submission kinds of the io_uring rows: PER_SUB copies as @sqes SQEs (or ioctl batches) each. */
+struct uring_kind {
+	unsigned int sqes;
+	/*
+	 * Best seconds of a run: io_uring until the fences are submitted, of which inside
+	 * io_uring_enter; COPY_PREPARE calls alone; COPY_PREPARE + COPY_SUBMIT.
+	 */
+	double uring, enter, prep, ioctls;
+};
+
+/* The newest fence of queue (@eng, 1) of @c (FENCE_STATUS of fence 1, which never blocks). */
+static __u64 newest_fence(struct qctx *c, __u32 eng)
+{
+	struct neuron_udma_fence_status st = { .engine = eng, .queue = c->q, .fence = 1 };
+	int ret = udma_ioc(c->fd, NEURON_UDMA_FENCE_STATUS, &st);
+
+	if (ret)
+		die("FENCE_STATUS (io_uring rows)", ret);
+	return st.submitted;
+}
+
+/*
+ * @n_subs submissions of the PER_SUB copies of @c through io_uring: @sqes NEURON_UDMA_URING_COPY
+ * SQEs of PER_SUB / @sqes copies each, SQE k on queue 1 of engine @engs[k] (one queue each),
+ * written and submitted with one io_uring_enter; timed from there until every SQE's fence is
+ * submitted (FENCE_STATUS shows it as the queue's newest: the driver, in io_uring's worker, read
+ * the entries, wrote the pairs and rang the doorbells of the fence; the submitter yields the CPU
+ * between looks); *@enter gets the time inside the SQE writes and io_uring_enter alone. The CQEs
+ * are then reaped (not timed). Returns the seconds.
+ */
+static double uring_run(struct qctx *c, const __u32 *engs, struct uring *u, unsigned int sqes,
+			unsigned int n_subs, double *enter)
+{
+	unsigned int per = PER_SUB / sqes, s, k;
+	__u64 want[URING_SQES];
+	double t0, t1, end, secs = 0;
+	int ret;
+
+	*enter = 0;
+	for (s = 0; s < n_subs; s++) {
+		for (k = 0; k < sqes; k++)
+			want[k] = newest_fence(c, engs[k]) + 1;
+		t0 = now();
+		for (k = 0; k < sqes; k++)
+			uring_queue_copy(u, c->fd, engs[k], c->q, &c->copies[k * per], per);
+		ret = uring_submit(u, sqes);
+		t1 = now();
+		if (ret != (int)sqes)
+			die("io_uring_enter (URING_COPY)", ret < 0 ? ret : -EIO);
+		end = t1 + 10;
+		for (k = 0; k < sqes; k++)
+			while (newest_fence(c, engs[k]) < want[k]) {
+				if (now() > end)
+					die("a URING_COPY was not submitted", -ETIMEDOUT);
+				sched_yield();
+			}
+		secs += now() - t0;
+		*enter += t1 - t0;
+		ret = uring_reap(u, sqes);
+		if (ret)
+			die("URING_COPY completion", ret);
+	}
+	return secs;
+}
+
+/*
+ * The same through the ioctls: @sqes x (COPY_PREPARE of PER_SUB / @sqes copies, COPY_SUBMIT) on
+ * the queues of @engs, timed (*@ioctls), of which the COPY_PREPARE calls alone into *@prep_s;
+ * then FENCE_WAIT of each fence (not timed).
+ */
+static void ioctl_run(struct qctx *c, const __u32 *engs, unsigned int sqes, unsigned int n_subs,
+		      double *prep_s, double *ioctls)
+{
+	unsigned int per = PER_SUB / sqes, s, k;
+	__u64 fence[URING_SQES] = { 0 };
+	double t0, t1;
+	int ret;
+
+	*prep_s = *ioctls = 0;
+	for (s = 0; s < n_subs; s++) {
+		t0 = now();
+		for (k = 0; k < sqes; k++) {
+			t1 = now();
+			ret = prep(c->fd, engs[k], c->q, &c->copies[k * per], per);
+			*prep_s += now() - t1;
+			if (!ret)
+				ret = copy_submit(c->fd, engs[k], c->q, &fence[k]);
+			if (ret)
+				die("COPY_PREPARE + COPY_SUBMIT", ret);
+		}
+		*ioctls += now() - t0;
+		for (k = 0; k < sqes; k++) {
+			ret = fence_wait(c->fd, engs[k], c->q, fence[k]);
+			if (ret)
+				die("FENCE_WAIT", ret);
+		}
+	}
+}
+
+/*
+ * io_uring batch submission against the ioctls, per pair: PER_SUB 4-byte host->host copies per
+ * submission (RING-slot rings), as one SQE of PER_SUB copies on queue 1 of the first
+ * host-connected engine, and as URING_SQES SQEs of PER_SUB / URING_SQES on queue 1 of the first
+ * URING_SQES host-connected engines in one io_uring_enter, against COPY_PREPARE of the same
+ * batches (and COPY_PREPARE + COPY_SUBMIT, the ioctls that do what one SQE does); best of
+ * LOOKUP_REPS runs of @subs submissions each, the kinds alternating. The driver sends a
+ * URING_COPY issued without blocking back with -EAGAIN, so io_uring runs it in one of its
+ * workers: io_uring_enter returns before the work is done, and the io_uring figure runs until
+ * every SQE's fence is submitted (where COPY_SUBMIT returns, for the ioctls).
+ */
+static void bench_uring(void)
+{
+	struct uring_kind kinds[] = { { .sqes = 1 }, { .sqes = URING_SQES } };
+	unsigned int nk = sizeof(kinds) / sizeof(kinds[0]), r, k, n = 0;
+	double pairs = (double)subs * PER_SUB, u, e, p, i;
+	char name[128], base[1000], how[1200], extra[120], l0[40], l1[40], engl[80], eng0[16];
+	struct neuron_udma_info info;
+	__u32 engs[URING_SQES], eng;
+	struct uring ur;
+	struct qctx c;
+	int fd, ret;
+
+	fd = udma_open();
+	if (fd < 0 || udma_info(fd, &info))
+		die("INFO", fd < 0 ? -errno : -EIO);
+	close(fd);
+	for (eng = 0; eng < info.engines && n < URING_SQES; eng++)
+		if (info.host_engines[eng / 64] >> (eng % 64) & 1)
+			engs[n++] = eng;
+	if (n < URING_SQES)
+		die("fewer host-connected engines than SQEs (io_uring rows)", -ENODEV);
+	qctx_open(&c, engs[0], 1);
+	for (k = 1; k < URING_SQES; k++) {
+		ret = queue_init(c.fd, engs[k], 1, RING, RING);
+		if (ret)
+			die("QUEUE_INIT (io_uring rows)", ret);
+	}
+	snprintf(engl, sizeof(engl), "%u-%u", engs[0], engs[URING_SQES - 1]);
+	snprintf(eng0, sizeof(eng0), "%u", engs[0]);
+	ret = uring_open(&ur, 64);
+	if (ret) {
+		fprintf(stderr, "udma_bench: io_uring_setup: %s: no io_uring rows\n", strerror(-ret));
+		for (k = 1; k < URING_SQES; k++)
+			queue_release(c.fd, engs[k], 1);
+		qctx_close(&c);
+		return;
+	}
+	for (k = 0; k < nk; k++) {	/* warm-up (io_uring's worker threads too) */
+		uring_run(&c, engs, &ur, kinds[k].sqes, 2, &e);
+		ioctl_run(&c, engs, kinds[k].sqes, 2, &p, &i);
+	}
+	loadavg(l0, sizeof(l0));
+	for (r = 0; r < LOOKUP_REPS; r++)
+		for (k = 0; k < nk; k++) {
+			struct uring_kind *kd = &kinds[k];
+
+			u = uring_run(&c, engs, &ur, kd->sqes, subs, &e);
+			ioctl_run(&c, engs, kd->sqes, subs, &p, &i);
+			if (!r || u < kd->uring) {
+				kd->uring = u;
+				kd->enter = e;
+			}
+			if (!r || p < kd->prep)
+				kd->prep = p;
+			if (!r || i < kd->ioctls)
+				kd->ioctls = i;
+		}
+	loadavg(l1, sizeof(l1));
+	uring_close(&ur);
+	for (k = 1; k < URING_SQES; k++)
+		queue_release(c.fd, engs[k], 1);
+	qctx_close(&c);
+	snprintf(extra, sizeof(extra), "\"load_start\":\"%s\",\"load_end\":\"%s\"", l0, l1);
+	for (k = 0; k < nk; k++) {
+		struct uring_kind *kd = &kinds[k];
+		unsigned int per = PER_SUB / kd->sqes;
+		char what[64];
+
+		if (kd->sqes == 1)
+			snprintf(what, sizeof(what), "1 SQE x%u", per);
+		else
+			snprintf(what, sizeof(what), "%u SQEs x%u", kd->sqes, per);
+		snprintf(base, sizeof(base),
+			 "%llu pairs of 4 B host->host (%u-slot rings), submissions of %u "
+			 "NEURON_UDMA_URING_COPY SQE%s of %u copies (on queue 1 of engine%s %s, one each) "
+			 "written and submitted with one io_uring_enter (%.1f ns/pair inside it: the driver "
+			 "sends the SQEs back with -EAGAIN and io_uring's worker prepares them), timed until "
+			 "every SQE's fence is submitted (FENCE_STATUS, the submitter yielding the CPU "
+			 "between looks: the entries read, the pairs written, the doorbells rung), CQEs "
+			 "reaped untimed; best of %u runs, alternating with the ioctls on the same queues: %u "
+			 "x (COPY_PREPARE x%u, %.1f ns/pair inside its calls; + COPY_SUBMIT, %.1f ns/pair), "
+			 "FENCE_WAIT untimed; guest load average %s before, %s after; baseline: ",
+			 (unsigned long long)pairs, RING, kd->sqes, kd->sqes == 1 ? "" : "s", per,
+			 kd->sqes == 1 ? "" : "s", kd->sqes == 1 ? eng0 : engl, kd->enter * 1e9 / pairs,
+			 LOOKUP_REPS, kd->sqes, per, kd->prep * 1e9 / pairs, kd->ioctls * 1e9 / pairs, l0, l1);
+		snprintf(name, sizeof(name), "URING_COPY %s submission per pair vs COPY_PREPARE", what);
+		snprintf(how, sizeof(how), "%sthe time inside the COPY_PREPARE calls alone (they ring no "
+			 "doorbell)", base);
+		result_x(name, kd->uring * 1e9 / pairs, "ns/pair", kd->prep * 1e9 / pairs, how, extra);
+		snprintf(name, sizeof(name), "URING_COPY %s submission per pair vs COPY_PREPARE + COPY_SUBMIT",
+			 what);
+		snprintf(how, sizeof(how), "%sthe time inside COPY_PREPARE + COPY_SUBMIT, the ioctls "
+			 "that do what a SQE does", base);
+		result_x(name, kd->uring * 1e9 / pairs, "ns/pair", kd->ioctls * 1e9 / pairs, how, extra);
+		fprintf(stderr, "udma_bench: URING_COPY %s: %.1f ns/pair (io_uring_enter %.1f); COPY_PREPARE "
+			"%.1f, + COPY_SUBMIT %.1f ns/pair\n", what, kd->uring * 1e9 / pairs,
+			kd->enter * 1e9 / pairs, kd->prep * 1e9 / pairs, kd->ioctls * 1e9 / pairs);
+	}
+}
+
+/* ---- completion-to-wakeup latency: epoll against COPY_WAIT ---- */
+
+/* The thread that notes when a copy's bytes land: it spins on the destination while armed. */
+struct lander {
+	volatile __u32 *dst;	/* the word to watch (set before arming) */
+	__u32 want;		/* the value that lands */
+	int state;		/* 0 idle, 1 armed, 2 landed (at @landed), -1 exit */
+	double landed;
+};
+
+static void pin_to_cpu(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	sched_setaffinity(0, sizeof(set), &set);	/* best effort: one CPU guests run as they can */
+}
+
+static void *lander_thread(void *arg)
+{
+	struct lander *l = arg;
+	int st;
+
+	pin_to_cpu(1);
+	while ((st = __atomic_load_n(&l->state, __ATOMIC_ACQUIRE)) >= 0) {
+		if (st == 1 && *l->dst == l->want) {
+			l->landed = now();
+			__atomic_store_n(&l->state, 2, __ATOMIC_RELEASE);
+		}
+		__builtin_ia32_pause();
+	}
+	return NULL;
+}
+
+enum { W_EPOLL, W_COPY_WAIT, W_NUM };
+
+#define WQ_CPUMASK "/sys/devices/virtual/workqueue/cpumask"
+
+/* The CPU mask of the unbound workqueues into @buf (empty when it cannot be read). */
+static void wq_cpumask_get(char *buf, size_t len)
+{
+	FILE *f = fopen(WQ_CPUMASK, "re");
+
+	buf[0] = 0;
+	if (!f)
+		return;
+	if (!fgets(buf, (int)len, f))
+		buf[0] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	fclose(f);
+}
+
+/* Sets the CPU mask of the unbound workqueues (hex, as the file shows it): 0 or -errno. */
+static int wq_cpumask_set(const char *mask)
+{
+	int fd = open(WQ_CPUMASK, O_WRONLY | O_CLOEXEC), ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write(fd, mask, strlen(mask)) < 0)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+/*
+ * One sample: a 4-byte copy of a new value prepared (untimed) and submitted with COPY_SUBMIT on
+ * @c's queue; then either (W_EPOLL) epoll_wait on the file, then QUEUE_EVENTS until its
+ * fence is reported, or (W_COPY_WAIT) COPY_WAIT (which waits for that fence: nothing new was
+ * prepared). The lander notes when the bytes land. Seconds from landing to the wake-up (after
+ * QUEUE_EVENTS for epoll), from COPY_SUBMIT to it, and (epoll) from landing to epoll_wait's
+ * return.
+ */
+static void wake_sample(struct qctx *c, int kind, int ep, struct lander *l, __u32 v, double *land_wake,
+			double *submit_wake, double *land_epoll)
+{
+	volatile __u32 *s32 = (volatile __u32 *)c->src.map, *d32 = (volatile __u32 *)c->dst.map;
+	struct neuron_udma_queue_event ev[4];
+	struct epoll_event e;
+	double t0, t_ep = 0, t_wake, t_end;
+	__u64 fence = 0, done = 0;
+	int ret, i, n;
+
+	*s32 = v;
+	*d32 = ~v;
+	l->dst = d32;
+	l->want = v;
+	__atomic_store_n(&l->state, 1, __ATOMIC_RELEASE);
+	ret = prep_one(c->fd, c->eng, c->q, c->copies[0]);
+	if (ret)
+		die("COPY_PREPARE_ONE (wake-up rows)", ret);
+	t0 = now();
+	ret = copy_submit(c->fd, c->eng, c->q, &fence);
+	if (ret)
+		die("COPY_SUBMIT (wake-up rows)", ret);
+	if (kind == W_EPOLL) {
+		while (done < fence) {
+			n = epoll_wait(ep, &e, 1, 10000);
+			if (!t_ep)
+				t_ep = now();
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n != 1)
+				die("epoll_wait (wake-up rows)", n < 0 ? -errno : -ETIMEDOUT);
+			n = queue_events(c->fd, ev, 4);
+			if (n < 0)
+				die("QUEUE_EVENTS", n);
+			for (i = 0; i < n; i++) {
+				if (ev[i].flags & NEURON_UDMA_EVENT_FAILED)
+					die("a fence failed (wake-up rows)", -ev[i].error);
+				if (ev[i].engine == c->eng && ev[i].queue == c->q && ev[i].completed > done)
+					done = ev[i].completed;
+			}
+		}
+	} else {
+		ret = copy_wait(c->fd, c->eng, c->q, 0, NULL);
+		if (ret)
+			die("COPY_WAIT (wake-up rows)", ret);
+	}
+	t_wake = now();
+	t_end = t_wake + 10;
+	while (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) != 2)
+		if (now() > t_end)
+			die("the copy's bytes did not land (wake-up rows)", -ETIMEDOUT);
+	__atomic_store_n(&l->state, 0, __ATOMIC_RELEASE);
+	*land_wake = t_wake - l->landed;
+	*submit_wake = t_wake - t0;
+	*land_epoll = t_ep ? t_ep - l->landed : 0;
+}
+
+/*
+ * Wake-up latency through epoll against a thread blocked in COPY_WAIT: two files, one queue each
+ * (engine 0 queue 1, its file in an epoll set: EPOLLIN | EPOLLPRI; engine 1 queue 1, a file
+ * nobody polls), wake_runs rounds of one sample of each, alternating which goes first. Per sample
+ * the time from COPY_SUBMIT to the wake-up, and from the copy's landing to the wake-up: a lander
+ * thread pinned to CPU 1 spins on the destination (the caller runs on CPU 0, and so do the
+ * unbound workqueues, the driver's completion worker among them, while the phase lasts).
+ */
+static void bench_wakeup(void)
+{
+	double *lw[W_NUM], *sw[W_NUM], *le, p50[W_NUM], p99[W_NUM], s50[W_NUM], s99[W_NUM], le50;
+	struct neuron_udma_queue_event ev[4];
+	char how[1200], extra[120], l0[40], l1[40], wq[64], wq_note[160];
+	struct epoll_event e = { .events = EPOLLIN | EPOLLPRI };
+	struct qctx c[W_NUM];
+	struct lander l = { 0 };
+	unsigned int i, k;
+	cpu_set_t cpus;
+	pthread_t th;
+	int ep, ret;
+
+	qctx_open(&c[W_EPOLL], 0, 1);
+	qctx_open(&c[W_COPY_WAIT], 1, 1);
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, c[W_EPOLL].fd, &e))
+		die("epoll", -errno);
+	le = calloc(wake_runs, sizeof(double));
+	for (k = 0; k < W_NUM; k++) {
+		lw[k] = calloc(wake_runs, sizeof(double));
+		sw[k] = calloc(wake_runs, sizeof(double));
+		if (!lw[k] || !sw[k] || !le)
+			die("calloc", -ENOMEM);
+	}
+	if (sched_getaffinity(0, sizeof(cpus), &cpus))
+		die("sched_getaffinity", -errno);
+	pin_to_cpu(0);
+	wq_cpumask_get(wq, sizeof(wq));
+	ret = wq[0] ? wq_cpumask_set("1") : -ENOENT;
+	if (ret)
+		snprintf(wq_note, sizeof(wq_note), "the unbound workqueues could not be kept on CPU 0 "
+			 "(%s: %s)", WQ_CPUMASK, strerror(-ret));
+	else
+		snprintf(wq_note, sizeof(wq_note), "the unbound workqueues (the completion worker) on "
+			 "CPU 0 (cpumask 1, was %s)", wq);
+	if (pthread_create(&th, NULL, lander_thread, &l))
+		die("pthread_create", -EAGAIN);
+	for (i = 0; i < 50; i++)	/* warm-up */
+		for (k = 0; k < W_NUM; k++) {
+			double a, b, d;
+
+			wake_sample(&c[k], k, ep, &l, 0x1000 + i * 2 + k, &a, &b, &d);
+		}
+	loadavg(l0, sizeof(l0));
+	for (i = 0; i < wake_runs; i++)
+		for (k = 0; k < W_NUM; k++) {
+			unsigned int kind = (i + k) % W_NUM;
+			double d;
+
+			wake_sample(&c[kind], kind, ep, &l, i * 2654435761U + kind + 1, &lw[kind][i],
+				    &sw[kind][i], kind == W_EPOLL ? &le[i] : &d);
+		}
+	loadavg(l1, sizeof(l1));
+	__atomic_store_n(&l.state, -1, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+	sched_setaffinity(0, sizeof(cpus), &cpus);
+	if (!ret && wq_cpumask_set(wq))
+		fprintf(stderr, "udma_bench: could not restore %s to %s\n", WQ_CPUMASK, wq);
+	/* Nothing left unreported. */
+	ret = queue_events(c[W_EPOLL].fd, ev, 4);
+	if (ret < 0)
+		die("QUEUE_EVENTS", ret);
+	close(ep);
+	qctx_close(&c[W_EPOLL]);
+	qctx_close(&c[W_COPY_WAIT]);
+	for (k = 0; k < W_NUM; k++) {
+		qsort(lw[k], wake_runs, sizeof(double), cmp_double);
+		qsort(sw[k], wake_runs, sizeof(double), cmp_double);
+		p50[k] = pctf(lw[k], wake_runs, 0.5) * 1e6;
+		p99[k] = pctf(lw[k], wake_runs, 0.99) * 1e6;
+		s50[k] = pctf(sw[k], wake_runs, 0.5) * 1e6;
+		s99[k] = pctf(sw[k], wake_runs, 0.99) * 1e6;
+	}
+	qsort(le, wake_runs, sizeof(double), cmp_double);
+	le50 = pctf(le, wake_runs, 0.5) * 1e6;
+	snprintf(how, sizeof(how),
+		 "%u rounds, each one sample of each kind (order alternating): a 4 B host->host copy "
+		 "prepared, then COPY_SUBMIT, then either epoll_wait on its file (engine 0 queue 1; "
+		 "EPOLLIN | EPOLLPRI) and QUEUE_EVENTS until its fence is reported, or COPY_WAIT on a "
+		 "file nobody polls (engine 1 queue 1; it waits for the submitted fence); COPY_SUBMIT to "
+		 "wake-up p50 %.1f us (epoll) / %.1f us (COPY_WAIT), p99 %.1f / %.1f us; a thread "
+		 "pinned to CPU 1 spins on the destination and notes when the bytes land, the caller "
+		 "on CPU 0, %s: landing to wake-up p50 %.1f / %.1f us (epoll_wait's return %.1f us), "
+		 "p99 %.1f / %.1f us; guest load average %s before, %s after; baseline: COPY_WAIT",
+		 wake_runs, s50[W_EPOLL], s50[W_COPY_WAIT], s99[W_EPOLL], s99[W_COPY_WAIT], wq_note,
+		 p50[W_EPOLL], p50[W_COPY_WAIT], le50, p99[W_EPOLL], p99[W_COPY_WAIT], l0, l1);
+	snprintf(extra, sizeof(extra), "\"load_start\":\"%s\",\"load_end\":\"%s\"", l0, l1);
+	result_x("COPY_SUBMIT to wake-up p50: epoll vs COPY_WAIT", s50[W_EPOLL], "us", s50[W_COPY_WAIT],
+		 how, extra);
+	result_x("COPY_SUBMIT to wake-up p99: epoll vs COPY_WAIT", s99[W_EPOLL], "us", s99[W_COPY_WAIT],
+		 how, extra);
+	result_x("completion to wake-up p50: epoll vs COPY_WAIT", p50[W_EPOLL], "us", p50[W_COPY_WAIT],
+		 how, extra);
+	fprintf(stderr, "udma_bench: COPY_SUBMIT to wake-up p50: epoll %.1f us, COPY_WAIT %.1f us; "
+		"landing to wake-up p50: %.1f / %.1f us\n", s50[W_EPOLL], s50[W_COPY_WAIT], p50[W_EPOLL],
+		p50[W_COPY_WAIT]);
+	for (k = 0; k < W_NUM; k++) {
+		free(lw[k]);
+		free(sw[k]);
+	}
+	free(le);
+}
+
 int main(int argc, char **argv)
 {
-	enum { M_SUB = 1, M_LOOKUP = 2, M_BATCH = 4, M_LAT = 8, M_SCALE = 16 };
+	enum {
+		M_SUB = 1, M_LOOKUP = 2, M_BATCH = 4, M_LAT = 8, M_SCALE = 16, M_URING = 32,
+		M_WAKE = 64, M_FILL = 128, M_HOLES = 256,
+	};
 	unsigned int only = 0;
 	int i;
 
@@ -1002,6 +1854,8 @@ int main(int argc, char **argv)
 			lat_runs = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--scale-runs") && i + 1 < argc)
 			scale_runs = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--wake-runs") && i + 1 < argc)
+			wake_runs = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
 			only_threads = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
@@ -1016,20 +1870,29 @@ int main(int argc, char **argv)
 			only |= M_BATCH;
 		else if (!strcmp(argv[i], "--only-scale"))
 			only |= M_SCALE;
+		else if (!strcmp(argv[i], "--only-uring"))
+			only |= M_URING;
+		else if (!strcmp(argv[i], "--only-wakeup"))
+			only |= M_WAKE;
+		else if (!strcmp(argv[i], "--only-fill"))
+			only |= M_FILL;
+		else if (!strcmp(argv[i], "--only-holes"))
+			only |= M_HOLES;
 		else {
-			fprintf(stderr, "usage: udma_bench [--subs N] [--runs N] [--scale-runs N] [--threads 1|2] "
-				"[--batch N] [--only-submit] [--only-lookup] [--only-batch] [--only-latency] "
-				"[--only-scale]\n"
+			fprintf(stderr, "usage: udma_bench [--subs N] [--runs N] [--scale-runs N] [--wake-runs N] "
+				"[--threads 1|2] [--batch N] [--only-submit] [--only-lookup] [--only-batch] "
+				"[--only-latency] [--only-scale] [--only-uring] [--only-wakeup] [--only-fill] "
+				"[--only-holes]\n"
 				"  --batch selects the submission rows' batch (0: PREPARE_ONE) and the batch-scale "
 				"row (then without the user-copy row); --threads the submission rows' threads;\n"
 				"  the --only-* options add up; without any, everything runs\n");
 			return 2;
 		}
 	}
-	if (!subs || !lat_runs || !scale_runs || only_threads > 2)
+	if (!subs || !lat_runs || !scale_runs || !wake_runs || only_threads > 2)
 		return 2;
 	if (!only)
-		only = M_SUB | M_LOOKUP | M_BATCH | M_LAT | M_SCALE;
+		only = M_SUB | M_LOOKUP | M_BATCH | M_LAT | M_SCALE | M_URING | M_WAKE | M_FILL | M_HOLES;
 	if (only & M_SUB)
 		bench_submission();
 	if (only & M_LOOKUP)
@@ -1042,5 +1905,14 @@ int main(int argc, char **argv)
 	}
 	if (only & M_SCALE)
 		bench_latency_scale();
+	if (only & M_URING)
+		bench_uring();
+	if (only & M_WAKE)
+		bench_wakeup();
+	if (only & M_FILL)
+		bench_fill();
+	/* Last: it fills device memory (and frees it all again). */
+	if (only & M_HOLES)
+		bench_holes();
 	return 0;
 }
