@@ -37,8 +37,8 @@ pub(crate) struct NeuronUdma<'bound> {
     dev: Arc<UdmaDevice>,
     /// Registry entry: how `open()` finds `dev`.
     _entry: RegistryEntry,
-    /// BAR4: device memory (HBM). Optional on v3, as in the reference driver (hardware.rst §1.2).
-    _bar4: Option<pci::Bar<'bound>>,
+    /// The data lives while the device is bound (its BARs are device-managed, in `dev`).
+    _bound: core::marker::PhantomData<&'bound ()>,
 }
 
 /// The PCI driver type.
@@ -151,11 +151,14 @@ impl NeuronUdmaDriver {
         // Device buffers come from HBM0, where device address = BAR4 offset (hardware.rst §1.2,
         // 1.3).
         let dram_size = bar4.as_ref().map_or(0, |b| arch.hbm0_len(b.size() as u64));
+        // BAR4 (optional on v3, as in the reference driver, hardware.rst §1.2) is revoked at
+        // unbind like BAR0: queues with rings in device memory reach them through it.
+        let bar4 = bar4.map(|b| b.into_devres()).transpose()?;
         let dev = UdmaDevice::new(
             pdev,
             arch,
             bar0.into_devres()?,
-            dram_size,
+            (bar4, dram_size),
             #[cfg(neuron_udma_kunit)]
             crate::testing::ModelCtl::map(pdev),
         )?;
@@ -169,8 +172,8 @@ impl NeuronUdmaDriver {
         Ok(try_pin_init!(NeuronUdma {
             dma,
             dev,
-            _bar4: bar4,
             _entry: entry,
+            _bound: core::marker::PhantomData,
             _debugfs <- debugfs,
             node <- Node::register(name),
         }))

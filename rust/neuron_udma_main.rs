@@ -27,6 +27,8 @@ mod charge;
 mod debugfs;
 mod desc;
 mod device;
+mod devmem;
+mod devring;
 mod dmaengine;
 mod dram;
 mod driver;
