@@ -263,8 +263,17 @@ impl Arch {
     /// [`Self::has_host_connectivity`] of every engine as a bitmap (bit `e % 64` of word
     /// `e / 64`), as `INFO` reports it.
     pub(crate) fn host_engine_bitmap(&self) -> [u64; 3] {
+        self.bitmap(|e| self.has_host_connectivity(e))
+    }
+
+    /// Every engine of the generation as a bitmap like [`Self::host_engine_bitmap`].
+    pub(crate) fn engine_bitmap(&self) -> [u64; 3] {
+        self.bitmap(|_| true)
+    }
+
+    fn bitmap(&self, pick: impl Fn(u32) -> bool) -> [u64; 3] {
         let mut map = [0u64; 3];
-        for e in (0..self.engines).filter(|&e| self.has_host_connectivity(e)) {
+        for e in (0..self.engines).filter(|&e| pick(e)) {
             if let Some(w) = map.get_mut((e / 64) as usize) {
                 *w |= 1 << (e % 64);
             }
@@ -397,6 +406,8 @@ mod tests {
         }
         assert_eq!(&v3[..n], &[(129, 0), (130, 0), (131, 0)]);
         assert!(!TRN2.has_host_connectivity(0) && !TRN2.has_host_connectivity(3));
+        assert_eq!(TRN1.engine_bitmap(), [u64::MAX >> 30, 0, 0]);
+        assert_eq!(TRN2.engine_bitmap(), [u64::MAX, u64::MAX, 0xF]);
     }
 
     #[test]

@@ -20,9 +20,10 @@ use crate::{
     buffer::Holds,
     charge::Charge,
     desc::{Barrier, Desc, DescLen, Dir, MAX_DESC_BYTES},
-    engine::{self, EngineErrors, EngineIo, QueueRegs},
+    devring::Moves,
+    engine::{self, DescCount, EngineErrors, EngineIo, QueueIndex, QueueRegs},
     events::{EventFd, FileEvents, UringCmd},
-    queue::{self, Queue},
+    queue::{self, Doorbell, Queue},
     regs::{M2s, S2m},
     ring::RingState,
     shim::fatal_signal_pending,
@@ -32,6 +33,7 @@ use kernel::{
     new_mutex, new_spinlock,
     prelude::*,
     processor::cpu_relax,
+    static_lock_class,
     sync::{Arc, Mutex, SpinLock},
     time::{delay::fsleep, Delta, Instant, Monotonic},
 };
@@ -290,6 +292,12 @@ pub(crate) struct Channel {
     pub(crate) owner: Owner,
     /// Registers of the device.
     bar: Arc<Bar0>,
+    /// The queue that moves descriptors into this queue's rings in device memory when the
+    /// engine fills them (the driver's H2T queue, `devring.rs`).
+    mover: Option<Arc<Channel>>,
+    /// The queue (`None` once released or after unbind). A file's queue whose rings the H2T
+    /// queue fills holds this lock while the H2T queue takes its own, so the driver's queues and
+    /// the files' have lock classes of their own, a file's always taken first.
     #[pin]
     inner: Mutex<Option<Queue>>,
     /// A file's queue memory (rings, completion slots, fence records) charged to the user
@@ -306,25 +314,34 @@ pub(crate) struct Channel {
 
 impl Channel {
     /// Wraps queue `q` (`id`, already programmed) for `owner`, with the memory charge of a
-    /// file's queue.
+    /// file's queue; `mover` moves the descriptors of rings in device memory the engine fills.
     ///
     /// # Errors
     ///
-    /// `ENOMEM`.
+    /// `ENOMEM`, `EINVAL` if `q`'s rings need a mover and none is given, or a driver's queue
+    /// would need one.
     pub(crate) fn new(
         bar: Arc<Bar0>,
-        id: QueueId,
-        owner: Owner,
+        (id, owner): (QueueId, Owner),
         q: Queue,
+        mover: Option<Arc<Channel>>,
         charge: Option<Charge>,
         file: Option<Arc<FileEvents>>,
     ) -> Result<Arc<Self>> {
+        if q.engine_filled() && (mover.is_none() || owner == Owner::Driver) {
+            return Err(EINVAL);
+        }
+        let class = match owner {
+            Owner::Driver => static_lock_class!(),
+            Owner::File(_) => static_lock_class!(),
+        };
         Arc::pin_init(
             try_pin_init!(Self {
                 id,
                 owner,
                 bar,
-                inner <- new_mutex!(Some(q)),
+                mover,
+                inner <- Mutex::new(Some(q), kernel::c_str!("Channel::inner"), class),
                 charge <- new_mutex!(charge),
                 listeners <- new_mutex!(Listeners {
                     file,
@@ -344,6 +361,18 @@ impl Channel {
     fn locked<R>(&self, f: impl FnOnce(&mut Queue) -> Result<R>) -> Result<R> {
         let mut inner = self.inner.lock();
         f((*inner).as_mut().ok_or(ENODEV)?)
+    }
+
+    /// Runs `f` on the queue under its lock with the queue's doorbell ([`Ringer`]), which takes
+    /// the register guard only to ring (and, for rings in device memory filled by the engine,
+    /// may sleep before, while the H2T queue moves the descriptors).
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` if the queue was released or the device unbound.
+    fn with_ringer<R>(&self, f: impl FnOnce(&mut Queue, Ringer<'_>) -> Result<R>) -> Result<R> {
+        let mut inner = self.inner.lock();
+        f((*inner).as_mut().ok_or(ENODEV)?, Ringer(self))
     }
 
     /// Runs `f` on the queue and its engine's registers, under the queue lock and inside the
@@ -407,18 +436,18 @@ impl Channel {
     ///
     /// `EINVAL` (see [`Queue::start`]), `ENODEV`.
     pub(crate) fn start(&self, m2s_count: u32, s2m_count: u32) -> Result {
-        self.with_io(|q, io| q.start(io, m2s_count, s2m_count))
+        self.with_ringer(|q, bell| q.start(bell, m2s_count, s2m_count))
     }
 
     /// Fences the work no fence covers yet, or targets the newest fence (an interrupted wait
     /// leaves its fence behind: it is reused, not multiplied).
     fn fence_or_join(&self) -> Result<Ticket> {
-        self.with_io(|q, io| {
+        self.with_ringer(|q, bell| {
             q.retire();
             let ack_before = q.tx_state().ack_index();
             if q.unfenced() != 0 && q.can_fence() {
                 return Ok(Ticket {
-                    seq: Some(q.fence(io)?),
+                    seq: Some(q.fence(bell)?),
                     last: true,
                     ack_before,
                 });
@@ -477,12 +506,12 @@ impl Channel {
     /// `ENOSPC` (no room for the marker pair), `EBUSY` ([`queue::FENCE_SLOTS`] fences in
     /// flight), `ENODEV`.
     pub(crate) fn submit_fence(&self) -> Result<u64> {
-        self.with_io(|q, io| {
+        self.with_ringer(|q, bell| {
             q.retire();
             if q.unfenced() == 0 {
                 return Ok(q.newest_fence());
             }
-            q.fence(io)
+            q.fence(bell)
         })
     }
 
@@ -807,9 +836,13 @@ impl Channel {
     }
 
     /// Stops the engine from using the queue's rings (pause) and drops its memory and charge;
-    /// afterwards every operation on the channel fails with `ENODEV`.
-    pub(crate) fn quiesce(&self) {
+    /// afterwards every operation on the channel fails with `ENODEV`. Returns the device memory
+    /// of rings in device memory, `(device address, bytes)`, which the engine no longer uses:
+    /// the caller gives it back.
+    #[must_use]
+    pub(crate) fn quiesce(&self) -> Option<(u64, u64)> {
         let mut inner = self.inner.lock();
+        let mut range = None;
         if let Some(q) = (*inner).as_mut() {
             // A reset stops the engine from fetching from the rings before they are freed.
             if let Ok(regs) = self.bar.access() {
@@ -817,6 +850,7 @@ impl Channel {
                     q.pause(io);
                 }
             }
+            range = q.device_range();
         }
         *inner = None;
         drop(inner);
@@ -837,6 +871,7 @@ impl Channel {
         if let Some(f) = file {
             f.wake();
         }
+        range
     }
 
     // ---- listeners (`events.rs`) and the completion worker's step (`watch.rs`) ----
@@ -996,7 +1031,7 @@ impl Channel {
     /// `ENODEV`.
     pub(crate) fn submit(&self, pieces: &mut Pieces<'_>) -> Result<Option<u64>> {
         let barrier = self.bar.arch.final_barrier;
-        self.with_io(|q, io| {
+        self.with_ringer(|q, bell| {
             let room = q.submission_room();
             if room == 0 {
                 return Ok(None);
@@ -1013,7 +1048,7 @@ impl Channel {
                 })?;
                 pairs += 1;
             }
-            Ok(Some(q.fence(io)?))
+            Ok(Some(q.fence(bell)?))
         })
     }
 
@@ -1040,7 +1075,7 @@ impl Channel {
             return Err(EINVAL);
         }
         let barrier = self.bar.arch.final_barrier;
-        self.with_io(|q, io| {
+        self.with_ringer(|q, bell| {
             if (q.submission_room() as usize) < pieces.len() {
                 return Err(ENOSPC);
             }
@@ -1056,7 +1091,7 @@ impl Channel {
                     },
                 })?;
             }
-            q.fence(io)
+            q.fence(bell)
         })
     }
 
@@ -1230,6 +1265,66 @@ impl Channel {
         }
     }
 
+    /// Copies the byte ranges `ranges` (`(source, destination, bytes)`, device-fabric addresses)
+    /// in order, in as few fenced submissions as the rings allow (the generation's final barrier
+    /// on the last pair of each), waiting for each: how the driver's H2T queue moves the
+    /// descriptors of a queue whose rings are in device memory (`devring.rs`). Uninterruptible,
+    /// each wait bounded by [`DEFAULT_TIMEOUT`], after which this queue is reset: nothing of the
+    /// copy is in flight when this returns.
+    ///
+    /// # Errors
+    ///
+    /// `EIO` (an engine error; the queue was reset), `ETIMEDOUT`, `ENODEV`.
+    pub(crate) fn copy_ranges(&self, ranges: &[(u64, u64, u64)]) -> Result {
+        let policy = Policy {
+            signals: WaitMode::Uninterruptible,
+            timeout: DEFAULT_TIMEOUT,
+            on_timeout: OnTimeout::Reset,
+        };
+        let barrier = self.bar.arch.final_barrier;
+        let total: u64 = ranges.iter().map(|r| r.2).sum();
+        // The next range, the bytes of it already copied, and the bytes of all.
+        let (mut i, mut off, mut done) = (0usize, 0u64, 0u64);
+        let start = Instant::<Monotonic>::now();
+        while done < total {
+            let seq = self.with_ringer(|q, bell| {
+                let room = q.submission_room();
+                if room == 0 {
+                    return Ok(None);
+                }
+                let mut pairs = 0;
+                while pairs < room && done < total {
+                    let &(src, dst, len) = ranges.get(i).ok_or(ERANGE)?;
+                    let n = (len - off).min(u64::from(MAX_DESC_BYTES));
+                    if n != 0 {
+                        let last = done + n == total || pairs + 1 == room;
+                        q.prepare_one(&queue::Copy {
+                            src: src + off,
+                            dst: dst + off,
+                            // CAST: at most MAX_DESC_BYTES.
+                            len: DescLen::new(n as u32)?,
+                            barrier: if last { barrier } else { Barrier::None },
+                        })?;
+                        pairs += 1;
+                    }
+                    (off, done) = (off + n, done + n);
+                    if off == len {
+                        (i, off) = (i + 1, 0);
+                    }
+                }
+                Ok(Some(q.fence(bell)?))
+            })?;
+            match seq {
+                Some(seq) => self.wait_for(seq, &policy)?,
+                None if start.elapsed() >= policy.timeout => {
+                    return Err(self.reset_if_stuck().err().unwrap_or(ETIMEDOUT));
+                }
+                None => fsleep(FULL_RING_SLEEP),
+            }
+        }
+        Ok(())
+    }
+
     /// Copies `size` bytes from device-fabric address `src` to `dst` ([`Self::transfer`]),
     /// uninterruptibly, resetting the queue on a timeout (the KUnit suites' copies).
     ///
@@ -1291,4 +1386,22 @@ impl Job<'static> {
         dst: Span::Linear(0),
         size: 0,
     };
+}
+
+/// The doorbell of a channel's queue: moves the descriptors of rings in device memory the engine
+/// fills (through the channel's mover, waiting for it), then rings the registers.
+pub(crate) struct Ringer<'a>(&'a Channel);
+
+impl Doorbell for Ringer<'_> {
+    fn ring(self, q: QueueIndex, moves: Option<&Moves>, tx: DescCount, rx: DescCount) -> Result {
+        if let Some(m) = moves {
+            self.0
+                .mover
+                .as_ref()
+                .ok_or(ENODEV)?
+                .copy_ranges(m.ranges())?;
+        }
+        let regs = self.0.bar.access()?;
+        regs.engine(self.0.id.eng)?.ring(q, None, tx, rx)
+    }
 }

@@ -14,6 +14,8 @@ use crate::{
     buffer::{Backing, Buffer, BUF_ALIGN, MAX_HOST_BUFFER, MAX_IMPORT_SIZE},
     channel::{Channel, Owner},
     charge::Charge,
+    devmem::DevMem,
+    devring::{DeviceMemory, Fill},
     dram::{DramAllocator, DRAM_RESERVED},
     engine::QueueId,
     events::FileEvents,
@@ -60,6 +62,8 @@ pub(crate) struct UdmaDevice {
     pub(crate) dram_size: u64,
     /// CPU physical address of BAR4 (device address 0), 0 if unmapped.
     pub(crate) bar4_phys: u64,
+    /// Device memory through BAR4 (revoked at unbind), if mapped.
+    devmem: Option<Arc<DevMem>>,
     /// The device model's control window (KUnit builds on the model only).
     #[cfg(neuron_udma_kunit)]
     pub(crate) model: Option<crate::testing::ModelCtl>,
@@ -117,13 +121,17 @@ impl UdmaDevice {
         pdev: &pci::Device<Bound>,
         arch: &'static Arch,
         bar0: pci::DevresBar,
-        dram_size: u64,
+        (bar4, dram_size): (Option<pci::DevresBar>, u64),
         bar4_phys: u64,
         #[cfg(neuron_udma_kunit)] model: Option<crate::testing::ModelCtl>,
     ) -> Result<Arc<Self>> {
         let dram = DramAllocator::new(DRAM_RESERVED, dram_size)?;
         let bar = Arc::pin_init(Bar0::new(pdev.into(), arch, bar0), GFP_KERNEL)?;
         let patterns = Patterns::new(pdev.into(), arch)?;
+        let devmem = match bar4 {
+            Some(b) => Some(Arc::new(DevMem::new(b), GFP_KERNEL)?),
+            None => None,
+        };
         Arc::pin_init(
             try_pin_init!(Self {
                 pdev: pdev.into(),
@@ -131,6 +139,7 @@ impl UdmaDevice {
                 bar,
                 dram_size,
                 bar4_phys,
+                devmem,
                 #[cfg(neuron_udma_kunit)]
                 model,
                 bound: Atomic::new(1),
@@ -279,15 +288,11 @@ impl UdmaDevice {
         self.with_bound(|dev| Coherent::<u8>::zeroed_slice(dev, len, GFP_KERNEL | __GFP_NOWARN))
     }
 
-    /// Takes queue `id` for `owner`: allocates rings of `tx_descs`/`rx_descs` descriptors,
-    /// initialises the engine if needed and programs the queue (hardware.rst §3.7); a file's
-    /// queue wakes the file's pollers `events`.
+    /// Takes queue `id` for `owner` with rings in host memory ([`Self::queue_init_placed`]).
     ///
     /// # Errors
     ///
-    /// `EINVAL` for a bad ring size, `EBUSY` if the queue is in use or (for a file) reserved
-    /// by the driver, `ENOMEM` (also when a file's queue memory would exceed
-    /// `RLIMIT_MEMLOCK`), `ENODEV` after unbind.
+    /// See [`Self::queue_init_placed`].
     pub(crate) fn queue_init(
         &self,
         id: QueueId,
@@ -295,6 +300,57 @@ impl UdmaDevice {
         rx_descs: u32,
         owner: Owner,
         events: Option<Arc<FileEvents>>,
+    ) -> Result<Arc<Channel>> {
+        self.queue_init_placed(id, (tx_descs, rx_descs), owner, events, false)
+    }
+
+    /// Whether queues may keep their rings in device memory: the device has device memory to
+    /// give out.
+    pub(crate) fn has_device_rings(&self) -> bool {
+        self.devmem.is_some() && self.pool.dram_capacity() > 0
+    }
+
+    /// Takes queue `id` for `owner`: allocates rings of `tx_descs`/`rx_descs` descriptors (in
+    /// device memory, from the device-memory allocator, with `device_rings`: `devring.rs`),
+    /// initialises the engine if needed and programs the queue (hardware.rst §3.7); a file's
+    /// queue wakes the file's pollers `events`.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for a bad ring size, `EBUSY` if the queue is in use or (for a file) reserved
+    /// by the driver, `ENOMEM` (also when a file's queue memory would exceed
+    /// `RLIMIT_MEMLOCK`, or no device memory is left for `device_rings`), `EOPNOTSUPP` for
+    /// `device_rings` without device memory, `ENODEV` after unbind.
+    pub(crate) fn queue_init_placed(
+        &self,
+        id: QueueId,
+        sizes: (u32, u32),
+        owner: Owner,
+        events: Option<Arc<FileEvents>>,
+        device_rings: bool,
+    ) -> Result<Arc<Channel>> {
+        // How descriptors reach rings in device memory: the module parameter, read now.
+        let fill = match (device_rings, crate::shim::device_rings_by_engine()) {
+            (false, _) => None,
+            (true, false) => Some(Fill::Bar4),
+            (true, true) => Some(Fill::Engine),
+        };
+        self.queue_init_filled(id, sizes, owner, events, fill)
+    }
+
+    /// [`Self::queue_init_placed`] with the rings in host memory (`fill` `None`) or in device
+    /// memory, filled by `fill`.
+    ///
+    /// # Errors
+    ///
+    /// See [`Self::queue_init_placed`].
+    pub(crate) fn queue_init_filled(
+        &self,
+        id: QueueId,
+        (tx_descs, rx_descs): (u32, u32),
+        owner: Owner,
+        events: Option<Arc<FileEvents>>,
+        fill: Option<Fill>,
     ) -> Result<Arc<Channel>> {
         if owner != Owner::Driver && self.arch.is_reserved_queue(id.eng.get(), id.q.number()) {
             return Err(EBUSY);
@@ -315,7 +371,22 @@ impl UdmaDevice {
                 return Err(EINVAL);
             }
         }
-        self.with_bound(|dev| {
+        // Rings in device memory: who moves their descriptors when the engine fills them (the
+        // H2T queue, taken before the state lock).
+        let mover = match fill {
+            None => None,
+            Some(_) if !self.has_device_rings() => return Err(EOPNOTSUPP),
+            Some(Fill::Bar4) => None,
+            Some(Fill::Engine) => Some(self.h2t()?.channel()),
+        };
+        let dram = match fill {
+            Some(_) => {
+                let len = Queue::device_bytes(tx_descs, rx_descs)?;
+                Some((self.pool.alloc_dram(len)?, len))
+            }
+            None => None,
+        };
+        let r = self.with_bound(|dev| {
             if self.queues.lock().get(id.key()).is_some() {
                 return Err(EBUSY);
             }
@@ -323,23 +394,60 @@ impl UdmaDevice {
                 Owner::Driver => None,
                 Owner::File(_) => Some(Charge::new(Queue::memory_bytes(tx_descs, rx_descs))?),
             };
-            let mut q = Queue::new(dev, self.arch, id.q, tx_descs, rx_descs)?;
+            let device = match (dram, fill, &self.devmem) {
+                (Some((base, len)), Some(fill), Some(mem)) => Some(DeviceMemory {
+                    mem: mem.clone(),
+                    base,
+                    len,
+                    fill,
+                }),
+                _ => None,
+            };
+            let mut q = Queue::new(dev, self.arch, id.q, (tx_descs, rx_descs), device)?;
             self.bar.ensure_engine(id.eng)?;
             {
                 let regs = self.bar.access()?;
                 q.hw_init(regs.engine(id.eng)?);
             }
-            let chan = Channel::new(self.bar.clone(), id, owner, q, charge, events)?;
+            let chan = Channel::new(self.bar.clone(), (id, owner), q, mover, charge, events)?;
             if let Err(e) = self
                 .queues
                 .lock()
                 .store(id.key(), chan.clone(), GFP_KERNEL_ACCOUNT)
             {
-                chan.quiesce();
+                // The device memory is given back below.
+                let _ = chan.quiesce();
                 return Err(e.into());
             }
             Ok(chan)
-        })
+        });
+        if r.is_err() {
+            self.give_back_rings(dram);
+        }
+        r
+    }
+
+    /// Gives back the device memory `(device address, bytes)` of a queue whose rings were there,
+    /// once the engine no longer uses it: scrubbed (it held the queue's descriptors, the device
+    /// addresses of the owner's buffers), then freed.
+    fn give_back_rings(&self, range: Option<(u64, u64)>) {
+        const CHUNK: u64 = 64 << 10;
+        let Some((addr, len)) = range else {
+            return;
+        };
+        if let Some(mem) = &self.devmem {
+            // In chunks, each in its own BAR4 guard (an RCU read section).
+            let mut at = 0;
+            while at < len {
+                let n = (len - at).min(CHUNK);
+                if mem.access().and_then(|io| io.zero(addr + at, n)).is_err() {
+                    // Unbound: the allocator goes away with the device.
+                    break;
+                }
+                at += n;
+            }
+        }
+        self.pool.free_dram(addr);
     }
 
     /// [`Self::queue_init`] of queue `qid` of engine `eng` (KUnit: numbers as the suites
@@ -419,7 +527,8 @@ impl UdmaDevice {
             drop(self.queues.lock().remove(id.key()));
             chan
         };
-        chan.quiesce();
+        let range = chan.quiesce();
+        self.give_back_rings(range);
         Ok(())
     }
 
@@ -445,7 +554,13 @@ impl UdmaDevice {
             max_import_size: MAX_IMPORT_SIZE,
             max_buffers: 0,
             max_queue_fences: crate::queue::FENCE_SLOTS as u32,
-            device_ring_engines: [0; 3],
+            // Every engine fetches descriptors from and writes markers to device memory
+            // (hardware.rst §1.3, 8.2).
+            device_ring_engines: if self.has_device_rings() {
+                arch.engine_bitmap()
+            } else {
+                [0; 3]
+            },
             reserved: [0; 4],
         }
     }
@@ -578,7 +693,8 @@ impl UdmaDevice {
         for key in 0..self.queue_keys() {
             let chan = self.queues.lock().remove(key);
             if let Some(chan) = chan {
-                chan.quiesce();
+                let range = chan.quiesce();
+                self.give_back_rings(range);
             }
         }
         self.watcher.shutdown();

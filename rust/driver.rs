@@ -40,8 +40,8 @@ pub(crate) struct NeuronUdma<'bound> {
     dev: Arc<UdmaDevice>,
     /// Registry entry: how `open()` finds `dev`.
     _entry: RegistryEntry,
-    /// BAR4: device memory (HBM). Optional on v3, as in the reference driver (hardware.rst §1.2).
-    _bar4: Option<pci::Bar<'bound>>,
+    /// The data lives while the device is bound (its BARs are device-managed, in `dev`).
+    _bound: core::marker::PhantomData<&'bound ()>,
 }
 
 /// The PCI driver type.
@@ -158,11 +158,14 @@ impl NeuronUdmaDriver {
             Some(_) => pdev.resource_start(DRAM_BAR)?,
             None => 0,
         };
+        // BAR4 (optional on v3, as in the reference driver, hardware.rst §1.2) is revoked at
+        // unbind like BAR0: queues with rings in device memory reach them through it.
+        let bar4 = bar4.map(|b| b.into_devres()).transpose()?;
         let dev = UdmaDevice::new(
             pdev,
             arch,
             bar0.into_devres()?,
-            dram_size,
+            (bar4, dram_size),
             bar4_phys,
             #[cfg(neuron_udma_kunit)]
             crate::testing::ModelCtl::map(pdev),
@@ -181,9 +184,9 @@ impl NeuronUdmaDriver {
         Ok(try_pin_init!(NeuronUdma {
             dma,
             dev,
-            _bar4: bar4,
             _usage: usage,
             _entry: entry,
+            _bound: core::marker::PhantomData,
             _debugfs <- debugfs,
             // SAFETY: the node is the first field: dropped (deregistered) before the driver data
             // goes, while the PCI device is still bound.

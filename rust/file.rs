@@ -242,17 +242,18 @@ impl OpenFile {
     }
 
     fn queue_init(&self, q: &uapi::neuron_udma_queue_init) -> Result {
+        let device_rings = q.flags & uapi::NEURON_UDMA_QUEUE_DEVICE_RINGS != 0;
         reserved_zero(&[
-            u64::from(q.flags),
+            u64::from(q.flags & !uapi::NEURON_UDMA_QUEUE_DEVICE_RINGS),
             u64::from(q.reserved0),
             q.reserved[0],
             q.reserved[1],
         ])?;
         let id = QueueId::new(self.dev.arch, q.engine, q.queue).ok_or(EINVAL)?;
-        // The rings live in host memory, and so do host buffers: only an engine with host
-        // connectivity can fetch or copy them (hardware.rst §2.5). EOPNOTSUPP, not EINVAL: the
-        // engine exists, it just cannot serve a user queue.
-        if self.dev.is_alive() && !self.dev.arch.has_host_connectivity(q.engine) {
+        // Rings in host memory: only an engine with host connectivity can fetch them
+        // (hardware.rst §2.5). EOPNOTSUPP, not EINVAL: the engine exists, it just cannot serve
+        // such a queue (with DEVICE_RINGS it can, when the device has device memory).
+        if self.dev.is_alive() && !device_rings && !self.dev.arch.has_host_connectivity(q.engine) {
             pr_debug!(
                 "queue {}/{}: engine {} cannot reach host memory\n",
                 q.engine,
@@ -263,12 +264,12 @@ impl OpenFile {
         }
         let mut st = self.st.lock();
         st.queues.reserve(1, GFP_KERNEL_ACCOUNT)?;
-        self.dev.queue_init(
+        self.dev.queue_init_placed(
             id,
-            q.tx_descs,
-            q.rx_descs,
+            (q.tx_descs, q.rx_descs),
             Owner::File(self.id),
             Some(self.events.clone()),
+            device_rings,
         )?;
         // Cannot fail: capacity was reserved.
         let _ = st.queues.push_within_capacity(id);

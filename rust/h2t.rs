@@ -82,6 +82,12 @@ impl H2t {
         )
     }
 
+    /// The shared queue itself (it moves the descriptors of queues whose rings are in device
+    /// memory and filled by the engine, `devring.rs`).
+    pub(crate) fn channel(&self) -> Arc<Channel> {
+        self.chan.clone()
+    }
+
     /// Frees the zeroed block and drops the orphans (unbind, after the queue was paused).
     pub(crate) fn shutdown(&self) {
         let zeros = self.zeros.lock().take();

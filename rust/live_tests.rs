@@ -533,6 +533,57 @@ mod tests {
         Ok(())
     }
 
+    /// A queue with its rings in device memory, for each way descriptors reach them (through
+    /// BAR4, moved by the H2T queue): HBM->HBM copies over many passes of a 32-slot ring (the
+    /// staging ring's written slots wrap, so a doorbell publishes two ranges of it), checked
+    /// byte for byte through host memory.
+    #[test]
+    fn device_rings_both_fills() -> Result {
+        use crate::{devring::Fill, engine::QueueId};
+        const LEN: usize = 64 << 10;
+        let dev = device()?;
+        if !dev.has_device_rings() {
+            return Ok(());
+        }
+        let host = dev.alloc_coherent(LEN)?;
+        let back = dev.alloc_coherent(LEN)?;
+        let (h, b) = (
+            dev.arch.host_addr(host.dma_address()),
+            dev.arch.host_addr(back.dma_address()),
+        );
+        // In the device memory the driver keeps (DRAM_RESERVED), clear of the other tests'.
+        let (src, dst) = (0x40_0000, 0x50_0000);
+        let id = QueueId::new(dev.arch, dev.arch.h2t[0].0, 4).ok_or(EINVAL)?;
+        for (n, how) in [Fill::Bar4, Fill::Engine].into_iter().enumerate() {
+            // CAST: small test values.
+            let seed = 0x90 + n as u8;
+            fill(&host, seed);
+            clear(&back);
+            dev.memcpy(h, src, LEN as u64, DEFAULT_TIMEOUT)?;
+            dev.memcpy(b, dst, LEN as u64, DEFAULT_TIMEOUT)?;
+            let q = dev.queue_init_filled(id, (32, 32), Owner::File(u64::MAX), None, Some(how))?;
+            let r = (|| -> Result {
+                // 64 rounds of 3 copies and a marker: 8 passes over the ring.
+                for round in 0..64u64 {
+                    let at = round * 1024;
+                    let pieces = [
+                        (src + at, dst + at, 1),
+                        (src + at + 1, dst + at + 1, 511),
+                        (src + at + 512, dst + at + 512, 512),
+                    ];
+                    let seq = q.submit_pieces(&pieces)?;
+                    q.wait_fence(seq, DEFAULT_TIMEOUT)?;
+                }
+                Ok(())
+            })();
+            dev.queue_release(q.owner, q.id)?;
+            r?;
+            dev.memcpy(dst, b, LEN as u64, DEFAULT_TIMEOUT)?;
+            assert!(copied(&back, 0, 0, LEN, seed));
+        }
+        Ok(())
+    }
+
     /// Reaping gives back what a settled orphan holds without allocating anything: with the
     /// next allocation of this thread set to fail (fault injection, `fail_nth`; the guest's init
     /// makes failslab count sleeping allocations too), a released device buffer held by an

@@ -27,6 +27,8 @@ mod charge;
 mod debugfs;
 mod desc;
 mod device;
+mod devmem;
+mod devring;
 mod dmabuf;
 mod dmaengine;
 mod dram;

@@ -4,7 +4,15 @@
 //! `copy_start`, and completion fences (hardware.rst §3.7, 4.5-4.7, 5).
 //!
 //! A [`Queue`] is plain data guarded by its owner's lock; the register accesses it needs are
-//! given an [`EngineIo`] by the caller, so nothing here sleeps.
+//! given an [`EngineIo`] by the caller, so nothing here sleeps. A doorbell is rung through a
+//! [`Doorbell`]: the engine's registers, or the channel's ringer, which may first have the engine
+//! move descriptors (and sleep for it).
+//!
+//! Placement ([`Placement`]): the rings and completion slots are in host memory, or in device
+//! memory (`devring.rs`). Descriptors are written the same way for both, into the rings in host
+//! memory (for device rings those are staging rings, published to device memory before each
+//! doorbell), so the per-descriptor path has no branch on the placement; a doorbell, a fence and a
+//! retire have one.
 //!
 //! Completion: a fence appends one 4-byte host-to-host pair that copies the marker 0xABCDEF01
 //! from word 0 of a completion slot to word 1 (hardware.rst §5.1). The marker's Tx descriptor
@@ -15,6 +23,7 @@ use crate::{
     arch::Arch,
     buffer::Holds,
     desc::{Barrier, Desc, DescLen, Dir, DESC_SIZE},
+    devring::{DeviceMemory, DeviceRings, Moves},
     engine::{self, DescCount, EngineIo, QueueIndex},
     regs::{M2s, S2m},
     ring::{Ring, RingSize, RingState, RESERVE},
@@ -48,6 +57,40 @@ pub(crate) const MAX_PAIRS_PER_SUBMISSION: u32 = 2032;
 const PAGE_BYTES: u64 = kernel::page::PAGE_SIZE as u64;
 /// Completion slots of a queue, i.e. the most fences in flight at once.
 pub(crate) const FENCE_SLOTS: usize = 256;
+
+/// Rings a queue's doorbells (hardware.rst §3.8) once its descriptors are where the engine
+/// fetches them.
+pub(crate) trait Doorbell {
+    /// Has the engine make `moves` first, if any (descriptors staged in host memory for rings in
+    /// device memory filled by the engine, `devring.rs`), then rings the doorbells of queue `q`:
+    /// Rx += `rx`, then Tx += `tx`.
+    ///
+    /// # Errors
+    ///
+    /// Those of the moves (nothing was rung then), `ENODEV` after unbind.
+    fn ring(self, q: QueueIndex, moves: Option<&Moves>, tx: DescCount, rx: DescCount) -> Result;
+}
+
+impl Doorbell for EngineIo<'_> {
+    /// The registers alone: `EOPNOTSUPP` if descriptors must be moved first.
+    fn ring(self, q: QueueIndex, moves: Option<&Moves>, tx: DescCount, rx: DescCount) -> Result {
+        if moves.is_some() {
+            return Err(EOPNOTSUPP);
+        }
+        engine::doorbell(self, q, tx, rx);
+        Ok(())
+    }
+}
+
+/// Where a queue's rings and completion slots are.
+enum Placement {
+    /// Host memory: the engine fetches the rings themselves; the completion slots are coherent
+    /// memory.
+    Host(Coherent<[CompletionSlot]>),
+    /// Device memory (`NEURON_UDMA_QUEUE_DEVICE_RINGS`): the rings in host memory are staging
+    /// rings, published before each doorbell; the completion slots are in device memory.
+    Device(DeviceRings),
+}
 
 /// One completion slot: word 0 holds the marker (the pair's source), word 1 receives it.
 #[repr(C)]
@@ -131,7 +174,8 @@ pub(crate) struct Queue {
     tx: Ring,
     /// The S2M (Rx, destination) ring.
     rx: Ring,
-    completion: Coherent<[CompletionSlot]>,
+    /// Where the engine fetches the rings from and writes the markers to.
+    placement: Placement,
     /// Prepared Tx descriptors whose doorbell has not been rung.
     pending_tx: u32,
     /// Prepared Rx descriptors whose doorbell has not been rung.
@@ -172,28 +216,43 @@ pub(crate) struct Queue {
 
 impl Queue {
     /// Allocates the rings (`tx_descs` / `rx_descs` descriptors, power-of-two sizes from 32 to
-    /// 2^23) and the completion slots of queue `index` in coherent memory.
+    /// 2^23) of queue `index` in coherent memory, and its completion slots: in coherent memory
+    /// too, or, with `device` (of [`Self::device_bytes`] bytes), the rings and completion slots
+    /// the engine uses are in that device memory and the rings in host memory are staging rings.
     ///
     /// # Errors
     ///
     /// `EINVAL` for a bad size, `ENOMEM` if the memory cannot be allocated, `EIO`
-    /// if the allocator returns memory that is not 256-byte aligned (hardware.rst §4.8).
+    /// if the allocator returns memory that is not 256-byte aligned (hardware.rst §4.8), `ENODEV`
+    /// after unbind.
     pub(crate) fn new(
         dev: &Device<Bound>,
         arch: &Arch,
         index: QueueIndex,
-        tx_descs: u32,
-        rx_descs: u32,
+        (tx_descs, rx_descs): (u32, u32),
+        device: Option<DeviceMemory>,
     ) -> Result<Self> {
-        let tx = Ring::new(dev, RingSize::new(tx_descs)?)?;
-        let rx = Ring::new(dev, RingSize::new(rx_descs)?)?;
-        let completion = Coherent::<CompletionSlot>::zeroed_slice(dev, FENCE_SLOTS, GFP_KERNEL)?;
+        let (tx_size, rx_size) = (RingSize::new(tx_descs)?, RingSize::new(rx_descs)?);
+        let placement = match device {
+            None => Placement::Host(Coherent::<CompletionSlot>::zeroed_slice(
+                dev,
+                FENCE_SLOTS,
+                GFP_KERNEL,
+            )?),
+            Some(m) => Placement::Device(DeviceRings::new(
+                m,
+                (tx_size, rx_size, FENCE_SLOTS),
+                COMPLETION_MARKER,
+            )?),
+        };
+        let tx = Ring::new(dev, tx_size)?;
+        let rx = Ring::new(dev, rx_size)?;
         Ok(Self {
             index,
             host_route: arch.host_route,
             tx,
             rx,
-            completion,
+            placement,
             pending_tx: 0,
             pending_rx: 0,
             fences: KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL_ACCOUNT)?,
@@ -233,19 +292,54 @@ impl Queue {
             )
     }
 
+    /// Bytes of device memory a queue with rings of `tx_descs` / `rx_descs` descriptors in
+    /// device memory takes (rings and completion slots, whole 4 KiB units).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for a bad size.
+    pub(crate) fn device_bytes(tx_descs: u32, rx_descs: u32) -> Result<u64> {
+        Ok(DeviceRings::bytes(
+            RingSize::new(tx_descs)?,
+            RingSize::new(rx_descs)?,
+            FENCE_SLOTS,
+        ))
+    }
+
+    /// The device memory of a queue whose rings are there: `(device address, bytes)`, to give
+    /// back (scrubbed) once the queue is paused.
+    pub(crate) fn device_range(&self) -> Option<(u64, u64)> {
+        match &self.placement {
+            Placement::Host(_) => None,
+            Placement::Device(d) => Some(d.range()),
+        }
+    }
+
+    /// Whether the rings are in device memory and the engine fills them (the channel then needs
+    /// a queue that moves descriptors).
+    pub(crate) fn engine_filled(&self) -> bool {
+        matches!(&self.placement, Placement::Device(d) if d.fill() == crate::devring::Fill::Engine)
+    }
+
     /// The queue's index in its engine.
     pub(crate) fn q(&self) -> QueueIndex {
         self.index
     }
 
-    /// Device-fabric address of the Tx ring.
+    /// Device-fabric address of the Tx ring the engine fetches.
     pub(crate) fn tx_base(&self) -> u64 {
-        self.tx.dma_address() | self.host_route
+        match &self.placement {
+            Placement::Host(_) => self.tx.dma_address() | self.host_route,
+            Placement::Device(d) => d.tx_base(),
+        }
     }
 
-    /// Device-fabric address of the Rx ring.
+    /// Device-fabric address of the Rx ring the engine fetches.
     pub(crate) fn rx_base(&self) -> u64 {
-        self.rx.dma_address() | self.host_route
+        match &self.placement {
+            Placement::Host(_) => self.rx.dma_address() | self.host_route,
+            Placement::Device(d) => d.rx_base(),
+        }
     }
 
     /// Programs the queue registers (hardware.rst §3.7: Tx, then Rx) and resets the software state:
@@ -265,6 +359,9 @@ impl Queue {
         self.tx_acked = self.tx_written;
         self.tx.reset();
         self.rx.reset();
+        if let Placement::Device(d) = &mut self.placement {
+            d.reset();
+        }
         self.pending_tx = 0;
         self.pending_rx = 0;
         if why != ECANCELED {
@@ -418,34 +515,59 @@ impl Queue {
     }
 
     /// Rings the doorbells for `m2s_count` Tx and `s2m_count` Rx prepared descriptors
-    /// (hardware.rst §3.8: full barrier, Rx, then Tx if `m2s_count > 0`).
+    /// (hardware.rst §3.8: full barrier, Rx, then Tx if `m2s_count > 0`), through `bell`; rings in
+    /// device memory get what was written to the staging rings first.
     ///
     /// # Errors
     ///
     /// `EINVAL` if `s2m_count` is 0 or either count exceeds the prepared, not yet started
-    /// descriptors of its ring (which also bounds it by the ring size); nothing is written then.
-    pub(crate) fn start(&mut self, io: EngineIo<'_>, m2s_count: u32, s2m_count: u32) -> Result {
+    /// descriptors of its ring (which also bounds it by the ring size); those of `bell` and of
+    /// publishing to device memory. Nothing is rung then.
+    pub(crate) fn start(&mut self, bell: impl Doorbell, m2s_count: u32, s2m_count: u32) -> Result {
         if s2m_count == 0 || m2s_count > self.pending_tx || s2m_count > self.pending_rx {
             return Err(EINVAL);
         }
         let (Some(tx), Some(rx)) = (DescCount::new(m2s_count), DescCount::new(s2m_count)) else {
             return Err(EINVAL);
         };
-        engine::doorbell(io, self.q(), tx, rx);
+        match &mut self.placement {
+            Placement::Host(_) => bell.ring(self.index, None, tx, rx)?,
+            Placement::Device(d) => {
+                let staged = d.stage(&self.tx, &self.rx, self.host_route)?;
+                bell.ring(self.index, staged.moves.as_ref(), tx, rx)?;
+                d.published(&staged);
+            }
+        }
         self.pending_tx -= m2s_count;
         self.pending_rx -= s2m_count;
         Ok(())
     }
 
+    /// Arms completion slot `slot` for a fence (word 1 cleared, word 0 the marker) and returns
+    /// the device-fabric address of word 0.
+    fn arm(&self, slot: usize) -> Result<u64> {
+        match &self.placement {
+            Placement::Host(c) => {
+                io_write!(c, [try: slot].dst, 0);
+                io_write!(c, [try: slot].src, COMPLETION_MARKER);
+                Ok(io_project!(c, [try: slot]).dma_address() | self.host_route)
+            }
+            Placement::Device(d) => {
+                d.arm(slot, COMPLETION_MARKER)?;
+                Ok(d.slot_addr(slot))
+            }
+        }
+    }
+
     /// Appends a completion marker pair after everything prepared so far and rings the
-    /// doorbells for all prepared descriptors, marker included, with one doorbell. Returns the
-    /// fence's sequence number; [`Self::state`] tells its outcome.
+    /// doorbells for all prepared descriptors, marker included, with one doorbell (through
+    /// `bell`). Returns the fence's sequence number; [`Self::state`] tells its outcome.
     ///
     /// # Errors
     ///
     /// `ENOSPC` if the rings have no room for the marker pair, `EBUSY` if [`FENCE_SLOTS`]
-    /// fences are in flight; nothing changes then.
-    pub(crate) fn fence(&mut self, io: EngineIo<'_>) -> Result<u64> {
+    /// fences are in flight, those of [`Self::start`]; nothing changes then.
+    pub(crate) fn fence(&mut self, bell: impl Doorbell) -> Result<u64> {
         if !self.marker_room() {
             return Err(ENOSPC);
         }
@@ -456,11 +578,15 @@ impl Queue {
         // CAST: the remainder is below FENCE_SLOTS.
         let slot = (seq % FENCE_SLOTS as u64) as usize;
         // Arm the slot before the pair that copies it can run.
-        io_write!(&self.completion, [try: slot].dst, 0);
-        io_write!(&self.completion, [try: slot].src, COMPLETION_MARKER);
-        let view = io_project!(&self.completion, [try: slot]);
-        let src = view.dma_address() | self.host_route;
+        let src = self.arm(slot)?;
         let len = DescLen::new(4)?;
+        let saved = (
+            *self.tx.state(),
+            *self.rx.state(),
+            self.pending_tx,
+            self.pending_rx,
+            self.tx_written,
+        );
         self.write_pair(&Copy {
             src,
             dst: src + 4,
@@ -468,7 +594,14 @@ impl Queue {
             barrier: MARKER_BARRIER,
         });
         let (tx, rx) = (self.pending_tx, self.pending_rx);
-        self.start(io, tx, rx)?;
+        if let Err(e) = self.start(bell, tx, rx) {
+            // Nothing was rung (moving descriptors into device rings failed, or the device is
+            // gone): take the marker pair back, so that no unrecorded marker runs later.
+            self.tx.restore(saved.0);
+            self.rx.restore(saved.1);
+            (self.pending_tx, self.pending_rx, self.tx_written) = (saved.2, saved.3, saved.4);
+            return Err(e);
+        }
         // Cannot fail: the capacity is FENCE_SLOTS and fewer fences are in flight (checked
         // above), so this does not allocate (callers may be in an atomic section).
         self.fences
@@ -560,14 +693,18 @@ impl Queue {
     /// and settles the fences as done.
     pub(crate) fn retire(&mut self) {
         // Retire from the newest arrived fence: in-order processing means all older ones are
-        // done too, even though their markers are checked no more.
-        let mut newest = None;
-        for (i, f) in self.fences.iter().enumerate() {
-            let dst: u32 = io_read!(&self.completion, [panic: f.slot].dst);
-            if dst == COMPLETION_MARKER {
-                newest = Some(i);
-            }
-        }
+        // done too, even though their markers are checked no more. Looked for from the newest
+        // back.
+        let newest = match &self.placement {
+            Placement::Host(c) => self.fences.iter().rposition(|f| {
+                let dst: u32 = io_read!(c, [panic: f.slot].dst);
+                dst == COMPLETION_MARKER
+            }),
+            Placement::Device(d) => d.newest_arrived(
+                self.fences.iter().map(|f| f.slot).enumerate(),
+                COMPLETION_MARKER,
+            ),
+        };
         let Some(n) = newest else {
             return;
         };
@@ -597,8 +734,13 @@ impl Queue {
             );
             return;
         }
-        for old in self.fences.iter().take(n + 1) {
-            io_write!(&self.completion, [panic: old.slot].dst, 0);
+        match &self.placement {
+            Placement::Host(c) => {
+                for old in self.fences.iter().take(n + 1) {
+                    io_write!(c, [panic: old.slot].dst, 0);
+                }
+            }
+            Placement::Device(d) => d.clear(self.fences.iter().take(n + 1).map(|f| f.slot)),
         }
         self.fences_done += n as u64 + 1;
         self.fences.retain(|x| x.seq > f.seq);

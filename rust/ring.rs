@@ -77,7 +77,6 @@ impl RingSize {
     }
 
     /// Size of the ring memory in bytes (a multiple of [`ALIGN`], since 32 * 16 = 512).
-    #[cfg_attr(not(neuron_udma_kunit), expect(dead_code))]
     pub(crate) fn bytes(self) -> usize {
         self.0 as usize * DESC_SIZE
     }
@@ -233,6 +232,35 @@ impl Ring {
     pub(crate) fn write_slot(&mut self, idx: u32, d: Desc) {
         // PANIC: `take_slot` returns indices below the ring size, which is the slice length.
         io_project!(&self.mem, [panic: idx as usize]).copy_write(d);
+    }
+
+    /// The bytes of the `n` slots from index `from` on, without wrapping: what a ring in device
+    /// memory is published from (`devring.rs`). Only the CPU writes a ring's memory (the engine
+    /// reads it at most), under `&mut self`.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the slots do not lie inside the ring.
+    pub(crate) fn slot_bytes(&self, from: u32, n: u32) -> Result<&[u8]> {
+        let end = from.checked_add(n).ok_or(EINVAL)?;
+        if end > self.state.size.descs() {
+            return Err(EINVAL);
+        }
+        // CAST: slot indices are below MAX_DESCS, the byte offsets fit in `usize`.
+        let (at, len) = (from as usize * DESC_SIZE, n as usize * DESC_SIZE);
+        // SAFETY: `at..at + len` lies inside the ring's allocation (checked above). The memory is
+        // initialised (allocated zeroed) and only written through `&mut self` (`write_slot`,
+        // `overwrite`), which the returned borrow of `self` excludes; the device never writes a
+        // ring (it fetches descriptors, it does not write them back: hardware.rst §4.9).
+        Ok(unsafe { core::slice::from_raw_parts(self.mem.as_ptr().cast::<u8>().add(at), len) })
+    }
+
+    /// Puts the software state back to `saved`, a copy of [`Self::state`] taken earlier on this
+    /// ring: the slots handed out since are taken back (their contents stay, unused).
+    pub(crate) fn restore(&mut self, saved: RingState) {
+        if saved.size == self.state.size {
+            self.state = saved;
+        }
     }
 
     /// Acks `n` completed descriptors ([`RingState::ack`]).

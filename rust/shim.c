@@ -201,6 +201,43 @@ unsigned int neuron_udma_dma_channels(void)
 }
 
 /*
+ * How descriptors reach the rings of a queue whose rings are in device memory
+ * (NEURON_UDMA_QUEUE_DEVICE_RINGS): "bar4", the CPU writes them through BAR4 before each doorbell,
+ * or "engine", the driver's H2T queue copies them there from a host staging ring. Read when such
+ * a queue is created; writable in /sys/module/neuron_udma/parameters/device_ring_fill (the
+ * benchmark measures both). Documentation/neuron-udma.rst says which is the default and why.
+ */
+static const char *const device_ring_fills[] = { "bar4", "engine" };
+static unsigned int device_ring_fill;
+
+static int device_ring_fill_set(const char *val, const struct kernel_param *kp)
+{
+	int i = sysfs_match_string(device_ring_fills, val);
+
+	if (i < 0)
+		return -EINVAL;
+	WRITE_ONCE(device_ring_fill, i);
+	return 0;
+}
+
+static int device_ring_fill_get(char *buf, const struct kernel_param *kp)
+{
+	return scnprintf(buf, PAGE_SIZE, "%s\n", device_ring_fills[READ_ONCE(device_ring_fill)]);
+}
+
+static const struct kernel_param_ops device_ring_fill_ops = {
+	.set = device_ring_fill_set,
+	.get = device_ring_fill_get,
+};
+module_param_cb(device_ring_fill, &device_ring_fill_ops, NULL, 0644);
+MODULE_PARM_DESC(device_ring_fill, "how descriptors reach rings in device memory: bar4 (CPU writes through BAR4) or engine (the H2T queue copies them)");
+
+bool neuron_udma_device_rings_by_engine(void)
+{
+	return READ_ONCE(device_ring_fill) == 1;
+}
+
+/*
  * No fatal_signal_pending() in Rust: whether the current task was killed, for waits that must
  * not be interrupted by other signals but must end on SIGKILL.
  */

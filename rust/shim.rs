@@ -89,6 +89,7 @@ mod ffi {
         pub(super) fn neuron_udma_uncharge(user: *mut bindings::user_struct, pages: usize);
         pub(super) fn neuron_udma_fatal_signal_pending() -> bool;
         pub(super) fn neuron_udma_dma_channels() -> c_uint;
+        pub(super) fn neuron_udma_device_rings_by_engine() -> bool;
         pub(super) fn neuron_udma_pin_user(
             addr: u64,
             size: u64,
@@ -502,6 +503,15 @@ pub(crate) unsafe fn dma_no_seg_boundary(dev: &kernel::device::Device<kernel::de
 pub(crate) fn dma_channels() -> u32 {
     // SAFETY: reads an integer module parameter.
     unsafe { ffi::neuron_udma_dma_channels() }
+}
+
+/// The `device_ring_fill` module parameter: whether the descriptors of a queue whose rings are
+/// in device memory are moved there by the engine (`engine`) rather than written through BAR4
+/// (`bar4`); read when such a queue is created, writable at run time in
+/// `/sys/module/neuron_udma/parameters/`.
+pub(crate) fn device_rings_by_engine() -> bool {
+    // SAFETY: reads a module parameter.
+    unsafe { ffi::neuron_udma_device_rings_by_engine() }
 }
 
 /// Whether the current task was killed (SIGKILL): waits that ignore other signals end on it.

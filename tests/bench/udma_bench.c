@@ -30,7 +30,11 @@
  *       destination), to the wake-up of its waiter, epoll + QUEUE_EVENTS against COPY_WAIT;
  *   fills: MEMSET against MEMCPY of the same bytes, 4 MiB host, 4 MiB and 64 MiB device;
  *   fragmented device memory: MEM_ALLOC that fails and one that succeeds with 8,192 one-slot
- *       holes against the same with 1 hole.
+ *       holes against the same with 1 hole;
+ *   rings in device memory: the time of PREPARE_ONE (or COPY_PREPARE xN) + COPY_START per pair on
+ *       a queue whose rings are in HBM (NEURON_UDMA_QUEUE_DEVICE_RINGS), the descriptors written
+ *       through BAR4 or moved by the driver's H2T queue (the device_ring_fill module parameter),
+ *       against the same calls on a queue with host rings.
  *
  * Every result is one line `NU-BENCH {json}` on stdout (name, value, unit, baseline, ratio,
  * how, and for some rows more fields: load_start/load_end, floor_us). Progress and errors go to
@@ -61,6 +65,8 @@
 #define UCOPY_BATCH 2032U	/* user-copy row: entries of the failing COPY_PREPARE */
 #define UCOPY_REPS 2000U	/* user-copy row: failing calls of each size */
 #define UNOWNED_Q 3U		/* a queue of engine 0 that no file of this program takes */
+#define DR_ENG 0U		/* rings in device memory: the engine of the three queues */
+#define DR_FILL "/sys/module/neuron_udma/parameters/device_ring_fill"
 #define SMALL_BUF 4096U		/* the buffers of the lookup and open-buffer rows */
 
 #define HOLES 8192U		/* holes of the fragmented device memory of the MEM_ALLOC rows */
@@ -1838,11 +1844,158 @@ static void bench_wakeup(void)
 	free(le);
 }
 
+/* Writes @val to the device_ring_fill module parameter: 0 or -errno. */
+static int set_fill(const char *val)
+{
+	FILE *f = fopen(DR_FILL, "we");
+	int ret = 0;
+
+	if (!f)
+		return -errno;
+	if (fputs(val, f) < 0)
+		ret = -EIO;
+	if (fclose(f) && !ret)
+		ret = -errno;
+	return ret;
+}
+
+/*
+ * One run of the device-ring rows' workload on queue @q of @fd: @n_subs submissions of PER_SUB
+ * pairs, each prepared @batch at a time (1: PREPARE_ONE) and started right after each call
+ * (COPY_START of the call's pairs), then an untimed COPY_WAIT. Returns the seconds inside the
+ * prepare and start calls, or a negative errno.
+ */
+static double prep_start(int fd, __u32 q, const struct neuron_udma_copy *copies, unsigned int batch,
+			 unsigned int n_subs)
+{
+	unsigned int s, i, n;
+	double t0, secs = 0;
+	int ret;
+
+	for (s = 0; s < n_subs; s++) {
+		for (i = 0; i < PER_SUB; i += n) {
+			n = PER_SUB - i < batch ? PER_SUB - i : batch;
+			t0 = now();
+			ret = n == 1 ? prep_one(fd, DR_ENG, q, copies[i])
+				     : prep(fd, DR_ENG, q, &copies[i], n);
+			if (!ret)
+				ret = copy_start(fd, DR_ENG, q, n, n);
+			secs += now() - t0;
+			if (ret)
+				return ret;
+		}
+		ret = copy_wait(fd, DR_ENG, q, 0, NULL);
+		if (ret)
+			return ret;
+	}
+	return secs;
+}
+
+/*
+ * Rings in device memory: three queues of engine DR_ENG in one file, 4096-slot rings: host rings
+ * (queue 4), rings in HBM filled through BAR4 (queue 5) and by the engine (queue 6; the
+ * device_ring_fill parameter is read at QUEUE_INIT, so it is set before each), 4-byte HBM->HBM
+ * copies. Per batch size (1: PREPARE_ONE + START per pair; else COPY_PREPARE xN + START), best of
+ * LOOKUP_REPS runs of @subs submissions per queue, the three queues' runs interleaved.
+ */
+static void bench_device_rings(void)
+{
+	static const unsigned int dr_batches[] = { 1, 16, 256, 2032 };
+	static const char *const kinds[3] = { "host memory", "HBM via BAR4", "HBM via engine move" };
+	static const char *const fills[3] = { NULL, "bar4", "engine" };
+	struct neuron_udma_copy *copies = calloc(PER_SUB, sizeof(*copies));
+	struct neuron_udma_info info;
+	struct ubuf d1, d2;
+	char name[128], how[640], old[16] = "";
+	unsigned int b, r, k, i;
+	FILE *f;
+	int fd, ret;
+
+	fd = udma_open();
+	if (fd < 0 || !copies)
+		die("open " UDMA_DEV, -errno);
+	if (udma_info(fd, &info) || !info.device_mem_size) {
+		fprintf(stderr, "udma_bench: no device memory: rings in device memory left out\n");
+		close(fd);
+		free(copies);
+		return;
+	}
+	f = fopen(DR_FILL, "re");
+	if (!f || !fgets(old, sizeof(old), f))
+		die("read " DR_FILL, -errno);
+	fclose(f);
+	ret = ubuf_dev(fd, BUF_SIZE, &d1);
+	if (!ret)
+		ret = ubuf_dev(fd, BUF_SIZE, &d2);
+	if (ret)
+		die("MEM_ALLOC", ret);
+	for (i = 0; i < PER_SUB; i++)
+		copies[i] = ucopy(&d1, i * 64, &d2, i * 64, COPY_SIZE);
+	for (k = 0; k < 3; k++) {
+		struct neuron_udma_queue_init qi = {
+			.engine = DR_ENG, .queue = 4 + k, .tx_descs = RING, .rx_descs = RING,
+			.flags = fills[k] ? NEURON_UDMA_QUEUE_DEVICE_RINGS : 0,
+		};
+
+		if (fills[k] && (ret = set_fill(fills[k])))
+			die("write " DR_FILL, ret);
+		ret = udma_ioc(fd, NEURON_UDMA_QUEUE_INIT, &qi);
+		if (ret)
+			die("QUEUE_INIT", ret);
+	}
+	set_fill(old);
+	for (b = 0; b < sizeof(dr_batches) / sizeof(dr_batches[0]); b++) {
+		unsigned int batch = dr_batches[b];
+		double best[3] = { 0 }, ns[3];
+
+		for (k = 0; k < 3; k++)		/* warm-up */
+			if (prep_start(fd, 4 + k, copies, batch, 1) < 0)
+				die("device rings warm-up", -EIO);
+		for (r = 0; r < LOOKUP_REPS; r++) {
+			for (k = 0; k < 3; k++) {
+				double t = prep_start(fd, 4 + k, copies, batch, subs);
+
+				if (t < 0)
+					die("device rings", (int)t);
+				if (!r || t < best[k])
+					best[k] = t;
+			}
+		}
+		for (k = 0; k < 3; k++)
+			ns[k] = best[k] * 1e9 / ((double)subs * PER_SUB);
+		for (k = 0; k < 3; k++) {
+			if (batch == 1)
+				snprintf(name, sizeof(name), "prepare+start per pair, rings in %s", kinds[k]);
+			else
+				snprintf(name, sizeof(name), "prepare+start per pair, rings in %s (x%u)",
+					 kinds[k], batch);
+			snprintf(how, sizeof(how),
+				 "time inside %s + COPY_START of each call's pairs, per pair, best of %u "
+				 "runs of %u submissions of %u pairs of 4 B HBM->HBM on engine %u queue %u "
+				 "(%u-slot rings in %s%s), each closed by an untimed COPY_WAIT; the three "
+				 "queues' runs interleaved; baseline: the same calls on queue 4 (host rings)",
+				 batch == 1 ? "PREPARE_ONE" : "COPY_PREPARE", LOOKUP_REPS, subs, PER_SUB,
+				 DR_ENG, 4 + k, RING, k ? "HBM, " : "host memory",
+				 k == 1 ? "descriptors written through BAR4 before each doorbell"
+				 : k == 2 ? "descriptors moved by the H2T queue before each doorbell" : "");
+			result(name, ns[k], "ns/pair", ns[0], how);
+		}
+		fprintf(stderr, "udma_bench: prepare+start x%u per pair: host %.0f, BAR4 %.0f, engine %.0f ns\n",
+			batch, ns[0], ns[1], ns[2]);
+	}
+	for (k = 0; k < 3; k++)
+		queue_release(fd, DR_ENG, 4 + k);
+	ubuf_free(fd, &d1);
+	ubuf_free(fd, &d2);
+	free(copies);
+	close(fd);
+}
+
 int main(int argc, char **argv)
 {
 	enum {
 		M_SUB = 1, M_LOOKUP = 2, M_BATCH = 4, M_LAT = 8, M_SCALE = 16, M_URING = 32,
-		M_WAKE = 64, M_FILL = 128, M_HOLES = 256,
+		M_WAKE = 64, M_FILL = 128, M_HOLES = 256, M_DEVRINGS = 512,
 	};
 	unsigned int only = 0;
 	int i;
@@ -1878,11 +2031,13 @@ int main(int argc, char **argv)
 			only |= M_FILL;
 		else if (!strcmp(argv[i], "--only-holes"))
 			only |= M_HOLES;
+		else if (!strcmp(argv[i], "--only-devrings"))
+			only |= M_DEVRINGS;
 		else {
 			fprintf(stderr, "usage: udma_bench [--subs N] [--runs N] [--scale-runs N] [--wake-runs N] "
 				"[--threads 1|2] [--batch N] [--only-submit] [--only-lookup] [--only-batch] "
 				"[--only-latency] [--only-scale] [--only-uring] [--only-wakeup] [--only-fill] "
-				"[--only-holes]\n"
+				"[--only-holes] [--only-devrings]\n"
 				"  --batch selects the submission rows' batch (0: PREPARE_ONE) and the batch-scale "
 				"row (then without the user-copy row); --threads the submission rows' threads;\n"
 				"  the --only-* options add up; without any, everything runs\n");
@@ -1892,7 +2047,8 @@ int main(int argc, char **argv)
 	if (!subs || !lat_runs || !scale_runs || !wake_runs || only_threads > 2)
 		return 2;
 	if (!only)
-		only = M_SUB | M_LOOKUP | M_BATCH | M_LAT | M_SCALE | M_URING | M_WAKE | M_FILL | M_HOLES;
+		only = M_SUB | M_LOOKUP | M_BATCH | M_LAT | M_SCALE | M_URING | M_WAKE | M_FILL | M_HOLES |
+		       M_DEVRINGS;
 	if (only & M_SUB)
 		bench_submission();
 	if (only & M_LOOKUP)
@@ -1911,6 +2067,8 @@ int main(int argc, char **argv)
 		bench_wakeup();
 	if (only & M_FILL)
 		bench_fill();
+	if (only & M_DEVRINGS)
+		bench_device_rings();
 	/* Last: it fills device memory (and frees it all again). */
 	if (only & M_HOLES)
 		bench_holes();

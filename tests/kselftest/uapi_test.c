@@ -248,7 +248,9 @@ TEST_F(dev, queue_init_errors)
 	EXPECT_EQ(-EINVAL, qinit_raw(self->fd, ENG, QID, 64, 0, 0, 0, 0, 0));
 	EXPECT_EQ(-EINVAL, qinit_raw(self->fd, ENG, QID, 64, 100, 0, 0, 0, 0));
 	EXPECT_EQ(-EINVAL, qinit_raw(self->fd, ENG, QID, 64, 1U << 24, 0, 0, 0, 0));
-	EXPECT_EQ(-EINVAL, qinit_raw(self->fd, ENG, QID, 64, 64, 1, 0, 0, 0));
+	/* Flag bit 0 is NEURON_UDMA_QUEUE_DEVICE_RINGS (ABI 3, device_rings_test.c); bit 1 is none. */
+	EXPECT_EQ(-EINVAL, qinit_raw(self->fd, ENG, QID, 64, 64, 2, 0, 0, 0));
+	EXPECT_EQ(-EINVAL, qinit_raw(self->fd, ENG, QID, 64, 64, NEURON_UDMA_QUEUE_DEVICE_RINGS | 2, 0, 0, 0));
 	EXPECT_EQ(-EINVAL, qinit_raw(self->fd, ENG, QID, 64, 64, 0x80000000U, 0, 0, 0));
 	EXPECT_EQ(-EINVAL, qinit_raw(self->fd, ENG, QID, 64, 64, 0, 1, 0, 0));
 	EXPECT_EQ(-EINVAL, qinit_raw(self->fd, ENG, QID, 64, 64, 0, 0, 1, 0));
