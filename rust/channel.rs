@@ -724,7 +724,9 @@ impl Channel {
             OnTimeout::Reset => self.fail(seq, ETIMEDOUT, &errors, policy.timeout),
             // A waiter that may not reset on its own timeout still resets a queue that has
             // made no progress for the default timeout: it is stuck, not just slow or busy.
-            OnTimeout::ResetIfStuck if self.with_io(|q, io| Ok(q.stalled_for(io)))? < DEFAULT_TIMEOUT => {
+            OnTimeout::ResetIfStuck
+                if self.with_io(|q, io| Ok(q.stalled_for(io)))? < DEFAULT_TIMEOUT =>
+            {
                 Err(ETIMEDOUT)
             }
             // A stuck queue is an error whatever the caller's timeout.
