@@ -1041,7 +1041,7 @@ struct iso_report {
 	int a_step;		/* the step of uid 1001 that failed (0: none) */
 	int a_err;
 	__u64 a_efd_count;
-	char a_why[160];	/* what changed in the queue's state, for step 13 */
+	char a_why[256];	/* what changed in the queue's state, for step 13 */
 	int b_ret[B_CALLS];
 };
 
