@@ -89,6 +89,7 @@ mod ffi {
         pub(super) fn neuron_udma_uncharge(user: *mut bindings::user_struct, pages: usize);
         pub(super) fn neuron_udma_fatal_signal_pending() -> bool;
         pub(super) fn neuron_udma_dma_channels() -> c_uint;
+        pub(super) fn neuron_udma_max_buffers() -> c_uint;
         pub(super) fn neuron_udma_pin_user(
             addr: u64,
             size: u64,
@@ -502,6 +503,13 @@ pub(crate) unsafe fn dma_no_seg_boundary(dev: &kernel::device::Device<kernel::de
 pub(crate) fn dma_channels() -> u32 {
     // SAFETY: reads an integer module parameter.
     unsafe { ffi::neuron_udma_dma_channels() }
+}
+
+/// The `max_buffers` module parameter: the most live buffers one open file may hold (1 to
+/// 2^20, default 65536; `/sys/module/neuron_udma/parameters/max_buffers`, writable by root).
+pub(crate) fn max_buffers() -> u32 {
+    // SAFETY: reads an integer module parameter.
+    unsafe { ffi::neuron_udma_max_buffers() }
 }
 
 /// Whether the current task was killed (SIGKILL): waits that ignore other signals end on it.
