@@ -39,9 +39,6 @@ use kernel::{
 
 /// Most entries of one `COPY_PREPARE` (twice the reference's 2032-pair submission).
 pub(crate) const MAX_BATCH: u32 = 4096;
-/// Most live buffers (allocated and imported) of one file: bounds the kernel memory one file
-/// makes the device hold in buffer records (each also charged to the caller's memory cgroup).
-pub(crate) const MAX_BUFFERS: u32 = 65536;
 /// Most queue event records one `QUEUE_EVENTS` returns (a file holds at most this many
 /// queues of one device: 132 engines x 16 queues).
 const MAX_EVENTS: u32 = 2112;
@@ -87,6 +84,11 @@ pub(crate) struct OpenFile {
     /// Fences completed and failed on queues the file released (fdinfo; its current queues
     /// count their own).
     released_fences: [Atomic<u64>; 2],
+    /// Most live buffers (allocated and imported) of this file, `EMFILE` past it: the
+    /// `max_buffers` module parameter when the file was opened (65536 by default). Bounds the
+    /// kernel memory one file makes the device hold in buffer records (each also charged to
+    /// the caller's memory cgroup).
+    max_buffers: u32,
 }
 
 #[pinned_drop]
@@ -151,7 +153,7 @@ impl OpenFile {
         }
         let mut info = self.dev.info();
         info.max_batch = MAX_BATCH;
-        info.max_buffers = MAX_BUFFERS;
+        info.max_buffers = self.max_buffers;
         Ok(info)
     }
 
@@ -203,7 +205,7 @@ impl OpenFile {
             return Ok(());
         }
         let mut st = self.st.lock();
-        if st.handles.len() >= MAX_BUFFERS as usize {
+        if st.handles.len() >= self.max_buffers as usize {
             drop(st);
             self.dev.pool.free(&buf);
             return Err(EMFILE);
@@ -852,6 +854,7 @@ impl MiscDevice for OpenFile {
                 events: Arc::pin_init(FileEvents::new(), GFP_KERNEL_ACCOUNT)?,
                 copy_bytes: Atomic::new(0),
                 released_fences: [const { Atomic::new(0) }; 2],
+                max_buffers: crate::shim::max_buffers(),
             }),
             GFP_KERNEL_ACCOUNT,
         )

@@ -201,6 +201,7 @@ unsigned int neuron_udma_dma_channels(void)
 }
 
 /*
+<<<<<<< HEAD
  * How descriptors reach the rings of a queue whose rings are in device memory
  * (NEURON_UDMA_QUEUE_DEVICE_RINGS): "bar4", the CPU writes them through BAR4 before each doorbell,
  * or "engine", the driver's H2T queue copies them there from a host staging ring. Read when such
@@ -235,6 +236,44 @@ MODULE_PARM_DESC(device_ring_fill, "how descriptors reach rings in device memory
 bool neuron_udma_device_rings_by_engine(void)
 {
 	return READ_ONCE(device_ring_fill) == 1;
+=======
+ * The most live buffers (allocated and imported) one open file may hold: EMFILE past it. Read
+ * when a file is opened; writable by root in /sys/module/neuron_udma/parameters/max_buffers
+ * (1 to 1048576), so an administrator can bound the kernel memory one file holds, and the
+ * kselftest reaches the bound in seconds instead of minutes.
+ */
+#define NEURON_UDMA_MAX_BUFFERS_LIMIT (1U << 20)
+static unsigned int max_buffers = 65536;
+
+static int max_buffers_set(const char *val, const struct kernel_param *kp)
+{
+	unsigned int n;
+	int ret = kstrtouint(val, 0, &n);
+
+	if (ret)
+		return ret;
+	if (n == 0 || n > NEURON_UDMA_MAX_BUFFERS_LIMIT)
+		return -EINVAL;
+	WRITE_ONCE(max_buffers, n);
+	return 0;
+}
+
+static int max_buffers_get(char *buf, const struct kernel_param *kp)
+{
+	return scnprintf(buf, PAGE_SIZE, "%u\n", READ_ONCE(max_buffers));
+}
+
+static const struct kernel_param_ops max_buffers_ops = {
+	.set = max_buffers_set,
+	.get = max_buffers_get,
+};
+module_param_cb(max_buffers, &max_buffers_ops, NULL, 0644);
+MODULE_PARM_DESC(max_buffers, "most live buffers of one open file, read at open (1 to 1048576; default 65536)");
+
+unsigned int neuron_udma_max_buffers(void)
+{
+	return READ_ONCE(max_buffers);
+>>>>>>> dev
 }
 
 /*

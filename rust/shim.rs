@@ -90,6 +90,7 @@ mod ffi {
         pub(super) fn neuron_udma_fatal_signal_pending() -> bool;
         pub(super) fn neuron_udma_dma_channels() -> c_uint;
         pub(super) fn neuron_udma_device_rings_by_engine() -> bool;
+        pub(super) fn neuron_udma_max_buffers() -> c_uint;
         pub(super) fn neuron_udma_pin_user(
             addr: u64,
             size: u64,
@@ -512,6 +513,13 @@ pub(crate) fn dma_channels() -> u32 {
 pub(crate) fn device_rings_by_engine() -> bool {
     // SAFETY: reads a module parameter.
     unsafe { ffi::neuron_udma_device_rings_by_engine() }
+}
+
+/// The `max_buffers` module parameter: the most live buffers one open file may hold (1 to
+/// 2^20, default 65536; `/sys/module/neuron_udma/parameters/max_buffers`, writable by root).
+pub(crate) fn max_buffers() -> u32 {
+    // SAFETY: reads an integer module parameter.
+    unsafe { ffi::neuron_udma_max_buffers() }
 }
 
 /// Whether the current task was killed (SIGKILL): waits that ignore other signals end on it.

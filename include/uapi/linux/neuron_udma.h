@@ -71,7 +71,7 @@ struct neuron_udma_info {
 	__u64 host_engines[3];
 	__u64 max_import_size;		/* ABI 2: largest range of one MEM_IMPORT (0 before) */
 	/* ABI 3 (an ABI 2 caller's shorter struct gets the fields above only): */
-	__u32 max_buffers;		/* live buffers (allocated, imported) one file may hold */
+	__u32 max_buffers;		/* live buffers (allocated, imported) this file may hold */
 	__u32 max_queue_fences;		/* fences in flight on one queue (COPY_SUBMIT: EBUSY past) */
 	/*
 	 * Bitmap of the engines whose queues may keep their rings in device memory
