@@ -201,7 +201,6 @@ unsigned int neuron_udma_dma_channels(void)
 }
 
 /*
-<<<<<<< HEAD
  * How descriptors reach the rings of a queue whose rings are in device memory
  * (NEURON_UDMA_QUEUE_DEVICE_RINGS): "bar4", the CPU writes them through BAR4 before each doorbell,
  * or "engine", the driver's H2T queue copies them there from a host staging ring. Read when such
@@ -236,7 +235,9 @@ MODULE_PARM_DESC(device_ring_fill, "how descriptors reach rings in device memory
 bool neuron_udma_device_rings_by_engine(void)
 {
 	return READ_ONCE(device_ring_fill) == 1;
-=======
+}
+
+/*
  * The most live buffers (allocated and imported) one open file may hold: EMFILE past it. Read
  * when a file is opened; writable by root in /sys/module/neuron_udma/parameters/max_buffers
  * (1 to 1048576), so an administrator can bound the kernel memory one file holds, and the
@@ -273,7 +274,6 @@ MODULE_PARM_DESC(max_buffers, "most live buffers of one open file, read at open 
 unsigned int neuron_udma_max_buffers(void)
 {
 	return READ_ONCE(max_buffers);
->>>>>>> dev
 }
 
 /*

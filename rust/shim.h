@@ -71,12 +71,9 @@ void neuron_udma_uncharge(struct user_struct *user, unsigned long pages);
 bool neuron_udma_fatal_signal_pending(void);
 /* Rust module parameters never appear in sysfs in 7.3 (module! registers them with perm 0). */
 unsigned int neuron_udma_dma_channels(void);
-<<<<<<< HEAD
 /* As above; this one is writable: "bar4" or "engine". */
 bool neuron_udma_device_rings_by_engine(void);
-=======
 unsigned int neuron_udma_max_buffers(void);
->>>>>>> dev
 /* No pin_user_pages() in Rust; its SGTable maps only pages it allocated itself. */
 struct neuron_udma_pin *neuron_udma_pin_user(u64 addr, u64 size, bool write);
 int neuron_udma_pin_map(struct neuron_udma_pin *pin, struct device *dev);
