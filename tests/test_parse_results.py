@@ -638,7 +638,7 @@ class TestManifest(unittest.TestCase):
 
     def test_passes(self):
         self.assertEqual({n: e["devices"] for n, e in self.m.passes.items()}, {"multi": 4})
-        self.assertEqual(set(self.m.required("kselftest", "multi")), {"multi_device_test", "unbind_load_test"})
+        self.assertEqual(set(self.m.required("kselftest", "multi")), {"multi_device_test", "unbind_load_test", "unbind_events_test"})
         self.assertEqual(self.m.required("kunit", "multi"), [])
         self.assertNotIn("unbind_load_test", self.m.required("kselftest", "main"))
 
