@@ -303,7 +303,8 @@ unsafe impl Send for MappedFile {}
 unsafe impl Sync for MappedFile {}
 
 impl MappedFile {
-    /// No file (KUnit: the record of a device buffer, which never has a user mapping to zap).
+    /// No file (KUnit: the record of a buffer that no process can map; [`Self::zap`] does
+    /// nothing for it).
     #[cfg(neuron_udma_kunit)]
     pub(crate) fn none() -> Self {
         Self(core::ptr::null_mut())
@@ -320,8 +321,12 @@ impl MappedFile {
     ///
     /// # Safety
     ///
-    /// The file must still be open (not yet released).
+    /// The file must still be open (not yet released), unless it is [`Self::none`].
     pub(crate) unsafe fn zap(self, offset: u64, len: u64) {
+        if self.0.is_null() {
+            // No file: nothing was ever mapped.
+            return;
+        }
         // SAFETY: per the function's contract the file is open, so `self.0` is valid.
         unsafe { ffi::neuron_udma_zap(self.0, offset, len) }
     }

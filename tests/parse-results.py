@@ -396,6 +396,7 @@ class Run:
         self.olines = [ln.rstrip("\r") for ln in self.output.splitlines()]
         self.cases = {"kunit": 0, "kselftest": 0}
         self.ran = {"kunit": set(), "kselftest": set()}
+        self.seconds = {}  # kselftest name -> seconds it ran (NU-SECONDS)
 
     def read(self, name):
         p = self.d / name
@@ -472,6 +473,12 @@ class Run:
         for line in lines:
             if line.startswith("NU-RC "):
                 rc = int(line.split()[1])
+                continue
+            if line.startswith("NU-SECONDS "):
+                try:
+                    self.seconds[name] = int(line.split()[1])
+                except (IndexError, ValueError):
+                    pass
                 continue
             p = PLAN_RE.match(line)
             if p and plan is None:
@@ -604,6 +611,11 @@ class Run:
         print(f"{self.label}: {len(self.ran['kunit'])} KUnit suites ({self.cases['kunit']} cases), "
               f"{len(self.ran['kselftest'])} kselftests ({self.cases['kselftest']} cases), "
               f"{boots_text(self.d)}")
+        slow = sorted(self.seconds.items(), key=lambda kv: -kv[1])[:3]
+        if slow:
+            print(f"{self.label}:   slowest kselftests: "
+                  + ", ".join(f"{n} {s} s" for n, s in slow)
+                  + f" (all {sum(self.seconds.values())} s)")
         for ln in dmatest_counts(getattr(self, "dmatest", [])):
             print(f"{self.label}:   dmatest {ln}")
         for s in self.splats[:20]:

@@ -113,6 +113,17 @@ class TestPassingRun(GateTest):
             self.assertEqual(int(m.group(3)), len(man.required("kselftest")))
 
 
+    def test_slowest_kselftests(self):
+        # NU-SECONDS of each kselftest (tests/guest/run-tests): the summary names the slowest.
+        self.edit("trn1", "output.log", lambda t: t.replace(
+            "NU-END kselftest uapi_test\n", "NU-SECONDS 95\nNU-END kselftest uapi_test\n").replace(
+            "NU-END kselftest pci_bind_test\n", "NU-SECONDS 7\nNU-END kselftest pci_bind_test\n"))
+        rc, out = self.gate()
+        self.assertEqual(rc, 0, out)
+        self.assertIn("trn1:   slowest kselftests: uapi_test 95 s, pci_bind_test 7 s (all 102 s)", out)
+        self.assertNotIn("trn2:   slowest", out)
+
+
 class TestMissingTests(GateTest):
     def test_four_kunit_suites_gone(self):
         # The debugfs results of four suites are not printed; the console still shows that one of
