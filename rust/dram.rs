@@ -237,10 +237,11 @@ mod tests {
         pr_info!(
             "neuron_udma_dram: 1 hole: failing alloc {fail1} ns, alloc+free {ok1} ns; {HOLES} holes: failing alloc {fail2} ns, alloc+free {ok2} ns\n"
         );
-        // Linear in the holes would be thousands of times slower; a tree, about
-        // log2(8192) / log2(1) deeper: allow a factor of 20 for depth and noise.
-        assert!(fail2 <= 20 * fail1.max(200));
-        assert!(ok2 <= 20 * ok1.max(200));
+        // A walk of the holes reads 8,192 of them (hundreds of microseconds even at tens of
+        // nanoseconds each); a tree lookup 13 levels, which under KASAN and emulation took up
+        // to 5.4 us against 79 ns with one hole: allow 20x with a floor of 2 us per call.
+        assert!(fail2 <= 20 * fail1.max(2000));
+        assert!(ok2 <= 20 * ok1.max(2000));
         Ok(())
     }
 }
