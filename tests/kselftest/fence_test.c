@@ -1104,6 +1104,9 @@ static int iso_owner(void *arg)
 	efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	A_STEP(5, efd < 0 ? -errno : 0);
 	A_STEP(6, queue_eventfd(fd, ENG, ISO_Q, efd));
+	/* The parent stalls the queue now that it exists (QUEUE_INIT resets the queue). */
+	A_STEP(30, pipe_say(a->ready));
+	A_STEP(31, pipe_wait(a->go, 30000));
 	A_STEP(7, submit_one(fd, ENG, ISO_Q, ucopy(&s, 0, &d, 0, 4096), &f));
 	A_STEP(8, f == 1 ? 0 : -ERANGE);
 	A_STEP(9, queue_state(fd, ENG, ISO_Q, &st));
@@ -1189,13 +1192,23 @@ TEST_F_TIMEOUT(isolation, other_uid_fence_calls_enoent, 60)
 	signal(SIGPIPE, SIG_IGN);
 	ASSERT_EQ(0, pipe2(ready, O_CLOEXEC));
 	ASSERT_EQ(0, pipe2(go, O_CLOEXEC));
-	/* Ended by BAR2_CLEAR below: long enough for both users under a debug kernel. */
-	ASSERT_EQ(0, bar2_fault(&x->bar2, FAULT_STALL, ENG, ISO_Q, 3 * STALL_MS));
 	arg = (struct iso_a_arg){ .r = r, .ready = ready[1], .go = go[0] };
 	a = sec_spawn(UID_A, iso_owner, &arg);
 	ASSERT_LT(0, a);
 	close(ready[1]);
 	close(go[0]);
+	if (pipe_wait(ready[0], 20000)) {
+		TH_LOG("uid %d did not make its queue: step %d, %s", UID_A, r->a_step,
+		       err_name(r->a_err));
+		kill(a, SIGKILL);
+		ASSERT_TRUE(false);
+	}
+	/*
+	 * Stalled once the queue exists (its QUEUE_INIT resets it), ended by BAR2_CLEAR below: long
+	 * enough for both users under a debug kernel.
+	 */
+	ASSERT_EQ(0, bar2_fault(&x->bar2, FAULT_STALL, ENG, ISO_Q, 3 * STALL_MS));
+	ASSERT_EQ(0, pipe_say(go[1]));
 	if (pipe_wait(ready[0], 20000)) {
 		TH_LOG("uid %d did not set up its queue: step %d, %s", UID_A, r->a_step,
 		       err_name(r->a_err));
