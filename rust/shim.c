@@ -903,6 +903,12 @@ static void neuron_udma_dmabuf_unmap(struct dma_buf_attachment *attach, struct s
 	struct neuron_udma_export *exp = attach->dmabuf->priv;
 
 	dma_resv_assert_held(attach->dmabuf->resv);
+	/*
+	 * Linux 7.3's dma_buf_phys_vec_to_sgt() sets orig_nents to 0 (no CPU list), and
+	 * dma_buf_free_sgt()'s sg_free_table() frees orig_nents entries: the scatterlist of every
+	 * mapping leaked (kmemleak, one object per map). It allocated nents entries: say so first.
+	 */
+	sgt->orig_nents = sgt->nents;
 	dma_buf_free_sgt(attach, sgt, dir);
 	kref_put(&exp->maps, neuron_udma_export_unmapped);
 }

@@ -134,7 +134,10 @@ TEST_F(dev, mem_alloc_free)
 	ASSERT_EQ(0, ubuf_dev(self->fd, 1 << 20, &d));
 	ASSERT_NE(0U, d.handle);
 	ASSERT_NE(h.handle, d.handle);
-	EXPECT_EQ(0U, d.mmap_offset);
+	/* ABI 3: device buffers map too (through BAR4), each at an offset of its own. */
+	EXPECT_NE(0U, d.mmap_offset);
+	EXPECT_NE(h.mmap_offset, d.mmap_offset);
+	EXPECT_NE(h2.mmap_offset, d.mmap_offset);
 	ASSERT_EQ(0, ubuf_free(self->fd, &h));
 	EXPECT_EQ(-ENOENT, mem_free(self->fd, h.handle));
 	EXPECT_EQ(0, ubuf_free(self->fd, &d));

@@ -62,6 +62,11 @@ pub struct Options {
     /// them (hardware.rst §3.5, §8.3 [I]). `false`: a queue reset plus re-enable also clears the
     /// abort and that error's cause bits.
     pub sticky_errors: bool,
+    /// Device-memory reads pass the queue's unordered writes (hardware.rst §4.2 bit 30, §8.2
+    /// [I]): a packet without DMB reads, for device bytes an earlier packet of the queue wrote
+    /// since its last DMB (within the unordered delay), what was there before. `false`: such a
+    /// read lands the held writes it overlaps first, as a host-memory read does.
+    pub unordered_device_reads: bool,
 }
 
 impl Default for Options {
@@ -71,6 +76,7 @@ impl Default for Options {
             host_connectivity: true,
             strict_reset: true,
             sticky_errors: true,
+            unordered_device_reads: true,
         }
     }
 }
@@ -79,7 +85,13 @@ impl Options {
     /// The lenient model of earlier versions: in-order completion, host memory from every
     /// engine, driver-like reset values, queue re-init clears an abort.
     pub fn lenient() -> Options {
-        Options { unordered_delay: None, host_connectivity: false, strict_reset: false, sticky_errors: false }
+        Options {
+            unordered_delay: None,
+            host_connectivity: false,
+            strict_reset: false,
+            sticky_errors: false,
+            unordered_device_reads: false,
+        }
     }
 }
 

@@ -174,6 +174,36 @@ fn device_memory_reads_do_not_see_unordered_writes_of_the_queue() {
 }
 
 #[test]
+fn ordered_device_reads_see_the_queues_earlier_writes() {
+    // With unordered_device_reads off (the guest runs' setting), a device-memory read without
+    // DMB sees what an earlier packet of the queue wrote, held or not: the held write lands first.
+    const HBM: u64 = 0x2000;
+    for (w0, meta, len) in [(0u32, desc::META_COPY, 4096u32), (0, desc::META_COPY_WB, 4096), (0, desc::META_COPY, 64)] {
+        let rig = Rig::with_options(
+            Model::Trn1,
+            None,
+            Options {
+                unordered_delay: Some(Duration::from_millis(5000)),
+                unordered_device_reads: false,
+                ..Options::default()
+            },
+        );
+        rig.init_engine(E);
+        let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+        let old: Vec<u8> = (0..len).map(|i| (i * 3) as u8 | 1).collect();
+        rig.dev.bar4_write(HBM, &old);
+        let new = rig.fill(SRC, len as usize, 0x40);
+        assert!(rig.ram.write(MARK, &MARKER.to_le_bytes()));
+        pair(&rig, &mut sq, rig.host(SRC), HBM, len, w0, meta);
+        pair(&rig, &mut sq, HBM, rig.host(DST), len, 0, desc::META_COPY);
+        pair(&rig, &mut sq, rig.host(MARK), rig.host(MARK + 4), 4, desc::DMB, desc::META_COPY);
+        rig.start(&sq, 3);
+        rig.wait_done(&sq);
+        assert!(rig.ram_bytes(DST, len as usize) == new, "meta 0x{meta:x} len {len}: read the old bytes");
+    }
+}
+
+#[test]
 fn short_writes_are_never_held_and_ordered_mode_holds_nothing() {
     let rig = rig_with_delay(5000);
     rig.init_engine(E);

@@ -140,10 +140,13 @@ impl HeldQueue {
         Some(h)
     }
 
-    /// Whether source segment `t` reads host bytes a held packet writes.
-    fn overlaps_host(&self, t: &Seg) -> bool {
-        matches!(t.target, Target::Host(a) if self.host_span.meets(a, t.len))
-            && self.list.iter().any(|h| h.overlaps_host(t))
+    /// Whether source segment `t` reads host bytes a held packet writes, or device bytes when
+    /// `device` is set.
+    fn overlaps_read(&self, t: &Seg, device: bool) -> bool {
+        match t.target {
+            Target::Host(a) => self.host_span.meets(a, t.len) && self.list.iter().any(|h| h.overlaps_read(t, false)),
+            Target::Device(_) => device && self.list.iter().any(|h| h.overlaps_read(t, true)),
+        }
     }
 
     fn front(&self) -> Option<&Held> {
@@ -259,10 +262,18 @@ fn overlap(a: u64, alen: u32, b: u64, blen: u32) -> bool {
 }
 
 impl Held {
-    /// Whether source segment `t` reads host bytes this held packet writes.
-    fn overlaps_host(&self, t: &Seg) -> bool {
-        let Target::Host(ta) = t.target else { return false };
-        self.segs.iter().any(|r| matches!(r.target, Target::Host(ra) if overlap(ra, r.len, ta, t.len)))
+    /// Whether source segment `t` reads host bytes this held packet writes, or device bytes
+    /// when `device` is set.
+    fn overlaps_read(&self, t: &Seg, device: bool) -> bool {
+        match t.target {
+            Target::Host(ta) => {
+                self.segs.iter().any(|r| matches!(r.target, Target::Host(ra) if overlap(ra, r.len, ta, t.len)))
+            }
+            Target::Device(ta) => {
+                device
+                    && self.segs.iter().any(|r| matches!(r.target, Target::Device(ra) if overlap(ra, r.len, ta, t.len)))
+            }
+        }
     }
 }
 
@@ -300,9 +311,10 @@ impl Engine {
             // byte, and this packet's reads see all of them.
             self.land(env, held, None, s.epoch);
             held.clear_shadows();
-        } else if held.bytes > 0 && sc.tx.iter().any(|t| held.overlaps_host(t)) {
+        } else if held.bytes > 0 && sc.tx.iter().any(|t| held.overlaps_read(t, !self.opts.unordered_device_reads)) {
             // Host memory: a read does not pass the queue's earlier writes to it (PCIe: a read
-            // request does not pass posted writes), so they land first.
+            // request does not pass posted writes), so they land first; device memory too
+            // unless its reads pass unordered writes (`Options::unordered_device_reads`).
             self.land_oldest(env, held, held.list.len(), s.epoch, now);
         }
         if !dmb && !wb && bytes > POSTED_WRITE_MAX {
@@ -399,6 +411,10 @@ impl Engine {
     /// The shadow of a write to `segs` about to land (its device-memory part), if it writes
     /// device memory.
     fn capture(&self, env: &Env<'_>, held: &mut HeldQueue, segs: &[Seg], epoch: u64, due: Instant) -> Option<Shadow> {
+        if !self.opts.unordered_device_reads {
+            // Reads see every landed write: nothing to put back.
+            return None;
+        }
         let dev: Vec<(u64, u32)> = segs
             .iter()
             .filter_map(|r| match r.target {
