@@ -145,7 +145,8 @@ static void collect(int fd, struct tally *t)
 		if (!sum || sscanf(sum, ": summary %u tests, %u failures", &tests, &failures) != 2)
 			continue;
 		*sum = 0;
-		dash = strstr(msg, "-copy");
+		/* A thread is <channel>-<op><n>: copy0, set1 (memset), ... */
+		dash = strrchr(msg, '-');
 		if (dash)
 			*dash = 0;
 		i = chan_index(t, msg);

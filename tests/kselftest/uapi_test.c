@@ -573,7 +573,7 @@ TEST_F(q, prepare_errors)
 	ASSERT_BYTES(self->b.map, self->save, BUF);
 
 	/* All of it still works. */
-	ASSERT_EQ(0, prep_one(self->fd, ENG, QID, ucopy(&self->d, 0, &self->b, 1, 8192)));
+	ASSERT_EQ(0, prep_one(self->fd, ENG, QID, after_dmb(ucopy(&self->d, 0, &self->b, 1, 8192))));
 	ASSERT_EQ(0, copy_wait(self->fd, ENG, QID, 0, NULL));
 	ASSERT_BYTES(self->b.map + 1, self->a.map, 8192);
 }
@@ -937,7 +937,7 @@ static void *worker_fn(void *arg)
 		doff = (seed >> 5) % (2 * UDMA_MAX_COPY - size + 1);
 		memset(b.map, 0, 2 * UDMA_MAX_COPY);
 		WSTEP(prep_one(w->fd, w->eng, 1, ucopy(&a, so, &d, doff, size)));
-		WSTEP(prep_one(w->fd, w->eng, 1, ucopy(&d, doff, &b, doff, size)));
+		WSTEP(prep_one(w->fd, w->eng, 1, after_dmb(ucopy(&d, doff, &b, doff, size))));
 		WSTEP(copy_wait(w->fd, w->eng, 1, 0, NULL));
 		WSTEP(first_diff(b.map + doff, a.map + so, size) == -1 ? 0 : -EILSEQ);
 	}

@@ -173,6 +173,18 @@ static inline struct neuron_udma_copy ucopy(const struct ubuf *src, __u64 src_of
 	return c;
 }
 
+/*
+ * @c with DMB: it waits for every earlier transfer of its queue. A copy that reads device memory
+ * an earlier copy of the same queue wrote (since the queue's last fence) needs it: without DMB
+ * it may read the bytes from before that write (hardware.rst §4.2 bit 30; udma-sim
+ * --unordered-device-reads).
+ */
+static inline struct neuron_udma_copy after_dmb(struct neuron_udma_copy c)
+{
+	c.barrier = NEURON_UDMA_BARRIER_DMB;
+	return c;
+}
+
 static inline int prep_one(int fd, __u32 eng, __u32 q, struct neuron_udma_copy c)
 {
 	struct neuron_udma_copy_prepare_one p = { .engine = eng, .queue = q, .copy = c };

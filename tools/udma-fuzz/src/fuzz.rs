@@ -1107,6 +1107,8 @@ impl Sut {
                 len: size,
                 fence: 0,
                 fuzzy: false,
+                unordered_read: sb.is_some_and(|b| matches!(b.kind, Kind::Device))
+                    && raw.barrier != sys::NEURON_UDMA_BARRIER_DMB,
             });
         }
         e

@@ -166,6 +166,9 @@ pub struct PendingCopy {
     /// Raced by another write or copy without ordering, or on a queue that may have been
     /// reset: its destination is unknown once it lands.
     pub fuzzy: bool,
+    /// Reads device memory without DMB: it does not see what earlier copies of its queue
+    /// that no fence covers yet wrote there (udma-sim `--unordered-device-reads`).
+    pub unordered_read: bool,
 }
 
 impl PendingCopy {
@@ -499,12 +502,17 @@ pub fn add_pending(queues: &mut [Option<QueueM>], qi: usize, mut c: PendingCopy)
     for (j, q) in queues.iter_mut().enumerate() {
         let Some(q) = q.as_mut() else { continue };
         for p in q.pending.iter_mut() {
-            // Same queue: reads are in ring order (read-after-write is ordered); two writes of
-            // the same bytes without a barrier are not. Other queues: no order at all.
+            // Same queue: reads are in ring order (read-after-write is ordered), except a read
+            // of device memory without DMB after a write no fence covers yet (its DMB marker
+            // orders everything before it); two writes of the same bytes without a barrier are
+            // not ordered. Other queues: no order at all.
             let waw = p.dst_overlaps(c.dst, c.len);
             let cross = j != qi && (p.src_overlaps(c.dst, c.len) || p.dst_overlaps(c.src, c.len));
             if waw || cross {
                 p.fuzzy = true;
+                c.fuzzy = true;
+            }
+            if j == qi && c.unordered_read && p.fence == 0 && p.dst_overlaps(c.src, c.len) {
                 c.fuzzy = true;
             }
         }
@@ -541,7 +549,7 @@ mod tests {
         Some(QueueM::new(0, 0, 32, 64, false))
     }
     fn copy(src: Loc, dst: Loc, len: usize) -> PendingCopy {
-        PendingCopy { handles: (src.0, dst.0), src, dst, len, fence: 0, fuzzy: false }
+        PendingCopy { handles: (src.0, dst.0), src, dst, len, fence: 0, fuzzy: false, unordered_read: false }
     }
 
     #[test]
@@ -558,6 +566,19 @@ mod tests {
         add_pending(&mut qs, 0, copy((1, 0), (3, 50), 100));
         let p = &qs[0].as_ref().unwrap().pending;
         assert!(!p[0].fuzzy && p[1].fuzzy && p[2].fuzzy);
+    }
+
+    #[test]
+    fn unordered_device_read_after_an_unfenced_write_is_fuzzy() {
+        let mut qs = vec![q(), q()];
+        add_pending(&mut qs, 0, copy((1, 0), (2, 0), 100));
+        // A device read without DMB of bytes the first copy writes: unknown.
+        add_pending(&mut qs, 0, PendingCopy { unordered_read: true, ..copy((2, 10), (3, 0), 10) });
+        // Once a fence covers the write, the next submission sees it.
+        qs[0].as_mut().unwrap().pending[0].fence = 1;
+        add_pending(&mut qs, 0, PendingCopy { unordered_read: true, ..copy((2, 10), (4, 0), 10) });
+        let p = &qs[0].as_ref().unwrap().pending;
+        assert!(!p[0].fuzzy && p[1].fuzzy && !p[2].fuzzy);
     }
 
     #[test]

@@ -41,11 +41,11 @@ struct Args {
     /// §5.1 [I]).
     #[arg(long, default_value_t = 100)]
     unordered_delay_ms: u64,
-    /// Device-memory reads of a packet without DMB do not see the queue's earlier unordered
-    /// writes (hardware.rst §8.2 [I]). Off by default: the guest runs' tests and tools read
-    /// back device memory on the queue that wrote it without DMB (Documentation/udma-sim.rst).
+    /// A device-memory read of a packet without DMB lands the queue's earlier held writes it
+    /// overlaps first (the old, lenient rule). By default it does not see them (hardware.rst
+    /// §4.2 bit 30, §8.2 [I]; Documentation/udma-sim.rst).
     #[arg(long)]
-    unordered_device_reads: bool,
+    ordered_device_reads: bool,
     /// Let every V3 engine reach host memory (hardware.rst §2.5 assumes only the listed ones can
     /// [I]).
     #[arg(long)]
@@ -95,7 +95,7 @@ fn run(args: Args) -> Result<(), String> {
         host_connectivity: !args.all_engines_reach_host,
         strict_reset: !args.driver_reset_values,
         sticky_errors: !args.reinit_clears_abort,
-        unordered_device_reads: args.unordered_device_reads,
+        unordered_device_reads: !args.ordered_device_reads,
     };
     log::info!("model options: {options:?}");
     let hbm_size = args.hbm_size.unwrap_or(match args.model {
