@@ -77,6 +77,10 @@ pub(crate) struct OpenFile {
     /// get around the one-unfinished-copy-per-file rule of the shared queue.
     #[pin]
     memcpy_slot: Mutex<()>,
+    /// Held by the file's running `QUEUE_EVENTS` from its look at the queues until the records
+    /// are copied out and marked reported: two threads never both report one event.
+    #[pin]
+    events_slot: Mutex<()>,
     /// The file's poll wait queue, woken by its queues' completions (`events.rs`).
     events: Arc<FileEvents>,
     /// Bytes of the copies prepared, and of the `MEMCPY`s and `MEMSET`s done (fdinfo).
@@ -376,6 +380,7 @@ impl OpenFile {
     /// the user array of `e.max` records.
     fn queue_events(&self, e: &mut uapi::neuron_udma_events) -> Result {
         let max = e.max.min(MAX_EVENTS) as usize;
+        let _one_at_a_time = self.events_slot.lock();
         let mut out: KVec<uapi::neuron_udma_queue_event> = KVec::new();
         let mut seen: KVec<(Arc<Channel>, QueueEvents)> = KVec::new();
         let ids = {
@@ -851,6 +856,7 @@ impl MiscDevice for OpenFile {
                     queues: KVec::new(),
                 }),
                 memcpy_slot <- new_mutex!(()),
+                events_slot <- new_mutex!(()),
                 events: Arc::pin_init(FileEvents::new(), GFP_KERNEL_ACCOUNT)?,
                 copy_bytes: Atomic::new(0),
                 released_fences: [const { Atomic::new(0) }; 2],
