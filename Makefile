@@ -5,7 +5,8 @@
 #   make                 build the module against the project's cached test kernel (built on first
 #                        use inside the toolchain root), or against KDIR=/path/to/kernel/build
 #   make CLIPPY=1        the same, with clippy on every Rust object
-#   make check           cargo test + VM runs on the trn1 and trn2 models (KUnit + kselftests)
+#   make check           the gate: shellcheck, parser and layout tests, cargo test, per model (trn1,
+#                        trn2) a main and a multi-device VM pass (KUnit + kselftests), DKMS
 #   make demo            boot the trn1 model; udmactl copies a 64 MiB file host -> HBM -> host
 #   make bench           boot the trn1 model on the production-config bench kernel and print the
 #                        benchmark table (Documentation/benchmarks.rst); KERNEL=debug: the test kernel

@@ -398,7 +398,8 @@ impl OpenFile {
             let Ok(chan) = self.dev.queue(Owner::File(self.id), id) else {
                 continue;
             };
-            let Some(ev) = chan.peek_events()? else {
+            // A queue another thread of the file released meanwhile has nothing to report.
+            let Ok(Some(ev)) = chan.peek_events() else {
                 continue;
             };
             out.push(event_record(&chan, &ev), GFP_KERNEL_ACCOUNT)?;
@@ -1031,19 +1032,30 @@ impl MiscDevice for OpenFile {
                 r
             }
             IOC_DMABUF_IMPORT => {
-                // As MEM_IMPORT; the device stays bound until the buffer is in the pool.
-                let mut imported = None;
+                // The device stays bound until the buffer is in the pool (unbind then frees it),
+                // and no longer: the result is copied out after the section ended, as a fault
+                // there may take as long as the user wants (FUSE, userfaultfd). A handle that
+                // cannot be copied out is taken back.
+                let mut published = None;
                 let r = in_out(arg, true, |a: &mut neuron_udma_dmabuf_import| {
                     let handle = NEXT_HANDLE.fetch_add(1, Relaxed);
-                    imported = Some(crate::dmabuf::import_ioctl(
-                        &me.dev, me.id, me.file, handle, a,
-                    )?);
+                    let (b, bound) =
+                        crate::dmabuf::import_ioctl(&me.dev, me.id, me.file, handle, a)?;
+                    me.mem_alloc_publish(b, true)?;
+                    drop(bound);
+                    published = Some(handle);
                     Ok(0)
                 });
-                match imported {
-                    Some((b, _bound)) => me.mem_alloc_publish(b, r.is_ok()).and(r),
-                    None => r,
+                if let (Err(_), Some(handle)) = (&r, published) {
+                    // Nothing of this call used it yet; another thread of the file that guessed
+                    // the handle and holds it makes this EBUSY: the file keeps the buffer until
+                    // it is freed or closed.
+                    let _ = me.mem_free(&uapi::neuron_udma_mem_free {
+                        handle,
+                        reserved: 0,
+                    });
                 }
+                r
             }
             _ => Err(ENOTTY),
         };

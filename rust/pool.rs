@@ -320,9 +320,13 @@ impl BufferPool {
             core::mem::replace(&mut st.table, KVVec::new())
         };
         for b in table.iter() {
+            // Freed while still in its shard: a close racing this finds it there, marks it
+            // released and frees it too (the second free does nothing), so its `struct file`
+            // is alive until this free (and its zap of the user mappings) is done. Taken out of
+            // the shard first, the close would skip it and the file could be gone before the zap.
+            b.free();
             // CAST: as in `insert`.
             drop(self.shard(b.owner).lock().remove(b.handle as usize));
-            b.free();
         }
     }
 }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Unbind and rebind mid-run (`--unbind`, the multi-device pass of `make check`): the device
+//! Unbind and rebind mid-run (`--unbind`, as root): the device
 //! behind the fuzzer's node is unbound through sysfs with whatever the sequence left in flight;
 //! every later call on the old files must fail with `ENODEV` (`poll()`: `EPOLLERR | EPOLLHUP`),
 //! and after the rebind the node belongs to the same device again and a new file works.
