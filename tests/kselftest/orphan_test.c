@@ -93,8 +93,9 @@ TEST_F_TIMEOUT(stall, fence_slots_survive_interrupted_waits, 120)
 	double t0;
 
 	ASSERT_EQ(0, queue_init(self->fd, eng, q, 4096, 4096));
-	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_STALL, eng, q, 6000));
+	/* Before the stall starts: a completion seen at t0 + 6000 or later is after its end. */
 	t0 = now_ms();
+	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_STALL, eng, q, 6000));
 	for (i = 0; i < 300 && now_ms() - t0 < 4500; i++) {
 		ASSERT_EQ(0, prep_one(self->fd, eng, q,
 				      ucopy(&self->a, (i % 16) * 4096, &self->b, (i % 16) * 4096, 4096)));
