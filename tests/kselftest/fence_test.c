@@ -1047,24 +1047,6 @@ struct iso_report {
 
 #define ISO_Q 3U
 
-/* Waits (bounded) for one byte on @fd: 0, or -1 on EOF, error or timeout. */
-static int pipe_wait(int fd, int ms)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	char c;
-
-	if (poll(&p, 1, ms) != 1)
-		return -1;
-	return read(fd, &c, 1) == 1 ? 0 : -1;
-}
-
-static int pipe_say(int fd)
-{
-	char c = 1;
-
-	return write(fd, &c, 1) == 1 ? 0 : -1;
-}
-
 struct iso_a_arg {
 	struct iso_report *r;
 	int ready, go;		/* pipe ends: to the parent, from the parent */

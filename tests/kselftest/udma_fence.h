@@ -197,6 +197,25 @@ static inline const char *err_name(int ret)
 
 /* ---- assertions (kselftest_harness.h) ---- */
 
+/* Waits (bounded) for one byte on @fd: 0, or -1 on EOF, error or timeout. */
+static inline int pipe_wait(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char c;
+
+	if (poll(&p, 1, ms) != 1)
+		return -1;
+	return read(fd, &c, 1) == 1 ? 0 : -1;
+}
+
+/* Writes one byte to @fd: 0, or -1. */
+static inline int pipe_say(int fd)
+{
+	char c = 1;
+
+	return write(fd, &c, 1) == 1 ? 0 : -1;
+}
+
 #ifdef ASSERT_EQ
 
 /* The queue state must be exactly @before again (state_diff(): ring indices, tail, resets). */

@@ -664,23 +664,6 @@ struct iso_report {
 	int b_res[B_SQES];
 };
 
-static int pipe_wait(int fd, int ms)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	char c;
-
-	if (poll(&p, 1, ms) != 1)
-		return -1;
-	return read(fd, &c, 1) == 1 ? 0 : -1;
-}
-
-static int pipe_say(int fd)
-{
-	char c = 1;
-
-	return write(fd, &c, 1) == 1 ? 0 : -1;
-}
-
 struct iso_a_arg {
 	struct iso_report *r;
 	int ready, go;
