@@ -620,6 +620,12 @@ impl Holds {
         Ok(())
     }
 
+    /// Whether `buf` is one of the buffers held.
+    pub(crate) fn contains(&self, buf: &Buffer) -> bool {
+        let held = |f: &InFlight| core::ptr::eq(&*f.0, buf);
+        self.few[..self.n].iter().flatten().any(held) || self.more.iter().any(held)
+    }
+
     /// Whether no buffer is held.
     pub(crate) fn is_empty(&self) -> bool {
         self.n == 0

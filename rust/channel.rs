@@ -17,7 +17,7 @@
 
 use crate::{
     bar0::Bar0,
-    buffer::Holds,
+    buffer::{Buffer, Holds},
     charge::Charge,
     desc::{Barrier, Desc, DescLen, Dir, MAX_DESC_BYTES},
     devring::Moves,
@@ -429,6 +429,36 @@ impl Channel {
         })
     }
 
+    /// Writes the pairs `copies` of one prepare call as [`Self::prepare`] does, then a fence
+    /// after everything prepared, and rings the doorbells, all under one hold of the queue lock:
+    /// the io_uring copy, which must not leave its pairs prepared when no fence can follow them
+    /// (another thread of the file may have taken the last fence slot since it looked).
+    /// Returns the fence.
+    ///
+    /// # Errors
+    ///
+    /// `EBUSY` ([`queue::FENCE_SLOTS`] fences in flight), then those of [`Self::prepare`];
+    /// nothing is written then. Past that point only the doorbell can fail (`ENODEV`, or an
+    /// error moving a device ring's descriptors), as it can for [`Self::submit_fence`].
+    pub(crate) fn prepare_fenced(
+        &self,
+        copies: &[queue::Copy],
+        largest: u32,
+        holds: Holds,
+    ) -> Result<u64> {
+        self.with_ringer(|q, bell| {
+            if largest > q.capacity_pairs() {
+                return Err(E2BIG);
+            }
+            q.retire();
+            if q.fences_full() {
+                return Err(EBUSY);
+            }
+            q.write_submission(copies, holds)?;
+            q.fence(bell)
+        })
+    }
+
     /// Rings the doorbells for `m2s_count` Tx and `s2m_count` Rx prepared descriptors
     /// ([`Queue::start`]).
     ///
@@ -829,6 +859,16 @@ impl Channel {
     /// Bytes of the queue's memory charged to the owner's locked memory.
     pub(crate) fn charged(&self) -> u64 {
         self.charge.lock().as_ref().map_or(0, |c| c.bytes())
+    }
+
+    /// Whether a submission not yet retired (prepared, started or in flight) names `buf`
+    /// ([`Queue::holds`]); `false` once released.
+    pub(crate) fn holds(&self, buf: &Buffer) -> bool {
+        self.locked(|q| {
+            q.retire();
+            Ok(q.holds(buf))
+        })
+        .unwrap_or(false)
     }
 
     /// Whether fence `seq` is no longer in flight ([`Queue::is_settled`]); a released queue
@@ -1270,24 +1310,27 @@ impl Channel {
     /// Copies the byte ranges `ranges` (`(source, destination, bytes)`, device-fabric addresses)
     /// in order, in as few fenced submissions as the rings allow (the generation's final barrier
     /// on the last pair of each), waiting for each: how the driver's H2T queue moves the
-    /// descriptors of a queue whose rings are in device memory (`devring.rs`). Uninterruptible,
-    /// each wait bounded by [`DEFAULT_TIMEOUT`], after which this queue is reset: nothing of the
-    /// copy is in flight when this returns.
+    /// descriptors of a queue whose rings are in device memory (`devring.rs`). Nothing of the
+    /// copy is in flight when this returns, so the wait is uninterruptible: the descriptors go
+    /// to device memory the queue gives back when it is released. This queue is shared with
+    /// other files' `MEMCPY`s, so it is reset only when it is stuck (no progress for
+    /// [`DEFAULT_TIMEOUT`], the watchdog's rule), never because it is merely slow or busy: that
+    /// bounds the wait without failing another file's copy.
     ///
     /// # Errors
     ///
-    /// `EIO` (an engine error; the queue was reset), `ETIMEDOUT`, `ENODEV`.
+    /// `EIO` (an engine error; the queue was reset), `ETIMEDOUT` (stuck; the queue was reset),
+    /// `ENODEV`.
     pub(crate) fn copy_ranges(&self, ranges: &[(u64, u64, u64)]) -> Result {
         let policy = Policy {
             signals: WaitMode::Uninterruptible,
             timeout: DEFAULT_TIMEOUT,
-            on_timeout: OnTimeout::Reset,
+            on_timeout: OnTimeout::ResetIfStuck,
         };
         let barrier = self.bar.arch.final_barrier;
         let total: u64 = ranges.iter().map(|r| r.2).sum();
         // The next range, the bytes of it already copied, and the bytes of all.
         let (mut i, mut off, mut done) = (0usize, 0u64, 0u64);
-        let start = Instant::<Monotonic>::now();
         while done < total {
             let seq = self.with_ringer(|q, bell| {
                 let room = q.submission_room();
@@ -1317,11 +1360,18 @@ impl Channel {
                 Ok(Some(q.fence(bell)?))
             })?;
             match seq {
-                Some(seq) => self.wait_for(seq, &policy)?,
-                None if start.elapsed() >= policy.timeout => {
-                    return Err(self.reset_if_stuck().err().unwrap_or(ETIMEDOUT));
+                Some(seq) => loop {
+                    match self.wait_for(seq, &policy) {
+                        // Slow, not stuck: the move is still in flight, so wait on.
+                        Err(e) if e == ETIMEDOUT && !self.is_settled(seq) => continue,
+                        r => break r?,
+                    }
+                },
+                // Full of other files' copies: a stuck queue is reset, a busy one waited for.
+                None => {
+                    self.reset_if_stuck()?;
+                    fsleep(FULL_RING_SLEEP);
                 }
-                None => fsleep(FULL_RING_SLEEP),
             }
         }
         Ok(())

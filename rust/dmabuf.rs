@@ -19,7 +19,7 @@
 
 use crate::{
     buffer::{Buffer, BusyGuard, Drain},
-    channel::Owner,
+    channel::{Owner, DEFAULT_TIMEOUT},
     device::{Entered, UdmaDevice},
     shim::{DmaBufExport, DmaBufImport, MappedFile, RawExportHold, ReservedFd},
     uapi,
@@ -34,6 +34,10 @@ use kernel::{
 /// How long the holders of a revoked import get to finish on their own before the owner's
 /// queues that still hold work are reset (copies already started usually complete by then).
 const REVOKE_GRACE: Delta = Delta::from_millis(100);
+/// How long a copy on the shared H2T queue (`MEMCPY`, `MEMSET`) may keep holding a revoked
+/// import before that queue is reset: the default timeout, after which the watchdog would call
+/// a queue without progress stuck.
+const REVOKE_DEADLINE: Delta = DEFAULT_TIMEOUT;
 /// First and longest sleep between two looks at a revoked import's holders.
 const DRAIN_SLEEP: (Delta, Delta) = (Delta::from_micros(10), Delta::from_millis(1));
 
@@ -169,23 +173,27 @@ pub(crate) fn import_ioctl<'a>(
 struct Revoker(Arc<UdmaDevice>);
 
 impl Drain for Revoker {
-    /// Retires what the owner's queues completed until nothing holds `buf`; after
-    /// [`REVOKE_GRACE`] resets the owner's queues that still hold work (pairs prepared and never
-    /// started would hold it forever). A `MEMCPY` ends on its own (a stuck shared queue is reset
-    /// after the default timeout); what abandoned copies hold is reaped by the device's reaper.
+    /// Retires what the owner's queues completed until nothing holds `buf`. After
+    /// [`REVOKE_GRACE`] it resets the owner's queues whose unretired submissions name `buf`
+    /// (pairs prepared and never started would hold it forever), and only those: the file's
+    /// other queues go on. A `MEMCPY` or `MEMSET` naming it, abandoned or not, runs on the
+    /// device's shared H2T queue and normally ends on its own (a stuck queue is reset by the
+    /// watchdog's rule); if `buf` is still held after [`REVOKE_DEADLINE`], that queue is reset
+    /// too, so the drain is bounded whatever else the shared queue carries (other files'
+    /// copies on it then fail with `EIO`: the exporter's revocation comes first).
     fn drain(&self, buf: &Buffer) {
         let dev = &self.0;
         let start = Instant::<Monotonic>::now();
-        let mut reset = false;
+        let mut shared_reset = false;
         let mut sleep = DRAIN_SLEEP.0;
         while buf.is_busy() {
-            let grace_over = start.elapsed() >= REVOKE_GRACE;
+            let elapsed = start.elapsed();
             for chan in dev.queues().unwrap_or_default().iter() {
                 if chan.owner != Owner::File(buf.owner) {
                     continue;
                 }
                 let _ = chan.retire();
-                if grace_over && !reset && buf.is_busy() && chan.has_work().unwrap_or(false) {
+                if elapsed >= REVOKE_GRACE && chan.holds(buf) {
                     dev_warn!(
                         dev.pdev,
                         "engine {} queue {}: reset, its copies name an imported dma-buf its exporter revoked\n",
@@ -195,7 +203,22 @@ impl Drain for Revoker {
                     let _ = chan.reset(EIO);
                 }
             }
-            reset |= grace_over;
+            if elapsed >= REVOKE_DEADLINE && !shared_reset && buf.is_busy() {
+                shared_reset = true;
+                if let Ok(h2t) = dev.h2t() {
+                    let chan = h2t.channel();
+                    if chan.has_work().unwrap_or(false) {
+                        dev_warn!(
+                            dev.pdev,
+                            "engine {} queue {}: reset, a copy on it still names an imported dma-buf {} s after its exporter revoked it\n",
+                            chan.id.eng.get(),
+                            chan.id.q.number(),
+                            REVOKE_DEADLINE.as_millis() / 1000
+                        );
+                        let _ = chan.reset(EIO);
+                    }
+                }
+            }
             UdmaDevice::reap_later(dev);
             if !buf.is_busy() {
                 break;
@@ -314,6 +337,75 @@ mod tests {
         buf.take_for_free()?;
         if let Some(a) = buf.free() {
             dev.pool.free_dram(a);
+        }
+        Ok(())
+    }
+
+    /// After the grace period a revoked import resets only the owner's queues whose
+    /// submissions name it: a queue of the same owner whose prepared pair names another buffer
+    /// keeps it (and its hold), the queue naming the import is reset and holds nothing.
+    #[test]
+    fn revocation_resets_only_queues_naming_the_import() -> Result {
+        use crate::{
+            buffer::Holds,
+            desc::{Barrier, DescLen},
+            queue::Copy,
+        };
+        let dev = Registry::first().ok_or(ENODEV)?;
+        let size = 4096;
+        let owner = u64::MAX - 1;
+        let buf = dev.alloc_buffer(false, size, 5, 0, MappedFile::none())?;
+        let host = dev.alloc_buffer(true, size, 6, owner, MappedFile::none())?;
+        let exp = export(&dev, &buf)?;
+        let (imp, _) = {
+            let entered = dev.enter()?;
+            // SAFETY: the section keeps the device bound during the call; the import is
+            // released below, before this test ends.
+            unsafe { DmaBufImport::of_export(&exp, entered.bound()) }?
+        };
+        let drain: Arc<dyn Drain> = Arc::new(Revoker(dev.clone()), GFP_KERNEL)?;
+        let ib = Buffer::imported_dmabuf(7, size, owner, MappedFile::none(), imp, drain, true)?;
+        let route = dev.arch.host_route;
+        let (imported, _) = ib.span(route, 0, size)?.at(0).ok_or(EINVAL)?;
+        let (hosted, _) = host.span(route, 0, size)?.at(0).ok_or(EINVAL)?;
+        let eng = dev.arch.h2t[0].0;
+        let naming = dev.queue_init_at(eng, 6, 32, 32, Owner::File(owner))?;
+        let other = dev.queue_init_at(eng, 7, 32, 32, Owner::File(owner))?;
+        let r = (|| -> Result {
+            let pair = |src, dst| -> Result<[Copy; 1]> {
+                Ok([Copy {
+                    src,
+                    dst,
+                    len: DescLen::new(64)?,
+                    barrier: Barrier::None,
+                }])
+            };
+            let mut h = Holds::default();
+            h.add(&ib)?;
+            naming.prepare(&pair(imported, hosted)?, 1, h)?;
+            let mut h = Holds::default();
+            h.add(&host)?;
+            other.prepare(&pair(hosted, hosted + 2048)?, 1, h)?;
+            assert!(naming.holds(&ib) && !other.holds(&ib) && other.holds(&host));
+            // Prepared and never started: only the reset lets the revocation end.
+            exp.revoke();
+            assert!(!ib.is_busy());
+            assert!(!naming.holds(&ib) && !naming.has_work()?);
+            assert!(other.holds(&host) && other.has_work()?);
+            Ok(())
+        })();
+        dev.queue_release(naming.owner, naming.id)?;
+        dev.queue_release(other.owner, other.id)?;
+        drop(exp);
+        r?;
+        ib.take_for_free()?;
+        ib.free();
+        for b in [&host, &buf] {
+            assert!(settles(b));
+            b.take_for_free()?;
+            if let Some(a) = b.free() {
+                dev.pool.free_dram(a);
+            }
         }
         Ok(())
     }

@@ -301,6 +301,18 @@ impl OpenFile {
     /// `eng`/`qid`, all or nothing. Returns the pairs written when a copy has
     /// `NEURON_UDMA_COPY_SPLIT`, else 0 (ABI 1).
     fn prepare(&self, eng: u32, qid: u32, copies: &[uapi::neuron_udma_copy]) -> Result<isize> {
+        self.prepare_on(eng, qid, copies, false).map(|(r, _)| r)
+    }
+
+    /// [`Self::prepare`], and with `fenced` a fence after the pairs under the same queue lock
+    /// ([`Channel::prepare_fenced`]), returned second (0 without).
+    fn prepare_on(
+        &self,
+        eng: u32,
+        qid: u32,
+        copies: &[uapi::neuron_udma_copy],
+        fenced: bool,
+    ) -> Result<(isize, u64)> {
         let chan = self.queue(eng, qid)?;
         let mut batch = Batch::new(copies.len())?;
         let route = self.dev.arch.host_route;
@@ -308,11 +320,16 @@ impl OpenFile {
             batch.add(&self.dev.pool, self.id, route, c)?;
         }
         let holds = batch.take_holds();
-        chan.prepare(batch.copies(), batch.largest, holds)?;
+        let seq = if fenced {
+            chan.prepare_fenced(batch.copies(), batch.largest, holds)?
+        } else {
+            chan.prepare(batch.copies(), batch.largest, holds)?;
+            0
+        };
         let bytes: u64 = copies.iter().map(|c| u64::from(c.size)).sum();
         self.copy_bytes.fetch_add(bytes, Relaxed);
         let (flags, pairs) = (batch.flags, batch.pairs());
-        Ok(split_result(flags, pairs))
+        Ok((split_result(flags, pairs), seq))
     }
 
     fn copy_prepare(&self, p: &uapi::neuron_udma_copy_prepare) -> Result<isize> {
@@ -490,13 +507,14 @@ impl OpenFile {
             return Err(EINVAL);
         }
         let chan = self.queue(eng, qid)?;
-        // No fence slot: fail before anything is prepared.
+        // No fence slot: fail before the copies are read (checked again under the queue lock).
         if !chan.can_submit()? {
             return Err(EBUSY);
         }
         let staged = read_copies(copies, count)?;
-        self.prepare(eng, qid, &staged)?;
-        let seq = chan.submit_fence()?;
+        // The pairs and their fence under one queue lock: a fence slot taken meanwhile by
+        // another thread of the file fails the command with nothing prepared.
+        let (_, seq) = self.prepare_on(eng, qid, &staged, true)?;
         // SAFETY: `cmd` is the command being issued; the driver's `uring_cmd` owns its bytes.
         unsafe { shim::uring_pdu_set(cmd, eng, qid, seq) };
         if !iopoll {

@@ -21,7 +21,7 @@
 
 use crate::{
     arch::Arch,
-    buffer::Holds,
+    buffer::{Buffer, Holds},
     desc::{Barrier, Desc, DescLen, Dir, DESC_SIZE},
     devring::{DeviceMemory, DeviceRings, Moves},
     engine::{self, DescCount, EngineIo, QueueIndex},
@@ -146,8 +146,8 @@ pub(crate) const LOST_RANGES: usize = 32;
 struct SubmissionHolds {
     /// Free-running Tx position just past the submission's last pair.
     end: u64,
-    /// Kept for its drop: the buffers stay busy while the record lives.
-    _holds: Holds,
+    /// The buffers, busy while the record lives (a revoked import asks which queues hold it).
+    holds: Holds,
 }
 
 /// Holds records from which the retired ones are compacted away once this many are dead.
@@ -452,6 +452,11 @@ impl Queue {
         self.fences.len() < FENCE_SLOTS && self.marker_room()
     }
 
+    /// Whether [`FENCE_SLOTS`] fences are in flight (no fence can be added until one retires).
+    pub(crate) fn fences_full(&self) -> bool {
+        self.fences.len() >= FENCE_SLOTS
+    }
+
     /// Room for one pair beyond the reserve-keeping limit: the rings never fill completely.
     fn marker_room(&self) -> bool {
         let room = |r: &RingState| r.outstanding() + 2 < r.size().descs();
@@ -494,7 +499,7 @@ impl Queue {
             // Cannot fail: capacity was reserved.
             let _ = self.holds.push_within_capacity(Some(SubmissionHolds {
                 end: self.tx_written,
-                _holds: holds,
+                holds,
             }));
         }
         Ok(())
@@ -749,6 +754,15 @@ impl Queue {
         self.progress_at = Instant::now();
         self.tx_acked += u64::from(tx_n);
         self.release_holds();
+    }
+
+    /// Whether a submission whose holds are not dropped yet names `buf`.
+    pub(crate) fn holds(&self, buf: &Buffer) -> bool {
+        self.holds
+            .iter()
+            .skip(self.holds_head)
+            .flatten()
+            .any(|h| h.holds.contains(buf))
     }
 
     /// Drops the buffer holds of every submission whose last pair was acked.

@@ -29,6 +29,10 @@ const STATE_CHECK_EVERY: Delta = Delta::from_millis(20);
 
 struct List {
     chans: KVec<Arc<Channel>>,
+    /// Calls of [`Watcher::watch`] so far: a queue the worker found with nothing to watch
+    /// leaves the list only if no call came meanwhile (that call may have submitted a fence or
+    /// added a listener after the worker looked, and found the queue still listed).
+    requests: u64,
     /// False after [`Watcher::shutdown`]: nothing is watched any more.
     alive: bool,
 }
@@ -67,6 +71,7 @@ impl Watcher {
             pin_init!(Self {
                 list <- new_mutex!(List {
                     chans: KVec::new(),
+                    requests: 0,
                     alive: true,
                 }),
                 running: Atomic::new(0),
@@ -87,6 +92,7 @@ impl Watcher {
             if !l.alive {
                 return;
             }
+            l.requests = l.requests.wrapping_add(1);
             if !l.chans.iter().any(|c| Arc::ptr_eq(c, chan)) {
                 // Without memory the queue is not watched: its waiters still see every fence,
                 // its listeners see them at the next submission or poll.
@@ -113,10 +119,10 @@ impl Watcher {
             let mut progress = false;
             let mut i = 0;
             loop {
-                let chan = {
+                let (chan, requests) = {
                     let l = self.list.lock();
                     match l.chans.get(i) {
-                        Some(c) => c.clone(),
+                        Some(c) => (c.clone(), l.requests),
                         None => break,
                     }
                 };
@@ -124,7 +130,8 @@ impl Watcher {
                 let keep = chan.notify(check);
                 progress |= chan.settled_fences() != before;
                 let mut l = self.list.lock();
-                if keep {
+                // A `watch` since the look above: look again in the next round.
+                if keep || l.requests != requests {
                     i += 1;
                 } else if let Some(p) = l.chans.iter().position(|c| Arc::ptr_eq(c, &chan)) {
                     let _ = l.chans.remove(p);
