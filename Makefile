@@ -113,7 +113,7 @@ fuzz:
 	  echo "kernel splat during the fuzz run (build/fuzz/$(MODEL)/console.log)"; exit 1; fi
 
 RUSTFMT := scripts/in-root rustfmt --edition 2021 --config-path /usr/src/linux/.rustfmt.toml
-RUST_SRCS := $(filter-out rust/uapi_generated.rs,$(wildcard rust/*.rs))
+RUST_SRCS := $(filter-out rust/uapi_generated.rs,$(wildcard rust/*.rs rust/*/*.rs))
 
 fmt:
 	$(RUSTFMT) $(RUST_SRCS)

@@ -634,7 +634,7 @@ class TestManifest(unittest.TestCase):
     def test_kunit_suites_match_the_sources(self):
         suites = set()
         # The module's sources and the bench code make bench compiles into it.
-        for f in [*(TOP / "rust").glob("*.rs"), *(TOP / "tests" / "bench" / "kernel").glob("*.rs")]:
+        for f in [*(TOP / "rust").rglob("*.rs"), *(TOP / "tests" / "bench" / "kernel").glob("*.rs")]:
             suites |= set(re.findall(r"#\[(?:kernel::prelude::)?kunit_tests\((\w+)\)\]", f.read_text()))
         self.assertTrue(suites)
         self.assertEqual(suites, set(self.m.kunit), "#[kunit_tests] of rust/ and tests/bench/kernel/ and tests/expected.toml differ")
