@@ -27,7 +27,7 @@
 #define PARAMS "/sys/module/dmatest/parameters/"
 #define MAX_CHANS 16
 /* dmatest iterations per thread; two threads per channel. */
-#define ITER_RANDOM 500
+#define ITER_RANDOM 250
 #define ITER_SHORT 100
 /* Longest a phase may take before its missing summaries fail it, in seconds. */
 #define PHASE_LIMIT_S 600

@@ -18,7 +18,7 @@
 #include "kselftest_harness.h"
 #include "udma_multi.h"
 
-#define CYCLES 20
+#define CYCLES 10
 #define WORKERS 4
 #define COPY_SIZE 16384
 #define FUZZER "/usr/bin/udma-fuzz"
