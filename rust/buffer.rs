@@ -427,6 +427,11 @@ impl Buffer {
         }
     }
 
+    /// Whether this is an imported dma-buf its exporter revoked ([`Self::revoke`]).
+    pub(crate) fn is_revoked(&self) -> bool {
+        self.revoked.load(Relaxed) != 0
+    }
+
     /// Marks an imported dma-buf revoked by its exporter: no new hold can be taken from now on
     /// ([`Self::claim`] fails with `ENXIO`). Returns whether a hold still exists (then
     /// [`Self::drain_revoked`] must run before the mapping goes).

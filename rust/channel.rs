@@ -437,9 +437,9 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `EBUSY` ([`queue::FENCE_SLOTS`] fences in flight), then those of [`Self::prepare`];
-    /// nothing is written then. Past that point only the doorbell can fail (`ENODEV`, or an
-    /// error moving a device ring's descriptors), as it can for [`Self::submit_fence`].
+    /// `EBUSY` ([`queue::FENCE_SLOTS`] fences in flight), those of [`Self::prepare`], and of
+    /// the doorbell (`ENODEV`, or an error moving a device ring's descriptors); nothing is
+    /// written then ([`Queue::write_fenced`]).
     pub(crate) fn prepare_fenced(
         &self,
         copies: &[queue::Copy],
@@ -454,8 +454,7 @@ impl Channel {
             if q.fences_full() {
                 return Err(EBUSY);
             }
-            q.write_submission(copies, holds)?;
-            q.fence(bell)
+            q.write_fenced(copies, holds, bell)
         })
     }
 
@@ -1186,12 +1185,27 @@ impl Channel {
     /// submission (the policy's timeout bounding each wait) before the next. A full ring is
     /// waited for within the timeout, and reset when stuck.
     pub(crate) fn transfer(&self, job: Job<'_>, policy: &Policy) -> Finish {
+        self.transfer_until(job, policy, || None)
+    }
+
+    /// [`Self::transfer`], asking `stop` before each submission: an error it returns ends the
+    /// copy there, with nothing of it in flight (`MEMCPY` and `MEMSET` stop so when the exporter
+    /// of an imported dma-buf they name revokes it).
+    pub(crate) fn transfer_until(
+        &self,
+        job: Job<'_>,
+        policy: &Policy,
+        stop: impl Fn() -> Option<Error>,
+    ) -> Finish {
         if job.size == 0 {
             return Finish::Failed(EINVAL);
         }
         let start = Instant::<Monotonic>::now();
         let mut pieces = Pieces::new(job.src, job.dst, job.size, MAX_DESC_BYTES);
         while pieces.remaining() != 0 {
+            if let Some(e) = stop() {
+                return Finish::Failed(e);
+            }
             let seq = match self.submit(&mut pieces) {
                 Ok(Some(seq)) => seq,
                 Ok(None) => {
@@ -1311,16 +1325,17 @@ impl Channel {
     /// in order, in as few fenced submissions as the rings allow (the generation's final barrier
     /// on the last pair of each), waiting for each: how the driver's H2T queue moves the
     /// descriptors of a queue whose rings are in device memory (`devring.rs`). Nothing of the
-    /// copy is in flight when this returns, so the wait is uninterruptible: the descriptors go
-    /// to device memory the queue gives back when it is released. This queue is shared with
+    /// copy is in flight when this returns, so the wait for a submission is uninterruptible: the
+    /// descriptors go to device memory the queue gives back when it is released. This queue is shared with
     /// other files' `MEMCPY`s, so it is reset only when it is stuck (no progress for
     /// [`DEFAULT_TIMEOUT`], the watchdog's rule), never because it is merely slow or busy: that
     /// bounds the wait without failing another file's copy.
     ///
     /// # Errors
     ///
-    /// `EIO` (an engine error; the queue was reset), `ETIMEDOUT` (stuck; the queue was reset),
-    /// `ENODEV`.
+    /// `EIO` (an engine error; the queue was reset), `ETIMEDOUT` (stuck: the queue was reset;
+    /// or its ring full of other copies for [`DEFAULT_TIMEOUT`], nothing of this move written),
+    /// `EINTR` (SIGKILL while the ring was full, nothing of this move in flight), `ENODEV`.
     pub(crate) fn copy_ranges(&self, ranges: &[(u64, u64, u64)]) -> Result {
         let policy = Policy {
             signals: WaitMode::Uninterruptible,
@@ -1331,6 +1346,8 @@ impl Channel {
         let total: u64 = ranges.iter().map(|r| r.2).sum();
         // The next range, the bytes of it already copied, and the bytes of all.
         let (mut i, mut off, mut done) = (0usize, 0u64, 0u64);
+        // Since when the ring has been full of other files' copies (nothing of ours in flight).
+        let mut full_since = None;
         while done < total {
             let seq = self.with_ringer(|q, bell| {
                 let room = q.submission_room();
@@ -1360,16 +1377,26 @@ impl Channel {
                 Ok(Some(q.fence(bell)?))
             })?;
             match seq {
-                Some(seq) => loop {
-                    match self.wait_for(seq, &policy) {
-                        // Slow, not stuck: the move is still in flight, so wait on.
-                        Err(e) if e == ETIMEDOUT && !self.is_settled(seq) => continue,
-                        r => break r?,
+                Some(seq) => {
+                    full_since = None;
+                    loop {
+                        match self.wait_for(seq, &policy) {
+                            // Slow, not stuck: the move is still in flight, so wait on.
+                            Err(e) if e == ETIMEDOUT && !self.is_settled(seq) => continue,
+                            r => break r?,
+                        }
                     }
-                },
-                // Full of other files' copies: a stuck queue is reset, a busy one waited for.
+                }
+                // Full of other files' copies, and nothing of this move in flight: give up
+                // after the default timeout (a stuck queue is reset) or on SIGKILL.
                 None => {
-                    self.reset_if_stuck()?;
+                    let since = *full_since.get_or_insert_with(Instant::<Monotonic>::now);
+                    if since.elapsed() >= DEFAULT_TIMEOUT {
+                        return Err(self.reset_if_stuck().err().unwrap_or(ETIMEDOUT));
+                    }
+                    if fatal_signal_pending() {
+                        return Err(EINTR);
+                    }
                     fsleep(FULL_RING_SLEEP);
                 }
             }

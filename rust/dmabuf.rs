@@ -177,14 +177,17 @@ impl Drain for Revoker {
     /// [`REVOKE_GRACE`] it resets the owner's queues whose unretired submissions name `buf`
     /// (pairs prepared and never started would hold it forever), and only those: the file's
     /// other queues go on. A `MEMCPY` or `MEMSET` naming it, abandoned or not, runs on the
-    /// device's shared H2T queue and normally ends on its own (a stuck queue is reset by the
-    /// watchdog's rule); if `buf` is still held after [`REVOKE_DEADLINE`], that queue is reset
-    /// too, so the drain is bounded whatever else the shared queue carries (other files'
+    /// device's shared H2T queue: it submits nothing more once `buf` is revoked (it fails with
+    /// `ENXIO`), and what it has in flight normally completes (a stuck queue is reset by the
+    /// watchdog's rule); if `buf` is still held [`REVOKE_DEADLINE`] later (that queue full of
+    /// other copies), that queue is reset too (again each [`REVOKE_DEADLINE`] while `buf` is
+    /// held), so the drain is bounded whatever else the shared queue carries (other files'
     /// copies on it then fail with `EIO`: the exporter's revocation comes first).
     fn drain(&self, buf: &Buffer) {
         let dev = &self.0;
         let start = Instant::<Monotonic>::now();
-        let mut shared_reset = false;
+        // When the shared H2T queue is reset next if a copy there still holds `buf`.
+        let mut shared_reset_at = REVOKE_DEADLINE;
         let mut sleep = DRAIN_SLEEP.0;
         while buf.is_busy() {
             let elapsed = start.elapsed();
@@ -203,8 +206,10 @@ impl Drain for Revoker {
                     let _ = chan.reset(EIO);
                 }
             }
-            if elapsed >= REVOKE_DEADLINE && !shared_reset && buf.is_busy() {
-                shared_reset = true;
+            if elapsed >= shared_reset_at && buf.is_busy() {
+                // A `MEMCPY`/`MEMSET` naming `buf` submits nothing more once it is revoked
+                // (`H2t::copy_for_file`): a reset ends the submission it has in flight.
+                shared_reset_at = elapsed + REVOKE_DEADLINE;
                 if let Ok(h2t) = dev.h2t() {
                     let chan = h2t.channel();
                     if chan.has_work().unwrap_or(false) {

@@ -523,12 +523,15 @@ impl OpenFile {
             let Some(c) = (unsafe { UringCmd::new(cmd, seq) }) else {
                 return Err(EINVAL);
             };
-            if let Err((e, c)) = chan.add_uring(c) {
+            let added = chan.add_uring(c);
+            // Also when the command was not queued: the queue's other listeners (an eventfd, a
+            // poller) hear of the fence just submitted.
+            self.dev.watch(&chan);
+            if let Err((e, c)) = added {
                 // Not queued: io_uring completes it with `e`.
                 c.into_raw();
                 return Err(e);
             }
-            self.dev.watch(&chan);
         }
         Ok(EIOCBQUEUED.to_errno())
     }

@@ -136,8 +136,9 @@ impl H2t {
     /// # Errors
     ///
     /// `ETIMEDOUT` (also when the file's previous timed-out copy is still running), `EIO`
-    /// (engine error: the queue was reset), `EINTR` (SIGKILL), `EINVAL` for size 0, `ENOMEM`,
-    /// `ENODEV`.
+    /// (engine error: the queue was reset), `EINTR` (SIGKILL), `ENXIO` (an imported dma-buf of
+    /// `hold` was revoked by its exporter: no further submission names it), `EINVAL` for size
+    /// 0, `ENOMEM`, `ENODEV`.
     pub(crate) fn copy_for_file(
         &self,
         pool: &BufferPool,
@@ -153,6 +154,9 @@ impl H2t {
             if !self.orphans.held_by(file) {
                 break;
             }
+            if hold.revoked() {
+                return Err(ENXIO);
+            }
             if start.elapsed() >= timeout {
                 return Err(ETIMEDOUT);
             }
@@ -163,7 +167,8 @@ impl H2t {
         }
         let slot = self.orphans.reserve()?;
         let left = timeout - start.elapsed();
-        match self.chan.transfer(job, &Self::policy(left)) {
+        let revoked = || hold.revoked().then_some(ENXIO);
+        match self.chan.transfer_until(job, &Self::policy(left), revoked) {
             Finish::InFlight { err, seq } => {
                 self.orphans
                     .adopt(slot, Orphan::new(self.chan.clone(), seq, file, hold));

@@ -38,6 +38,18 @@ pub(crate) enum Hold {
     Fill(BusyGuard, PatternRef),
 }
 
+impl Hold {
+    /// Whether a buffer it holds is an imported dma-buf its exporter revoked: a copy naming it
+    /// submits nothing more ([`Channel::transfer_until`]).
+    pub(crate) fn revoked(&self) -> bool {
+        match self {
+            Hold::Buffers(g) => g.iter().any(|g| g.buffer().is_revoked()),
+            Hold::Fill(g, _) => g.buffer().is_revoked(),
+            Hold::Dram(_) => false,
+        }
+    }
+}
+
 /// One orphan: its queue, the fence that covers it, its owner, and what it holds.
 pub(crate) struct Orphan {
     /// The queue the submission is on.

@@ -505,6 +505,37 @@ impl Queue {
         Ok(())
     }
 
+    /// Writes the pairs `copies` of one submission ([`Self::write_submission`]) and a fence
+    /// after everything prepared ([`Self::fence`]) as one step: if the fence cannot be added or
+    /// rung, the pairs are taken back with it (and their holds dropped), so the copies of a
+    /// failed call never run later. Returns the fence.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Self::write_submission`] and [`Self::fence`]; nothing is written then.
+    pub(crate) fn write_fenced(
+        &mut self,
+        copies: &[Copy],
+        holds: Holds,
+        bell: impl Doorbell,
+    ) -> Result<u64> {
+        let saved = (
+            *self.tx.state(),
+            *self.rx.state(),
+            self.pending_tx,
+            self.pending_rx,
+            self.tx_written,
+            self.holds.len(),
+        );
+        self.write_submission(copies, holds)?;
+        self.fence(bell).inspect_err(|_| {
+            self.tx.restore(saved.0);
+            self.rx.restore(saved.1);
+            (self.pending_tx, self.pending_rx, self.tx_written) = (saved.2, saved.3, saved.4);
+            self.holds.truncate(saved.5);
+        })
+    }
+
     /// Writes one pair without the reserve check (callers check the space).
     #[inline(always)]
     fn write_pair(&mut self, c: &Copy) {

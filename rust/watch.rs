@@ -28,11 +28,11 @@ use kernel::{
 const STATE_CHECK_EVERY: Delta = Delta::from_millis(20);
 
 struct List {
-    chans: KVec<Arc<Channel>>,
-    /// Calls of [`Watcher::watch`] so far: a queue the worker found with nothing to watch
-    /// leaves the list only if no call came meanwhile (that call may have submitted a fence or
-    /// added a listener after the worker looked, and found the queue still listed).
-    requests: u64,
+    /// The watched queues, each with the count of [`Watcher::watch`] calls for it while listed:
+    /// a queue the worker found with nothing to watch leaves the list only if no call for it
+    /// came meanwhile (that call may have submitted a fence or added a listener after the
+    /// worker looked, and found the queue still listed).
+    chans: KVec<(Arc<Channel>, u64)>,
     /// False after [`Watcher::shutdown`]: nothing is watched any more.
     alive: bool,
 }
@@ -71,7 +71,6 @@ impl Watcher {
             pin_init!(Self {
                 list <- new_mutex!(List {
                     chans: KVec::new(),
-                    requests: 0,
                     alive: true,
                 }),
                 running: Atomic::new(0),
@@ -92,13 +91,12 @@ impl Watcher {
             if !l.alive {
                 return;
             }
-            l.requests = l.requests.wrapping_add(1);
-            if !l.chans.iter().any(|c| Arc::ptr_eq(c, chan)) {
+            if let Some(e) = l.chans.iter_mut().find(|(c, _)| Arc::ptr_eq(c, chan)) {
+                e.1 = e.1.wrapping_add(1);
+            } else if l.chans.push((chan.clone(), 0), GFP_KERNEL).is_err() {
                 // Without memory the queue is not watched: its waiters still see every fence,
                 // its listeners see them at the next submission or poll.
-                if l.chans.push(chan.clone(), GFP_KERNEL).is_err() {
-                    return;
-                }
+                return;
             }
         }
         if this.running.cmpxchg(0, 1, Relaxed).is_ok() {
@@ -122,7 +120,7 @@ impl Watcher {
                 let (chan, requests) = {
                     let l = self.list.lock();
                     match l.chans.get(i) {
-                        Some(c) => (c.clone(), l.requests),
+                        Some((c, n)) => (c.clone(), *n),
                         None => break,
                     }
                 };
@@ -130,11 +128,13 @@ impl Watcher {
                 let keep = chan.notify(check);
                 progress |= chan.settled_fences() != before;
                 let mut l = self.list.lock();
-                // A `watch` since the look above: look again in the next round.
-                if keep || l.requests != requests {
-                    i += 1;
-                } else if let Some(p) = l.chans.iter().position(|c| Arc::ptr_eq(c, &chan)) {
-                    let _ = l.chans.remove(p);
+                let pos = l.chans.iter().position(|(c, _)| Arc::ptr_eq(c, &chan));
+                match pos {
+                    // A `watch` of it since the look above: look again in the next round.
+                    Some(p) if !keep && l.chans.get(p).is_some_and(|e| e.1 == requests) => {
+                        let _ = l.chans.remove(p);
+                    }
+                    _ => i += 1,
                 }
             }
             {
