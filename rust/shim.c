@@ -193,7 +193,7 @@ void neuron_udma_uncharge(struct user_struct *user, unsigned long pages)
  */
 static unsigned int dma_channels = 4;
 module_param(dma_channels, uint, 0444);
-MODULE_PARM_DESC(dma_channels, "dmaengine memcpy channels per device (0: no dmaengine provider; at most 8)");
+MODULE_PARM_DESC(dma_channels, "dmaengine memcpy/memset channels per device (default 4; 0: no dmaengine provider; at most 8)");
 
 unsigned int neuron_udma_dma_channels(void)
 {
@@ -230,7 +230,7 @@ static const struct kernel_param_ops device_ring_fill_ops = {
 	.get = device_ring_fill_get,
 };
 module_param_cb(device_ring_fill, &device_ring_fill_ops, NULL, 0644);
-MODULE_PARM_DESC(device_ring_fill, "how descriptors reach rings in device memory: bar4 (CPU writes through BAR4) or engine (the H2T queue copies them)");
+MODULE_PARM_DESC(device_ring_fill, "how descriptors reach rings in device memory: bar4 (the default: CPU writes through BAR4) or engine (the H2T queue copies them)");
 
 bool neuron_udma_device_rings_by_engine(void)
 {

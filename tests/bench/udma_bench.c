@@ -1401,12 +1401,17 @@ struct uring_kind {
 	double uring, enter, prep, ioctls;
 };
 
-/* The newest fence of queue (@eng, 1) of @c (FENCE_STATUS of fence 1, which never blocks). */
+/*
+ * The newest fence of queue (@eng, 1) of @c (FENCE_STATUS of fence 1, which never blocks); 0 on
+ * a queue that has submitted none yet (fence 1 is then not submitted: EINVAL).
+ */
 static __u64 newest_fence(struct qctx *c, __u32 eng)
 {
 	struct neuron_udma_fence_status st = { .engine = eng, .queue = c->q, .fence = 1 };
 	int ret = udma_ioc(c->fd, NEURON_UDMA_FENCE_STATUS, &st);
 
+	if (ret == -EINVAL)
+		return 0;
 	if (ret)
 		die("FENCE_STATUS (io_uring rows)", ret);
 	return st.submitted;
