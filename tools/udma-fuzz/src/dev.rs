@@ -250,6 +250,15 @@ impl Region {
         };
         let len = if kind == RegionKind::Thp { HUGE } else { len };
         let mut r = Self { kind, ptr, len, map, memfd, dmabuf: None };
+        if kind == RegionKind::Udmabuf {
+            // Pages allocated last to first in the first half (a run each, as the allocator
+            // hands out ascending frames), first to last in the second: the udmabuf has many
+            // runs and a long one.
+            let pages = len / 4096;
+            for p in (0..pages / 2).rev().chain(pages / 2..pages) {
+                r.write(p * 4096, &[0]);
+            }
+        }
         if kind != RegionKind::NoAccess {
             r.write(0, &(0..len).map(fill).collect::<Vec<u8>>());
         }

@@ -415,7 +415,7 @@ impl ReferenceStateMachine for FuzzRef {
             2 => (0u8..11, any::<u8>(), any::<u8>(), any::<u16>()).prop_map(|(kind, a, b, x)| Op::Race { kind, a, b, x }),
             4 => (f.clone(), slot.clone(), any::<u16>(), any::<u8>(), any::<u8>(), how(7)).prop_map(|(file, slot, off, size, value, how)| Op::Memset { file, slot, off, size, value, how }),
             3 => (f.clone(), slot.clone(), any::<u8>(), prop_oneof![2 => Just(true), 1 => Just(false)], how(6)).prop_map(|(file, slot, src, write, how)| Op::DmabufImport { file, slot, src, write, how }),
-            2 => (f.clone(), slot.clone(), any::<bool>(), prop_oneof![4 => Just(0u8), 2 => Just(1u8), 1 => 2u8..=6]).prop_map(|(file, slot, cloexec, how)| Op::DmabufExport { file, slot, cloexec, how }),
+            3 => (f.clone(), slot.clone(), any::<bool>(), prop_oneof![4 => Just(0u8), 2 => Just(1u8), 1 => 2u8..=6]).prop_map(|(file, slot, cloexec, how)| Op::DmabufExport { file, slot, cloexec, how }),
         ];
         let base = if ctx().unbind {
             prop_oneof![200 => base, 1 => (0u8..2).prop_map(|how| Op::Unbind { how })].boxed()
@@ -789,7 +789,10 @@ impl Sut {
                 arg.handle = h;
                 match self.refs(f, h) {
                     // Exported: a descriptor or an import of its dma-buf holds it.
-                    _ if self.exported(h) => (false, vec![EBUSY]),
+                    _ if self.exported(h) => {
+                        fact("MEM_FREE of exported device buffers", 1);
+                        (false, vec![EBUSY])
+                    }
                     (true, _) => (false, vec![EBUSY]),
                     (false, v) if !v.is_empty() => (true, vec![EBUSY]),
                     _ => (true, vec![]),
