@@ -166,6 +166,9 @@ pub enum RegionKind {
     ReadOnly,
     /// `PROT_NONE`: nothing can be pinned.
     NoAccess,
+    /// A sealed memfd's shared pages and a udmabuf (`/dev/udmabuf`) of them: a dma-buf of
+    /// another exporter for `DMABUF_IMPORT`, whose bytes the CPU writes through the mapping.
+    Udmabuf,
 }
 
 /// A memory region of the process (mapped at creation, unmapped on drop).
@@ -177,7 +180,9 @@ pub struct Region {
     /// Length in bytes.
     pub len: usize,
     map: (*mut u8, usize),
-    _memfd: Option<OwnedFd>,
+    memfd: Option<OwnedFd>,
+    /// `Udmabuf`: the dma-buf of the whole region (`None` without `/dev/udmabuf`).
+    dmabuf: Option<OwnedFd>,
 }
 
 // SAFETY: plain process memory, accessed with volatile byte accesses only.
@@ -211,13 +216,19 @@ impl Region {
                     libc::madvise(m, 2 * HUGE, libc::MADV_DONTFORK);
                     ((m.cast::<u8>(), 2 * HUGE), p)
                 }
-                RegionKind::Memfd => {
-                    let fd = libc::memfd_create(c"udma-fuzz".as_ptr(), libc::MFD_CLOEXEC);
+                RegionKind::Memfd | RegionKind::Udmabuf => {
+                    // udmabuf takes only memfds that cannot shrink.
+                    let seal = kind == RegionKind::Udmabuf;
+                    let flags = libc::MFD_CLOEXEC | if seal { libc::MFD_ALLOW_SEALING } else { 0 };
+                    let fd = libc::memfd_create(c"udma-fuzz".as_ptr(), flags);
                     if fd < 0 {
                         return Err(last_errno());
                     }
                     let fd = OwnedFd::from_raw_fd(fd);
                     if libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) != 0 {
+                        return Err(last_errno());
+                    }
+                    if seal && libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) != 0 {
                         return Err(last_errno());
                     }
                     let m = libc::mmap(std::ptr::null_mut(), len, rw, libc::MAP_SHARED, fd.as_raw_fd(), 0);
@@ -238,9 +249,21 @@ impl Region {
             }
         };
         let len = if kind == RegionKind::Thp { HUGE } else { len };
-        let r = Self { kind, ptr, len, map, _memfd: memfd };
+        let mut r = Self { kind, ptr, len, map, memfd, dmabuf: None };
+        if kind == RegionKind::Udmabuf {
+            // Pages allocated last to first in the first half (a run each, as the allocator
+            // hands out ascending frames), first to last in the second: the udmabuf has many
+            // runs and a long one.
+            let pages = len / 4096;
+            for p in (0..pages / 2).rev().chain(pages / 2..pages) {
+                r.write(p * 4096, &[0]);
+            }
+        }
         if kind != RegionKind::NoAccess {
             r.write(0, &(0..len).map(fill).collect::<Vec<u8>>());
+        }
+        if kind == RegionKind::Udmabuf {
+            r.dmabuf = udmabuf(r.memfd.as_ref().expect("memfd").as_raw_fd(), len)?;
         }
         let prot = match kind {
             RegionKind::ReadOnly => Some(libc::PROT_READ),
@@ -270,6 +293,16 @@ impl Region {
         // SAFETY: our own mapping; the advice changes no byte.
         unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_COLLAPSE) };
         phys_runs(self.addr(0), self.len).is_ok_and(|r| r.is_empty())
+    }
+
+    /// The memfd behind a `Memfd` or `Udmabuf` region (a descriptor that is not a dma-buf).
+    pub fn memfd(&self) -> Option<RawFd> {
+        self.memfd.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// The dma-buf of a `Udmabuf` region (`None` without `/dev/udmabuf`).
+    pub fn dmabuf(&self) -> Option<RawFd> {
+        self.dmabuf.as_ref().map(|f| f.as_raw_fd())
     }
 
     /// The address of byte `off`.
@@ -302,6 +335,39 @@ impl Drop for Region {
         // SAFETY: the mapping this value owns.
         unsafe { libc::munmap(self.map.0.cast(), self.map.1) };
     }
+}
+
+/// `struct udmabuf_create` of `<linux/udmabuf.h>`.
+#[repr(C)]
+struct UdmabufCreate {
+    memfd: u32,
+    flags: u32,
+    offset: u64,
+    size: u64,
+}
+
+/// `UDMABUF_CREATE`: `_IOW('u', 0x42, struct udmabuf_create)`.
+const UDMABUF_CREATE: sys::IoctlRequest =
+    ((1u64 << 30) | ((std::mem::size_of::<UdmabufCreate>() as u64) << 16) | (0x75 << 8) | 0x42) as sys::IoctlRequest;
+/// `UDMABUF_FLAGS_CLOEXEC`.
+const UDMABUF_FLAGS_CLOEXEC: u32 = 1;
+
+/// A dma-buf of the first `len` bytes of `memfd` from `/dev/udmabuf`; `None` if the kernel has
+/// no udmabuf device.
+///
+/// # Errors
+///
+/// The errno of `UDMABUF_CREATE`.
+fn udmabuf(memfd: RawFd, len: usize) -> Result<Option<OwnedFd>, Errno> {
+    let Ok(dev) = Dev::open(Path::new("/dev/udmabuf"), false) else { return Ok(None) };
+    let mut c = UdmabufCreate { memfd: memfd as u32, flags: UDMABUF_FLAGS_CLOEXEC, offset: 0, size: len as u64 };
+    // SAFETY: `c` is a live `struct udmabuf_create`, the size the request encodes.
+    let r = unsafe { libc::ioctl(dev.raw(), UDMABUF_CREATE, (&mut c as *mut UdmabufCreate).cast::<libc::c_void>()) };
+    if r < 0 {
+        return Err(last_errno());
+    }
+    // SAFETY: a new descriptor that only this value owns.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(r) }))
 }
 
 /// Offsets in `[addr, addr + len)` where a new physically contiguous run starts (0

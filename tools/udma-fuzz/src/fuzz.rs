@@ -104,6 +104,12 @@ pub enum Op {
     Race { kind: u8, a: u8, b: u8, x: u16 },
     /// Unbinds the device and binds it again (`--unbind` only).
     Unbind { how: u8 },
+    /// `MEMSET` of part of a slot's buffer.
+    Memset { file: u8, slot: u8, off: u16, size: u8, value: u8, how: u8 },
+    /// `DMABUF_IMPORT` of the udmabuf or of an export into a slot.
+    DmabufImport { file: u8, slot: u8, src: u8, write: bool, how: u8 },
+    /// `DMABUF_EXPORT` of a slot's device buffer (or closing an export's descriptor).
+    DmabufExport { file: u8, slot: u8, cloexec: bool, how: u8 },
 }
 
 /// Names of the operation kinds, for the operation mix.
@@ -137,9 +143,12 @@ pub const OP_NAMES: [&str; OPS] = [
     "fork_import",
     "race",
     "unbind",
+    "memset",
+    "dmabuf_import",
+    "dmabuf_export",
 ];
 /// Operation kinds.
-pub const OPS: usize = 29;
+pub const OPS: usize = 32;
 /// `CUR_OP` of a wait run by another operation.
 pub(crate) const OP_WAIT: u64 = 10;
 
@@ -175,6 +184,9 @@ impl Op {
             Op::ForkImport { .. } => 26,
             Op::Race { .. } => 27,
             Op::Unbind { .. } => 28,
+            Op::Memset { .. } => 29,
+            Op::DmabufImport { .. } => 30,
+            Op::DmabufExport { .. } => 31,
         }
     }
 }
@@ -400,7 +412,10 @@ impl ReferenceStateMachine for FuzzRef {
             3 => (file(), q.clone(), prop_oneof![3 => Just(0u8), 2 => Just(1u8), 5 => Just(2u8), 1 => 3u8..=5]).prop_map(|(file, q, how)| Op::EventFd { file, q, how }),
             2 => (f.clone(), 0u8..4).prop_map(|(file, how)| Op::Poll { file, how }),
             1 => (f.clone(), slot.clone(), slot.clone(), any::<u16>(), any::<u8>(), 0u8..4).prop_map(|(file, src, dst, soff, size, how)| Op::ForkImport { file, src, dst, soff, size, how }),
-            2 => (0u8..10, any::<u8>(), any::<u8>(), any::<u16>()).prop_map(|(kind, a, b, x)| Op::Race { kind, a, b, x }),
+            2 => (0u8..11, any::<u8>(), any::<u8>(), any::<u16>()).prop_map(|(kind, a, b, x)| Op::Race { kind, a, b, x }),
+            4 => (f.clone(), slot.clone(), any::<u16>(), any::<u8>(), any::<u8>(), how(7)).prop_map(|(file, slot, off, size, value, how)| Op::Memset { file, slot, off, size, value, how }),
+            3 => (f.clone(), slot.clone(), any::<u8>(), prop_oneof![2 => Just(true), 1 => Just(false)], how(6)).prop_map(|(file, slot, src, write, how)| Op::DmabufImport { file, slot, src, write, how }),
+            3 => (f.clone(), slot.clone(), any::<bool>(), prop_oneof![4 => Just(0u8), 2 => Just(1u8), 1 => 2u8..=6]).prop_map(|(file, slot, cloexec, how)| Op::DmabufExport { file, slot, cloexec, how }),
         ];
         let base = if ctx().unbind {
             prop_oneof![200 => base, 1 => (0u8..2).prop_map(|how| Op::Unbind { how })].boxed()
@@ -440,6 +455,8 @@ pub struct Sut {
     pub(crate) second: Option<Child>,
     /// `QUEUE_INIT`s so far (the order of a file's queues).
     pub(crate) serial: u64,
+    /// The `DMABUF_EXPORT` descriptors held (`dmabuf.rs`).
+    pub(crate) exports: Vec<crate::dmabuf::ExportM>,
 }
 
 pub(crate) const SCRATCH: usize = 73728;
@@ -491,6 +508,7 @@ impl Sut {
             stale: vec![u64::MAX >> 1],
             second: None,
             serial: 0,
+            exports: vec![],
         };
         s.map_regions();
         s
@@ -523,7 +541,7 @@ impl Sut {
     pub(crate) fn cpu_writable(&self, b: &BufM) -> bool {
         match b.kind {
             Kind::Host => true,
-            Kind::Device => false,
+            Kind::Device | Kind::OwnExport { .. } => false,
             Kind::Import { region, .. } => self.region_writable(region),
         }
     }
@@ -652,6 +670,16 @@ impl Sut {
             }
             Op::Race { kind, a, b, x } => self.race(kind, a, b, x),
             Op::Unbind { how } => self.unbind(how),
+            Op::Memset { file, slot, off, size, value, how } => {
+                let f = file as usize;
+                self.memset(f, slot, off, size, value, how)
+            }
+            Op::DmabufImport { file, slot, src, write, how } => {
+                self.dmabuf_import(file as usize, slot as usize, src, write, how)
+            }
+            Op::DmabufExport { file, slot, cloexec, how } => {
+                self.dmabuf_export(file as usize, slot as usize, cloexec, how)
+            }
         }
     }
 
@@ -760,6 +788,11 @@ impl Sut {
             (0, Some(h)) => {
                 arg.handle = h;
                 match self.refs(f, h) {
+                    // Exported: a descriptor or an import of its dma-buf holds it.
+                    _ if self.exported(h) => {
+                        fact("MEM_FREE of exported device buffers", 1);
+                        (false, vec![EBUSY])
+                    }
                     (true, _) => (false, vec![EBUSY]),
                     (false, v) if !v.is_empty() => (true, vec![EBUSY]),
                     _ => (true, vec![]),
@@ -803,7 +836,7 @@ impl Sut {
             }
         }
         let b = self.files[f].bufs[slot].take().expect("freed buffer");
-        if !matches!(b.kind, Kind::Import { .. }) {
+        if b.own_space() {
             self.mem.remove(b.at.0);
         }
         self.stale.push(h);
@@ -1107,8 +1140,7 @@ impl Sut {
                 len: size,
                 fence: 0,
                 fuzzy: false,
-                unordered_read: sb.is_some_and(|b| matches!(b.kind, Kind::Device))
-                    && raw.barrier != sys::NEURON_UDMA_BARRIER_DMB,
+                unordered_read: sb.is_some_and(|b| b.device_memory()) && raw.barrier != sys::NEURON_UDMA_BARRIER_DMB,
             });
         }
         e
@@ -1491,7 +1523,7 @@ impl Sut {
         let old = std::mem::take(&mut self.files[f]);
         for b in old.bufs.iter().flatten().chain(old.extra.iter()) {
             self.stale.push(b.handle);
-            if !matches!(b.kind, Kind::Import { .. }) {
+            if b.own_space() {
                 self.mem.remove(b.at.0);
             }
         }

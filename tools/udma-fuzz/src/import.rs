@@ -7,6 +7,9 @@
 //! `/proc/self/pagemap`: they must be what `segments` says, and they say how many pairs a copy
 //! with `COPY_SPLIT` takes (`model::pieces`).
 //!
+//! A sixth region, a udmabuf's memfd, is imported only as a dma-buf (`DMABUF_IMPORT`, `dmabuf.rs`):
+//! those imports view it as `MEM_IMPORT`s view theirs.
+//!
 //! Also `fork()` with live imports: the child copies from or into an import and may scribble
 //! on its own copy of the memory first; the pinned pages stay the parent's.
 
@@ -21,17 +24,20 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// The regions of a test case: (kind, bytes).
-const REGIONS: [(RegionKind, usize); 5] = [
+const REGIONS: [(RegionKind, usize); 6] = [
     (RegionKind::Anon, 256 << 10),
     (RegionKind::Thp, 2 << 20),
     (RegionKind::Memfd, 128 << 10),
     (RegionKind::ReadOnly, 64 << 10),
     (RegionKind::NoAccess, 8 << 10),
+    (RegionKind::Udmabuf, 192 << 10),
 ];
 /// The region that cannot be pinned.
 const NO_ACCESS: usize = 4;
 /// The read-only region.
 const READ_ONLY: usize = 3;
+/// The udmabuf region (`DMABUF_IMPORT`, `dmabuf.rs`; `MEM_IMPORT` does not take it).
+pub(crate) const UDMABUF: usize = 5;
 
 fn kind_name(k: RegionKind) -> &'static str {
     match k {
@@ -40,6 +46,7 @@ fn kind_name(k: RegionKind) -> &'static str {
         RegionKind::Memfd => "memfd",
         RegionKind::ReadOnly => "read-only",
         RegionKind::NoAccess => "PROT_NONE",
+        RegionKind::Udmabuf => "udmabuf",
     }
 }
 
@@ -81,6 +88,9 @@ impl Sut {
                     let seed = PATTERN_SEQ.fetch_add(1, Relaxed) as u32;
                     let r = Region::new(kind, len, |j| pattern(seed, j))
                         .unwrap_or_else(|e| fail!("mapping a {} region: {}", kind_name(kind), name(e)));
+                    if kind == RegionKind::Udmabuf && r.dmabuf().is_none() {
+                        fact("udmabuf regions without /dev/udmabuf (no DMABUF_IMPORT of one)", 1);
+                    }
                     bytes.push(if kind == RegionKind::NoAccess {
                         vec![None; r.len]
                     } else {
@@ -123,7 +133,7 @@ impl Sut {
     /// Whether the CPU may write region `r` (and so an import of it may be written with
     /// `IMPORT_WRITE`).
     pub(crate) fn region_writable(&self, r: usize) -> bool {
-        matches!(self.regions[r].kind, RegionKind::Anon | RegionKind::Thp | RegionKind::Memfd)
+        matches!(self.regions[r].kind, RegionKind::Anon | RegionKind::Thp | RegionKind::Memfd | RegionKind::Udmabuf)
     }
 
     /// `MEM_IMPORT` of part of region `region` into slot `slot` of file `f`.

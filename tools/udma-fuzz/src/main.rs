@@ -13,6 +13,7 @@
 //! ```
 
 mod dev;
+mod dmabuf;
 mod fence;
 mod fuzz;
 mod import;

@@ -51,6 +51,14 @@ pub enum Kind {
         /// from `/proc/self/pagemap`.
         runs: Vec<usize>,
     },
+    /// A `DMABUF_IMPORT` of this driver's own `DMABUF_EXPORT` of a device buffer (of either
+    /// file): it views that buffer's device memory (one run, reached by device addresses).
+    OwnExport {
+        /// The exported device buffer's handle (its space).
+        dev: u64,
+        /// Imported with `NEURON_UDMA_IMPORT_WRITE`.
+        writable: bool,
+    },
 }
 
 /// One buffer of a file.
@@ -77,7 +85,17 @@ impl BufM {
     }
     /// Whether the engine may write it.
     pub fn writable(&self) -> bool {
-        !matches!(self.kind, Kind::Import { writable: false, .. })
+        !matches!(self.kind, Kind::Import { writable: false, .. } | Kind::OwnExport { writable: false, .. })
+    }
+    /// Whether its bytes are a space of its own (allocated memory, gone when it is freed),
+    /// rather than a view of a region or of another buffer.
+    pub fn own_space(&self) -> bool {
+        matches!(self.kind, Kind::Host | Kind::Device)
+    }
+    /// Whether the engine reaches its bytes at device-memory addresses (reads of them without
+    /// DMB may pass the queue's unordered writes).
+    pub fn device_memory(&self) -> bool {
+        matches!(self.kind, Kind::Device | Kind::OwnExport { .. })
     }
     /// Run boundaries of an import (none for driver buffers: contiguous).
     pub fn runs(&self) -> &[usize] {
@@ -527,6 +545,13 @@ pub fn land(mem: &mut Mem, queues: &mut [Option<QueueM>], c: &PendingCopy) {
     touch_write(queues, c.dst, c.len);
 }
 
+/// A `MEMSET` of `len` bytes at `at` to `value` returned 0: the bytes are the value, and the
+/// copies in flight that read or write them race it.
+pub fn fill(mem: &mut Mem, queues: &mut [Option<QueueM>], at: Loc, len: usize, value: u8) {
+    mem.set(at, &vec![Some(value); len]);
+    touch_write(queues, at, len);
+}
+
 /// Forgets copies that may or may not have happened (queue reset or release): their
 /// destinations become unknown.
 pub fn drop_pending(mem: &mut Mem, pending: Vec<PendingCopy>) {
@@ -603,6 +628,44 @@ mod tests {
         assert_eq!(m.get((2, 0), 3), [None, None, Some(7)]);
         drop_pending(&mut m, vec![copy((1, 0), (2, 6), 2)]);
         assert_eq!(m.get((2, 6), 2), [None, None]);
+    }
+
+    #[test]
+    fn a_fill_sets_its_bytes_and_races_the_copies_that_touch_them() {
+        let mut m = Mem::default();
+        m.add(1, 16, Some(7));
+        m.add(2, 16, Some(0));
+        let mut qs = vec![q()];
+        add_pending(&mut qs, 0, copy((1, 0), (2, 0), 4));
+        add_pending(&mut qs, 0, copy((1, 8), (2, 8), 4));
+        fill(&mut m, &mut qs, (1, 2), 4, 0xAB);
+        assert_eq!(m.get((1, 0), 8), [7, 7, 0xAB, 0xAB, 0xAB, 0xAB, 7, 7].map(Some));
+        let p = &qs[0].as_ref().unwrap().pending;
+        assert!(p[0].fuzzy && !p[1].fuzzy, "only the copy reading the filled bytes races it");
+        // A fill of bytes a copy in flight writes: that copy's bytes become unknown when it lands.
+        fill(&mut m, &mut qs, (2, 10), 1, 1);
+        assert!(qs[0].as_ref().unwrap().pending[1].fuzzy);
+        let landed: Vec<PendingCopy> = qs[0].as_mut().unwrap().pending.drain(..).collect();
+        for c in &landed {
+            land(&mut m, &mut qs, c);
+        }
+        assert_eq!(m.get((2, 8), 4), [None; 4]);
+        // A fill of a space that is gone changes nothing.
+        fill(&mut m, &mut qs, (9, 0), 4, 3);
+        assert_eq!(m.get((9, 0), 1), [None]);
+    }
+
+    #[test]
+    fn dmabuf_views_of_device_memory_are_writable_only_with_import_write() {
+        let b = |kind| BufM { handle: 5, size: 4096, kind, mmap_offset: 0, map: None, at: (3, 0) };
+        let own = b(Kind::OwnExport { dev: 3, writable: false });
+        assert!(!own.writable() && !own.own_space() && own.device_memory() && own.runs().is_empty());
+        let own = b(Kind::OwnExport { dev: 3, writable: true });
+        assert!(own.writable() && !own.host());
+        let dev = b(Kind::Device);
+        assert!(dev.writable() && dev.own_space() && dev.device_memory());
+        let imp = b(Kind::Import { region: 5, writable: false, runs: vec![4096] });
+        assert!(!imp.writable() && !imp.own_space() && !imp.device_memory());
     }
 
     #[test]

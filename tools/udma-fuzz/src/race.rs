@@ -52,7 +52,7 @@ impl Sut {
         let rounds = 1 + x % 3;
         for r in 0..rounds {
             let x = x.wrapping_mul(31).wrapping_add(r);
-            match kind % 10 {
+            match kind % 11 {
                 0 => self.race_free_prepare(a, b, x),
                 1 => self.race_two_queues(a, b, x),
                 2 => self.race_memcpy(a, b, x),
@@ -62,6 +62,7 @@ impl Sut {
                 6 => self.race_poll_wait(a, b, x),
                 7 => self.race_fence_waits(a),
                 8 => self.race_submits(a, b, x),
+                10 => self.race_memset_memcpy(a, b, x),
                 _ => self.race_events(a),
             }
         }
@@ -114,7 +115,8 @@ impl Sut {
         };
         let Some((e, may)) = self.race_entry(f, q, xs, b.wrapping_add(1), x) else { return };
         let h = self.files[f].bufs[xs].as_ref().expect("buffer").handle;
-        let busy = self.refs(f, h).0;
+        // An exported device buffer is busy whatever the copies do.
+        let busy = self.refs(f, h).0 || self.exported(h);
         let (engine, queue, _) = slot_queue(q);
         let fd = self.devs[f].raw();
         let mut pa = sys::neuron_udma_copy_prepare_one { engine, queue, copy: e.raw[0] };
@@ -239,6 +241,33 @@ impl Sut {
         } else {
             self.memcpy_apply(&pa);
             self.memcpy_apply(&pb);
+        }
+    }
+
+    /// A `MEMSET` and a `MEMCPY` of one file (they share the one-call-at-a-time slot of the file
+    /// on the shared queue: the other waits its turn).
+    fn race_memset_memcpy(&mut self, a: u8, b: u8, x: u16) {
+        let f = a as usize % FILES;
+        let pc = self.memcpy_plan(f, a % 4, b % 4, x, x.rotate_left(5), (x % 8) as u8, 0);
+        let ps = self.memset_plan(f, (a / 4) % 4, x.rotate_left(11), (x / 8 % 8) as u8, b, 0);
+        if !pc.ok || !ps.ok {
+            return;
+        }
+        let fd = self.devs[f].raw();
+        let (mut ac, mut aset) = (pc.arg, ps.arg);
+        let (rc, rs) = two(
+            || ok_or(ioctl_ret(fd, sys::NEURON_UDMA_MEMCPY, &mut ac)),
+            || ok_or(ioctl_ret(fd, sys::NEURON_UDMA_MEMSET, &mut aset)),
+        );
+        expect("two threads: MEMCPY (against a MEMSET)", rc, true, &[]).ok();
+        expect("two threads: MEMSET (against a MEMCPY)", rs, true, &[]).ok();
+        fact("races: MEMSET against MEMCPY", 1);
+        self.memcpy_apply(&pc);
+        fill(&mut self.mem, &mut self.queues, ps.at, ps.n, b);
+        // In either order: where the fill meets the copy's bytes, the result depends on it.
+        if overlaps(ps.at, ps.n, pc.dst, pc.n) || overlaps(ps.at, ps.n, pc.src, pc.n) {
+            self.mem.forget(pc.dst, pc.n);
+            self.mem.forget(ps.at, ps.n);
         }
     }
 

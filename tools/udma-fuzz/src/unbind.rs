@@ -76,7 +76,9 @@ impl Sut {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        // Everything of the old files is gone with the device.
+        // Everything of the old files is gone with the device; the exports were revoked (they
+        // attach nothing any more).
+        self.exports.clear();
         for f in 0..FILES {
             self.forget_file(f);
             let (dev, scratch) = open_file();
@@ -109,6 +111,8 @@ impl Sut {
             let mut m =
                 sys::neuron_udma_memcpy { src_handle: b.handle, dst_handle: b.handle, size: 1, ..Default::default() };
             gone("MEMCPY", ioctl_ret(d.raw(), sys::NEURON_UDMA_MEMCPY, &mut m));
+            let mut ms = sys::neuron_udma_memset { handle: b.handle, size: 1, ..Default::default() };
+            gone("MEMSET", ioctl_ret(d.raw(), sys::NEURON_UDMA_MEMSET, &mut ms));
             if b.host() {
                 let r =
                     Mapping::new(d.raw(), b.size, b.mmap_offset, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED);
