@@ -1334,8 +1334,10 @@ impl Channel {
     /// # Errors
     ///
     /// `EIO` (an engine error; the queue was reset), `ETIMEDOUT` (stuck: the queue was reset;
-    /// or its ring full of other copies for [`DEFAULT_TIMEOUT`], nothing of this move written),
-    /// `EINTR` (SIGKILL while the ring was full, nothing of this move in flight), `ENODEV`.
+    /// or its ring full of other copies for [`DEFAULT_TIMEOUT`], nothing of this move in
+    /// flight), `EINTR` (SIGKILL while the ring was full, nothing of this move in flight),
+    /// `ENODEV`. Once a part of the move is in flight, the wait for it is bounded only by what
+    /// the shared queue holds before it (FIFO) or by the watchdog's reset of a stuck queue.
     pub(crate) fn copy_ranges(&self, ranges: &[(u64, u64, u64)]) -> Result {
         let policy = Policy {
             signals: WaitMode::Uninterruptible,

@@ -180,9 +180,10 @@ impl Drain for Revoker {
     /// device's shared H2T queue: it submits nothing more once `buf` is revoked (it fails with
     /// `ENXIO`), and what it has in flight normally completes (a stuck queue is reset by the
     /// watchdog's rule); if `buf` is still held [`REVOKE_DEADLINE`] later (that queue full of
-    /// other copies), that queue is reset too (again each [`REVOKE_DEADLINE`] while `buf` is
-    /// held), so the drain is bounded whatever else the shared queue carries (other files'
-    /// copies on it then fail with `EIO`: the exporter's revocation comes first).
+    /// other copies), that queue is reset too if it has work (again each [`REVOKE_DEADLINE`]
+    /// while `buf` is held; a `MEMCPY` records no holds on the queue, so whether its work names
+    /// `buf` is not known), so the drain is bounded whatever else the shared queue carries
+    /// (other files' copies on it then fail with `EIO`: the exporter's revocation comes first).
     fn drain(&self, buf: &Buffer) {
         let dev = &self.0;
         let start = Instant::<Monotonic>::now();

@@ -490,7 +490,9 @@ impl OpenFile {
     /// An io_uring `NEURON_UDMA_URING_COPY` of this file: prepares `count` copies at `copies`
     /// on queue `eng`/`qid`, submits them with a fence and queues `cmd` until the fence
     /// settles (on an `iopoll` ring, [`Self::uring_poll`] completes it). Returns
-    /// `-EIOCBQUEUED`, or a negative errno (nothing was queued then).
+    /// `-EIOCBQUEUED`, or a negative errno with which io_uring completes the command: nothing
+    /// was prepared then, except when only queueing the command failed (`ENOMEM`, `ENODEV`
+    /// after its fence was submitted: its copies still run, their buffers held until done).
     fn uring_submit(
         &self,
         cmd: *mut RawUringCmd,
@@ -517,6 +519,9 @@ impl OpenFile {
         let (_, seq) = self.prepare_on(eng, qid, &staged, true)?;
         // SAFETY: `cmd` is the command being issued; the driver's `uring_cmd` owns its bytes.
         unsafe { shim::uring_pdu_set(cmd, eng, qid, seq) };
+        // The queue's listeners (an eventfd, a poller, queued commands) hear of the fence just
+        // submitted, whatever happens to `cmd` below.
+        self.dev.watch(&chan);
         if !iopoll {
             // SAFETY: `cmd` is queued from here on (`-EIOCBQUEUED` below) and completed only
             // through the `UringCmd`.
@@ -524,8 +529,7 @@ impl OpenFile {
                 return Err(EINVAL);
             };
             let added = chan.add_uring(c);
-            // Also when the command was not queued: the queue's other listeners (an eventfd, a
-            // poller) hear of the fence just submitted.
+            // Queued: watched again now that it listens too.
             self.dev.watch(&chan);
             if let Err((e, c)) = added {
                 // Not queued: io_uring completes it with `e`.

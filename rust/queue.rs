@@ -639,7 +639,9 @@ impl Queue {
             return Err(e);
         }
         // Cannot fail: the capacity is FENCE_SLOTS and fewer fences are in flight (checked
-        // above), so this does not allocate (callers may be in an atomic section).
+        // above), so this does not allocate (callers may be in an atomic section). The doorbell
+        // rang: an error here would leave the pairs running unrecorded (`write_fenced` would
+        // take their holds back), which is why nothing after `start` may fail.
         self.fences
             .push_within_capacity(Fence {
                 seq,
