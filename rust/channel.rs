@@ -124,7 +124,9 @@ impl WaitMode {
 /// What a timed-out wait does to the queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum OnTimeout {
-    /// Reset it: the caller owns the queue and its timeout says the queue is stuck.
+    /// Reset it: the caller owns the queue and its timeout says the queue is stuck (the KUnit
+    /// suites' own queues; every queue a user or another file shares resets only when stuck).
+    #[cfg_attr(not(neuron_udma_kunit), allow(dead_code))]
     Reset,
     /// Reset it only if it made no progress for [`DEFAULT_TIMEOUT`] (a shared queue: other
     /// callers' copies go on otherwise).
@@ -1077,19 +1079,30 @@ impl Channel {
             if room == 0 {
                 return Ok(None);
             }
-            let mut pairs = 0;
-            while pairs < room && pieces.remaining() != 0 {
-                let (s, d, len) = pieces.next().ok_or(ERANGE)?;
-                let last = pieces.remaining() == 0 || pairs + 1 == room;
-                q.prepare_one(&queue::Copy {
-                    src: s,
-                    dst: d,
-                    len: DescLen::new(len)?,
-                    barrier: if last { barrier } else { Barrier::None },
-                })?;
-                pairs += 1;
+            // All or nothing: pairs written before a failure are taken back.
+            let cp = q.checkpoint();
+            let write = || -> Result<u64> {
+                let mut pairs = 0;
+                while pairs < room && pieces.remaining() != 0 {
+                    let (s, d, len) = pieces.next().ok_or(ERANGE)?;
+                    let last = pieces.remaining() == 0 || pairs + 1 == room;
+                    q.prepare_one(&queue::Copy {
+                        src: s,
+                        dst: d,
+                        len: DescLen::new(len)?,
+                        barrier: if last { barrier } else { Barrier::None },
+                    })?;
+                    pairs += 1;
+                }
+                q.fence(bell)
+            };
+            match write() {
+                Ok(seq) => Ok(Some(seq)),
+                Err(e) => {
+                    q.rollback(cp);
+                    Err(e)
+                }
             }
-            Ok(Some(q.fence(bell)?))
         })
     }
 
@@ -1120,19 +1133,24 @@ impl Channel {
             if (q.submission_room() as usize) < pieces.len() {
                 return Err(ENOSPC);
             }
-            for (i, &(src, dst, len)) in pieces.iter().enumerate() {
-                q.prepare_one(&queue::Copy {
-                    src,
-                    dst,
-                    len: DescLen::new(len)?,
-                    barrier: if i + 1 == pieces.len() {
-                        barrier
-                    } else {
-                        Barrier::None
-                    },
-                })?;
-            }
-            q.fence(bell)
+            // All or nothing: pairs written before a failure are taken back.
+            let cp = q.checkpoint();
+            let write = || -> Result<u64> {
+                for (i, &(src, dst, len)) in pieces.iter().enumerate() {
+                    q.prepare_one(&queue::Copy {
+                        src,
+                        dst,
+                        len: DescLen::new(len)?,
+                        barrier: if i + 1 == pieces.len() {
+                            barrier
+                        } else {
+                            Barrier::None
+                        },
+                    })?;
+                }
+                q.fence(bell)
+            };
+            write().inspect_err(|_| q.rollback(cp))
         })
     }
 
@@ -1356,27 +1374,39 @@ impl Channel {
                 if room == 0 {
                     return Ok(None);
                 }
-                let mut pairs = 0;
-                while pairs < room && done < total {
-                    let &(src, dst, len) = ranges.get(i).ok_or(ERANGE)?;
-                    let n = (len - off).min(u64::from(MAX_DESC_BYTES));
-                    if n != 0 {
-                        let last = done + n == total || pairs + 1 == room;
-                        q.prepare_one(&queue::Copy {
-                            src: src + off,
-                            dst: dst + off,
-                            // CAST: at most MAX_DESC_BYTES.
-                            len: DescLen::new(n as u32)?,
-                            barrier: if last { barrier } else { Barrier::None },
-                        })?;
-                        pairs += 1;
+                // All or nothing: pairs written before a failure are taken back (the move
+                // fails then, so its progress counters no longer matter).
+                let cp = q.checkpoint();
+                let write = || -> Result<u64> {
+                    let mut pairs = 0;
+                    while pairs < room && done < total {
+                        let &(src, dst, len) = ranges.get(i).ok_or(ERANGE)?;
+                        let n = (len - off).min(u64::from(MAX_DESC_BYTES));
+                        if n != 0 {
+                            let last = done + n == total || pairs + 1 == room;
+                            q.prepare_one(&queue::Copy {
+                                src: src + off,
+                                dst: dst + off,
+                                // CAST: at most MAX_DESC_BYTES.
+                                len: DescLen::new(n as u32)?,
+                                barrier: if last { barrier } else { Barrier::None },
+                            })?;
+                            pairs += 1;
+                        }
+                        (off, done) = (off + n, done + n);
+                        if off == len {
+                            (i, off) = (i + 1, 0);
+                        }
                     }
-                    (off, done) = (off + n, done + n);
-                    if off == len {
-                        (i, off) = (i + 1, 0);
+                    q.fence(bell)
+                };
+                match write() {
+                    Ok(seq) => Ok(Some(seq)),
+                    Err(e) => {
+                        q.rollback(cp);
+                        Err(e)
                     }
                 }
-                Ok(Some(q.fence(bell)?))
             })?;
             match seq {
                 Some(seq) => {

@@ -166,6 +166,17 @@ pub(crate) struct Copy {
     pub(crate) barrier: Barrier,
 }
 
+/// Where a queue's rings stood before a submission was written ([`Queue::checkpoint`]), so that
+/// the submission can be taken back whole when its fence cannot be rung ([`Queue::rollback`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Checkpoint {
+    tx: RingState,
+    rx: RingState,
+    pending: (u32, u32),
+    tx_written: u64,
+    holds: usize,
+}
+
 /// Software view of one queue and its memory.
 pub(crate) struct Queue {
     index: QueueIndex,
@@ -519,21 +530,31 @@ impl Queue {
         holds: Holds,
         bell: impl Doorbell,
     ) -> Result<u64> {
-        let saved = (
-            *self.tx.state(),
-            *self.rx.state(),
-            self.pending_tx,
-            self.pending_rx,
-            self.tx_written,
-            self.holds.len(),
-        );
+        let cp = self.checkpoint();
         self.write_submission(copies, holds)?;
-        self.fence(bell).inspect_err(|_| {
-            self.tx.restore(saved.0);
-            self.rx.restore(saved.1);
-            (self.pending_tx, self.pending_rx, self.tx_written) = (saved.2, saved.3, saved.4);
-            self.holds.truncate(saved.5);
-        })
+        self.fence(bell).inspect_err(|_| self.rollback(cp))
+    }
+
+    /// Where the rings stand now: everything written after it can be taken back whole
+    /// ([`Self::rollback`]) as long as nothing of it was rung and nothing was retired since.
+    pub(crate) fn checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            tx: *self.tx.state(),
+            rx: *self.rx.state(),
+            pending: (self.pending_tx, self.pending_rx),
+            tx_written: self.tx_written,
+            holds: self.holds.len(),
+        }
+    }
+
+    /// Takes back everything written since `cp` (pairs, and the holds of their submissions):
+    /// for a submission whose fence could not be rung, so that no unrecorded pair runs later.
+    pub(crate) fn rollback(&mut self, cp: Checkpoint) {
+        self.tx.restore(cp.tx);
+        self.rx.restore(cp.rx);
+        (self.pending_tx, self.pending_rx) = cp.pending;
+        self.tx_written = cp.tx_written;
+        self.holds.truncate(cp.holds);
     }
 
     /// Writes one pair without the reserve check (callers check the space).
@@ -616,13 +637,7 @@ impl Queue {
         // Arm the slot before the pair that copies it can run.
         let src = self.arm(slot)?;
         let len = DescLen::new(4)?;
-        let saved = (
-            *self.tx.state(),
-            *self.rx.state(),
-            self.pending_tx,
-            self.pending_rx,
-            self.tx_written,
-        );
+        let saved = self.checkpoint();
         self.write_pair(&Copy {
             src,
             dst: src + 4,
@@ -633,9 +648,7 @@ impl Queue {
         if let Err(e) = self.start(bell, tx, rx) {
             // Nothing was rung (moving descriptors into device rings failed, or the device is
             // gone): take the marker pair back, so that no unrecorded marker runs later.
-            self.tx.restore(saved.0);
-            self.rx.restore(saved.1);
-            (self.pending_tx, self.pending_rx, self.tx_written) = (saved.2, saved.3, saved.4);
+            self.rollback(saved);
             return Err(e);
         }
         // Cannot fail: the capacity is FENCE_SLOTS and fewer fences are in flight (checked

@@ -152,6 +152,8 @@ mod ffi {
         pub(super) fn neuron_udma_fd_reserve(flags: u32) -> c_int;
         pub(super) fn neuron_udma_fd_unreserve(fd: c_int);
         pub(super) fn neuron_udma_dmabuf_install(exp: *mut neuron_udma_export, fd: c_int);
+        // Only the KUnit suites revoke an export on their own (unbind revokes them all).
+        #[cfg(neuron_udma_kunit)]
         pub(super) fn neuron_udma_dmabuf_revoke(exp: *mut neuron_udma_export);
         pub(super) fn neuron_udma_dmabuf_revoke_all(dev: *mut bindings::device);
         pub(super) fn neuron_udma_import_dmabuf(
