@@ -1079,9 +1079,7 @@ impl Channel {
             if room == 0 {
                 return Ok(None);
             }
-            // All or nothing: pairs written before a failure are taken back.
-            let cp = q.checkpoint();
-            let write = || -> Result<u64> {
+            q.all_or_nothing(|q| {
                 let mut pairs = 0;
                 while pairs < room && pieces.remaining() != 0 {
                     let (s, d, len) = pieces.next().ok_or(ERANGE)?;
@@ -1095,14 +1093,8 @@ impl Channel {
                     pairs += 1;
                 }
                 q.fence(bell)
-            };
-            match write() {
-                Ok(seq) => Ok(Some(seq)),
-                Err(e) => {
-                    q.rollback(cp);
-                    Err(e)
-                }
-            }
+            })
+            .map(Some)
         })
     }
 
@@ -1133,9 +1125,7 @@ impl Channel {
             if (q.submission_room() as usize) < pieces.len() {
                 return Err(ENOSPC);
             }
-            // All or nothing: pairs written before a failure are taken back.
-            let cp = q.checkpoint();
-            let write = || -> Result<u64> {
+            q.all_or_nothing(|q| {
                 for (i, &(src, dst, len)) in pieces.iter().enumerate() {
                     q.prepare_one(&queue::Copy {
                         src,
@@ -1149,8 +1139,7 @@ impl Channel {
                     })?;
                 }
                 q.fence(bell)
-            };
-            write().inspect_err(|_| q.rollback(cp))
+            })
         })
     }
 
@@ -1374,10 +1363,8 @@ impl Channel {
                 if room == 0 {
                     return Ok(None);
                 }
-                // All or nothing: pairs written before a failure are taken back (the move
-                // fails then, so its progress counters no longer matter).
-                let cp = q.checkpoint();
-                let write = || -> Result<u64> {
+                // On failure the move fails as a whole: its progress counters no longer matter.
+                q.all_or_nothing(|q| {
                     let mut pairs = 0;
                     while pairs < room && done < total {
                         let &(src, dst, len) = ranges.get(i).ok_or(ERANGE)?;
@@ -1399,14 +1386,8 @@ impl Channel {
                         }
                     }
                     q.fence(bell)
-                };
-                match write() {
-                    Ok(seq) => Ok(Some(seq)),
-                    Err(e) => {
-                        q.rollback(cp);
-                        Err(e)
-                    }
-                }
+                })
+                .map(Some)
             })?;
             match seq {
                 Some(seq) => {

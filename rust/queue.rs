@@ -169,7 +169,7 @@ pub(crate) struct Copy {
 /// Where a queue's rings stood before a submission was written ([`Queue::checkpoint`]), so that
 /// the submission can be taken back whole when its fence cannot be rung ([`Queue::rollback`]).
 #[derive(Clone, Copy)]
-pub(crate) struct Checkpoint {
+struct Checkpoint {
     tx: RingState,
     rx: RingState,
     pending: (u32, u32),
@@ -530,14 +530,30 @@ impl Queue {
         holds: Holds,
         bell: impl Doorbell,
     ) -> Result<u64> {
+        self.all_or_nothing(|q| {
+            q.write_submission(copies, holds)?;
+            q.fence(bell)
+        })
+    }
+
+    /// Runs `write` (pairs, then the fence that rings them) as one step: if it fails, everything
+    /// it wrote is taken back ([`Self::checkpoint`], [`Self::rollback`]), so no unrecorded pair
+    /// runs later. Returns the fence.
+    ///
+    /// # Errors
+    ///
+    /// Those of `write`; nothing it wrote stays then.
+    pub(crate) fn all_or_nothing(
+        &mut self,
+        write: impl FnOnce(&mut Self) -> Result<u64>,
+    ) -> Result<u64> {
         let cp = self.checkpoint();
-        self.write_submission(copies, holds)?;
-        self.fence(bell).inspect_err(|_| self.rollback(cp))
+        write(self).inspect_err(|_| self.rollback(cp))
     }
 
     /// Where the rings stand now: everything written after it can be taken back whole
     /// ([`Self::rollback`]) as long as nothing of it was rung and nothing was retired since.
-    pub(crate) fn checkpoint(&self) -> Checkpoint {
+    fn checkpoint(&self) -> Checkpoint {
         Checkpoint {
             tx: *self.tx.state(),
             rx: *self.rx.state(),
@@ -549,7 +565,7 @@ impl Queue {
 
     /// Takes back everything written since `cp` (pairs, and the holds of their submissions):
     /// for a submission whose fence could not be rung, so that no unrecorded pair runs later.
-    pub(crate) fn rollback(&mut self, cp: Checkpoint) {
+    fn rollback(&mut self, cp: Checkpoint) {
         self.tx.restore(cp.tx);
         self.rx.restore(cp.rx);
         (self.pending_tx, self.pending_rx) = cp.pending;
