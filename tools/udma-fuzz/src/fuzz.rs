@@ -197,6 +197,30 @@ pub static OP_COUNTS: [AtomicU64; OPS] = [const { AtomicU64::new(0) }; OPS];
 pub static FAULT_COUNTS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
 /// Calls that succeeded, by operation kind (`OP_NAMES`; the last entry: teardown).
 pub static OP_OK: [AtomicU64; OPS + 1] = [const { AtomicU64::new(0) }; OPS + 1];
+/// Wall time spent, by operation kind (`OP_NAMES`; the last entry: opening and closing test
+/// cases), in nanoseconds.
+pub static OP_NANOS: [AtomicU64; OPS + 1] = [const { AtomicU64::new(0) }; OPS + 1];
+
+/// Profile of parts of operations: (what, nanoseconds).
+pub static PARTS: Mutex<Vec<(&'static str, u64)>> = Mutex::new(Vec::new());
+
+/// Runs `f`, adding its wall time to part `what` of `PARTS`.
+pub(crate) fn part<R>(what: &'static str, f: impl FnOnce() -> R) -> R {
+    let t = std::time::Instant::now();
+    let r = f();
+    let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let mut v = PARTS.lock().unwrap_or_else(|e| e.into_inner());
+    match v.iter_mut().find(|(k, _)| *k == what) {
+        Some(e) => e.1 += ns,
+        None => v.push((what, ns)),
+    }
+    r
+}
+
+/// Adds the time since `t` to entry `kind` of `OP_NANOS`.
+fn spent(kind: usize, t: std::time::Instant) {
+    OP_NANOS[kind].fetch_add(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX), Relaxed);
+}
 pub(crate) static CUR_OP: AtomicU64 = AtomicU64::new(0);
 /// Facts seen: imports by region kind and their runs, split copies and their pairs, unbinds.
 pub static FACTS: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
@@ -495,8 +519,7 @@ pub(crate) struct McPlan {
 
 impl Sut {
     fn new() -> Self {
-        let (d0, s0) = open_file();
-        let (d1, s1) = open_file();
+        let ((d0, s0), (d1, s1)) = part("open: files", || (open_file(), open_file()));
         let mut s = Self {
             devs: [d0, d1],
             ro: Dev::open(&ctx().path, true).unwrap_or_else(|e| fail!("open read-only: {}", name(e))),
@@ -510,7 +533,7 @@ impl Sut {
             serial: 0,
             exports: vec![],
         };
-        s.map_regions();
+        part("open: regions", || s.map_regions());
         s
     }
 
@@ -1476,38 +1499,40 @@ impl Sut {
 
     fn fork(&mut self, f: usize, how: u8) {
         let fd = self.devs[f].raw();
-        let child = Child::spawn(Some(fd), move || {
-            match how {
-                0 => {
-                    let mut info = sys::neuron_udma_info::default();
-                    ioctl_raw(fd, sys::NEURON_UDMA_INFO, (&mut info as *mut sys::neuron_udma_info).cast())
-                        .map_err(|e| format!("INFO: {}", name(e)))?;
-                    let mut a = sys::neuron_udma_mem_alloc {
-                        size: 4096,
-                        type_: sys::NEURON_UDMA_MEM_HOST,
-                        ..Default::default()
-                    };
-                    ioctl_raw(fd, sys::NEURON_UDMA_MEM_ALLOC, (&mut a as *mut sys::neuron_udma_mem_alloc).cast())
-                        .map_err(|e| format!("MEM_ALLOC: {}", name(e)))?;
-                    let mut fr = sys::neuron_udma_mem_free { handle: a.handle, reserved: 0 };
-                    ioctl_raw(fd, sys::NEURON_UDMA_MEM_FREE, (&mut fr as *mut sys::neuron_udma_mem_free).cast())
-                        .map_err(|e| format!("MEM_FREE: {}", name(e)))?;
-                    // Mappings are not inherited.
-                    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-                    if maps.contains("neuron_udma") {
-                        return Err("the child inherited a buffer mapping".into());
+        let child = part("fork: spawn", || {
+            Child::spawn(Some(fd), move || {
+                match how {
+                    0 => {
+                        let mut info = sys::neuron_udma_info::default();
+                        ioctl_raw(fd, sys::NEURON_UDMA_INFO, (&mut info as *mut sys::neuron_udma_info).cast())
+                            .map_err(|e| format!("INFO: {}", name(e)))?;
+                        let mut a = sys::neuron_udma_mem_alloc {
+                            size: 4096,
+                            type_: sys::NEURON_UDMA_MEM_HOST,
+                            ..Default::default()
+                        };
+                        ioctl_raw(fd, sys::NEURON_UDMA_MEM_ALLOC, (&mut a as *mut sys::neuron_udma_mem_alloc).cast())
+                            .map_err(|e| format!("MEM_ALLOC: {}", name(e)))?;
+                        let mut fr = sys::neuron_udma_mem_free { handle: a.handle, reserved: 0 };
+                        ioctl_raw(fd, sys::NEURON_UDMA_MEM_FREE, (&mut fr as *mut sys::neuron_udma_mem_free).cast())
+                            .map_err(|e| format!("MEM_FREE: {}", name(e)))?;
+                        // Mappings are not inherited.
+                        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+                        if maps.contains("neuron_udma") {
+                            return Err("the child inherited a buffer mapping".into());
+                        }
+                        Ok(())
                     }
-                    Ok(())
+                    1 => Ok(()),
+                    _ => {
+                        // SAFETY: the child's own copy of the descriptor.
+                        unsafe { libc::close(fd) };
+                        Ok(())
+                    }
                 }
-                1 => Ok(()),
-                _ => {
-                    // SAFETY: the child's own copy of the descriptor.
-                    unsafe { libc::close(fd) };
-                    Ok(())
-                }
-            }
+            })
         });
-        match child.join(Duration::from_secs(20)) {
+        match part("fork: join", || child.join(Duration::from_secs(20))) {
             Ok(0) => succeeded(),
             r => fail!("fork (child {}): {r:?}", ["uses the file", "exits", "closes the file"][how as usize % 3]),
         }
@@ -1682,8 +1707,8 @@ impl Sut {
     /// have left aborted must recover with one failing wait at most.
     fn teardown(mut self) {
         CUR_OP.store(OPS as u64, Relaxed); // not an operation of the sequence
-        self.second(true);
-        drop(self);
+        part("close: second process", || self.second(true));
+        part("close: files", || drop(self));
         if let Some(w) = ctx().window.as_ref() {
             let dirty = engines().iter().any(|e| e.armed || e.maybe_aborted);
             if dirty {
@@ -1691,7 +1716,7 @@ impl Sut {
                 engines().iter_mut().for_each(|m| m.armed = false);
                 for q in [0, 2, 3] {
                     if engines()[slot_queue(q).2].maybe_aborted {
-                        heal(q);
+                        part("close: heal", || heal(q));
                     }
                 }
             }
@@ -1793,16 +1818,23 @@ impl StateMachineTest for FuzzTest {
     type Reference = FuzzRef;
 
     fn init_test(_: &()) -> Sut {
-        Sut::new()
+        let t = std::time::Instant::now();
+        let s = Sut::new();
+        spent(OPS, t);
+        s
     }
 
     fn apply(mut state: Sut, _: &(), op: Op) -> Sut {
+        let (t, kind) = (std::time::Instant::now(), op.kind());
         state.apply(op);
+        spent(kind, t);
         state
     }
 
     fn teardown(state: Sut, _: ()) {
+        let t = std::time::Instant::now();
         state.teardown();
+        spent(OPS, t);
     }
 }
 

@@ -106,12 +106,19 @@ impl Sut {
                 && r.kind != RegionKind::ReadOnly
                 && b.iter().filter(|v| v.is_none()).count() > r.len / 4
             {
-                *b = refill(r);
+                *b = crate::fuzz::part("open: refill", || refill(r));
             }
         }
         for r in regions.iter().filter(|r| r.kind == RegionKind::Thp) {
             // A fork while the page was pinned, or a write racing a child, may have split it.
-            fact(if r.collapse() { "THP regions one huge page" } else { "THP regions not one huge page" }, 1);
+            fact(
+                if crate::fuzz::part("open: collapse", || r.collapse()) {
+                    "THP regions one huge page"
+                } else {
+                    "THP regions not one huge page"
+                },
+                1,
+            );
         }
         for (i, b) in bytes.into_iter().enumerate() {
             self.mem.insert(REGION_SPACE + i as u64, b);

@@ -227,11 +227,19 @@ fn main() {
         t0.elapsed().as_secs_f64(),
         total as f64 / t0.elapsed().as_secs_f64()
     );
-    println!("#   {:15} {:>9} {:>6} {:>9}", "operation", "count", "share", "succeeded");
-    for ((name, c), ok) in fuzz::OP_NAMES.iter().zip(fuzz::OP_COUNTS.iter()).zip(fuzz::OP_OK.iter()) {
+    let secs = |ns: &std::sync::atomic::AtomicU64| ns.load(Relaxed) as f64 / 1e9;
+    let all: f64 = fuzz::OP_NANOS.iter().map(secs).sum();
+    println!("#   {:15} {:>9} {:>6} {:>9} {:>9} {:>6}", "operation", "count", "share", "succeeded", "time (s)", "time");
+    for (((name, c), ok), ns) in
+        fuzz::OP_NAMES.iter().zip(fuzz::OP_COUNTS.iter()).zip(fuzz::OP_OK.iter()).zip(fuzz::OP_NANOS.iter())
+    {
         let c = c.load(Relaxed);
-        println!("#   {name:15} {c:9} {:5.1}% {:9}", 100.0 * c as f64 / total.max(1) as f64, ok.load(Relaxed));
+        let s = secs(ns);
+        let share = 100.0 * c as f64 / total.max(1) as f64;
+        println!("#   {name:15} {c:9} {share:5.1}% {:9} {s:9.1} {:5.1}%", ok.load(Relaxed), 100.0 * s / all.max(1e-9));
     }
+    let s = secs(&fuzz::OP_NANOS[fuzz::OPS]);
+    println!("#   {:15} {:>9} {:>6} {:>9} {s:9.1} {:5.1}%", "(case open/close)", "", "", "", 100.0 * s / all.max(1e-9));
     let f: Vec<String> = ["fail_nth", "abort", "stall", "slow", "slow_off", "clear"]
         .iter()
         .zip(fuzz::FAULT_COUNTS.iter())
@@ -245,6 +253,9 @@ fn main() {
         .map(|(e, c)| format!("{} {}", if e == 0 { "success" } else { fuzz::name(e as i32) }, c.load(Relaxed)))
         .collect();
     println!("# answers checked: {}", o.join(", "));
+    let parts = fuzz::PARTS.lock().map(|v| v.clone()).unwrap_or_default();
+    let p: Vec<String> = parts.iter().map(|(k, ns)| format!("{k} {:.1} s", *ns as f64 / 1e9)).collect();
+    println!("# time in parts: {}", p.join(", "));
     let facts = fuzz::FACTS.lock().map(|v| v.clone()).unwrap_or_default();
     let f: Vec<String> = facts.iter().map(|(k, n)| format!("{k} {n}")).collect();
     println!("# seen: {}", f.join(", "));
