@@ -118,6 +118,7 @@ ifeq ($(FUZZ_KERNEL),bench)
 	kdir=$$(scripts/build-kernel --kind bench) && { flock 8; \
 	  scripts/in-root make -s --no-print-directory -C "$$kdir" LLVM=1 M=$(CURDIR) modules && \
 	  cp neuron_udma.ko build/fuzz/neuron_udma-bench.ko; } 8>build/.build.lock
+	scripts/build-guest-tools udma-fuzz
 	scripts/vm-run --model $(MODEL) --timeout 43200 --log-dir $(FUZZ_LOG) --kernel bench \
 	  --module build/fuzz/neuron_udma-bench.ko -- 'udma-fuzz --ops $(OPS) $(if $(SEED),--seed $(SEED))'
 else
