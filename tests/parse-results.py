@@ -397,6 +397,7 @@ class Run:
         self.cases = {"kunit": 0, "kselftest": 0}
         self.ran = {"kunit": set(), "kselftest": set()}
         self.seconds = {}  # kselftest name -> seconds it ran (NU-SECONDS)
+        self.uptime = {}  # "start"/"end" -> seconds since boot (NU-UPTIME)
 
     def read(self, name):
         p = self.d / name
@@ -607,6 +608,37 @@ class Run:
         self.check(not wrong, f"devices not the {self.model} model's ({want}) or not bound to neuron_udma: "
                               f"{'; '.join(wrong)}")
 
+    def read_uptime(self):
+        for ln in self.olines:
+            f = ln.split()
+            if len(f) == 3 and f[0] == "NU-UPTIME":
+                try:
+                    self.uptime[f[1]] = float(f[2])
+                except ValueError:
+                    pass
+
+    def time_text(self):
+        """Where the guest's time went: boot, module load and KUnit before the test plan, the
+        kselftests, the rest of the plan (unload, reload, kmemleak scans). Empty without the
+        NU-UPTIME lines (a run that ended early)."""
+        self.read_uptime()
+        if "start" not in self.uptime or "end" not in self.uptime:
+            return ""
+        start, end = self.uptime["start"], self.uptime["end"]
+        tests = sum(self.seconds.values())
+        return (f"guest time: {start:.0f} s to the test plan (boot, module load"
+                f"{', KUnit' if self.ran['kunit'] else ''}), kselftests {tests} s, "
+                f"the rest of the plan {max(0.0, end - start - tests):.0f} s")
+
+    def write_times(self, path):
+        """Appends `label kselftest seconds` lines (every kselftest of the run) to `path`."""
+        self.read_uptime()
+        with open(path, "a") as f:
+            if "start" in self.uptime:
+                f.write(f"{self.label} (boot, module load, KUnit) {self.uptime['start']:.0f}\n")
+            for n, sec in sorted(self.seconds.items(), key=lambda kv: -kv[1]):
+                f.write(f"{self.label} {n} {sec}\n")
+
     def summary(self):
         print(f"{self.label}: {len(self.ran['kunit'])} KUnit suites ({self.cases['kunit']} cases), "
               f"{len(self.ran['kselftest'])} kselftests ({self.cases['kselftest']} cases), "
@@ -616,6 +648,9 @@ class Run:
             print(f"{self.label}:   slowest kselftests: "
                   + ", ".join(f"{n} {s} s" for n, s in slow)
                   + f" (all {sum(self.seconds.values())} s)")
+        t = self.time_text()
+        if t:
+            print(f"{self.label}:   {t}")
         for ln in dmatest_counts(getattr(self, "dmatest", [])):
             print(f"{self.label}:   dmatest {ln}")
         for s in self.splats[:20]:
@@ -760,6 +795,8 @@ def run(argv):
     ap.add_argument("--cargo")
     ap.add_argument("--dkms")
     ap.add_argument("--toolchain", metavar="FILE", help="scripts/toolchain-root --status output")
+    ap.add_argument("--times", metavar="FILE",
+                    help="append every kselftest's seconds (and each run's boot) to FILE")
     ap.add_argument("runs", nargs="*", metavar="MODEL=DIR")
     args = ap.parse_args(argv)
     if args.boot_splat:
@@ -813,6 +850,8 @@ def run(argv):
         one = Run(label, d, manifest, tally)
         one.check_all()
         one.summary()
+        if args.times:
+            one.write_times(args.times)
     for f in tally.failures:
         print(f"FAILED: {f}")
     line = f"{tally.passed} passed, {tally.failed} failed"

@@ -123,6 +123,23 @@ class TestPassingRun(GateTest):
         self.assertIn("trn1:   slowest kselftests: uapi_test 95 s, pci_bind_test 7 s (all 102 s)", out)
         self.assertNotIn("trn2:   slowest", out)
 
+    def test_where_the_guest_time_went(self):
+        # NU-UPTIME start/end (tests/guest/run-tests): the summary splits the guest's time, and
+        # --times writes every kselftest's seconds.
+        self.edit("trn1", "output.log", lambda t: ("NU-UPTIME start 61.4\n" + t).replace(
+            "NU-DONE", "NU-UPTIME end 300.2\nNU-DONE").replace(
+            "NU-END kselftest uapi_test\n", "NU-SECONDS 95\nNU-END kselftest uapi_test\n").replace(
+            "NU-END kselftest pci_bind_test\n", "NU-SECONDS 7\nNU-END kselftest pci_bind_test\n"))
+        times = self.tmp / "times.txt"
+        rc, out = self.gate(extra=("--times", str(times)))
+        self.assertEqual(rc, 0, out)
+        self.assertIn("trn1:   guest time: 61 s to the test plan (boot, module load, KUnit), kselftests 102 s, "
+                      "the rest of the plan 137 s", out)
+        self.assertNotIn("trn2:   guest time", out)
+        lines = times.read_text().splitlines()
+        self.assertEqual(lines[:3], ["trn1 (boot, module load, KUnit) 61", "trn1 uapi_test 95",
+                                     "trn1 pci_bind_test 7"])
+
 
 class TestMissingTests(GateTest):
     def test_four_kunit_suites_gone(self):
