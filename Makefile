@@ -31,7 +31,8 @@ KDIR ?=
 # Compile the KUnit suites into the module (the test kernel has CONFIG_KUNIT=y).
 KUNIT ?= $(if $(KDIR),0,1)
 MODEL ?= trn1
-# The kernel of make bench: bench (production config, the default) or debug (the test kernel).
+# The kernel of make bench and make fuzz: bench (production config) or debug (the test kernel).
+# make bench defaults to bench; make fuzz to debug (FUZZ_KERNEL below).
 KERNEL ?= bench
 CMD ?= true
 # The package version: defined once, in dkms.conf.
@@ -110,15 +111,23 @@ vm:
 OPS ?= 1000000
 SEED ?=
 FUZZ_KERNEL := $(if $(filter command line environment,$(origin KERNEL)),$(KERNEL),debug)
+ifneq ($(filter fuzz,$(MAKECMDGOALS)),)
+ifeq ($(filter bench debug,$(FUZZ_KERNEL)),)
+$(error make fuzz: KERNEL=$(FUZZ_KERNEL): use KERNEL=bench (production) or KERNEL=debug (the test kernel, the default))
+endif
+endif
 FUZZ_LOG := build/fuzz/$(MODEL)$(if $(filter bench,$(FUZZ_KERNEL)),-bench)
 SPLATS := BUG:|WARNING:|KASAN|possible (circular|recursive)|INFO: task .* blocked|soft lockup|rcu_.*stall|Oops|Kernel panic
 fuzz:
 ifeq ($(FUZZ_KERNEL),bench)
 	mkdir -p build/fuzz
+	@# The production module for the bench kernel, copied out; then the clone's module is the
+	@# test build again (as scripts/bench does), all under vm-run's build lock.
 	kdir=$$(scripts/build-kernel --kind bench) && { flock 8; \
 	  scripts/in-root make -s --no-print-directory -C "$$kdir" LLVM=1 M=$(CURDIR) modules && \
-	  cp neuron_udma.ko build/fuzz/neuron_udma-bench.ko; } 8>build/.build.lock
-	scripts/build-guest-tools udma-fuzz
+	  cp neuron_udma.ko build/fuzz/neuron_udma-bench.ko && \
+	  make -s --no-print-directory -C $(CURDIR) modules && scripts/build-guest-tools udma-fuzz; \
+	  } 8>build/.build.lock
 	scripts/vm-run --model $(MODEL) --timeout 43200 --log-dir $(FUZZ_LOG) --kernel bench \
 	  --module build/fuzz/neuron_udma-bench.ko -- 'udma-fuzz --ops $(OPS) $(if $(SEED),--seed $(SEED))'
 else

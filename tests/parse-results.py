@@ -626,16 +626,19 @@ class Run:
             return ""
         start, end = self.uptime["start"], self.uptime["end"]
         tests = sum(self.seconds.values())
-        return (f"guest time: {start:.0f} s to the test plan (boot, module load"
-                f"{', KUnit' if self.ran['kunit'] else ''}), kselftests {tests} s, "
-                f"the rest of the plan {max(0.0, end - start - tests):.0f} s")
+        return (f"guest time: {start:.0f} s before the test plan ({self.boot_parts()}), "
+                f"kselftests {tests} s, the rest of the plan (unload, reload, leak scans) "
+                f"{max(0.0, end - start - tests):.0f} s")
+
+    def boot_parts(self):
+        return "boot, module load" + (", KUnit" if self.ran["kunit"] else "")
 
     def write_times(self, path):
         """Appends `label kselftest seconds` lines (every kselftest of the run) to `path`."""
         self.read_uptime()
         with open(path, "a") as f:
             if "start" in self.uptime:
-                f.write(f"{self.label} (boot, module load, KUnit) {self.uptime['start']:.0f}\n")
+                f.write(f"{self.label} ({self.boot_parts()}) {self.uptime['start']:.0f}\n")
             for n, sec in sorted(self.seconds.items(), key=lambda kv: -kv[1]):
                 f.write(f"{self.label} {n} {sec}\n")
 

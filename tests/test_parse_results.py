@@ -133,8 +133,8 @@ class TestPassingRun(GateTest):
         times = self.tmp / "times.txt"
         rc, out = self.gate(extra=("--times", str(times)))
         self.assertEqual(rc, 0, out)
-        self.assertIn("trn1:   guest time: 61 s to the test plan (boot, module load, KUnit), kselftests 102 s, "
-                      "the rest of the plan 137 s", out)
+        self.assertIn("trn1:   guest time: 61 s before the test plan (boot, module load, KUnit), kselftests "
+                      "102 s, the rest of the plan (unload, reload, leak scans) 137 s", out)
         self.assertNotIn("trn2:   guest time", out)
         lines = times.read_text().splitlines()
         self.assertEqual(lines[:3], ["trn1 (boot, module load, KUnit) 61", "trn1 uapi_test 95",
