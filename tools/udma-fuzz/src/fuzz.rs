@@ -315,8 +315,14 @@ pub(crate) fn count(got: Result<(), Errno>) {
 }
 
 /// Checks a call's result against the allowed outcomes: `ok` (success allowed) and `errs`.
+/// Print every operation and every answer checked (`--trace`).
+pub static TRACE: AtomicBool = AtomicBool::new(false);
+
 pub(crate) fn expect<T>(what: &str, got: Result<T, Errno>, ok: bool, errs: &[Errno]) -> Result<T, Errno> {
     count(got.as_ref().map(|_| ()).map_err(|e| *e));
+    if TRACE.load(Relaxed) {
+        println!("#       {what}: {}", show(got.as_ref().map(|_| ()).map_err(|e| *e)));
+    }
     match got {
         Ok(v) if ok => Ok(v),
         Err(e) if errs.contains(&e) => Err(e),
@@ -1826,6 +1832,9 @@ impl StateMachineTest for FuzzTest {
 
     fn apply(mut state: Sut, _: &(), op: Op) -> Sut {
         let (t, kind) = (std::time::Instant::now(), op.kind());
+        if TRACE.load(Relaxed) {
+            println!("#     {op:?}");
+        }
         state.apply(op);
         spent(kind, t);
         state

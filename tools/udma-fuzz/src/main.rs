@@ -58,6 +58,9 @@ struct Args {
     /// Also unbind and rebind the device mid-run (root; the multi-device pass).
     #[arg(long)]
     unbind: bool,
+    /// With --replay: print each operation and each answer checked, and do not shrink.
+    #[arg(long, requires = "replay")]
+    trace: bool,
 }
 
 fn clock_seed() -> u64 {
@@ -83,7 +86,7 @@ fn run_case(seed: u64, len: usize, faults: bool) -> bool {
         cases: 1,
         failure_persistence: None,
         rng_seed: RngSeed::Fixed(seed),
-        max_shrink_iters: 4096,
+        max_shrink_iters: if fuzz::TRACE.load(Relaxed) { 0 } else { 4096 },
         max_shrink_time: 300_000,
         verbose: 0,
         ..Config::default()
@@ -187,6 +190,7 @@ fn main() {
         if a.unbind { ", unbind on" } else { "" }
     );
     let t0 = Instant::now();
+    fuzz::TRACE.store(a.trace, Relaxed);
     if let Some(seed) = a.replay {
         println!("1..1");
         let ok = run_case(seed, a.len as usize, a.faults != "off" && has_window);
