@@ -202,24 +202,24 @@ pub static OP_OK: [AtomicU64; OPS + 1] = [const { AtomicU64::new(0) }; OPS + 1];
 pub static OP_NANOS: [AtomicU64; OPS + 1] = [const { AtomicU64::new(0) }; OPS + 1];
 
 /// Profile of parts of operations: (what, nanoseconds).
-pub static PARTS: Mutex<Vec<(&'static str, u64)>> = Mutex::new(Vec::new());
+pub static PARTS: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
+
+/// Nanoseconds since `t`.
+fn nanos_since(t: std::time::Instant) -> u64 {
+    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// Runs `f`, adding its wall time to part `what` of `PARTS`.
-pub(crate) fn part<R>(what: &'static str, f: impl FnOnce() -> R) -> R {
+pub(crate) fn part<R>(what: &str, f: impl FnOnce() -> R) -> R {
     let t = std::time::Instant::now();
     let r = f();
-    let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    let mut v = PARTS.lock().unwrap_or_else(|e| e.into_inner());
-    match v.iter_mut().find(|(k, _)| *k == what) {
-        Some(e) => e.1 += ns,
-        None => v.push((what, ns)),
-    }
+    add_to(&PARTS, what, nanos_since(t));
     r
 }
 
 /// Adds the time since `t` to entry `kind` of `OP_NANOS`.
 fn spent(kind: usize, t: std::time::Instant) {
-    OP_NANOS[kind].fetch_add(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX), Relaxed);
+    OP_NANOS[kind].fetch_add(nanos_since(t), Relaxed);
 }
 pub(crate) static CUR_OP: AtomicU64 = AtomicU64::new(0);
 /// Facts seen: imports by region kind and their runs, split copies and their pairs, unbinds.
@@ -227,7 +227,12 @@ pub static FACTS: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
 
 /// Counts a fact for the summary.
 pub(crate) fn fact(what: &str, n: u64) {
-    let mut v = FACTS.lock().unwrap_or_else(|e| e.into_inner());
+    add_to(&FACTS, what, n);
+}
+
+/// Adds `n` to the entry `what` of a summary list (`FACTS`, `PARTS`), first seen first.
+fn add_to(list: &Mutex<Vec<(String, u64)>>, what: &str, n: u64) {
+    let mut v = list.lock().unwrap_or_else(|e| e.into_inner());
     match v.iter_mut().find(|(k, _)| k == what) {
         Some(e) => e.1 += n,
         None => v.push((what.to_string(), n)),
@@ -314,10 +319,10 @@ pub(crate) fn count(got: Result<(), Errno>) {
     }
 }
 
-/// Checks a call's result against the allowed outcomes: `ok` (success allowed) and `errs`.
 /// Print every operation and every answer checked (`--trace`).
 pub static TRACE: AtomicBool = AtomicBool::new(false);
 
+/// Checks a call's result against the allowed outcomes: `ok` (success allowed) and `errs`.
 pub(crate) fn expect<T>(what: &str, got: Result<T, Errno>, ok: bool, errs: &[Errno]) -> Result<T, Errno> {
     count(got.as_ref().map(|_| ()).map_err(|e| *e));
     if TRACE.load(Relaxed) {
