@@ -232,12 +232,17 @@ impl Sut {
                 self.land_all(landed);
             }
             Err(EIO) => {
+                let settled = m.may(fence) & fs::PENDING == 0;
                 if m.maybe_reset {
                     m.maybe_reset_now();
-                } else if m.may(fence) & fs::PENDING != 0 {
+                } else if !settled {
                     // This wait saw the engine fail and reset the queue.
                     let dropped = m.reset(fence);
                     drop_pending(&mut self.mem, dropped);
+                }
+                if settled {
+                    // A settled fence's wait answers from its state alone: it failed.
+                    m.failed_seen(fence);
                 }
             }
             Err(ETIMEDOUT) if m.tainted => m.maybe_reset_now(),

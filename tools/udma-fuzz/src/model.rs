@@ -315,10 +315,21 @@ impl QueueM {
         if (self.tainted || self.maybe_reset) && s & fs::PENDING != 0 {
             s |= fs::FAIL;
         }
-        if self.resets > LOST_RANGES {
+        // The driver expires a fence once the lost range holding it (or a newer one) is the
+        // oldest of more than LOST_RANGES: each later range holds a newer fence, so an expired
+        // fence has at least LOST_RANGES newer ones (the newest never expires).
+        if self.resets > LOST_RANGES && self.newest.1 >= seq + u64::from(LOST_RANGES) {
             s |= fs::EXPIRED;
         }
         s
+    }
+    /// A wait for the settled fence `seq` answered `EIO`: the driver answers a settled fence's
+    /// wait from its state alone (`rust/channel.rs`, `wait_for`), so the fence failed; it
+    /// stays failed (or expires), and `QUEUE_EVENTS` owes a failure at least this new.
+    pub fn failed_seen(&mut self, seq: u64) {
+        let s = self.may(seq) & fs::FAIL;
+        self.set_may(seq, if s == 0 { fs::FAIL } else { s });
+        self.known_failed = self.known_failed.max(seq);
     }
     /// Sets what fence `seq` may read.
     pub fn set_may(&mut self, seq: u64, s: u8) {
@@ -709,5 +720,29 @@ mod tests {
         m.reset(3);
         assert_eq!((m.may(3), m.done_floor(), m.done_ceiling()), (fs::FAIL, 2, 2));
         assert!(m.may_have_failed_after(2) && !m.may_have_failed_after(3));
+    }
+
+    #[test]
+    fn only_fences_with_enough_newer_ones_may_expire() {
+        let mut m = QueueM::new(0, 0, 64, 64, false);
+        m.resets = LOST_RANGES + 1;
+        m.newest = (40, 40);
+        assert_eq!(m.may(8) & fs::EXPIRED, fs::EXPIRED);
+        assert_eq!(m.may(9) & fs::EXPIRED, 0);
+        assert_eq!(m.may(40) & fs::EXPIRED, 0, "the newest fence never expires");
+        m.resets = LOST_RANGES;
+        assert_eq!(m.may(1) & fs::EXPIRED, 0);
+    }
+
+    #[test]
+    fn an_eio_for_a_settled_fence_makes_it_failed_and_owed_to_queue_events() {
+        let mut m = QueueM::new(0, 0, 64, 64, false);
+        m.newest = (3, 3);
+        m.set_may(2, fs::DONE | fs::FAIL_EIO);
+        m.failed_seen(2);
+        assert_eq!((m.may(2), m.known_failed), (fs::FAIL_EIO, 2));
+        m.set_may(3, fs::DONE);
+        m.failed_seen(3);
+        assert_eq!((m.may(3), m.known_failed), (fs::FAIL, 3));
     }
 }

@@ -493,6 +493,9 @@ impl Sut {
         if ra != rb {
             fail!("two threads: FENCE_WAITs for fence {k} disagree: {} and {}", show(ra), show(rb));
         }
+        if ra == Err(EIO) {
+            fact("races: two FENCE_WAITs answered EIO", 1);
+        }
         let m = self.queues[q].as_mut().expect("queue");
         match ra {
             Ok(()) => {
@@ -505,6 +508,8 @@ impl Sut {
                 let dropped = m.reset(k);
                 drop_pending(&mut self.mem, dropped);
             }
+            // A settled fence: it failed (`QueueM::failed_seen`).
+            Err(EIO) => m.failed_seen(k),
             Err(_) => {}
         }
     }
