@@ -408,7 +408,8 @@ TEST_F_TIMEOUT(stall, threads_bypass_one_orphan_per_file, 120)
 	bar2_write(&self->bar2, BAR2_CLEAR, 1);
 	TH_LOG("one 1 MiB copy on the slowed engine: %.0f ms; %d threads of one file: %d "
 	       "ETIMEDOUT within %.0f ms; another file's 32 KiB MEMCPY then took %.0f ms (%s)",
-	       copy_ms, FLOOD_THREADS, timeouts, flood_ms, v.end_ms, v.ret ? strerror(-v.ret) : "0");
+	       copy_ms, FLOOD_THREADS, timeouts, flood_ms, v.end_ms,
+	       v.ret ? strerror(-v.ret) : "0");
 	EXPECT_EQ(0, v.ret);
 	/* One abandoned 1 MiB copy is one copy_ms of engine time; allow two (the bug: eight). */
 	EXPECT_LT(v.end_ms, 2 * copy_ms + 200.0) {
