@@ -231,22 +231,27 @@ impl Sut {
                 let landed = m.done(fence);
                 self.land_all(landed);
             }
-            Err(EIO) => {
-                let settled = m.may(fence) & fs::PENDING == 0;
-                if m.maybe_reset {
-                    m.maybe_reset_now();
-                } else if !settled {
-                    // This wait saw the engine fail and reset the queue.
-                    let dropped = m.reset(fence);
-                    drop_pending(&mut self.mem, dropped);
-                }
-                if settled {
-                    // A settled fence's wait answers from its state alone: it failed.
-                    m.failed_seen(fence);
-                }
-            }
+            Err(EIO) => self.fence_wait_failed(q, fence),
             Err(ETIMEDOUT) if m.tainted => m.maybe_reset_now(),
             Err(_) => {}
+        }
+    }
+
+    /// What the model learns when a `FENCE_WAIT` for `fence` of queue slot `q` answered `EIO`
+    /// (one wait, or both of the two-thread race): a fence in flight failed and the wait reset
+    /// the queue (or may have, after a reset the model did not see); a settled fence's wait
+    /// answers from its state alone, so it failed earlier ([`QueueM::failed_seen`]).
+    pub(crate) fn fence_wait_failed(&mut self, q: usize, fence: u64) {
+        let m = self.queues[q].as_mut().expect("queue");
+        let settled = m.may(fence) & fs::PENDING == 0;
+        if m.maybe_reset {
+            m.maybe_reset_now();
+        } else if !settled {
+            let dropped = m.reset(fence);
+            drop_pending(&mut self.mem, dropped);
+        }
+        if settled {
+            m.failed_seen(fence);
         }
     }
 

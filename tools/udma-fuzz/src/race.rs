@@ -503,13 +503,8 @@ impl Sut {
                 self.land_all(landed);
                 self.settle(q, "two FENCE_WAITs");
             }
-            Err(EIO) if m.may(k) & fs::PENDING != 0 => {
-                // The waits saw the engine fail and reset the queue.
-                let dropped = m.reset(k);
-                drop_pending(&mut self.mem, dropped);
-            }
-            // A settled fence: it failed (`QueueM::failed_seen`).
-            Err(EIO) => m.failed_seen(k),
+            // As after one FENCE_WAIT (the queue is healthy: no unseen reset).
+            Err(EIO) => self.fence_wait_failed(q, k),
             Err(_) => {}
         }
     }
