@@ -155,6 +155,9 @@ class KernelFragments(unittest.TestCase):
         "CONFIG_DMABUF_DEBUG",
         # Not debug options as such, but they depend on DEBUG_KERNEL.
         "CONFIG_SOFTLOCKUP_DETECTOR", "CONFIG_DETECT_HUNG_TASK",
+        # The test kernel's unwinder (cheaper stack walks for KASAN and kmemleak under TCG); the
+        # bench kernel keeps the x86 default, ORC.
+        "CONFIG_UNWINDER_FRAME_POINTER",
     }
 
     @staticmethod
