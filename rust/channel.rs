@@ -765,10 +765,25 @@ impl Channel {
         }
     }
 
-    /// Logs a failed wait (rate-limited; a caller-chosen timeout at debug level) and resets
-    /// the queue (and an aborted engine). The reset settles every fence in flight as lost, so
-    /// exactly the waiters of the dropped fences see `EIO`.
-    fn fail(&self, seq: u64, err: Error, errors: &EngineErrors, timeout: Delta) -> Result {
+    /// Logs a failed wait (rate-limited; a caller-chosen timeout at debug level), resets the
+    /// queue (and an aborted engine) and returns fence `seq`'s outcome as the reset settled it.
+    ///
+    /// The reset first retires the fences whose markers arrived and settles every fence still
+    /// in flight as lost, so exactly the waiters of the dropped fences see `err`.
+    ///
+    /// # Errors
+    ///
+    /// `err` (`EIO` for an engine error, `ETIMEDOUT` for a timeout) if the reset dropped fence
+    /// `seq`; `ENODEV` if the queue was released or the device unbound. `Ok(())` if fence `seq`
+    /// completed before the reset (its marker arrived after the waiter last looked): its copies
+    /// are done, whatever the engine did next.
+    pub(crate) fn fail(
+        &self,
+        seq: u64,
+        err: Error,
+        errors: &EngineErrors,
+        timeout: Delta,
+    ) -> Result {
         let what = if err == EIO {
             "failed: engine error"
         } else {
@@ -798,7 +813,10 @@ impl Channel {
             );
         }
         self.reset(err)?;
-        Err(err)
+        match self.locked(|q| q.state(seq))? {
+            FenceState::Done => Ok(()),
+            _ => Err(err),
+        }
     }
 
     /// Resets the queue if it made no progress for [`DEFAULT_TIMEOUT`] with fences
@@ -1003,6 +1021,20 @@ impl Channel {
         self.locked(|q| Ok(q.settled())).unwrap_or(0)
     }
 
+    /// The queue's listeners for debugfs: io_uring commands waiting, whether the file is
+    /// polled, whether an eventfd is set, and the fences settled when the eventfd was last
+    /// signalled and the pollers last woken.
+    pub(crate) fn listeners(&self) -> (usize, bool, bool, u64, u64) {
+        let l = self.listeners.lock();
+        (
+            l.uring.len(),
+            l.file.as_ref().is_some_and(|f| f.is_polled()),
+            l.eventfd.is_some(),
+            l.signalled,
+            l.woken,
+        )
+    }
+
     /// Whether anybody but a blocked waiter listens for this queue's completions (a polled
     /// file, an eventfd, io_uring commands): then the completion worker watches it while fences
     /// are in flight.
@@ -1032,9 +1064,13 @@ impl Channel {
                 }
                 l.signalled = settled;
             }
+            // Every command against the one retire above: the commands are queued in the order
+            // io_uring issued them, not by fence, and a retire between two of them could settle
+            // a fence of a command already passed over as pending while `busy` below then says
+            // nothing is in flight, and the worker would stop watching with commands queued.
             let mut i = 0;
             while i < l.uring.len() {
-                let res = match q.state(l.uring[i].seq) {
+                let res = match q.state_retired(l.uring[i].seq) {
                     Ok(FenceState::Pending) => {
                         i += 1;
                         continue;

@@ -146,7 +146,13 @@ fn ptr(v: u32) -> (u32, u32) {
 /// Renders the `queues` file: per queue in use, the hardware.rst §3.8 queue state of both
 /// directions, the software ring indices and the engine state and error causes.
 pub(crate) fn render_queues(dev: &UdmaDevice, w: &mut impl fmt::Write) -> fmt::Result {
-    render_each(dev, w, render_queue_state)
+    render_each(dev, w, render_queue_state)?;
+    let (running, watched) = dev.watcher_state();
+    writeln!(
+        w,
+        "completion worker: {}, watching {watched} queues",
+        if running { "running" } else { "idle" }
+    )
 }
 
 /// Renders `one` for every queue in use, or says why there is none.
@@ -205,6 +211,14 @@ pub(crate) fn render_queue_state(cell: &Channel, w: &mut impl fmt::Write) -> fmt
         e.s2m_cause,
         if e.aborted() { " ABORTED" } else { "" },
         s.resets
+    )?;
+    let (uring, polled, eventfd, signalled, woken) = cell.listeners();
+    writeln!(
+        w,
+        "  listeners: uring {uring} polled {} eventfd {} settled {} signalled {signalled} woken {woken}",
+        u8::from(polled),
+        u8::from(eventfd),
+        cell.settled_fences()
     )
 }
 

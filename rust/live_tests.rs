@@ -499,6 +499,60 @@ mod tests {
         Ok(())
     }
 
+    /// A wait that finds the engine aborted resets the queue and answers with what the reset
+    /// settled: a fence that completed before the reset (its marker arrived after the waiter
+    /// last looked) is a success, not `EIO`; the fence the engine failed is `EIO`.
+    #[test]
+    fn failed_wait_answers_what_the_reset_settled() -> Result {
+        let f = Fixture::new(2, 64, 8192, 0x6b)?;
+        let (dev, q, dst, s, d) = (&f.dev, &f.q, &f.dst, f.s, f.d);
+        let len = DescLen::new(4096)?;
+        let copy = |off: u64| Copy {
+            src: s + off,
+            dst: d + off,
+            len,
+            barrier: Barrier::Write,
+        };
+        let first = q.with(|queue, io| {
+            queue.prepare_one(&copy(0))?;
+            queue.fence(io)
+        })?;
+        kernel::io::poll::read_poll_timeout(
+            || q.with(|queue, _| Ok(queue.is_settled(first))),
+            |&settled| settled,
+            kernel::time::Delta::from_millis(1),
+            kernel::time::Delta::from_secs(5),
+        )?;
+        // The model fails the next Tx descriptor: the engine aborts on the second fence.
+        dev.model
+            .as_ref()
+            .ok_or(ENODEV)?
+            .inject_fail_nth(q.id.eng.get(), q.id.q.number(), 1)?;
+        let second = q.with(|queue, io| {
+            queue.prepare_one(&copy(4096))?;
+            queue.fence(io)
+        })?;
+        let errors = kernel::io::poll::read_poll_timeout(
+            || q.with(|_, io| Ok(crate::engine::engine_errors(io))),
+            |e| e.aborted(),
+            kernel::time::Delta::from_millis(1),
+            kernel::time::Delta::from_secs(5),
+        )?;
+        // The waiter of the first fence looked while it was pending and then saw the abort.
+        assert_eq!(q.fail(first, EIO, &errors, DEFAULT_TIMEOUT), Ok(()));
+        assert_eq!(q.state(first), Ok(crate::channel::FenceState::Done));
+        assert!(copied(dst, 0, 0, 4096, 0x6b));
+        assert_eq!(q.state(second), Ok(crate::channel::FenceState::Failed(EIO)));
+        assert_eq!(q.wait_fence(second, DEFAULT_TIMEOUT), Err(EIO));
+        let resets = q.with(|queue, _| Ok(queue.resets))?;
+        assert_eq!(resets, 1);
+        // The queue works again.
+        clear(dst);
+        q.memcpy(s, d, 4096, DEFAULT_TIMEOUT)?;
+        assert!(copied(dst, 0, 0, 4096, 0x6b));
+        Ok(())
+    }
+
     #[test]
     fn dma_mask_stops_below_the_route() -> Result {
         let dev = device()?;

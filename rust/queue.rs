@@ -734,6 +734,20 @@ impl Queue {
         Ok(self.state_now(seq))
     }
 
+    /// The state of fence `seq` as of the last [`Self::retire`], without looking at the markers
+    /// again: a caller that goes over several fences and then asks [`Self::busy`] sees them all
+    /// at one moment (a marker that arrives meanwhile is seen at the next retire).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for fence 0 or one newer than [`Self::newest_fence`].
+    pub(crate) fn state_retired(&self, seq: u64) -> Result<FenceState> {
+        if seq == 0 || seq >= self.next_seq {
+            return Err(EINVAL);
+        }
+        Ok(self.state_now(seq))
+    }
+
     /// The state of fence `seq` (a fence of this queue) as the software state says now.
     fn state_now(&self, seq: u64) -> FenceState {
         if seq > self.settled {

@@ -151,6 +151,12 @@ impl Watcher {
         }
     }
 
+    /// For debugfs: whether the worker is queued or running, and how many queues it watches.
+    pub(crate) fn state(&self) -> (bool, usize) {
+        let n = self.list.lock().chans.len();
+        (self.running.load(Relaxed) != 0, n)
+    }
+
     /// Unbind, after every queue was paused: stops watching and waits for the worker.
     pub(crate) fn shutdown(&self) {
         {

@@ -205,6 +205,11 @@ impl UdmaDevice {
         Watcher::watch(&self.watcher, chan);
     }
 
+    /// The completion worker's state for debugfs ([`Watcher::state`]).
+    pub(crate) fn watcher_state(&self) -> (bool, usize) {
+        self.watcher.state()
+    }
+
     /// Queue `id` if `owner` holds it.
     ///
     /// # Errors
