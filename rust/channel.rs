@@ -282,6 +282,11 @@ struct Ticket {
     /// No unfenced work is left after this fence.
     last: bool,
     ack_before: u32,
+    /// The Tx position where the fence's work ends (`ack_before` without a fence).
+    end: u32,
+    /// The queue's resets when the ticket was taken: a reset during the wait re-initialised
+    /// the rings (the ack position starts again) and dropped the work no fence covered.
+    resets: u32,
 }
 
 /// One queue of the device in use, with its owner: the queue's software state (`None` once
@@ -476,26 +481,22 @@ impl Channel {
         self.with_ringer(|q, bell| {
             q.retire();
             let ack_before = q.tx_state().ack_index();
+            let ticket = |q: &Queue, seq, last| Ticket {
+                seq,
+                last,
+                ack_before,
+                end: q.newest_fence_end().unwrap_or(ack_before),
+                resets: q.resets,
+            };
             if q.unfenced() != 0 && q.can_fence() {
-                return Ok(Ticket {
-                    seq: Some(q.fence(bell)?),
-                    last: true,
-                    ack_before,
-                });
+                let seq = q.fence(bell)?;
+                return Ok(ticket(q, Some(seq), true));
             }
             if q.busy() {
-                return Ok(Ticket {
-                    seq: Some(q.newest_fence()),
-                    last: q.unfenced() == 0,
-                    ack_before,
-                });
+                return Ok(ticket(q, Some(q.newest_fence()), q.unfenced() == 0));
             }
             if q.unfenced() == 0 {
-                Ok(Ticket {
-                    seq: None,
-                    last: true,
-                    ack_before,
-                })
+                Ok(ticket(q, None, true))
             } else {
                 Err(ENOSPC)
             }
@@ -509,7 +510,9 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// Those of [`Self::wait_fence`]; `ENOSPC` when unfenced work exists and no marker fits.
+    /// Those of [`Self::wait_fence`]; `ENOSPC` when unfenced work exists and no marker fits;
+    /// `EIO` when the fence waited for completed but a queue reset meanwhile (an engine error
+    /// or a stall, seen by this wait or another) dropped work prepared after it.
     pub(crate) fn wait_all(&self, timeout: Delta) -> Result<u64> {
         let start = Instant::<Monotonic>::now();
         let mut completed = 0u64;
@@ -519,12 +522,23 @@ impl Channel {
                 let left = timeout - start.elapsed();
                 self.wait_fence(seq, left.max(Delta::from_millis(0)))?;
             }
-            completed += self.locked(|q| {
+            let (done, reset) = self.locked(|q| {
                 let s = q.tx_state();
-                Ok(u64::from(s.size().distance(t.ack_before, s.ack_index())))
+                if q.resets == t.resets {
+                    Ok((s.size().distance(t.ack_before, s.ack_index()), false))
+                } else {
+                    // The fence completed (the wait succeeded), so its work did; the ack
+                    // position was restarted by the reset.
+                    Ok((s.size().distance(t.ack_before, t.end), true))
+                }
             })?;
+            completed += u64::from(done);
             if t.last {
                 return Ok(completed);
+            }
+            if reset {
+                // The work after the fence had no fence of its own: the reset dropped it.
+                return Err(EIO);
             }
         }
     }

@@ -517,12 +517,14 @@ mod tests {
             queue.prepare_one(&copy(0))?;
             queue.fence(io)
         })?;
+        // The first fence's marker arrives; nothing retires it (its waiter looked before).
         kernel::io::poll::read_poll_timeout(
-            || q.with(|queue, _| Ok(queue.is_settled(first))),
-            |&settled| settled,
+            || q.with(|queue, _| Ok(queue.marker_arrived(first))),
+            |&arrived| arrived,
             kernel::time::Delta::from_millis(1),
             kernel::time::Delta::from_secs(5),
         )?;
+        assert_eq!(q.with(|queue, _| Ok(queue.settled()))?, 0);
         // The model fails the next Tx descriptor: the engine aborts on the second fence.
         dev.model
             .as_ref()
@@ -538,7 +540,9 @@ mod tests {
             kernel::time::Delta::from_millis(1),
             kernel::time::Delta::from_secs(5),
         )?;
-        // The waiter of the first fence looked while it was pending and then saw the abort.
+        // The waiter of the first fence looked while it was pending and then saw the abort:
+        // the reset retires the first fence (its marker is there) and drops the second.
+        assert_eq!(q.with(|queue, _| Ok(queue.settled()))?, 0);
         assert_eq!(q.fail(first, EIO, &errors, DEFAULT_TIMEOUT), Ok(()));
         assert_eq!(q.state(first), Ok(crate::channel::FenceState::Done));
         assert!(copied(dst, 0, 0, 4096, 0x6b));

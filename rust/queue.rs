@@ -692,6 +692,32 @@ impl Queue {
         self.next_seq - 1
     }
 
+    /// The Tx position after the newest fence in flight (where its covered work ends), or
+    /// `None` when no fence is in flight.
+    pub(crate) fn newest_fence_end(&self) -> Option<u32> {
+        self.fences.last().map(|f| f.tx_end)
+    }
+
+    /// Whether the marker of fence `seq` (in flight) has arrived, without retiring anything;
+    /// `false` for a fence not in flight.
+    pub(crate) fn marker_arrived(&self, seq: u64) -> bool {
+        let Some(i) = self.fences.iter().position(|f| f.seq == seq) else {
+            return false;
+        };
+        match &self.placement {
+            Placement::Host(c) => {
+                let dst: u32 = io_read!(c, [panic: self.fences[i].slot].dst);
+                dst == COMPLETION_MARKER
+            }
+            Placement::Device(d) => d
+                .newest_arrived(
+                    core::iter::once((i, self.fences[i].slot)),
+                    COMPLETION_MARKER,
+                )
+                .is_some(),
+        }
+    }
+
     /// The newest fence known done (0 before the first), and the newest that failed with its
     /// reason, if any (for the queue's events).
     pub(crate) fn outcomes(&self) -> (u64, Option<(u64, Error)>) {
