@@ -511,13 +511,21 @@ impl Channel {
     /// # Errors
     ///
     /// Those of [`Self::wait_fence`]; `ENOSPC` when unfenced work exists and no marker fits;
-    /// `EIO` when the fence waited for completed but a queue reset meanwhile (an engine error
-    /// or a stall, seen by this wait or another) dropped work prepared after it.
+    /// `EIO` when a queue reset (an engine error or a stall, seen by this wait or another
+    /// thread) came while the wait went on and may have dropped work it waited for: between two
+    /// of its rounds, or during a round whose fence had work after it. Only a reset during the
+    /// last round, after which its fence turned out done, leaves nothing of the wait dropped.
     pub(crate) fn wait_all(&self, timeout: Delta) -> Result<u64> {
         let start = Instant::<Monotonic>::now();
         let mut completed = 0u64;
+        let mut resets = None;
         loop {
             let t = self.fence_or_join()?;
+            // A reset since the first round's ticket may have dropped work the wait covers (a
+            // fence written for it meanwhile, or work after a joined fence).
+            if *resets.get_or_insert(t.resets) != t.resets {
+                return Err(EIO);
+            }
             if let Some(seq) = t.seq {
                 let left = timeout - start.elapsed();
                 self.wait_fence(seq, left.max(Delta::from_millis(0)))?;
