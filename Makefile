@@ -7,7 +7,7 @@
 #   make CLIPPY=1        the same, with clippy on every Rust object
 #   make check           the gate: shellcheck, parser and layout tests, cargo test, per model (trn1,
 #                        trn2) a main and a multi-device VM pass (KUnit + kselftests), DKMS
-#   make demo            boot the trn1 model; udmactl copies a 64 MiB file host -> HBM -> host
+#   make demo            boot the trn1 model; udmactl copies a 64 MiB file host -> HBM -> host, twice
 #   make bench           boot the trn1 model on the production-config bench kernel and print the
 #                        benchmark table (Documentation/benchmarks.rst); KERNEL=debug: the test kernel
 #   make vm MODEL=trn2 CMD='...'   run a guest command with the module loaded
