@@ -261,9 +261,10 @@ struct neuron_udma_copy_start {
  * pair. Errors: ENOENT, ENOSPC (no room for the marker pair and none in flight), ETIMEDOUT (no
  * completion in time; since ABI 3 the copies go on, and the queue is reset only when it made
  * no progress for 10 s: then it is usable again), EIO (the engine reported an error, or a reset
- * dropped the marker; the queue was reset; also when the queue was reset while the wait went on
- * and work it waited for may have been dropped: FENCE_STATUS and QUEUE_EVENTS tell which fences
- * completed), EINTR (a signal; the copies go on).
+ * dropped the marker, and the queue was reset; or the queue was reset while the wait went on, so
+ * work it waited for may have been dropped. @completed is not set then: the copies up to the
+ * newest fence done, FENCE_STATUS @completed, are done; later ones may have been dropped),
+ * EINTR (a signal; the copies go on).
  */
 struct neuron_udma_copy_wait {
 	__u32 engine;
