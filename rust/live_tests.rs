@@ -96,6 +96,32 @@ impl Fixture {
     }
 }
 
+impl Fixture {
+    /// Prepares one 4 KiB copy at `off` bytes into both buffers (write barrier) and a fence
+    /// after it; returns the fence.
+    fn fenced_copy(&self, off: u64) -> Result<u64> {
+        let copy = Copy {
+            src: self.s + off,
+            dst: self.d + off,
+            len: DescLen::new(4096)?,
+            barrier: Barrier::Write,
+        };
+        self.q.with(|queue, io| {
+            queue.prepare_one(&copy)?;
+            queue.fence(io)
+        })
+    }
+
+    /// Makes the model fail the queue's next Tx descriptor (the engine aborts on it).
+    fn fail_next_tx(&self) -> Result {
+        self.dev.model.as_ref().ok_or(ENODEV)?.inject_fail_nth(
+            self.q.id.eng.get(),
+            self.q.id.q.number(),
+            1,
+        )
+    }
+}
+
 impl Drop for Fixture {
     fn drop(&mut self) {
         let _ = self.dev.queue_release(self.q.owner, self.q.id);
@@ -389,10 +415,7 @@ mod tests {
         let f = Fixture::new(2, 64, 8192, 0x5a)?;
         let (dev, q, dst, s, d) = (&f.dev, &f.q, &f.dst, f.s, f.d);
         // The model fails the next Tx descriptor with a bad address: the engine aborts.
-        dev.model
-            .as_ref()
-            .ok_or(ENODEV)?
-            .inject_fail_nth(q.id.eng.get(), q.id.q.number(), 1)?;
+        f.fail_next_tx()?;
         assert_eq!(q.memcpy(s, d, 4096, DEFAULT_TIMEOUT), Err(EIO));
         let resets = q.with(|queue, _| Ok(queue.resets))?;
         assert_eq!(resets, 1);
@@ -460,19 +483,9 @@ mod tests {
     #[test]
     fn reset_fails_exactly_the_dropped_fences() -> Result {
         let f = Fixture::new(2, 64, 8192, 0x42)?;
-        let (dev, q, dst, s, d) = (&f.dev, &f.q, &f.dst, f.s, f.d);
-        let len = DescLen::new(4096)?;
-        let copy = |off: u64| Copy {
-            src: s + off,
-            dst: d + off,
-            len,
-            barrier: Barrier::Write,
-        };
+        let (q, dst) = (&f.q, &f.dst);
         // Fence 1 completes.
-        let first = q.with(|queue, io| {
-            queue.prepare_one(&copy(0))?;
-            queue.fence(io)
-        })?;
+        let first = f.fenced_copy(0)?;
         kernel::io::poll::read_poll_timeout(
             || q.with(|queue, _| Ok(queue.is_settled(first))),
             |&settled| settled,
@@ -481,14 +494,8 @@ mod tests {
         )?;
         // Fence 2 fails: the model fails its first Tx descriptor, and the wait resets the
         // queue.
-        dev.model
-            .as_ref()
-            .ok_or(ENODEV)?
-            .inject_fail_nth(q.id.eng.get(), q.id.q.number(), 1)?;
-        let second = q.with(|queue, io| {
-            queue.prepare_one(&copy(4096))?;
-            queue.fence(io)
-        })?;
+        f.fail_next_tx()?;
+        let second = f.fenced_copy(4096)?;
         assert_eq!(q.wait_fence(second, DEFAULT_TIMEOUT), Err(EIO));
         // The reset failed only the fence it dropped, with the engine error: fence 1 is still
         // a success, and its bytes are there.
@@ -505,18 +512,8 @@ mod tests {
     #[test]
     fn failed_wait_answers_what_the_reset_settled() -> Result {
         let f = Fixture::new(2, 64, 8192, 0x6b)?;
-        let (dev, q, dst, s, d) = (&f.dev, &f.q, &f.dst, f.s, f.d);
-        let len = DescLen::new(4096)?;
-        let copy = |off: u64| Copy {
-            src: s + off,
-            dst: d + off,
-            len,
-            barrier: Barrier::Write,
-        };
-        let first = q.with(|queue, io| {
-            queue.prepare_one(&copy(0))?;
-            queue.fence(io)
-        })?;
+        let (q, dst, s, d) = (&f.q, &f.dst, f.s, f.d);
+        let first = f.fenced_copy(0)?;
         // The first fence's marker arrives; nothing retires it (its waiter looked before).
         kernel::io::poll::read_poll_timeout(
             || q.with(|queue, _| Ok(queue.marker_arrived(first))),
@@ -526,14 +523,8 @@ mod tests {
         )?;
         assert_eq!(q.with(|queue, _| Ok(queue.settled()))?, 0);
         // The model fails the next Tx descriptor: the engine aborts on the second fence.
-        dev.model
-            .as_ref()
-            .ok_or(ENODEV)?
-            .inject_fail_nth(q.id.eng.get(), q.id.q.number(), 1)?;
-        let second = q.with(|queue, io| {
-            queue.prepare_one(&copy(4096))?;
-            queue.fence(io)
-        })?;
+        f.fail_next_tx()?;
+        let second = f.fenced_copy(4096)?;
         let errors = kernel::io::poll::read_poll_timeout(
             || q.with(|_, io| Ok(crate::engine::engine_errors(io))),
             |e| e.aborted(),
