@@ -110,6 +110,14 @@ pub enum Op {
     DmabufImport { file: u8, slot: u8, src: u8, write: bool, how: u8 },
     /// `DMABUF_EXPORT` of a slot's device buffer (or closing an export's descriptor).
     DmabufExport { file: u8, slot: u8, cloexec: bool, how: u8 },
+    /// io_uring `NEURON_UDMA_URING_COPY`: 1..3 SQEs (the copies shared out among them) on the
+    /// normal or the IOPOLL ring, the queue stalled first or not (`uring.rs`).
+    Uring { file: u8, q: u8, iopoll: bool, n: u8, copies: Vec<CopyOp>, stall: u8, how: u8 },
+    /// Reaps CQEs of one ring: what is there, one, or every command's.
+    UringReap { iopoll: bool, how: u8 },
+    /// A forked child submits `URING_COPY`s into the parent's shared memory and exits with
+    /// them in flight.
+    UringFork { iopoll: bool, how: u8, x: u16 },
 }
 
 /// Names of the operation kinds, for the operation mix.
@@ -146,9 +154,12 @@ pub const OP_NAMES: [&str; OPS] = [
     "memset",
     "dmabuf_import",
     "dmabuf_export",
+    "uring",
+    "uring_reap",
+    "uring_fork",
 ];
 /// Operation kinds.
-pub const OPS: usize = 32;
+pub const OPS: usize = 35;
 /// `CUR_OP` of a wait run by another operation.
 pub(crate) const OP_WAIT: u64 = 10;
 
@@ -187,6 +198,9 @@ impl Op {
             Op::Memset { .. } => 29,
             Op::DmabufImport { .. } => 30,
             Op::DmabufExport { .. } => 31,
+            Op::Uring { .. } => 32,
+            Op::UringReap { .. } => 33,
+            Op::UringFork { .. } => 34,
         }
     }
 }
@@ -247,6 +261,11 @@ pub(crate) fn succeeded() {
 pub static OUTCOMES: [AtomicU64; 128] = [const { AtomicU64::new(0) }; 128];
 /// Whether generated sequences contain fault injections.
 pub static FAULTS: AtomicBool = AtomicBool::new(false);
+/// `--before-i33`: the model of the driver before the fix of issue 33 (fence numbers restart at
+/// 1 with each `QUEUE_INIT`; an IOPOLL command of an ended queue instance may complete with
+/// the errno of whatever instance holds the id when it is polled). A CQE with res 0 still
+/// promises the copy's bytes.
+pub static BEFORE_I33: AtomicBool = AtomicBool::new(false);
 
 /// What every test case shares: the device and the engines the slots use.
 #[derive(Debug)]
@@ -293,7 +312,7 @@ pub(crate) fn ctx() -> &'static Ctx {
 /// (engine, queue) of queue slot `q`, and the index of its engine in `ENGINES`.
 pub(crate) fn slot_queue(q: usize) -> (u32, u32, usize) {
     let e = &ctx().engines;
-    match q {
+    match q % QUEUE_SLOTS {
         0 => (e[0], 2, 0),
         1 => (e[0], 3, 0),
         2 => (e[1], 2, 1),
@@ -368,6 +387,8 @@ pub fn name(e: Errno) -> &'static str {
         ETIMEDOUT => "ETIMEDOUT",
         EXDEV => "EXDEV",
         libc::ENODEV => "ENODEV",
+        libc::ECANCELED => "ECANCELED",
+        libc::ENXIO => "ENXIO",
         libc::EMFILE => "EMFILE",
         _ => "another errno",
     }
@@ -451,6 +472,9 @@ impl ReferenceStateMachine for FuzzRef {
             4 => (f.clone(), slot.clone(), any::<u16>(), any::<u8>(), any::<u8>(), how(7)).prop_map(|(file, slot, off, size, value, how)| Op::Memset { file, slot, off, size, value, how }),
             3 => (f.clone(), slot.clone(), any::<u8>(), prop_oneof![2 => Just(true), 1 => Just(false)], how(6)).prop_map(|(file, slot, src, write, how)| Op::DmabufImport { file, slot, src, write, how }),
             3 => (f.clone(), slot.clone(), any::<bool>(), prop_oneof![4 => Just(0u8), 2 => Just(1u8), 1 => 2u8..=6]).prop_map(|(file, slot, cloexec, how)| Op::DmabufExport { file, slot, cloexec, how }),
+            5 => (file(), q.clone(), any::<bool>(), prop_oneof![3 => Just(0u8), 1 => 1u8..3], prop::collection::vec(copy_op(), 1..=6), any::<u8>(), how(7)).prop_map(|(file, q, iopoll, n, copies, stall, how)| Op::Uring { file, q, iopoll, n, copies, stall, how }),
+            3 => (any::<bool>(), 0u8..4).prop_map(|(iopoll, how)| Op::UringReap { iopoll, how }),
+            1 => (any::<bool>(), any::<u8>(), any::<u16>()).prop_map(|(iopoll, how, x)| Op::UringFork { iopoll, how, x }),
         ];
         let base = if ctx().unbind {
             prop_oneof![200 => base, 1 => (0u8..2).prop_map(|how| Op::Unbind { how })].boxed()
@@ -478,7 +502,8 @@ pub struct Sut {
     pub(crate) devs: [Dev; FILES],
     pub(crate) ro: Dev,
     pub(crate) files: [FileM; FILES],
-    pub(crate) queues: [Option<QueueM>; QUEUE_SLOTS],
+    /// The queues by slot, then the ghosts of ended instances (`QUEUE_ENTRIES`, `uring.rs`).
+    pub(crate) queues: [Option<QueueM>; QUEUE_ENTRIES],
     /// The bytes of every buffer and region.
     pub(crate) mem: Mem,
     /// Memory regions of the process that imports take (`import.rs`).
@@ -492,6 +517,8 @@ pub struct Sut {
     pub(crate) serial: u64,
     /// The `DMABUF_EXPORT` descriptors held (`dmabuf.rs`).
     pub(crate) exports: Vec<crate::dmabuf::ExportM>,
+    /// The io_uring rings and the commands in flight (`uring.rs`).
+    pub(crate) uring: crate::uring::UringM,
 }
 
 pub(crate) const SCRATCH: usize = 73728;
@@ -543,6 +570,7 @@ impl Sut {
             second: None,
             serial: 0,
             exports: vec![],
+            uring: Default::default(),
         };
         part("open: regions", || s.map_regions());
         s
@@ -631,11 +659,13 @@ impl Sut {
             return;
         }
         let (engine, queue, _) = slot_queue(q);
-        let mut a = sys::neuron_udma_fence_status { engine, queue, fence: 1, ..Default::default() };
+        // The instance's first fence: EINVAL until it is submitted (S1).
+        let first = m.first;
+        let mut a = sys::neuron_udma_fence_status { engine, queue, fence: first, ..Default::default() };
         let r = ioctl_ret(self.devs[m.owner].raw(), crate::dev::abi3::FENCE_STATUS, &mut a);
         let n = match r {
             Ok(_) => a.submitted,
-            Err(EINVAL) => 0,
+            Err(EINVAL) => first - 1,
             Err(e) => fail!("FENCE_STATUS of queue slot {q} (to learn its newest fence): {}", name(e)),
         };
         let m = self.queues[q].as_mut().expect("queue");
@@ -714,6 +744,11 @@ impl Sut {
             Op::DmabufExport { file, slot, cloexec, how } => {
                 self.dmabuf_export(file as usize, slot as usize, cloexec, how)
             }
+            Op::Uring { file, q, iopoll, n, copies, stall, how } => {
+                self.uring(file, q as usize, iopoll, n, &copies, stall, how)
+            }
+            Op::UringReap { iopoll, how } => self.uring_reap(iopoll, how),
+            Op::UringFork { iopoll, how, x } => self.uring_fork(iopoll, how, x),
         }
     }
 
@@ -1020,8 +1055,12 @@ impl Sut {
             ..Default::default()
         };
         let busy = self.queues[q].is_some();
+        // A closed file's instance of the id may live on until its io_uring commands complete
+        // (S5); once they all did, the id must come free.
+        let held = how.is_multiple_of(8) && !busy && self.held(q);
         let (ok, errs) = match how % 8 {
             0 if busy => (false, vec![EBUSY]),
+            0 if held => (true, vec![EBUSY]),
             0 => (true, vec![]),
             1 => {
                 a.tx_descs = 48;
@@ -1063,7 +1102,8 @@ impl Sut {
         if expect("QUEUE_INIT", r, ok, &errs).is_ok() {
             let eng = engines()[e];
             self.serial += 1;
-            self.queues[q] = Some(QueueM::new(f, self.serial, a.tx_descs, a.rx_descs, eng.armed || eng.maybe_aborted));
+            let m = QueueM::new(f, self.serial, a.tx_descs, a.rx_descs, eng.armed || eng.maybe_aborted);
+            self.queues[q] = Some(m.continue_after(self.fence_base(f, q)));
         }
     }
 
@@ -1071,6 +1111,9 @@ impl Sut {
     /// may not have run.
     pub(crate) fn forget_queue(&mut self, q: usize) {
         if let Some(m) = self.queues[q].take() {
+            if let Some(f) = (m.gone.is_none() && m.owner < FILES).then_some(m.owner) {
+                self.files[f].last_fence[q] = m.newest.1;
+            }
             drop_pending(&mut self.mem, m.pending);
         }
     }
@@ -1094,9 +1137,15 @@ impl Sut {
                 return;
             }
         };
+        if ok {
+            // The newest fence of the instance, exactly (S1: the next one continues it), and
+            // room for a ghost of its io_uring commands.
+            self.resync(q);
+            self.ghost_room(q);
+        }
         let r = self.devs[f].ioctl(sys::NEURON_UDMA_QUEUE_RELEASE, &mut a);
         if expect("QUEUE_RELEASE", r, ok, &errs).is_ok() {
-            self.forget_queue(q);
+            self.end_instance(q, Gone::Released);
         }
     }
 
@@ -1175,6 +1224,7 @@ impl Sut {
                 fence: 0,
                 fuzzy: false,
                 unordered_read: sb.is_some_and(|b| b.device_memory()) && raw.barrier != sys::NEURON_UDMA_BARRIER_DMB,
+                tag: 0,
             });
         }
         e
@@ -1338,6 +1388,11 @@ impl Sut {
         if lenient {
             errs.extend([EIO, ETIMEDOUT]);
         }
+        // io_uring task work (a normal ring's CQE) interrupts the wait as a signal does.
+        let task_work = self.task_work_eintr();
+        if task_work && how % 4 != 2 {
+            errs.push(EINTR);
+        }
         let ok = owned && how % 4 != 3;
         if !ok {
             errs = vec![if how % 4 == 3 { EINVAL } else { ENOENT }];
@@ -1345,6 +1400,9 @@ impl Sut {
         let before = self.queues[q].as_ref().map(|m| (m.unf, m.hi(), m.groups.is_empty() && !m.maybe_reset));
         let r = with_alarm(how % 4 == 2, us, || self.devs[f].ioctl(sys::NEURON_UDMA_COPY_WAIT, &mut a));
         let r = expect(&format!("COPY_WAIT on queue slot {q}"), r, ok, &errs);
+        if r == Err(EINTR) && how % 4 != 2 {
+            fact("EINTR without a signal (io_uring task work): COPY_WAIT", 1);
+        }
         if !ok {
             return;
         }
@@ -1550,10 +1608,10 @@ impl Sut {
     }
 
     /// Forgets everything file `f` owned (closed, or its device unbound).
-    pub(crate) fn forget_file(&mut self, f: usize) {
+    pub(crate) fn forget_file(&mut self, f: usize, gone: Gone) {
         for q in 0..QUEUE_SLOTS {
             if self.queues[q].as_ref().is_some_and(|m| m.owner == f) {
-                self.forget_queue(q);
+                self.end_instance(q, gone);
             }
         }
         let old = std::mem::take(&mut self.files[f]);
@@ -1566,7 +1624,10 @@ impl Sut {
     }
 
     fn reopen(&mut self, f: usize) {
-        self.forget_file(f);
+        for q in 0..QUEUE_SLOTS {
+            self.ghost_room(q);
+        }
+        self.forget_file(f, Gone::Closed);
         let (dev, scratch) = open_file();
         self.devs[f] = dev;
         self.scratch[f] = scratch;
@@ -1718,6 +1779,7 @@ impl Sut {
     /// have left aborted must recover with one failing wait at most.
     fn teardown(mut self) {
         CUR_OP.store(OPS as u64, Relaxed); // not an operation of the sequence
+        part("close: io_uring", || self.uring_drain());
         part("close: second process", || self.second(true));
         part("close: files", || drop(self));
         if let Some(w) = ctx().window.as_ref() {
@@ -1740,6 +1802,10 @@ impl Drop for Sut {
         // A failed case's regions are unmapped with it: the next case maps new ones.
         if !std::thread::panicking() {
             self.keep_regions();
+        } else {
+            // Its io_uring commands complete before its files go (bounded, nothing checked),
+            // so that the queues are free for the next sequence proptest runs while shrinking.
+            self.uring_quiesce();
         }
     }
 }
