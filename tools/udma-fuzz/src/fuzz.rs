@@ -1145,7 +1145,7 @@ impl Sut {
         }
         let r = self.devs[f].ioctl(sys::NEURON_UDMA_QUEUE_RELEASE, &mut a);
         if expect("QUEUE_RELEASE", r, ok, &errs).is_ok() {
-            self.end_instance(q, Gone::Released);
+            self.end_instance(q, Gone::Released, None);
         }
     }
 
@@ -1609,9 +1609,12 @@ impl Sut {
 
     /// Forgets everything file `f` owned (closed, or its device unbound).
     pub(crate) fn forget_file(&mut self, f: usize, gone: Gone) {
+        // io_uring commands in flight hold the closed file, and so all its queues (S5).
+        let held = gone == Gone::Closed && self.file_has_commands(f);
+        let close = self.next_close();
         for q in 0..QUEUE_SLOTS {
             if self.queues[q].as_ref().is_some_and(|m| m.owner == f) {
-                self.end_instance(q, gone);
+                self.end_instance(q, gone, held.then_some(close));
             }
         }
         let old = std::mem::take(&mut self.files[f]);
@@ -1779,7 +1782,10 @@ impl Sut {
     /// have left aborted must recover with one failing wait at most.
     fn teardown(mut self) {
         CUR_OP.store(OPS as u64, Relaxed); // not an operation of the sequence
-        part("close: io_uring", || self.uring_drain());
+        part("close: io_uring", || {
+            self.uring_drain();
+            self.uring_keep();
+        });
         part("close: second process", || self.second(true));
         part("close: files", || drop(self));
         if let Some(w) = ctx().window.as_ref() {

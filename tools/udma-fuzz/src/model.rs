@@ -294,6 +294,9 @@ pub struct QueueM {
     pub first: u64,
     /// A ghost: the instance ended with io_uring commands in flight (`uring.rs`).
     pub gone: Option<Gone>,
+    /// A `Closed` ghost: which close (the closed file holds all its queues until its last
+    /// io_uring command completed).
+    pub ghost_of: u64,
 }
 
 impl QueueM {
@@ -318,6 +321,7 @@ impl QueueM {
             resets: 0,
             first: 1,
             gone: None,
+            ghost_of: 0,
         }
     }
     /// The instance follows one whose newest fence was `base` (S1): its first fence is

@@ -342,7 +342,7 @@ impl Sut {
         if rb.is_ok() {
             self.prepared(q, e);
         }
-        self.end_instance(q, Gone::Released);
+        self.end_instance(q, Gone::Released, None);
     }
 
     /// `COPY_WAIT` against `COPY_PREPARE` on the same queue: the wait fences the new pairs or

@@ -89,6 +89,11 @@ impl Sut {
                 m.gone = Some(Gone::Unbound);
             }
         }
+        for g in QUEUE_SLOTS..QUEUE_ENTRIES {
+            if self.queues[g].is_some() && !self.cmds_on_entry(g) {
+                self.forget_queue(g);
+            }
+        }
         for f in 0..FILES {
             self.forget_file(f, Gone::Unbound);
             let (dev, scratch) = open_file();

@@ -30,6 +30,7 @@ use io_uring::{opcode, types, IoUring};
 use libc::{E2BIG, EBADF, EBUSY, ECANCELED, EFAULT, EINVAL, EIO, ENODEV, ENOENT, ENOSPC, ENOTTY, ESTALE};
 use neuron_udma::sys;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// SQ entries of each ring (the CQ has twice as many).
@@ -46,6 +47,11 @@ const FREE_LIMIT: Duration = Duration::from_secs(10);
 const CHILD_QUEUE: u32 = 3;
 /// `_IOW(0xB9, 0x21, struct neuron_udma_uring_copy)`: a `cmd_op` the driver does not know.
 const BAD_CMD_OP: u32 = (1 << 30) | (16 << 16) | (0xB9 << 8) | 0x21;
+
+/// The rings between test cases (with no command in flight): closing a ring leaves io_uring
+/// work that may end the next interruptible wait of the thread with `EINTR`, and making one
+/// costs more than the case needs.
+static POOL: Mutex<[Option<IoUring>; 2]> = Mutex::new([None, None]);
 
 /// The rings' names.
 const RING: [&str; 2] = ["normal", "IOPOLL"];
@@ -74,6 +80,8 @@ pub(crate) struct UringM {
     cmds: Vec<CmdM>,
     /// The next user_data.
     next: u64,
+    /// Closes of files with commands in flight so far (`QueueM::ghost_of`).
+    closes: u64,
 }
 
 /// One SQE of a submission and what it must answer when io_uring issues it.
@@ -145,21 +153,37 @@ impl Sut {
         (QUEUE_SLOTS..QUEUE_ENTRIES).filter(move |g| g % QUEUE_SLOTS == q % QUEUE_SLOTS)
     }
 
-    /// Before an operation that may end the instance of queue slot `q`: if its commands in
-    /// flight would need a ghost and every ghost entry of the slot is taken, reaps every
+    /// Before an operation that may end the instance of queue slot `q`: if commands are in
+    /// flight (it may need a ghost) and every ghost entry of the slot is taken, reaps every
     /// command first.
     pub(crate) fn ghost_room(&mut self, q: usize) {
-        let busy = self.uring.cmds.iter().any(|c| c.q == q);
-        if busy && self.ghosts(q).all(|g| self.queues[g].is_some()) {
+        if !self.uring.cmds.is_empty() && self.ghosts(q).all(|g| self.queues[g].is_some()) {
             self.uring_drain();
         }
     }
 
+    /// Whether file `f` has io_uring commands in flight on its queues.
+    pub(crate) fn file_has_commands(&self, f: usize) -> bool {
+        self.uring.cmds.iter().any(|c| c.q < QUEUE_SLOTS && self.queues[c.q].as_ref().is_some_and(|m| m.owner == f))
+    }
+
+    /// Whether commands in flight are on entry `q` of `Sut::queues`.
+    pub(crate) fn cmds_on_entry(&self, q: usize) -> bool {
+        self.uring.cmds.iter().any(|c| c.q == q)
+    }
+
+    /// A new `QueueM::ghost_of`.
+    pub(crate) fn next_close(&mut self) -> u64 {
+        self.uring.closes += 1;
+        self.uring.closes
+    }
+
     /// The instance of queue slot `q` ended (`gone`): its commands in flight move to a ghost
-    /// with its model; without commands, the model forgets it (its copies may or may not
+    /// with its model (also without commands with `close`: a closed file that io_uring still
+    /// holds keeps its queues); otherwise the model forgets it (its copies may or may not
     /// have run).
-    pub(crate) fn end_instance(&mut self, q: usize, gone: Gone) {
-        if !self.uring.cmds.iter().any(|c| c.q == q) {
+    pub(crate) fn end_instance(&mut self, q: usize, gone: Gone, close: Option<u64>) {
+        if close.is_none() && !self.uring.cmds.iter().any(|c| c.q == q) {
             self.forget_queue(q);
             return;
         }
@@ -172,6 +196,7 @@ impl Sut {
         }
         m.owner = usize::MAX;
         m.gone = Some(gone);
+        m.ghost_of = close.unwrap_or(0);
         self.queues[g] = Some(m);
         for c in self.uring.cmds.iter_mut().filter(|c| c.q == q) {
             c.q = g;
@@ -187,6 +212,9 @@ impl Sut {
     }
 
     fn ring_mut(&mut self, r: usize) -> &mut IoUring {
+        if self.uring.rings[r].is_none() {
+            self.uring.rings[r] = POOL.lock().unwrap_or_else(|e| e.into_inner())[r].take();
+        }
         if self.uring.rings[r].is_none() {
             let ring =
                 make_ring(r == 1, RING_ENTRIES).unwrap_or_else(|e| fail!("io_uring setup ({} ring): {e}", RING[r]));
@@ -477,6 +505,10 @@ impl Sut {
                     // Polled against whatever instance holds the id now (or none, or unbound).
                     errs.extend([ENOENT, EINVAL, EIO, ESTALE, ENODEV]);
                 }
+                if before && c.ring == 0 {
+                    // Released between its fence and its queueing on the instance.
+                    errs.push(ENODEV);
+                }
             }
             Some(Gone::Unbound) => {
                 errs.push(ECANCELED);
@@ -536,17 +568,31 @@ impl Sut {
         }
     }
 
-    /// The last command of ghost `g` completed: forgets it (a closed file's queue id must come
-    /// free: S5).
-    fn bury(&mut self, g: usize) {
-        let slot = g % QUEUE_SLOTS;
-        if self.queues[g].as_ref().is_some_and(|m| m.gone == Some(Gone::Closed)) && self.queues[slot].is_none() {
-            let (engine, queue, _) = slot_queue(slot);
-            if let Err(e) = wait_free(engine, queue) {
-                fail!("S5: the queue of a closed file (slot {slot}) {e} after its last io_uring command completed");
-            }
+    /// The last command of ghost `g` completed: forgets it. The ghosts of a closed file go
+    /// with its last command, and their queue ids must come free (S5).
+    pub(crate) fn bury(&mut self, g: usize) {
+        let Some(m) = self.queues[g].as_ref() else { return };
+        if m.gone != Some(Gone::Closed) {
+            self.forget_queue(g);
+            return;
         }
-        self.forget_queue(g);
+        let close = m.ghost_of;
+        let siblings: Vec<usize> = (QUEUE_SLOTS..QUEUE_ENTRIES)
+            .filter(|&s| self.queues[s].as_ref().is_some_and(|m| m.gone == Some(Gone::Closed) && m.ghost_of == close))
+            .collect();
+        if self.uring.cmds.iter().any(|c| siblings.contains(&c.q)) {
+            return;
+        }
+        for s in siblings {
+            let slot = s % QUEUE_SLOTS;
+            if self.queues[slot].is_none() {
+                let (engine, queue, _) = slot_queue(slot);
+                if let Err(e) = wait_free(engine, queue) {
+                    fail!("S5: the queue of a closed file (slot {slot}) {e} after its last io_uring command completed");
+                }
+            }
+            self.forget_queue(s);
+        }
     }
 
     /// Reads `len` bytes at `at` from the device's side and compares them with the model (the
@@ -648,6 +694,18 @@ impl Sut {
         }
     }
 
+    /// Gives the rings back for the next case (every command completed).
+    pub(crate) fn uring_keep(&mut self) {
+        if self.uring.cmds.is_empty() {
+            let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+            for r in 0..2 {
+                if let Some(ring) = self.uring.rings[r].take() {
+                    pool[r] = Some(ring);
+                }
+            }
+        }
+    }
+
     /// A failed case: lets the commands complete (5 s at most, nothing checked) so that the
     /// queues are free for the next sequence.
     pub(crate) fn uring_quiesce(&mut self) {
@@ -662,6 +720,7 @@ impl Sut {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
+        self.uring_keep();
     }
 
     /// `UringFork`: a forked child with its own file and ring (`iopoll`) copies from its host
