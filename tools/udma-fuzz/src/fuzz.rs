@@ -1612,6 +1612,9 @@ impl Sut {
         // io_uring commands in flight hold the closed file, and so all its queues (S5).
         let held = gone == Gone::Closed && self.file_has_commands(f);
         let close = self.next_close();
+        if held {
+            self.closing(f, close);
+        }
         for q in 0..QUEUE_SLOTS {
             if self.queues[q].as_ref().is_some_and(|m| m.owner == f) {
                 self.end_instance(q, gone, held.then_some(close));

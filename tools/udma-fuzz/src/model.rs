@@ -297,6 +297,9 @@ pub struct QueueM {
     /// A `Closed` ghost: which close (the closed file holds all its queues until its last
     /// io_uring command completed).
     pub ghost_of: u64,
+    /// A ghost: the file that owned the instance while that file is open (its commands hold
+    /// it), else `usize::MAX`.
+    pub former: usize,
 }
 
 impl QueueM {
@@ -322,6 +325,7 @@ impl QueueM {
             first: 1,
             gone: None,
             ghost_of: 0,
+            former: usize::MAX,
         }
     }
     /// The instance follows one whose newest fence was `base` (S1): its first fence is

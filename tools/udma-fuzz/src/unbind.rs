@@ -88,6 +88,7 @@ impl Sut {
             if m.gone == Some(Gone::Closed) {
                 m.gone = Some(Gone::Unbound);
             }
+            m.former = usize::MAX;
         }
         for g in QUEUE_SLOTS..QUEUE_ENTRIES {
             if self.queues[g].is_some() && !self.cmds_on_entry(g) {

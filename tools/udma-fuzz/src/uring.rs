@@ -164,7 +164,18 @@ impl Sut {
 
     /// Whether file `f` has io_uring commands in flight on its queues.
     pub(crate) fn file_has_commands(&self, f: usize) -> bool {
-        self.uring.cmds.iter().any(|c| c.q < QUEUE_SLOTS && self.queues[c.q].as_ref().is_some_and(|m| m.owner == f))
+        self.uring.cmds.iter().any(|c| {
+            self.queues[c.q].as_ref().is_some_and(|m| if c.q < QUEUE_SLOTS { m.owner == f } else { m.former == f })
+        })
+    }
+
+    /// File `f` is being closed as close `close` (its commands in flight hold it): the ghosts
+    /// of its released instances join the close, whose queues come free with its last command.
+    pub(crate) fn closing(&mut self, f: usize, close: u64) {
+        for m in self.queues[QUEUE_SLOTS..].iter_mut().flatten().filter(|m| m.former == f) {
+            m.former = usize::MAX;
+            m.ghost_of = close;
+        }
     }
 
     /// Whether commands in flight are on entry `q` of `Sut::queues`.
@@ -194,6 +205,7 @@ impl Sut {
         if let Some(f) = (m.owner < FILES).then_some(m.owner) {
             self.files[f].last_fence[q] = m.newest.1;
         }
+        m.former = if gone == Gone::Released { m.owner } else { usize::MAX };
         m.owner = usize::MAX;
         m.gone = Some(gone);
         m.ghost_of = close.unwrap_or(0);
@@ -572,20 +584,21 @@ impl Sut {
     /// with its last command, and their queue ids must come free (S5).
     pub(crate) fn bury(&mut self, g: usize) {
         let Some(m) = self.queues[g].as_ref() else { return };
-        if m.gone != Some(Gone::Closed) {
+        if m.ghost_of == 0 {
             self.forget_queue(g);
             return;
         }
         let close = m.ghost_of;
         let siblings: Vec<usize> = (QUEUE_SLOTS..QUEUE_ENTRIES)
-            .filter(|&s| self.queues[s].as_ref().is_some_and(|m| m.gone == Some(Gone::Closed) && m.ghost_of == close))
+            .filter(|&s| self.queues[s].as_ref().is_some_and(|m| m.ghost_of == close))
             .collect();
         if self.uring.cmds.iter().any(|c| siblings.contains(&c.q)) {
             return;
         }
         for s in siblings {
             let slot = s % QUEUE_SLOTS;
-            if self.queues[slot].is_none() {
+            let closed = self.queues[s].as_ref().is_some_and(|m| m.gone == Some(Gone::Closed));
+            if closed && self.queues[slot].is_none() {
                 let (engine, queue, _) = slot_queue(slot);
                 if let Err(e) = wait_free(engine, queue) {
                     fail!("S5: the queue of a closed file (slot {slot}) {e} after its last io_uring command completed");
