@@ -449,7 +449,7 @@ impl ReferenceStateMachine for FuzzRef {
             5 => (f.clone(), slot.clone(), any::<u16>(), any::<u16>(), any::<u8>()).prop_map(|(file, slot, off, len, seed)| Op::Write { file, slot, off, len, seed }),
             4 => (f.clone(), slot.clone()).prop_map(|(file, slot)| Op::Check { file, slot }),
             5 => (f.clone(), q.clone(), any::<u8>(), any::<u8>(), how(7)).prop_map(|(file, q, tx, rx, how)| Op::QueueInit { file, q, tx, rx, how }),
-            2 => (file(), q.clone(), how(2)).prop_map(|(file, q, how)| Op::QueueRelease { file, q, how }),
+            3 => (file(), q.clone(), how(2)).prop_map(|(file, q, how)| Op::QueueRelease { file, q, how }),
             12 => (file(), q.clone(), any::<bool>(), prop_oneof![3 => prop::collection::vec(copy_op(), 1..=8), 1 => prop::collection::vec(copy_op(), 9..=40)], how(3)).prop_map(|(file, q, one, copies, how)| Op::Prepare { file, q, one, copies, how }),
             3 => (file(), q.clone(), any::<u8>(), any::<bool>(), how(3)).prop_map(|(file, q, n, tx, how)| Op::Start { file, q, n, tx, how }),
             9 => (file(), q.clone(), prop_oneof![6 => Just(0u8), 1 => 1u8..=3], any::<u16>()).prop_map(|(file, q, how, us)| Op::Wait { file, q, how, us }),
@@ -472,7 +472,7 @@ impl ReferenceStateMachine for FuzzRef {
             4 => (f.clone(), slot.clone(), any::<u16>(), any::<u8>(), any::<u8>(), how(7)).prop_map(|(file, slot, off, size, value, how)| Op::Memset { file, slot, off, size, value, how }),
             3 => (f.clone(), slot.clone(), any::<u8>(), prop_oneof![2 => Just(true), 1 => Just(false)], how(6)).prop_map(|(file, slot, src, write, how)| Op::DmabufImport { file, slot, src, write, how }),
             3 => (f.clone(), slot.clone(), any::<bool>(), prop_oneof![4 => Just(0u8), 2 => Just(1u8), 1 => 2u8..=6]).prop_map(|(file, slot, cloexec, how)| Op::DmabufExport { file, slot, cloexec, how }),
-            5 => (file(), q.clone(), any::<bool>(), prop_oneof![3 => Just(0u8), 1 => 1u8..3], prop::collection::vec(copy_op(), 1..=6), any::<u8>(), how(7)).prop_map(|(file, q, iopoll, n, copies, stall, how)| Op::Uring { file, q, iopoll, n, copies, stall, how }),
+            8 => (file(), q.clone(), any::<bool>(), prop_oneof![3 => Just(0u8), 1 => 1u8..3], prop::collection::vec(copy_op(), 1..=6), any::<u8>(), how(7)).prop_map(|(file, q, iopoll, n, copies, stall, how)| Op::Uring { file, q, iopoll, n, copies, stall, how }),
             3 => (any::<bool>(), 0u8..4).prop_map(|(iopoll, how)| Op::UringReap { iopoll, how }),
             1 => (any::<bool>(), any::<u8>(), any::<u16>()).prop_map(|(iopoll, how, x)| Op::UringFork { iopoll, how, x }),
         ];
