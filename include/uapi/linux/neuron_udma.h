@@ -329,9 +329,9 @@ struct neuron_udma_memcpy {
  * two instances: a fence of a released instance is ECANCELED). Fence N is done when every copy
  * submitted to the queue before it is done (the engine processes a queue in order), and failed
  * when an engine error or a queue reset dropped it before its marker arrived (the copies before
- * it may not all have run). A fence is a value: COPY_SUBMIT returns it at once, FENCE_STATUS reads its
- * state without blocking, FENCE_WAIT blocks for it; poll()/epoll, an eventfd per queue
- * (QUEUE_EVENTFD) and io_uring (NEURON_UDMA_URING_COPY) report completions as events. The
+ * it may not all have run). A fence is a value: COPY_SUBMIT returns it at once, FENCE_STATUS
+ * reads its state without blocking, FENCE_WAIT blocks for it; poll()/epoll, an eventfd per
+ * queue (QUEUE_EVENTFD) and io_uring (NEURON_UDMA_URING_COPY) report completions as events. The
  * driver notices completions with a completion worker that runs only while somebody waits, polls
  * or listens (a short spin, then sleeps of 10 us doubling to 1 ms).
  */
