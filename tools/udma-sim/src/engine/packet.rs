@@ -93,9 +93,11 @@ pub(super) enum Outcome {
 }
 
 /// One descriptor read from a ring, with its slot index.
-struct Fetched {
-    idx: u32,
-    raw: [u8; 16],
+pub(super) struct Fetched {
+    /// Slot index.
+    pub(super) idx: u32,
+    /// The descriptor's 16 bytes, in memory order.
+    pub(super) raw: [u8; 16],
 }
 
 impl Fetched {
@@ -138,8 +140,9 @@ pub struct Scratch {
     pub(super) tx: Vec<Seg>,
     pub(super) rx: Vec<Seg>,
     pub(super) recs: Vec<TraceRec>,
-    /// Staging buffer of a packet that is copied through a buffer.
-    pub(super) buf: Vec<u8>,
+    /// The queue's prefetched Rx descriptors (`Queue::rx_pref`) as the packet started, from the
+    /// head on; the prefetch pass appends those it reads.
+    pub(super) rx_pref: Vec<[u8; 16]>,
 }
 
 /// What a pass of the Rx prefetcher over a queue found.
@@ -164,17 +167,14 @@ impl Scratch {
 }
 
 impl Engine {
-    /// The checked descriptor fetch of both rings: reads the descriptor `k` slots past the head
-    /// of ring `r` of queue `q`. Fails with [`Outcome::NeedDoorbell`] when fewer than `k + 1`
-    /// descriptors are posted, with a `bus_master_off` or `desc_fetch` error when the slot
-    /// cannot be read, and with a `ring_id` error (or [`Outcome::Retry`] when the abort mask
-    /// masks it) when the descriptor's ring id is not the one expected at that slot
-    /// (hardware.rst §3.5, §4.6).
-    fn fetch(&self, env: &Env<'_>, q: usize, r: &RingSnap, k: u32) -> Result<Fetched, Outcome> {
+    /// Reads the descriptor `k` slots past the head of ring `r` of queue `q`, without checking
+    /// it. Fails with [`Outcome::NeedDoorbell`] when fewer than `k + 1` descriptors are posted,
+    /// and with a `bus_master_off` or `desc_fetch` error when the slot cannot be read.
+    pub(super) fn read_slot(&self, env: &Env<'_>, q: usize, r: &RingSnap, k: u32) -> Result<Fetched, Outcome> {
         if k >= r.pending {
             return Err(Outcome::NeedDoorbell);
         }
-        let (idx, want_rid) = r.slot(k);
+        let (idx, _) = r.slot(k);
         let fail = |kind| Outcome::Error(err(kind, q, r.dir, Some(idx)));
         if !env.bus_master {
             return Err(fail(ErrorKind::BusMasterOff));
@@ -189,11 +189,36 @@ impl Engine {
         if !ok {
             return Err(fail(ErrorKind::DescFetch));
         }
-        let d = Fetched { idx, raw };
-        if d.ring_id() != want_rid {
-            return Err(if r.rid_masked { Outcome::Retry } else { fail(ErrorKind::RingId) });
+        Ok(Fetched { idx, raw })
+    }
+
+    /// The ring-id check of descriptor `d`, read `k` slots past the head of ring `r`: a
+    /// `ring_id` error (or [`Outcome::Retry`] when the abort mask masks it) when its ring id is not
+    /// the one expected at that slot (hardware.rst §3.5, §4.6).
+    fn check_ring_id(q: usize, r: &RingSnap, k: u32, d: Fetched) -> Result<Fetched, Outcome> {
+        if d.ring_id() != r.slot(k).1 {
+            return Err(if r.rid_masked {
+                Outcome::Retry
+            } else {
+                Outcome::Error(err(ErrorKind::RingId, q, r.dir, Some(d.idx)))
+            });
         }
         Ok(d)
+    }
+
+    /// The checked descriptor fetch of both rings: [`Engine::read_slot`], then the ring-id check.
+    fn fetch(&self, env: &Env<'_>, q: usize, r: &RingSnap, k: u32) -> Result<Fetched, Outcome> {
+        let d = self.read_slot(env, q, r, k)?;
+        Self::check_ring_id(q, r, k, d)
+    }
+
+    /// The Rx descriptor `k` slots past the head, checked: the bytes the prefetcher read if it
+    /// read that slot (`sc.rx_pref`), else read from the ring now.
+    fn fetch_rx(&self, env: &Env<'_>, s: &Snapshot, sc: &Scratch, k: u32) -> Result<Fetched, Outcome> {
+        match sc.rx_pref.get(k as usize) {
+            Some(&raw) => Self::check_ring_id(s.q, &s.rx, k, Fetched { idx: s.rx.slot(k).0, raw }),
+            None => self.fetch(env, s.q, &s.rx, k),
+        }
     }
 
     /// Checks the next packet of the snapshot's queue: its Tx descriptors (FIRST..LAST) and the
@@ -263,7 +288,7 @@ impl Engine {
         let mut placed: u64 = 0;
         let mut j = 0u32;
         while placed < total {
-            let d = self.fetch(env, q, &s.rx, j)?;
+            let d = self.fetch_rx(env, s, sc, j)?;
             let (len, target) = self.check_rx(env, s, &d, Some(total - placed), &mut poison)?;
             placed += u64::from(len);
             sc.rx.push(Seg { target, len });
@@ -308,18 +333,29 @@ impl Engine {
         Ok((len, target))
     }
 
-    /// The S2M prefetcher (hardware.rst §3.5, §8.5): reads the Rx descriptors posted ahead of
-    /// the head, from the first one not checked yet up to the tail (at most [`RX_PREFETCH`] past
-    /// the head), and checks each as [`Engine::check_rx`] does without a packet: ring id,
-    /// undefined bits, destination mapped for the descriptor's length. The worker runs it when Rx
+    /// The S2M prefetcher's checks (hardware.rst §3.5, §8.5): takes the Rx descriptors posted
+    /// ahead of the head, from the first one not checked yet up to the tail (at most
+    /// [`RX_PREFETCH`] past the head), and checks each as [`Engine::check_rx`] does without a
+    /// packet: ring id, undefined bits, destination mapped for the descriptor's length. A
+    /// descriptor the Rx doorbell read is taken from `sc.rx_pref`; one it did not (beyond the
+    /// window then, or not readable) is read now and appended there. The worker runs it when Rx
     /// descriptors are posted (the Rx doorbell) and as the head moves, before the queue's next
-    /// packet, so a bad Rx descriptor is reported even when no Tx packet comes.
-    pub(super) fn prefetch_rx(&self, env: &Env<'_>, s: &Snapshot) -> Prefetched {
+    /// packet, so a bad Rx descriptor is reported even when no Tx packet comes. A descriptor
+    /// that fails is dropped from `sc.rx_pref` (it is read again from the ring).
+    pub(super) fn prefetch_rx(&self, env: &Env<'_>, s: &Snapshot, sc: &mut Scratch) -> Prefetched {
         let end = s.rx.pending.min(RX_PREFETCH);
         let mut p = Prefetched { checked: s.rx_checked, masked: None, stop: None };
         while p.checked < end {
-            let r = self.fetch(env, s.q, &s.rx, p.checked).and_then(|d| self.check_rx(env, s, &d, None, &mut p.masked));
+            let k = p.checked;
+            let r = match sc.rx_pref.get(k as usize) {
+                Some(&raw) => Ok(Fetched { idx: s.rx.slot(k).0, raw }),
+                None => self.read_slot(env, s.q, &s.rx, k).inspect(|d| sc.rx_pref.push(d.raw)),
+            };
+            let r = r
+                .and_then(|d| Self::check_ring_id(s.q, &s.rx, k, d))
+                .and_then(|d| self.check_rx(env, s, &d, None, &mut p.masked));
             if let Err(o) = r {
+                sc.rx_pref.truncate(k as usize);
                 p.stop = Some(o);
                 break;
             }
