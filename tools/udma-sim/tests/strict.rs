@@ -473,6 +473,24 @@ fn rx_descriptors_are_used_as_read_at_the_rx_doorbell() {
     rig.put_desc(&sq.rx, ri, rrid << 24 | 4096, 0, rig.host(DST));
     rig.wait_done(&sq);
     assert!(rig.ram_bytes(DST, 4096) == data);
+    // A packet of one Tx and eight Rx descriptors uses all eight as read at the doorbell.
+    let rig = Rig::new(Model::Trn1);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    let data = rig.fill(SRC, 4096, 0x44);
+    for i in 0..8u64 {
+        let (ri, rrid) = sq.rx.take();
+        rig.put_desc(&sq.rx, ri, rrid << 24 | 512, 0, rig.host(DST + i * 512));
+    }
+    rig.doorbell(E, 0, false, 8);
+    for i in 0..8u32 {
+        rig.put_desc(&sq.rx, i, 1 << 24 | 512, 0, rig.host(DST + 0x10000));
+    }
+    let (ti, trid) = sq.tx.take();
+    rig.put_desc(&sq.tx, ti, desc::FIRST | desc::LAST | trid << 24 | 4096, desc::META_COPY, rig.host(SRC));
+    rig.doorbell(E, 0, true, 1);
+    rig.wait_done(&sq);
+    assert!(rig.ram_bytes(DST, 4096) == data, "a packet of 8 Rx descriptors used rewritten slots");
 }
 
 /// The shapes of a pair that writes device memory (`len_ctrl` extra bits, `meta_ctrl`, bytes):

@@ -140,9 +140,53 @@ pub struct Scratch {
     pub(super) tx: Vec<Seg>,
     pub(super) rx: Vec<Seg>,
     pub(super) recs: Vec<TraceRec>,
-    /// The queue's prefetched Rx descriptors (`Queue::rx_pref`) as the packet started, from the
-    /// head on; the prefetch pass appends those it reads.
+    /// The first of the queue's prefetched Rx descriptors (`Queue::rx_pref`) as the packet
+    /// started, from the head on: [`RX_COPY`] up front, the others copied when needed
+    /// ([`Scratch::prefetched`]).
     pub(super) rx_pref: Vec<[u8; 16]>,
+    /// How many prefetched Rx descriptors the queue had as the packet started.
+    pub(super) rx_qlen: usize,
+    /// The Rx descriptors this worker's prefetch pass read from the ring, for the slots from
+    /// `rx_qlen` on (the worker adds them to the queue's).
+    pub(super) rx_new: Vec<[u8; 16]>,
+}
+
+/// Prefetched Rx descriptors copied for a packet up front (a kernel packet takes one); a packet
+/// that needs more copies the rest then.
+pub(super) const RX_COPY: usize = 4;
+
+impl Scratch {
+    /// Adds `d` of ring `tx`/rx to the trace records of the packet, when tracing.
+    fn trace(&mut self, env: &Env<'_>, engine: u32, q: usize, tx: bool, d: &Fetched) {
+        if env.trace.is_some() {
+            self.recs.push(TraceRec { engine, queue: q as u8, tx, index: d.idx, raw: d.raw });
+        }
+    }
+
+    /// Starts a packet on a queue whose prefetched Rx descriptors are `pref`.
+    pub(super) fn take_prefetched(&mut self, pref: &std::collections::VecDeque<[u8; 16]>) {
+        self.rx_pref.clear();
+        self.rx_pref.extend(pref.iter().take(RX_COPY));
+        self.rx_qlen = pref.len();
+        self.rx_new.clear();
+    }
+
+    /// The bytes the prefetcher read for the Rx descriptor `k` slots past the head, if it read
+    /// that slot: copied from the queue of `engine` (under its lock) when not copied yet; only
+    /// this worker removes prefetched descriptors, so they are still the queue's (unless a queue
+    /// reset dropped them, and with them this packet's result).
+    fn prefetched(&mut self, engine: &Engine, q: usize, k: u32) -> Option<[u8; 16]> {
+        let k = k as usize;
+        if k >= self.rx_pref.len() && k < self.rx_qlen {
+            let st = engine.lock();
+            let have = self.rx_pref.len();
+            self.rx_pref.extend(st.queues[q].rx_pref.iter().take(self.rx_qlen).skip(have));
+        }
+        match self.rx_pref.get(k) {
+            Some(&raw) => Some(raw),
+            None => k.checked_sub(self.rx_qlen).and_then(|i| self.rx_new.get(i)).copied(),
+        }
+    }
 }
 
 /// What a pass of the Rx prefetcher over a queue found.
@@ -155,15 +199,6 @@ pub(super) struct Prefetched {
     /// Why the pass stopped before the end of its window: an error, or a masked ring-id
     /// mismatch to retry ([`Outcome::Retry`]).
     pub(super) stop: Option<Outcome>,
-}
-
-impl Scratch {
-    /// Adds `d` of ring `tx`/rx to the trace records of the packet, when tracing.
-    fn trace(&mut self, env: &Env<'_>, engine: u32, q: usize, tx: bool, d: &Fetched) {
-        if env.trace.is_some() {
-            self.recs.push(TraceRec { engine, queue: q as u8, tx, index: d.idx, raw: d.raw });
-        }
-    }
 }
 
 impl Engine {
@@ -192,6 +227,25 @@ impl Engine {
         Ok(Fetched { idx, raw })
     }
 
+    /// Reads `out.len()` descriptors from `k` slots past the head of ring `r` on, contiguous in
+    /// the ring (not wrapping), in one read; `false` if they are not all posted or not all
+    /// readable ([`Engine::read_slot`] tells which and why).
+    pub(super) fn read_slots(&self, env: &Env<'_>, r: &RingSnap, k: u32, out: &mut [[u8; 16]]) -> bool {
+        let (idx, _) = r.slot(k);
+        if u64::from(k) + out.len() as u64 > u64::from(r.pending)
+            || u64::from(idx) + out.len() as u64 > u64::from(r.len)
+            || !env.bus_master
+        {
+            return false;
+        }
+        let addr = r.base.wrapping_add(u64::from(idx) * desc::SIZE);
+        match env.gen.decode_addr(addr) {
+            Some(Target::Host(a)) => self.host_ok && env.host.read(a, out.as_flattened_mut()),
+            Some(Target::Device(a)) => env.hbm.read(a, out.as_flattened_mut()),
+            None => false,
+        }
+    }
+
     /// The ring-id check of descriptor `d`, read `k` slots past the head of ring `r`: a
     /// `ring_id` error (or [`Outcome::Retry`] when the abort mask masks it) when its ring id is not
     /// the one expected at that slot (hardware.rst §3.5, §4.6).
@@ -213,10 +267,10 @@ impl Engine {
     }
 
     /// The Rx descriptor `k` slots past the head, checked: the bytes the prefetcher read if it
-    /// read that slot (`sc.rx_pref`), else read from the ring now.
-    fn fetch_rx(&self, env: &Env<'_>, s: &Snapshot, sc: &Scratch, k: u32) -> Result<Fetched, Outcome> {
-        match sc.rx_pref.get(k as usize) {
-            Some(&raw) => Self::check_ring_id(s.q, &s.rx, k, Fetched { idx: s.rx.slot(k).0, raw }),
+    /// read that slot ([`Scratch::prefetched`]), else read from the ring now.
+    fn fetch_rx(&self, env: &Env<'_>, s: &Snapshot, sc: &mut Scratch, k: u32) -> Result<Fetched, Outcome> {
+        match sc.prefetched(self, s.q, k) {
+            Some(raw) => Self::check_ring_id(s.q, &s.rx, k, Fetched { idx: s.rx.slot(k).0, raw }),
             None => self.fetch(env, s.q, &s.rx, k),
         }
     }
@@ -337,25 +391,25 @@ impl Engine {
     /// ahead of the head, from the first one not checked yet up to the tail (at most
     /// [`RX_PREFETCH`] past the head), and checks each as [`Engine::check_rx`] does without a
     /// packet: ring id, undefined bits, destination mapped for the descriptor's length. A
-    /// descriptor the Rx doorbell read is taken from `sc.rx_pref`; one it did not (beyond the
-    /// window then, or not readable) is read now and appended there. The worker runs it when Rx
+    /// descriptor the Rx doorbell read is taken as read; one it did not (beyond the window then,
+    /// or not readable) is read now and kept in `sc.rx_new`. The worker runs it when Rx
     /// descriptors are posted (the Rx doorbell) and as the head moves, before the queue's next
     /// packet, so a bad Rx descriptor is reported even when no Tx packet comes. A descriptor
-    /// that fails is dropped from `sc.rx_pref` (it is read again from the ring).
+    /// that fails is not kept (it is read again from the ring).
     pub(super) fn prefetch_rx(&self, env: &Env<'_>, s: &Snapshot, sc: &mut Scratch) -> Prefetched {
         let end = s.rx.pending.min(RX_PREFETCH);
         let mut p = Prefetched { checked: s.rx_checked, masked: None, stop: None };
         while p.checked < end {
             let k = p.checked;
-            let r = match sc.rx_pref.get(k as usize) {
-                Some(&raw) => Ok(Fetched { idx: s.rx.slot(k).0, raw }),
-                None => self.read_slot(env, s.q, &s.rx, k).inspect(|d| sc.rx_pref.push(d.raw)),
+            let r = match sc.prefetched(self, s.q, k) {
+                Some(raw) => Ok(Fetched { idx: s.rx.slot(k).0, raw }),
+                None => self.read_slot(env, s.q, &s.rx, k).inspect(|d| sc.rx_new.push(d.raw)),
             };
             let r = r
                 .and_then(|d| Self::check_ring_id(s.q, &s.rx, k, d))
                 .and_then(|d| self.check_rx(env, s, &d, None, &mut p.masked));
             if let Err(o) = r {
-                sc.rx_pref.truncate(k as usize);
+                sc.rx_new.truncate((k as usize).saturating_sub(sc.rx_qlen));
                 p.stop = Some(o);
                 break;
             }

@@ -155,8 +155,11 @@ impl Queue {
         self.tx.advance_head(ntx);
         self.rx.advance_head(nrx);
         self.rx_checked = self.rx_checked.saturating_sub(nrx);
-        let n = (nrx as usize).min(self.rx_pref.len());
-        self.rx_pref.drain(..n);
+        for _ in 0..nrx {
+            if self.rx_pref.pop_front().is_none() {
+                break;
+            }
+        }
     }
 
     /// Forgets the prefetched Rx descriptors from the `k`-th past the head on (they are read
@@ -522,8 +525,17 @@ impl Engine {
     fn prefetch_posted(&self, qu: &mut Queue, q: usize, env: &Env<'_>) {
         let r = qu.rx.snap(Dir::Rx, false);
         let end = r.pending.min(RX_PREFETCH);
+        let mut buf = [[0u8; 16]; RX_PREFETCH as usize];
         while (qu.rx_pref.len() as u32) < end {
-            match self.read_slot(env, q, &r, qu.rx_pref.len() as u32) {
+            let k = qu.rx_pref.len() as u32;
+            // The slots up to the ring's end in one read; slot by slot if that fails, to stop at
+            // the first that cannot be read.
+            let n = (end - k).min(r.len - r.slot(k).0) as usize;
+            if self.read_slots(env, &r, k, &mut buf[..n]) {
+                qu.rx_pref.extend(&buf[..n]);
+                continue;
+            }
+            match self.read_slot(env, q, &r, k) {
                 Ok(d) => qu.rx_pref.push_back(d.raw),
                 Err(_) => break,
             }

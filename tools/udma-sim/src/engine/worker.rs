@@ -144,8 +144,7 @@ impl Engine {
                 continue;
             };
             let snap = self.snapshot(&st, q);
-            scratch.rx_pref.clear();
-            scratch.rx_pref.extend(&st.queues[q].rx_pref);
+            scratch.take_prefetched(&st.queues[q].rx_pref);
             drop(st);
             let t0 = Instant::now();
             let (pre, outcome, slow) = {
@@ -188,7 +187,7 @@ impl Engine {
                 let qu = &mut st.queues[q];
                 if p.stop.is_some() {
                     qu.unfetch_rx(p.checked);
-                } else if let Some(more) = scratch.rx_pref.get(qu.rx_pref.len()..) {
+                } else if let Some(more) = scratch.rx_new.get(qu.rx_pref.len().saturating_sub(scratch.rx_qlen)..) {
                     qu.rx_pref.extend(more);
                 }
                 qu.rx_checked = p.checked;
