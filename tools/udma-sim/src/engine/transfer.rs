@@ -503,39 +503,54 @@ impl Engine {
         let mut k = 0isize;
         for _ in 0..n {
             let Some(h) = held.pop() else { break };
-            self.write_held(env, held, h, epoch);
+            self.write_held(env, held, h, epoch, false);
             k += 1;
         }
         self.add_held(-k);
     }
 
-    /// Lands held writes in order and publishes pending ones: all of them (`upto` = None, a DMB)
+    /// Lands held writes in order and publishes pending ones: all of them (`upto` = None, a DMB:
+    /// the pending ones first, then the held ones written at once, so in the queue's order)
     /// or those due by `upto` (the delay is over); all pending ones too when the queue is `idle`
     /// (no Tx descriptor posted) and nothing stays held. Writes of an older queue epoch (the
     /// queue was reset) are dropped. The held count drops only once they are published.
     pub(super) fn land(&self, env: &Env<'_>, held: &mut HeldQueue, upto: Option<Instant>, epoch: u64, idle: bool) {
+        let all = upto.is_none();
+        if all {
+            self.publish(env, held, None, epoch);
+        }
         let mut k = 0isize;
         while let Some(h) = held.front() {
             if h.epoch == epoch && upto.is_some_and(|t| h.due > t) {
                 break;
             }
             let Some(h) = held.pop() else { break };
-            self.write_held(env, held, h, epoch);
+            self.write_held(env, held, h, epoch, all);
             k += 1;
         }
-        let all = upto.is_none() || idle && held.list.is_empty();
-        self.publish(env, held, if all { None } else { upto }, epoch);
+        if !all {
+            let idle = idle && held.list.is_empty();
+            self.publish(env, held, if idle { None } else { upto }, epoch);
+        }
         self.add_held(-k);
     }
 
-    /// Lands held packet `h` (unless its queue was reset since) and recycles its buffers.
-    fn write_held(&self, env: &Env<'_>, held: &mut HeldQueue, h: Held, epoch: u64) {
-        if h.epoch == epoch {
-            if !self.stage(env, held, &h.segs, h.data, epoch, h.due) {
-                log::warn!("engine {}: held write no longer mapped; dropped", self.id);
-            }
-        } else {
+    /// Lands held packet `h` (unless its queue was reset since): as pending writes
+    /// ([`Engine::stage`]), or written at once when `now` (nothing older is pending); then
+    /// recycles its buffers.
+    fn write_held(&self, env: &Env<'_>, held: &mut HeldQueue, h: Held, epoch: u64, now: bool) {
+        let ok = if h.epoch != epoch {
             held.recycle(h.data);
+            true
+        } else if now {
+            let ok = self.write_segs(env, &h.segs, &h.data);
+            held.recycle(h.data);
+            ok
+        } else {
+            self.stage(env, held, &h.segs, h.data, epoch, h.due)
+        };
+        if !ok {
+            log::warn!("engine {}: held write no longer mapped; dropped", self.id);
         }
         if held.seg_pool.len() < HELD_SEG_POOL {
             held.seg_pool.push(h.segs);
