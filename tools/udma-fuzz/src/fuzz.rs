@@ -1040,10 +1040,19 @@ impl Sut {
     fn queue_init(&mut self, f: usize, q: usize, tx: u8, rx: u8, how: u8) {
         const LOG2: [u32; 8] = [5, 6, 5, 7, 12, 8, 5, 6];
         // Mostly a free slot (EBUSY stays reachable: every fourth call, or all slots taken).
+        let free = |s: usize| self.queues[s].is_none();
+        // A free id whose released instance still has io_uring commands in flight first: the
+        // new instance's fences are what an IOPOLL command of the old one must not take.
+        let again = (QUEUE_SLOTS..QUEUE_ENTRIES)
+            .filter(|&g| self.queues[g].as_ref().is_some_and(|m| m.gone == Some(Gone::Released) && m.former == f))
+            .map(|g| g % QUEUE_SLOTS)
+            .find(|&s| free(s));
         let q = if tx % 4 == 3 {
             q
+        } else if let Some(s) = again.filter(|_| rx % 2 == 0) {
+            s
         } else {
-            (0..QUEUE_SLOTS).map(|i| (q + i) % QUEUE_SLOTS).find(|&s| self.queues[s].is_none()).unwrap_or(q)
+            (0..QUEUE_SLOTS).map(|i| (q + i) % QUEUE_SLOTS).find(|&s| free(s)).unwrap_or(q)
         };
         let (engine, queue, e) = slot_queue(q);
         let info = &ctx().info;
