@@ -1049,7 +1049,7 @@ impl Sut {
             .find(|&s| free(s));
         let q = if tx % 4 == 3 {
             q
-        } else if let Some(s) = again.filter(|_| rx % 2 == 0) {
+        } else if let Some(s) = again.filter(|_| rx.is_multiple_of(2)) {
             s
         } else {
             (0..QUEUE_SLOTS).map(|i| (q + i) % QUEUE_SLOTS).find(|&s| free(s)).unwrap_or(q)
