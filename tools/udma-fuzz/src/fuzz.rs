@@ -449,7 +449,7 @@ impl ReferenceStateMachine for FuzzRef {
             5 => (f.clone(), slot.clone(), any::<u16>(), any::<u16>(), any::<u8>()).prop_map(|(file, slot, off, len, seed)| Op::Write { file, slot, off, len, seed }),
             4 => (f.clone(), slot.clone()).prop_map(|(file, slot)| Op::Check { file, slot }),
             5 => (f.clone(), q.clone(), any::<u8>(), any::<u8>(), how(7)).prop_map(|(file, q, tx, rx, how)| Op::QueueInit { file, q, tx, rx, how }),
-            3 => (file(), q.clone(), how(2)).prop_map(|(file, q, how)| Op::QueueRelease { file, q, how }),
+            3 => (file(), q.clone(), prop_oneof![4 => Just(0u8), 1 => 1u8..=2, 3 => Just(3u8)]).prop_map(|(file, q, how)| Op::QueueRelease { file, q, how }),
             12 => (file(), q.clone(), any::<bool>(), prop_oneof![3 => prop::collection::vec(copy_op(), 1..=8), 1 => prop::collection::vec(copy_op(), 9..=40)], how(3)).prop_map(|(file, q, one, copies, how)| Op::Prepare { file, q, one, copies, how }),
             3 => (file(), q.clone(), any::<u8>(), any::<bool>(), how(3)).prop_map(|(file, q, n, tx, how)| Op::Start { file, q, n, tx, how }),
             9 => (file(), q.clone(), prop_oneof![6 => Just(0u8), 1 => 1u8..=3], any::<u16>()).prop_map(|(file, q, how, us)| Op::Wait { file, q, how, us }),
@@ -1133,8 +1133,8 @@ impl Sut {
         let (engine, queue, _) = slot_queue(q);
         let mut a = sys::neuron_udma_queue_id { engine, queue, ..Default::default() };
         let owned = self.queues[q].as_ref().is_some_and(|m| m.owner == f);
-        let (ok, errs) = match how % 3 {
-            0 if owned => (true, vec![]),
+        let (ok, errs) = match how % 4 {
+            0 | 3 if owned => (true, vec![]),
             2 => {
                 a.reserved = 1;
                 (false, vec![EINVAL])
@@ -1152,9 +1152,24 @@ impl Sut {
             self.resync(q);
             self.ghost_room(q);
         }
+        let rings = self.queues[q].as_ref().map(|m| (m.tx, m.rx));
         let r = self.devs[f].ioctl(sys::NEURON_UDMA_QUEUE_RELEASE, &mut a);
-        if expect("QUEUE_RELEASE", r, ok, &errs).is_ok() {
-            self.end_instance(q, Gone::Released, None);
+        if expect("QUEUE_RELEASE", r, ok, &errs).is_err() {
+            return;
+        }
+        self.end_instance(q, Gone::Released, None);
+        if let (3, Some((tx, rx))) = (how % 4, rings) {
+            // Taken again at once by the same file (issue 33): a new instance of the id, whose
+            // fences continue the released one's (S1).
+            let mut i = sys::neuron_udma_queue_init { engine, queue, tx_descs: tx, rx_descs: rx, ..Default::default() };
+            let r = self.devs[f].ioctl(sys::NEURON_UDMA_QUEUE_INIT, &mut i);
+            if expect("QUEUE_INIT of the id just released", r, true, &[]).is_ok() {
+                let eng = engines()[slot_queue(q).2];
+                self.serial += 1;
+                let m = QueueM::new(f, self.serial, tx, rx, eng.armed || eng.maybe_aborted);
+                self.queues[q] = Some(m.continue_after(self.fence_base(f, q)));
+                fact("queue ids released and taken again at once", 1);
+            }
         }
     }
 
