@@ -386,7 +386,12 @@ impl Sut {
                         }
                         s.refused = Some(-res);
                     }
-                    _ => later.push((id, res)),
+                    // One of these, completed already: after they are in the model.
+                    Some(_) => later.push((id, res)),
+                    // An earlier command: it completed before these were added to the model (a
+                    // reset it reports came before their fences, or fails them too: a fault on
+                    // the engine makes them may-fail anyway).
+                    None => self.cqe(id, res),
                 }
             }
             let refused = sqes.iter().filter(|s| s.refused.is_some()).count();
