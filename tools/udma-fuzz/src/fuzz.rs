@@ -635,11 +635,14 @@ impl Sut {
     }
 
     /// Before an operation on queue slot `q`: a tainted queue that somebody listens to (a
-    /// polled file, an eventfd) may be reset at any time by the completion worker, which
+    /// polled file, an eventfd, a normal ring's io_uring command) may be reset at any time by the completion worker, which
     /// reads the engine's error state.
     pub(crate) fn refresh(&mut self, q: usize) {
+        // io_uring commands waiting on a normal ring listen too (their CQEs come from the
+        // completion worker).
+        let uring = self.task_work_on(q);
         let Some(m) = self.queues[q].as_mut() else { return };
-        if m.tainted && (self.files[m.owner].polled || m.eventfd.is_some()) {
+        if m.tainted && (self.files[m.owner].polled || m.eventfd.is_some() || uring) {
             m.maybe_reset_now();
         }
     }

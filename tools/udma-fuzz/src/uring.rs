@@ -143,6 +143,12 @@ impl Sut {
         self.uring.cmds.iter().any(|c| c.ring == 0)
     }
 
+    /// Whether a normal ring has commands in flight on entry `q` of `Sut::queues` (the
+    /// completion worker watches the queue for them).
+    pub(crate) fn task_work_on(&self, q: usize) -> bool {
+        self.uring.cmds.iter().any(|c| c.ring == 0 && c.q == q)
+    }
+
     /// Whether a closed file may still hold the id of queue slot `q` (a ghost `Closed`).
     pub(crate) fn held(&self, q: usize) -> bool {
         self.ghosts(q).any(|g| self.queues[g].as_ref().is_some_and(|m| m.gone == Some(Gone::Closed)))
