@@ -1130,7 +1130,7 @@ impl Sut {
         }
     }
 
-    fn queue_release(&mut self, other: u8, q: usize, how: u8) {
+    pub(crate) fn queue_release(&mut self, other: u8, q: usize, how: u8) {
         let q = self.qslot(q);
         let f = self.qfile(q, other);
         let (engine, queue, _) = slot_queue(q);

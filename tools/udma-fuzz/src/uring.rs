@@ -252,7 +252,8 @@ impl Sut {
     /// IOPOLL ring. `stall` % 3 == 1 stalls the queue in the device model first (20..220 ms:
     /// the commands stay in flight). `how`: 0 valid; 1 count 0, 2 count above `max_batch`
     /// (`EINVAL`); 3 an unmapped copies pointer (`EFAULT`); 4 another `cmd_op` (`ENOTTY`); 5
-    /// the read-only file (`EBADF`); 6 the other file (`ENOENT`).
+    /// the read-only file (`EBADF`); 6 the other file (`ENOENT`); 7 (and 0 with `stall` % 8 ==
+    /// 3) valid, the queue stalled, and the file then releases the id and takes it again.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn uring(&mut self, other: u8, q: usize, iopoll: bool, n: u8, copies: &[CopyOp], stall: u8, how: u8) {
         let r = usize::from(iopoll);
@@ -268,7 +269,10 @@ impl Sut {
         let (engine, queue, _) = slot_queue(q);
         let owned = self.queues[q].as_ref().is_some_and(|m| m.owner == f);
         let fd = if how == 5 { self.ro.raw() } else { self.devs[f].raw() };
-        if stall % 3 == 1 {
+        // Issue 33's sequence: the commands in flight on a stalled queue, whose id the file then
+        // releases and takes again at once (`QueueRelease` `how` 3).
+        let recycle = owned && (how == 7 || (how == 0 && stall % 8 == 3));
+        if stall % 3 == 1 || recycle {
             if let Some(w) = ctx().window.as_ref() {
                 if !w.inject(FaultKind::Stall, engine, queue, 20 + u32::from(stall) % 200) {
                     fail!("the model rejected a stall of engine {engine} queue {queue}");
@@ -343,6 +347,10 @@ impl Sut {
         }
         fact(&format!("io_uring SQEs ({} ring)", RING[r]), k as u64);
         self.issued(q, r, f, owned, sqes);
+        if recycle && self.queues[q].as_ref().is_some_and(|m| m.owner == f) {
+            fact("io_uring: submissions followed by a release and a QUEUE_INIT of the id", 1);
+            self.queue_release(0, q, 3);
+        }
     }
 
     /// Ring space for a fenced write of `e` on queue slot `q` (pairs and a marker) with
