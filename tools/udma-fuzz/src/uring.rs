@@ -52,6 +52,8 @@ const BAD_CMD_OP: u32 = (1 << 30) | (16 << 16) | (0xB9 << 8) | 0x21;
 /// work that may end the next interruptible wait of the thread with `EINTR`, and making one
 /// costs more than the case needs.
 static POOL: Mutex<[Option<IoUring>; 2]> = Mutex::new([None, None]);
+/// The next user_data.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// The rings' names.
 const RING: [&str; 2] = ["normal", "IOPOLL"];
@@ -78,8 +80,11 @@ pub(crate) struct UringM {
     rings: [Option<IoUring>; 2],
     /// Commands submitted and not reaped.
     cmds: Vec<CmdM>,
-    /// The next user_data.
-    next: u64,
+    /// The commands of this case that completed: (user_data, res).
+    done: Vec<(u64, i32)>,
+    /// The first user_data of this case (user_data are unique in the run: the rings outlive
+    /// the cases).
+    first: u64,
     /// Closes of files with commands in flight so far (`QueueM::ghost_of`).
     closes: u64,
 }
@@ -323,8 +328,10 @@ impl Sut {
                     }
                 },
             }
-            self.uring.next += 1;
-            let id = self.uring.next;
+            let id = NEXT_ID.fetch_add(1, Relaxed);
+            if self.uring.first == 0 {
+                self.uring.first = id;
+            }
             let sqe = opcode::UringCmd16::new(types::Fd(fd), op)
                 .cmd(command(engine, queue, count, ptr))
                 .build()
@@ -451,6 +458,7 @@ impl Sut {
             }
         }
         for s in sqes.iter().filter(|s| s.refused.is_some()) {
+            self.uring.done.push((s.id, -s.refused.expect("refused")));
             crate::fuzz::count(Err(s.refused.expect("refused")));
             fact(&format!("io_uring SQEs refused ({})", name(s.refused.expect("refused"))), 1);
         }
@@ -509,9 +517,17 @@ impl Sut {
     /// its instance ended), and for 0 its destinations must hold the copy's bytes.
     fn cqe(&mut self, id: u64, res: i32) {
         let Some(i) = self.uring.cmds.iter().position(|c| c.id == id) else {
-            fail!("io_uring: a CQE (res {res}) with user_data {id}, which no command in flight has")
+            let whose = if let Some(&(_, r)) = self.uring.done.iter().find(|d| d.0 == id) {
+                format!("a second CQE of a command of this case (its first: res {r})")
+            } else if self.uring.first == 0 || id < self.uring.first {
+                "a command of an earlier test case, all of whose commands completed".to_string()
+            } else {
+                "no command in flight".to_string()
+            };
+            fail!("io_uring: a CQE (res {res}) with user_data {id}: {whose}")
         };
         let c = self.uring.cmds.remove(i);
+        self.uring.done.push((id, res));
         let (lo, hi) = c.fences;
         let slot = c.q % QUEUE_SLOTS;
         let eng = engines()[slot_queue(slot).2];
