@@ -1700,6 +1700,12 @@ impl Sut {
         let Some(w) = ctx().window.as_ref() else { return };
         let (engine, queue, e) = slot_queue(q);
         FAULT_COUNTS[kind as usize % 6].fetch_add(1, Relaxed);
+        // A new stall or a clear may end an io_uring submission's stall early.
+        match kind % 6 {
+            2 => self.unstall(q),
+            5 => self.unstall(QUEUE_SLOTS),
+            _ => {}
+        }
         let ok = match kind % 6 {
             0 | 1 => {
                 let ok = if kind.is_multiple_of(6) {
