@@ -884,6 +884,17 @@ impl Sut {
     }
 }
 
+/// The last test case failed (`Sut`'s drop while panicking).
+pub(crate) static FAILED_CASE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Waits (boundedly, nothing checked) until the queues of the slots can be taken again.
+pub(crate) fn wait_slots_free() {
+    for q in 0..QUEUE_SLOTS {
+        let (engine, queue, _) = slot_queue(q);
+        let _ = wait_free(engine, queue);
+    }
+}
+
 /// Waits until queue (`engine`, `queue`) can be taken by a new file ([`FREE_LIMIT`]); the
 /// probe gives it back at once.
 fn wait_free(engine: u32, queue: u32) -> Result<(), String> {
