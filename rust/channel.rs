@@ -34,7 +34,10 @@ use kernel::{
     prelude::*,
     processor::cpu_relax,
     static_lock_class,
-    sync::{Arc, Mutex, SpinLock},
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc, Mutex, SpinLock,
+    },
     time::{delay::fsleep, Delta, Instant, Monotonic},
 };
 
@@ -297,6 +300,12 @@ pub(crate) struct Channel {
     pub(crate) id: QueueId,
     /// Owner.
     pub(crate) owner: Owner,
+    /// This queue instance, unique for the module's lifetime (never reused, unlike `id`):
+    /// what a command that outlives its call (an IOPOLL io_uring command) names.
+    pub(crate) instance: u64,
+    /// Why the queue is gone once [`Self::quiesce`] ran: [`Gone::Released`] or
+    /// [`Gone::Unbound`] (as `u32`), 0 before.
+    gone: Atomic<u32>,
     /// Registers of the device.
     bar: Arc<Bar0>,
     /// The queue that moves descriptors into this queue's rings in device memory when the
@@ -319,6 +328,30 @@ pub(crate) struct Channel {
     checked_at: SpinLock<Instant<Monotonic>>,
 }
 
+/// Why a queue instance ended ([`Channel::quiesce`]); its operations fail with the errno.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// `QUEUE_RELEASE`, the release of its re-init, or the owning file's release:
+    /// `ECANCELED`.
+    Released = 1,
+    /// The device was unbound: `ENODEV`.
+    Unbound = 2,
+}
+
+/// What [`Channel::quiesce`] leaves of an ended queue instance.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Quiesced {
+    /// The device memory of rings in device memory, `(device address, bytes)`, which the
+    /// engine no longer uses: the caller gives it back.
+    pub(crate) range: Option<(u64, u64)>,
+    /// The fence number the instance would have given next: a later instance of the same
+    /// queue id of the same file numbers its fences from here (never reusing a number).
+    pub(crate) next_fence: u64,
+}
+
+/// Source of queue instance numbers ([`Channel::instance`]); 64 bits never wrap.
+static NEXT_INSTANCE: Atomic<u64> = Atomic::new(1);
+
 impl Channel {
     /// Wraps queue `q` (`id`, already programmed) for `owner`, with the memory charge of a
     /// file's queue; `mover` moves the descriptors of rings in device memory the engine fills.
@@ -338,6 +371,8 @@ impl Channel {
         if q.engine_filled() && (mover.is_none() || owner == Owner::Driver) {
             return Err(EINVAL);
         }
+        // Fences are numbered on from an earlier instance's: nothing before is news to anyone.
+        let settled = q.settled();
         let class = match owner {
             Owner::Driver => static_lock_class!(),
             Owner::File(_) => static_lock_class!(),
@@ -346,12 +381,16 @@ impl Channel {
             try_pin_init!(Self {
                 id,
                 owner,
+                instance: NEXT_INSTANCE.fetch_add(1, Relaxed),
+                gone: Atomic::new(0),
                 bar,
                 mover,
                 inner <- Mutex::new(Some(q), kernel::c_str!("Channel::inner"), class),
                 charge <- new_mutex!(charge),
                 listeners <- new_mutex!(Listeners {
                     file,
+                    signalled: settled,
+                    woken: settled,
                     ..Listeners::default()
                 }),
                 checked_at <- new_spinlock!(Instant::now()),
@@ -364,10 +403,20 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the queue was released or the device unbound.
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     fn locked<R>(&self, f: impl FnOnce(&mut Queue) -> Result<R>) -> Result<R> {
         let mut inner = self.inner.lock();
-        f((*inner).as_mut().ok_or(ENODEV)?)
+        f((*inner).as_mut().ok_or_else(|| self.gone_error())?)
+    }
+
+    /// Why the queue is gone ([`Self::quiesce`]): `ECANCELED` after a release, `ENODEV` after
+    /// an unbind.
+    fn gone_error(&self) -> Error {
+        if self.gone.load(Relaxed) == Gone::Released as u32 {
+            ECANCELED
+        } else {
+            ENODEV
+        }
     }
 
     /// Runs `f` on the queue under its lock with the queue's doorbell ([`Ringer`]), which takes
@@ -376,10 +425,13 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the queue was released or the device unbound.
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     fn with_ringer<R>(&self, f: impl FnOnce(&mut Queue, Ringer<'_>) -> Result<R>) -> Result<R> {
         let mut inner = self.inner.lock();
-        f((*inner).as_mut().ok_or(ENODEV)?, Ringer(self))
+        f(
+            (*inner).as_mut().ok_or_else(|| self.gone_error())?,
+            Ringer(self),
+        )
     }
 
     /// Runs `f` on the queue and its engine's registers, under the queue lock and inside the
@@ -387,10 +439,10 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the queue was released or the device unbound.
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     fn with_io<R>(&self, f: impl FnOnce(&mut Queue, EngineIo<'_>) -> Result<R>) -> Result<R> {
         let mut inner = self.inner.lock();
-        let q = (*inner).as_mut().ok_or(ENODEV)?;
+        let q = (*inner).as_mut().ok_or_else(|| self.gone_error())?;
         let regs = self.bar.access()?;
         f(q, regs.engine(self.id.eng)?)
     }
@@ -400,7 +452,7 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the queue was released or the device unbound; those of `f`.
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound; those of `f`.
     #[cfg(any(neuron_udma_kunit, neuron_udma_bench))]
     pub(crate) fn with<R>(
         &self,
@@ -608,7 +660,7 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the queue was released or the device unbound.
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     pub(crate) fn peek_events(&self) -> Result<Option<QueueEvents>> {
         let (done, failed) = self.locked(|q| {
             q.retire();
@@ -651,7 +703,7 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the queue was released or the device unbound.
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     pub(crate) fn snapshot(&self) -> Result<QueueSnapshot> {
         self.with_io(|q, io| {
             Ok(QueueSnapshot {
@@ -673,7 +725,7 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the queue was released or the device unbound, `ENOMEM` if `out` is full.
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound, `ENOMEM` if `out` is full.
     pub(crate) fn ring_slots(
         &self,
         dir: Dir,
@@ -709,7 +761,7 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the queue was released or the device unbound.
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     pub(crate) fn retire(&self) -> Result {
         self.locked(|q| {
             q.retire();
@@ -722,7 +774,7 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the queue was released or the device unbound.
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     pub(crate) fn has_work(&self) -> Result<bool> {
         self.locked(|q| Ok(q.busy() || q.unfenced() != 0))
     }
@@ -796,7 +848,7 @@ impl Channel {
     /// # Errors
     ///
     /// `err` (`EIO` for an engine error, `ETIMEDOUT` for a timeout) if the reset dropped fence
-    /// `seq`; `ENODEV` if the queue was released or the device unbound. `Ok(())` if fence `seq`
+    /// `seq`; `ECANCELED` if the queue was released, `ENODEV` if the device was unbound. `Ok(())` if fence `seq`
     /// completed before the reset (its marker arrived after the waiter last looked): its copies
     /// are done, whatever the engine did next.
     pub(crate) fn fail(
@@ -846,7 +898,7 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the queue was released or the device unbound.
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     pub(crate) fn reset_if_stuck(&self) -> Result {
         if self.with_io(|q, io| Ok(q.stalled_for(io)))? < DEFAULT_TIMEOUT {
             return Ok(());
@@ -869,7 +921,7 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the queue was released or the device unbound.
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     pub(crate) fn reset(&self, why: Error) -> Result {
         self.with_io(|q, io| {
             Self::reset_queue(q, io, why);
@@ -918,14 +970,17 @@ impl Channel {
         self.locked(|q| Ok(q.is_settled(seq))).unwrap_or(true)
     }
 
-    /// Stops the engine from using the queue's rings (pause) and drops its memory and charge;
-    /// afterwards every operation on the channel fails with `ENODEV`. Returns the device memory
-    /// of rings in device memory, `(device address, bytes)`, which the engine no longer uses:
-    /// the caller gives it back.
+    /// Ends the queue instance for `why`: stops the engine from using the queue's rings (pause)
+    /// and drops its memory and charge; afterwards every operation on the channel fails with
+    /// `why`'s errno (`ECANCELED` or `ENODEV`), and every io_uring command waiting on it
+    /// completes with `-ECANCELED`. Returns what the caller gives back or keeps ([`Quiesced`]).
     #[must_use]
-    pub(crate) fn quiesce(&self) -> Option<(u64, u64)> {
+    pub(crate) fn quiesce(&self, why: Gone) -> Quiesced {
         let mut inner = self.inner.lock();
-        let mut range = None;
+        let mut out = Quiesced {
+            range: None,
+            next_fence: 1,
+        };
         if let Some(q) = (*inner).as_mut() {
             // A reset stops the engine from fetching from the rings before they are freed.
             if let Ok(regs) = self.bar.access() {
@@ -933,8 +988,11 @@ impl Channel {
                     q.pause(io);
                 }
             }
-            range = q.device_range();
+            out.range = q.device_range();
+            out.next_fence = q.next_fence();
         }
+        // Under the queue lock, before the queue goes: whoever finds it gone reads why.
+        self.gone.store(why as u32, Relaxed);
         *inner = None;
         drop(inner);
         let charge = self.charge.lock().take();
@@ -954,7 +1012,7 @@ impl Channel {
         if let Some(f) = file {
             f.wake();
         }
-        range
+        out
     }
 
     // ---- listeners (`events.rs`) and the completion worker's step (`watch.rs`) ----
@@ -964,7 +1022,7 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the queue was released or the device unbound.
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     pub(crate) fn set_eventfd(&self, eventfd: Option<EventFd>) -> Result {
         let settled = self.locked(|q| {
             q.retire();
@@ -984,11 +1042,11 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `ENOMEM`, `ENODEV`; the command is handed back then (not queued).
+    /// `ENOMEM`, `ECANCELED` (released), `ENODEV` (unbound); the command is handed back then (not queued).
     pub(crate) fn add_uring(&self, cmd: UringCmd) -> core::result::Result<(), (Error, UringCmd)> {
         let mut l = self.listeners.lock();
         if self.inner.lock().is_none() {
-            return Err((ENODEV, cmd));
+            return Err((self.gone_error(), cmd));
         }
         if l.uring.reserve(1, GFP_KERNEL_ACCOUNT).is_err() {
             return Err((ENOMEM, cmd));
@@ -1001,7 +1059,7 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the queue was released or the device unbound.
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     pub(crate) fn can_submit(&self) -> Result<bool> {
         self.locked(|q| {
             q.retire();
@@ -1161,7 +1219,7 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the queue was released or the device unbound.
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     pub(crate) fn room(&self) -> Result<u32> {
         self.locked(|q| Ok(q.submission_room()))
     }
@@ -1218,7 +1276,7 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the queue was released or the device unbound.
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     pub(crate) fn recover(&self) -> Result<Option<Error>> {
         self.with_io(|q, io| {
             let errors = engine::engine_errors(io);

@@ -124,14 +124,16 @@ fn write_header(cell: &Channel, w: &mut impl fmt::Write) -> fmt::Result {
         cell.id.q.number()
     )?;
     match cell.owner {
-        Owner::Driver => writeln!(w, "driver"),
-        Owner::File(id) => writeln!(w, "file {id}"),
-    }
+        Owner::Driver => write!(w, "driver"),
+        Owner::File(id) => write!(w, "file {id}"),
+    }?;
+    writeln!(w, " instance {}", cell.instance)
 }
 
-/// Writes the reason a queue could not be read; `ENODEV`: it was released meanwhile.
+/// Writes the reason a queue could not be read; `ECANCELED` (`ENODEV` at unbind): it was
+/// released meanwhile.
 fn write_unreadable(e: Error, w: &mut impl fmt::Write) -> fmt::Result {
-    if e == ENODEV {
+    if e == ECANCELED || e == ENODEV {
         writeln!(w, "  released")
     } else {
         writeln!(w, "  error {e:?}")

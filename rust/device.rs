@@ -17,7 +17,7 @@ use crate::{
     arch::Arch,
     bar0::Bar0,
     buffer::{MAX_HOST_BUFFER, MAX_IMPORT_SIZE},
-    channel::{Channel, Owner},
+    channel::{Channel, Gone, Owner},
     devmem::DevMem,
     dram::{DramAllocator, DRAM_RESERVED},
     engine::QueueId,
@@ -354,8 +354,8 @@ impl UdmaDevice {
         for key in 0..self.queue_keys() {
             let chan = self.queues.lock().remove(key);
             if let Some(chan) = chan {
-                let range = chan.quiesce();
-                self.give_back_rings(range);
+                let gone = chan.quiesce(Gone::Unbound);
+                self.give_back_rings(gone.range);
             }
         }
         self.watcher.shutdown();

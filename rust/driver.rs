@@ -82,7 +82,10 @@ impl pci::Driver for NeuronUdmaDriver {
     fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
         // dmaengine clients first: no new transfer, no callback after this.
         this.dma.shutdown();
-        Registry::remove(&this.dev);
+        // The registry entry stays until the driver data goes, after the device node: the name
+        // is an id another device's probe could take while this node still exists, and an
+        // open() of this node would then find that device (the open of a dead device gets
+        // ENODEV from every call instead).
         // Quiesce every queue and free its rings and buffers while the device is still bound.
         this.dev.shutdown();
         // 7.3 has no pci_clear_master(): stop the device from mastering the bus by hand.

@@ -59,6 +59,36 @@ struct FileState {
     handles: KVVec<u64>,
     /// The file's queues.
     queues: KVec<QueueId>,
+    /// For each queue id the file released, the fence number its next instance starts from
+    /// (fence numbers are never reused on a queue id of a file: a fence of a released instance
+    /// is `ECANCELED`, never a fence of the new one). At most one entry per queue id of the
+    /// device.
+    next_fence: KVec<(QueueId, u64)>,
+}
+
+impl FileState {
+    /// The first fence number of a new instance of queue `id` (1 if the file never released
+    /// one).
+    fn first_fence(&self, id: QueueId) -> u64 {
+        self.next_fence
+            .iter()
+            .find(|(q, _)| *q == id)
+            .map_or(1, |&(_, n)| n)
+    }
+
+    /// Records that the released instance of queue `id` would have given fence `next` next.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`; nothing changes then.
+    fn set_next_fence(&mut self, id: QueueId, next: u64) -> Result {
+        if let Some(e) = self.next_fence.iter_mut().find(|(q, _)| *q == id) {
+            e.1 = next;
+            return Ok(());
+        }
+        self.next_fence.push((id, next), GFP_KERNEL_ACCOUNT)?;
+        Ok(())
+    }
 }
 
 /// Per-open-file state.
@@ -270,12 +300,14 @@ impl OpenFile {
         }
         let mut st = self.st.lock();
         st.queues.reserve(1, GFP_KERNEL_ACCOUNT)?;
+        let first_fence = st.first_fence(id);
         self.dev.queue_init_placed(
             id,
             (q.tx_descs, q.rx_descs),
             Owner::File(self.id),
             Some(self.events.clone()),
             device_rings,
+            first_fence,
         )?;
         // Cannot fail: capacity was reserved.
         let _ = st.queues.push_within_capacity(id);
@@ -287,13 +319,19 @@ impl OpenFile {
         let id = QueueId::new(self.dev.arch, q.engine, q.queue).ok_or(ENOENT)?;
         let mut st = self.st.lock();
         let idx = st.queues.iter().position(|&x| x == id).ok_or(ENOENT)?;
+        // Room for the id's fence number first: the release below cannot be undone.
+        if !st.next_fence.iter().any(|(q, _)| *q == id) {
+            st.next_fence.reserve(1, GFP_KERNEL_ACCOUNT)?;
+        }
         if let Ok(chan) = self.dev.queue(Owner::File(self.id), id) {
             let (done, failed) = chan.fence_counts();
             self.released_fences[0].fetch_add(done, Relaxed);
             self.released_fences[1].fetch_add(failed, Relaxed);
         }
-        self.dev.queue_release(Owner::File(self.id), id)?;
+        let next = self.dev.queue_release(Owner::File(self.id), id)?;
         st.queues.remove(idx).map_err(|_| ENOENT)?;
+        // Cannot fail: room was reserved.
+        st.set_next_fence(id, next)?;
         Ok(())
     }
 
@@ -301,19 +339,18 @@ impl OpenFile {
     /// `eng`/`qid`, all or nothing. Returns the pairs written when a copy has
     /// `NEURON_UDMA_COPY_SPLIT`, else 0 (ABI 1).
     fn prepare(&self, eng: u32, qid: u32, copies: &[uapi::neuron_udma_copy]) -> Result<isize> {
-        self.prepare_on(eng, qid, copies, false).map(|(r, _)| r)
+        let chan = self.queue(eng, qid)?;
+        self.prepare_on(&chan, copies, false).map(|(r, _)| r)
     }
 
-    /// [`Self::prepare`], and with `fenced` a fence after the pairs under the same queue lock
-    /// ([`Channel::prepare_fenced`]), returned second (0 without).
+    /// [`Self::prepare`] on the queue instance `chan`, and with `fenced` a fence after the pairs
+    /// under the same queue lock ([`Channel::prepare_fenced`]), returned second (0 without).
     fn prepare_on(
         &self,
-        eng: u32,
-        qid: u32,
+        chan: &Channel,
         copies: &[uapi::neuron_udma_copy],
         fenced: bool,
     ) -> Result<(isize, u64)> {
-        let chan = self.queue(eng, qid)?;
         let mut batch = Batch::new(copies.len())?;
         let route = self.dev.arch.host_route;
         for c in copies {
@@ -516,9 +553,11 @@ impl OpenFile {
         let staged = read_copies(copies, count)?;
         // The pairs and their fence under one queue lock: a fence slot taken meanwhile by
         // another thread of the file fails the command with nothing prepared.
-        let (_, seq) = self.prepare_on(eng, qid, &staged, true)?;
+        // On the instance looked up above: a release and re-init of the id meanwhile fails
+        // the command (`ECANCELED`) rather than moving it to the new instance.
+        let (_, seq) = self.prepare_on(&chan, &staged, true)?;
         // SAFETY: `cmd` is the command being issued; the driver's `uring_cmd` owns its bytes.
-        unsafe { shim::uring_pdu_set(cmd, eng, qid, seq) };
+        unsafe { shim::uring_pdu_set(cmd, eng, qid, chan.instance, seq) };
         // The queue's listeners (an eventfd, a poller, queued commands) hear of the fence just
         // submitted, whatever happens to `cmd` below.
         self.dev.watch(&chan);
@@ -540,15 +579,25 @@ impl OpenFile {
         Ok(EIOCBQUEUED.to_errno())
     }
 
-    /// Completes the IOPOLL command `cmd` if its fence settled; returns whether it did.
+    /// Completes the IOPOLL command `cmd` if its fence settled, or with `-ECANCELED` if its
+    /// queue instance is gone (released, re-initialised, unbound); returns whether it did.
     fn uring_poll(&self, cmd: *mut RawUringCmd) -> bool {
-        // SAFETY: `cmd` is a queued command of `uring_submit`, which recorded its fence.
-        let (eng, qid, seq) = unsafe { shim::uring_pdu_get(cmd) };
-        let res = match self.queue(eng, qid).and_then(|c| c.poll_fence(seq)) {
+        // SAFETY: `cmd` is a queued command of `uring_submit`, which recorded its queue
+        // instance and fence.
+        let (eng, qid, instance, seq) = unsafe { shim::uring_pdu_get(cmd) };
+        // The queue by id, then the instance: a queue of the same id initialised since is
+        // another instance, whose fence numbers never name this command's.
+        let state = match self.queue(eng, qid) {
+            Ok(c) if c.instance == instance => c.poll_fence(seq),
+            _ => Err(ECANCELED),
+        };
+        let res = match state {
             Ok(FenceState::Pending) => return false,
             Ok(FenceState::Done) => 0,
             Ok(FenceState::Failed(_)) => EIO.to_errno(),
             Ok(FenceState::Expired) => ESTALE.to_errno(),
+            // Gone with its instance: released (`ECANCELED`) or unbound (`ENODEV`).
+            Err(e) if e == ENODEV => ECANCELED.to_errno(),
             Err(e) => e.to_errno(),
         };
         // SAFETY: queued and not completed (it completes only here, once its fence settled).
@@ -880,6 +929,7 @@ impl MiscDevice for OpenFile {
                 st <- new_mutex!(FileState {
                     handles: KVVec::new(),
                     queues: KVec::new(),
+                    next_fence: KVec::new(),
                 }),
                 memcpy_slot <- new_mutex!(()),
                 events_slot <- new_mutex!(()),

@@ -100,13 +100,18 @@ impl Fixture {
     /// Prepares one 4 KiB copy at `off` bytes into both buffers (write barrier) and a fence
     /// after it; returns the fence.
     fn fenced_copy(&self, off: u64) -> Result<u64> {
+        self.fenced_copy_on(&self.q, off)
+    }
+
+    /// [`Self::fenced_copy`] on queue `q` (another instance of the fixture's queue id).
+    fn fenced_copy_on(&self, q: &Channel, off: u64) -> Result<u64> {
         let copy = Copy {
             src: self.s + off,
             dst: self.d + off,
             len: DescLen::new(4096)?,
             barrier: Barrier::Write,
         };
-        self.q.with(|queue, io| {
+        q.with(|queue, io| {
             queue.prepare_one(&copy)?;
             queue.fence(io)
         })
@@ -506,6 +511,47 @@ mod tests {
         Ok(())
     }
 
+    /// A released queue instance answers every fence question with `ECANCELED`, and the next
+    /// instance of the same id, numbered on from where the released one stopped, never takes
+    /// a fence of the released one for its own (issue 33: an IOPOLL command was completed by
+    /// the new instance's fence of the same number).
+    #[test]
+    fn released_instance_is_cancelled_and_numbers_go_on() -> Result {
+        use crate::channel::FenceState;
+        let f = Fixture::new(2, 64, 8192, 0x5d)?;
+        let old = f.q.clone();
+        let first = f.fenced_copy(0)?;
+        assert_eq!(first, 1);
+        assert_eq!(old.wait_fence(first, DEFAULT_TIMEOUT), Ok(()));
+        // Released: gone for whoever still holds the instance.
+        let next = f.dev.queue_release(old.owner, old.id)?;
+        assert_eq!(next, first + 1);
+        assert_eq!(old.wait_fence(first, DEFAULT_TIMEOUT), Err(ECANCELED));
+        assert_eq!(old.state(first), Err(ECANCELED));
+        assert_eq!(old.submit_fence(), Err(ECANCELED));
+        // The next instance of the id: another instance number, fences from `next` on, and
+        // the released instance's fence is not one of its own.
+        let q = f
+            .dev
+            .queue_init_placed(old.id, (64, 64), old.owner, None, false, next)?;
+        assert!(q.instance != old.instance);
+        assert_eq!(q.state(first), Err(ECANCELED));
+        assert_eq!(q.fence_state(first).err(), Some(ECANCELED));
+        assert_eq!(q.submit_fence(), Ok(0));
+        assert_eq!(q.fence_state(next).err(), Some(EINVAL));
+        clear(&f.dst);
+        let second = f.fenced_copy_on(&q, 4096)?;
+        assert_eq!(second, next);
+        assert_eq!(q.wait_fence(second, DEFAULT_TIMEOUT), Ok(()));
+        assert_eq!(
+            q.fence_state(second),
+            Ok((FenceState::Done, second, second))
+        );
+        assert!(copied(&f.dst, 4096, 4096, 4096, 0x5d));
+        // The fixture's drop releases the new instance (by id).
+        Ok(())
+    }
+
     /// A wait that finds the engine aborted resets the queue and answers with what the reset
     /// settled: a fence that completed before the reset (its marker arrived after the waiter
     /// last looked) is a success, not `EIO`; the fence the engine failed is `EIO`.
@@ -610,7 +656,8 @@ mod tests {
             clear(&back);
             dev.memcpy(h, src, LEN as u64, DEFAULT_TIMEOUT)?;
             dev.memcpy(b, dst, LEN as u64, DEFAULT_TIMEOUT)?;
-            let q = dev.queue_init_filled(id, (32, 32), Owner::File(u64::MAX), None, Some(how))?;
+            let q =
+                dev.queue_init_filled(id, (32, 32), Owner::File(u64::MAX), None, Some(how), 1)?;
             let r = (|| -> Result {
                 // 64 rounds of 3 copies and a marker: 8 passes over the ring.
                 for round in 0..64u64 {
@@ -688,6 +735,6 @@ mod tests {
         // The range is back with the allocator.
         let again = dev.pool.alloc_dram(4096)?;
         dev.pool.free_dram(again);
-        dev.queue_release(q.owner, q.id)
+        dev.queue_release(q.owner, q.id).map(|_| ())
     }
 }

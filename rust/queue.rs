@@ -194,8 +194,12 @@ pub(crate) struct Queue {
     /// Fences in flight, oldest first: always the fences `settled + 1 .. next_seq` (settling
     /// is in order: a retire settles a prefix, a reset all of them).
     fences: KVec<Fence>,
-    /// Sequence number of the next fence (fence numbers start at 1).
+    /// Sequence number of the next fence.
     next_seq: u64,
+    /// This queue instance's first fence number: 1, or for a file's queue id it used before,
+    /// one past the previous instance's newest fence (fence numbers are never reused on a
+    /// queue id of a file, so a fence of a released instance never names one of this one).
+    first_seq: u64,
     /// Every fence up to this one is settled (done or failed).
     settled: u64,
     /// The newest fence that is done.
@@ -233,16 +237,21 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// `EINVAL` for a bad size, `ENOMEM` if the memory cannot be allocated, `EIO`
-    /// if the allocator returns memory that is not 256-byte aligned (hardware.rst §4.8), `ENODEV`
-    /// after unbind.
+    /// `EINVAL` for a bad size or a `first_seq` of 0, `ENOMEM` if the memory cannot be
+    /// allocated, `EIO` if the allocator returns memory that is not 256-byte aligned
+    /// (hardware.rst §4.8), `ENODEV` after unbind. The queue's fences are numbered from
+    /// `first_seq` on.
     pub(crate) fn new(
         dev: &Device<Bound>,
         arch: &Arch,
         index: QueueIndex,
         (tx_descs, rx_descs): (u32, u32),
         device: Option<DeviceMemory>,
+        first_seq: u64,
     ) -> Result<Self> {
+        if first_seq == 0 {
+            return Err(EINVAL);
+        }
         let (tx_size, rx_size) = (RingSize::new(tx_descs)?, RingSize::new(rx_descs)?);
         let placement = match device {
             None => Placement::Host(Coherent::<CompletionSlot>::zeroed_slice(
@@ -267,8 +276,9 @@ impl Queue {
             pending_tx: 0,
             pending_rx: 0,
             fences: KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL_ACCOUNT)?,
-            next_seq: 1,
-            settled: 0,
+            next_seq: first_seq,
+            first_seq,
+            settled: first_seq - 1,
             done: 0,
             lost: KVec::with_capacity(LOST_RANGES, GFP_KERNEL_ACCOUNT)?,
             expired_below: 0,
@@ -687,9 +697,19 @@ impl Queue {
         Ok(seq)
     }
 
-    /// The newest fence of the queue (0 before the first).
+    /// The newest fence of the queue (0 before its first).
     pub(crate) fn newest_fence(&self) -> u64 {
-        self.next_seq - 1
+        if self.next_seq == self.first_seq {
+            0
+        } else {
+            self.next_seq - 1
+        }
+    }
+
+    /// The number the queue's next fence will take: where a later instance of the same queue
+    /// id of the same file goes on ([`Self::new`]'s `first_seq`).
+    pub(crate) fn next_fence(&self) -> u64 {
+        self.next_seq
     }
 
     /// The Tx position after the newest fence in flight (where its covered work ends), or
@@ -752,11 +772,10 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// `EINVAL` for fence 0 or one newer than [`Self::newest_fence`].
+    /// `EINVAL` for fence 0 or one newer than [`Self::newest_fence`], `ECANCELED` for a fence
+    /// of an earlier instance of the queue id (below [`Self::new`]'s `first_seq`).
     pub(crate) fn state(&mut self, seq: u64) -> Result<FenceState> {
-        if seq == 0 || seq >= self.next_seq {
-            return Err(EINVAL);
-        }
+        self.check_seq(seq)?;
         self.retire();
         Ok(self.state_now(seq))
     }
@@ -767,12 +786,26 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// `EINVAL` for fence 0 or one newer than [`Self::newest_fence`].
+    /// As [`Self::state`].
     pub(crate) fn state_retired(&self, seq: u64) -> Result<FenceState> {
-        if seq == 0 || seq >= self.next_seq {
-            return Err(EINVAL);
-        }
+        self.check_seq(seq)?;
         Ok(self.state_now(seq))
+    }
+
+    /// Whether `seq` names a fence of this queue instance.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for fence 0 or one newer than [`Self::newest_fence`], `ECANCELED` for a fence
+    /// of an earlier instance of the queue id.
+    fn check_seq(&self, seq: u64) -> Result {
+        if seq == 0 || seq >= self.next_seq {
+            Err(EINVAL)
+        } else if seq < self.first_seq {
+            Err(ECANCELED)
+        } else {
+            Ok(())
+        }
     }
 
     /// The state of fence `seq` (a fence of this queue) as the software state says now.

@@ -730,29 +730,37 @@ __poll_t neuron_udma_poll(struct file *file, struct poll_table_struct *wait)
 	return neuron_udma_file_poll(file->private_data, file, wait);
 }
 
-/* What a queued NEURON_UDMA_URING_COPY keeps in its io_uring_cmd: its queue and fence. */
+/*
+ * What a queued NEURON_UDMA_URING_COPY keeps in its io_uring_cmd: its queue, the queue's
+ * instance (ids are reused after a release, instances never are) and its fence.
+ */
 struct neuron_udma_uring_pdu {
 	u32 engine;
 	u32 queue;
+	u64 instance;
 	u64 fence;
 	int res;
 };
 
-void neuron_udma_uring_pdu_set(struct io_uring_cmd *cmd, u32 engine, u32 queue, u64 fence)
+void neuron_udma_uring_pdu_set(struct io_uring_cmd *cmd, u32 engine, u32 queue, u64 instance,
+			       u64 fence)
 {
 	struct neuron_udma_uring_pdu *pdu = io_uring_cmd_to_pdu(cmd, struct neuron_udma_uring_pdu);
 
 	pdu->engine = engine;
 	pdu->queue = queue;
+	pdu->instance = instance;
 	pdu->fence = fence;
 }
 
-void neuron_udma_uring_pdu_get(struct io_uring_cmd *cmd, u32 *engine, u32 *queue, u64 *fence)
+void neuron_udma_uring_pdu_get(struct io_uring_cmd *cmd, u32 *engine, u32 *queue, u64 *instance,
+			       u64 *fence)
 {
 	struct neuron_udma_uring_pdu *pdu = io_uring_cmd_to_pdu(cmd, struct neuron_udma_uring_pdu);
 
 	*engine = pdu->engine;
 	*queue = pdu->queue;
+	*instance = pdu->instance;
 	*fence = pdu->fence;
 }
 

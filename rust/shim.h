@@ -100,8 +100,10 @@ int neuron_udma_uring_cmd_iopoll(struct io_uring_cmd *cmd, struct io_comp_batch 
 				 unsigned int poll_flags);
 void neuron_udma_uring_cmd_complete(struct io_uring_cmd *cmd, int res);
 void neuron_udma_uring_cmd_done(struct io_uring_cmd *cmd, int res);
-void neuron_udma_uring_pdu_set(struct io_uring_cmd *cmd, u32 engine, u32 queue, u64 fence);
-void neuron_udma_uring_pdu_get(struct io_uring_cmd *cmd, u32 *engine, u32 *queue, u64 *fence);
+void neuron_udma_uring_pdu_set(struct io_uring_cmd *cmd, u32 engine, u32 queue, u64 instance,
+			       u64 fence);
+void neuron_udma_uring_pdu_get(struct io_uring_cmd *cmd, u32 *engine, u32 *queue, u64 *instance,
+			       u64 *fence);
 /* 7.3's MiscDevice has no poll: the file operation's trampoline (into rust/file.rs). */
 __poll_t neuron_udma_poll(struct file *file, struct poll_table_struct *wait);
 /* No dmaengine provider abstraction in Rust: the dma_device, its channels, the cookies. */

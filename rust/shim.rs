@@ -134,12 +134,14 @@ mod ffi {
             cmd: *mut bindings::io_uring_cmd,
             engine: u32,
             queue: u32,
+            instance: u64,
             fence: u64,
         );
         pub(super) fn neuron_udma_uring_pdu_get(
             cmd: *mut bindings::io_uring_cmd,
             engine: *mut u32,
             queue: *mut u32,
+            instance: *mut u64,
             fence: *mut u64,
         );
         pub(super) fn neuron_udma_dmabuf_export(
@@ -264,27 +266,33 @@ pub(crate) unsafe fn uring_cmd_done(cmd: *mut RawUringCmd, res: i32) {
     unsafe { ffi::neuron_udma_uring_cmd_done(cmd, res) }
 }
 
-/// Records in `cmd` (its private bytes) the queue `engine`/`queue` and fence `fence` it waits
-/// for.
+/// Records in `cmd` (its private bytes) the queue `engine`/`queue`, its instance `instance`
+/// ([`Channel::instance`](crate::channel::Channel)) and the fence `fence` it waits for.
 ///
 /// # Safety
 ///
 /// `cmd` is a command of this driver's `uring_cmd`, not completed.
-pub(crate) unsafe fn uring_pdu_set(cmd: *mut RawUringCmd, engine: u32, queue: u32, fence: u64) {
+pub(crate) unsafe fn uring_pdu_set(
+    cmd: *mut RawUringCmd,
+    engine: u32,
+    queue: u32,
+    instance: u64,
+    fence: u64,
+) {
     // SAFETY: per the function's contract.
-    unsafe { ffi::neuron_udma_uring_pdu_set(cmd, engine, queue, fence) }
+    unsafe { ffi::neuron_udma_uring_pdu_set(cmd, engine, queue, instance, fence) }
 }
 
-/// The queue and fence [`uring_pdu_set`] recorded in `cmd`: `(engine, queue, fence)`.
+/// What [`uring_pdu_set`] recorded in `cmd`: `(engine, queue, instance, fence)`.
 ///
 /// # Safety
 ///
 /// As [`uring_pdu_set`], after it.
-pub(crate) unsafe fn uring_pdu_get(cmd: *mut RawUringCmd) -> (u32, u32, u64) {
-    let (mut e, mut q, mut f) = (0, 0, 0);
+pub(crate) unsafe fn uring_pdu_get(cmd: *mut RawUringCmd) -> (u32, u32, u64, u64) {
+    let (mut e, mut q, mut i, mut f) = (0, 0, 0, 0);
     // SAFETY: per the function's contract; the out pointers are valid locals.
-    unsafe { ffi::neuron_udma_uring_pdu_get(cmd, &mut e, &mut q, &mut f) };
-    (e, q, f)
+    unsafe { ffi::neuron_udma_uring_pdu_get(cmd, &mut e, &mut q, &mut i, &mut f) };
+    (e, q, i, f)
 }
 
 /// The `struct file` of an open device node, kept by its buffers to remove their user mappings

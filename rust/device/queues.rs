@@ -6,7 +6,7 @@
 
 use super::UdmaDevice;
 use crate::{
-    channel::{Channel, Owner},
+    channel::{Channel, Gone, Owner},
     charge::Charge,
     devring::{DeviceMemory, Fill},
     engine::QueueId,
@@ -31,7 +31,7 @@ impl UdmaDevice {
         owner: Owner,
         events: Option<Arc<FileEvents>>,
     ) -> Result<Arc<Channel>> {
-        self.queue_init_placed(id, (tx_descs, rx_descs), owner, events, false)
+        self.queue_init_placed(id, (tx_descs, rx_descs), owner, events, false, 1)
     }
 
     /// Whether queues may keep their rings in device memory: the device has device memory to
@@ -43,7 +43,10 @@ impl UdmaDevice {
     /// Takes queue `id` for `owner`: allocates rings of `tx_descs`/`rx_descs` descriptors (in
     /// device memory, from the device-memory allocator, with `device_rings`: `devring.rs`),
     /// initialises the engine if needed and programs the queue (hardware.rst §3.7); a file's
-    /// queue wakes the file's pollers `events`.
+    /// queue wakes the file's pollers `events`. Its fences are numbered from `first_fence` on
+    /// (1, or where the file's previous instance of `id` stopped: [`Quiesced::next_fence`]).
+    ///
+    /// [`Quiesced::next_fence`]: crate::channel::Quiesced::next_fence
     ///
     /// # Errors
     ///
@@ -58,6 +61,7 @@ impl UdmaDevice {
         owner: Owner,
         events: Option<Arc<FileEvents>>,
         device_rings: bool,
+        first_fence: u64,
     ) -> Result<Arc<Channel>> {
         // How descriptors reach rings in device memory: the module parameter, read now.
         let fill = match (device_rings, crate::shim::device_rings_by_engine()) {
@@ -65,7 +69,7 @@ impl UdmaDevice {
             (true, false) => Some(Fill::Bar4),
             (true, true) => Some(Fill::Engine),
         };
-        self.queue_init_filled(id, sizes, owner, events, fill)
+        self.queue_init_filled(id, sizes, owner, events, fill, first_fence)
     }
 
     /// [`Self::queue_init_placed`] with the rings in host memory (`fill` `None`) or in device
@@ -81,6 +85,7 @@ impl UdmaDevice {
         owner: Owner,
         events: Option<Arc<FileEvents>>,
         fill: Option<Fill>,
+        first_fence: u64,
     ) -> Result<Arc<Channel>> {
         if owner != Owner::Driver && self.arch.is_reserved_queue(id.eng.get(), id.q.number()) {
             return Err(EBUSY);
@@ -133,7 +138,14 @@ impl UdmaDevice {
                 }),
                 _ => None,
             };
-            let mut q = Queue::new(dev, self.arch, id.q, (tx_descs, rx_descs), device)?;
+            let mut q = Queue::new(
+                dev,
+                self.arch,
+                id.q,
+                (tx_descs, rx_descs),
+                device,
+                first_fence,
+            )?;
             self.bar.ensure_engine(id.eng)?;
             {
                 let regs = self.bar.access()?;
@@ -146,7 +158,7 @@ impl UdmaDevice {
                 .store(id.key(), chan.clone(), GFP_KERNEL_ACCOUNT)
             {
                 // The device memory is given back below.
-                let _ = chan.quiesce();
+                let _ = chan.quiesce(Gone::Released);
                 return Err(e.into());
             }
             Ok(chan)
@@ -250,20 +262,24 @@ impl UdmaDevice {
         (self.arch.engines * crate::arch::QUEUES_PER_ENGINE) as usize
     }
 
-    /// Releases queue `id` of `owner`: pauses it and frees its rings.
+    /// Releases queue `id` of `owner`: pauses it and frees its rings; whoever still holds the
+    /// instance sees `ECANCELED`. Returns the fence number the instance would have given next
+    /// ([`Quiesced::next_fence`]).
     ///
     /// # Errors
     ///
     /// `ENOENT` if the queue is not in use by `owner`; nothing changes then.
-    pub(crate) fn queue_release(&self, owner: Owner, id: QueueId) -> Result {
+    ///
+    /// [`Quiesced::next_fence`]: crate::channel::Quiesced::next_fence
+    pub(crate) fn queue_release(&self, owner: Owner, id: QueueId) -> Result<u64> {
         let chan = {
             let _st = self.state.lock();
             let chan = self.queue(owner, id)?;
             drop(self.queues.lock().remove(id.key()));
             chan
         };
-        let range = chan.quiesce();
-        self.give_back_rings(range);
-        Ok(())
+        let gone = chan.quiesce(Gone::Released);
+        self.give_back_rings(gone.range);
+        Ok(gone.next_fence)
     }
 }

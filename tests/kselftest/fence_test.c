@@ -1245,9 +1245,10 @@ TEST_F_TIMEOUT(events, release_and_close_with_eventfd, 60)
 	ASSERT_EQ(0, ret) {
 		TH_LOG("the closed file's queue: QUEUE_INIT %s", err_name(ret));
 	}
+	/* The file's fence numbers on this id go on after the released instance's 1..3. */
 	ASSERT_EQ(0, submit_one(x->fd, ENG, q, ucopy(&x->a, 0, &x->b, 64 * KIB, 4096), &f));
-	/* The same file's id again: its fence numbers go on after the released instance's 3. */
 	EXPECT_EQ(4ULL, f);
+	EXPECT_EQ(-ECANCELED, fence_status(x->fd, ENG, q, 3, &fs));
 	ASSERT_EQ(0, fence_wait(x->fd, ENG, q, f, 20000));
 	ASSERT_EQ(0, submit_one(x->fd, ENG, q2, ucopy(&x->a, 0, &x->b, 128 * KIB, 4096), &f));
 	EXPECT_EQ(1ULL, f);
