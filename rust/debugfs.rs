@@ -514,7 +514,9 @@ mod tests {
         let queues = read("queues")?;
         let rings = read("rings")?;
         let mut header = Text::new();
-        write!(header, "engine {eng} queue {qid} owner driver").map_err(|_| ENOMEM)?;
+        let instance = dev.h2t()?.channel().instance;
+        write!(header, "engine {eng} queue {qid} owner driver instance {instance}")
+            .map_err(|_| ENOMEM)?;
         assert!(queues.line(header.as_str()) == header.as_str());
         assert!(rings.line(header.as_str()) == header.as_str());
         assert!(queues.line("sw tx: ").starts_with("sw tx: size 8192 "));

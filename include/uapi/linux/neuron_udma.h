@@ -324,12 +324,14 @@ struct neuron_udma_memcpy {
 };
 
 /*
- * Fences (ABI 3). A queue numbers its fences from 1. Fence N is done when every copy submitted
- * to the queue before it is done (the engine processes a queue in order), and failed when an
- * engine error or a queue reset dropped it before its marker arrived (the copies before it may
- * not all have run). A fence is a value: COPY_SUBMIT returns it at once, FENCE_STATUS reads its
- * state without blocking, FENCE_WAIT blocks for it; poll()/epoll, an eventfd per queue
- * (QUEUE_EVENTFD) and io_uring (NEURON_UDMA_URING_COPY) report completions as events. The
+ * Fences (ABI 3). A queue numbers its fences from 1; a QUEUE_INIT of a queue id the file
+ * released before goes on after the released instance's numbers (a fence number never names
+ * two instances: a fence of a released instance is ECANCELED). Fence N is done when every copy
+ * submitted to the queue before it is done (the engine processes a queue in order), and failed
+ * when an engine error or a queue reset dropped it before its marker arrived (the copies before
+ * it may not all have run). A fence is a value: COPY_SUBMIT returns it at once, FENCE_STATUS
+ * reads its state without blocking, FENCE_WAIT blocks for it; poll()/epoll, an eventfd per
+ * queue (QUEUE_EVENTFD) and io_uring (NEURON_UDMA_URING_COPY) report completions as events. The
  * driver notices completions with a completion worker that runs only while somebody waits, polls
  * or listens (a short spin, then sleeps of 10 us doubling to 1 ms).
  */
@@ -362,7 +364,8 @@ struct neuron_udma_copy_submit {
  * NEURON_UDMA_FENCE_STATUS (ABI 3): the state of @fence, without blocking (the completed fences
  * are retired first). @error is the reason of a FAILED fence: EIO (an engine error), ETIMEDOUT
  * (the queue made no progress for 10 s and was reset). Errors: ENOENT (queue not this file's),
- * EINVAL (@fence 0, or newer than the newest fence of the queue).
+ * EINVAL (@fence 0, or newer than the newest fence of the queue), ECANCELED (a fence of a queue
+ * instance the file released: older than the current instance's first fence).
  */
 struct neuron_udma_fence_status {
 	__u32 engine;
@@ -378,7 +381,8 @@ struct neuron_udma_fence_status {
  * NEURON_UDMA_FENCE_WAIT (ABI 3): wait up to @timeout_ms (0: 10 s; at least 10 ms) until @fence
  * is done. Errors: ENOENT, EINVAL (as FENCE_STATUS), EIO (the fence failed: FENCE_STATUS says
  * why), ESTALE (the fence expired), ETIMEDOUT (not done in time: the copies go on; the queue is
- * reset only when it made no progress for 10 s), EINTR (a signal).
+ * reset only when it made no progress for 10 s), EINTR (a signal), ECANCELED (a fence of a
+ * released instance, or the queue was released while the wait went on).
  */
 struct neuron_udma_fence_wait {
 	__u32 engine;
@@ -434,8 +438,9 @@ struct neuron_udma_eventfd {
  * this struct in the SQE's command area: prepares @count copies (struct neuron_udma_copy at
  * @copies, as COPY_PREPARE), submits them with a fence (as COPY_SUBMIT), and completes when the
  * fence is done. CQE res: 0, or -errno with the errors of COPY_PREPARE (nothing prepared then),
- * COPY_SUBMIT and FENCE_WAIT (EIO: the fence failed). Rings set up with IORING_SETUP_IOPOLL
- * reap by polling the marker.
+ * COPY_SUBMIT and FENCE_WAIT (EIO: the fence failed; ECANCELED: the queue instance ended
+ * first, by QUEUE_RELEASE, a release and re-init of the id, or unbind, whatever the ring type).
+ * Rings set up with IORING_SETUP_IOPOLL reap by polling the marker.
  */
 struct neuron_udma_uring_copy {
 	__u16 engine;

@@ -7,7 +7,8 @@
 //!   workers running at once (engines 32 and 33, one queue each, each driven by its own "guest"
 //!   thread), with guest RAM behind the vfio-user DMA map table as in the server. Whatever the
 //!   workers share per packet (locks, reference counts) shows up as a higher per-pair figure in
-//!   the two-worker row.
+//!   the two-worker row. A third row has one worker copy host -> device memory (HBM), the
+//!   driver's copies to device memory: what a queue's pending device writes cost.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -138,6 +139,8 @@ const CPU_RAM: u64 = 0x1_0000_0000;
 const CPU_RAM_SIZE: usize = 16 << 20;
 /// Ring slots per queue.
 const CPU_RING: u32 = 1024;
+/// Device address (BAR4 offset, HBM0) the host -> HBM lane copies to.
+const HBM_DST: u64 = 0x10_0000;
 /// Bytes per data pair.
 const CPU_PAIR: usize = 4096;
 /// Data pairs per submission; each submission is followed by the completion marker pair.
@@ -154,6 +157,8 @@ struct Lane {
     rx: u64,
     src: u64,
     dst: u64,
+    /// `dst` is a device address (HBM), not guest RAM.
+    device: bool,
     mark: [u64; 2],
 }
 
@@ -166,8 +171,14 @@ impl Lane {
             rx: b + 0x1_0000,
             src: b + 0x10_0000,
             dst: b + 0x20_0000,
+            device: false,
             mark: [b + 0x2_0000, b + 0x2_0040],
         }
+    }
+
+    /// The same lane copying to device address `dst` (HBM) instead.
+    fn with_device_dst(self, dst: u64) -> Lane {
+        Lane { dst, device: true, ..self }
     }
 }
 
@@ -215,7 +226,8 @@ fn drive(dev: &Device, ram: &FlatMemory, lane: &Lane, slot: &mut u64, subs: u32)
         for i in 0..u64::from(CPU_BATCH) {
             let off = ((s * u64::from(CPU_BATCH) + i) % chunks) * CPU_PAIR as u64;
             let l = CPU_PAIR as u32 & desc::LEN_MASK;
-            put(lane.rx, *slot, l, 0, (lane.dst + off) | route);
+            let dst = if lane.device { lane.dst + off } else { (lane.dst + off) | route };
+            put(lane.rx, *slot, l, 0, dst);
             let meta = if i + 1 == u64::from(CPU_BATCH) { desc::META_COPY_WB } else { desc::META_COPY };
             put(lane.tx, *slot, desc::FIRST | desc::LAST | l, meta, (lane.src + off) | route);
             *slot += 1;
@@ -260,13 +272,13 @@ fn cpu_bench() {
     dma.map(0xC_0000, 0x4_0000, &file, 0, true).expect("map");
     dma.map(CPU_RAM, CPU_RAM_SIZE as u64, &file, 0, true).expect("map");
     let dev = Device::new(
-        Config { model: Model::Trn1, hbm_size: 1 << 20, trace: None, options: Default::default() },
+        Config { model: Model::Trn1, hbm_size: 4 << 20, trace: None, options: Default::default() },
         dma.clone() as Arc<dyn GuestMemory>,
     )
     .expect("device");
     let gen = dev.gen();
     let route = gen.host_route();
-    let lanes = [Lane::new(0, 32), Lane::new(1, 33)];
+    let lanes = [Lane::new(0, 32), Lane::new(1, 33), Lane::new(2, 0).with_device_dst(HBM_DST)];
     for lane in &lanes {
         let base = gen.engine_base(lane.eng).expect("engine");
         let wr = |unit: u32, v: u32| dev.write32(base + u64::from(unit), v);
@@ -285,16 +297,26 @@ fn cpu_bench() {
         }
         let pattern: Vec<u8> = (0..0x10_0000u32).map(|i| (i * 13 + lane.eng) as u8).collect();
         assert!(ram.write(lane.src, &pattern));
-        assert!(ram.write(lane.dst, &vec![0u8; 0x10_0000]));
+        if lane.device {
+            dev.bar4_write(lane.dst, &vec![0u8; 0x10_0000]);
+        } else {
+            assert!(ram.write(lane.dst, &vec![0u8; 0x10_0000]));
+        }
     }
-    let mut slots = [0u64; 2];
-    // Warm-up: fault everything in, start both workers.
+    let mut slots = [0u64; 3];
+    // Warm-up: fault everything in, start the workers.
     cpu_run(&dev, &ram, &lanes, &mut slots, 50);
     let (one, one_wall) = cpu_run(&dev, &ram, &lanes[..1], &mut slots[..1], CPU_SUBMISSIONS);
-    let (two, two_wall) = cpu_run(&dev, &ram, &lanes, &mut slots, CPU_SUBMISSIONS);
+    let (two, two_wall) = cpu_run(&dev, &ram, &lanes[..2], &mut slots[..2], CPU_SUBMISSIONS);
+    let (hbm, hbm_wall) = cpu_run(&dev, &ram, &lanes[2..], &mut slots[2..], CPU_SUBMISSIONS);
     for lane in &lanes {
         let (mut a, mut b) = (vec![0u8; 0x10_0000], vec![0u8; 0x10_0000]);
-        assert!(ram.read(lane.src, &mut a) && ram.read(lane.dst, &mut b));
+        assert!(ram.read(lane.src, &mut a));
+        if lane.device {
+            dev.bar4_read(lane.dst, &mut b);
+        } else {
+            assert!(ram.read(lane.dst, &mut b));
+        }
         assert!(a == b, "engine {}: destination differs from source", lane.eng);
     }
     let pairs = u64::from(CPU_SUBMISSIONS) * u64::from(CPU_BATCH);
@@ -308,4 +330,5 @@ fn cpu_bench() {
     println!("  1 worker : {:6.2} us/pair  ({} pairs in {:.3} s)", us(one), pairs, one_wall.as_secs_f64());
     println!("  2 workers: {:6.2} us/pair  ({} pairs in {:.3} s)", us(two), 2 * pairs, two_wall.as_secs_f64());
     println!("  ratio 2/1: {:.2}x", us(two) / us(one));
+    println!("  1 worker, host -> HBM: {:6.2} us/pair  ({} pairs in {:.3} s)", us(hbm), pairs, hbm_wall.as_secs_f64());
 }

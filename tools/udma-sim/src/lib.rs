@@ -65,8 +65,16 @@ pub struct Options {
     /// Device-memory reads pass the queue's unordered writes (hardware.rst §4.2 bit 30, §8.2
     /// [I]): a packet without DMB reads, for device bytes an earlier packet of the queue wrote
     /// since its last DMB (within the unordered delay), what was there before. `false`: such a
-    /// read lands the held writes it overlaps first, as a host-memory read does.
+    /// read lands the held writes it overlaps first, as a host-memory read does, and sees the
+    /// queue's unpublished device writes ([`Options::private_device_writes`]).
     pub unordered_device_reads: bool,
+    /// A queue's device-memory writes are its own until it publishes them (hardware.rst §4.2
+    /// bit 30: DMB orders a queue's own transfers only, §5.1 [I]): other queues and engines, and
+    /// the CPU through BAR4, read the old bytes until a later DMB packet of the queue (the
+    /// driver's fence marker), the queue going idle, or the unordered-completion delay. `false`:
+    /// a device-memory write is visible to every reader once it lands, the writing queue's own
+    /// later reads included.
+    pub private_device_writes: bool,
 }
 
 impl Default for Options {
@@ -77,6 +85,7 @@ impl Default for Options {
             strict_reset: true,
             sticky_errors: true,
             unordered_device_reads: true,
+            private_device_writes: true,
         }
     }
 }
@@ -91,6 +100,7 @@ impl Options {
             strict_reset: false,
             sticky_errors: false,
             unordered_device_reads: false,
+            private_device_writes: false,
         }
     }
 }
@@ -277,7 +287,16 @@ impl Device {
             return;
         };
         let Some(eng) = self.engine(id) else { return };
-        let fx = eng.write(unit & !3, val);
+        // What an Rx doorbell's prefetch reads the posted descriptors through, at once.
+        let env = engine::Env {
+            gen: self.shared.gen,
+            host: &*self.shared.host,
+            hbm: &*self.shared.hbm_map,
+            bus_master: self.shared.knobs.bus_master.load(Ordering::Relaxed),
+            slow: 0,
+            trace: None,
+        };
+        let fx = eng.write(unit & !3, val, &env);
         if let Some(rec) = fx.error {
             *self.shared.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
                 Some(LastError { engine: id, record: rec });

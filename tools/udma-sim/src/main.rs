@@ -46,6 +46,12 @@ struct Args {
     /// §4.2 bit 30, §8.2 [I]; Documentation/udma-sim.rst).
     #[arg(long)]
     ordered_device_reads: bool,
+    /// A device-memory write is visible to every reader (other queues, other engines, BAR4) once
+    /// it lands. By default a queue's device writes are visible to others only once it publishes
+    /// them: at its next DMB packet (the driver's fence marker), when it goes idle, or after the
+    /// unordered delay (hardware.rst §4.2 bit 30 [I]; Documentation/udma-sim.rst).
+    #[arg(long)]
+    shared_device_writes: bool,
     /// Let every V3 engine reach host memory (hardware.rst §2.5 assumes only the listed ones can
     /// [I]).
     #[arg(long)]
@@ -96,6 +102,7 @@ fn run(args: Args) -> Result<(), String> {
         strict_reset: !args.driver_reset_values,
         sticky_errors: !args.reinit_clears_abort,
         unordered_device_reads: !args.ordered_device_reads,
+        private_device_writes: !args.shared_device_writes,
     };
     log::info!("model options: {options:?}");
     let hbm_size = args.hbm_size.unwrap_or(match args.model {

@@ -194,8 +194,17 @@ impl Rig {
         self.rd(eng, Self::bank(tx, q) + regs::Q_TAIL)
     }
 
-    /// Waits until both heads equal the software next index / ring id.
+    /// Waits until both heads equal the software next index / ring id, and no write is held
+    /// (on any engine).
     pub fn wait_done(&self, sq: &SwQueue) {
+        self.wait_heads(sq);
+        // Barrier-free packets may still have writes held (unordered completion).
+        wait_until("held writes", || self.dev.held_writes() == 0);
+    }
+
+    /// Waits until both heads equal the software next index / ring id (writes may still be
+    /// held, here or on other queues).
+    pub fn wait_heads(&self, sq: &SwQueue) {
         let want_tx = sq.tx.next | sq.tx.rid << 30;
         let want_rx = sq.rx.next | sq.rx.rid << 30;
         wait_until("heads", || {
@@ -206,8 +215,6 @@ impl Rig {
             );
             self.head(sq.eng, sq.q, true) == want_tx && self.head(sq.eng, sq.q, false) == want_rx
         });
-        // Barrier-free packets may still have writes held (unordered completion).
-        wait_until("held writes", || self.dev.held_writes() == 0);
     }
 
     pub fn wait_abort(&self, eng: u32) {

@@ -420,6 +420,237 @@ fn rx_prefetch_reads_at_most_64_ahead_of_the_head() {
 }
 
 #[test]
+fn rx_descriptors_are_used_as_read_at_the_rx_doorbell() {
+    // The S2M prefetcher reads the Rx descriptors an Rx doorbell posts (within 64 of the head)
+    // at that doorbell: a slot rewritten afterwards, with the same ring id, does not change where
+    // the packet's bytes go (silicon DMAs to the address it prefetched).
+    let rig = Rig::new(Model::Trn1);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    let data = rig.fill(SRC, 4096, 0x21);
+    let (ri, rrid) = sq.rx.take();
+    rig.put_desc(&sq.rx, ri, rrid << 24 | 4096, 0, rig.host(DST));
+    rig.doorbell(E, 0, false, 1);
+    rig.put_desc(&sq.rx, ri, rrid << 24 | 4096, 0, rig.host(DST + 0x10000));
+    let (ti, trid) = sq.tx.take();
+    rig.put_desc(&sq.tx, ti, desc::FIRST | desc::LAST | trid << 24 | 4096, desc::META_COPY, rig.host(SRC));
+    rig.doorbell(E, 0, true, 1);
+    rig.wait_done(&sq);
+    assert!(rig.ram_bytes(DST + 0x10000, 4096) == vec![0u8; 4096], "the packet used the Rx slot as rewritten");
+    assert!(rig.ram_bytes(DST, 4096) == data, "the packet did not use the Rx descriptor read at the doorbell");
+    // A slot beyond the prefetch window at the doorbell (70 of 100 posted) is read when the head
+    // comes within 64 of it: a rewrite before then is seen.
+    let rig = Rig::new(Model::Trn1);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 128);
+    let data = rig.fill(SRC, 64 * 100, 1);
+    for i in 0..100u64 {
+        rig.prepare(&mut sq, rig.host(SRC + i * 64), rig.host(DST + i * 64), 64);
+    }
+    rig.doorbell(E, 0, false, 100);
+    rig.put_desc(&sq.rx, 70, 1 << 24 | 64, 0, rig.host(DST + 0x10000));
+    rig.doorbell(E, 0, true, 100);
+    rig.wait_done(&sq);
+    assert!(rig.ram_bytes(DST + 0x10000, 64) == data[70 * 64..71 * 64], "slot 70 read at the doorbell");
+    assert!(rig.ram_bytes(DST + 70 * 64, 64) == vec![0u8; 64]);
+    // A descriptor that fails its check is not kept: with the Rx ring-id error masked (V3 SENG,
+    // hardware.rst §3.5), a stale slot read at the doorbell is read again until it is valid.
+    let rig = Rig::new(Model::Trn1);
+    rig.init_engine(E);
+    let m = rig.rd(E, regs::IOFIC_SEC_B + regs::IOFIC_ABORT_MASK) | s2m_cause::RING_ID;
+    rig.wr(E, regs::IOFIC_SEC_B + regs::IOFIC_ABORT_MASK, m);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    let data = rig.fill(SRC, 4096, 0x33);
+    let (ri, rrid) = sq.rx.take();
+    rig.put_desc(&sq.rx, ri, ((rrid + 1) & 3) << 24 | 4096, 0, rig.host(DST));
+    rig.doorbell(E, 0, false, 1);
+    let (ti, trid) = sq.tx.take();
+    rig.put_desc(&sq.tx, ti, desc::FIRST | desc::LAST | trid << 24 | 4096, desc::META_COPY, rig.host(SRC));
+    rig.doorbell(E, 0, true, 1);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(rig.rd(E, regs::M2S_STATE), regs::STATE_NORMAL);
+    assert_eq!(rig.head(E, 0, false), 1 << 30, "a stale Rx slot was consumed");
+    rig.put_desc(&sq.rx, ri, rrid << 24 | 4096, 0, rig.host(DST));
+    rig.wait_done(&sq);
+    assert!(rig.ram_bytes(DST, 4096) == data);
+    // A packet of one Tx and eight Rx descriptors uses all eight as read at the doorbell.
+    let rig = Rig::new(Model::Trn1);
+    rig.init_engine(E);
+    let mut sq = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    let data = rig.fill(SRC, 4096, 0x44);
+    for i in 0..8u64 {
+        let (ri, rrid) = sq.rx.take();
+        rig.put_desc(&sq.rx, ri, rrid << 24 | 512, 0, rig.host(DST + i * 512));
+    }
+    rig.doorbell(E, 0, false, 8);
+    for i in 0..8u32 {
+        rig.put_desc(&sq.rx, i, 1 << 24 | 512, 0, rig.host(DST + 0x10000));
+    }
+    let (ti, trid) = sq.tx.take();
+    rig.put_desc(&sq.tx, ti, desc::FIRST | desc::LAST | trid << 24 | 4096, desc::META_COPY, rig.host(SRC));
+    rig.doorbell(E, 0, true, 1);
+    rig.wait_done(&sq);
+    assert!(rig.ram_bytes(DST, 4096) == data, "a packet of 8 Rx descriptors used rewritten slots");
+}
+
+/// The shapes of a pair that writes device memory (`len_ctrl` extra bits, `meta_ctrl`, bytes):
+/// the write barrier (the driver's last data pair on V2/V3), DMB on the writer itself, a short
+/// write (never held), a long barrier-free write (held).
+const DEVICE_WRITERS: [(u32, u32, u32); 4] = [
+    (0, desc::META_COPY_WB, 4096),
+    (desc::DMB, desc::META_COPY, 4096),
+    (0, desc::META_COPY, 64),
+    (0, desc::META_COPY, 4096),
+];
+
+#[test]
+fn device_writes_are_invisible_to_other_queues_until_the_writers_fence() {
+    // Queue A writes device memory and keeps work posted (a pair whose Rx descriptor is not
+    // posted yet, then its fence: the DMB marker). Until the marker runs, a read of those bytes
+    // on another queue of the engine, or on another engine, returns the old bytes, even with DMB
+    // (DMB orders a queue's own transfers only), and so does BAR4. Once A's marker is there,
+    // every reader sees the new bytes, without a barrier.
+    const HBM: u64 = 0x4000;
+    const MARK_B: u64 = MARK + 0x100;
+    for (w0, meta, len) in DEVICE_WRITERS {
+        for (be, bq) in [(E, 1u32), (33, 0)] {
+            let what = format!("writer w0 0x{w0:x} meta 0x{meta:x} len {len}, reader engine {be} queue {bq}");
+            let rig = rig_with_delay(5000);
+            rig.init_engine(E);
+            rig.init_engine(33);
+            let mut a = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+            let mut b = rig.init_queue(be, bq, TX_RING + 0x8000, RX_RING + 0x8000, 64);
+            let old: Vec<u8> = (0..len).map(|i| (i * 5) as u8 | 1).collect();
+            rig.dev.bar4_write(HBM, &old);
+            let new = rig.fill(SRC, len as usize, 0x40);
+            for m in [MARK, MARK_B] {
+                assert!(rig.ram.write(m, &MARKER.to_le_bytes()));
+            }
+            pair(&rig, &mut a, rig.host(SRC), HBM, len, w0, meta);
+            pair(&rig, &mut a, rig.host(SRC + 0x8000), rig.host(DST + 0x30000), 64, 0, desc::META_COPY);
+            pair(&rig, &mut a, rig.host(MARK), rig.host(MARK + 4), 4, desc::DMB, desc::META_COPY);
+            rig.doorbell(E, 0, false, 1);
+            rig.doorbell(E, 0, true, 3);
+            wait_until("A's device write", || rig.head(E, 0, true) == 1 | 1 << 30);
+            pair(&rig, &mut b, HBM, rig.host(DST), len, desc::DMB, desc::META_COPY);
+            pair(&rig, &mut b, rig.host(MARK_B), rig.host(MARK_B + 4), 4, desc::DMB, desc::META_COPY);
+            rig.start(&b, 2);
+            rig.wait_heads(&b);
+            assert!(rig.ram_bytes(DST, len as usize) == old, "{what}: another queue read unfenced bytes");
+            assert!(rig.hbm_bytes(HBM, len as usize) == old, "{what}: BAR4 read unfenced bytes");
+            // A's fence: its marker (DMB) publishes the write before it lands.
+            rig.doorbell(E, 0, false, 2);
+            wait_until("A's marker", || rig.ram_bytes(MARK + 4, 4) == MARKER.to_le_bytes());
+            assert!(rig.hbm_bytes(HBM, len as usize) == new, "{what}: BAR4 after the fence");
+            pair(&rig, &mut b, HBM, rig.host(DST + 0x10000), len, 0, desc::META_COPY);
+            pair(&rig, &mut b, rig.host(MARK_B), rig.host(MARK_B + 4), 4, desc::DMB, desc::META_COPY);
+            rig.start(&b, 2);
+            rig.wait_heads(&b);
+            assert!(rig.ram_bytes(DST + 0x10000, len as usize) == new, "{what}: read after the fence");
+        }
+    }
+}
+
+#[test]
+fn device_writes_are_published_by_a_write_barrier_before_a_later_host_write_and_when_idle() {
+    const HBM: u64 = 0x4000;
+    const MARK_B: u64 = MARK + 0x100;
+    // The reference driver's order: the write barrier on the last data pair, a barrier-free
+    // marker. The write barrier makes the data visible before any later write (hardware.rst §4.3
+    // bit 26): once the marker is in host memory, another queue reads the new bytes, although
+    // A still has work posted.
+    let rig = rig_with_delay(5000);
+    rig.init_engine(E);
+    let mut a = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+    let mut b = rig.init_queue(E, 1, TX_RING + 0x8000, RX_RING + 0x8000, 64);
+    let new = rig.fill(SRC, 8192, 0x52);
+    assert!(rig.ram.write(MARK, &MARKER.to_le_bytes()));
+    assert!(rig.ram.write(MARK_B, &MARKER.to_le_bytes()));
+    pair(&rig, &mut a, rig.host(SRC), HBM, 4096, 0, desc::META_COPY);
+    pair(&rig, &mut a, rig.host(SRC + 4096), HBM + 4096, 4096, 0, desc::META_COPY_WB);
+    pair(&rig, &mut a, rig.host(MARK), rig.host(MARK + 4), 4, 0, desc::META_COPY);
+    pair(&rig, &mut a, rig.host(SRC), rig.host(DST + 0x30000), 64, 0, desc::META_COPY);
+    rig.doorbell(E, 0, false, 3);
+    rig.doorbell(E, 0, true, 4);
+    wait_until("A's marker", || rig.ram_bytes(MARK + 4, 4) == MARKER.to_le_bytes());
+    pair(&rig, &mut b, HBM, rig.host(DST), 8192, 0, desc::META_COPY);
+    pair(&rig, &mut b, rig.host(MARK_B), rig.host(MARK_B + 4), 4, desc::DMB, desc::META_COPY);
+    rig.start(&b, 2);
+    rig.wait_heads(&b);
+    assert!(rig.ram_bytes(DST, 8192) == new, "write-barrier data not visible after the marker");
+    // A queue that runs out of posted work with nothing held publishes its device writes (it
+    // has no transfer in flight): a write barrier or DMB writer, or a short write, is visible as
+    // soon as the queue's head shows it done; a held (long barrier-free) write once it lands.
+    for (w0, meta, len) in DEVICE_WRITERS {
+        let rig = rig_with_delay(if len == 4096 && w0 | meta == desc::META_COPY { 50 } else { 5000 });
+        rig.init_engine(E);
+        let mut a = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+        let new = rig.fill(SRC, len as usize, 0x61);
+        pair(&rig, &mut a, rig.host(SRC), HBM, len, w0, meta);
+        rig.start(&a, 1);
+        rig.wait_done(&a);
+        assert!(rig.hbm_bytes(HBM, len as usize) == new, "w0 0x{w0:x} meta 0x{meta:x} len {len}: idle writer");
+    }
+}
+
+#[test]
+fn a_device_ring_filled_by_another_queue_is_fetched_only_after_its_fence() {
+    // The driver's device-ring fill (Documentation/udma-sim.rst): queue A (the H2T queue) copies
+    // staged descriptors from host memory into rings in device memory; queue C fetches them from
+    // there. Rung before A's fence, C's prefetch reads the old slots (a stale ring id: S2M 11);
+    // rung after it, C runs the copy.
+    const C_TX: u64 = 0x8000;
+    const C_RX: u64 = 0x9000;
+    const STAGE_TX: u64 = RAM_BASE + 0x60000;
+    const STAGE_RX: u64 = RAM_BASE + 0x70000;
+    const C_ENG: u32 = 33;
+    for fenced in [false, true] {
+        let rig = rig_with_delay(5000);
+        rig.init_engine(E);
+        rig.init_engine(C_ENG);
+        let mut a = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+        // C's rings in device memory (queue init with device addresses).
+        let mut c = rig.init_queue(C_ENG, 2, TX_RING + 0x8000, RX_RING + 0x8000, 64);
+        for (tx, at) in [(true, C_TX), (false, C_RX)] {
+            let bank = Rig::bank(tx, 2);
+            rig.wr(C_ENG, bank + if tx { regs::M2S_Q_SW_CTRL } else { regs::S2M_Q_SW_CTRL }, 0x100);
+            rig.wr(C_ENG, bank + regs::Q_BASE_LO, at as u32);
+            rig.wr(C_ENG, bank + regs::Q_BASE_HI, 0);
+        }
+        // C's pair, staged in host memory, copied by A into C's rings (16 bytes each).
+        c.tx = SwRing::new(STAGE_TX, 64);
+        c.rx = SwRing::new(STAGE_RX, 64);
+        let data = rig.fill(SRC, 64, 0x77);
+        rig.prepare(&mut c, rig.host(SRC), rig.host(DST), 64);
+        assert!(rig.ram.write(MARK, &MARKER.to_le_bytes()));
+        pair(&rig, &mut a, rig.host(STAGE_TX), C_TX, 16, 0, desc::META_COPY);
+        pair(&rig, &mut a, rig.host(STAGE_RX), C_RX, 16, 0, desc::META_COPY_WB);
+        pair(&rig, &mut a, rig.host(MARK), rig.host(MARK + 4), 4, desc::DMB, desc::META_COPY);
+        // Unfenced: A keeps its marker until its last Rx descriptor is posted.
+        rig.doorbell(E, 0, false, if fenced { 3 } else { 2 });
+        rig.doorbell(E, 0, true, 3);
+        if fenced {
+            wait_until("A's marker", || rig.ram_bytes(MARK + 4, 4) == MARKER.to_le_bytes());
+        } else {
+            wait_until("A's ring copy", || rig.head(E, 0, true) == 2 | 1 << 30);
+        }
+        rig.start(&c, 1);
+        let done = 1 | 1 << 30;
+        wait_until("C fetched", || rig.dev.last_error().is_some() || rig.head(C_ENG, 2, true) == done);
+        if fenced {
+            rig.wait_done(&c);
+            assert!(rig.ram_bytes(DST, 64) == data);
+        } else {
+            let le = rig.dev.last_error();
+            assert!(le.is_some(), "C fetched descriptors A had not fenced");
+            let le = le.unwrap();
+            assert_eq!((le.engine, le.record.kind, le.record.dir), (C_ENG, ErrorKind::RingId, Some(Dir::Rx)));
+            assert_eq!(rig.cause_b(C_ENG), s2m_cause::RING_ID);
+        }
+    }
+}
+
+#[test]
 fn unwritten_cfg_len_has_no_64k_encoding_and_no_packet_fits() {
     let rig = Rig::new(Model::Trn1);
     assert_eq!(rig.rd(E, regs::M2S_CFG_LEN), 0);
@@ -553,4 +784,44 @@ fn device_addresses_follow_the_hbm_map() {
     rig.wait_abort(e);
     assert_eq!(rig.dev.last_error().unwrap().record.kind, ErrorKind::DataWrite);
     assert_eq!(rig.cause_b(e), s2m_cause::DATA_WRITE);
+}
+
+#[test]
+fn shared_device_writes_are_visible_to_every_reader_once_landed() {
+    // Lenient option (`--shared-device-writes`): a device-memory write is visible to other queues
+    // and BAR4 as soon as it lands, the writer's own later reads included; a held write still
+    // lands later. (The reads carry the write barrier so that they are not held themselves.)
+    const HBM: u64 = 0x4000;
+    for (w0, meta, len) in DEVICE_WRITERS {
+        let rig = Rig::with_options(
+            Model::Trn1,
+            None,
+            Options {
+                unordered_delay: Some(Duration::from_millis(5000)),
+                private_device_writes: false,
+                ..Options::default()
+            },
+        );
+        rig.init_engine(E);
+        let mut a = rig.init_queue(E, 0, TX_RING, RX_RING, 64);
+        let mut b = rig.init_queue(E, 1, TX_RING + 0x8000, RX_RING + 0x8000, 64);
+        let old: Vec<u8> = (0..len).map(|i| (i * 5) as u8 | 1).collect();
+        rig.dev.bar4_write(HBM, &old);
+        let new = rig.fill(SRC, len as usize, 0x40);
+        pair(&rig, &mut a, rig.host(SRC), HBM, len, w0, meta);
+        pair(&rig, &mut a, HBM, rig.host(DST + 0x20000), len, 0, desc::META_COPY_WB);
+        pair(&rig, &mut a, rig.host(SRC + 0x8000), rig.host(DST + 0x30000), 64, 0, desc::META_COPY);
+        rig.doorbell(E, 0, false, 2);
+        rig.doorbell(E, 0, true, 3);
+        wait_until("A's device write", || rig.head(E, 0, true) == 2 | 1 << 30);
+        let held = w0 | meta == desc::META_COPY && len > POSTED_WRITE_MAX as u32;
+        let what = format!("writer w0 0x{w0:x} meta 0x{meta:x} len {len}");
+        let want = if held { &old } else { &new };
+        assert!(rig.hbm_bytes(HBM, len as usize) == *want, "{what}: BAR4");
+        assert!(rig.ram_bytes(DST + 0x20000, len as usize) == *want, "{what}: the writer's own read");
+        pair(&rig, &mut b, HBM, rig.host(DST), len, 0, desc::META_COPY_WB);
+        rig.start(&b, 1);
+        rig.wait_heads(&b);
+        assert!(rig.ram_bytes(DST, len as usize) == *want, "{what}: another queue");
+    }
 }

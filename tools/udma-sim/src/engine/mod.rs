@@ -26,7 +26,8 @@ use crate::layout::Gen;
 use crate::regs::{m2s_cause, s2m_cause};
 use crate::Options;
 use regfile::State;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -230,15 +231,16 @@ impl Engine {
         }
     }
 
-    /// Packets whose writes are held by unordered completion.
+    /// Packets whose writes are held by unordered completion. Once it reads 0, what they
+    /// wrote is visible (the worker lowers it after landing and publishing them).
     pub fn held_writes(&self) -> usize {
-        self.held.load(Relaxed)
+        self.held.load(Acquire)
     }
 
     /// Adds `d` to the held-packet count. Only the worker thread changes it, so a load and a
     /// store do (no read-modify-write).
     pub(super) fn add_held(&self, d: isize) {
-        self.held.store(self.held.load(Relaxed).wrapping_add_signed(d), Relaxed);
+        self.held.store(self.held.load(Relaxed).wrapping_add_signed(d), Release);
     }
 
     /// Statistics (kept under the engine lock, which the worker holds anyway when it updates

@@ -93,9 +93,11 @@ pub(super) enum Outcome {
 }
 
 /// One descriptor read from a ring, with its slot index.
-struct Fetched {
-    idx: u32,
-    raw: [u8; 16],
+pub(super) struct Fetched {
+    /// Slot index.
+    pub(super) idx: u32,
+    /// The descriptor's 16 bytes, in memory order.
+    pub(super) raw: [u8; 16],
 }
 
 impl Fetched {
@@ -138,8 +140,53 @@ pub struct Scratch {
     pub(super) tx: Vec<Seg>,
     pub(super) rx: Vec<Seg>,
     pub(super) recs: Vec<TraceRec>,
-    /// Staging buffer of a packet that is copied through a buffer.
-    pub(super) buf: Vec<u8>,
+    /// The first of the queue's prefetched Rx descriptors (`Queue::rx_pref`) as the packet
+    /// started, from the head on: [`RX_COPY`] up front, the others copied when needed
+    /// ([`Scratch::prefetched`]).
+    pub(super) rx_pref: Vec<[u8; 16]>,
+    /// How many prefetched Rx descriptors the queue had as the packet started.
+    pub(super) rx_qlen: usize,
+    /// The Rx descriptors this worker's prefetch pass read from the ring, for the slots from
+    /// `rx_qlen` on (the worker adds them to the queue's).
+    pub(super) rx_new: Vec<[u8; 16]>,
+}
+
+/// Prefetched Rx descriptors copied for a packet up front (a kernel packet takes one); a packet
+/// that needs more copies the rest then.
+pub(super) const RX_COPY: usize = 4;
+
+impl Scratch {
+    /// Adds `d` of ring `tx`/rx to the trace records of the packet, when tracing.
+    fn trace(&mut self, env: &Env<'_>, engine: u32, q: usize, tx: bool, d: &Fetched) {
+        if env.trace.is_some() {
+            self.recs.push(TraceRec { engine, queue: q as u8, tx, index: d.idx, raw: d.raw });
+        }
+    }
+
+    /// Starts a packet on a queue whose prefetched Rx descriptors are `pref`.
+    pub(super) fn take_prefetched(&mut self, pref: &std::collections::VecDeque<[u8; 16]>) {
+        self.rx_pref.clear();
+        self.rx_pref.extend(pref.iter().take(RX_COPY));
+        self.rx_qlen = pref.len();
+        self.rx_new.clear();
+    }
+
+    /// The bytes the prefetcher read for the Rx descriptor `k` slots past the head, if it read
+    /// that slot: copied from the queue of `engine` (under its lock) when not copied yet; only
+    /// this worker removes prefetched descriptors, so they are still the queue's (unless a queue
+    /// reset dropped them, and with them this packet's result).
+    fn prefetched(&mut self, engine: &Engine, q: usize, k: u32) -> Option<[u8; 16]> {
+        let k = k as usize;
+        if k >= self.rx_pref.len() && k < self.rx_qlen {
+            let st = engine.lock();
+            let have = self.rx_pref.len();
+            self.rx_pref.extend(st.queues[q].rx_pref.iter().take(self.rx_qlen).skip(have));
+        }
+        match self.rx_pref.get(k) {
+            Some(&raw) => Some(raw),
+            None => k.checked_sub(self.rx_qlen).and_then(|i| self.rx_new.get(i)).copied(),
+        }
+    }
 }
 
 /// What a pass of the Rx prefetcher over a queue found.
@@ -154,27 +201,15 @@ pub(super) struct Prefetched {
     pub(super) stop: Option<Outcome>,
 }
 
-impl Scratch {
-    /// Adds `d` of ring `tx`/rx to the trace records of the packet, when tracing.
-    fn trace(&mut self, env: &Env<'_>, engine: u32, q: usize, tx: bool, d: &Fetched) {
-        if env.trace.is_some() {
-            self.recs.push(TraceRec { engine, queue: q as u8, tx, index: d.idx, raw: d.raw });
-        }
-    }
-}
-
 impl Engine {
-    /// The checked descriptor fetch of both rings: reads the descriptor `k` slots past the head
-    /// of ring `r` of queue `q`. Fails with [`Outcome::NeedDoorbell`] when fewer than `k + 1`
-    /// descriptors are posted, with a `bus_master_off` or `desc_fetch` error when the slot
-    /// cannot be read, and with a `ring_id` error (or [`Outcome::Retry`] when the abort mask
-    /// masks it) when the descriptor's ring id is not the one expected at that slot
-    /// (hardware.rst §3.5, §4.6).
-    fn fetch(&self, env: &Env<'_>, q: usize, r: &RingSnap, k: u32) -> Result<Fetched, Outcome> {
+    /// Reads the descriptor `k` slots past the head of ring `r` of queue `q`, without checking
+    /// it. Fails with [`Outcome::NeedDoorbell`] when fewer than `k + 1` descriptors are posted,
+    /// and with a `bus_master_off` or `desc_fetch` error when the slot cannot be read.
+    pub(super) fn read_slot(&self, env: &Env<'_>, q: usize, r: &RingSnap, k: u32) -> Result<Fetched, Outcome> {
         if k >= r.pending {
             return Err(Outcome::NeedDoorbell);
         }
-        let (idx, want_rid) = r.slot(k);
+        let (idx, _) = r.slot(k);
         let fail = |kind| Outcome::Error(err(kind, q, r.dir, Some(idx)));
         if !env.bus_master {
             return Err(fail(ErrorKind::BusMasterOff));
@@ -189,11 +224,55 @@ impl Engine {
         if !ok {
             return Err(fail(ErrorKind::DescFetch));
         }
-        let d = Fetched { idx, raw };
-        if d.ring_id() != want_rid {
-            return Err(if r.rid_masked { Outcome::Retry } else { fail(ErrorKind::RingId) });
+        Ok(Fetched { idx, raw })
+    }
+
+    /// Reads `out.len()` descriptors from `k` slots past the head of ring `r` on, contiguous in
+    /// the ring (not wrapping), in one read; `false` if they are not all posted or not all
+    /// readable ([`Engine::read_slot`] tells which and why).
+    pub(super) fn read_slots(&self, env: &Env<'_>, r: &RingSnap, k: u32, out: &mut [[u8; 16]]) -> bool {
+        let (idx, _) = r.slot(k);
+        if u64::from(k) + out.len() as u64 > u64::from(r.pending)
+            || u64::from(idx) + out.len() as u64 > u64::from(r.len)
+            || !env.bus_master
+        {
+            return false;
+        }
+        let addr = r.base.wrapping_add(u64::from(idx) * desc::SIZE);
+        match env.gen.decode_addr(addr) {
+            Some(Target::Host(a)) => self.host_ok && env.host.read(a, out.as_flattened_mut()),
+            Some(Target::Device(a)) => env.hbm.read(a, out.as_flattened_mut()),
+            None => false,
+        }
+    }
+
+    /// The ring-id check of descriptor `d`, read `k` slots past the head of ring `r`: a
+    /// `ring_id` error (or [`Outcome::Retry`] when the abort mask masks it) when its ring id is not
+    /// the one expected at that slot (hardware.rst §3.5, §4.6).
+    fn check_ring_id(q: usize, r: &RingSnap, k: u32, d: Fetched) -> Result<Fetched, Outcome> {
+        if d.ring_id() != r.slot(k).1 {
+            return Err(if r.rid_masked {
+                Outcome::Retry
+            } else {
+                Outcome::Error(err(ErrorKind::RingId, q, r.dir, Some(d.idx)))
+            });
         }
         Ok(d)
+    }
+
+    /// The checked descriptor fetch of both rings: [`Engine::read_slot`], then the ring-id check.
+    fn fetch(&self, env: &Env<'_>, q: usize, r: &RingSnap, k: u32) -> Result<Fetched, Outcome> {
+        let d = self.read_slot(env, q, r, k)?;
+        Self::check_ring_id(q, r, k, d)
+    }
+
+    /// The Rx descriptor `k` slots past the head, checked: the bytes the prefetcher read if it
+    /// read that slot ([`Scratch::prefetched`]), else read from the ring now.
+    fn fetch_rx(&self, env: &Env<'_>, s: &Snapshot, sc: &mut Scratch, k: u32) -> Result<Fetched, Outcome> {
+        match sc.prefetched(self, s.q, k) {
+            Some(raw) => Self::check_ring_id(s.q, &s.rx, k, Fetched { idx: s.rx.slot(k).0, raw }),
+            None => self.fetch(env, s.q, &s.rx, k),
+        }
     }
 
     /// Checks the next packet of the snapshot's queue: its Tx descriptors (FIRST..LAST) and the
@@ -263,7 +342,7 @@ impl Engine {
         let mut placed: u64 = 0;
         let mut j = 0u32;
         while placed < total {
-            let d = self.fetch(env, q, &s.rx, j)?;
+            let d = self.fetch_rx(env, s, sc, j)?;
             let (len, target) = self.check_rx(env, s, &d, Some(total - placed), &mut poison)?;
             placed += u64::from(len);
             sc.rx.push(Seg { target, len });
@@ -308,18 +387,29 @@ impl Engine {
         Ok((len, target))
     }
 
-    /// The S2M prefetcher (hardware.rst §3.5, §8.5): reads the Rx descriptors posted ahead of
-    /// the head, from the first one not checked yet up to the tail (at most [`RX_PREFETCH`] past
-    /// the head), and checks each as [`Engine::check_rx`] does without a packet: ring id,
-    /// undefined bits, destination mapped for the descriptor's length. The worker runs it when Rx
+    /// The S2M prefetcher's checks (hardware.rst §3.5, §8.5): takes the Rx descriptors posted
+    /// ahead of the head, from the first one not checked yet up to the tail (at most
+    /// [`RX_PREFETCH`] past the head), and checks each as [`Engine::check_rx`] does without a
+    /// packet: ring id, undefined bits, destination mapped for the descriptor's length. A
+    /// descriptor the Rx doorbell read is taken as read; one it did not (beyond the window then,
+    /// or not readable) is read now and kept in `sc.rx_new`. The worker runs it when Rx
     /// descriptors are posted (the Rx doorbell) and as the head moves, before the queue's next
-    /// packet, so a bad Rx descriptor is reported even when no Tx packet comes.
-    pub(super) fn prefetch_rx(&self, env: &Env<'_>, s: &Snapshot) -> Prefetched {
+    /// packet, so a bad Rx descriptor is reported even when no Tx packet comes. A descriptor
+    /// that fails is not kept (it is read again from the ring).
+    pub(super) fn prefetch_rx(&self, env: &Env<'_>, s: &Snapshot, sc: &mut Scratch) -> Prefetched {
         let end = s.rx.pending.min(RX_PREFETCH);
         let mut p = Prefetched { checked: s.rx_checked, masked: None, stop: None };
         while p.checked < end {
-            let r = self.fetch(env, s.q, &s.rx, p.checked).and_then(|d| self.check_rx(env, s, &d, None, &mut p.masked));
+            let k = p.checked;
+            let r = match sc.prefetched(self, s.q, k) {
+                Some(raw) => Ok(Fetched { idx: s.rx.slot(k).0, raw }),
+                None => self.read_slot(env, s.q, &s.rx, k).inspect(|d| sc.rx_new.push(d.raw)),
+            };
+            let r = r
+                .and_then(|d| Self::check_ring_id(s.q, &s.rx, k, d))
+                .and_then(|d| self.check_rx(env, s, &d, None, &mut p.masked));
             if let Err(o) = r {
+                sc.rx_new.truncate((k as usize).saturating_sub(sc.rx_qlen));
                 p.stop = Some(o);
                 break;
             }

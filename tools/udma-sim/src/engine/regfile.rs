@@ -2,9 +2,11 @@
 //! each one does (hardware.rst §3), queue gating and doorbells, and the error/abort state
 //! machine (hardware.rst §8.3).
 
-use super::{err, Dir, Engine, ErrorKind, ErrorRecord};
+use super::packet::RingSnap;
+use super::worker::Env;
+use super::{err, Dir, Engine, ErrorKind, ErrorRecord, RX_PREFETCH};
 use crate::regs::{self, desc};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 /// One direction of one queue (hardware.rst §8.1).
@@ -76,6 +78,20 @@ impl Ring {
         self.pending += n;
     }
 
+    /// This ring as a packet (or the prefetcher) sees it: base, length, head and the descriptors
+    /// posted; `rid_masked`: a ring-id mismatch on it is masked from aborting.
+    pub(super) fn snap(&self, dir: Dir, rid_masked: bool) -> RingSnap {
+        RingSnap {
+            dir,
+            base: self.base(),
+            len: self.len,
+            head: self.head,
+            rid: self.head_rid,
+            pending: self.pending,
+            rid_masked,
+        }
+    }
+
     pub(super) fn ptr(idx: u32, rid: u32) -> u32 {
         (idx & regs::PTR_INDEX_MASK) | (rid & desc::RING_ID_MASK) << regs::PTR_RING_ID_SHIFT
     }
@@ -105,8 +121,13 @@ pub(super) struct Queue {
     pub(super) not_before: Option<Instant>,
     /// fail_nth countdown (0 = off).
     pub(super) fail_countdown: u32,
-    /// Rx descriptors from the head that the prefetcher has checked (at most the pending ones).
+    /// Rx descriptors from the head that the prefetcher has checked (at most `rx_pref.len()`).
     pub(super) rx_checked: u32,
+    /// The 16 bytes of the Rx descriptors the S2M prefetcher has read, from the head on (at most
+    /// [`RX_PREFETCH`]): read at the Rx doorbell that posted them (or, beyond the window then,
+    /// when the head came within it), and used by the packet that consumes them whatever the ring
+    /// slot holds by then (hardware.rst §8.5; Documentation/udma-sim.rst "Rx prefetch").
+    pub(super) rx_pref: VecDeque<[u8; 16]>,
 }
 
 impl Queue {
@@ -119,6 +140,7 @@ impl Queue {
             not_before: None,
             fail_countdown: 0,
             rx_checked: 0,
+            rx_pref: VecDeque::with_capacity(RX_PREFETCH as usize),
         }
     }
 
@@ -133,6 +155,18 @@ impl Queue {
         self.tx.advance_head(ntx);
         self.rx.advance_head(nrx);
         self.rx_checked = self.rx_checked.saturating_sub(nrx);
+        for _ in 0..nrx {
+            if self.rx_pref.pop_front().is_none() {
+                break;
+            }
+        }
+    }
+
+    /// Forgets the prefetched Rx descriptors from the `k`-th past the head on (they are read
+    /// again from the ring): a check failed there, or the ring was reset.
+    pub(super) fn unfetch_rx(&mut self, k: u32) {
+        self.rx_pref.truncate(k as usize);
+        self.rx_checked = self.rx_checked.min(k);
     }
 }
 
@@ -288,12 +322,13 @@ impl Engine {
         }
     }
 
-    /// Writes the 32-bit register at unit offset `unit` (hardware.rst §3, §8).
-    pub fn write(&self, unit: u32, val: u32) -> WriteEffect {
+    /// Writes the 32-bit register at unit offset `unit` (hardware.rst §3, §8). `env` is the
+    /// memory an Rx doorbell's prefetch reads the posted descriptors from, at once.
+    pub fn write(&self, unit: u32, val: u32, env: &Env<'_>) -> WriteEffect {
         let mut st = self.lock();
         let mut fx = WriteEffect::default();
         if let Some((q, dir, r)) = bank_of(unit) {
-            self.write_bank(&mut st, q, dir, r, unit, val, &mut fx);
+            self.write_bank(&mut st, q, dir, r, unit, val, env, &mut fx);
         } else if let Some((g, sub)) = iofic_of(unit) {
             match sub {
                 // W0C: bits written as 0 are cleared (model choice, documented).
@@ -354,7 +389,17 @@ impl Engine {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn write_bank(&self, st: &mut State, q: usize, dir: Dir, r: u32, unit: u32, val: u32, fx: &mut WriteEffect) {
+    fn write_bank(
+        &self,
+        st: &mut State,
+        q: usize,
+        dir: Dir,
+        r: u32,
+        unit: u32,
+        val: u32,
+        env: &Env<'_>,
+        fx: &mut WriteEffect,
+    ) {
         let sw_ctrl = if dir == Dir::Tx { regs::M2S_Q_SW_CTRL } else { regs::S2M_Q_SW_CTRL };
         let qu = &mut st.queues[q];
         let ring = if dir == Dir::Tx { &mut qu.tx } else { &mut qu.rx };
@@ -382,13 +427,20 @@ impl Engine {
             regs::Q_HEAD | regs::Q_TAIL | regs::Q_COMP_HEAD => {
                 log::debug!("engine {} q{q} {dir:?}: write to RO pointer 0x{r:x} ignored", self.id);
             }
-            regs::Q_DOORBELL => self.doorbell(st, q, dir, val & regs::PTR_INDEX_MASK, fx),
+            regs::Q_DOORBELL => {
+                self.doorbell(st, q, dir, val & regs::PTR_INDEX_MASK, fx);
+                // The prefetcher of a stopped engine (aborted, disabled, stream off) reads
+                // nothing; the worker reads the descriptors once it runs again.
+                if dir == Dir::Rx && fx.kick && st.runnable() {
+                    self.prefetch_posted(&mut st.queues[q], q, env);
+                }
+            }
             _ if r == sw_ctrl => {
                 if val & regs::Q_SW_CTRL_RESET != 0 {
                     ring.reset_pointers();
                     ring.reset_since_abort = true;
                     if dir == Dir::Rx {
-                        qu.rx_checked = 0;
+                        qu.unfetch_rx(0);
                     }
                     qu.epoch += 1;
                     qu.wait_doorbell = false;
@@ -460,6 +512,34 @@ impl Engine {
         ring.advance_tail(n);
         qu.wait_doorbell = false;
         fx.kick = true;
+    }
+
+    /// The S2M prefetcher at an Rx doorbell of a running engine: reads, at once, the posted Rx
+    /// descriptors of queue `q` within [`RX_PREFETCH`] of the head that it has not read yet, and
+    /// keeps their bytes; the packets that consume them use these bytes, so a slot the host
+    /// rewrites after the doorbell does not change where the data goes (silicon's prefetcher
+    /// reads the descriptors it was told about). It stops at the first slot it cannot read (bus
+    /// mastering off, an unmapped or unreachable ring): the worker reads that one later and
+    /// reports the error. The checks (ring id, undefined bits, destination) are the worker's
+    /// ([`Engine::prefetch_rx`]).
+    fn prefetch_posted(&self, qu: &mut Queue, q: usize, env: &Env<'_>) {
+        let r = qu.rx.snap(Dir::Rx, false);
+        let end = r.pending.min(RX_PREFETCH);
+        let mut buf = [[0u8; 16]; RX_PREFETCH as usize];
+        while (qu.rx_pref.len() as u32) < end {
+            let k = qu.rx_pref.len() as u32;
+            // The slots up to the ring's end in one read; slot by slot if that fails, to stop at
+            // the first that cannot be read.
+            let n = (end - k).min(r.len - r.slot(k).0) as usize;
+            if self.read_slots(env, &r, k, &mut buf[..n]) {
+                qu.rx_pref.extend(&buf[..n]);
+                continue;
+            }
+            match self.read_slot(env, q, &r, k) {
+                Ok(d) => qu.rx_pref.push_back(d.raw),
+                Err(_) => break,
+            }
+        }
     }
 
     /// Reports error `e` (hardware.rst §8.3): sets its cause bits and, unless the abort masks mask

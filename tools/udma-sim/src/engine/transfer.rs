@@ -1,5 +1,5 @@
 //! Moving the bytes of a checked packet, with its barriers: the writes unordered completion
-//! holds, the write-barrier fence, and the device-memory bytes unordered writes replaced
+//! holds, the write-barrier fence, and the device-memory writes a queue has not published yet
 //! (hardware.rst §4.2, §4.3, §4.4, §5.1, §8.2).
 //!
 //! Per queue, with unordered completion on (`Options::unordered_delay`):
@@ -8,17 +8,23 @@
 //!   **held**: its source is read when it runs, its writes land later ([`HeldQueue`], oldest
 //!   first);
 //! * a **DMB** packet (len_ctrl bit 30: wait for all earlier transfers of the queue) lands every
-//!   held write before it moves a byte, and from then on the queue's later reads see every
-//!   earlier write;
+//!   held write and publishes every pending device write (below) before it moves a byte, so it
+//!   and the queue's later packets read every earlier write;
 //! * a **write-barrier** packet (meta_ctrl bit 26, without DMB) lands its own writes at once,
 //!   without waiting for the held writes of earlier packets; it puts a **fence** after them: they
-//!   land before any write of a later packet lands. Until then (or a DMB, or the delay) they stay
-//!   held, so a marker that has only the write barrier can be seen before the earlier data;
+//!   land before any write of a later packet lands, and the queue's pending device writes are
+//!   published before any later write lands in host memory. Until then (or a DMB, or the delay)
+//!   they stay held, so a marker that has only the write barrier can be seen before the earlier
+//!   data;
 //! * every other packet (short, or with a barrier) writes at once, after the fenced writes;
-//! * a read of **device memory** (HBM) by a packet without DMB does not see the writes of earlier
-//!   packets of the queue since the last DMB (until the delay): for their bytes it reads what was
-//!   there before. A held write has not landed yet; a landed one left a [`Shadow`] of the bytes it
-//!   replaced. A read of **host** memory that overlaps held writes lands them first.
+//! * a write to **device memory** (HBM), when it lands, is **pending** ([`Pending`]): the new
+//!   bytes are kept by the queue, and device memory (what other queues and engines read, and the
+//!   CPU through BAR4) keeps the old ones until the queue **publishes** them, oldest first: at a
+//!   later DMB packet of the queue, when the queue is idle (no Tx descriptor posted, nothing
+//!   held) after a packet, before a later host write if a write barrier came after them, after
+//!   the delay, or when the queue has too many. A read of device memory by a packet of the queue
+//!   without DMB does not see them either (unless `Options::unordered_device_reads` is off). A
+//!   read of **host** memory that overlaps held writes lands them first.
 
 use super::packet::{Scratch, Seg, Snapshot};
 use super::worker::Env;
@@ -26,7 +32,7 @@ use super::{err, Dir, Engine, ErrorKind, ErrorRecord};
 use crate::layout::Target;
 use crate::mem::{self, GuestMemory};
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Longest packet, in bytes, whose writes are never held by unordered completion: one
 /// 64-byte write burst (a 4-byte completion marker is one) overtakes longer writes still in
@@ -40,11 +46,12 @@ const HELD_BYTES_MAX: usize = 4 << 20;
 const HELD_POOL_MAX: usize = 8 << 20;
 /// Segment lists a queue keeps for reuse.
 const HELD_SEG_POOL: usize = 4096;
-/// Bytes of shadows (device memory replaced by unordered writes) a queue keeps; above it the
-/// oldest are dropped (a later read then sees those writes).
-const SHADOW_BYTES_MAX: usize = 4 << 20;
-/// Most shadows a queue keeps (bounds the work of a device-memory read).
-const SHADOW_MAX: usize = 1024;
+/// Bytes of pending (unpublished) device-memory writes a queue keeps; above it the oldest are
+/// published early.
+const PENDING_BYTES_MAX: usize = 4 << 20;
+/// Most pending device-memory writes (packets) a queue keeps (bounds the work of a read through
+/// them, `Options::unordered_device_reads` off).
+const PENDING_MAX: usize = 1024;
 
 /// Writes of one packet held by unordered completion.
 pub(super) struct Held {
@@ -58,21 +65,22 @@ pub(super) struct Held {
     data: Vec<u8>,
 }
 
-/// The device-memory bytes that a landed write of the queue replaced, while the queue's later
-/// reads are not ordered after that write (no DMB since, delay not over).
-struct Shadow {
-    /// Queue epoch of the write.
+/// The device-memory writes of one packet of the queue that landed but are not published: device
+/// memory still holds the old bytes; these are the new ones.
+struct Pending {
+    /// Queue epoch of the write; a queue reset drops it.
     epoch: u64,
-    /// When the write counts as complete for later reads (the unordered-completion delay).
+    /// When the write is published at the latest (the unordered-completion delay after the
+    /// packet ran; never before the queue's older pending writes).
     due: Instant,
-    /// Device addresses and lengths of the replaced bytes, in order.
+    /// Device addresses and lengths written, in order.
     segs: Vec<(u64, u32)>,
-    /// The replaced bytes.
-    pre: Vec<u8>,
+    /// The bytes written, segment after segment.
+    data: Vec<u8>,
 }
 
 /// The held packets of one queue, oldest first, and their bytes; the fence of the last write
-/// barrier; the shadows of the queue's unordered device-memory writes.
+/// barrier; the queue's pending device-memory writes, oldest first.
 #[derive(Default)]
 pub(super) struct HeldQueue {
     list: VecDeque<Held>,
@@ -82,17 +90,22 @@ pub(super) struct HeldQueue {
     fence: usize,
     /// Bounds `[lo, hi)` of the host bytes the held packets write (a quick no-overlap test).
     host_span: Span,
-    /// Oldest first.
-    shadows: VecDeque<Shadow>,
-    shadow_bytes: usize,
-    /// Bounds of the device bytes the shadows cover.
-    shadow_span: Span,
+    /// Oldest first; published in this order.
+    pending: VecDeque<Pending>,
+    pending_bytes: usize,
+    /// Bounds of the device bytes the pending writes cover.
+    pending_span: Span,
+    /// A write barrier came after pending (or fenced held) writes: the pending writes are
+    /// published before any later write lands in host memory.
+    publish_before_host: bool,
     /// Buffers of landed packets, reused so that holding a packet does not fault in fresh
     /// pages; at most [`HELD_POOL_MAX`] bytes.
     pool: Vec<Vec<u8>>,
     pool_bytes: usize,
     /// Segment lists of landed packets, reused (no allocation per held packet).
     seg_pool: Vec<Vec<Seg>>,
+    /// Device segment lists of published writes, reused (no allocation per pending write).
+    dseg_pool: Vec<Vec<(u64, u32)>>,
 }
 
 /// Bounds `[lo, hi)` of a set of byte ranges; empty when `lo >= hi`.
@@ -153,15 +166,20 @@ impl HeldQueue {
         self.list.front()
     }
 
-    /// When the oldest held packet lands at the latest, if any.
+    /// When the oldest held packet lands, or the oldest pending write is published, at the
+    /// latest, if any.
     pub(super) fn next_due(&self) -> Option<Instant> {
-        self.front().map(|h| h.due)
+        match (self.front().map(|h| h.due), self.pending.front().map(|p| p.due)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Whether the oldest held packet must land now: it is due by `now`, or its queue was reset
-    /// since (its epoch is not `epoch`).
+    /// Whether the oldest held packet must land, or the oldest pending write be published, now:
+    /// it is due by `now`, or its queue was reset since (its epoch is not `epoch`).
     pub(super) fn due(&self, now: Instant, epoch: u64) -> bool {
         self.front().is_some_and(|h| h.due <= now || h.epoch != epoch)
+            || self.pending.front().is_some_and(|p| p.due <= now || p.epoch != epoch)
     }
 
     /// A buffer of `n` bytes (contents unspecified, zero or from an earlier packet).
@@ -180,6 +198,13 @@ impl HeldQueue {
         v
     }
 
+    /// An empty reused device segment list.
+    fn dsegs(&mut self) -> Vec<(u64, u32)> {
+        let mut v = self.dseg_pool.pop().unwrap_or_default();
+        v.clear();
+        v
+    }
+
     fn recycle(&mut self, b: Vec<u8>) {
         if self.pool_bytes + b.capacity() <= HELD_POOL_MAX {
             self.pool_bytes += b.capacity();
@@ -187,73 +212,30 @@ impl HeldQueue {
         }
     }
 
-    /// Adds a shadow, dropping the oldest beyond the bounds.
-    fn push_shadow(&mut self, s: Shadow) {
-        self.shadow_bytes += s.pre.len();
-        for &(d, l) in &s.segs {
-            self.shadow_span.add(d, l);
-        }
-        self.shadows.push_back(s);
-        while self.shadow_bytes > SHADOW_BYTES_MAX || self.shadows.len() > SHADOW_MAX {
-            let Some(old) = self.shadows.pop_front() else { break };
-            self.shadow_bytes -= old.pre.len();
-            self.recycle(old.pre);
-        }
+    /// Whether device range `[a, a+len)` overlaps a pending write of epoch `epoch`.
+    fn pending_meets(&self, a: u64, len: u32, epoch: u64) -> bool {
+        self.pending_span.meets(a, len)
+            && self.pending.iter().any(|p| p.epoch == epoch && p.segs.iter().any(|&(d, l)| overlap(d, l, a, len)))
     }
 
-    /// Drops every shadow (a DMB: later reads see every earlier write).
-    fn clear_shadows(&mut self) {
-        while let Some(old) = self.shadows.pop_front() {
-            self.recycle(old.pre);
-        }
-        self.shadow_bytes = 0;
-        self.shadow_span = Span::default();
-    }
-
-    /// Drops the oldest shadows that are over (`due` by `now`) or of an older queue epoch.
-    /// Shadows are not strictly in due order, so some may outlive their due time here: readers
-    /// skip those ([`Shadow::live`]).
-    fn prune_shadows(&mut self, now: Instant, epoch: u64) {
-        while self.shadows.front().is_some_and(|s| !s.live(now, epoch)) {
-            let Some(old) = self.shadows.pop_front() else { break };
-            self.shadow_bytes -= old.pre.len();
-            self.recycle(old.pre);
-        }
-        if self.shadows.is_empty() {
-            self.shadow_span = Span::default();
-        }
-    }
-
-    /// Whether device range `[a, a+len)` overlaps a live shadow.
-    fn shadowed(&self, a: u64, len: u32, now: Instant, epoch: u64) -> bool {
-        self.shadow_span.meets(a, len)
-            && self.shadows.iter().any(|s| s.live(now, epoch) && s.segs.iter().any(|&(d, l)| overlap(d, l, a, len)))
-    }
-
-    /// Puts back, into `buf` (the device bytes read at `a`), the bytes that live shadows say
-    /// were there before the queue's unordered writes: the oldest shadow of a byte wins.
-    fn overlay(&self, a: u64, buf: &mut [u8], now: Instant, epoch: u64) {
-        if !self.shadow_span.meets(a, buf.len() as u32) {
+    /// Puts into `buf` (the device bytes read at `a`) what the queue's pending writes of epoch
+    /// `epoch` wrote there: the newest write of a byte wins.
+    fn overlay_pending(&self, a: u64, buf: &mut [u8], epoch: u64) {
+        if !self.pending_span.meets(a, buf.len() as u32) {
             return;
         }
-        for s in self.shadows.iter().rev().filter(|s| s.live(now, epoch)) {
+        for p in self.pending.iter().filter(|p| p.epoch == epoch) {
             let mut at = 0usize;
-            for &(d, l) in &s.segs {
+            for &(d, l) in &p.segs {
                 let (lo, hi) = (d.max(a), (d + u64::from(l)).min(a + buf.len() as u64));
                 if lo < hi {
                     let (from, to) = ((lo - d) as usize + at, (lo - a) as usize);
                     let n = (hi - lo) as usize;
-                    buf[to..to + n].copy_from_slice(&s.pre[from..from + n]);
+                    buf[to..to + n].copy_from_slice(&p.data[from..from + n]);
                 }
                 at += l as usize;
             }
         }
-    }
-}
-
-impl Shadow {
-    fn live(&self, now: Instant, epoch: u64) -> bool {
-        self.epoch == epoch && self.due > now
     }
 }
 
@@ -277,15 +259,6 @@ impl Held {
     }
 }
 
-/// How a landing write treats the device bytes it replaces.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Landing {
-    /// Ordered before every later read of the queue (a DMB, or the delay is over): no shadow.
-    Complete,
-    /// Not ordered before later reads of the queue: keep a shadow until the write's due time.
-    Unordered,
-}
-
 impl Engine {
     /// Moves the bytes of a checked packet (segments in `sc`), applying its barriers (see the
     /// module documentation). With unordered completion off, every packet reads and writes at
@@ -305,22 +278,21 @@ impl Engine {
             return self.copy(env, s, sc);
         };
         let now = Instant::now();
-        held.prune_shadows(now, s.epoch);
         if dmb {
             // DMB: every earlier transfer of the queue completes before this packet moves a
-            // byte, and this packet's reads see all of them.
-            self.land(env, held, None, s.epoch);
-            held.clear_shadows();
+            // byte: held writes land, pending device writes are published (visible to every
+            // reader), and this packet's reads see all of them.
+            self.land(env, held, None, s.epoch, false);
         } else if held.bytes > 0 && sc.tx.iter().any(|t| held.overlaps_read(t, !self.opts.unordered_device_reads)) {
             // Host memory: a read does not pass the queue's earlier writes to it (PCIe: a read
             // request does not pass posted writes), so they land first; device memory too
             // unless its reads pass unordered writes (`Options::unordered_device_reads`).
-            self.land_oldest(env, held, held.list.len(), s.epoch, now);
+            self.land_oldest(env, held, held.list.len(), s.epoch);
         }
         if !dmb && !wb && bytes > POSTED_WRITE_MAX {
             // Held: read now (device memory as this packet sees it), write later.
             let mut data = held.buffer(bytes as usize);
-            if let Err(e) = self.read_sources(env, s, sc, held, &mut data, now) {
+            if let Err(e) = self.read_sources(env, s, sc, held, &mut data) {
                 held.recycle(data);
                 return Err(e);
             }
@@ -328,24 +300,27 @@ impl Engine {
             held.push(Held { epoch: s.epoch, due: now + delay, segs, data });
             self.add_held(1);
             while held.bytes > HELD_BYTES_MAX && held.list.len() > 1 {
-                self.land_oldest(env, held, 1, s.epoch, now);
+                self.land_oldest(env, held, 1, s.epoch);
             }
             return Ok(());
         }
         // This packet's writes land now: first the writes an earlier write barrier fenced.
         if held.fence > 0 {
-            self.land_oldest(env, held, held.fence, s.epoch, now);
+            self.land_oldest(env, held, held.fence, s.epoch);
         }
-        self.write_now(env, s, sc, held, now, delay)?;
+        self.write_now(env, s, sc, held, now + delay)?;
         if wb {
-            // Write barrier: the held writes of earlier packets land before any later write.
+            // Write barrier: the held writes of earlier packets land before any later write, and
+            // the pending device writes (this packet's included) are published before any later
+            // write lands in host memory.
             held.fence = held.list.len();
+            held.publish_before_host |= held.fence > 0 || !held.pending.is_empty();
         }
         Ok(())
     }
 
-    /// Reads the sources of the packet into `buf`; device bytes that the queue's unordered
-    /// writes replaced read as before those writes.
+    /// Reads the sources of the packet into `buf`. Device memory reads as published, without the
+    /// queue's own pending writes, unless `Options::unordered_device_reads` is off.
     fn read_sources(
         &self,
         env: &Env<'_>,
@@ -353,7 +328,6 @@ impl Engine {
         sc: &Scratch,
         held: &HeldQueue,
         buf: &mut [u8],
-        now: Instant,
     ) -> Result<(), ErrorRecord> {
         let mut at = 0usize;
         for t in &sc.tx {
@@ -364,121 +338,223 @@ impl Engine {
                 return Err(err(ErrorKind::DataRead, s.q, Dir::Tx, Some(idx)));
             }
             if let Target::Device(d) = t.target {
-                held.overlay(d, b, now, s.epoch);
+                if !self.opts.unordered_device_reads {
+                    held.overlay_pending(d, b, s.epoch);
+                }
             }
             at += t.len as usize;
         }
         Ok(())
     }
 
-    /// Writes a packet that is not held, now. Its device-memory writes leave shadows (no later
-    /// read of the queue is ordered after them without a DMB). A packet that reads shadowed
-    /// device bytes goes through a buffer; any other is copied span to span.
+    /// Writes a packet that is not held, now: host memory at once, device memory as pending
+    /// writes due at `due` ([`Engine::stage`]). A packet that writes device memory, or that reads
+    /// through the queue's pending writes, goes through a buffer; any other is copied span to
+    /// span.
     fn write_now(
         &self,
         env: &Env<'_>,
         s: &Snapshot,
         sc: &mut Scratch,
         held: &mut HeldQueue,
-        now: Instant,
-        delay: Duration,
+        due: Instant,
     ) -> Result<(), ErrorRecord> {
-        let shadow = self.capture(env, held, &sc.rx, s.epoch, now + delay);
-        let buffered =
-            sc.tx.iter().any(|t| matches!(t.target, Target::Device(d) if held.shadowed(d, t.len, now, s.epoch)));
-        let r = if buffered {
-            let mut data = std::mem::take(&mut sc.buf);
-            data.resize(sc.tx.iter().map(|t| t.len as usize).sum(), 0);
-            let r = self.read_sources(env, s, sc, held, &mut data, now).and_then(|()| {
-                if self.write_segs(env, &sc.rx, &data) {
-                    Ok(())
-                } else {
-                    let (idx, _) = s.rx.slot(0);
-                    Err(err(ErrorKind::DataWrite, s.q, Dir::Rx, Some(idx)))
-                }
-            });
-            sc.buf = data;
-            r
-        } else {
-            self.copy(env, s, sc)
-        };
-        if let Some(sh) = shadow {
-            held.push_shadow(sh);
+        let dev_dst = self.opts.private_device_writes && sc.rx.iter().any(|r| matches!(r.target, Target::Device(_)));
+        let through_pending = !self.opts.unordered_device_reads
+            && !held.pending.is_empty()
+            && sc.tx.iter().any(|t| matches!(t.target, Target::Device(d) if held.pending_meets(d, t.len, s.epoch)));
+        if !dev_dst && !through_pending {
+            if held.publish_before_host && sc.rx.iter().any(|r| matches!(r.target, Target::Host(_))) {
+                self.publish(env, held, None, s.epoch);
+            }
+            return self.copy(env, s, sc);
         }
-        r
+        let mut data = held.buffer(sc.tx.iter().map(|t| t.len as usize).sum());
+        if let Err(e) = self.read_sources(env, s, sc, held, &mut data) {
+            held.recycle(data);
+            return Err(e);
+        }
+        if self.stage(env, held, &sc.rx, data, s.epoch, due) {
+            Ok(())
+        } else {
+            let (idx, _) = s.rx.slot(0);
+            Err(err(ErrorKind::DataWrite, s.q, Dir::Rx, Some(idx)))
+        }
     }
 
-    /// The shadow of a write to `segs` about to land (its device-memory part), if it writes
-    /// device memory.
-    fn capture(&self, env: &Env<'_>, held: &mut HeldQueue, segs: &[Seg], epoch: u64, due: Instant) -> Option<Shadow> {
-        if !self.opts.unordered_device_reads {
-            // Reads see every landed write: nothing to put back.
-            return None;
+    /// Lands the writes of one packet, `data` to destination segments `segs` in order: the
+    /// host-memory part now (after the pending writes a write barrier ordered before it), the
+    /// device-memory part as a pending write of the queue due at `due` (or now, with
+    /// `Options::private_device_writes` off). Returns `false` if a part is not mapped.
+    fn stage(
+        &self,
+        env: &Env<'_>,
+        held: &mut HeldQueue,
+        segs: &[Seg],
+        data: Vec<u8>,
+        epoch: u64,
+        due: Instant,
+    ) -> bool {
+        let host = segs.iter().any(|r| matches!(r.target, Target::Host(_)));
+        let dev = segs.iter().any(|r| matches!(r.target, Target::Device(_)));
+        if host && held.publish_before_host {
+            self.publish(env, held, None, epoch);
         }
-        let dev: Vec<(u64, u32)> = segs
-            .iter()
-            .filter_map(|r| match r.target {
+        if !dev || !self.opts.private_device_writes {
+            let ok = self.write_segs(env, segs, &data);
+            held.recycle(data);
+            return ok;
+        }
+        let mut dsegs = held.dsegs();
+        let mut ok = true;
+        let pdata = if host {
+            let n = segs.iter().filter(|r| matches!(r.target, Target::Device(_))).map(|r| r.len as usize).sum();
+            let mut pd = held.buffer(n);
+            let (mut at, mut pat) = (0usize, 0usize);
+            for r in segs {
+                let n = r.len as usize;
+                match r.target {
+                    Target::Host(a) => ok &= env.host.write(a, &data[at..at + n]),
+                    Target::Device(d) => {
+                        pd[pat..pat + n].copy_from_slice(&data[at..at + n]);
+                        dsegs.push((d, r.len));
+                        pat += n;
+                    }
+                }
+                at += n;
+            }
+            held.recycle(data);
+            pd
+        } else {
+            dsegs.extend(segs.iter().filter_map(|r| match r.target {
                 Target::Device(d) => Some((d, r.len)),
                 Target::Host(_) => None,
-            })
-            .collect();
-        if dev.is_empty() {
-            return None;
-        }
-        let mut pre = held.buffer(dev.iter().map(|&(_, l)| l as usize).sum());
-        let mut at = 0usize;
-        for &(d, l) in &dev {
-            // Unmapped bytes (a write about to fail) read as whatever the buffer held.
-            let _ = env.hbm.read(d, &mut pre[at..at + l as usize]);
-            at += l as usize;
-        }
-        Some(Shadow { epoch, due, segs: dev, pre })
+            }));
+            data
+        };
+        self.push_pending(env, held, Pending { epoch, due, segs: dsegs, data: pdata });
+        ok
     }
 
-    /// Lands the `n` oldest held packets, in order, as unordered writes: their device-memory
-    /// writes leave shadows until their due time.
-    fn land_oldest(&self, env: &Env<'_>, held: &mut HeldQueue, n: usize, epoch: u64, now: Instant) {
+    /// Adds a pending write (due no earlier than the older ones), publishing the oldest beyond
+    /// the bounds.
+    fn push_pending(&self, env: &Env<'_>, held: &mut HeldQueue, mut p: Pending) {
+        if let Some(b) = held.pending.back() {
+            p.due = p.due.max(b.due);
+        }
+        let epoch = p.epoch;
+        held.pending_bytes += p.data.len();
+        for &(d, l) in &p.segs {
+            held.pending_span.add(d, l);
+        }
+        held.pending.push_back(p);
+        while held.pending_bytes > PENDING_BYTES_MAX || held.pending.len() > PENDING_MAX {
+            self.publish_oldest(env, held, epoch);
+        }
+    }
+
+    /// Publishes the oldest pending write (writes it to device memory), or drops it if its
+    /// queue was reset since (its epoch is not `epoch`).
+    fn publish_oldest(&self, env: &Env<'_>, held: &mut HeldQueue, epoch: u64) {
+        let Some(p) = held.pending.pop_front() else { return };
+        if p.epoch == epoch {
+            let mut at = 0usize;
+            for &(d, l) in &p.segs {
+                if !env.hbm.write(d, &p.data[at..at + l as usize]) {
+                    log::warn!("engine {}: pending device write at 0x{d:x} no longer mapped; dropped", self.id);
+                }
+                at += l as usize;
+            }
+        }
+        held.pending_bytes -= p.data.len();
+        held.recycle(p.data);
+        if held.dseg_pool.len() < HELD_SEG_POOL {
+            held.dseg_pool.push(p.segs);
+        }
+        if held.pending.is_empty() {
+            held.pending_span = Span::default();
+            held.publish_before_host = held.fence > 0;
+        }
+    }
+
+    /// Publishes the queue's pending writes, oldest first: all of them (`upto` = None) or those
+    /// due by `upto`. Writes of an older queue epoch (the queue was reset) are dropped.
+    fn publish(&self, env: &Env<'_>, held: &mut HeldQueue, upto: Option<Instant>, epoch: u64) {
+        while let Some(p) = held.pending.front() {
+            if p.epoch == epoch && upto.is_some_and(|t| p.due > t) {
+                break;
+            }
+            self.publish_oldest(env, held, epoch);
+        }
+    }
+
+    /// The queue ran out of posted Tx descriptors with its last packet: with nothing held, it has
+    /// no transfer in flight, so its pending writes are published (before the packet's
+    /// completion is visible in the heads).
+    pub(super) fn settle_idle(&self, env: &Env<'_>, held: &mut HeldQueue, epoch: u64) {
+        if held.list.is_empty() && !held.pending.is_empty() {
+            self.publish(env, held, None, epoch);
+        }
+    }
+
+    /// Lands the `n` oldest held packets, in order: host bytes now, device bytes as pending
+    /// writes due when the packet was.
+    fn land_oldest(&self, env: &Env<'_>, held: &mut HeldQueue, n: usize, epoch: u64) {
+        let mut k = 0isize;
         for _ in 0..n {
             let Some(h) = held.pop() else { break };
-            self.write_held(env, held, h, epoch, now, Landing::Unordered);
+            self.write_held(env, held, h, epoch, false);
+            k += 1;
         }
+        self.add_held(-k);
     }
 
-    /// Lands held writes in order, as complete: all of them (`upto` = None, a DMB) or those due
-    /// by `upto` (the delay is over). Writes of an older queue epoch (the queue was reset) are
-    /// dropped, and so are the shadows then over.
-    pub(super) fn land(&self, env: &Env<'_>, held: &mut HeldQueue, upto: Option<Instant>, epoch: u64) {
+    /// Lands held writes in order and publishes pending ones: all of them (`upto` = None, a DMB:
+    /// the pending ones first, then the held ones written at once, so in the queue's order)
+    /// or those due by `upto` (the delay is over); all pending ones too when the queue is `idle`
+    /// (no Tx descriptor posted) and nothing stays held. Writes of an older queue epoch (the
+    /// queue was reset) are dropped. The held count drops only once they are published.
+    pub(super) fn land(&self, env: &Env<'_>, held: &mut HeldQueue, upto: Option<Instant>, epoch: u64, idle: bool) {
+        let all = upto.is_none();
+        if all {
+            self.publish(env, held, None, epoch);
+        }
+        let mut k = 0isize;
         while let Some(h) = held.front() {
             if h.epoch == epoch && upto.is_some_and(|t| h.due > t) {
                 break;
             }
             let Some(h) = held.pop() else { break };
-            self.write_held(env, held, h, epoch, upto.unwrap_or_else(Instant::now), Landing::Complete);
+            self.write_held(env, held, h, epoch, all);
+            k += 1;
         }
-        if let Some(t) = upto {
-            held.prune_shadows(t, epoch);
+        if !all {
+            let idle = idle && held.list.is_empty();
+            self.publish(env, held, if idle { None } else { upto }, epoch);
         }
+        self.add_held(-k);
     }
 
-    /// Writes held packet `h` (unless its queue was reset since) and recycles its buffer.
-    fn write_held(&self, env: &Env<'_>, held: &mut HeldQueue, h: Held, epoch: u64, now: Instant, how: Landing) {
-        if h.epoch == epoch {
-            let shadow = match how {
-                Landing::Unordered if h.due > now => self.capture(env, held, &h.segs, epoch, h.due),
-                _ => None,
-            };
-            if !self.write_segs(env, &h.segs, &h.data) {
-                log::warn!("engine {}: held write no longer mapped; dropped", self.id);
-            }
-            if let Some(sh) = shadow {
-                held.push_shadow(sh);
-            }
+    /// Lands held packet `h` (unless its queue was reset since): as pending writes
+    /// ([`Engine::stage`]), or written at once when `now` (nothing older is pending); then
+    /// recycles its buffers.
+    fn write_held(&self, env: &Env<'_>, held: &mut HeldQueue, h: Held, epoch: u64, now: bool) {
+        let ok = if h.epoch != epoch {
+            held.recycle(h.data);
+            true
+        } else if now {
+            let ok = self.write_segs(env, &h.segs, &h.data);
+            held.recycle(h.data);
+            ok
+        } else {
+            self.stage(env, held, &h.segs, h.data, epoch, h.due)
+        };
+        if !ok {
+            log::warn!("engine {}: held write no longer mapped; dropped", self.id);
         }
-        held.recycle(h.data);
         if held.seg_pool.len() < HELD_SEG_POOL {
             held.seg_pool.push(h.segs);
         }
-        self.add_held(-1);
     }
 
     /// Writes `data` to destination segments `segs`, in order; `false` if a part is unmapped.

@@ -2,8 +2,8 @@
 //! stalls and queue gating), runs one packet on it outside the engine lock and applies the
 //! outcome (hardware.rst §3.4, §8.3).
 
-use super::packet::{Outcome, RingSnap, Scratch, Snapshot};
-use super::regfile::{Ring, State};
+use super::packet::{Outcome, Scratch, Snapshot};
+use super::regfile::State;
 use super::transfer::HeldQueue;
 use super::{Dir, Engine, ErrorKind, ErrorRecord};
 use crate::layout::Gen;
@@ -84,20 +84,22 @@ impl Engine {
         // touches them, so they land in the order the barriers require.
         let mut held: Vec<HeldQueue> = (0..regs::QUEUES_PER_ENGINE).map(|_| HeldQueue::default()).collect();
         let mut epochs = [0u64; regs::QUEUES_PER_ENGINE];
+        let mut idle = [false; regs::QUEUES_PER_ENGINE];
         let mut st = self.lock();
         loop {
             if st.shutdown {
                 return;
             }
             let now = Instant::now();
-            for (e, qu) in epochs.iter_mut().zip(&st.queues) {
+            for ((e, i), qu) in epochs.iter_mut().zip(idle.iter_mut()).zip(&st.queues) {
                 *e = qu.epoch;
+                *i = qu.tx.pending == 0;
             }
             if held.iter().zip(&epochs).any(|(h, &e)| h.due(now, e)) {
                 drop(st);
                 let e = mem.env();
-                for (h, &ep) in held.iter_mut().zip(&epochs) {
-                    self.land(&e, h, Some(now), ep);
+                for ((h, &ep), &i) in held.iter_mut().zip(&epochs).zip(&idle) {
+                    self.land(&e, h, Some(now), ep, i);
                 }
                 st = self.lock();
                 continue;
@@ -142,6 +144,7 @@ impl Engine {
                 continue;
             };
             let snap = self.snapshot(&st, q);
+            scratch.take_prefetched(&st.queues[q].rx_pref);
             drop(st);
             let t0 = Instant::now();
             let (pre, outcome, slow) = {
@@ -149,13 +152,19 @@ impl Engine {
                 // The Rx prefetcher runs before the queue's next packet (it was kicked by the Rx
                 // doorbell, which comes first), so its errors are the first ones reported; a
                 // packet runs only if it found nothing.
-                let pre = prefetch.then(|| self.prefetch_rx(&e, &snap));
+                let pre = prefetch.then(|| self.prefetch_rx(&e, &snap, &mut scratch));
                 let mut outcome = None;
                 if packet && pre.as_ref().is_none_or(|p| p.stop.is_none()) {
                     let mut o = self.process(&e, &snap, &mut scratch);
                     if let Outcome::Done { bytes, dmb, wb, .. } = o {
                         if let Err(rec) = self.move_data(&e, &snap, &mut scratch, &mut held[q], bytes, dmb, wb) {
                             o = Outcome::Error(rec);
+                        }
+                    }
+                    if let Outcome::Done { ntx, .. } | Outcome::Poisoned { ntx, .. } = o {
+                        // The queue's last posted packet: it goes idle.
+                        if ntx == snap.tx.pending {
+                            self.settle_idle(&e, &mut held[q], snap.epoch);
                         }
                     }
                     outcome = Some(o);
@@ -173,8 +182,15 @@ impl Engine {
                 continue; // queue reset while in flight: drop the result
             }
             if let Some(p) = pre {
-                // Counted from the head of the snapshot: only this thread moves the head.
-                st.queues[q].rx_checked = p.checked;
+                // Counted from the head of the snapshot: only this thread moves the head (an Rx
+                // doorbell meanwhile may have read more descriptors: those are kept).
+                let qu = &mut st.queues[q];
+                if p.stop.is_some() {
+                    qu.unfetch_rx(p.checked);
+                } else if let Some(more) = scratch.rx_new.get(qu.rx_pref.len().saturating_sub(scratch.rx_qlen)..) {
+                    qu.rx_pref.extend(more);
+                }
+                qu.rx_checked = p.checked;
                 if let Some(rec) = p.masked {
                     self.raise(&mut st, rec);
                 }
@@ -245,21 +261,12 @@ impl Engine {
         let cfg_len = st.regs.get(&regs::M2S_CFG_LEN).copied();
         let abort_mask_a = st.reg(regs::IOFIC_SEC_A + regs::IOFIC_ABORT_MASK, 0);
         let abort_mask_b = st.reg(regs::IOFIC_SEC_B + regs::IOFIC_ABORT_MASK, 0);
-        let rs = |dir, r: &Ring, rid_masked| RingSnap {
-            dir,
-            base: r.base(),
-            len: r.len,
-            head: r.head,
-            rid: r.head_rid,
-            pending: r.pending,
-            rid_masked,
-        };
         let max = st.reg(regs::M2S_DESC_PREF_CFG_2, regs::DEFAULT_MAX_DESCS) & regs::MAX_DESCS_MASK;
         Snapshot {
             q,
             epoch: qu.epoch,
-            tx: rs(Dir::Tx, &qu.tx, abort_mask_a & m2s_cause::RING_ID != 0),
-            rx: rs(Dir::Rx, &qu.rx, abort_mask_b & s2m_cause::RING_ID != 0),
+            tx: qu.tx.snap(Dir::Tx, abort_mask_a & m2s_cause::RING_ID != 0),
+            rx: qu.rx.snap(Dir::Rx, abort_mask_b & s2m_cause::RING_ID != 0),
             max_descs: if max == 0 && !self.opts.strict_reset { regs::DEFAULT_MAX_DESCS } else { max },
             len0_is_64k: cfg_len.is_none_or(|v| v & regs::CFG_LEN_64K != 0),
             max_pkt: cfg_len.map(|v| v & regs::CFG_LEN_MAX_MASK),
