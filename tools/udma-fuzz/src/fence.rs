@@ -7,7 +7,7 @@
 use crate::dev::{abi3, eventfd, eventfd_take, ioctl_ret, poll};
 use crate::fuzz::{expect, fact, fail, name, slot_queue, with_alarm, Sut};
 use crate::model::*;
-use libc::{EBADF, EBUSY, EINTR, EINVAL, EIO, ENOENT, ESTALE, ETIMEDOUT};
+use libc::{EBADF, EBUSY, ECANCELED, EINTR, EINVAL, EIO, ENOENT, ESTALE, ETIMEDOUT};
 use neuron_udma::sys;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
@@ -82,12 +82,15 @@ impl Sut {
         }
         let m = self.queues[q].as_mut().expect("owned");
         let n = m.newest.1;
-        let fence = a.fence;
+        // S1: 0 while the instance has no fence of its own (its numbering continues the id's).
+        let fence = if a.fence == m.shown(n) { n } else { a.fence };
         if m.maybe_reset {
             // The unfenced pairs may have been dropped by a reset: then nothing is appended.
             if fence != n && !(m.unf > 0 && fence == n + 1) {
                 fail!(
-                    "{what}: fence {fence}, the model says {n}{}",
+                    "{what}: fence {}, the model says {}{}",
+                    a.fence,
+                    m.shown(n),
                     if m.unf > 0 { format!(" or {}", n + 1) } else { String::new() }
                 );
             }
@@ -102,8 +105,14 @@ impl Sut {
             }
         } else {
             let want = if m.unf > 0 { n + 1 } else { n };
-            if fence != want {
-                fail!("{what}: fence {fence}, the model says {want} ({} pairs prepared since fence {n})", m.unf);
+            if a.fence != m.shown(want) {
+                fail!(
+                    "{what}: fence {}, the model says {} ({} pairs prepared since fence {n}, the instance's first fence {})",
+                    a.fence,
+                    m.shown(want),
+                    m.unf,
+                    m.first
+                );
             }
             m.fence_now();
         }
@@ -133,9 +142,11 @@ impl Sut {
             return;
         }
         let valid = fence != 0 && fence <= newest;
+        // S2: a fence of an earlier instance of the id.
+        let canceled = valid && self.queues[q].as_ref().is_some_and(|m| fence < m.first);
         let r = ioctl_ret(self.devs[f].raw(), abi3::FENCE_STATUS, &mut a);
         let what = format!("FENCE_STATUS of fence {fence} of queue slot {q}");
-        if expect(&what, r, valid, &[EINVAL]).is_err() {
+        if expect(&what, r, valid && !canceled, if canceled { &[ECANCELED] } else { &[EINVAL] }).is_err() {
             return;
         }
         self.fence_answer(q, fence, &a, &what);
@@ -153,7 +164,7 @@ impl Sut {
         }
         let c = a.completed;
         let (floor, ceiling) = (m.done_floor(), m.done_ceiling());
-        if a.submitted != m.newest.1
+        if a.submitted != m.shown(m.newest.1)
             || c < floor
             || c > ceiling
             || (c != 0 && m.may(c) & fs::DONE == 0)
@@ -164,7 +175,7 @@ impl Sut {
                 "{what}: {} with completed {c} submitted {}; the model says completed {floor}..={ceiling}, submitted {}",
                 show_bits(bit),
                 a.submitted,
-                m.newest.1
+                m.shown(m.newest.1)
             );
         }
         let mut landed = m.done(c);
@@ -185,6 +196,7 @@ impl Sut {
         let f = self.qfile(q, other);
         let (engine, queue, _) = slot_queue(q);
         let lenient = self.lenient(q);
+        let task_work = self.task_work_eintr();
         let m = self.queues[q].as_ref().filter(|m| m.owner == f);
         let newest = m.map_or(0, |m| m.newest.1);
         let fence = pick_fence(newest, which);
@@ -198,6 +210,8 @@ impl Sut {
             }
             (_, None) => errs.push(ENOENT),
             _ if fence == 0 || fence > newest => errs.push(EINVAL),
+            // S2: a fence of an earlier instance of the id.
+            (_, Some(m)) if fence < m.first => errs.push(ECANCELED),
             (h, Some(m)) => {
                 let may = m.may(fence);
                 ok = may & (fs::DONE | fs::PENDING) != 0;
@@ -213,7 +227,8 @@ impl Sut {
                 if may & fs::PENDING != 0 && (h == 1 || lenient) {
                     errs.push(ETIMEDOUT);
                 }
-                if h == 2 && may & fs::PENDING != 0 {
+                // io_uring task work (a normal ring's CQE) interrupts the wait as a signal does.
+                if (h == 2 || task_work) && may & fs::PENDING != 0 {
                     errs.push(EINTR);
                 }
             }
@@ -222,6 +237,9 @@ impl Sut {
         let r = with_alarm(how % 4 == 2, us, || ioctl_ret(fd, abi3::FENCE_WAIT, &mut a));
         let what = format!("FENCE_WAIT for fence {fence} of queue slot {q}");
         let r = expect(&what, r, ok, &errs);
+        if r == Err(EINTR) && how % 4 != 2 {
+            fact("EINTR without a signal (io_uring task work): FENCE_WAIT", 1);
+        }
         if !ok {
             return;
         }

@@ -20,6 +20,7 @@ mod import;
 mod model;
 mod race;
 mod unbind;
+mod uring;
 mod workers;
 
 use clap::Parser;
@@ -61,6 +62,12 @@ struct Args {
     /// With --replay: print each operation and each answer checked, and do not shrink.
     #[arg(long, requires = "replay")]
     trace: bool,
+    /// Model the driver before the fix of issue 33: fence numbers restart at 1 with each
+    /// QUEUE_INIT, no ECANCELED for fences of earlier instances, and an IOPOLL io_uring command
+    /// of a released instance may complete with another instance's answer (never res 0
+    /// without its bytes).
+    #[arg(long)]
+    before_i33: bool,
 }
 
 fn clock_seed() -> u64 {
@@ -189,8 +196,12 @@ fn main() {
         if has_window { "mapped" } else { "absent" },
         if a.unbind { ", unbind on" } else { "" }
     );
+    if a.before_i33 {
+        println!("# model: the driver before the fix of issue 33 (--before-i33)");
+    }
     let t0 = Instant::now();
     fuzz::TRACE.store(a.trace, Relaxed);
+    fuzz::BEFORE_I33.store(a.before_i33, Relaxed);
     if let Some(seed) = a.replay {
         println!("1..1");
         let ok = run_case(seed, a.len as usize, a.faults != "off" && has_window);

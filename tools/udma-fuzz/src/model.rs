@@ -18,6 +18,9 @@ use std::collections::{BTreeMap, VecDeque};
 pub const BUF_SLOTS: usize = 4;
 /// Queue slots the operations name; slot `s` is always the same (engine, queue) pair.
 pub const QUEUE_SLOTS: usize = 4;
+/// Entries of `Sut::queues`: the slots, then the ghosts (`QueueM::gone`) of queue instances
+/// that ended with io_uring commands in flight, three per slot (entry `i` is slot `i % 4`).
+pub const QUEUE_ENTRIES: usize = 4 * QUEUE_SLOTS;
 /// Open files the state machine drives (two: the second's copies must be unaffected by the
 /// first's faults and errors).
 pub const FILES: usize = 2;
@@ -187,6 +190,8 @@ pub struct PendingCopy {
     /// Reads device memory without DMB: it does not see what earlier copies of its queue
     /// that no fence covers yet wrote there (udma-sim `--unordered-device-reads`).
     pub unordered_read: bool,
+    /// The io_uring command (`uring.rs`, its user_data) that prepared it; 0: an ioctl.
+    pub tag: u64,
 }
 
 impl PendingCopy {
@@ -217,6 +222,21 @@ pub mod fs {
     pub const FAIL: u8 = FAIL_EIO | FAIL_TMO;
     /// Expired (after more than 32 resets).
     pub const EXPIRED: u8 = 16;
+    /// A fence of an earlier instance of the queue id (issue 33, S2: `ECANCELED`).
+    pub const CANCELED: u8 = 32;
+}
+
+/// How a queue instance with io_uring commands in flight ended (its ghost, `QueueM::gone`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gone {
+    /// `QUEUE_RELEASE` (S4: its commands complete with `ECANCELED`, or 0 if their copies
+    /// completed before).
+    Released,
+    /// Its file was closed: io_uring holds the file, the instance lives on until the commands
+    /// complete (S5: 0 or `EIO`); the queue id stays taken until then.
+    Closed,
+    /// The device was unbound (S4: `ECANCELED`).
+    Unbound,
 }
 
 /// A registered eventfd of a queue.
@@ -269,6 +289,17 @@ pub struct QueueM {
     pub maybe_reset: bool,
     /// Resets that may have happened (observed or not).
     pub resets: u32,
+    /// The instance's first fence (issue 33, S1: numbering continues across the instances of
+    /// a queue id of a file); the fences before it are `fs::CANCELED`.
+    pub first: u64,
+    /// A ghost: the instance ended with io_uring commands in flight (`uring.rs`).
+    pub gone: Option<Gone>,
+    /// A `Closed` ghost: which close (the closed file holds all its queues until its last
+    /// io_uring command completed).
+    pub ghost_of: u64,
+    /// A ghost: the file that owned the instance while that file is open (its commands hold
+    /// it), else `usize::MAX`.
+    pub former: usize,
 }
 
 impl QueueM {
@@ -291,6 +322,27 @@ impl QueueM {
             tainted,
             maybe_reset: false,
             resets: 0,
+            first: 1,
+            gone: None,
+            ghost_of: 0,
+            former: usize::MAX,
+        }
+    }
+    /// The instance follows one whose newest fence was `base` (S1): its first fence is
+    /// `base + 1`, the earlier ones read `CANCELED`.
+    pub fn continue_after(mut self, base: u64) -> Self {
+        self.first = base + 1;
+        self.newest = (base, base);
+        self.fences = vec![fs::CANCELED; base as usize];
+        self
+    }
+    /// A fence number as the driver shows it (`COPY_SUBMIT`'s fence, `FENCE_STATUS`'
+    /// `submitted`): 0 before the instance's first fence (S1).
+    pub fn shown(&self, n: u64) -> u64 {
+        if n >= self.first {
+            n
+        } else {
+            0
         }
     }
     /// Pairs the driver keeps available on a fresh queue (`min(tx, rx) - 16`).
@@ -311,6 +363,9 @@ impl QueueM {
     }
     /// The states fence `seq` (1..=newest) may read.
     pub fn may(&self, seq: u64) -> u8 {
+        if seq < self.first {
+            return fs::CANCELED;
+        }
         let mut s = self.fences.get(seq as usize - 1).copied().unwrap_or(fs::PENDING | fs::DONE | fs::FAIL);
         if (self.tainted || self.maybe_reset) && s & fs::PENDING != 0 {
             s |= fs::FAIL;
@@ -395,6 +450,7 @@ impl QueueM {
     }
     /// Learns the newest fence (`COPY_SUBMIT`'s or `FENCE_STATUS`'s answer).
     pub fn learn_newest(&mut self, n: u64) {
+        let n = n.max(self.first - 1);
         self.newest = (n, n);
         self.fences.truncate(n as usize);
     }
@@ -492,6 +548,8 @@ pub struct FileM {
     pub extra: Vec<BufM>,
     /// The file was polled: its queues' fences are watched by the completion worker.
     pub polled: bool,
+    /// Per queue slot, the newest fence of the file's last instance of that queue id (S1).
+    pub last_fence: [u64; QUEUE_SLOTS],
 }
 
 impl FileM {
@@ -585,7 +643,7 @@ mod tests {
         Some(QueueM::new(0, 0, 32, 64, false))
     }
     fn copy(src: Loc, dst: Loc, len: usize) -> PendingCopy {
-        PendingCopy { handles: (src.0, dst.0), src, dst, len, fence: 0, fuzzy: false, unordered_read: false }
+        PendingCopy { handles: (src.0, dst.0), src, dst, len, fence: 0, fuzzy: false, unordered_read: false, tag: 0 }
     }
 
     #[test]

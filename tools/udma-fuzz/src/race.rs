@@ -274,6 +274,10 @@ impl Sut {
     /// Two `QUEUE_INIT`s of the same queue (by one file, or by both): one wins.
     fn race_init(&mut self, a: u8, b: u8) {
         let q = a as usize % QUEUE_SLOTS;
+        if self.held(q) {
+            // A closed file may still hold the id (its io_uring commands in flight, S5).
+            return;
+        }
         let (fa, fb) = (a as usize / 4 % FILES, b as usize % FILES);
         let (engine, queue, e) = slot_queue(q);
         let mut ia = sys::neuron_udma_queue_init { engine, queue, tx_descs: 32, rx_descs: 64, ..Default::default() };
@@ -305,7 +309,8 @@ impl Sut {
             let eng = crate::fuzz::engines()[e];
             self.serial += 1;
             let (owner, tx, rx) = if ra.is_ok() { (fa, 32, 64) } else { (fb, 64, 32) };
-            self.queues[q] = Some(QueueM::new(owner, self.serial, tx, rx, eng.armed || eng.maybe_aborted));
+            let m = QueueM::new(owner, self.serial, tx, rx, eng.armed || eng.maybe_aborted);
+            self.queues[q] = Some(m.continue_after(self.fence_base(owner, q)));
             self.settle(q, "two QUEUE_INITs");
         }
     }
@@ -319,6 +324,7 @@ impl Sut {
             return;
         }
         let Some((e, may)) = self.race_entry(f, q, src, b, x) else { return };
+        self.ghost_room(q);
         let (engine, queue, _) = slot_queue(q);
         let fd = self.devs[f].raw();
         let mut rel = sys::neuron_udma_queue_id { engine, queue, reserved: 0 };
@@ -329,14 +335,18 @@ impl Sut {
         );
         expect("two threads: QUEUE_RELEASE against a prepare", ra, true, &[]).ok();
         let mut errs = may.clone();
-        // The queue is gone before the prepare looks it up: not this file's queue.
+        // The queue is gone before the prepare looks it up: not this file's queue; or it
+        // took the instance and found it released (issue 33: ECANCELED).
         errs.push(ENOENT);
+        if !crate::fuzz::BEFORE_I33.load(std::sync::atomic::Ordering::Relaxed) {
+            errs.push(libc::ECANCELED);
+        }
         expect("two threads: COPY_PREPARE_ONE against QUEUE_RELEASE of its queue", rb, true, &errs).ok();
         fact("races: prepare against QUEUE_RELEASE", 1);
         if rb.is_ok() {
             self.prepared(q, e);
         }
-        self.forget_queue(q);
+        self.end_instance(q, Gone::Released, None);
     }
 
     /// `COPY_WAIT` against `COPY_PREPARE` on the same queue: the wait fences the new pairs or
@@ -533,7 +543,7 @@ impl Sut {
             }
         }
         let m = self.queues[q].as_ref().expect("queue");
-        let want = if m.unf > 0 { m.newest.1 + 1 } else { m.newest.1 };
+        let want = m.shown(if m.unf > 0 { m.newest.1 + 1 } else { m.newest.1 });
         let (engine, queue, _) = slot_queue(q);
         let fd = self.devs[f].raw();
         let mut sa = sys::neuron_udma_copy_submit { engine, queue, ..Default::default() };

@@ -20,6 +20,9 @@ impl Sut {
         let Some(bdf) = ctx().bdf.clone() else { return };
         // The second process's file would see ENODEV too: it must be done first.
         self.second(true);
+        for q in 0..QUEUE_SLOTS {
+            self.ghost_room(q);
+        }
         if how == 1 {
             for q in 0..QUEUE_SLOTS {
                 if let Some(m) = self.queues[q].as_ref() {
@@ -79,8 +82,21 @@ impl Sut {
         // Everything of the old files is gone with the device; the exports were revoked (they
         // attach nothing any more).
         self.exports.clear();
+        // Every queue instance ended with the device (S4: its io_uring commands complete with
+        // ECANCELED), the closed files' ones too: no queue id is held any more.
+        for m in self.queues[QUEUE_SLOTS..].iter_mut().flatten() {
+            if m.gone == Some(Gone::Closed) {
+                m.gone = Some(Gone::Unbound);
+            }
+            m.former = usize::MAX;
+        }
+        for g in QUEUE_SLOTS..QUEUE_ENTRIES {
+            if self.queues[g].is_some() && !self.cmds_on_entry(g) {
+                self.forget_queue(g);
+            }
+        }
         for f in 0..FILES {
-            self.forget_file(f);
+            self.forget_file(f, Gone::Unbound);
             let (dev, scratch) = open_file();
             self.devs[f] = dev;
             self.scratch[f] = scratch;
