@@ -559,6 +559,12 @@ pub(crate) struct McPlan {
 
 impl Sut {
     fn new() -> Self {
+        // After a failed case (shrinking runs the next at once), its files may still hold
+        // queues for a moment (a file whose last reference an io_uring request dropped is
+        // released by a work item).
+        if crate::uring::FAILED_CASE.swap(false, Relaxed) {
+            crate::uring::wait_slots_free();
+        }
         let ((d0, s0), (d1, s1)) = part("open: files", || (open_file(), open_file()));
         let mut s = Self {
             devs: [d0, d1],
@@ -1705,6 +1711,12 @@ impl Sut {
         let Some(w) = ctx().window.as_ref() else { return };
         let (engine, queue, e) = slot_queue(q);
         FAULT_COUNTS[kind as usize % 6].fetch_add(1, Relaxed);
+        // A new stall or a clear may end an io_uring submission's stall early.
+        match kind % 6 {
+            2 => self.unstall(q),
+            5 => self.unstall(QUEUE_SLOTS),
+            _ => {}
+        }
         let ok = match kind % 6 {
             0 | 1 => {
                 let ok = if kind.is_multiple_of(6) {
@@ -1847,6 +1859,7 @@ impl Drop for Sut {
             // Its io_uring commands complete before its files go (bounded, nothing checked),
             // so that the queues are free for the next sequence proptest runs while shrinking.
             self.uring_quiesce();
+            crate::uring::FAILED_CASE.store(true, Relaxed);
         }
     }
 }

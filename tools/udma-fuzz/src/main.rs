@@ -111,8 +111,15 @@ fn run_case(seed: u64, len: usize, faults: bool) -> bool {
     });
     match r {
         Ok(()) => true,
-        Err(TestError::Fail(_, (_, ops, _))) => {
-            println!("# FAILED: {}", LAST_PANIC.lock().map(|s| s.clone()).unwrap_or_default());
+        Err(TestError::Fail(why, (_, ops, _))) => {
+            // The failure of the minimal sequence (the last panic may be another candidate's,
+            // or a later run's that the failed one left a queue taken for).
+            let last = LAST_PANIC.lock().map(|s| s.clone()).unwrap_or_default();
+            let why = why.message().to_string();
+            println!("# FAILED: {why}");
+            if !why.contains(last.split(" (").next().unwrap_or_default()) {
+                println!("# (the last failure while shrinking: {last})");
+            }
             println!(
                 "# minimal sequence ({} operations), replay with: udma-fuzz --replay {seed} --len {len} --faults {}",
                 ops.len(),

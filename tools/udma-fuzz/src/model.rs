@@ -793,6 +793,24 @@ mod tests {
     }
 
     #[test]
+    fn a_new_instance_of_an_id_continues_its_fence_numbers() {
+        let mut m = QueueM::new(0, 0, 64, 64, false).continue_after(5);
+        assert_eq!((m.first, m.newest, m.shown(5)), (6, (5, 5), 0), "no fence of its own yet: shown as 0");
+        assert_eq!((m.may(1), m.may(5)), (fs::CANCELED, fs::CANCELED));
+        assert_eq!((m.done_floor(), m.done_ceiling(), m.settled_floor()), (0, 0, 5));
+        m.unf = 2;
+        m.fence_now();
+        assert_eq!((m.newest, m.shown(6)), ((6, 6), 6));
+        assert_eq!(m.may(6), fs::PENDING | fs::DONE);
+        m.done(6);
+        assert_eq!((m.done_floor(), m.may(5)), (6, fs::CANCELED));
+        // Learning "no fence" from the driver keeps the earlier instances' numbers.
+        let mut fresh = QueueM::new(0, 0, 64, 64, false).continue_after(3);
+        fresh.learn_newest(0);
+        assert_eq!(fresh.newest, (3, 3));
+    }
+
+    #[test]
     fn an_eio_for_a_settled_fence_makes_it_failed_and_owed_to_queue_events() {
         let mut m = QueueM::new(0, 0, 64, 64, false);
         m.newest = (3, 3);

@@ -71,6 +71,12 @@ pub(crate) struct CmdM {
     fences: (u64, u64),
     /// The copy entries, which the driver reads when io_uring issues the command.
     _copies: Vec<sys::neuron_udma_copy>,
+    /// Until when its queue is stalled in the device model for certain (the stall injected
+    /// just before its submission, less a margin): no packet of it can have run before then.
+    stalled: Option<Instant>,
+    /// Its instance was released while it was stalled: its copies never ran, so its CQE must
+    /// not be 0 (S4).
+    never_ran: bool,
 }
 
 /// The rings of a test case and the commands in flight on them.
@@ -154,6 +160,14 @@ impl Sut {
         self.uring.cmds.iter().any(|c| c.ring == 0 && c.q == q)
     }
 
+    /// The stall of queue slot `q` (or of every queue, `q` >= `QUEUE_SLOTS`) may end early (a
+    /// new stall, a fault cleared): its commands may have run.
+    pub(crate) fn unstall(&mut self, q: usize) {
+        for c in self.uring.cmds.iter_mut().filter(|c| q >= QUEUE_SLOTS || c.q % QUEUE_SLOTS == q) {
+            c.stalled = None;
+        }
+    }
+
     /// Whether a closed file may still hold the id of queue slot `q` (a ghost `Closed`).
     pub(crate) fn held(&self, q: usize) -> bool {
         self.ghosts(q).any(|g| self.queues[g].as_ref().is_some_and(|m| m.gone == Some(Gone::Closed)))
@@ -221,8 +235,13 @@ impl Sut {
         m.gone = Some(gone);
         m.ghost_of = close.unwrap_or(0);
         self.queues[g] = Some(m);
+        let now = Instant::now();
         for c in self.uring.cmds.iter_mut().filter(|c| c.q == q) {
             c.q = g;
+            if gone == Gone::Released && c.stalled.is_some_and(|t| now < t) {
+                c.never_ran = true;
+                fact("io_uring: commands released before their queue's stall ended", 1);
+            }
         }
         fact(
             match gone {
@@ -277,14 +296,21 @@ impl Sut {
         // Issue 33's sequence: the commands in flight on a stalled queue, whose id the file then
         // releases and takes again at once (`QueueRelease` `how` 3).
         let recycle = owned && (how == 7 || (how == 0 && stall % 8 == 3));
+        let mut stalled = None;
         if stall % 3 == 1 || recycle {
             if let Some(w) = ctx().window.as_ref() {
-                if !w.inject(FaultKind::Stall, engine, queue, 20 + u32::from(stall) % 200) {
+                let ms = 20 + u32::from(stall) % 200;
+                let t = Instant::now();
+                self.unstall(q);
+                if !w.inject(FaultKind::Stall, engine, queue, ms) {
                     fail!("the model rejected a stall of engine {engine} queue {queue}");
                 }
+                // The model's clock started after ours; 10 ms of margin.
+                stalled = t.checked_add(Duration::from_millis(u64::from(ms).saturating_sub(10)));
                 fact("io_uring: queues stalled before a submission", 1);
             }
         }
+        let first_id = NEXT_ID.load(Relaxed);
         let n = 1 + usize::from(n) % 3;
         let per = copies.len().div_ceil(n);
         let mut sqes: Vec<Sqe> = vec![];
@@ -354,6 +380,9 @@ impl Sut {
         }
         fact(&format!("io_uring SQEs ({} ring)", RING[r]), k as u64);
         self.issued(q, r, f, owned, sqes);
+        for c in self.uring.cmds.iter_mut().filter(|c| c.id >= first_id) {
+            c.stalled = stalled;
+        }
         if recycle && self.queues[q].as_ref().is_some_and(|m| m.owner == f) {
             fact("io_uring: submissions followed by a release and a QUEUE_INIT of the id", 1);
             self.queue_release(0, q, 3);
@@ -479,7 +508,15 @@ impl Sut {
                 let m = self.queues[q].as_mut().expect("owned");
                 m.fence_now();
                 let seq = m.newest.1;
-                self.uring.cmds.push(CmdM { id, ring: r, q, fences: (seq, seq), _copies: raw });
+                self.uring.cmds.push(CmdM {
+                    id,
+                    ring: r,
+                    q,
+                    fences: (seq, seq),
+                    _copies: raw,
+                    stalled: None,
+                    never_ran: false,
+                });
                 ids.push(id);
                 crate::fuzz::count(Ok(()));
             }
@@ -585,7 +622,12 @@ impl Sut {
             ),
             1,
         );
-        let r = expect(&what, got, may & fs::DONE != 0, &errs);
+        let what = if c.never_ran {
+            format!("{what} (its instance was released while its queue was stalled: its copies never ran)")
+        } else {
+            what
+        };
+        let r = expect(&what, got, may & fs::DONE != 0 && !c.never_ran, &errs);
         let m = self.queues[c.q].as_mut().expect("queue");
         match r {
             Ok(()) => {
@@ -839,6 +881,17 @@ impl Sut {
         );
         self.mem.set(at, &got.iter().map(|&v| Some(v)).collect::<Vec<_>>());
         touch_write(&mut self.queues, at, len);
+    }
+}
+
+/// The last test case failed (`Sut`'s drop while panicking).
+pub(crate) static FAILED_CASE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Waits (boundedly, nothing checked) until the queues of the slots can be taken again.
+pub(crate) fn wait_slots_free() {
+    for q in 0..QUEUE_SLOTS {
+        let (engine, queue, _) = slot_queue(q);
+        let _ = wait_free(engine, queue);
     }
 }
 
