@@ -991,8 +991,11 @@ impl Channel {
             out.range = q.device_range();
             out.next_fence = q.next_fence();
         }
-        // Under the queue lock, before the queue goes: whoever finds it gone reads why.
-        self.gone.store(why as u32, Relaxed);
+        // Under the queue lock, before the queue goes: whoever finds it gone reads why. Only
+        // the first end counts (a release racing an unbind finds the queue already gone).
+        if inner.is_some() {
+            self.gone.store(why as u32, Relaxed);
+        }
         *inner = None;
         drop(inner);
         let charge = self.charge.lock().take();

@@ -515,8 +515,11 @@ mod tests {
         let rings = read("rings")?;
         let mut header = Text::new();
         let instance = dev.h2t()?.channel().instance;
-        write!(header, "engine {eng} queue {qid} owner driver instance {instance}")
-            .map_err(|_| ENOMEM)?;
+        write!(
+            header,
+            "engine {eng} queue {qid} owner driver instance {instance}"
+        )
+        .map_err(|_| ENOMEM)?;
         assert!(queues.line(header.as_str()) == header.as_str());
         assert!(rings.line(header.as_str()) == header.as_str());
         assert!(queues.line("sw tx: ").starts_with("sw tx: size 8192 "));

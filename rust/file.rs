@@ -59,11 +59,12 @@ struct FileState {
     handles: KVVec<u64>,
     /// The file's queues.
     queues: KVec<QueueId>,
-    /// For each queue id the file released, the fence number its next instance starts from
+    /// For each queue id the file initialised, the fence number its next instance starts from
     /// (fence numbers are never reused on a queue id of a file: a fence of a released instance
-    /// is `ECANCELED`, never a fence of the new one). At most one entry per queue id of the
-    /// device.
-    next_fence: KVec<(QueueId, u64)>,
+    /// is `ECANCELED`, never a fence of the new one). An entry is made at the id's first
+    /// `QUEUE_INIT` (so `QUEUE_RELEASE` allocates nothing); at most one per queue id of the
+    /// device (2112), in a vmalloc-backed array.
+    next_fence: KVVec<(QueueId, u64)>,
 }
 
 impl FileState {
@@ -76,18 +77,24 @@ impl FileState {
             .map_or(1, |&(_, n)| n)
     }
 
-    /// Records that the released instance of queue `id` would have given fence `next` next.
+    /// Makes the entry of queue `id` (fences from 1) if the file has none yet.
     ///
     /// # Errors
     ///
     /// `ENOMEM`; nothing changes then.
-    fn set_next_fence(&mut self, id: QueueId, next: u64) -> Result {
+    fn add_next_fence(&mut self, id: QueueId) -> Result {
+        if !self.next_fence.iter().any(|(q, _)| *q == id) {
+            self.next_fence.push((id, 1), GFP_KERNEL_ACCOUNT)?;
+        }
+        Ok(())
+    }
+
+    /// Records that the released instance of queue `id` would have given fence `next` next
+    /// (its entry exists since its `QUEUE_INIT`).
+    fn set_next_fence(&mut self, id: QueueId, next: u64) {
         if let Some(e) = self.next_fence.iter_mut().find(|(q, _)| *q == id) {
             e.1 = next;
-            return Ok(());
         }
-        self.next_fence.push((id, next), GFP_KERNEL_ACCOUNT)?;
-        Ok(())
     }
 }
 
@@ -300,6 +307,7 @@ impl OpenFile {
         }
         let mut st = self.st.lock();
         st.queues.reserve(1, GFP_KERNEL_ACCOUNT)?;
+        st.add_next_fence(id)?;
         let first_fence = st.first_fence(id);
         self.dev.queue_init_placed(
             id,
@@ -319,10 +327,6 @@ impl OpenFile {
         let id = QueueId::new(self.dev.arch, q.engine, q.queue).ok_or(ENOENT)?;
         let mut st = self.st.lock();
         let idx = st.queues.iter().position(|&x| x == id).ok_or(ENOENT)?;
-        // Room for the id's fence number first: the release below cannot be undone.
-        if !st.next_fence.iter().any(|(q, _)| *q == id) {
-            st.next_fence.reserve(1, GFP_KERNEL_ACCOUNT)?;
-        }
         if let Ok(chan) = self.dev.queue(Owner::File(self.id), id) {
             let (done, failed) = chan.fence_counts();
             self.released_fences[0].fetch_add(done, Relaxed);
@@ -330,8 +334,7 @@ impl OpenFile {
         }
         let next = self.dev.queue_release(Owner::File(self.id), id)?;
         st.queues.remove(idx).map_err(|_| ENOENT)?;
-        // Cannot fail: room was reserved.
-        st.set_next_fence(id, next)?;
+        st.set_next_fence(id, next);
         Ok(())
     }
 
@@ -571,9 +574,10 @@ impl OpenFile {
             // Queued: watched again now that it listens too.
             self.dev.watch(&chan);
             if let Err((e, c)) = added {
-                // Not queued: io_uring completes it with `e`.
+                // Not queued: io_uring completes it with `e`; its fence was submitted, so a
+                // queue gone meanwhile (released, or unbound: `ENODEV`) cancelled it.
                 c.into_raw();
-                return Err(e);
+                return Err(if e == ENODEV { ECANCELED } else { e });
             }
         }
         Ok(EIOCBQUEUED.to_errno())
@@ -929,7 +933,7 @@ impl MiscDevice for OpenFile {
                 st <- new_mutex!(FileState {
                     handles: KVVec::new(),
                     queues: KVec::new(),
-                    next_fence: KVec::new(),
+                    next_fence: KVVec::new(),
                 }),
                 memcpy_slot <- new_mutex!(()),
                 events_slot <- new_mutex!(()),
@@ -1134,8 +1138,9 @@ impl MiscDevice for OpenFile {
             }
             _ => Err(ENOTTY),
         };
-        // A queue that another thread of the file released while this call used it is not
-        // this file's queue any more (ENOENT); ENODEV means that the device was unbound.
+        // A queue that another thread of the file released while this call used it answers
+        // ECANCELED (the instance is gone); ENODEV from a live device is a queue that is not
+        // this file's any more (ENOENT); ENODEV from a dead one means the device was unbound.
         match r {
             Err(e) if e == ENODEV && me.dev.is_alive() => Err(ENOENT),
             r => r,

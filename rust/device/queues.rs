@@ -272,13 +272,16 @@ impl UdmaDevice {
     ///
     /// [`Quiesced::next_fence`]: crate::channel::Quiesced::next_fence
     pub(crate) fn queue_release(&self, owner: Owner, id: QueueId) -> Result<u64> {
-        let chan = {
+        let gone = {
             let _st = self.state.lock();
             let chan = self.queue(owner, id)?;
+            // Paused before the id is free: a QUEUE_INIT of the id (by any file) cannot take it
+            // while the old instance still runs, nor be paused by this release, and a lookup by
+            // id meanwhile (an IOPOLL command's) finds the old instance until it is stopped.
+            let gone = chan.quiesce(Gone::Released);
             drop(self.queues.lock().remove(id.key()));
-            chan
+            gone
         };
-        let gone = chan.quiesce(Gone::Released);
         self.give_back_rings(gone.range);
         Ok(gone.next_fence)
     }

@@ -7,7 +7,9 @@
  * copies going (no reset), COPY_SUBMIT stops at max_queue_fences; poll()/epoll and QUEUE_EVENTS
  * report each completion and failure once; an eventfd per queue counts the settled fences;
  * QUEUE_RELEASE and close with an eventfd and fences in flight; a file of another uid reaches
- * no queue through the new calls.
+ * no queue through the new calls. Fences belong to a queue instance: QUEUE_RELEASE and QUEUE_INIT
+ * of the same id continue its numbering, a released instance's fences are ECANCELED, and so are
+ * FENCE_WAIT and COPY_WAIT blocked in a thread while another releases the queue.
  *
  * Each test fails when the driver breaks the rule it checks; after a refused call it checks
  * that the queue (ring indices, tail, resets) and its fences did not change. The queues are on
@@ -17,6 +19,7 @@
  * harness's parent clears the model after every test (also after an assertion or a timeout).
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
@@ -523,6 +526,256 @@ TEST_F_TIMEOUT(fence, submit_ebusy_past_max_fences, 60)
 	EXPECT_EQ(0U, st.resets);
 }
 
+/* ---- fences of a queue instance: numbering across QUEUE_INIT, a release under a waiter ---- */
+
+/*
+ * Fences belong to a queue instance (one QUEUE_INIT), their numbers to the file's queue id. The
+ * same file taking the same id again continues its numbering: the new instance has no fence
+ * (COPY_SUBMIT with nothing prepared: 0) until it submits one, numbered after the old ones
+ * (here 3), PENDING with completed 0 while stalled, then DONE; an instance without fences uses
+ * no number. A fence of a released instance, done or pending then, answers FENCE_STATUS and
+ * FENCE_WAIT with ECANCELED (ENOENT while the id is not taken; EINVAL for fence 0 and for a
+ * fence never submitted); no QUEUE_EVENTS record of the new instance reports an old completion;
+ * the pending copy of the old instance never ran. Another file numbers the id from 1, and so
+ * does this file an id it never took; after the other file gave the id back, this file's
+ * numbering of it goes on.
+ */
+TEST_F_TIMEOUT(fence, reinit_continues_numbers, 60)
+{
+	struct fx *x = &self->x;
+	const __u32 q = 3, q_unused = 4;
+	struct neuron_udma_queue_event ev[8];
+	struct neuron_udma_fence_status fs;
+	__u64 f = ~0ULL, i, last;
+	__u32 count = 0, k;
+	struct ubuf oa, ob;
+	int fd2, ret;
+
+	/* Instance 1: fence 1 done, fence 2 pending on the stalled queue; released. */
+	ASSERT_EQ(0, queue_init(x->fd, ENG, q, 64, 64));
+	ASSERT_EQ(0, submit_one(x->fd, ENG, q, ucopy(&x->a, 0, &x->b, 0, 4096), &f));
+	ASSERT_EQ(1ULL, f);
+	ASSERT_EQ(0, fence_wait(x->fd, ENG, q, 1, 20000));
+	ASSERT_EQ(0, bar2_fault(&x->bar2, FAULT_STALL, ENG, q, STALL_MS));
+	ASSERT_EQ(0, submit_one(x->fd, ENG, q, ucopy(&x->a, 4096, &x->b, 4096, 4096), &f));
+	ASSERT_EQ(2ULL, f);
+	ASSERT_EQ(0, queue_release(x->fd, ENG, q));
+	EXPECT_EQ(-ENOENT, fence_status(x->fd, ENG, q, 1, &fs));
+	EXPECT_EQ(-ENOENT, fence_wait(x->fd, ENG, q, 2, 100));
+
+	/* Instance 2: no fence of its own yet; the old ones are cancelled. */
+	ASSERT_EQ(0, queue_init(x->fd, ENG, q, 64, 64));
+	ASSERT_EQ(0, copy_submit(x->fd, ENG, q, &f));
+	EXPECT_EQ(0ULL, f) {
+		TH_LOG("COPY_SUBMIT with nothing prepared on a new instance: fence %llu",
+		       (unsigned long long)f);
+	}
+	for (i = 1; i <= 2; i++) {
+		ret = fence_status(x->fd, ENG, q, i, &fs);
+		EXPECT_EQ(-ECANCELED, ret) {
+			TH_LOG("FENCE_STATUS of fence %llu of the released instance: %s (%s)",
+			       (unsigned long long)i, err_name(ret),
+			       ret ? "" : fence_state_name(fs.state));
+		}
+		ret = fence_wait(x->fd, ENG, q, i, 100);
+		EXPECT_EQ(-ECANCELED, ret) {
+			TH_LOG("FENCE_WAIT of fence %llu of the released instance: %s",
+			       (unsigned long long)i, err_name(ret));
+		}
+	}
+	EXPECT_EQ(-EINVAL, fence_status(x->fd, ENG, q, 0, &fs));
+	EXPECT_EQ(-EINVAL, fence_status(x->fd, ENG, q, 3, &fs));
+	EXPECT_EQ(-EINVAL, fence_wait(x->fd, ENG, q, 3, 100));
+	ASSERT_EQ(0, queue_events(x->fd, ev, 8, &count));
+	for (k = 0; k < count; k++) {
+		if (ev[k].engine != ENG || ev[k].queue != q)
+			continue;
+		EXPECT_EQ(0ULL, ev[k].completed) {
+			TH_LOG("QUEUE_EVENTS of the new instance: completed %llu",
+			       (unsigned long long)ev[k].completed);
+		}
+	}
+
+	/* Its first fence follows the old ones: PENDING (completed 0) while stalled, then DONE. */
+	ASSERT_EQ(0, bar2_fault(&x->bar2, FAULT_STALL, ENG, q, STALL_MS));
+	ASSERT_EQ(0, submit_one(x->fd, ENG, q, ucopy(&x->a, 8192, &x->b, 8192, 4096), &f));
+	EXPECT_EQ(3ULL, f) {
+		TH_LOG("the new instance's first fence is %llu, not 3 (the old newest + 1)",
+		       (unsigned long long)f);
+	}
+	last = f;
+	ASSERT_EQ(0, fence_status(x->fd, ENG, q, last, &fs));
+	EXPECT_EQ((__u32)NEURON_UDMA_FENCE_PENDING, fs.state);
+	EXPECT_EQ(0ULL, fs.completed);
+	EXPECT_EQ(last, fs.submitted);
+	EXPECT_EQ(-ECANCELED, fence_status(x->fd, ENG, q, 2, &fs));
+	bar2_write(&x->bar2, BAR2_CLEAR, 1);
+	ret = fence_wait(x->fd, ENG, q, last, 20000);
+	ASSERT_EQ(0, ret) {
+		TH_LOG("FENCE_WAIT of the new instance's fence %llu: %s", (unsigned long long)last,
+		       err_name(ret));
+	}
+	ASSERT_EQ(0, fence_status(x->fd, ENG, q, last, &fs));
+	EXPECT_EQ((__u32)NEURON_UDMA_FENCE_DONE, fs.state);
+	EXPECT_EQ(last, fs.completed);
+	EXPECT_EQ(last, fs.submitted);
+	EXPECT_EQ(-ECANCELED, fence_status(x->fd, ENG, q, 1, &fs));
+	EXPECT_EQ(-ECANCELED, fence_wait(x->fd, ENG, q, 2, 100));
+	ASSERT_BYTES(x->b.map, x->a.map, 4096);
+	ASSERT_BYTES(x->b.map + 8192, x->a.map + 8192, 4096);
+	/* Fence 2's copy never ran (stalled, then released). */
+	ASSERT_BYTES(x->b.map + 4096, x->save + 4096, 4096);
+	ASSERT_BYTES(x->b.map + 12288, x->save + 12288, BUF - 12288);
+
+	/* Instance 3 submits nothing; instance 4's first fence is the next number. */
+	ASSERT_EQ(0, queue_release(x->fd, ENG, q));
+	ASSERT_EQ(0, queue_init(x->fd, ENG, q, 64, 64));
+	ASSERT_EQ(0, copy_submit(x->fd, ENG, q, &f));
+	EXPECT_EQ(0ULL, f);
+	ASSERT_EQ(0, queue_release(x->fd, ENG, q));
+	ASSERT_EQ(0, queue_init(x->fd, ENG, q, 64, 64));
+	ASSERT_EQ(0, submit_one(x->fd, ENG, q, ucopy(&x->a, 0, &x->b, 16384, 4096), &f));
+	EXPECT_EQ(last + 1, f) {
+		TH_LOG("after an instance without fences: fence %llu, not %llu",
+		       (unsigned long long)f, (unsigned long long)last + 1);
+	}
+	ASSERT_EQ(0, fence_wait(x->fd, ENG, q, f, 20000));
+	for (i = 1; i < f && i <= last; i++)
+		EXPECT_EQ(-ECANCELED, fence_status(x->fd, ENG, q, i, &fs));
+	last = f;
+
+	/* Another file numbers the id from 1; this file an id it never took from 1. */
+	ASSERT_EQ(0, queue_release(x->fd, ENG, q));
+	fd2 = udma_open();
+	ASSERT_LE(0, fd2);
+	ASSERT_EQ(0, queue_init(fd2, ENG, q, 64, 64));
+	ASSERT_EQ(0, ubuf_host(fd2, 64 * KIB, &oa));
+	ASSERT_EQ(0, ubuf_host(fd2, 64 * KIB, &ob));
+	ASSERT_EQ(0, submit_one(fd2, ENG, q, ucopy(&oa, 0, &ob, 0, 4096), &f));
+	EXPECT_EQ(1ULL, f) {
+		TH_LOG("another file's first fence on the id: %llu", (unsigned long long)f);
+	}
+	ASSERT_EQ(0, fence_wait(fd2, ENG, q, f, 20000));
+	EXPECT_EQ(-ENOENT, fence_status(x->fd, ENG, q, 1, &fs));
+	ASSERT_EQ(0, queue_init(x->fd, ENG, q_unused, 64, 64));
+	ASSERT_EQ(0, submit_one(x->fd, ENG, q_unused, ucopy(&x->a, 0, &x->b, 20480, 4096), &f));
+	EXPECT_EQ(1ULL, f);
+	ASSERT_EQ(0, fence_wait(x->fd, ENG, q_unused, f, 20000));
+
+	/* The id back to this file: its own numbering goes on. */
+	ASSERT_EQ(0, queue_release(fd2, ENG, q));
+	ASSERT_EQ(0, queue_init(x->fd, ENG, q, 64, 64));
+	ASSERT_EQ(0, submit_one(x->fd, ENG, q, ucopy(&x->a, 0, &x->b, 24576, 4096), &f));
+	EXPECT_EQ(last + 1, f) {
+		TH_LOG("this file's fence after the other file's instance: %llu, not %llu",
+		       (unsigned long long)f, (unsigned long long)last + 1);
+	}
+	ASSERT_EQ(0, fence_wait(x->fd, ENG, q, f, 20000));
+	EXPECT_EQ(-ECANCELED, fence_status(x->fd, ENG, q, 1, &fs));
+	ASSERT_BYTES(x->b.map + 16384, x->a.map, 4096);
+	ASSERT_BYTES(x->b.map + 20480, x->a.map, 4096);
+	ASSERT_BYTES(x->b.map + 24576, x->a.map, 4096);
+	close(fd2);
+}
+
+/* A FENCE_WAIT (of @fence) or, with @fence 0, a COPY_WAIT in a thread of its own. */
+struct blocked {
+	int fd;
+	__u32 q;
+	__u64 fence;
+	int ret;
+	double end_ms;		/* when it returned */
+	int done;		/* atomic */
+};
+
+static void *blocked_wait(void *arg)
+{
+	struct blocked *w = arg;
+
+	w->ret = w->fence ? fence_wait(w->fd, ENG, w->q, w->fence, 30000) :
+			    copy_wait(w->fd, ENG, w->q, 30000, NULL);
+	w->end_ms = now_ms();
+	__atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static bool blocked_done(struct blocked *w)
+{
+	return __atomic_load_n(&w->done, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * A FENCE_WAIT and a COPY_WAIT (which submits the copy prepared before it) blocked in two
+ * threads on a stalled queue that the main thread releases: both return ECANCELED (not ENODEV)
+ * promptly; so do they when the main thread takes the same id again at once and a copy of the
+ * new instance completes. The cancelled copies never ran.
+ */
+TEST_F_TIMEOUT(fence, wait_cancelled_by_release, 60)
+{
+	static const char *const what[2] = { "QUEUE_RELEASE", "QUEUE_RELEASE + QUEUE_INIT" };
+	struct fx *x = &self->x;
+	const __u32 q = 5;
+	struct blocked w[2];
+	pthread_t th[2];
+	int round, i, ret;
+	__u64 f = 0;
+	double t0;
+
+	for (round = 0; round < 2; round++) {
+		const __u64 off = round * 16 * KIB;
+
+		ASSERT_EQ(0, queue_init(x->fd, ENG, q, 64, 64));
+		ASSERT_EQ(0, bar2_fault(&x->bar2, FAULT_STALL, ENG, q, STALL_MS));
+		ASSERT_EQ(0, submit_one(x->fd, ENG, q, ucopy(&x->a, off, &x->b, off, 4096), &f));
+		ASSERT_EQ(0, prep_one(x->fd, ENG, q, ucopy(&x->a, off, &x->b, off + 4096, 4096)));
+		memset(w, 0, sizeof(w));
+		for (i = 0; i < 2; i++) {
+			w[i].fd = x->fd;
+			w[i].q = q;
+			w[i].fence = i ? 0 : f;
+			ASSERT_EQ(0, pthread_create(&th[i], NULL, blocked_wait, &w[i]));
+		}
+		sleep_ms(300);
+		for (i = 0; i < 2; i++) {
+			ASSERT_FALSE(blocked_done(&w[i])) {
+				TH_LOG("%s returned before the release: %s",
+				       i ? "COPY_WAIT" : "FENCE_WAIT", err_name(w[i].ret));
+			}
+		}
+		t0 = now_ms();
+		ASSERT_EQ(0, queue_release(x->fd, ENG, q));
+		if (round) {
+			ASSERT_EQ(0, queue_init(x->fd, ENG, q, 64, 64));
+			ASSERT_EQ(0, submit_one(x->fd, ENG, q,
+						ucopy(&x->a, off, &x->b, off + 8192, 4096), &f));
+			ret = fence_wait(x->fd, ENG, q, f, 20000);
+			ASSERT_EQ(0, ret) {
+				TH_LOG("the new instance's fence %llu: %s", (unsigned long long)f,
+				       err_name(ret));
+			}
+		}
+		while (now_ms() - t0 < SOON_MS && !(blocked_done(&w[0]) && blocked_done(&w[1])))
+			sleep_ms(10);
+		for (i = 0; i < 2; i++) {
+			ASSERT_TRUE(blocked_done(&w[i])) {
+				TH_LOG("%s still blocked %u ms after %s",
+				       i ? "COPY_WAIT" : "FENCE_WAIT", SOON_MS, what[round]);
+			}
+			pthread_join(th[i], NULL);
+			EXPECT_EQ(-ECANCELED, w[i].ret) {
+				TH_LOG("%s blocked while another thread did %s: %s",
+				       i ? "COPY_WAIT" : "FENCE_WAIT", what[round],
+				       err_name(w[i].ret));
+			}
+			TH_LOG("%s returned %.0f ms after %s", i ? "COPY_WAIT" : "FENCE_WAIT",
+			       w[i].end_ms - t0, what[round]);
+		}
+		ASSERT_BYTES(x->b.map + off, x->save + off, 8192);
+		if (round)
+			ASSERT_BYTES(x->b.map + off + 8192, x->a.map + off, 4096);
+	}
+}
+
 /* ---- events: poll()/epoll, QUEUE_EVENTS, the eventfd of a queue ---- */
 
 FIXTURE(events) {
@@ -920,8 +1173,9 @@ TEST_F_TIMEOUT(events, eventfd_errors, 60)
  * descriptor: only the driver's reference keeps it) and fences in flight on a stalled queue
  * returns promptly and the queue is gone (ENOENT); closing a file with a queue in the same
  * state (its eventfd still open here) returns promptly too, and that eventfd never counts more
- * fences than there were. Once the stalls end both queues can be taken again and copy. No hang,
- * no crash (the gate checks the kernel log).
+ * fences than there were. Once the stalls end both queues can be taken again and copy (the
+ * released queue's fences numbered on from 4, the closed file's queue, new to this file, from 1).
+ * No hang, no crash (the gate checks the kernel log).
  */
 TEST_F_TIMEOUT(events, release_and_close_with_eventfd, 60)
 {

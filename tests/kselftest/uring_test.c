@@ -6,11 +6,13 @@
  * copies 4 ranges in one SQE (CQE 0, the bytes there, one fence); bad SQEs complete with the
  * COPY_PREPARE error (or ENOTTY for another cmd_op) and prepare nothing; an engine error fails
  * an SQE waiting on a stalled queue (EIO); 64 SQEs in flight all complete; an IOPOLL ring reaps
- * by polling; QUEUE_RELEASE completes a waiting SQE with ECANCELED, closing the file leaves it
- * to complete; a read-only file is EBADF; a file of another uid reaches neither the queue nor
- * the buffers of a file of uid 1001.
+ * by polling; a read-only file is EBADF; a file of another uid reaches neither the queue nor
+ * the buffers of a file of uid 1001. An SQE belongs to its queue instance: on a normal and an
+ * IOPOLL ring, QUEUE_RELEASE completes a waiting SQE with ECANCELED, also when the file takes
+ * the same id again and copies on the new instance before the SQE is reaped (its own copy never
+ * ran); closing the file leaves it to complete (res 0, its bytes there).
  *
- * Built with liburing (the only kselftest linked with it: LDLIBS_uring_test in the Makefile).
+ * Built with liburing (LDLIBS_uring_test in the Makefile).
  * Each test fails when the driver breaks the rule it checks; after a refused SQE it checks that
  * the queue did not change and has no fence. The queues are on engine 15 (host-connected on v2
  * and v3), one queue number per test; stalls and engine errors come from the device model's
@@ -499,120 +501,6 @@ TEST_F_TIMEOUT(uring, iopoll_ring, 60)
 }
 
 /*
- * QUEUE_RELEASE while an SQE waits on a stalled queue: the release returns promptly and the
- * SQE completes with ECANCELED (no hang); the queue can be taken again and copies once the
- * stall ends.
- */
-TEST_F_TIMEOUT(uring, release_cancels_waiting_sqe, 60)
-{
-	const __u32 q = 7;
-	struct neuron_udma_copy c = ucopy(&self->a, 0, &self->b, 0, 4096);
-	struct neuron_udma_fence_status fs;
-	struct cqe_out out;
-	double t0, dt;
-	int ret = -1;
-
-	ASSERT_EQ(0, queue_init(self->fd, ENG, q, 64, 64));
-	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_STALL, ENG, q, STALL_MS));
-	ASSERT_EQ(0, submit_copy(&self->ring, self->fd, NEURON_UDMA_URING_COPY, ENG, q, &c, 1, 5));
-	/* Issued: its fence exists. */
-	t0 = now_ms();
-	while (now_ms() - t0 < SOON_MS && (ret = fence_status(self->fd, ENG, q, 1, &fs)))
-		sleep_ms(10);
-	ASSERT_EQ(0, ret);
-	ret = cqe_next(&self->ring, false, 300, &out);
-	ASSERT_EQ(-ETIME, ret) {
-		TH_LOG("a CQE (res %d) while the queue is stalled", out.res);
-	}
-	t0 = now_ms();
-	ASSERT_EQ(0, queue_release(self->fd, ENG, q));
-	dt = now_ms() - t0;
-	TH_LOG("QUEUE_RELEASE with an SQE waiting: %.0f ms", dt);
-	EXPECT_LT(dt, 5000.0);
-	ret = cqe_next(&self->ring, false, SOON_MS, &out);
-	ASSERT_EQ(0, ret) {
-		TH_LOG("no CQE within %u ms of QUEUE_RELEASE", SOON_MS);
-	}
-	EXPECT_EQ(5ULL, out.data);
-	EXPECT_EQ(-ECANCELED, out.res) {
-		TH_LOG("CQE res %d (%s)", out.res, err_name(out.res));
-	}
-
-	bar2_write(&self->bar2, BAR2_CLEAR, 1);
-	ASSERT_EQ(0, queue_init(self->fd, ENG, q, 64, 64));
-	c = ucopy(&self->a, 4096, &self->b, 4096, 4096);
-	ASSERT_EQ(0, submit_copy(&self->ring, self->fd, NEURON_UDMA_URING_COPY, ENG, q, &c, 1, 6));
-	ASSERT_EQ(0, cqe_next(&self->ring, false, SOON_MS, &out));
-	EXPECT_EQ(6ULL, out.data);
-	EXPECT_EQ(0, out.res);
-	ASSERT_BYTES(self->b.map + 4096, self->a.map + 4096, 4096);
-}
-
-/*
- * Closing the only descriptor (and the mappings) of a file while its SQE waits on a stalled
- * queue: the close returns promptly; the request holds the file, so the copy completes with res
- * 0 once the stall ends, and then the file is released (its queue can be taken again).
- */
-TEST_F_TIMEOUT(uring, close_with_sqe_in_flight, 60)
-{
-	const __u32 q = 8;
-	struct neuron_udma_fence_status fs;
-	struct neuron_udma_copy c;
-	struct ubuf oa, ob;
-	struct cqe_out out;
-	int fd2, ret = -1;
-	double t0, dt;
-
-	fd2 = udma_open();
-	ASSERT_LE(0, fd2);
-	ASSERT_EQ(0, queue_init(fd2, ENG, q, 64, 64));
-	ASSERT_EQ(0, ubuf_host(fd2, 64 * KIB, &oa));
-	ASSERT_EQ(0, ubuf_host(fd2, 64 * KIB, &ob));
-	c = ucopy(&oa, 0, &ob, 0, 4096);
-	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_STALL, ENG, q, STALL_MS));
-	ASSERT_EQ(0, submit_copy(&self->ring, fd2, NEURON_UDMA_URING_COPY, ENG, q, &c, 1, 11));
-	t0 = now_ms();
-	while (now_ms() - t0 < SOON_MS && (ret = fence_status(fd2, ENG, q, 1, &fs)))
-		sleep_ms(10);
-	ASSERT_EQ(0, ret);
-	munmap(oa.map, oa.size);
-	munmap(ob.map, ob.size);
-	t0 = now_ms();
-	ASSERT_EQ(0, close(fd2));
-	dt = now_ms() - t0;
-	TH_LOG("close with an SQE waiting: %.0f ms", dt);
-	EXPECT_LT(dt, 5000.0);
-	ret = cqe_next(&self->ring, false, 300, &out);
-	EXPECT_EQ(-ETIME, ret) {
-		TH_LOG("a CQE (res %d) while the queue is stalled", out.res);
-	}
-	EXPECT_EQ(-EBUSY, queue_init(self->fd, ENG, q, 64, 64));
-
-	bar2_write(&self->bar2, BAR2_CLEAR, 1);
-	ret = cqe_next(&self->ring, false, SOON_MS, &out);
-	ASSERT_EQ(0, ret) {
-		TH_LOG("no CQE within %u ms of the stall's end", SOON_MS);
-	}
-	EXPECT_EQ(11ULL, out.data);
-	EXPECT_EQ(0, out.res) {
-		TH_LOG("CQE res %d (%s)", out.res, err_name(out.res));
-	}
-	/* The request dropped the last reference: the file and its queue are gone. */
-	t0 = now_ms();
-	while (now_ms() - t0 < SOON_MS) {
-		ret = queue_init(self->fd, ENG, q, 64, 64);
-		if (ret != -EBUSY)
-			break;
-		sleep_ms(50);
-	}
-	ASSERT_EQ(0, ret) {
-		TH_LOG("the closed file's queue: QUEUE_INIT %s", err_name(ret));
-	}
-	ASSERT_EQ(0, copy_sync(self->fd, ENG, q, ucopy(&self->a, 0, &self->b, 0, 4096)));
-	ASSERT_BYTES(self->b.map, self->a.map, 4096);
-}
-
-/*
  * An SQE on a file opened read-only: EBADF (it may not start DMA), nothing prepared on the
  * queue it names (the writable file's).
  */
@@ -640,6 +528,222 @@ TEST_F_TIMEOUT(uring, read_only_ebadf, 60)
 	EXPECT_EQ(0ULL, f);
 	ASSERT_BYTES(self->b.map, self->save, BUF);
 	close(ro);
+}
+
+/* ---- an SQE pending when its queue instance ends ---- */
+
+#define PAGE 4096U
+
+/*
+ * How the queue instance of a waiting SQE ends: QUEUE_RELEASE; QUEUE_RELEASE and QUEUE_INIT of
+ * the same id, then a copy on the new instance that completes before the SQE is reaped; the
+ * close of the file's only descriptor (io_uring holds the file: the instance lives on).
+ */
+enum inst_end { END_RELEASE, END_REINIT, END_CLOSE };
+
+static const char *const inst_end_names[] = {
+	[END_RELEASE] = "QUEUE_RELEASE",
+	[END_REINIT] = "QUEUE_RELEASE + QUEUE_INIT",
+	[END_CLOSE] = "close",
+};
+
+FIXTURE(uring_end) {
+	int fd;			/* the test's own file: takes the queue once the SQE's is gone */
+	struct ubar2 bar2;
+	struct io_uring ring;	/* normal or IOPOLL, as the variant says */
+	unsigned char *mem;	/* 3 pages: the source, the SQE's destination, another one */
+	unsigned char *save;	/* their bytes as the test began */
+};
+
+FIXTURE_VARIANT(uring_end) {
+	bool iopoll;		/* an IORING_SETUP_IOPOLL ring */
+	enum inst_end end;
+	__u32 q;		/* a queue of its own */
+};
+
+FIXTURE_VARIANT_ADD(uring_end, normal_release) { .iopoll = false, .end = END_RELEASE, .q = 7 };
+FIXTURE_VARIANT_ADD(uring_end, iopoll_release) { .iopoll = true, .end = END_RELEASE, .q = 12 };
+FIXTURE_VARIANT_ADD(uring_end, normal_reinit) { .iopoll = false, .end = END_REINIT, .q = 13 };
+FIXTURE_VARIANT_ADD(uring_end, iopoll_reinit) { .iopoll = true, .end = END_REINIT, .q = 14 };
+FIXTURE_VARIANT_ADD(uring_end, normal_close) { .iopoll = false, .end = END_CLOSE, .q = 8 };
+FIXTURE_VARIANT_ADD(uring_end, iopoll_close) { .iopoll = true, .end = END_CLOSE, .q = 0 };
+
+FIXTURE_SETUP(uring_end)
+{
+	int ret;
+
+	self->fd = udma_open();
+	ASSERT_LE(0, self->fd) {
+		TH_LOG("open %s: %s", UDMA_DEV, strerror(errno));
+	}
+	ret = bar2_open(&self->bar2);
+	ASSERT_EQ(0, ret) {
+		TH_LOG("BAR2 window of the model (sysfs resource2): %s", strerror(-ret));
+	}
+	bar2_write(&self->bar2, BAR2_CLEAR, 1);
+	self->mem = mmap(NULL, 3 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+			 0);
+	ASSERT_NE(MAP_FAILED, self->mem);
+	fill_pattern(self->mem, 3 * PAGE, 43);
+	self->save = malloc(3 * PAGE);
+	ASSERT_NE(NULL, self->save);
+	memcpy(self->save, self->mem, 3 * PAGE);
+	ret = io_uring_queue_init(8, &self->ring, variant->iopoll ? IORING_SETUP_IOPOLL : 0);
+	ASSERT_EQ(0, ret) {
+		TH_LOG("io_uring_queue_init(%s): %s", variant->iopoll ? "IOPOLL" : "0",
+		       err_name(ret));
+	}
+}
+
+FIXTURE_TEARDOWN_PARENT(uring_end)
+{
+	model_clear();
+}
+
+/* Imports the source page and both destination pages into @fd: the copy buffers. */
+static int end_buffers(int fd, unsigned char *mem, struct ubuf *s, struct ubuf *d)
+{
+	__u64 h;
+	int ret;
+
+	ret = udma_import(fd, mem, PAGE, 0, &h, NULL);
+	if (ret)
+		return ret;
+	*s = import_ubuf(h, PAGE);
+	ret = udma_import(fd, mem + PAGE, 2 * PAGE, NEURON_UDMA_IMPORT_WRITE, &h, NULL);
+	if (ret)
+		return ret;
+	*d = import_ubuf(h, 2 * PAGE);
+	return 0;
+}
+
+/*
+ * An SQE of one copy waits on a stalled queue when its queue instance ends, on a normal or an
+ * IOPOLL ring (the variants: ring x end). QUEUE_RELEASE returns promptly and the SQE completes
+ * with ECANCELED, also when the same file takes the same id again at once and a copy of the new
+ * instance completes before the SQE is reaped; closing the file's only descriptor returns
+ * promptly, the instance lives on (io_uring holds the file: the queue stays taken, no CQE while
+ * the stall lasts) and the SQE completes with 0 once the stall ends, then the file is released.
+ * The copy's buffers are imports of the test's own memory, readable whatever became of the
+ * file: res 0 means its bytes are there; otherwise its destination is as it was (the stall kept
+ * the copy from starting, the release paused the queue) and stays so after the CQE. No second
+ * CQE; the id can be taken again and copies through the ring.
+ */
+TEST_F_TIMEOUT(uring_end, pending_sqe, 60)
+{
+	const __u32 q = variant->q;
+	const bool iopoll = variant->iopoll;
+	const int want = variant->end == END_CLOSE ? 0 : -ECANCELED;
+	const char *ring = iopoll ? "IOPOLL" : "normal", *end = inst_end_names[variant->end];
+	unsigned char *src = self->mem, *dst = self->mem + PAGE;
+	struct neuron_udma_fence_status fs;
+	struct neuron_udma_copy c;
+	struct ubuf s, d;
+	struct cqe_out out;
+	int fd2, owner, ret = -1;
+	double t0, dt;
+	__u64 f = 0;
+
+	fd2 = udma_open();
+	ASSERT_LE(0, fd2);
+	ASSERT_EQ(0, queue_init(fd2, ENG, q, 64, 64));
+	ASSERT_EQ(0, end_buffers(fd2, self->mem, &s, &d));
+	c = ucopy(&s, 0, &d, 0, PAGE);
+	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_STALL, ENG, q, STALL_MS));
+	ASSERT_EQ(0, submit_copy(&self->ring, fd2, NEURON_UDMA_URING_COPY, ENG, q, &c, 1, 5));
+	/* Issued: its fence exists. */
+	t0 = now_ms();
+	while (now_ms() - t0 < SOON_MS && (ret = fence_status(fd2, ENG, q, 1, &fs)))
+		sleep_ms(10);
+	ASSERT_EQ(0, ret);
+	ret = cqe_next(&self->ring, iopoll, 300, &out);
+	ASSERT_EQ(-ETIME, ret) {
+		TH_LOG("a CQE (res %d) while the queue is stalled", out.res);
+	}
+	ASSERT_BYTES(dst, self->save + PAGE, 2 * PAGE);
+
+	t0 = now_ms();
+	if (variant->end == END_CLOSE) {
+		ASSERT_EQ(0, close(fd2));
+		fd2 = -1;
+	} else {
+		ASSERT_EQ(0, queue_release(fd2, ENG, q));
+	}
+	dt = now_ms() - t0;
+	TH_LOG("%s with an SQE waiting: %.0f ms", end, dt);
+	EXPECT_LT(dt, 5000.0);
+	if (variant->end == END_REINIT) {
+		/* The same id again; a copy of the new instance done before the SQE is reaped. */
+		ASSERT_EQ(0, queue_init(fd2, ENG, q, 64, 64));
+		ASSERT_EQ(0, submit_one(fd2, ENG, q, ucopy(&s, 0, &d, PAGE, PAGE), &f));
+		ret = fence_wait(fd2, ENG, q, f, 20000);
+		ASSERT_EQ(0, ret) {
+			TH_LOG("FENCE_WAIT of the new instance's fence %llu: %s",
+			       (unsigned long long)f, err_name(ret));
+		}
+		ASSERT_BYTES(dst + PAGE, src, PAGE);
+	}
+	if (variant->end == END_CLOSE) {
+		/* io_uring holds the file: the instance lives on, its copy still stalled. */
+		ret = cqe_next(&self->ring, iopoll, 300, &out);
+		EXPECT_EQ(-ETIME, ret) {
+			TH_LOG("a CQE (res %d) after the close, the queue stalled", out.res);
+		}
+		EXPECT_EQ(-EBUSY, queue_init(self->fd, ENG, q, 64, 64));
+	}
+
+	bar2_write(&self->bar2, BAR2_CLEAR, 1);
+	ret = cqe_next(&self->ring, iopoll, SOON_MS, &out);
+	ASSERT_EQ(0, ret) {
+		TH_LOG("no CQE within %u ms of the stall's end", SOON_MS);
+	}
+	EXPECT_EQ(5ULL, out.data);
+	EXPECT_EQ(want, out.res) {
+		TH_LOG("%s ring, %s: CQE res %d (%s), want %s", ring, end, out.res,
+		       err_name(out.res), err_name(want));
+	}
+	if (!out.res) {
+		ASSERT_BYTES(dst, src, PAGE);
+	} else {
+		ASSERT_BYTES(dst, self->save + PAGE, PAGE);
+		sleep_ms(300);
+		ASSERT_BYTES(dst, self->save + PAGE, PAGE);
+	}
+	ret = cqe_next(&self->ring, iopoll, 100, &out);
+	EXPECT_EQ(-ETIME, ret) {
+		TH_LOG("a second CQE: user_data %llu, res %d", (unsigned long long)out.data,
+		       out.res);
+	}
+
+	/* The id again (the closed file's once io_uring let go of it), copying through the ring. */
+	owner = fd2;
+	if (variant->end == END_CLOSE) {
+		owner = self->fd;
+		t0 = now_ms();
+		while (now_ms() - t0 < SOON_MS) {
+			ret = queue_init(owner, ENG, q, 64, 64);
+			if (ret != -EBUSY)
+				break;
+			sleep_ms(50);
+		}
+		ASSERT_EQ(0, ret) {
+			TH_LOG("the closed file's queue: QUEUE_INIT %s", err_name(ret));
+		}
+		ASSERT_EQ(0, end_buffers(owner, self->mem, &s, &d));
+	} else if (variant->end == END_RELEASE) {
+		ASSERT_EQ(0, queue_init(owner, ENG, q, 64, 64));
+	}
+	memcpy(dst + PAGE, self->save + 2 * PAGE, PAGE);
+	c = ucopy(&s, 0, &d, PAGE, PAGE);
+	ASSERT_EQ(0, submit_copy(&self->ring, owner, NEURON_UDMA_URING_COPY, ENG, q, &c, 1, 6));
+	ASSERT_EQ(0, cqe_next(&self->ring, iopoll, SOON_MS, &out));
+	EXPECT_EQ(6ULL, out.data);
+	EXPECT_EQ(0, out.res) {
+		TH_LOG("the next SQE: res %d (%s)", out.res, err_name(out.res));
+	}
+	ASSERT_BYTES(dst + PAGE, src, PAGE);
+	if (fd2 >= 0)
+		close(fd2);
 }
 
 /* ---- another uid ---- */

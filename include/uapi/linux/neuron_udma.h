@@ -170,7 +170,11 @@ struct neuron_udma_queue_init {
 	__u64 reserved[2];
 };
 
-/* NEURON_UDMA_QUEUE_RELEASE: give a queue of this file back. Errors: ENOENT (not this file's). */
+/*
+ * NEURON_UDMA_QUEUE_RELEASE: give a queue of this file back, ending its instance: its waits in
+ * other threads return ECANCELED and its io_uring commands complete with -ECANCELED. Errors:
+ * ENOENT (not this file's).
+ */
 struct neuron_udma_queue_id {
 	__u32 engine;
 	__u32 queue;
@@ -264,7 +268,8 @@ struct neuron_udma_copy_start {
  * dropped the marker, and the queue was reset; or the queue was reset while the wait went on, so
  * work it waited for may have been dropped. @completed is not set then: the copies up to the
  * newest fence done, FENCE_STATUS @completed, are done; later ones may have been dropped),
- * EINTR (a signal; the copies go on).
+ * EINTR (a signal; the copies go on), ECANCELED (another thread released the queue while the
+ * wait went on).
  */
 struct neuron_udma_copy_wait {
 	__u32 engine;

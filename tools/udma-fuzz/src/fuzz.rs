@@ -266,6 +266,8 @@ pub static FAULTS: AtomicBool = AtomicBool::new(false);
 /// the errno of whatever instance holds the id when it is polled). A CQE with res 0 still
 /// promises the copy's bytes.
 pub static BEFORE_I33: AtomicBool = AtomicBool::new(false);
+/// Whether the io_uring operations are generated (`--uring`).
+pub static URING: AtomicBool = AtomicBool::new(true);
 
 /// What every test case shares: the device and the engines the slots use.
 #[derive(Debug)]
@@ -753,6 +755,9 @@ impl Sut {
             Op::DmabufExport { file, slot, cloexec, how } => {
                 self.dmabuf_export(file as usize, slot as usize, cloexec, how)
             }
+            // `--uring off`: the operations are drawn (the seeds replay the same cases) but not
+            // run.
+            Op::Uring { .. } | Op::UringReap { .. } | Op::UringFork { .. } if !URING.load(Relaxed) => {}
             Op::Uring { file, q, iopoll, n, copies, stall, how } => {
                 self.uring(file, q as usize, iopoll, n, &copies, stall, how)
             }
