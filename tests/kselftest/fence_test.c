@@ -540,6 +540,24 @@ TEST_F_TIMEOUT(fence, submit_ebusy_past_max_fences, 60)
  * does this file an id it never took; after the other file gave the id back, this file's
  * numbering of it goes on.
  */
+/*
+ * One 4 KiB copy from @src to @dst at @dst_off on queue @q of @fd, submitted with its own
+ * fence, which must be @want; then waits for it. @what names the step in the log.
+ */
+static void copy_expect_fence(struct __test_metadata *_metadata, int fd, __u32 q,
+			      const struct ubuf *src, const struct ubuf *dst, __u64 dst_off,
+			      __u64 want, const char *what)
+{
+	__u64 f = ~0ULL;
+
+	ASSERT_EQ(0, submit_one(fd, ENG, q, ucopy(src, 0, dst, dst_off, 4096), &f));
+	EXPECT_EQ(want, f) {
+		TH_LOG("%s: fence %llu, not %llu", what, (unsigned long long)f,
+		       (unsigned long long)want);
+	}
+	ASSERT_EQ(0, fence_wait(fd, ENG, q, f, 20000));
+}
+
 TEST_F_TIMEOUT(fence, reinit_continues_numbers, 60)
 {
 	struct fx *x = &self->x;
@@ -634,15 +652,11 @@ TEST_F_TIMEOUT(fence, reinit_continues_numbers, 60)
 	EXPECT_EQ(0ULL, f);
 	ASSERT_EQ(0, queue_release(x->fd, ENG, q));
 	ASSERT_EQ(0, queue_init(x->fd, ENG, q, 64, 64));
-	ASSERT_EQ(0, submit_one(x->fd, ENG, q, ucopy(&x->a, 0, &x->b, 16384, 4096), &f));
-	EXPECT_EQ(last + 1, f) {
-		TH_LOG("after an instance without fences: fence %llu, not %llu",
-		       (unsigned long long)f, (unsigned long long)last + 1);
-	}
-	ASSERT_EQ(0, fence_wait(x->fd, ENG, q, f, 20000));
-	for (i = 1; i < f && i <= last; i++)
+	copy_expect_fence(_metadata, x->fd, q, &x->a, &x->b, 16384, last + 1,
+			  "after an instance without fences");
+	for (i = 1; i <= last; i++)
 		EXPECT_EQ(-ECANCELED, fence_status(x->fd, ENG, q, i, &fs));
-	last = f;
+	last++;
 
 	/* Another file numbers the id from 1; this file an id it never took from 1. */
 	ASSERT_EQ(0, queue_release(x->fd, ENG, q));
@@ -651,26 +665,17 @@ TEST_F_TIMEOUT(fence, reinit_continues_numbers, 60)
 	ASSERT_EQ(0, queue_init(fd2, ENG, q, 64, 64));
 	ASSERT_EQ(0, ubuf_host(fd2, 64 * KIB, &oa));
 	ASSERT_EQ(0, ubuf_host(fd2, 64 * KIB, &ob));
-	ASSERT_EQ(0, submit_one(fd2, ENG, q, ucopy(&oa, 0, &ob, 0, 4096), &f));
-	EXPECT_EQ(1ULL, f) {
-		TH_LOG("another file's first fence on the id: %llu", (unsigned long long)f);
-	}
-	ASSERT_EQ(0, fence_wait(fd2, ENG, q, f, 20000));
+	copy_expect_fence(_metadata, fd2, q, &oa, &ob, 0, 1, "another file's first fence on the id");
 	EXPECT_EQ(-ENOENT, fence_status(x->fd, ENG, q, 1, &fs));
 	ASSERT_EQ(0, queue_init(x->fd, ENG, q_unused, 64, 64));
-	ASSERT_EQ(0, submit_one(x->fd, ENG, q_unused, ucopy(&x->a, 0, &x->b, 20480, 4096), &f));
-	EXPECT_EQ(1ULL, f);
-	ASSERT_EQ(0, fence_wait(x->fd, ENG, q_unused, f, 20000));
+	copy_expect_fence(_metadata, x->fd, q_unused, &x->a, &x->b, 20480, 1,
+			  "this file's first fence on an id it never took");
 
 	/* The id back to this file: its own numbering goes on. */
 	ASSERT_EQ(0, queue_release(fd2, ENG, q));
 	ASSERT_EQ(0, queue_init(x->fd, ENG, q, 64, 64));
-	ASSERT_EQ(0, submit_one(x->fd, ENG, q, ucopy(&x->a, 0, &x->b, 24576, 4096), &f));
-	EXPECT_EQ(last + 1, f) {
-		TH_LOG("this file's fence after the other file's instance: %llu, not %llu",
-		       (unsigned long long)f, (unsigned long long)last + 1);
-	}
-	ASSERT_EQ(0, fence_wait(x->fd, ENG, q, f, 20000));
+	copy_expect_fence(_metadata, x->fd, q, &x->a, &x->b, 24576, last + 1,
+			  "this file's fence after the other file's instance");
 	EXPECT_EQ(-ECANCELED, fence_status(x->fd, ENG, q, 1, &fs));
 	ASSERT_BYTES(x->b.map + 16384, x->a.map, 4096);
 	ASSERT_BYTES(x->b.map + 20480, x->a.map, 4096);

@@ -24,6 +24,7 @@
 
 #include "kselftest_harness.h"
 #include "udma_multi.h"
+#include "udma_uring.h"
 
 #define ENG 15
 #define QID 7
@@ -116,11 +117,9 @@ TEST_F_TIMEOUT(victim, unbind_with_pollers_eventfds_and_sqes, 300)
 	struct neuron_udma_copy_submit sub = { .engine = ENG, .queue = QID };
 	struct neuron_udma_fence_wait fw = { .engine = ENG, .queue = QID, .timeout_ms = 100 };
 	struct neuron_udma_eventfd reg = { .engine = ENG, .queue = QID };
-	struct neuron_udma_uring_copy uc = { .engine = ENG, .queue = QID, .count = 1 };
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLPRI };
 	struct waiter w = { 0 };
 	struct io_uring ring;
-	struct io_uring_sqe *sqe;
 	struct io_uring_cqe *cqe;
 	struct __kernel_timespec ts = { .tv_sec = 20 };
 	volatile __u32 *bar2;
@@ -153,17 +152,8 @@ TEST_F_TIMEOUT(victim, unbind_with_pollers_eventfds_and_sqes, 300)
 	ASSERT_EQ(0, ioc(fd, NEURON_UDMA_QUEUE_EVENTFD, &reg));
 	/* An io_uring command waiting for its fence. */
 	ASSERT_EQ(0, io_uring_queue_init(4, &ring, 0));
-	sqe = io_uring_get_sqe(&ring);
-	ASSERT_NE(NULL, sqe);
-	memset(sqe, 0, sizeof(*sqe));
-	sqe->opcode = IORING_OP_URING_CMD;
-	sqe->fd = fd;
-	sqe->cmd_op = NEURON_UDMA_URING_COPY;
 	c.dst_offset = 16384;
-	uc.copies = (uintptr_t)&c;
-	memcpy((char *)sqe + offsetof(struct io_uring_sqe, addr3), &uc, sizeof(uc));
-	sqe->user_data = 42;
-	ASSERT_EQ(1, io_uring_submit(&ring));
+	ASSERT_EQ(0, submit_copy(&ring, fd, NEURON_UDMA_URING_COPY, ENG, QID, &c, 1, 42));
 	/* A thread in epoll_wait() on the file: nothing to report yet. */
 	w.ep = epoll_create1(EPOLL_CLOEXEC);
 	ASSERT_LE(0, w.ep);
@@ -248,25 +238,6 @@ static int cqe_within(struct io_uring *ring, bool iopoll, int ms, __u64 *data, i
 	*res = cqe->res;
 	io_uring_cqe_seen(ring, cqe);
 	return 0;
-}
-
-/* Queues one NEURON_UDMA_URING_COPY of @c on queue (ENG, QID) of @fd and submits it. */
-static int uring_copy(struct io_uring *ring, int fd, const struct neuron_udma_copy *c, __u64 data)
-{
-	struct neuron_udma_uring_copy uc = {
-		.engine = ENG, .queue = QID, .count = 1, .copies = (uintptr_t)c,
-	};
-	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-
-	if (!sqe)
-		return -EBUSY;
-	memset(sqe, 0, sizeof(*sqe));
-	sqe->opcode = IORING_OP_URING_CMD;
-	sqe->fd = fd;
-	sqe->cmd_op = NEURON_UDMA_URING_COPY;
-	memcpy((char *)sqe + offsetof(struct io_uring_sqe, addr3), &uc, sizeof(uc));
-	sqe->user_data = data;
-	return io_uring_submit(ring) == 1 ? 0 : -EIO;
 }
 
 /*
@@ -361,7 +332,7 @@ TEST_F_TIMEOUT(uring_unbind, pending_copy, 120)
 	/* The command's copy on a queue stalled for longer than the test: issued, not done. */
 	stall(bar2, ENG, QID, 60000);
 	c = ucopy(&s, 0, &d, 0, PAGE);
-	ASSERT_EQ(0, uring_copy(&ring, fd, &c, 43));
+	ASSERT_EQ(0, submit_copy(&ring, fd, NEURON_UDMA_URING_COPY, ENG, QID, &c, 1, 43));
 	t0 = now_s();
 	while (now_s() - t0 < 10 && (ret = ioc(fd, NEURON_UDMA_FENCE_STATUS, &fs)))
 		usleep(10000);
@@ -408,7 +379,7 @@ TEST_F_TIMEOUT(uring_unbind, pending_copy, 120)
 				strerror(-fd));
 	ASSERT_EQ(0, io_uring_queue_init(4, &ring, iopoll ? IORING_SETUP_IOPOLL : 0));
 	c = ucopy(&s, 0, &d, 0, PAGE);
-	ASSERT_EQ(0, uring_copy(&ring, fd, &c, 44));
+	ASSERT_EQ(0, submit_copy(&ring, fd, NEURON_UDMA_URING_COPY, ENG, QID, &c, 1, 44));
 	ASSERT_EQ(0, cqe_within(&ring, iopoll, 20000, &data, &res));
 	EXPECT_EQ(44ULL, data);
 	EXPECT_EQ(0, res) TH_LOG("after the rebind: CQE res %d (%s)", res, strerror(-res));

@@ -25,101 +25,13 @@
 
 #include "kselftest_harness.h"
 #include "udma_fence.h"
+#include "udma_uring.h"
 
 #define ENG FENCE_ENG
 #define BUF (256U * 1024)
 #define KIB 1024U
 #define BAD_HANDLE 0xdead0000beefULL
 #define RING_ENTRIES 128
-
-_Static_assert(sizeof(struct neuron_udma_uring_copy) == 16,
-	       "the command must fit the 16 bytes of a normal SQE's command area");
-
-/*
- * Queues one NEURON_UDMA_URING_COPY (or @cmd_op) SQE on @ring for file @fd: @count copies at
- * @copies (which must stay valid until its CQE: the driver may read them from io_uring's worker
- * after the submission returned). 0, or -EBUSY when the SQ is full.
- */
-static int sqe_copy(struct io_uring *ring, int fd, __u32 cmd_op, __u32 eng, __u32 q,
-		    const struct neuron_udma_copy *copies, __u32 count, __u64 data)
-{
-	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-	struct neuron_udma_uring_copy uc = {
-		.engine = (__u16)eng,
-		.queue = (__u16)q,
-		.count = count,
-		.copies = (uintptr_t)copies,
-	};
-
-	if (!sqe)
-		return -EBUSY;
-	memset(sqe, 0, sizeof(*sqe));
-	sqe->opcode = IORING_OP_URING_CMD;
-	sqe->fd = fd;
-	sqe->cmd_op = cmd_op;
-	memcpy((char *)sqe + offsetof(struct io_uring_sqe, addr3), &uc, sizeof(uc));
-	sqe->user_data = data;
-	return 0;
-}
-
-/* One SQE, submitted. 0 or -errno. */
-static int submit_copy(struct io_uring *ring, int fd, __u32 cmd_op, __u32 eng, __u32 q,
-		       const struct neuron_udma_copy *copies, __u32 count, __u64 data)
-{
-	int ret = sqe_copy(ring, fd, cmd_op, eng, q, copies, count, data);
-
-	if (ret)
-		return ret;
-	ret = io_uring_submit(ring);
-	return ret == 1 ? 0 : ret < 0 ? ret : -EIO;
-}
-
-struct cqe_out {
-	__u64 data;
-	int res;
-};
-
-/*
- * The next CQE of @ring within @ms (an IOPOLL ring is polled: one pass per io_uring_enter with
- * GETEVENTS and no minimum). 0 and its user_data/res, or -ETIME.
- */
-static int cqe_next(struct io_uring *ring, bool iopoll, unsigned int ms, struct cqe_out *out)
-{
-	struct io_uring_cqe *cqe = NULL;
-	double t0 = now_ms();
-	int ret;
-
-	for (;;) {
-		double left;
-
-		if (!io_uring_peek_cqe(ring, &cqe) && cqe)
-			break;
-		left = ms - (now_ms() - t0);
-		if (left <= 0)
-			return -ETIME;
-		if (iopoll) {
-			io_uring_get_events(ring);
-			if (!io_uring_peek_cqe(ring, &cqe) && cqe)
-				break;
-			usleep(500);
-		} else {
-			struct __kernel_timespec ts = {
-				.tv_sec = (long long)left / 1000,
-				.tv_nsec = ((long long)left % 1000) * 1000000 + 1000000,
-			};
-
-			ret = io_uring_wait_cqe_timeout(ring, &cqe, &ts);
-			if (!ret && cqe)
-				break;
-			if (ret && ret != -ETIME && ret != -EINTR)
-				return ret;
-		}
-	}
-	out->data = cqe->user_data;
-	out->res = cqe->res;
-	io_uring_cqe_seen(ring, cqe);
-	return 0;
-}
 
 /* What every test starts with: a file, the model's window, two host buffers, a normal ring. */
 FIXTURE(uring) {
