@@ -388,3 +388,135 @@ impl Member for Channel {
         Delta::from_millis(20)
     }
 }
+
+#[cfg(neuron_udma_kunit)]
+#[kunit_tests(neuron_udma_completion)]
+mod tests {
+    use super::*;
+    use kernel::sync::atomic::Acquire;
+
+    /// A member that is busy for its first `busy_for` looks and completes something at each.
+    struct Counter {
+        looks: Atomic<u32>,
+        busy_for: u32,
+    }
+
+    impl Member for Counter {
+        fn look(&self, _check: bool) -> Look {
+            let n = self.looks.fetch_add(1, Full) + 1;
+            Look {
+                progress: true,
+                busy: n < self.busy_for,
+            }
+        }
+
+        fn check_every(&self) -> Delta {
+            Delta::from_secs(1)
+        }
+    }
+
+    fn counter(busy_for: u32) -> Result<Arc<Counter>> {
+        Ok(Arc::new(
+            Counter {
+                looks: Atomic::new(0),
+                busy_for,
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    /// Waits (at most 2 s) until the engine is idle with `members` members.
+    fn settles(c: &Completer, members: usize) -> bool {
+        let start = Instant::<Monotonic>::now();
+        while start.elapsed() < Delta::from_secs(2) {
+            if c.state() == (false, members) {
+                return true;
+            }
+            fsleep(Delta::from_millis(1));
+        }
+        false
+    }
+
+    #[test]
+    fn mean_follows_the_time_to_each_completion() -> Result {
+        let m: Arc<dyn Member> = counter(1)?;
+        let mut e = Entry::new(m, false);
+        let t0 = Instant::<Monotonic>::now();
+        e.since = Some(t0);
+        // No sample yet: due at once, the shortest window.
+        assert_eq!(e.due().map(|d| d.1), Some(POLL_WINDOW_MIN));
+        let busy = Look {
+            progress: true,
+            busy: true,
+        };
+        let t1 = t0 + Delta::from_micros(100);
+        e.record(busy, t1);
+        assert_eq!(e.mean, 100_000);
+        // Due half the mean after the completion; looked at closely for the window.
+        let (due, window) = e.due().ok_or(EINVAL)?;
+        assert_eq!((due - t1).as_nanos(), 50_000);
+        assert_eq!(window, POLL_WINDOW_MIN);
+        // The next sample (300 us) moves the mean by an eighth of the difference.
+        let t2 = t1 + Delta::from_micros(300);
+        e.record(busy, t2);
+        assert_eq!(e.mean, 125_000);
+        // A slow member is looked at closely for as long as its mean.
+        let t3 = t2 + Delta::from_millis(10);
+        e.record(busy, t3);
+        assert!(e.mean > POLL_WINDOW_MIN.as_nanos());
+        assert_eq!(e.due().map(|d| d.1.as_nanos()), Some(e.mean));
+        // Idle: nothing is due; busy again: due from then on.
+        e.record(
+            Look {
+                progress: false,
+                busy: false,
+            },
+            t3,
+        );
+        assert!(e.due().is_none());
+        let t4 = t3 + Delta::from_millis(1);
+        e.record(
+            Look {
+                progress: false,
+                busy: true,
+            },
+            t4,
+        );
+        assert_eq!(e.since.map(|s| (s - t4).as_nanos()), Some(0));
+        Ok(())
+    }
+
+    #[test]
+    fn a_watched_member_is_looked_at_until_idle_then_left() -> Result {
+        let c = Completer::new()?;
+        let m = counter(5)?;
+        Completer::watch(&c, m.clone());
+        assert!(settles(&c, 0));
+        assert_eq!(m.looks.load(Acquire), 5);
+        c.shutdown();
+        // After shutdown nothing is watched.
+        Completer::watch(&c, counter(3)?);
+        assert_eq!(c.state(), (false, 0));
+        Ok(())
+    }
+
+    #[test]
+    fn a_member_stays_until_its_membership_ends() -> Result {
+        let c = Completer::new()?;
+        let m = counter(3)?;
+        let membership = Completer::add(&c, m.clone())?;
+        assert_eq!(c.state(), (false, 1));
+        Completer::kick(&c);
+        assert!(settles(&c, 1));
+        assert_eq!(m.looks.load(Acquire), 3);
+        // Idle members are looked at again after a kick, and stay.
+        Completer::kick(&c);
+        assert!(settles(&c, 1));
+        assert_eq!(m.looks.load(Acquire), 4);
+        drop(membership);
+        assert_eq!(c.state(), (false, 0));
+        c.shutdown();
+        assert_eq!(Completer::add(&c, m).err(), Some(ENODEV));
+        Ok(())
+    }
+}
