@@ -84,11 +84,6 @@ impl Backoff {
         }
     }
 
-    /// Progress was seen: spin again.
-    pub(crate) fn progress(&mut self) {
-        *self = Self::new();
-    }
-
     /// Waits before the next look: a `cpu_relax()` while spinning, else a sleep.
     pub(crate) fn pause(&mut self) {
         if self.since.elapsed() < Self::SPIN {

@@ -149,10 +149,10 @@ fn ptr(v: u32) -> (u32, u32) {
 /// directions, the software ring indices and the engine state and error causes.
 pub(crate) fn render_queues(dev: &UdmaDevice, w: &mut impl fmt::Write) -> fmt::Result {
     render_each(dev, w, render_queue_state)?;
-    let (running, watched) = dev.watcher_state();
+    let (running, members) = dev.completer_state();
     writeln!(
         w,
-        "completion worker: {}, watching {watched} queues",
+        "completion engine: {}, {members} members",
         if running { "running" } else { "idle" }
     )
 }

@@ -18,18 +18,18 @@ use crate::{
     bar0::Bar0,
     buffer::{MAX_HOST_BUFFER, MAX_IMPORT_SIZE},
     channel::{Channel, Gone, Owner},
+    completion::{Completer, Look, Member},
     devmem::DevMem,
     dram::{DramAllocator, DRAM_RESERVED},
     engine::QueueId,
     h2t::{H2t, H2T_RING_DESCS, SCRUB_BYTES, SCRUB_RING_DESCS},
     pattern::Patterns,
     pool::BufferPool,
-    watch::Watcher,
 };
 use kernel::{
     device::Bound,
     dma::Coherent,
-    new_mutex, new_work, pci,
+    new_mutex, pci,
     prelude::*,
     sync::{
         aref::ARef,
@@ -37,7 +37,6 @@ use kernel::{
         Arc, Mutex,
     },
     time::{delay::fsleep, Delta},
-    workqueue::{self, impl_has_work, Work, WorkItem},
     xarray::{AllocKind, XArray},
 };
 
@@ -79,38 +78,29 @@ pub(crate) struct UdmaDevice {
     pub(crate) pool: BufferPool,
     #[pin]
     state: Mutex<DevState>,
-    /// Gives back what abandoned copies hold once the engine is done with it ([`Self::reap_later`]).
-    #[pin]
-    reaper: Work<UdmaDevice>,
-    /// Non-zero while [`Self::reaper`] is queued or running.
-    reaping: Atomic<u32>,
-    /// The completion worker of the queues somebody listens to (`watch.rs`).
-    watcher: Arc<Watcher>,
+    /// The completion engine (`completion.rs`): the queues somebody listens to, the dmaengine
+    /// channels, and the orphans ([`Self::reap_later`]).
+    pub(crate) completer: Arc<Completer>,
     /// The source blocks of fills (`MEMSET`, dmaengine `DMA_MEMSET`).
     pub(crate) patterns: Arc<Patterns>,
 }
 
-impl_has_work! {
-    impl HasWork<Self> for UdmaDevice { self.reaper }
-}
-
-/// First and longest sleep between two looks of the reaper at the orphans.
-const REAP_SLEEP: (Delta, Delta) = (Delta::from_micros(100), Delta::from_millis(10));
-
-impl WorkItem for UdmaDevice {
-    type Pointer = Arc<UdmaDevice>;
-
-    /// Reaps until no orphan is left or the device is unbound (a stuck queue is reset by the
-    /// reaping itself).
-    fn run(this: Arc<UdmaDevice>) {
-        let mut sleep = REAP_SLEEP.0;
-        while this.reap() != 0 && this.is_alive() {
-            fsleep(sleep);
-            sleep = (sleep + sleep).min(REAP_SLEEP.1);
+/// The device is a member of its completion engine while it has orphans: a look reaps what
+/// the engine is done with (a stuck H2T queue is reset by the reaping itself).
+impl Member for UdmaDevice {
+    fn look(&self, _check: bool) -> Look {
+        let left = self.reap();
+        // An orphan is a marker to be late for, not a rate to learn: no progress is reported,
+        // so the engine looks closely for a while, then backs off to its longest sleep.
+        Look {
+            progress: false,
+            busy: left != 0 && self.is_alive(),
         }
-        this.reaping.store(0, Release);
-        // An orphan adopted after the last look is not missed.
-        Self::reap_later(&this);
+    }
+
+    fn check_every(&self) -> Delta {
+        // The reaping reads the H2T queue's state itself (`H2t::reap`).
+        Delta::from_secs(1)
     }
 }
 
@@ -149,9 +139,7 @@ impl UdmaDevice {
                     alive: true,
                     h2t: None,
                 }),
-                reaper <- new_work!("neuron_udma::reap"),
-                reaping: Atomic::new(0),
-                watcher: Watcher::new()?,
+                completer: Completer::new()?,
                 patterns,
             }),
             GFP_KERNEL,
@@ -219,17 +207,17 @@ impl UdmaDevice {
         }
     }
 
-    /// Queues the reaper if orphans exist: called when a file is released, after which no
-    /// call of that file will reap what its abandoned `MEMCPY` holds (the pinned pages of an
-    /// import, a buffer's memory and charge). Queued only while the device is bound (decided
-    /// under the state lock, which unbind takes before it flushes the reaper), so it never runs
-    /// after unbind.
+    /// Has the completion engine reap while orphans exist: called when a file is released,
+    /// after which no call of that file will reap what its abandoned `MEMCPY` holds (the pinned
+    /// pages of an import, a buffer's memory and charge). Watched only while the device is
+    /// bound (the engine drops its members at unbind, [`Completer::shutdown`]).
     pub(crate) fn reap_later(this: &Arc<Self>) {
-        let st = this.state.lock();
-        let any = st.h2t.as_ref().is_some_and(|h| h.has_orphans());
-        if any && st.alive && this.reaping.cmpxchg(0, 1, Relaxed).is_ok() {
-            // Cannot be queued already: `reaping` was 0.
-            let _ = workqueue::system_unbound().enqueue(this.clone());
+        let any = {
+            let st = this.state.lock();
+            st.alive && st.h2t.as_ref().is_some_and(|h| h.has_orphans())
+        };
+        if any {
+            Completer::watch(&this.completer, this.clone());
         }
     }
 
@@ -358,7 +346,7 @@ impl UdmaDevice {
                 self.give_back_rings(gone.range);
             }
         }
-        self.watcher.shutdown();
+        self.completer.shutdown();
         // After the queues: no engine uses what the orphans hold, nor the buffers. The
         // coherent memory is freed now, while the device is bound; open files and mappings keep
         // only the records.
@@ -370,8 +358,6 @@ impl UdmaDevice {
         // after this; the dma-bufs live on, revoked, until their last descriptor is closed.
         crate::shim::dmabuf_revoke_all(self.pdev.as_ref());
         self.pool.shutdown();
-        // `alive` is false: the reaper ends its loop and is not queued again.
-        crate::shim::flush_work(&self.reaper);
     }
 }
 

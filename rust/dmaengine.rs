@@ -10,15 +10,16 @@
 //! Everything but the `dma_device` and the cookies (the dmaengine core's `dma_cookie_*()`,
 //! called by the shim) is here: channel state, descriptor building
 //! (the same `queue.rs` pairs as the ioctl path: 64 KiB each, at most 2032 per doorbell),
-//! completion and residue. Completion is polled from a work item that runs only while a channel
-//! has work, with the driver's [`Backoff`] (a short spin after each progress, then doubling
-//! sleeps). Client callbacks run from that work item without any lock of the driver held, so a
-//! callback may prepare and submit the next descriptor. The ring side is the channel's
+//! completion and residue. Each channel is a member of the device's completion engine
+//! (`completion.rs`), looked at while it has work ([`Completer::kick`] from `issue_pending`,
+//! which may run in atomic context). Client callbacks run from the engine's work item without
+//! any lock of the driver held, so a callback may prepare and submit the next descriptor. The ring side is the channel's
 //! ([`Channel::submit_pieces`], [`Channel::state`], [`Channel::recover`]).
 
 use crate::{
     arch::{Arch, QUEUES_PER_ENGINE},
-    channel::{Backoff, Channel, Owner, QueueId},
+    channel::{Channel, Owner, QueueId},
+    completion::{Completer, Look, Member, Membership},
     desc::MAX_DESC_BYTES,
     device::UdmaDevice,
     pattern::{PatternRef, Patterns},
@@ -27,11 +28,10 @@ use crate::{
 };
 use kernel::{
     device::Bound,
-    new_mutex, new_spinlock, new_work, pci,
+    new_condvar, new_mutex, new_spinlock, pci,
     prelude::*,
-    sync::{aref::ARef, Arc, ArcBorrow, Mutex, SpinLock},
+    sync::{aref::ARef, Arc, ArcBorrow, CondVar, Mutex, SpinLock},
     time::{delay::fsleep, Delta, Instant, Monotonic},
-    workqueue::{self, impl_has_work, Work, WorkItem},
 };
 
 /// Most channels a device registers (`dma_channels` is clamped to it): the free queues of the
@@ -94,7 +94,8 @@ struct Desc {
 struct State {
     /// The device is unbound: nothing new is accepted.
     dead: bool,
-    /// The completion work is queued or running.
+    /// The completion engine looks at the channel: it has work, or its last callbacks may be
+    /// running ([`DmaChan::idle`] is notified when this turns false).
     running: bool,
     /// A client holds the channel (between `alloc_chan_resources` and `free_chan_resources`).
     client: bool,
@@ -176,22 +177,56 @@ pub(crate) struct DmaChan {
     pdev: ARef<pci::Device>,
     #[pin]
     state: SpinLock<State>,
-    /// The pieces of the next submission (only the completion work uses it).
+    /// The pieces of the next submission (only the completion engine uses it).
     #[pin]
     pieces: Mutex<KVec<(u64, u64, u32)>>,
+    /// The device's completion engine, which looks at the channel while it has work.
+    completer: Arc<Completer>,
+    /// Notified when [`State::running`] turns false (`synchronize`, unbind).
     #[pin]
-    work: Work<DmaChan>,
+    idle: CondVar,
 }
 
-impl_has_work! {
-    impl HasWork<Self> for DmaChan { self.work }
-}
+impl Member for DmaChan {
+    /// One round: completes up to [`BATCH`] descriptors (their callbacks run here, outside
+    /// the locks) and writes issued ones to the ring.
+    fn look(&self, check: bool) -> Look {
+        if !self.state.lock().running {
+            return Look {
+                progress: false,
+                busy: false,
+            };
+        }
+        let mut done = Completed::new();
+        if self.step(check, &mut done).is_err() {
+            // The queue is gone (unbind): fail what is left.
+            let mut st = self.state.lock();
+            Self::fail_all(&mut st);
+            Self::complete(&mut st, &mut done);
+        }
+        let progress = done.n > 0;
+        for (txd, result, residue) in done.items.iter().flatten() {
+            // SAFETY: the descriptor is `Completing`: only this look removes it, below.
+            unsafe { txd.complete(*result, *residue) };
+        }
+        let mut st = self.state.lock();
+        if progress {
+            for d in st.descs.iter_mut().filter(|d| d.stage == Stage::Completing) {
+                d.stage = Stage::Done;
+            }
+            st.descs
+                .retain(|d| !(d.stage == Stage::Done && d.txd.acked()));
+        }
+        let busy = st.has_work();
+        if !busy {
+            st.running = false;
+            self.idle.notify_all();
+        }
+        Look { progress, busy }
+    }
 
-impl WorkItem for DmaChan {
-    type Pointer = Arc<DmaChan>;
-
-    fn run(this: Arc<DmaChan>) {
-        this.poll();
+    fn check_every(&self) -> Delta {
+        STATE_CHECK_EVERY
     }
 }
 
@@ -218,61 +253,27 @@ impl DmaChan {
                     failed_next: 0,
                 }),
                 pieces <- new_mutex!(pieces),
-                work <- new_work!("neuron_udma::dma"),
+                completer: dev.completer.clone(),
+                idle <- new_condvar!("neuron_udma::dma_idle"),
             }),
             GFP_KERNEL,
         )
     }
 
-    /// Queues the completion work unless it is queued or running (called under the lock).
+    /// Has the completion engine look at the channel (called under the lock; never sleeps).
     fn kick(self: ArcBorrow<'_, Self>, st: &mut State) {
         if !st.running {
             st.running = true;
-            let this: Arc<Self> = self.into();
-            // Cannot be queued already: `running` was false.
-            let _ = workqueue::system_unbound().enqueue(this);
+            Completer::kick(&self.completer);
         }
     }
 
-    /// The completion work: rounds of [`Self::step`] and callbacks until nothing is left.
-    fn poll(&self) {
-        let mut backoff = Backoff::new();
-        let mut checked_at = Instant::<Monotonic>::now();
-        loop {
-            let mut done = Completed::new();
-            let check = checked_at.elapsed() >= STATE_CHECK_EVERY;
-            if check {
-                checked_at = Instant::now();
-            }
-            if self.step(check, &mut done).is_err() {
-                // The queue is gone (unbind): fail what is left.
-                let mut st = self.state.lock();
-                Self::fail_all(&mut st);
-                Self::complete(&mut st, &mut done);
-            }
-            let progressed = done.n > 0;
-            for (txd, result, residue) in done.items.iter().flatten() {
-                // SAFETY: the descriptor is `Completing`: only this work removes it, below.
-                unsafe { txd.complete(*result, *residue) };
-            }
-            {
-                let mut st = self.state.lock();
-                if progressed {
-                    for d in st.descs.iter_mut().filter(|d| d.stage == Stage::Completing) {
-                        d.stage = Stage::Done;
-                    }
-                    st.descs
-                        .retain(|d| !(d.stage == Stage::Done && d.txd.acked()));
-                }
-                if !st.has_work() {
-                    st.running = false;
-                    return;
-                }
-            }
-            if progressed {
-                backoff.progress();
-            }
-            backoff.pause();
+    /// Waits until the completion engine is done with the channel: no work left and no
+    /// callback running.
+    fn wait_idle(&self) {
+        let mut st = self.state.lock();
+        while st.running {
+            self.idle.wait(&mut st);
         }
     }
 
@@ -658,12 +659,11 @@ extern "C" fn neuron_udma_dma_terminate(chan: *const DmaChan) {
     }
 }
 
-/// `device_synchronize`: waits until the completion work is idle (terminated transfers stopped,
-/// no callback running).
+/// `device_synchronize`: waits until the completion engine is done with the channel
+/// (terminated transfers stopped, no callback running).
 #[no_mangle]
 extern "C" fn neuron_udma_dma_sync(chan: *const DmaChan) {
-    let this = DmaChan::from_raw(chan);
-    shim::flush_work(&this.work);
+    DmaChan::from_raw(chan).wait_idle();
 }
 
 /// The `dma_device` was released: gives back its reference of the channel.
@@ -677,6 +677,9 @@ extern "C" fn neuron_udma_dma_put_chan(chan: *const DmaChan) {
 #[pin_data(PinnedDrop)]
 pub(crate) struct DmaProvider {
     chans: KVec<Arc<DmaChan>>,
+    /// The channels' places in the completion engine, given up at unbind.
+    #[pin]
+    members: Mutex<KVec<Membership>>,
     /// The registration (`None` once unregistered) and whether [`Self::shutdown`] ran.
     #[pin]
     reg: Mutex<(Option<DmaRegistration>, bool)>,
@@ -708,9 +711,15 @@ impl DmaProvider {
             let q = dev.queue_init(id, RING_DESCS, RING_DESCS, Owner::Driver, None)?;
             chans.push(DmaChan::new(dev, q)?, GFP_KERNEL)?;
         }
+        // Members of the completion engine from before the first client can issue, to unbind
+        // (`shutdown`), or until a failed registration below.
+        let mut members = KVec::with_capacity(chans.len(), GFP_KERNEL)?;
+        for c in chans.iter() {
+            members.push(Completer::add(&dev.completer, c.clone())?, GFP_KERNEL)?;
+        }
         if chans.is_empty() {
             return KBox::pin_init(
-                pin_init!(Self { chans, reg <- new_mutex!((None, false)) }),
+                pin_init!(Self { chans, members <- new_mutex!(members), reg <- new_mutex!((None, false)) }),
                 GFP_KERNEL,
             );
         }
@@ -728,7 +737,11 @@ impl DmaProvider {
                     eng
                 );
                 KBox::pin_init(
-                    pin_init!(Self { chans, reg <- new_mutex!((Some(reg), false)) }),
+                    pin_init!(Self {
+                        chans,
+                        members <- new_mutex!(members),
+                        reg <- new_mutex!((Some(reg), false)),
+                    }),
                     GFP_KERNEL,
                 )
             }
@@ -764,8 +777,10 @@ impl DmaProvider {
                 st.dead = true;
                 c.as_arc_borrow().kick(&mut st);
             }
-            shim::flush_work(&c.work);
+            c.wait_idle();
         }
+        // Idle for good (dead): out of the completion engine.
+        self.members.lock().clear();
         // A client still using a channel also has buffers mapped for this device: give it time
         // to see its transfers fail and let go, so that nothing of it is mapped once the
         // device is unbound.

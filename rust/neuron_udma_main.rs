@@ -24,6 +24,7 @@ mod bench;
 mod buffer;
 mod channel;
 mod charge;
+mod completion;
 mod debugfs;
 mod desc;
 mod device;
@@ -51,7 +52,6 @@ mod span;
 #[cfg(neuron_udma_kunit)]
 mod testing;
 mod uapi;
-mod watch;
 
 /// The most devices the driver binds at once (one character device name each). Real hosts have
 /// up to 16 Neuron devices (trn1.32xlarge, trn2.48xlarge); a probe beyond this fails with `EBUSY`.

@@ -8,12 +8,12 @@ use super::UdmaDevice;
 use crate::{
     channel::{Channel, Gone, Owner},
     charge::Charge,
+    completion::Completer,
     devring::{DeviceMemory, Fill},
     engine::QueueId,
     events::FileEvents,
     queue::Queue,
     ring::RingSize,
-    watch::Watcher,
 };
 use kernel::{prelude::*, sync::Arc};
 
@@ -211,15 +211,15 @@ impl UdmaDevice {
         self.queue_init(id, tx_descs, rx_descs, owner, None)
     }
 
-    /// Has the completion worker watch `chan` while somebody listens for its fences
-    /// ([`Watcher::watch`]).
+    /// Has the completion engine watch `chan` while somebody listens for its fences
+    /// ([`Completer::watch_queue`]).
     pub(crate) fn watch(&self, chan: &Arc<Channel>) {
-        Watcher::watch(&self.watcher, chan);
+        Completer::watch_queue(&self.completer, chan);
     }
 
-    /// The completion worker's state for debugfs ([`Watcher::state`]).
-    pub(crate) fn watcher_state(&self) -> (bool, usize) {
-        self.watcher.state()
+    /// The completion engine's state for debugfs ([`Completer::state`]).
+    pub(crate) fn completer_state(&self) -> (bool, usize) {
+        self.completer.state()
     }
 
     /// Queue `id` if `owner` holds it.
