@@ -8,8 +8,9 @@
 //!
 //! Order of the checks, the same for every command: a device that was unbound (`ENODEV`), a
 //! read-only file calling anything but a look (`EBADF`, also for unknown commands), an unknown
-//! command (`ENOTTY`); then the argument is copied in, and for an argument that also goes out,
-//! checked writable before the command changes anything (`EFAULT`).
+//! command (`ENOTTY`); then abandoned work is reaped (commands that need memory or the shared
+//! queue), the argument is copied in (unless the command only writes it) and, if it also goes
+//! out, checked writable before the command changes anything (`EFAULT`).
 
 use super::OpenFile;
 use crate::uapi;
