@@ -23,6 +23,7 @@ use crate::{
     devring::Moves,
     engine::{self, DescCount, EngineErrors, EngineIo, QueueIndex, QueueRegs},
     events::{EventFd, FileEvents, UringCmd},
+    fence,
     queue::{self, Doorbell, Queue},
     regs::{M2s, S2m},
     ring::RingState,
@@ -781,16 +782,8 @@ impl Channel {
         let start = Instant::<Monotonic>::now();
         let mut backoff = Backoff::new();
         let mut next_state_check = STATE_CHECK_FIRST;
-        let settled = |s: FenceState| -> Option<Result> {
-            match s {
-                FenceState::Pending => None,
-                FenceState::Done => Some(Ok(())),
-                FenceState::Failed(_) => Some(Err(EIO)),
-                FenceState::Expired => Some(Err(ESTALE)),
-            }
-        };
         loop {
-            if let Some(r) = settled(self.locked(|q| q.state(seq))?) {
+            if let Some(r) = fence::outcome(self.locked(|q| q.state(seq))?) {
                 return r;
             }
             if policy.signals.interrupted() {
@@ -813,7 +806,7 @@ impl Channel {
             backoff.pause();
         }
         // TIMEOUT: one last look, so that a completion racing the deadline is not lost.
-        if let Some(r) = settled(self.locked(|q| q.state(seq))?) {
+        if let Some(r) = fence::outcome(self.locked(|q| q.state(seq))?) {
             return r;
         }
         let errors = self.engine_errors()?;
@@ -1148,15 +1141,9 @@ impl Channel {
             // nothing is in flight, and the worker would stop watching with commands queued.
             let mut i = 0;
             while i < l.uring.len() {
-                let res = match q.state_retired(l.uring[i].seq) {
-                    Ok(FenceState::Pending) => {
-                        i += 1;
-                        continue;
-                    }
-                    Ok(FenceState::Done) => 0,
-                    Ok(FenceState::Failed(_)) => EIO.to_errno(),
-                    Ok(FenceState::Expired) => ESTALE.to_errno(),
-                    Err(e) => e.to_errno(),
+                let Some(res) = fence::completion(q.state_retired(l.uring[i].seq)) else {
+                    i += 1;
+                    continue;
                 };
                 if let Ok(cmd) = l.uring.remove(i) {
                     cmd.complete(res);

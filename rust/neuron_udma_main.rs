@@ -36,6 +36,7 @@ mod dram;
 mod driver;
 mod engine;
 mod events;
+mod fence;
 mod file;
 mod h2t;
 #[cfg(neuron_udma_kunit)]

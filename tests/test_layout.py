@@ -95,12 +95,14 @@ class Layout(unittest.TestCase):
             self.assertIsNone(re.search(r"&\s*\(\s*\w+\s*-\s*1\s*\)", text), f"{p.name}: ring index masking outside ring.rs")
 
     def test_file_does_no_queue_policy(self):
-        """file.rs decodes and validates the ABI and keeps per-file ids; every operation on a queue
-        is a Channel method (no queue closure, none of the lower layers imported)."""
-        text = code(RUST / "file.rs")
-        self.assertEqual(len(re.findall(r"\.with\(", text)), 0, "rust/file.rs runs a closure on a queue")
-        lower = imports(RUST / "file.rs", modules()) & {"engine", "regs", "ring", "desc", "queue"}
-        self.assertEqual(lower, set(), f"rust/file.rs imports {sorted(lower)}")
+        """file.rs and its children (rust/file/) decode and validate the ABI and keep per-file ids;
+        every operation on a queue is a Channel method (no queue closure, none of the lower layers
+        imported)."""
+        for p in [RUST / "file.rs"] + sorted((RUST / "file").glob("*.rs")):
+            name = p.relative_to(RUST)
+            self.assertEqual(len(re.findall(r"\.with\(", code(p))), 0, f"rust/{name} runs a closure on a queue")
+            lower = imports(p, modules()) & {"engine", "regs", "ring", "desc", "queue"}
+            self.assertEqual(lower, set(), f"rust/{name} imports {sorted(lower)}")
 
     def test_shim_interface_agrees(self):
         """rust/shim.h declares every function that crosses between C and Rust, and the two sides

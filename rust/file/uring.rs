@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! io_uring commands of an open file (`NEURON_UDMA_URING_COPY`) and their trampolines: a
+//! prepare, a fence and the command queued until the fence settles; on an IOPOLL ring the
+//! command is completed by polling.
+//!
+//! A command names its queue instance: one whose instance went away (released,
+//! re-initialised, unbound) after its fence was submitted completes with `ECANCELED`.
+
+use super::{OpenFile, MAX_BATCH};
+use crate::{
+    events::UringCmd,
+    fence,
+    shim::{self, RawUringCmd},
+    uapi,
+};
+use kernel::{
+    prelude::*,
+    transmute::AsBytes,
+    uaccess::{UserPtr, UserSlice},
+};
+
+impl OpenFile {
+    /// An io_uring `NEURON_UDMA_URING_COPY` of this file: prepares `count` copies at `copies`
+    /// on queue `eng`/`qid`, submits them with a fence and queues `cmd` until the fence
+    /// settles (on an `iopoll` ring, [`Self::uring_poll`] completes it). Returns
+    /// `-EIOCBQUEUED`, or a negative errno with which io_uring completes the command: nothing
+    /// was prepared then, except when only queueing the command failed after its fence was
+    /// submitted (`ENOMEM`, or `ECANCELED` for a queue released or unbound meanwhile): its
+    /// copies still run, their buffers held until done.
+    fn uring_submit(
+        &self,
+        cmd: *mut RawUringCmd,
+        eng: u32,
+        qid: u32,
+        count: u32,
+        copies: u64,
+        iopoll: bool,
+    ) -> Result<i32> {
+        if !self.dev.is_alive() {
+            return Err(ENODEV);
+        }
+        if count == 0 || count > MAX_BATCH {
+            return Err(EINVAL);
+        }
+        let chan = self.queue(eng, qid)?;
+        // No fence slot: fail before the copies are read (checked again under the queue lock).
+        if !chan.can_submit()? {
+            return Err(EBUSY);
+        }
+        let staged = read_copies(copies, count)?;
+        // The pairs and their fence under one queue lock: a fence slot taken meanwhile by
+        // another thread of the file fails the command with nothing prepared.
+        // On the instance looked up above: a release and re-init of the id meanwhile fails
+        // the command (`ECANCELED`) rather than moving it to the new instance.
+        let (_, seq) = self.prepare_on(&chan, &staged, true)?;
+        // SAFETY: `cmd` is the command being issued; the driver's `uring_cmd` owns its bytes.
+        unsafe { shim::uring_pdu_set(cmd, eng, qid, chan.instance, seq) };
+        // The queue's listeners (an eventfd, a poller, queued commands) hear of the fence just
+        // submitted, whatever happens to `cmd` below.
+        self.dev.watch(&chan);
+        if !iopoll {
+            // SAFETY: `cmd` is queued from here on (`-EIOCBQUEUED` below) and completed only
+            // through the `UringCmd`.
+            let Some(c) = (unsafe { UringCmd::new(cmd, seq) }) else {
+                return Err(EINVAL);
+            };
+            let added = chan.add_uring(c);
+            // Queued: watched again now that it listens too.
+            self.dev.watch(&chan);
+            if let Err((e, c)) = added {
+                // Not queued: io_uring completes it with `e`; its fence was submitted, so a
+                // queue gone meanwhile (released, or unbound: `ENODEV`) cancelled it.
+                c.into_raw();
+                return Err(cancelled_if_gone(e));
+            }
+        }
+        Ok(EIOCBQUEUED.to_errno())
+    }
+
+    /// Completes the IOPOLL command `cmd` if its fence settled, or with `-ECANCELED` if its
+    /// queue instance is gone (released, re-initialised, unbound); returns whether it did.
+    fn uring_poll(&self, cmd: *mut RawUringCmd) -> bool {
+        // SAFETY: `cmd` is a queued command of `uring_submit`, which recorded its queue
+        // instance and fence.
+        let (eng, qid, instance, seq) = unsafe { shim::uring_pdu_get(cmd) };
+        // The queue by id, then the instance: a queue of the same id initialised since is
+        // another instance, whose fence numbers never name this command's.
+        let state = match self.queue(eng, qid) {
+            Ok(c) if c.instance == instance => c.poll_fence(seq),
+            _ => Err(ECANCELED),
+        };
+        let Some(res) = fence::completion(state.map_err(cancelled_if_gone)) else {
+            return false;
+        };
+        // SAFETY: queued and not completed (it completes only here, once its fence settled).
+        unsafe { shim::uring_cmd_done(cmd, res) };
+        true
+    }
+}
+
+/// The error of an io_uring command whose fence was submitted: a queue instance gone since
+/// (released: `ECANCELED`; unbound: `ENODEV`) cancelled it, so both are `ECANCELED`.
+fn cancelled_if_gone(e: Error) -> Error {
+    if e == ENODEV {
+        ECANCELED
+    } else {
+        e
+    }
+}
+
+/// An io_uring `NEURON_UDMA_URING_COPY` of an open file (the trampoline of `rust/shim.c`):
+/// `-EIOCBQUEUED` once queued, or a negative errno (io_uring completes the command with it).
+///
+/// # Safety
+///
+/// `file` is the private data of the command's open file, `cmd` the command being issued.
+#[no_mangle]
+unsafe extern "C" fn neuron_udma_uring_submit(
+    file: *const OpenFile,
+    cmd: *mut RawUringCmd,
+    engine: u32,
+    queue: u32,
+    count: u32,
+    copies: u64,
+    iopoll: bool,
+    writable: bool,
+) -> c_int {
+    // SAFETY: per the function's contract the file is open (io_uring holds it).
+    let me = unsafe { &*file };
+    if !writable {
+        return EBADF.to_errno();
+    }
+    me.uring_submit(cmd, engine, queue, count, copies, iopoll)
+        .unwrap_or_else(|e| e.to_errno())
+}
+
+/// `uring_cmd_iopoll` of an open file: 1 if the IOPOLL command `cmd` completed now.
+///
+/// # Safety
+///
+/// `file` is the private data of the command's open file, `cmd` a command queued by
+/// [`neuron_udma_uring_submit`] on an IOPOLL ring and not completed yet.
+#[no_mangle]
+unsafe extern "C" fn neuron_udma_uring_poll(file: *const OpenFile, cmd: *mut RawUringCmd) -> c_int {
+    // SAFETY: per the function's contract the file is open.
+    let me = unsafe { &*file };
+    c_int::from(me.uring_poll(cmd))
+}
+
+/// Reads the `count` copies (at most [`MAX_BATCH`]) at user address `copies` in one user copy,
+/// before any lock: a page fault takes the mmap lock, which a fault on a buffer mapping holds
+/// while it takes a buffer's lock.
+fn read_copies(copies: u64, count: u32) -> Result<KVVec<uapi::neuron_udma_copy>> {
+    let entry = core::mem::size_of::<uapi::neuron_udma_copy>();
+    // CAST: `count` is at most MAX_BATCH.
+    let n = count as usize;
+    let mut v = KVVec::with_capacity(n, GFP_KERNEL_ACCOUNT)?;
+    for _ in 0..n {
+        v.push(uapi::neuron_udma_copy::default(), GFP_KERNEL_ACCOUNT)?;
+    }
+    // CAST: a user address.
+    UserSlice::new(UserPtr::from_addr(copies as usize), entry * n)
+        .reader()
+        .read_slice(v.as_bytes_mut())?;
+    Ok(v)
+}
