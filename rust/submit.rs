@@ -27,6 +27,7 @@ use crate::{
     shim::fatal_signal_pending,
     split::{self, Cut, Job},
 };
+use core::fmt;
 use kernel::{
     prelude::*,
     time::{delay::fsleep, Delta, Instant, Monotonic},
@@ -558,39 +559,49 @@ pub(crate) fn fail<D: Door>(
     errors: &EngineErrors,
     timeout: Delta,
 ) -> Result {
-    let (bar, id) = (door.bar(), door.id());
     let what = if err == EIO {
         "failed: engine error"
     } else {
         "timed out"
     };
     if err == ETIMEDOUT && timeout < DEFAULT_TIMEOUT {
-        dev_dbg!(
-            bar.pdev,
-            "engine {} queue {}: fence {} timed out after {} ms; resetting the queue\n",
-            id.eng.get(),
-            id.q.number(),
-            seq,
-            timeout.as_millis()
+        log_reset(
+            door,
+            true,
+            format_args!("fence {} timed out after {} ms", seq, timeout.as_millis()),
         );
-    } else if bar.log_limit.allow() {
-        dev_err!(
-            bar.pdev,
-            "engine {} queue {}: fence {} {} (m2s state {:#x} cause {:#x}, s2m state {:#x} cause {:#x}); resetting the queue\n",
-            id.eng.get(),
-            id.q.number(),
-            seq,
-            what,
-            errors.m2s_state,
-            errors.m2s_cause,
-            errors.s2m_state,
-            errors.s2m_cause
+    } else {
+        log_reset(
+            door,
+            false,
+            format_args!(
+                "fence {} {} (m2s state {:#x} cause {:#x}, s2m state {:#x} cause {:#x})",
+                seq, what, errors.m2s_state, errors.m2s_cause, errors.s2m_state, errors.s2m_cause
+            ),
         );
     }
     reset(door, err)?;
     match door.locked(|q| q.state(seq))? {
         FenceState::Done => Ok(()),
         _ => Err(err),
+    }
+}
+
+/// Logs why `door`'s queue is being reset: `what`, after the engine and queue, at debug level
+/// (`debug`: a timeout the caller chose), or at error level within the device's rate limit
+/// (user space can provoke these).
+fn log_reset<D: Door>(door: &D, debug: bool, what: fmt::Arguments<'_>) {
+    let (bar, eng, q) = (door.bar(), door.id().eng.get(), door.id().q.number());
+    if debug {
+        dev_dbg!(
+            bar.pdev,
+            "engine {eng} queue {q}: {what}; resetting the queue\n"
+        );
+    } else if bar.log_limit.allow() {
+        dev_err!(
+            bar.pdev,
+            "engine {eng} queue {q}: {what}; resetting the queue\n"
+        );
     }
 }
 
@@ -604,16 +615,11 @@ pub(crate) fn reset_if_stuck<D: Door>(door: &D) -> Result {
     if door.with_io(|q, io| Ok(q.stalled_for(io)))? < DEFAULT_TIMEOUT {
         return Ok(());
     }
-    let (bar, id) = (door.bar(), door.id());
-    if bar.log_limit.allow() {
-        dev_err!(
-            bar.pdev,
-            "engine {} queue {}: no progress for {} s; resetting the queue\n",
-            id.eng.get(),
-            id.q.number(),
-            DEFAULT_TIMEOUT.as_millis() / 1000
-        );
-    }
+    log_reset(
+        door,
+        false,
+        format_args!("no progress for {} s", DEFAULT_TIMEOUT.as_millis() / 1000),
+    );
     reset(door, ETIMEDOUT)
 }
 
@@ -651,7 +657,6 @@ fn reset_queue(q: &mut Queue, io: EngineIo<'_>, why: Error) {
 ///
 /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
 pub(crate) fn recover<D: Door>(door: &D) -> Result<Option<Error>> {
-    let (bar, id) = (door.bar(), door.id());
     door.with_io(|q, io| {
         let errors = engine::engine_errors(io);
         let (err, why) = if errors.aborted() {
@@ -661,15 +666,7 @@ pub(crate) fn recover<D: Door>(door: &D) -> Result<Option<Error>> {
         } else {
             return Ok(None);
         };
-        if bar.log_limit.allow() {
-            dev_err!(
-                bar.pdev,
-                "engine {} queue {}: transfer {}; resetting the queue\n",
-                id.eng.get(),
-                id.q.number(),
-                why
-            );
-        }
+        log_reset(door, false, format_args!("transfer {why}"));
         reset_queue(q, io, err);
         Ok(Some(err))
     })
