@@ -7,11 +7,11 @@
 //! splitter, `split.rs`, cuts them), the buffer holds of a user's submission, and the fence
 //! that rings the doorbells; if anything fails, everything it wrote is taken back
 //! ([`Queue::all_or_nothing`]). The loop writes one submission per queue whenever that queue
-//! has none in flight, waits for the fences with the driver's [`Backoff`], waits for room in a
-//! ring full of other callers' submissions, and resets a queue on an engine error or a stall;
-//! what differs between its callers (`MEMCPY` and `MEMSET`, the scrub on one or several queues,
-//! the device-ring fill, the KUnit copies) is data: the [`Policy`] (signals, timeout, what a
-//! timeout does) and a stop check. dmaengine's completion work writes one submission at a time
+//! has none in flight, waits for the fences and for room in a ring full of other callers'
+//! submissions with the driver's one back-off ([`Backoff`]), and resets a queue on an engine
+//! error or a stall by one rule; what differs between its callers (`MEMCPY` and `MEMSET`, the
+//! scrub on one or several queues, the device-ring fill, the KUnit copies) is data: the
+//! [`Policy`] (signals, timeout, what a timeout does) and a stop check. dmaengine's completion work writes one submission at a time
 //! with [`submit_listed`]; the user queues' prepare calls with [`prepare`] and
 //! [`prepare_fenced`].
 //!
@@ -30,7 +30,7 @@ use crate::{
 use core::fmt;
 use kernel::{
     prelude::*,
-    time::{delay::fsleep, Delta, Instant, Monotonic},
+    time::{Delta, Instant, Monotonic},
 };
 
 /// Default time a completion wait may take before the queue is declared stuck; on the
@@ -41,8 +41,6 @@ pub(crate) const DEFAULT_TIMEOUT: Delta = Delta::from_secs(10);
 const STATE_CHECK_FIRST: Delta = Delta::from_millis(5);
 /// Period of the engine state reads after [`STATE_CHECK_FIRST`].
 pub(crate) const STATE_CHECK_EVERY: Delta = Delta::from_millis(20);
-/// Sleep between two looks at a ring that has no room for a submission.
-const FULL_RING_SLEEP: Delta = Delta::from_micros(50);
 /// Most queues one [`run`] runs on.
 pub(crate) const MAX_SPLIT: usize = 4;
 
@@ -348,9 +346,9 @@ pub(crate) fn copy_ranges<D: Door>(door: &D, ranges: &[(u64, u64, u64)]) -> Resu
 /// [`MAX_SPLIT`]), at the same time. Every queue gets a submission ([`submit`]) whenever it
 /// has none in flight and `stop` has nothing to say, and the caller waits for them in turn
 /// (`policy`'s timeout per wait). When every ring with work left is full of other callers'
-/// submissions, it waits for room within the timeout (counted from the start, or for
-/// [`OnTimeout::WaitUnlessStuck`] from when the ring was found full) and then resets the queues
-/// that are stuck. A failure (or `stop`) ends new submissions; the call returns once nothing of
+/// submissions, it waits for room with back-off within the timeout (counted from the start,
+/// or for [`OnTimeout::WaitUnlessStuck`] from when the ring was found full) and then resets the
+/// queues that are stuck. A failure (or `stop`) ends new submissions; the call returns once nothing of
 /// it is in flight, or at once with the fences still in flight when a wait ends early
 /// (`EINTR`, or `ETIMEDOUT` without a reset).
 pub(crate) fn run<D: Door>(
@@ -363,6 +361,8 @@ pub(crate) fn run<D: Door>(
     let start = Instant::<Monotonic>::now();
     // Since when every ring with work left has been full (nothing of the copy in flight).
     let mut full_since = None;
+    // The looks at rings full of other submissions.
+    let mut backoff = Backoff::new();
     let mut inflight: [Option<u64>; MAX_SPLIT] = [None; MAX_SPLIT];
     let mut failed: Option<Error> = None;
     loop {
@@ -389,6 +389,7 @@ pub(crate) fn run<D: Door>(
         }
         if submitted {
             full_since = None;
+            backoff.progress();
         }
         let busy = inflight.iter().any(Option::is_some);
         for i in 0..n {
@@ -452,7 +453,7 @@ pub(crate) fn run<D: Door>(
             if (patient || policy.signals != WaitMode::Uninterruptible) && fatal_signal_pending() {
                 return SplitFinish::Failed(EINTR);
             }
-            fsleep(FULL_RING_SLEEP);
+            backoff.pause();
         }
     }
 }

@@ -189,9 +189,11 @@ class Submission(unittest.TestCase):
 
     def test_one_submission_loop(self):
         """The splitter hands out a driver submission's pairs (split::submission) to the engine
-        alone, and nothing but the engine sleeps on a ring full of other submissions."""
+        alone, and the engine waits only with the driver's one back-off (backoff.rs): no fixed
+        sleep of its own."""
         self.assertEqual(self.users(r"\bsplit::submission\("), {"submit"})
-        self.assertEqual(self.users(r"\bFULL_RING_SLEEP\b"), {"submit"})
+        self.assertIsNone(re.search(r"\b(?:fsleep|msleep|usleep_range)\b", production(RUST / "submit.rs")))
+        self.assertIn("Backoff", production(RUST / "submit.rs"))
 
 
 class Sizes(unittest.TestCase):
