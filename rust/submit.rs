@@ -22,6 +22,7 @@ use crate::{
     backoff::Backoff,
     bar0::Bar0,
     buffer::Holds,
+    desc::Barrier,
     engine::{self, EngineErrors, EngineIo, QueueId},
     queue::{Copy, Doorbell, FenceState, Queue},
     shim::fatal_signal_pending,
@@ -178,7 +179,7 @@ impl Finish {
     }
 }
 
-// ---- the writers: every pair the driver writes goes through them ----
+// ---- the writers: every data pair goes through them ----
 
 /// Writes the pairs `copies` of one user prepare call, all or none, with `holds` keeping their
 /// buffers busy until the engine is done with them; the largest copy among them took
@@ -230,7 +231,7 @@ fn write_cut(
     bell: impl Doorbell,
     cut: &mut Cut<'_>,
     room: u32,
-    last: crate::desc::Barrier,
+    last: Barrier,
 ) -> Result<u64> {
     q.all_or_nothing(|q| {
         split::submission(cut, room, last, |c| q.prepare_one(c))?;
