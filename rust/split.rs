@@ -282,3 +282,181 @@ pub(crate) fn submission(
     }
     Ok(pairs)
 }
+
+#[cfg(neuron_udma_kunit)]
+#[kunit_tests(neuron_udma_split)]
+mod tests {
+    use super::*;
+    use crate::span::Segment;
+
+    /// One submission of at most `room` pairs of `cut`: `(source, destination, bytes, barrier)`.
+    fn take(cut: &mut Cut<'_>, room: u32) -> Result<KVec<(u64, u64, u32, Barrier)>> {
+        let mut v = KVec::new();
+        submission(cut, room, Barrier::Write, |c| {
+            v.push((c.src, c.dst, c.len.bytes(), c.barrier), GFP_KERNEL)?;
+            Ok(())
+        })?;
+        Ok(v)
+    }
+
+    #[test]
+    fn the_final_barrier_goes_on_the_last_pair_of_each_submission() -> Result {
+        let job = Job {
+            src: Span::Linear(0x1000),
+            dst: Span::Linear(0x9000_0000),
+            size: 150_000,
+        };
+        let mut cut = Cut::job(&job);
+        // The room ends the first submission, the copy the second.
+        let v = take(&mut cut, 2)?;
+        assert_eq!(
+            &v[..],
+            &[
+                (0x1000, 0x9000_0000, 65536, Barrier::None),
+                (0x11000, 0x9001_0000, 65536, Barrier::Write),
+            ]
+        );
+        assert!(!cut.is_done());
+        let v = take(&mut cut, 2032)?;
+        assert_eq!(
+            &v[..],
+            &[(0x21000, 0x9002_0000, 150_000 - 131_072, Barrier::Write)]
+        );
+        assert!(cut.is_done());
+        assert_eq!(take(&mut cut, 2032)?.len(), 0);
+        // A scrub's source repeats.
+        let job = Job {
+            src: Span::Repeat(0x5000),
+            dst: Span::Linear(0),
+            size: 70_000,
+        };
+        let v = take(&mut Cut::job(&job), 2032)?;
+        assert_eq!(
+            &v[..],
+            &[
+                (0x5000, 0, 65536, Barrier::None),
+                (0x5000, 65536, 70_000 - 65536, Barrier::Write),
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn ranges_are_cut_in_order_and_empty_ones_skipped() -> Result {
+        let ranges = [
+            (0x1000, 0x9000, 70_000),
+            (0x7000, 0x8000, 0),
+            (0x5_0000, 0x6_0000, 10),
+        ];
+        let mut cut = Cut::ranges(&ranges);
+        let v = take(&mut cut, 2032)?;
+        assert_eq!(
+            &v[..],
+            &[
+                (0x1000, 0x9000, 65536, Barrier::None),
+                (
+                    0x1000 + 65536,
+                    0x9000 + 65536,
+                    70_000 - 65536,
+                    Barrier::None
+                ),
+                (0x5_0000, 0x6_0000, 10, Barrier::Write),
+            ]
+        );
+        assert!(cut.is_done());
+        assert!(Cut::ranges(&[]).is_done());
+        Ok(())
+    }
+
+    #[test]
+    fn listed_pieces_are_one_pair_each() -> Result {
+        assert!(Cut::listed(&[]).is_err());
+        assert!(Cut::listed(&[(0, 0, 0)]).is_err());
+        assert!(Cut::listed(&[(0, 0, PAIR_BYTES + 1)]).is_err());
+        let list = [(0x10, 0x20, PAIR_BYTES), (0x30, 0x40, 1)];
+        let mut cut = Cut::listed(&list)?;
+        assert_eq!(cut.listed_pairs(), Some(2));
+        let v = take(&mut cut, 2)?;
+        assert_eq!(
+            &v[..],
+            &[
+                (0x10, 0x20, PAIR_BYTES, Barrier::None),
+                (0x30, 0x40, 1, Barrier::Write),
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_users_copy_is_one_pair_or_one_per_run() -> Result {
+        assert_eq!(copy_len(0), Err(EINVAL));
+        assert_eq!(copy_len(PAIR_BYTES + 1), Err(EINVAL));
+        let len = copy_len(8192)?;
+        let mut one = UserPairs::new(
+            Span::Linear(0x1000),
+            Span::Linear(0x2000),
+            len,
+            Barrier::Dmb,
+        );
+        assert_eq!(one.count_pairs()?, 1);
+        let c = one.next().ok_or(EINVAL)??;
+        assert_eq!(
+            (c.src, c.dst, c.len.bytes(), c.barrier),
+            (0x1000, 0x2000, 8192, Barrier::Dmb)
+        );
+        assert!(one.next().is_none());
+        // An import of two runs: one pair per run, each with the copy's barrier.
+        let segs = [
+            Segment {
+                offset: 0,
+                addr: 0x10000,
+                len: 4096,
+            },
+            Segment {
+                offset: 4096,
+                addr: 0x30000,
+                len: 4096,
+            },
+        ];
+        let src = Span::Runs {
+            segs: &segs,
+            start: 0,
+            route: 0,
+        };
+        let runs = UserPairs::new(src, Span::Linear(0x9000), len, Barrier::Write);
+        assert_eq!(runs.count_pairs()?, 2);
+        let mut got = KVec::new();
+        for p in runs {
+            let c = p?;
+            got.push((c.src, c.dst, c.len.bytes(), c.barrier), GFP_KERNEL)?;
+        }
+        assert_eq!(
+            &got[..],
+            &[
+                (0x10000, 0x9000, 4096, Barrier::Write),
+                (0x30000, 0xa000, 4096, Barrier::Write),
+            ]
+        );
+        // A span shorter than the copy: ERANGE.
+        let short = Span::Runs {
+            segs: &segs[..1],
+            start: 0,
+            route: 0,
+        };
+        let mut bad = UserPairs::new(short, Span::Linear(0), len, Barrier::None);
+        assert_eq!(bad.count_pairs(), Err(ERANGE));
+        assert!(matches!(bad.next(), Some(Ok(_))));
+        assert!(matches!(bad.next(), Some(Err(_))));
+        assert!(bad.next().is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn scrub_parts_are_whole_pairs() {
+        let unit = u64::from(PAIR_BYTES);
+        assert_eq!(share(4 << 20, 2), 2 << 20);
+        assert_eq!(share(10 * unit + 1, 4), 3 * unit);
+        assert_eq!(share(unit, 4), unit);
+        assert_eq!(share(0, 4), 0);
+    }
+}
