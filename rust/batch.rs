@@ -3,15 +3,15 @@
 //! The copies of one prepare call (`COPY_PREPARE_ONE`, `COPY_PREPARE`) translated into
 //! descriptor pairs: every entry validated in one pass, its buffers looked up once per call
 //! (a per-call table of handles), each buffer held once for the whole submission
-//! ([`Holds`]), and the pairs collected in one array for the queue to write
-//! (`Channel::prepare`). Nothing here touches a queue.
+//! ([`Holds`]), and the pairs, as the splitter (`split.rs`) cuts each copy, collected in one
+//! array for the submission engine to write (`Channel::prepare`). Nothing here touches a queue.
 
 use crate::{
     buffer::{Buffer, Holds},
-    desc::{Barrier, DescLen, MAX_DESC_BYTES},
+    desc::{Barrier, DescLen},
     pool::BufferPool,
     queue::Copy,
-    span::{Pieces, Span},
+    split::{self, UserPairs},
     uapi,
 };
 use kernel::{prelude::*, sync::Arc};
@@ -227,8 +227,8 @@ impl Batch {
         if c.reserved != 0 || c.flags & !SPLIT != 0 {
             return Err(EINVAL);
         }
-        // EINVAL for size 0 or above 64 KiB, before any lookup.
-        let len = DescLen::new(c.size)?;
+        // EINVAL for size 0 or above one pair, before any lookup.
+        let len = split::copy_len(c.size)?;
         let barrier = Barrier::try_from(c.barrier)?;
         let s = self.resolve(pool, owner, route, c.src_handle)?;
         self.get(s)?
@@ -238,44 +238,35 @@ impl Batch {
         let (src, dst) = (self.get(s)?, self.get(d)?);
         dst.buf.check_range(c.dst_offset, u64::from(c.size))?;
         dst.buf.check_writable()?;
-        let (ss, ds) = (
+        let pairs = UserPairs::new(
             src.buf.span_at(src.base, c.src_offset),
             dst.buf.span_at(dst.base, c.dst_offset),
+            len,
+            barrier,
         );
-        if let (Span::Linear(sa), Span::Linear(da)) = (ss, ds) {
-            // Within 64 KiB, copies between driver-allocated (contiguous) buffers are always
-            // one pair.
+        if let UserPairs::One(Some(pair)) = pairs {
+            // Copies between driver-allocated (contiguous) buffers are always one pair.
             self.flags |= c.flags;
-            return self.push(Copy {
-                src: sa,
-                dst: da,
-                len,
-                barrier,
-            });
+            return self.push(pair);
         }
-        let mut pieces = Pieces::new(ss, ds, u64::from(c.size), MAX_DESC_BYTES);
-        let mut split = KVec::<Copy>::new();
-        while pieces.remaining() != 0 {
-            // A span too short for the copy (the ranges were checked above).
-            let (sa, da, n) = pieces.next().ok_or(ERANGE)?;
-            split.push(
-                Copy {
-                    src: sa,
-                    dst: da,
-                    len: DescLen::new(n)?,
-                    barrier,
-                },
-                GFP_KERNEL_ACCOUNT,
-            )?;
-        }
-        if split.len() > 1 && c.flags & SPLIT == 0 {
+        // A side is an import: its runs are borrowed from buffers held apart from the batch's
+        // records, which the pairs are pushed to.
+        let (sb, sbase, db, dbase) = (src.buf.clone(), src.base, dst.buf.clone(), dst.base);
+        let mut pairs = UserPairs::new(
+            sb.span_at(sbase, c.src_offset),
+            db.span_at(dbase, c.dst_offset),
+            len,
+            barrier,
+        );
+        // ERANGE for a span too short for the copy (the ranges were checked above).
+        let n = pairs.count_pairs()?;
+        if n > 1 && c.flags & SPLIT == 0 {
             return Err(EXDEV);
         }
         self.flags |= c.flags;
-        // CAST: at most 2 * 16 + 1 pieces (a 64 KiB range touches at most 17 pages).
-        self.largest = self.largest.max(split.len() as u32);
-        for x in split {
-            self.push(x)?;
+        self.largest = self.largest.max(n);
+        for pair in &mut pairs {
+            self.push(pair?)?;
         }
         Ok(())
     }

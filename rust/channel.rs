@@ -4,191 +4,62 @@
 //! operation on a queue — prepare, start, fence-or-join, wait, reset, state snapshot — is a
 //! method here; callers never see the [`Queue`] or the engine's registers.
 //!
-//! It is also the driver's submission engine ([`Channel::transfer`], after idxd's
-//! `idxd_submit_desc`): one loop that splits a copy into pairs (`span.rs`), writes them, rings
-//! the doorbells with a fence, waits with back-off, and resets the queue on an engine error or
-//! a stall. `MEMCPY`, the device-memory scrub and the KUnit copies run it; the dmaengine
-//! provider uses its pieces ([`Channel::room`], [`Channel::submit_pieces`],
-//! [`Channel::collect`], [`Channel::recover`]) from its completion work. A [`Policy`] says how signals and timeouts end a wait, and [`Finish`] what
-//! is still in flight when a copy ends early.
+//! The door lends its queue, under the lock, to the submission engine below it (`submit.rs`,
+//! through [`Door`]): every pair written, every wait for a fence and every reset runs there,
+//! with the [`Policy`] the door's caller chose. `MEMCPY`, `MEMSET`, the device-memory scrub
+//! and the KUnit copies run its loop ([`Channel::transfer`]); the dmaengine provider writes
+//! one submission at a time ([`Channel::submit_pieces`]) from its completion work; the user
+//! queues' prepare calls ([`Channel::prepare`]) write theirs. Who hears of completions
+//! besides the waiters (the file's pollers, an eventfd, io_uring commands) is the child module
+//! `channel/listeners.rs`.
 //!
-//! Data flows one way: `file.rs`, `h2t.rs`, `dmaengine.rs` -> here -> `queue.rs` -> `ring.rs`,
-//! `engine.rs` (through `bar0.rs`); nothing here calls back into its callers.
+//! Data flows one way: `file.rs`, `h2t.rs`, `dmaengine.rs` -> here -> `submit.rs` ->
+//! `split.rs`, `queue.rs` -> `ring.rs`, `engine.rs` (through `bar0.rs`); nothing here calls
+//! back into its callers.
+
+mod listeners;
 
 use crate::{
     bar0::Bar0,
     buffer::{Buffer, Holds},
     charge::Charge,
-    desc::{Barrier, Desc, DescLen, Dir, MAX_DESC_BYTES},
+    desc::{Desc, Dir},
     devring::Moves,
     engine::{self, DescCount, EngineErrors, EngineIo, QueueIndex, QueueRegs},
-    events::{EventFd, FileEvents, UringCmd},
-    fence,
+    events::FileEvents,
     queue::{self, Doorbell, Queue},
     regs::{M2s, S2m},
     ring::RingState,
-    shim::fatal_signal_pending,
-    span::{Pieces, Span},
+    split::Cut,
+    submit::{self, Door},
 };
 use kernel::{
     new_mutex, new_spinlock,
     prelude::*,
-    processor::cpu_relax,
     static_lock_class,
     sync::{
         atomic::{Atomic, Relaxed},
         Arc, Mutex, SpinLock,
     },
-    time::{delay::fsleep, Delta, Instant, Monotonic},
+    time::{Delta, Instant, Monotonic},
 };
+use listeners::Listeners;
 
 /// A queue of the device (engine and index), as callers name a channel.
 pub(crate) use crate::engine::QueueId;
 /// What became of a fence.
 pub(crate) use crate::queue::FenceState;
+/// What one copy moves (`split.rs`).
+pub(crate) use crate::split::Job;
+/// The submission engine's vocabulary, as the door's callers name it (`submit.rs`).
+pub(crate) use crate::submit::{
+    Finish, OnTimeout, Policy, SplitFinish, WaitMode, DEFAULT_TIMEOUT, MAX_SPLIT,
+};
+/// What happened on a queue since its events were last reported.
+pub(crate) use listeners::QueueEvents;
 
-/// Default time a completion wait may take before the queue is declared stuck; on the
-/// driver's shared H2T queue, only a wait at least this long resets the queue.
-pub(crate) const DEFAULT_TIMEOUT: Delta = Delta::from_secs(10);
 /// Shortest timeout a caller may choose (shorter ones are raised to it), in milliseconds.
 pub(crate) const MIN_TIMEOUT_MS: u32 = 10;
-/// When a wait first reads the engine's error state (a device register read, slow on the
-/// model), and how often afterwards: only a late fence costs register reads.
-const STATE_CHECK_FIRST: Delta = Delta::from_millis(5);
-/// Period of the engine state reads after [`STATE_CHECK_FIRST`].
-const STATE_CHECK_EVERY: Delta = Delta::from_millis(20);
-/// Sleep between two looks at a ring that has no room for a submission.
-const FULL_RING_SLEEP: Delta = Delta::from_micros(50);
-
-/// Polling with back-off: spin [`Backoff::SPIN`] after the start or the last progress (a short
-/// copy completes within it, and a sleep's wake-up alone costs more, Documentation/
-/// benchmarks.rst), then sleep from [`Backoff::SLEEP_FIRST`], doubling up to
-/// [`Backoff::SLEEP_MAX`]. Every waiter of the driver polls this way.
-pub(crate) struct Backoff {
-    since: Instant<Monotonic>,
-    delay: Delta,
-}
-
-impl Backoff {
-    /// How long to poll without sleeping.
-    pub(crate) const SPIN: Delta = Delta::from_micros(50);
-    /// First sleep after the spin.
-    pub(crate) const SLEEP_FIRST: Delta = Delta::from_micros(10);
-    /// Longest sleep between two looks: the latency the polling adds at most.
-    pub(crate) const SLEEP_MAX: Delta = Delta::from_millis(1);
-
-    /// Starts polling now.
-    pub(crate) fn new() -> Self {
-        Self {
-            since: Instant::now(),
-            delay: Self::SLEEP_FIRST,
-        }
-    }
-
-    /// Waits before the next look: a `cpu_relax()` while spinning, else a sleep.
-    pub(crate) fn pause(&mut self) {
-        if self.since.elapsed() < Self::SPIN {
-            cpu_relax();
-            return;
-        }
-        fsleep(self.delay);
-        self.delay = Delta::from_micros(
-            (self.delay.as_micros_ceil() * 2).min(Self::SLEEP_MAX.as_micros_ceil()),
-        );
-    }
-}
-
-/// How a wait treats signals.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum WaitMode {
-    /// Any signal ends the wait with `EINTR` (the copies go on).
-    Interruptible,
-    /// Only a fatal signal (SIGKILL) ends the wait with `EINTR`.
-    Killable,
-    /// Signals are ignored (driver-internal copies, bounded by their timeout).
-    Uninterruptible,
-}
-
-impl WaitMode {
-    /// Whether a signal of this kind is pending for the current task.
-    fn interrupted(self) -> bool {
-        match self {
-            WaitMode::Interruptible => kernel::current!().signal_pending(),
-            WaitMode::Killable => fatal_signal_pending(),
-            WaitMode::Uninterruptible => false,
-        }
-    }
-}
-
-/// What a timed-out wait does to the queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum OnTimeout {
-    /// Reset it: the caller owns the queue and its timeout says the queue is stuck (the KUnit
-    /// suites' own queues; every queue a user or another file shares resets only when stuck).
-    #[cfg_attr(not(neuron_udma_kunit), allow(dead_code))]
-    Reset,
-    /// Reset it only if it made no progress for [`DEFAULT_TIMEOUT`] (a shared queue: other
-    /// callers' copies go on otherwise).
-    ResetIfStuck,
-}
-
-/// How the submission loop ([`Channel::transfer`]) and a wait treat signals and timeouts.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Policy {
-    /// Which signals end a wait.
-    pub(crate) signals: WaitMode,
-    /// Bound of each submission's wait.
-    pub(crate) timeout: Delta,
-    /// What a timeout does to the queue.
-    pub(crate) on_timeout: OnTimeout,
-}
-
-/// Most queues one [`Channel::transfer_split`] runs on.
-pub(crate) const MAX_SPLIT: usize = 4;
-
-/// How a [`Channel::transfer_split`] ended.
-#[must_use]
-pub(crate) enum SplitFinish {
-    /// Every byte of every part moved.
-    Done,
-    /// A part failed, and nothing of any part is in flight any more.
-    Failed(Error),
-    /// It ended early (`EINTR`, or `ETIMEDOUT` without a reset) with these submissions still in
-    /// flight: `(part, fence)`; what the parts use must stay reserved until they settle.
-    InFlight {
-        err: Error,
-        fences: [Option<(usize, u64)>; MAX_SPLIT],
-    },
-}
-
-/// How a copy of the submission loop ended.
-#[derive(Debug, PartialEq, Eq)]
-#[must_use]
-pub(crate) enum Finish {
-    /// Every byte moved.
-    Done,
-    /// It failed, and nothing of it is in flight any more.
-    Failed(Error),
-    /// It ended early (`EINTR`, or `ETIMEDOUT` without a reset) while its last submission,
-    /// covered by fence `seq`, is still in flight: what it uses must stay reserved until that
-    /// fence is settled ([`Channel::is_settled`]; `orphan.rs`).
-    InFlight {
-        /// The error the call returns.
-        err: Error,
-        /// The fence that covers the submission.
-        seq: u64,
-    },
-}
-
-impl Finish {
-    /// The call's result.
-    pub(crate) fn result(&self) -> Result {
-        match self {
-            Finish::Done => Ok(()),
-            Finish::Failed(e) | Finish::InFlight { err: e, .. } => Err(*e),
-        }
-    }
-}
 
 /// Who owns a queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -226,52 +97,6 @@ pub(crate) struct RingSlot {
     pub(crate) done: bool,
     /// The 16 bytes of the slot.
     pub(crate) desc: Desc,
-}
-
-/// What a queue's events reported last (`QUEUE_EVENTS`).
-#[derive(Clone, Copy, Default)]
-struct Reported {
-    done: u64,
-    failed: u64,
-}
-
-/// What happened on a queue since its events were last reported ([`Channel::peek_events`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct QueueEvents {
-    /// Fences completed: the newest done.
-    pub(crate) completed: Option<u64>,
-    /// A fence failed: the newest failed, and why.
-    pub(crate) failed: Option<(u64, Error)>,
-    /// The newest fence done (also when nothing new completed).
-    pub(crate) done: u64,
-}
-
-impl QueueEvents {
-    fn since(r: &Reported, done: u64, failed: Option<(u64, Error)>) -> Option<Self> {
-        let completed = (done > r.done).then_some(done);
-        let failed = failed.filter(|f| f.0 > r.failed);
-        (completed.is_some() || failed.is_some()).then_some(Self {
-            completed,
-            failed,
-            done,
-        })
-    }
-}
-
-/// Who hears of the queue's completions besides its waiters (`events.rs`).
-#[derive(Default)]
-struct Listeners {
-    /// What `QUEUE_EVENTS` reported last.
-    reported: Reported,
-    /// The owning file's poll wait queue.
-    file: Option<Arc<FileEvents>>,
-    /// The queue's eventfd, and the fences settled when it was last signalled.
-    eventfd: Option<EventFd>,
-    signalled: u64,
-    /// io_uring commands waiting for fences.
-    uring: KVec<UringCmd>,
-    /// The fences settled when the file's pollers were last woken.
-    woken: u64,
 }
 
 /// Descriptors one `COPY_WAIT` completed, by the Tx ack position it started from
@@ -395,16 +220,6 @@ impl Channel {
         )
     }
 
-    /// Runs `f` on the queue under its lock (no register access).
-    ///
-    /// # Errors
-    ///
-    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
-    fn locked<R>(&self, f: impl FnOnce(&mut Queue) -> Result<R>) -> Result<R> {
-        let mut inner = self.inner.lock();
-        f((*inner).as_mut().ok_or_else(|| self.gone_error())?)
-    }
-
     /// Why the queue is gone ([`Self::quiesce`]): `ECANCELED` after a release, `ENODEV` after
     /// an unbind.
     fn gone_error(&self) -> Error {
@@ -413,34 +228,6 @@ impl Channel {
         } else {
             ENODEV
         }
-    }
-
-    /// Runs `f` on the queue under its lock with the queue's doorbell ([`Ringer`]), which takes
-    /// the register guard only to ring (and, for rings in device memory filled by the engine,
-    /// may sleep before, while the H2T queue moves the descriptors).
-    ///
-    /// # Errors
-    ///
-    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
-    fn with_ringer<R>(&self, f: impl FnOnce(&mut Queue, Ringer<'_>) -> Result<R>) -> Result<R> {
-        let mut inner = self.inner.lock();
-        f(
-            (*inner).as_mut().ok_or_else(|| self.gone_error())?,
-            Ringer(self),
-        )
-    }
-
-    /// Runs `f` on the queue and its engine's registers, under the queue lock and inside the
-    /// register guard (an RCU read section: `f` must not sleep or allocate).
-    ///
-    /// # Errors
-    ///
-    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
-    fn with_io<R>(&self, f: impl FnOnce(&mut Queue, EngineIo<'_>) -> Result<R>) -> Result<R> {
-        let mut inner = self.inner.lock();
-        let q = (*inner).as_mut().ok_or_else(|| self.gone_error())?;
-        let regs = self.bar.access()?;
-        f(q, regs.engine(self.id.eng)?)
     }
 
     /// Runs `f` on the queue and its engine's registers (KUnit and the benchmark suite:
@@ -457,12 +244,6 @@ impl Channel {
         self.with_io(f)
     }
 
-    /// The engine's error state (a device register read).
-    fn engine_errors(&self) -> Result<EngineErrors> {
-        let regs = self.bar.access()?;
-        Ok(engine::engine_errors(regs.engine(self.id.eng)?))
-    }
-
     // ---- the user-queue operations (COPY_PREPARE(_ONE), COPY_START, COPY_WAIT, QUEUE_STATE) ----
 
     /// Writes the pairs `copies` of one prepare call, all or none, with `holds` keeping their
@@ -475,13 +256,7 @@ impl Channel {
     /// fit: not "wait first"), `ENOSPC` if the rings have no room for all of them now (after
     /// retiring what completed), `ENOMEM`, `ENODEV`; nothing is written then.
     pub(crate) fn prepare(&self, copies: &[queue::Copy], largest: u32, holds: Holds) -> Result {
-        self.locked(|q| {
-            if largest > q.capacity_pairs() {
-                return Err(E2BIG);
-            }
-            q.retire();
-            q.write_submission(copies, holds)
-        })
+        self.locked(|q| submit::prepare(q, copies, largest, holds))
     }
 
     /// Writes the pairs `copies` of one prepare call as [`Self::prepare`] does, then a fence
@@ -501,16 +276,7 @@ impl Channel {
         largest: u32,
         holds: Holds,
     ) -> Result<u64> {
-        self.with_ringer(|q, bell| {
-            if largest > q.capacity_pairs() {
-                return Err(E2BIG);
-            }
-            q.retire();
-            if q.fences_full() {
-                return Err(EBUSY);
-            }
-            q.write_fenced(copies, holds, bell)
-        })
+        self.with_ringer(|q, bell| submit::prepare_fenced(q, bell, copies, largest, holds))
     }
 
     /// Rings the doorbells for `m2s_count` Tx and `s2m_count` Rx prepared descriptors
@@ -640,58 +406,14 @@ impl Channel {
     /// it expired, `EINVAL` for a fence not submitted, `EINTR` on a signal (the copies go on),
     /// `ENODEV` after unbind.
     pub(crate) fn wait_fence(&self, seq: u64, timeout: Delta) -> Result {
-        self.wait_for(
+        submit::wait(
+            self,
             seq,
             &Policy {
                 signals: WaitMode::Interruptible,
                 timeout,
                 on_timeout: OnTimeout::ResetIfStuck,
             },
-        )
-    }
-
-    /// The queue's completions and failures not reported yet (`QUEUE_EVENTS`), or `None` when
-    /// there is nothing new. Nothing is marked reported: [`Self::mark_reported`] does that once
-    /// the record reached user space, so a failed copy-out loses no event.
-    ///
-    /// # Errors
-    ///
-    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
-    pub(crate) fn peek_events(&self) -> Result<Option<QueueEvents>> {
-        let (done, failed) = self.locked(|q| {
-            q.retire();
-            Ok(q.outcomes())
-        })?;
-        Ok(QueueEvents::since(
-            &self.listeners.lock().reported,
-            done,
-            failed,
-        ))
-    }
-
-    /// Marks what `ev` ([`Self::peek_events`]) holds as reported; what happened since stays
-    /// pending (a report never moves back).
-    pub(crate) fn mark_reported(&self, ev: &QueueEvents) {
-        let mut l = self.listeners.lock();
-        l.reported.done = l.reported.done.max(ev.done);
-        if let Some((f, _)) = ev.failed {
-            l.reported.failed = l.reported.failed.max(f);
-        }
-    }
-
-    /// Whether the queue has completions or failures not reported yet: `(completed, failed)`
-    /// (for `poll()`).
-    pub(crate) fn pending_events(&self) -> (bool, bool) {
-        let Ok((done, failed)) = self.locked(|q| {
-            q.retire();
-            Ok(q.outcomes())
-        }) else {
-            return (false, false);
-        };
-        let l = self.listeners.lock();
-        (
-            done > l.reported.done,
-            failed.is_some_and(|f| f.0 > l.reported.failed),
         )
     }
 
@@ -775,111 +497,7 @@ impl Channel {
         self.locked(|q| Ok(q.busy() || q.unfenced() != 0))
     }
 
-    // ---- waits ----
-
-    /// Waits until fence `seq` is settled, with `policy`.
-    fn wait_for(&self, seq: u64, policy: &Policy) -> Result {
-        let start = Instant::<Monotonic>::now();
-        let mut backoff = Backoff::new();
-        let mut next_state_check = STATE_CHECK_FIRST;
-        loop {
-            if let Some(r) = fence::outcome(self.locked(|q| q.state(seq))?) {
-                return r;
-            }
-            if policy.signals.interrupted() {
-                // The copies go on; a later wait completes them.
-                return Err(EINTR);
-            }
-            let elapsed = start.elapsed();
-            if elapsed >= policy.timeout {
-                break;
-            }
-            if elapsed >= next_state_check {
-                // An engine abort stops the queue for good: look for it now and then (an MMIO
-                // read is slow on the model, so not on every check).
-                next_state_check = elapsed + STATE_CHECK_EVERY;
-                let errors = self.engine_errors()?;
-                if errors.aborted() {
-                    return self.fail(seq, EIO, &errors, policy.timeout);
-                }
-            }
-            backoff.pause();
-        }
-        // TIMEOUT: one last look, so that a completion racing the deadline is not lost.
-        if let Some(r) = fence::outcome(self.locked(|q| q.state(seq))?) {
-            return r;
-        }
-        let errors = self.engine_errors()?;
-        if errors.aborted() {
-            return self.fail(seq, EIO, &errors, policy.timeout);
-        }
-        match policy.on_timeout {
-            OnTimeout::Reset => self.fail(seq, ETIMEDOUT, &errors, policy.timeout),
-            // A waiter that may not reset on its own timeout still resets a queue that has
-            // made no progress for the default timeout: it is stuck, not just slow or busy.
-            OnTimeout::ResetIfStuck
-                if self.with_io(|q, io| Ok(q.stalled_for(io)))? < DEFAULT_TIMEOUT =>
-            {
-                Err(ETIMEDOUT)
-            }
-            // A stuck queue is an error whatever the caller's timeout.
-            OnTimeout::ResetIfStuck => self.fail(seq, ETIMEDOUT, &errors, DEFAULT_TIMEOUT),
-        }
-    }
-
-    /// Logs a failed wait (rate-limited; a caller-chosen timeout at debug level), resets the
-    /// queue (and an aborted engine) and returns fence `seq`'s outcome as the reset settled it.
-    ///
-    /// The reset first retires the fences whose markers arrived and settles every fence still
-    /// in flight as lost, so exactly the waiters of the dropped fences see `err`.
-    ///
-    /// # Errors
-    ///
-    /// `err` (`EIO` for an engine error, `ETIMEDOUT` for a timeout) if the reset dropped fence
-    /// `seq`; `ECANCELED` if the queue was released, `ENODEV` if the device was unbound. `Ok(())` if fence `seq`
-    /// completed before the reset (its marker arrived after the waiter last looked): its copies
-    /// are done, whatever the engine did next.
-    pub(crate) fn fail(
-        &self,
-        seq: u64,
-        err: Error,
-        errors: &EngineErrors,
-        timeout: Delta,
-    ) -> Result {
-        let what = if err == EIO {
-            "failed: engine error"
-        } else {
-            "timed out"
-        };
-        if err == ETIMEDOUT && timeout < DEFAULT_TIMEOUT {
-            dev_dbg!(
-                self.bar.pdev,
-                "engine {} queue {}: fence {} timed out after {} ms; resetting the queue\n",
-                self.id.eng.get(),
-                self.id.q.number(),
-                seq,
-                timeout.as_millis()
-            );
-        } else if self.bar.log_limit.allow() {
-            dev_err!(
-                self.bar.pdev,
-                "engine {} queue {}: fence {} {} (m2s state {:#x} cause {:#x}, s2m state {:#x} cause {:#x}); resetting the queue\n",
-                self.id.eng.get(),
-                self.id.q.number(),
-                seq,
-                what,
-                errors.m2s_state,
-                errors.m2s_cause,
-                errors.s2m_state,
-                errors.s2m_cause
-            );
-        }
-        self.reset(err)?;
-        match self.locked(|q| q.state(seq))? {
-            FenceState::Done => Ok(()),
-            _ => Err(err),
-        }
-    }
+    // ---- resets (the engine's one reset rule, `submit.rs`) ----
 
     /// Resets the queue if it made no progress for [`DEFAULT_TIMEOUT`] with fences
     /// in flight (a hung queue); logged at error level, rate-limited.
@@ -888,43 +506,30 @@ impl Channel {
     ///
     /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     pub(crate) fn reset_if_stuck(&self) -> Result {
-        if self.with_io(|q, io| Ok(q.stalled_for(io)))? < DEFAULT_TIMEOUT {
-            return Ok(());
-        }
-        if self.bar.log_limit.allow() {
-            dev_err!(
-                self.bar.pdev,
-                "engine {} queue {}: no progress for {} s; resetting the queue\n",
-                self.id.eng.get(),
-                self.id.q.number(),
-                DEFAULT_TIMEOUT.as_millis() / 1000
-            );
-        }
-        self.reset(ETIMEDOUT)
+        submit::reset_if_stuck(self)
     }
 
     /// Resets the queue (full queue init, ring id 1, buffer holds dropped, the fences in flight
-    /// failed with `why`: `EIO` or `ETIMEDOUT`) and returns its engine to normal operation if it
-    /// is still aborted.
+    /// failed with `why`: `EIO`, `ETIMEDOUT` or `ECANCELED`) and returns its engine to normal
+    /// operation if it is still aborted.
     ///
     /// # Errors
     ///
     /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     pub(crate) fn reset(&self, why: Error) -> Result {
-        self.with_io(|q, io| {
-            Self::reset_queue(q, io, why);
-            Ok(())
-        })
+        submit::reset(self, why)
     }
 
-    fn reset_queue(q: &mut Queue, io: EngineIo<'_>, why: Error) {
-        q.reset(io, why);
-        // A queue reset clears an abort caused by this queue; if the engine is still aborted
-        // (another queue's error), return it to normal operation too.
-        let now = engine::engine_errors(io);
-        if now.aborted() {
-            engine::recover_engine(io, &now);
-        }
+    /// Reads the engine state of a queue with fences in flight: an abort, or no progress for
+    /// [`DEFAULT_TIMEOUT`], is logged (rate-limited) and resets the queue (every fence in
+    /// flight then reads `Lost`). Returns the error that ended the fences, if any: `EIO` for
+    /// an engine error, `ETIMEDOUT` for a stall. For callers that poll fences from a work item.
+    ///
+    /// # Errors
+    ///
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
+    pub(crate) fn recover(&self) -> Result<Option<Error>> {
+        submit::recover(self)
     }
 
     /// Fences completed and failed on the queue since it was taken (fdinfo); `(0, 0)` once
@@ -952,10 +557,37 @@ impl Channel {
         .unwrap_or(false)
     }
 
+    /// Logs a failed wait, resets the queue and returns fence `seq`'s outcome as the reset
+    /// settled it ([`submit::fail`]; KUnit: a waiter that saw `errors`).
+    ///
+    /// # Errors
+    ///
+    /// Those of [`submit::fail`].
+    #[cfg(neuron_udma_kunit)]
+    pub(crate) fn fail(
+        &self,
+        seq: u64,
+        err: Error,
+        errors: &EngineErrors,
+        timeout: Delta,
+    ) -> Result {
+        submit::fail(self, seq, err, errors, timeout)
+    }
+
     /// Whether fence `seq` is no longer in flight ([`Queue::is_settled`]); a released queue
     /// has nothing in flight.
     pub(crate) fn is_settled(&self, seq: u64) -> bool {
-        self.locked(|q| Ok(q.is_settled(seq))).unwrap_or(true)
+        submit::is_settled(self, seq)
+    }
+
+    /// The state of fence `seq` (a fence of this queue).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for a fence not submitted, `ENODEV` if the queue was released or the device
+    /// unbound.
+    pub(crate) fn state(&self, seq: u64) -> Result<FenceState> {
+        self.locked(|q| q.state(seq))
     }
 
     /// Ends the queue instance for `why`: stops the engine from using the queue's rings (pause)
@@ -1006,197 +638,45 @@ impl Channel {
         out
     }
 
-    // ---- listeners (`events.rs`) and the completion worker's step (`watch.rs`) ----
+    // ---- the driver's copies (the submission engine, `submit.rs`) ----
 
-    /// Registers `eventfd` (or unregisters with `None`): signalled once per fence that settles
-    /// from now on.
+    /// Copies `job` with `policy` ([`submit::transfer`]): splits it into pairs, writes a
+    /// submission, waits for it, and so on; a full ring is waited for within the timeout, and
+    /// reset when stuck.
+    pub(crate) fn transfer(&self, job: Job<'_>, policy: &Policy) -> Finish {
+        submit::transfer(self, &job, policy, || None)
+    }
+
+    /// [`Self::transfer`], asking `stop` before each submission: an error it returns ends the
+    /// copy there, with nothing of it in flight (`MEMCPY` and `MEMSET` stop so when the exporter
+    /// of an imported dma-buf they name revokes it).
+    pub(crate) fn transfer_until(
+        &self,
+        job: Job<'_>,
+        policy: &Policy,
+        stop: impl Fn() -> Option<Error>,
+    ) -> Finish {
+        submit::transfer(self, &job, policy, stop)
+    }
+
+    /// Runs the jobs of `parts`, each on its own queue, at the same time
+    /// ([`submit::run`]'s rules: `policy`'s timeout per wait, a full ring waited for and reset
+    /// when stuck; a failure stops new submissions; an early end returns the fences in flight).
+    /// At most [`MAX_SPLIT`] parts.
+    pub(crate) fn transfer_split(parts: &[(&Channel, Job<'_>)], policy: &Policy) -> SplitFinish {
+        submit::transfer_split(parts, policy)
+    }
+
+    /// Copies the byte ranges `ranges` (`(source, destination, bytes)`, device-fabric
+    /// addresses) in order, nothing of them in flight when it returns: how the driver's H2T
+    /// queue moves the descriptors of a queue whose rings are in device memory
+    /// ([`submit::copy_ranges`]; `devring.rs`).
     ///
     /// # Errors
     ///
-    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
-    pub(crate) fn set_eventfd(&self, eventfd: Option<EventFd>) -> Result {
-        let settled = self.locked(|q| {
-            q.retire();
-            Ok(q.settled())
-        })?;
-        let old = {
-            let mut l = self.listeners.lock();
-            l.signalled = settled;
-            core::mem::replace(&mut l.eventfd, eventfd)
-        };
-        drop(old);
-        Ok(())
-    }
-
-    /// Queues `cmd`, which waits for one of this queue's fences, to be completed by the
-    /// completion worker when the fence settles.
-    ///
-    /// # Errors
-    ///
-    /// `ENOMEM`, `ECANCELED` (released), `ENODEV` (unbound); the command is handed back then (not queued).
-    pub(crate) fn add_uring(&self, cmd: UringCmd) -> core::result::Result<(), (Error, UringCmd)> {
-        let mut l = self.listeners.lock();
-        if self.inner.lock().is_none() {
-            return Err((self.gone_error(), cmd));
-        }
-        if l.uring.reserve(1, GFP_KERNEL_ACCOUNT).is_err() {
-            return Err((ENOMEM, cmd));
-        }
-        // Cannot fail: capacity was reserved.
-        l.uring.push_within_capacity(cmd).map_err(|e| (ENOMEM, e.0))
-    }
-
-    /// Whether a fence can be submitted now (a free completion slot and room for its marker).
-    ///
-    /// # Errors
-    ///
-    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
-    pub(crate) fn can_submit(&self) -> Result<bool> {
-        self.locked(|q| {
-            q.retire();
-            Ok(q.can_fence())
-        })
-    }
-
-    /// The state of fence `seq` for a caller that polls it (an IOPOLL io_uring ring): the
-    /// engine state is read at most every [`STATE_CHECK_EVERY`] while it is pending (an engine
-    /// error or a stall resets the queue, failing the fence).
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` for a fence not submitted, `ENODEV`.
-    pub(crate) fn poll_fence(&self, seq: u64) -> Result<FenceState> {
-        let state = self.state(seq)?;
-        if state != FenceState::Pending {
-            return Ok(state);
-        }
-        let now = Instant::<Monotonic>::now();
-        let due = {
-            let mut last = self.checked_at.lock();
-            if now - *last >= STATE_CHECK_EVERY {
-                *last = now;
-                true
-            } else {
-                false
-            }
-        };
-        if due {
-            self.recover()?;
-            return self.state(seq);
-        }
-        Ok(state)
-    }
-
-    /// Every fence up to this one is settled (0 for a released queue).
-    pub(crate) fn settled_fences(&self) -> u64 {
-        self.locked(|q| Ok(q.settled())).unwrap_or(0)
-    }
-
-    /// The queue's listeners for debugfs: io_uring commands waiting, whether the file is
-    /// polled, whether an eventfd is set, and the fences settled when the eventfd was last
-    /// signalled and the pollers last woken.
-    pub(crate) fn listeners(&self) -> (usize, bool, bool, u64, u64) {
-        let l = self.listeners.lock();
-        (
-            l.uring.len(),
-            l.file.as_ref().is_some_and(|f| f.is_polled()),
-            l.eventfd.is_some(),
-            l.signalled,
-            l.woken,
-        )
-    }
-
-    /// Whether anybody but a blocked waiter listens for this queue's completions (a polled
-    /// file, an eventfd, io_uring commands): then the completion worker watches it while fences
-    /// are in flight.
-    pub(crate) fn has_listeners(&self) -> bool {
-        let l = self.listeners.lock();
-        l.file.as_ref().is_some_and(|f| f.is_polled()) || l.eventfd.is_some() || !l.uring.is_empty()
-    }
-
-    /// One round of the completion worker on this queue: retires what completed, then wakes the
-    /// file's pollers, signals the eventfd (once per fence settled since the last signal) and
-    /// completes the io_uring commands whose fence settled (0, `-EIO` for a failed fence,
-    /// `-ESTALE` for an expired one). With `check`, also reads the engine state of a busy queue
-    /// (an engine error or a stall resets it, failing its fences: the next round reports them).
-    /// Returns whether the queue still has fences in flight that somebody listens for.
-    pub(crate) fn notify(&self, check: bool) -> bool {
-        let busy = {
-            let mut l = self.listeners.lock();
-            let mut inner = self.inner.lock();
-            let Some(q) = (*inner).as_mut() else {
-                return false;
-            };
-            q.retire();
-            let settled = q.settled();
-            if settled > l.signalled {
-                if let Some(e) = l.eventfd.as_ref() {
-                    e.signal(settled - l.signalled);
-                }
-                l.signalled = settled;
-            }
-            // Every command against the one retire above: the commands are queued in the order
-            // io_uring issued them, not by fence, and a retire between two of them could settle
-            // a fence of a command already passed over as pending while `busy` below then says
-            // nothing is in flight, and the worker would stop watching with commands queued.
-            let mut i = 0;
-            while i < l.uring.len() {
-                let Some(res) = fence::completion(q.state_retired(l.uring[i].seq)) else {
-                    i += 1;
-                    continue;
-                };
-                if let Ok(cmd) = l.uring.remove(i) {
-                    cmd.complete(res);
-                }
-            }
-            if settled > l.woken {
-                l.woken = settled;
-                if let Some(f) = l.file.as_ref() {
-                    f.wake();
-                }
-            }
-            q.busy()
-        };
-        if busy && check {
-            let _ = self.recover();
-        }
-        busy && self.has_listeners()
-    }
-
-    // ---- the submission engine ----
-
-    /// Writes as many pairs of `pieces` as one fenced submission may take now (the generation's
-    /// final barrier on the last, hardware.rst §6.1), then a fence, and rings the doorbells.
-    /// Returns the fence (with one waiter registered), or `None` when the rings have no room.
-    ///
-    /// # Errors
-    ///
-    /// `ERANGE` if a side of the copy ends before `pieces` does (the callers check the ranges),
-    /// `ENODEV`.
-    pub(crate) fn submit(&self, pieces: &mut Pieces<'_>) -> Result<Option<u64>> {
-        let barrier = self.bar.arch.final_barrier;
-        self.with_ringer(|q, bell| {
-            let room = q.submission_room();
-            if room == 0 {
-                return Ok(None);
-            }
-            q.all_or_nothing(|q| {
-                let mut pairs = 0;
-                while pairs < room && pieces.remaining() != 0 {
-                    let (s, d, len) = pieces.next().ok_or(ERANGE)?;
-                    let last = pieces.remaining() == 0 || pairs + 1 == room;
-                    q.prepare_one(&queue::Copy {
-                        src: s,
-                        dst: d,
-                        len: DescLen::new(len)?,
-                        barrier: if last { barrier } else { Barrier::None },
-                    })?;
-                    pairs += 1;
-                }
-                q.fence(bell)
-            })
-            .map(Some)
-        })
+    /// Those of [`submit::copy_ranges`].
+    pub(crate) fn copy_ranges(&self, ranges: &[(u64, u64, u64)]) -> Result {
+        submit::copy_ranges(self, ranges)
     }
 
     /// Pairs one fenced submission may take now ([`Queue::submission_room`]): 0 when the
@@ -1209,313 +689,17 @@ impl Channel {
         self.locked(|q| Ok(q.submission_room()))
     }
 
-    /// Writes one pair per piece `(source, destination, bytes)` of `pieces` (at most
-    /// [`Self::room`], the generation's final barrier on the last), then a fence, and rings the
-    /// doorbells. Returns the fence (with one waiter registered).
+    /// Writes one pair per piece `(source, destination, bytes)` of `pieces` (as
+    /// [`split::pieces`](crate::split::pieces) cuts them, at most [`Self::room`]; the
+    /// generation's final barrier on the last), then a fence, and rings the doorbells
+    /// ([`submit::submit_listed`]). Returns the fence.
     ///
     /// # Errors
     ///
     /// `ENOSPC` if the rings have no room for them, `EINVAL` for an empty list or a piece of
-    /// 0 or more than 64 KiB bytes; nothing is written then. `ENODEV`.
+    /// 0 or more than 64 KiB bytes; nothing is written then. `ECANCELED`, `ENODEV`.
     pub(crate) fn submit_pieces(&self, pieces: &[(u64, u64, u32)]) -> Result<u64> {
-        if pieces.is_empty() || pieces.iter().any(|p| DescLen::new(p.2).is_err()) {
-            return Err(EINVAL);
-        }
-        let barrier = self.bar.arch.final_barrier;
-        self.with_ringer(|q, bell| {
-            if (q.submission_room() as usize) < pieces.len() {
-                return Err(ENOSPC);
-            }
-            q.all_or_nothing(|q| {
-                for (i, &(src, dst, len)) in pieces.iter().enumerate() {
-                    q.prepare_one(&queue::Copy {
-                        src,
-                        dst,
-                        len: DescLen::new(len)?,
-                        barrier: if i + 1 == pieces.len() {
-                            barrier
-                        } else {
-                            Barrier::None
-                        },
-                    })?;
-                }
-                q.fence(bell)
-            })
-        })
-    }
-
-    /// The state of fence `seq` (a fence of this queue).
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` for a fence not submitted, `ENODEV` if the queue was released or the device
-    /// unbound.
-    pub(crate) fn state(&self, seq: u64) -> Result<FenceState> {
-        self.locked(|q| q.state(seq))
-    }
-
-    /// Reads the engine state of a queue with fences in flight: an abort, or no progress for
-    /// [`DEFAULT_TIMEOUT`], is logged (rate-limited) and resets the queue (every fence in
-    /// flight then reads `Lost`). Returns the error that ended the fences, if any: `EIO` for
-    /// an engine error, `ETIMEDOUT` for a stall. For callers that poll fences from a work item.
-    ///
-    /// # Errors
-    ///
-    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
-    pub(crate) fn recover(&self) -> Result<Option<Error>> {
-        self.with_io(|q, io| {
-            let errors = engine::engine_errors(io);
-            let (err, why) = if errors.aborted() {
-                (EIO, "failed: engine error")
-            } else if q.stalled_for(io) >= DEFAULT_TIMEOUT {
-                (ETIMEDOUT, "timed out")
-            } else {
-                return Ok(None);
-            };
-            if self.bar.log_limit.allow() {
-                dev_err!(
-                    self.bar.pdev,
-                    "engine {} queue {}: transfer {}; resetting the queue\n",
-                    self.id.eng.get(),
-                    self.id.q.number(),
-                    why
-                );
-            }
-            Self::reset_queue(q, io, err);
-            Ok(Some(err))
-        })
-    }
-
-    /// Copies `job` with `policy`: the submission loop. Splits the copy into pairs of at most
-    /// 64 KiB, each within one run of each side (`span.rs`); writes at most 2032 of them plus
-    /// one marker per doorbell and never more than the free space, the generation's final
-    /// barrier on the last data pair of each submission (hardware.rst §6.1); waits for each
-    /// submission (the policy's timeout bounding each wait) before the next. A full ring is
-    /// waited for within the timeout, and reset when stuck.
-    pub(crate) fn transfer(&self, job: Job<'_>, policy: &Policy) -> Finish {
-        self.transfer_until(job, policy, || None)
-    }
-
-    /// [`Self::transfer`], asking `stop` before each submission: an error it returns ends the
-    /// copy there, with nothing of it in flight (`MEMCPY` and `MEMSET` stop so when the exporter
-    /// of an imported dma-buf they name revokes it).
-    pub(crate) fn transfer_until(
-        &self,
-        job: Job<'_>,
-        policy: &Policy,
-        stop: impl Fn() -> Option<Error>,
-    ) -> Finish {
-        if job.size == 0 {
-            return Finish::Failed(EINVAL);
-        }
-        let start = Instant::<Monotonic>::now();
-        let mut pieces = Pieces::new(job.src, job.dst, job.size, MAX_DESC_BYTES);
-        while pieces.remaining() != 0 {
-            if let Some(e) = stop() {
-                return Finish::Failed(e);
-            }
-            let seq = match self.submit(&mut pieces) {
-                Ok(Some(seq)) => seq,
-                Ok(None) => {
-                    // The ring is full of other submissions: wait for room within the timeout.
-                    if start.elapsed() >= policy.timeout {
-                        // A queue whose slots are all held by submissions that no longer
-                        // complete is stuck: reset it, whoever waits.
-                        return Finish::Failed(self.reset_if_stuck().err().unwrap_or(ETIMEDOUT));
-                    }
-                    if policy.signals != WaitMode::Uninterruptible && fatal_signal_pending() {
-                        return Finish::Failed(EINTR);
-                    }
-                    fsleep(FULL_RING_SLEEP);
-                    continue;
-                }
-                Err(e) => return Finish::Failed(e),
-            };
-            if let Err(err) = self.wait_for(seq, policy) {
-                if (err == EINTR || err == ETIMEDOUT) && !self.is_settled(seq) {
-                    return Finish::InFlight { err, seq };
-                }
-                return Finish::Failed(err);
-            }
-        }
-        Finish::Done
-    }
-
-    /// Runs the jobs of `parts`, each on its own queue, at the same time: every queue gets a
-    /// submission of its job whenever it has none in flight, and the caller waits for them in
-    /// turn ([`Self::transfer`]'s rules for each: `policy`'s timeout per wait, a full ring
-    /// waited for and reset when stuck). At most [`MAX_SPLIT`] parts. A failure stops new
-    /// submissions; the call returns once nothing of it is in flight, or at once with the
-    /// fences still in flight when a wait ends early (`EINTR`, or `ETIMEDOUT` without a reset).
-    pub(crate) fn transfer_split(parts: &[(&Channel, Job<'_>)], policy: &Policy) -> SplitFinish {
-        let n = parts.len().min(MAX_SPLIT);
-        let start = Instant::<Monotonic>::now();
-        let mut pieces: [Option<Pieces<'_>>; MAX_SPLIT] = [const { None }; MAX_SPLIT];
-        for (p, (_, job)) in pieces.iter_mut().zip(&parts[..n]) {
-            *p = Some(Pieces::new(job.src, job.dst, job.size, MAX_DESC_BYTES));
-        }
-        let mut inflight: [Option<u64>; MAX_SPLIT] = [None; MAX_SPLIT];
-        let mut failed: Option<Error> = None;
-        loop {
-            let mut submitted = false;
-            if failed.is_none() {
-                for i in 0..n {
-                    let Some(p) = pieces[i].as_mut() else {
-                        continue;
-                    };
-                    if inflight[i].is_some() || p.remaining() == 0 {
-                        continue;
-                    }
-                    match parts[i].0.submit(p) {
-                        Ok(Some(seq)) => {
-                            inflight[i] = Some(seq);
-                            submitted = true;
-                        }
-                        // Full of other submissions: again next round.
-                        Ok(None) => {}
-                        Err(e) => failed = Some(e),
-                    }
-                }
-            }
-            let busy = inflight.iter().any(Option::is_some);
-            for i in 0..n {
-                let Some(seq) = inflight[i] else { continue };
-                match parts[i].0.wait_for(seq, policy) {
-                    Ok(()) => inflight[i] = None,
-                    Err(err)
-                        if (err == EINTR || err == ETIMEDOUT) && !parts[i].0.is_settled(seq) =>
-                    {
-                        let mut fences = [None; MAX_SPLIT];
-                        for (f, (j, s)) in fences.iter_mut().zip(
-                            inflight
-                                .iter()
-                                .enumerate()
-                                .filter_map(|(j, s)| s.map(|s| (j, s))),
-                        ) {
-                            *f = Some((j, s));
-                        }
-                        return SplitFinish::InFlight { err, fences };
-                    }
-                    // Settled (the queue was reset, or the wait failed after the fence did).
-                    Err(e) => {
-                        inflight[i] = None;
-                        failed.get_or_insert(e);
-                    }
-                }
-            }
-            if let Some(e) = failed {
-                if inflight.iter().all(Option::is_none) {
-                    return SplitFinish::Failed(e);
-                }
-                continue;
-            }
-            let left = pieces[..n].iter().flatten().any(|p| p.remaining() != 0);
-            if !left {
-                return SplitFinish::Done;
-            }
-            if !busy && !submitted {
-                // Every ring with work left is full of other submissions.
-                if start.elapsed() >= policy.timeout {
-                    for (ch, _) in &parts[..n] {
-                        let _ = ch.reset_if_stuck();
-                    }
-                    return SplitFinish::Failed(ETIMEDOUT);
-                }
-                if policy.signals != WaitMode::Uninterruptible && fatal_signal_pending() {
-                    return SplitFinish::Failed(EINTR);
-                }
-                fsleep(FULL_RING_SLEEP);
-            }
-        }
-    }
-
-    /// Copies the byte ranges `ranges` (`(source, destination, bytes)`, device-fabric addresses)
-    /// in order, in as few fenced submissions as the rings allow (the generation's final barrier
-    /// on the last pair of each), waiting for each: how the driver's H2T queue moves the
-    /// descriptors of a queue whose rings are in device memory (`devring.rs`). Nothing of the
-    /// copy is in flight when this returns, so the wait for a submission is uninterruptible: the
-    /// descriptors go to device memory the queue gives back when it is released. This queue is shared with
-    /// other files' `MEMCPY`s, so it is reset only when it is stuck (no progress for
-    /// [`DEFAULT_TIMEOUT`], the watchdog's rule), never because it is merely slow or busy: that
-    /// bounds the wait without failing another file's copy.
-    ///
-    /// # Errors
-    ///
-    /// `EIO` (an engine error; the queue was reset), `ETIMEDOUT` (stuck: the queue was reset;
-    /// or its ring full of other copies for [`DEFAULT_TIMEOUT`], nothing of this move in
-    /// flight), `EINTR` (SIGKILL while the ring was full, nothing of this move in flight),
-    /// `ENODEV`. Once a part of the move is in flight, the wait for it is bounded only by what
-    /// the shared queue holds before it (FIFO) or by the watchdog's reset of a stuck queue.
-    pub(crate) fn copy_ranges(&self, ranges: &[(u64, u64, u64)]) -> Result {
-        let policy = Policy {
-            signals: WaitMode::Uninterruptible,
-            timeout: DEFAULT_TIMEOUT,
-            on_timeout: OnTimeout::ResetIfStuck,
-        };
-        let barrier = self.bar.arch.final_barrier;
-        let total: u64 = ranges.iter().map(|r| r.2).sum();
-        // The next range, the bytes of it already copied, and the bytes of all.
-        let (mut i, mut off, mut done) = (0usize, 0u64, 0u64);
-        // Since when the ring has been full of other files' copies (nothing of ours in flight).
-        let mut full_since = None;
-        while done < total {
-            let seq = self.with_ringer(|q, bell| {
-                let room = q.submission_room();
-                if room == 0 {
-                    return Ok(None);
-                }
-                // On failure the move fails as a whole: its progress counters no longer matter.
-                q.all_or_nothing(|q| {
-                    let mut pairs = 0;
-                    while pairs < room && done < total {
-                        let &(src, dst, len) = ranges.get(i).ok_or(ERANGE)?;
-                        let n = (len - off).min(u64::from(MAX_DESC_BYTES));
-                        if n != 0 {
-                            let last = done + n == total || pairs + 1 == room;
-                            q.prepare_one(&queue::Copy {
-                                src: src + off,
-                                dst: dst + off,
-                                // CAST: at most MAX_DESC_BYTES.
-                                len: DescLen::new(n as u32)?,
-                                barrier: if last { barrier } else { Barrier::None },
-                            })?;
-                            pairs += 1;
-                        }
-                        (off, done) = (off + n, done + n);
-                        if off == len {
-                            (i, off) = (i + 1, 0);
-                        }
-                    }
-                    q.fence(bell)
-                })
-                .map(Some)
-            })?;
-            match seq {
-                Some(seq) => {
-                    full_since = None;
-                    loop {
-                        match self.wait_for(seq, &policy) {
-                            // Slow, not stuck: the move is still in flight, so wait on.
-                            Err(e) if e == ETIMEDOUT && !self.is_settled(seq) => continue,
-                            r => break r?,
-                        }
-                    }
-                }
-                // Full of other files' copies, and nothing of this move in flight: give up
-                // after the default timeout (a stuck queue is reset) or on SIGKILL.
-                None => {
-                    let since = *full_since.get_or_insert_with(Instant::<Monotonic>::now);
-                    if since.elapsed() >= DEFAULT_TIMEOUT {
-                        return Err(self.reset_if_stuck().err().unwrap_or(ETIMEDOUT));
-                    }
-                    if fatal_signal_pending() {
-                        return Err(EINTR);
-                    }
-                    fsleep(FULL_RING_SLEEP);
-                }
-            }
-        }
-        Ok(())
+        submit::submit_listed(self, Cut::listed(pieces)?)
     }
 
     /// Copies `size` bytes from device-fabric address `src` to `dst` ([`Self::transfer`]),
@@ -1523,12 +707,12 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `EINVAL` for size 0; those of [`Self::wait`] but `EINTR`.
+    /// `EINVAL` for size 0; those of [`submit::wait`] but `EINTR`.
     #[cfg(neuron_udma_kunit)]
     pub(crate) fn memcpy(&self, src: u64, dst: u64, size: u64, timeout: Delta) -> Result {
         let job = Job {
-            src: Span::Linear(src),
-            dst: Span::Linear(dst),
+            src: crate::span::Span::Linear(src),
+            dst: crate::span::Span::Linear(dst),
             size,
         };
         self.run_job(job, timeout)
@@ -1543,8 +727,8 @@ impl Channel {
     #[cfg(neuron_udma_kunit)]
     pub(crate) fn fill(&self, block: u64, dst: u64, size: u64, timeout: Delta) -> Result {
         let job = Job {
-            src: Span::Repeat(block),
-            dst: Span::Linear(dst),
+            src: crate::span::Span::Repeat(block),
+            dst: crate::span::Span::Linear(dst),
             size,
         };
         self.run_job(job, timeout)
@@ -1561,24 +745,36 @@ impl Channel {
     }
 }
 
-/// What one copy of the submission loop moves: `size` bytes from `src` to `dst`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Job<'a> {
-    /// Where the bytes come from.
-    pub(crate) src: Span<'a>,
-    /// Where they go.
-    pub(crate) dst: Span<'a>,
-    /// Bytes.
-    pub(crate) size: u64,
-}
+impl Door for Channel {
+    type Bell<'a> = Ringer<'a>;
 
-impl Job<'static> {
-    /// Nothing to move (a placeholder in arrays of jobs).
-    pub(crate) const EMPTY: Self = Self {
-        src: Span::Linear(0),
-        dst: Span::Linear(0),
-        size: 0,
-    };
+    fn locked<R>(&self, f: impl FnOnce(&mut Queue) -> Result<R>) -> Result<R> {
+        let mut inner = self.inner.lock();
+        f((*inner).as_mut().ok_or_else(|| self.gone_error())?)
+    }
+
+    fn with_ringer<R>(&self, f: impl FnOnce(&mut Queue, Ringer<'_>) -> Result<R>) -> Result<R> {
+        let mut inner = self.inner.lock();
+        f(
+            (*inner).as_mut().ok_or_else(|| self.gone_error())?,
+            Ringer(self),
+        )
+    }
+
+    fn with_io<R>(&self, f: impl FnOnce(&mut Queue, EngineIo<'_>) -> Result<R>) -> Result<R> {
+        let mut inner = self.inner.lock();
+        let q = (*inner).as_mut().ok_or_else(|| self.gone_error())?;
+        let regs = self.bar.access()?;
+        f(q, regs.engine(self.id.eng)?)
+    }
+
+    fn bar(&self) -> &Bar0 {
+        &self.bar
+    }
+
+    fn id(&self) -> QueueId {
+        self.id
+    }
 }
 
 /// The doorbell of a channel's queue: moves the descriptors of rings in device memory the engine

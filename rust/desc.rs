@@ -116,7 +116,6 @@ impl DescLen {
     }
 
     /// The length in bytes, 1..=65536.
-    #[cfg_attr(not(neuron_udma_kunit), expect(dead_code))]
     pub(crate) fn bytes(self) -> u32 {
         if self.0 == 0 {
             MAX_DESC_BYTES

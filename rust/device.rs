@@ -286,7 +286,7 @@ impl UdmaDevice {
             device_id: arch.device_id,
             engines: arch.engines,
             queues_per_engine: crate::arch::QUEUES_PER_ENGINE,
-            max_copy_size: crate::desc::MAX_DESC_BYTES,
+            max_copy_size: crate::split::PAIR_BYTES,
             device_mem_size: self.pool.dram_capacity(),
             min_ring_descs: crate::ring::MIN_DESCS,
             max_ring_descs: crate::ring::MAX_DESCS,

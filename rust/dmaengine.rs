@@ -9,22 +9,24 @@
 //!
 //! Everything but the `dma_device` and the cookies (the dmaengine core's `dma_cookie_*()`,
 //! called by the shim) is here: channel state, descriptor building
-//! (the same `queue.rs` pairs as the ioctl path: 64 KiB each, at most 2032 per doorbell),
-//! completion and residue. Each channel is a member of the device's completion engine
-//! (`completion.rs`), looked at while it has work ([`Completer::kick`] from `issue_pending`,
-//! which may run in atomic context). Client callbacks run from the engine's work item without
-//! any lock of the driver held, so a callback may prepare and submit the next descriptor. The ring side is the channel's
+//! (cut by the splitter, `split.rs`, and written by the submission engine, `submit.rs`, as every
+//! copy of the driver: at most 2032 pairs per doorbell), completion and residue. Each channel
+//! is a member of the device's completion engine (`completion.rs`), looked at while it has work
+//! ([`Completer::kick`] from `issue_pending`, which may run in atomic context). Client callbacks
+//! run from the engine's work item without any lock of the driver held, so a callback may
+//! prepare and submit the next descriptor. The ring side is the channel's
 //! ([`Channel::submit_pieces`], [`Channel::state`], [`Channel::recover`]).
 
 use crate::{
     arch::{Arch, QUEUES_PER_ENGINE},
     channel::{Channel, Owner, QueueId},
     completion::{Completer, Look, Member, Membership},
-    desc::MAX_DESC_BYTES,
     device::UdmaDevice,
     pattern::{PatternRef, Patterns},
     queue::{FenceState, FENCE_SLOTS, MAX_PAIRS_PER_SUBMISSION},
     shim::{self, DmaRegistration, TxResult, Txd, TxdRef},
+    span::Span,
+    split::{self, Job},
 };
 use kernel::{
     device::Bound,
@@ -336,7 +338,8 @@ impl DmaChan {
     }
 
     /// Writes issued descriptors to the ring, in order: as many pairs as the ring has room for,
-    /// at most [`MAX_PAIRS_PER_SUBMISSION`], then one fence.
+    /// at most [`MAX_PAIRS_PER_SUBMISSION`], cut by the splitter (`split.rs`), then one fence
+    /// (the submission engine's [`Channel::submit_pieces`]).
     fn write(&self) -> Result {
         if self.state.lock().fences.len() >= FENCE_SLOTS {
             return Ok(());
@@ -357,24 +360,29 @@ impl DmaChan {
                     Stage::Submitted => break,
                     _ => continue,
                 }
-                while d.written < d.len && pieces.len() < room {
-                    // CAST: bounded by MAX_DESC_BYTES.
-                    let len = (d.len - d.written).min(u64::from(MAX_DESC_BYTES)) as u32;
-                    // A fill reads its whole block (MAX_DESC_BYTES) for every piece.
+                if d.written < d.len && pieces.len() < room {
+                    // A fill reads its whole block for every piece.
                     let src = match (&d.fill, &d.pattern) {
-                        (None, _) => self.arch.host_addr(d.src + d.written),
-                        (Some(_), Some(p)) => p.addr(),
+                        (None, _) => Span::Linear(self.arch.host_addr(d.src + d.written)),
+                        (Some(_), Some(p)) => Span::Repeat(p.addr()),
                         // Not found yet (issued after this round's look): the next round,
                         // and nothing after it before it (the channel runs in order).
                         (Some(_), None) => break 'descs,
                     };
-                    let piece = (src, self.arch.host_addr(d.dst + d.written), len);
-                    // Cannot fail: the capacity is MAX_PAIRS_PER_SUBMISSION, at least `room`.
-                    if pieces.push_within_capacity(piece).is_err() {
-                        break;
+                    let job = Job {
+                        src,
+                        dst: Span::Linear(self.arch.host_addr(d.dst + d.written)),
+                        size: d.len - d.written,
+                    };
+                    for piece in split::pieces(&job).take(room - pieces.len()) {
+                        // Cannot fail: the capacity is MAX_PAIRS_PER_SUBMISSION, at least
+                        // `room`.
+                        if pieces.push_within_capacity(piece).is_err() {
+                            break;
+                        }
+                        d.written += u64::from(piece.2);
+                        d.fence = None;
                     }
-                    d.written += u64::from(len);
-                    d.fence = None;
                 }
                 if pieces.len() == room {
                     break;

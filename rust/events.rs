@@ -2,7 +2,7 @@
 
 //! Who hears of a queue's completions besides a thread blocked in a wait: the owning file's
 //! poll wait queue ([`FileEvents`]: `poll()`/epoll), an eventfd per queue ([`EventFd`]), and
-//! io_uring commands waiting for a fence ([`UringCmd`]). The completion worker (`watch.rs`)
+//! io_uring commands waiting for a fence ([`UringCmd`]). The completion engine (`completion.rs`)
 //! notifies them through the channel that owns them (`channel.rs`).
 
 use crate::shim::{self, RawEventFd, RawUringCmd};

@@ -2,8 +2,8 @@
 
 //! The driver's own H2T queue (NeuronCore 0's, hardware.rst §2.3), shared by everything the
 //! driver copies itself: in-kernel copies, the `MEMCPY` ioctl of every open file, and the scrub
-//! that zeroes device memory before it is handed out. Each of them is one run of the channel's
-//! submission loop ([`Channel::transfer`]).
+//! that zeroes device memory before it is handed out. Each of them is one run of the submission
+//! engine's loop (`submit.rs`, through [`Channel::transfer`]); only its policy is chosen here.
 //!
 //! A copy that returns early (timeout, SIGKILL) with its last submission still in flight
 //! leaves what it used with the queue's orphans (`orphan.rs`) until that fence settles; each
@@ -13,11 +13,11 @@ use crate::{
     channel::{
         Channel, Finish, Job, OnTimeout, Policy, SplitFinish, WaitMode, DEFAULT_TIMEOUT, MAX_SPLIT,
     },
-    desc::MAX_DESC_BYTES,
     orphan::{Hold, Orphan, OrphanSlot, Orphans},
     pool::BufferPool,
     shim::fatal_signal_pending,
     span::Span,
+    split::{self, REPEAT_BYTES},
 };
 use kernel::{
     dma::Coherent,
@@ -30,8 +30,9 @@ use kernel::{
 /// Ring size of the driver's H2T queue, as in the reference (hardware.rst §3.7: 8192
 /// descriptors).
 pub(crate) const H2T_RING_DESCS: u32 = 8192;
-/// Bytes of the zeroed host buffer that scrubs device memory (one 64 KiB descriptor).
-pub(crate) const SCRUB_BYTES: usize = MAX_DESC_BYTES as usize;
+/// Bytes of the zeroed host buffer that scrubs device memory: the source every pair of a scrub
+/// reads from its start ([`REPEAT_BYTES`]).
+pub(crate) const SCRUB_BYTES: usize = REPEAT_BYTES;
 /// Ring size of the other H2T engines' scrub queues ([`Arch::scrub_queues`]): room for one
 /// submission of 1016 pairs (64 MiB) and its marker while the previous one runs.
 ///
@@ -222,7 +223,7 @@ impl H2t {
     }
 
     /// [`Self::scrub`] of a large range on every H2T engine at once: the range is cut into
-    /// one part per queue (whole 64 KiB pieces), and all parts run together
+    /// one part per queue (whole pairs, [`split::share`]), and all parts run together
     /// ([`Channel::transfer_split`]). The range comes back only once no part is in flight.
     fn scrub_split(
         &self,
@@ -234,9 +235,7 @@ impl H2t {
     ) -> Result {
         let chans =
             || Iterator::chain(core::iter::once(&self.chan), self.scrubbers.iter()).take(MAX_SPLIT);
-        let n = chans().count() as u64;
-        let unit = u64::from(MAX_DESC_BYTES);
-        let per = size.div_ceil(n).div_ceil(unit) * unit;
+        let per = split::share(size, chans().count() as u64);
         let mut list: [(&Channel, Job<'_>); MAX_SPLIT] = [(&*self.chan, Job::EMPTY); MAX_SPLIT];
         let mut k = 0;
         for (i, ch) in chans().enumerate() {

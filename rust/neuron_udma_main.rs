@@ -15,6 +15,7 @@ use kernel::{
 };
 
 mod arch;
+mod backoff;
 mod bar0;
 mod batch;
 /// The benchmark suite of `make bench` (not part of the driver: `tests/bench/kernel/`).
@@ -50,6 +51,8 @@ mod regs;
 mod ring;
 mod shim;
 mod span;
+mod split;
+mod submit;
 #[cfg(neuron_udma_kunit)]
 mod testing;
 mod uapi;

@@ -26,8 +26,8 @@ use kernel::{
 };
 
 /// Bytes of a fill block: one descriptor of the largest size reads it whole
-/// ([`MAX_DESC_BYTES`](crate::desc::MAX_DESC_BYTES)).
-pub(crate) const PATTERN_BYTES: usize = crate::desc::MAX_DESC_BYTES as usize;
+/// ([`REPEAT_BYTES`](crate::split::REPEAT_BYTES)).
+pub(crate) const PATTERN_BYTES: usize = crate::split::REPEAT_BYTES;
 /// Unused blocks kept for the next fill of their value.
 const IDLE_KEPT: usize = 4;
 

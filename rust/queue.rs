@@ -19,6 +19,8 @@
 //! carries DMB (see [`MARKER_BARRIER`]), so when word 1 holds the marker, every descriptor before
 //! the pair is done, its data visible, and is acked.
 
+mod fences;
+
 use crate::{
     arch::Arch,
     buffer::{Buffer, Holds},
@@ -57,6 +59,9 @@ pub(crate) const MAX_PAIRS_PER_SUBMISSION: u32 = 2032;
 const PAGE_BYTES: u64 = kernel::page::PAGE_SIZE as u64;
 /// Completion slots of a queue, i.e. the most fences in flight at once.
 pub(crate) const FENCE_SLOTS: usize = 256;
+
+/// What became of a fence ([`Queue::state`]).
+pub(crate) use fences::FenceState;
 
 /// Rings a queue's doorbells (hardware.rst §3.8) once its descriptors are where the engine
 /// fetches them.
@@ -112,21 +117,6 @@ struct Fence {
     slot: usize,
     tx_end: u32,
     rx_end: u32,
-}
-
-/// What became of a fence ([`Queue::state`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FenceState {
-    /// Still in flight.
-    Pending,
-    /// The marker arrived: every descriptor before it completed.
-    Done,
-    /// Dropped by a queue reset before its marker arrived (the copies before it may not have
-    /// run), for this reason: `EIO` (an engine error), `ETIMEDOUT` (the queue made no progress),
-    /// `ECANCELED` (the queue was paused: released or unbound).
-    Failed(Error),
-    /// Older than the failures the queue remembers ([`LOST_RANGES`]): it may have failed.
-    Expired,
 }
 
 /// Fences a reset dropped: `first..=last`, and why.
@@ -697,27 +687,6 @@ impl Queue {
         Ok(seq)
     }
 
-    /// The newest fence of the queue (0 before its first).
-    pub(crate) fn newest_fence(&self) -> u64 {
-        if self.next_seq == self.first_seq {
-            0
-        } else {
-            self.next_seq - 1
-        }
-    }
-
-    /// The number the queue's next fence will take: where a later instance of the same queue
-    /// id of the same file goes on ([`Self::new`]'s `first_seq`).
-    pub(crate) fn next_fence(&self) -> u64 {
-        self.next_seq
-    }
-
-    /// The Tx position after the newest fence in flight (where its covered work ends), or
-    /// `None` when no fence is in flight.
-    pub(crate) fn newest_fence_end(&self) -> Option<u32> {
-        self.fences.last().map(|f| f.tx_end)
-    }
-
     /// Whether the marker of fence `seq` (in flight) has arrived, without retiring anything;
     /// `false` for a fence not in flight (KUnit: a fence its waiter has not seen complete).
     #[cfg(neuron_udma_kunit)]
@@ -737,96 +706,6 @@ impl Queue {
                 )
                 .is_some(),
         }
-    }
-
-    /// The newest fence known done (0 before the first), and the newest that failed with its
-    /// reason, if any (for the queue's events).
-    pub(crate) fn outcomes(&self) -> (u64, Option<(u64, Error)>) {
-        (self.done, self.lost.last().map(|r| (r.last, r.why)))
-    }
-
-    /// Every fence up to this one is settled (done or failed).
-    pub(crate) fn settled(&self) -> u64 {
-        self.settled
-    }
-
-    /// Whether fences are in flight.
-    pub(crate) fn busy(&self) -> bool {
-        !self.fences.is_empty()
-    }
-
-    /// Tx descriptors prepared or started after the newest fence (or, without a fence in
-    /// flight, not yet acked): work that no fence covers yet.
-    pub(crate) fn unfenced(&self) -> u32 {
-        let from = self
-            .fences
-            .last()
-            .map_or(self.tx.state().ack_index(), |f| f.tx_end);
-        self.tx
-            .state()
-            .size()
-            .distance(from, self.tx.state().next_index())
-    }
-
-    /// The state of fence `seq` (after retiring what completed).
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` for fence 0 or one newer than [`Self::newest_fence`], `ECANCELED` for a fence
-    /// of an earlier instance of the queue id (below [`Self::new`]'s `first_seq`).
-    pub(crate) fn state(&mut self, seq: u64) -> Result<FenceState> {
-        self.check_seq(seq)?;
-        self.retire();
-        Ok(self.state_now(seq))
-    }
-
-    /// The state of fence `seq` as of the last [`Self::retire`], without looking at the markers
-    /// again: a caller that goes over several fences and then asks [`Self::busy`] sees them all
-    /// at one moment (a marker that arrives meanwhile is seen at the next retire).
-    ///
-    /// # Errors
-    ///
-    /// As [`Self::state`].
-    pub(crate) fn state_retired(&self, seq: u64) -> Result<FenceState> {
-        self.check_seq(seq)?;
-        Ok(self.state_now(seq))
-    }
-
-    /// Whether `seq` names a fence of this queue instance.
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` for fence 0 or one newer than [`Self::newest_fence`], `ECANCELED` for a fence
-    /// of an earlier instance of the queue id.
-    fn check_seq(&self, seq: u64) -> Result {
-        if seq == 0 || seq >= self.next_seq {
-            Err(EINVAL)
-        } else if seq < self.first_seq {
-            Err(ECANCELED)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// The state of fence `seq` (a fence of this queue) as the software state says now.
-    fn state_now(&self, seq: u64) -> FenceState {
-        if seq > self.settled {
-            return FenceState::Pending;
-        }
-        if let Some(r) = self.lost.iter().find(|r| (r.first..=r.last).contains(&seq)) {
-            return FenceState::Failed(r.why);
-        }
-        if seq < self.expired_below {
-            FenceState::Expired
-        } else {
-            FenceState::Done
-        }
-    }
-
-    /// Whether fence `seq` is no longer in flight (its marker arrived or a reset dropped it).
-    pub(crate) fn is_settled(&mut self, seq: u64) -> bool {
-        self.retire();
-        seq <= self.settled
     }
 
     /// Retires every fence whose marker (or a later fence's marker) has arrived: acks the

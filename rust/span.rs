@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Where the bytes of one side of a copy are ([`Span`]), and how a copy splits into descriptor
-//! pairs ([`Pieces`]): every pair moves at most 64 KiB (hardware.rst §4.1) between two ranges
-//! that are each contiguous in the device-fabric address space. Driver-allocated buffers are
-//! contiguous; an imported buffer (`MEM_IMPORT`, pinned user pages) is a list of runs
-//! ([`Segment`]), and a copy that crosses from one run to the next takes one pair per piece.
+//! Where the bytes of one side of a copy are ([`Span`]), and the pieces of a copy ([`Pieces`]):
+//! ranges that are each contiguous in the device-fabric address space on both sides, no longer
+//! than the bound the caller gives (the splitter, `split.rs`, gives the pair limit and is the only
+//! caller). Driver-allocated buffers are contiguous; an imported buffer (`MEM_IMPORT`, pinned
+//! user pages) is a list of runs ([`Segment`]), and a copy that crosses from one run to the next
+//! takes one pair per piece.
 
 use kernel::prelude::*;
 
@@ -44,8 +45,8 @@ pub(crate) fn runs(dma: impl Iterator<Item = (u64, u64)>) -> Result<KVVec<Segmen
 pub(crate) enum Span<'a> {
     /// Consecutive bytes from this device-fabric address.
     Linear(u64),
-    /// The same block of at least 64 KiB at this address for every piece (the zeroed source
-    /// of a device-memory scrub).
+    /// The same block at this address for every piece, holding at least one pair's worth
+    /// (`split::REPEAT_BYTES`): the zeroed source of a device-memory scrub, a fill block.
     Repeat(u64),
     /// Bytes from offset `start` of a buffer made of the runs `segs`; `route` is OR-ed onto
     /// every run address (the generation's host route, hardware.rst §1.3: run addresses lie

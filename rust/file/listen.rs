@@ -2,7 +2,7 @@
 
 //! How an open file hears of its queues' completions: `poll()` (with its trampoline),
 //! `QUEUE_EVENTS` (what each queue did since it was last reported) and `QUEUE_EVENTFD`.
-//! The listeners themselves are in `events.rs`; the completion worker in `watch.rs`.
+//! The listeners themselves are in `events.rs`; the completion engine in `completion.rs`.
 
 use super::{reserved_zero, OpenFile};
 use crate::{

@@ -174,7 +174,7 @@ impl OpenFile {
         reserved_zero(&[u64::from(w.reserved)])?;
         let chan = self.queue(w.engine, w.queue)?;
         let r = chan.wait_all(timeout(w.timeout_ms));
-        // The wait's own fence settles without the completion worker: let it tell the
+        // The wait's own fence settles without the completion engine: let it tell the
         // queue's listeners (pollers, the eventfd), as for fences of COPY_SUBMIT.
         self.dev.watch(&chan);
         w.completed = r?;

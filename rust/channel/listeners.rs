@@ -1,0 +1,267 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Who hears of a queue's completions besides its waiters (`events.rs`): what `QUEUE_EVENTS`
+//! reported last, the owning file's pollers, the queue's eventfd and the io_uring commands
+//! waiting for its fences, and the completion engine's look at the queue (`completion.rs`). The
+//! listeners have a lock of their own, taken before the queue lock when both are.
+
+use super::Channel;
+use crate::{
+    events::{EventFd, FileEvents, UringCmd},
+    fence,
+    queue::FenceState,
+    submit::{Door, STATE_CHECK_EVERY},
+};
+use kernel::{
+    prelude::*,
+    sync::Arc,
+    time::{Instant, Monotonic},
+};
+
+/// What a queue's events reported last (`QUEUE_EVENTS`).
+#[derive(Clone, Copy, Default)]
+pub(super) struct Reported {
+    done: u64,
+    failed: u64,
+}
+
+/// What happened on a queue since its events were last reported ([`Channel::peek_events`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QueueEvents {
+    /// Fences completed: the newest done.
+    pub(crate) completed: Option<u64>,
+    /// A fence failed: the newest failed, and why.
+    pub(crate) failed: Option<(u64, Error)>,
+    /// The newest fence done (also when nothing new completed).
+    pub(crate) done: u64,
+}
+
+impl QueueEvents {
+    fn since(r: &Reported, done: u64, failed: Option<(u64, Error)>) -> Option<Self> {
+        let completed = (done > r.done).then_some(done);
+        let failed = failed.filter(|f| f.0 > r.failed);
+        (completed.is_some() || failed.is_some()).then_some(Self {
+            completed,
+            failed,
+            done,
+        })
+    }
+}
+
+/// Who hears of the queue's completions besides its waiters (`events.rs`).
+#[derive(Default)]
+pub(super) struct Listeners {
+    /// What `QUEUE_EVENTS` reported last.
+    pub(super) reported: Reported,
+    /// The owning file's poll wait queue.
+    pub(super) file: Option<Arc<FileEvents>>,
+    /// The queue's eventfd, and the fences settled when it was last signalled.
+    pub(super) eventfd: Option<EventFd>,
+    pub(super) signalled: u64,
+    /// io_uring commands waiting for fences.
+    pub(super) uring: KVec<UringCmd>,
+    /// The fences settled when the file's pollers were last woken.
+    pub(super) woken: u64,
+}
+
+impl Channel {
+    /// The queue's completions and failures not reported yet (`QUEUE_EVENTS`), or `None` when
+    /// there is nothing new. Nothing is marked reported: [`Self::mark_reported`] does that once
+    /// the record reached user space, so a failed copy-out loses no event.
+    ///
+    /// # Errors
+    ///
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
+    pub(crate) fn peek_events(&self) -> Result<Option<QueueEvents>> {
+        let (done, failed) = self.locked(|q| {
+            q.retire();
+            Ok(q.outcomes())
+        })?;
+        Ok(QueueEvents::since(
+            &self.listeners.lock().reported,
+            done,
+            failed,
+        ))
+    }
+
+    /// Marks what `ev` ([`Self::peek_events`]) holds as reported; what happened since stays
+    /// pending (a report never moves back).
+    pub(crate) fn mark_reported(&self, ev: &QueueEvents) {
+        let mut l = self.listeners.lock();
+        l.reported.done = l.reported.done.max(ev.done);
+        if let Some((f, _)) = ev.failed {
+            l.reported.failed = l.reported.failed.max(f);
+        }
+    }
+
+    /// Whether the queue has completions or failures not reported yet: `(completed, failed)`
+    /// (for `poll()`).
+    pub(crate) fn pending_events(&self) -> (bool, bool) {
+        let Ok((done, failed)) = self.locked(|q| {
+            q.retire();
+            Ok(q.outcomes())
+        }) else {
+            return (false, false);
+        };
+        let l = self.listeners.lock();
+        (
+            done > l.reported.done,
+            failed.is_some_and(|f| f.0 > l.reported.failed),
+        )
+    }
+
+    /// Registers `eventfd` (or unregisters with `None`): signalled once per fence that settles
+    /// from now on.
+    ///
+    /// # Errors
+    ///
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
+    pub(crate) fn set_eventfd(&self, eventfd: Option<EventFd>) -> Result {
+        let settled = self.locked(|q| {
+            q.retire();
+            Ok(q.settled())
+        })?;
+        let old = {
+            let mut l = self.listeners.lock();
+            l.signalled = settled;
+            core::mem::replace(&mut l.eventfd, eventfd)
+        };
+        drop(old);
+        Ok(())
+    }
+
+    /// Queues `cmd`, which waits for one of this queue's fences, to be completed by the
+    /// completion engine when the fence settles.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`, `ECANCELED` (released), `ENODEV` (unbound); the command is handed back then (not queued).
+    pub(crate) fn add_uring(&self, cmd: UringCmd) -> core::result::Result<(), (Error, UringCmd)> {
+        let mut l = self.listeners.lock();
+        if self.inner.lock().is_none() {
+            return Err((self.gone_error(), cmd));
+        }
+        if l.uring.reserve(1, GFP_KERNEL_ACCOUNT).is_err() {
+            return Err((ENOMEM, cmd));
+        }
+        // Cannot fail: capacity was reserved.
+        l.uring.push_within_capacity(cmd).map_err(|e| (ENOMEM, e.0))
+    }
+
+    /// Whether a fence can be submitted now (a free completion slot and room for its marker).
+    ///
+    /// # Errors
+    ///
+    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
+    pub(crate) fn can_submit(&self) -> Result<bool> {
+        self.locked(|q| {
+            q.retire();
+            Ok(q.can_fence())
+        })
+    }
+
+    /// The state of fence `seq` for a caller that polls it (an IOPOLL io_uring ring): the
+    /// engine state is read at most every [`STATE_CHECK_EVERY`] while it is pending (an engine
+    /// error or a stall resets the queue, failing the fence).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for a fence not submitted, `ENODEV`.
+    pub(crate) fn poll_fence(&self, seq: u64) -> Result<FenceState> {
+        let state = self.state(seq)?;
+        if state != FenceState::Pending {
+            return Ok(state);
+        }
+        let now = Instant::<Monotonic>::now();
+        let due = {
+            let mut last = self.checked_at.lock();
+            if now - *last >= STATE_CHECK_EVERY {
+                *last = now;
+                true
+            } else {
+                false
+            }
+        };
+        if due {
+            self.recover()?;
+            return self.state(seq);
+        }
+        Ok(state)
+    }
+
+    /// Every fence up to this one is settled (0 for a released queue).
+    pub(crate) fn settled_fences(&self) -> u64 {
+        self.locked(|q| Ok(q.settled())).unwrap_or(0)
+    }
+
+    /// The queue's listeners for debugfs: io_uring commands waiting, whether the file is
+    /// polled, whether an eventfd is set, and the fences settled when the eventfd was last
+    /// signalled and the pollers last woken.
+    pub(crate) fn listeners(&self) -> (usize, bool, bool, u64, u64) {
+        let l = self.listeners.lock();
+        (
+            l.uring.len(),
+            l.file.as_ref().is_some_and(|f| f.is_polled()),
+            l.eventfd.is_some(),
+            l.signalled,
+            l.woken,
+        )
+    }
+
+    /// Whether anybody but a blocked waiter listens for this queue's completions (a polled
+    /// file, an eventfd, io_uring commands): then the completion engine watches it while fences
+    /// are in flight.
+    pub(crate) fn has_listeners(&self) -> bool {
+        let l = self.listeners.lock();
+        l.file.as_ref().is_some_and(|f| f.is_polled()) || l.eventfd.is_some() || !l.uring.is_empty()
+    }
+
+    /// One round of the completion engine on this queue: retires what completed, then wakes the
+    /// file's pollers, signals the eventfd (once per fence settled since the last signal) and
+    /// completes the io_uring commands whose fence settled (0, `-EIO` for a failed fence,
+    /// `-ESTALE` for an expired one). With `check`, also reads the engine state of a busy queue
+    /// (an engine error or a stall resets it, failing its fences: the next round reports them).
+    /// Returns whether the queue still has fences in flight that somebody listens for.
+    pub(crate) fn notify(&self, check: bool) -> bool {
+        let busy = {
+            let mut l = self.listeners.lock();
+            let mut inner = self.inner.lock();
+            let Some(q) = (*inner).as_mut() else {
+                return false;
+            };
+            q.retire();
+            let settled = q.settled();
+            if settled > l.signalled {
+                if let Some(e) = l.eventfd.as_ref() {
+                    e.signal(settled - l.signalled);
+                }
+                l.signalled = settled;
+            }
+            // Every command against the one retire above: the commands are queued in the order
+            // io_uring issued them, not by fence, and a retire between two of them could settle
+            // a fence of a command already passed over as pending while `busy` below then says
+            // nothing is in flight, and the worker would stop watching with commands queued.
+            let mut i = 0;
+            while i < l.uring.len() {
+                let Some(res) = fence::completion(q.state_retired(l.uring[i].seq)) else {
+                    i += 1;
+                    continue;
+                };
+                if let Ok(cmd) = l.uring.remove(i) {
+                    cmd.complete(res);
+                }
+            }
+            if settled > l.woken {
+                l.woken = settled;
+                if let Some(f) = l.file.as_ref() {
+                    f.wake();
+                }
+            }
+            q.busy()
+        };
+        if busy && check {
+            let _ = self.recover();
+        }
+        busy && self.has_listeners()
+    }
+}
