@@ -12,7 +12,10 @@
 
 use crate::{
     charge::Charge,
-    shim::{self, DmaBufImport, MappedFile, PinnedPages},
+    kfac::{
+        dmabuf::DmaBufImport,
+        mm::{self, MappedFile, PinnedPages},
+    },
     span::{Segment, Span},
 };
 use kernel::{
@@ -475,9 +478,7 @@ impl Buffer {
                 }
                 // SAFETY: `off` lies inside the allocation, which stays alive while `backing`
                 // is held; `vmf` is the fault being handled (see `neuron_udma_vma_fault`).
-                Some(unsafe {
-                    shim::insert_page(vmf, mem.as_mut_ptr().cast::<u8>().add(off).cast())
-                })
+                Some(unsafe { mm::insert_page(vmf, mem.as_mut_ptr().cast::<u8>().add(off).cast()) })
             }
             Some(Backing::Device(_, phys)) if *phys != 0 => {
                 // CAST: `off` is below the buffer's size.
@@ -485,7 +486,7 @@ impl Buffer {
                 // SAFETY: the page is BAR4 memory of this buffer, which no one else is given
                 // while `backing` is held (freeing takes it and zaps the mappings first); `vmf`
                 // is the fault being handled.
-                Some(unsafe { shim::insert_pfn(vmf, pfn) })
+                Some(unsafe { mm::insert_pfn(vmf, pfn) })
             }
             _ => None,
         }
@@ -638,7 +639,7 @@ impl Holds {
 }
 
 /// The `vm_private_data` of a buffer mapping: a counted reference to the buffer (the record,
-/// not its memory: a freed buffer's mapping faults with `SIGBUS`), as `rust/shim.h`'s
+/// not its memory: a freed buffer's mapping faults with `SIGBUS`), as `rust/kfac/mm.h`'s
 /// `struct neuron_udma_buffer`.
 pub(crate) fn vma_private(buf: &Arc<Buffer>) -> *const Buffer {
     Arc::into_raw(buf.clone())

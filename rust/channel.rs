@@ -23,10 +23,10 @@ use crate::{
     devring::Moves,
     engine::{self, DescCount, EngineErrors, EngineIo, QueueIndex, QueueRegs},
     events::{EventFd, FileEvents, UringCmd},
+    kfac::sched::fatal_signal_pending,
     queue::{self, Doorbell, Queue},
     regs::{M2s, S2m},
     ring::RingState,
-    shim::fatal_signal_pending,
     span::{Pieces, Span},
 };
 use kernel::{

@@ -368,10 +368,10 @@ impl UdmaDevice {
         self.patterns.shutdown();
         // No importer reaches the device memory (or the P2PDMA provider, which devres frees)
         // after this; the dma-bufs live on, revoked, until their last descriptor is closed.
-        crate::shim::dmabuf_revoke_all(self.pdev.as_ref());
+        crate::kfac::dmabuf::dmabuf_revoke_all(self.pdev.as_ref());
         self.pool.shutdown();
         // `alive` is false: the reaper ends its loop and is not queued again.
-        crate::shim::flush_work(&self.reaper);
+        crate::kfac::sched::flush_work(&self.reaper);
     }
 }
 

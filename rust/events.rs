@@ -5,7 +5,7 @@
 //! io_uring commands waiting for a fence ([`UringCmd`]). The completion worker (`watch.rs`)
 //! notifies them through the channel that owns them (`channel.rs`).
 
-use crate::shim::{self, RawEventFd, RawUringCmd};
+use crate::kfac::uring::{self, RawUringCmd};
 use kernel::{
     new_poll_condvar,
     prelude::*,
@@ -56,44 +56,7 @@ impl FileEvents {
 }
 
 /// A registered eventfd (a counted `struct eventfd_ctx` reference, put on drop).
-///
-/// # Invariants
-///
-/// The pointer is a context from `eventfd_ctx_fdget()`, owned by this value.
-pub(crate) struct EventFd(core::ptr::NonNull<RawEventFd>);
-
-// SAFETY: an eventfd context is reference counted and may be signalled and put from any task.
-unsafe impl Send for EventFd {}
-// SAFETY: signalling takes the context's own lock.
-unsafe impl Sync for EventFd {}
-
-impl EventFd {
-    /// The eventfd of file descriptor `fd` of the calling process.
-    ///
-    /// # Errors
-    ///
-    /// `EBADF` if `fd` is not open, `EINVAL` if it is not an eventfd.
-    pub(crate) fn from_fd(fd: i32) -> Result<Self> {
-        let p = shim::eventfd_get(fd)?;
-        // INVARIANT: a context from `eventfd_ctx_fdget()`.
-        Ok(Self(p))
-    }
-
-    /// Adds `n` to the eventfd's counter (once per fence), waking its readers.
-    pub(crate) fn signal(&self, n: u64) {
-        for _ in 0..n {
-            // SAFETY: by the type invariant the context is alive.
-            unsafe { shim::eventfd_signal(self.0) };
-        }
-    }
-}
-
-impl Drop for EventFd {
-    fn drop(&mut self) {
-        // SAFETY: by the type invariant the reference is ours, given back once.
-        unsafe { shim::eventfd_put(self.0) };
-    }
-}
+pub(crate) use crate::kfac::eventfd::EventFd;
 
 /// An io_uring command (`NEURON_UDMA_URING_COPY`) waiting for fence `seq` of a queue; completing
 /// it posts its CQE (from the submitter's task context).
@@ -136,7 +99,7 @@ impl UringCmd {
         let this = core::mem::ManuallyDrop::new(self);
         // SAFETY: by the type invariant the command is queued and ours; `self` is consumed
         // (not dropped: the drop would complete it a second time).
-        unsafe { shim::uring_cmd_complete(this.cmd.as_ptr(), res) };
+        unsafe { uring::uring_cmd_complete(this.cmd.as_ptr(), res) };
     }
 }
 
@@ -145,6 +108,6 @@ impl Drop for UringCmd {
     /// queued io_uring command must always complete.
     fn drop(&mut self) {
         // SAFETY: by the type invariant the command is queued and ours, completed once, here.
-        unsafe { shim::uring_cmd_complete(self.cmd.as_ptr(), ECANCELED.to_errno()) };
+        unsafe { uring::uring_cmd_complete(self.cmd.as_ptr(), ECANCELED.to_errno()) };
     }
 }

@@ -15,8 +15,12 @@ use crate::{
     },
     device::UdmaDevice,
     events::{EventFd, FileEvents, UringCmd},
+    kfac::{
+        mm::{self, MappedFile},
+        sched, sysfs,
+        uring::{self, RawUringCmd},
+    },
     orphan::Hold,
-    shim::{self, MappedFile, RawUringCmd},
     span::Span,
     uapi, Registry,
 };
@@ -560,7 +564,7 @@ impl OpenFile {
         // the command (`ECANCELED`) rather than moving it to the new instance.
         let (_, seq) = self.prepare_on(&chan, &staged, true)?;
         // SAFETY: `cmd` is the command being issued; the driver's `uring_cmd` owns its bytes.
-        unsafe { shim::uring_pdu_set(cmd, eng, qid, chan.instance, seq) };
+        unsafe { uring::uring_pdu_set(cmd, eng, qid, chan.instance, seq) };
         // The queue's listeners (an eventfd, a poller, queued commands) hear of the fence just
         // submitted, whatever happens to `cmd` below.
         self.dev.watch(&chan);
@@ -588,7 +592,7 @@ impl OpenFile {
     fn uring_poll(&self, cmd: *mut RawUringCmd) -> bool {
         // SAFETY: `cmd` is a queued command of `uring_submit`, which recorded its queue
         // instance and fence.
-        let (eng, qid, instance, seq) = unsafe { shim::uring_pdu_get(cmd) };
+        let (eng, qid, instance, seq) = unsafe { uring::uring_pdu_get(cmd) };
         // The queue by id, then the instance: a queue of the same id initialised since is
         // another instance, whose fence numbers never name this command's.
         let state = match self.queue(eng, qid) {
@@ -605,7 +609,7 @@ impl OpenFile {
             Err(e) => e.to_errno(),
         };
         // SAFETY: queued and not completed (it completes only here, once its fence settled).
-        unsafe { shim::uring_cmd_done(cmd, res) };
+        unsafe { uring::uring_cmd_done(cmd, res) };
         true
     }
 
@@ -623,7 +627,7 @@ impl OpenFile {
             if start.elapsed() >= limit {
                 return Err(ETIMEDOUT);
             }
-            if shim::fatal_signal_pending() {
+            if sched::fatal_signal_pending() {
                 return Err(EINTR);
             }
             kernel::time::delay::fsleep(Delta::from_micros(200));
@@ -753,7 +757,7 @@ impl OpenFile {
     }
 }
 
-/// `poll()` of an open file (the trampoline of `rust/shim.c`; 7.3's `MiscDevice` has none).
+/// `poll()` of an open file (the trampoline of `rust/kfac/uring.c`; 7.3's `MiscDevice` has none).
 ///
 /// # Safety
 ///
@@ -773,7 +777,7 @@ unsafe extern "C" fn neuron_udma_file_poll(
     me.poll(raw, &table)
 }
 
-/// An io_uring `NEURON_UDMA_URING_COPY` of an open file (the trampoline of `rust/shim.c`):
+/// An io_uring `NEURON_UDMA_URING_COPY` of an open file (the trampoline of `rust/kfac/uring.c`):
 /// `-EIOCBQUEUED` once queued, or a negative errno (io_uring completes the command with it).
 ///
 /// # Safety
@@ -940,7 +944,7 @@ impl MiscDevice for OpenFile {
                 events: Arc::pin_init(FileEvents::new(), GFP_KERNEL_ACCOUNT)?,
                 copy_bytes: Atomic::new(0),
                 released_fences: [const { Atomic::new(0) }; 2],
-                max_buffers: crate::shim::max_buffers(),
+                max_buffers: sysfs::max_buffers(),
             }),
             GFP_KERNEL_ACCOUNT,
         )
@@ -970,7 +974,7 @@ impl MiscDevice for OpenFile {
         let priv_ = buffer::vma_private(&buf);
         // SAFETY: `vma` is being set up by this call; `priv_` is a counted `Arc<Buffer>`
         // reference from `vma_private`, which the VMA's close gives back.
-        let r = unsafe { shim::mmap_buffer(vma, priv_, buf.size, device) };
+        let r = unsafe { mm::mmap_buffer(vma, priv_, buf.size, device) };
         if r.is_err() {
             // SAFETY: the VMA did not take the reference: give it back here.
             unsafe { buffer::neuron_udma_vma_put(priv_) };

@@ -14,9 +14,9 @@ use crate::{
         Channel, Finish, Job, OnTimeout, Policy, SplitFinish, WaitMode, DEFAULT_TIMEOUT, MAX_SPLIT,
     },
     desc::MAX_DESC_BYTES,
+    kfac::sched::fatal_signal_pending,
     orphan::{Hold, Orphan, OrphanSlot, Orphans},
     pool::BufferPool,
-    shim::fatal_signal_pending,
     span::Span,
 };
 use kernel::{

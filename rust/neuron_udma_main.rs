@@ -37,6 +37,7 @@ mod engine;
 mod events;
 mod file;
 mod h2t;
+mod kfac;
 #[cfg(neuron_udma_kunit)]
 mod live_tests;
 mod node;
@@ -46,7 +47,6 @@ mod pool;
 mod queue;
 mod regs;
 mod ring;
-mod shim;
 mod span;
 #[cfg(neuron_udma_kunit)]
 mod testing;

@@ -164,6 +164,6 @@ impl Watcher {
             l.alive = false;
             l.chans.clear();
         }
-        crate::shim::flush_work(&self.work);
+        crate::kfac::sched::flush_work(&self.work);
     }
 }
