@@ -5,20 +5,21 @@
 //! `Drop` gives them back), no raw pointer in the API the rest of the driver uses where the
 //! facility allows it.
 //!
-//! Each module `rust/kfac/<name>.rs` has a header `rust/kfac/<name>.h` and C in
-//! `rust/kfac/<name>.c` (the dma-buf one in `dmabuf_export.c`, `dmabuf_import.c` and, in KUnit
-//! builds, `dmabuf_kunit.c`) holding only what Rust cannot call itself: static inlines, macros,
-//! operations tables and the state they need. Kbuild generates the Rust declarations of the C
-//! functions from each header with bindgen (`rust/kfac/<name>_generated.rs`, not in git); the
-//! functions C calls back into Rust are declared in the headers for C only (outside bindgen's
-//! view, `__BINDGEN__`) and defined as `unsafe extern "C"` functions where their types live
-//! (`buffer.rs`, `dmabuf.rs`, `dmaengine.rs`, `file.rs`).
+//! A module calls the kernel's exported functions itself (`kernel::bindings`). What Rust cannot
+//! call, static inlines, macros, operations tables and the state they need, is C of the module:
+//! `rust/kfac/<name>.c` with its header `rust/kfac/<name>.h` (the dma-buf one in
+//! `dmabuf_export.c`, `dmabuf_import.c` and, in KUnit builds, `dmabuf_kunit.c`; [`eventfd`]
+//! needs none). Kbuild generates the Rust declarations of the C functions from each header with
+//! bindgen (`rust/kfac/<name>_generated.rs`, not in git); the functions C calls back into Rust
+//! are declared in the headers for C only (outside bindgen's view, `__BINDGEN__`) and defined as
+//! `unsafe extern "C"` functions where their types live (`buffer.rs`, `dmabuf.rs`,
+//! `dmaengine.rs`, `file.rs`).
 //!
 //! - [`dmabuf`]: the dma-buf exporter of device memory and the importer of other dma-bufs;
 //! - [`dmaengine`]: the `dma_device` of the dmaengine provider, its cookies and descriptors;
-//! - [`eventfd`]: eventfd references;
-//! - [`mm`]: VMA operations of buffer mappings, page insertion, pinned user pages and the
-//!   locked-memory charge;
+//! - [`eventfd`]: eventfd references (no C);
+//! - [`mm`]: VMA operations of buffer mappings, page insertion, the removal of user mappings,
+//!   pinned user pages, the locked-memory charge and the DMA segment boundary;
 //! - [`sched`]: `fatal_signal_pending()` and `flush_work()`;
 //! - [`sysfs`]: the usage counters of a device and the module parameters;
 //! - [`uring`]: the `uring_cmd`, `uring_cmd_iopoll` and `poll` file operations and io_uring

@@ -43,8 +43,6 @@ struct neuron_udma_kunit_report {
 struct neuron_udma_export *neuron_udma_dmabuf_export(struct device *dev, u64 offset, u64 size,
 						     struct neuron_udma_export_hold *hold);
 void neuron_udma_dmabuf_put(struct neuron_udma_export *exp);
-int neuron_udma_fd_reserve(u32 flags);
-void neuron_udma_fd_unreserve(int fd);
 void neuron_udma_dmabuf_install(struct neuron_udma_export *exp, int fd);
 void neuron_udma_dmabuf_revoke(struct neuron_udma_export *exp);
 void neuron_udma_dmabuf_revoke_all(struct device *dev);

@@ -6,7 +6,10 @@
 //! the descriptor it is published as ([`ReservedFd`]), and [`DmaBufImport`], another exporter's
 //! dma-buf attached, pinned and mapped, whose revocation calls `rust/buffer.rs`.
 
-use kernel::prelude::*;
+use kernel::{
+    fs::file::{flags::O_CLOEXEC, FileDescriptorReservation},
+    prelude::*,
+};
 
 super::generated! { include!("dmabuf_generated.rs"); }
 
@@ -64,10 +67,13 @@ impl DmaBufExport {
     /// cannot be undone, so everything that may fail was done first.
     pub(crate) fn install(self, fd: ReservedFd) {
         let this = core::mem::ManuallyDrop::new(self);
-        let fd = core::mem::ManuallyDrop::new(fd);
+        let number = fd.number();
+        // The descriptor is installed now (not given back).
+        core::mem::forget(fd);
         // SAFETY: by the type invariant the export is live and this value's reference goes to
-        // the descriptor (neither value is dropped); `fd` is reserved and not installed.
-        unsafe { ffi::neuron_udma_dmabuf_install(this.0.as_ptr(), fd.0) }
+        // the descriptor (neither value is dropped); `number` was reserved in this task (a
+        // reservation cannot leave its task) and is not installed yet.
+        unsafe { ffi::neuron_udma_dmabuf_install(this.0.as_ptr(), number) }
     }
 
     /// Revokes the export: no new mapping, every importer's mapping is gone when this returns.
@@ -108,32 +114,25 @@ pub(crate) fn dmabuf_revoke_all(dev: &kernel::device::Device) {
 }
 
 /// A file descriptor number reserved in the calling process, not installed yet; given back on
-/// drop.
-pub(crate) struct ReservedFd(c_int);
+/// drop (the kernel crate's reservation, which stays in the task that made it).
+pub(crate) struct ReservedFd(FileDescriptorReservation);
 
 impl ReservedFd {
-    /// Reserves a descriptor (close-on-exec if `flags` has `O_CLOEXEC`).
+    /// Reserves a descriptor (close-on-exec if `flags` has `O_CLOEXEC`; its other bits are
+    /// ignored).
     ///
     /// # Errors
     ///
     /// `EMFILE` when the process has no free descriptor.
     pub(crate) fn new(flags: u32) -> Result<Self> {
-        // SAFETY: plain call on the current task's descriptor table.
-        let fd = unsafe { ffi::neuron_udma_fd_reserve(flags) };
-        kernel::error::to_result(fd.min(0))?;
-        Ok(Self(fd))
+        FileDescriptorReservation::get_unused_fd_flags(flags & O_CLOEXEC).map(Self)
     }
 
     /// The descriptor number.
     pub(crate) fn number(&self) -> i32 {
-        self.0
-    }
-}
-
-impl Drop for ReservedFd {
-    fn drop(&mut self) {
-        // SAFETY: reserved by `new` in this task and never installed (`install` forgets it).
-        unsafe { ffi::neuron_udma_fd_unreserve(self.0) }
+        // CAST: a descriptor number is below `INT_MAX` (`get_unused_fd_flags()` returns it as
+        // an `int`).
+        self.0.reserved_fd() as i32
     }
 }
 

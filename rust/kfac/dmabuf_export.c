@@ -209,21 +209,9 @@ void neuron_udma_dmabuf_put(struct neuron_udma_export *exp)
 	dma_buf_put(exp->dmabuf);
 }
 
-/* A file descriptor number for a later install (O_CLOEXEC in @flags or not), or -EMFILE. */
-int neuron_udma_fd_reserve(u32 flags)
-{
-	return get_unused_fd_flags(flags & O_CLOEXEC);
-}
-
-/* Gives back a number of neuron_udma_fd_reserve() that was not installed. */
-void neuron_udma_fd_unreserve(int fd)
-{
-	put_unused_fd(fd);
-}
-
 /*
- * Publishes @exp's dma-buf as the reserved @fd, with the caller's reference: cannot be undone,
- * so the caller did everything that may fail first.
+ * Publishes @exp's dma-buf as @fd (reserved by get_unused_fd_flags() in this task), with the
+ * caller's reference: cannot be undone, so the caller did everything that may fail first.
  */
 void neuron_udma_dmabuf_install(struct neuron_udma_export *exp, int fd)
 {

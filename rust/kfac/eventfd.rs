@@ -1,18 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! eventfd, which Linux 7.3's Rust does not wrap: [`EventFd`] owns a reference to the eventfd
-//! context of a file descriptor and signals it (C in `rust/kfac/eventfd.c`).
+//! context of a file descriptor and signals it. Every function it needs is exported
+//! (`eventfd_ctx_fdget()`, `eventfd_signal_mask()`, `eventfd_ctx_put()`): no C of its own.
 
-use kernel::prelude::*;
-
-super::generated! { include!("eventfd_generated.rs"); }
+use kernel::{bindings, prelude::*};
 
 /// The eventfd context of a file descriptor (a counted reference, given back on drop).
 ///
 /// # Invariants
 ///
 /// The pointer is a context from `eventfd_ctx_fdget()`, owned by this value.
-pub(crate) struct EventFd(core::ptr::NonNull<kernel::bindings::eventfd_ctx>);
+pub(crate) struct EventFd(core::ptr::NonNull<bindings::eventfd_ctx>);
 
 // SAFETY: an eventfd context is reference counted and may be signalled and put from any task.
 unsafe impl Send for EventFd {}
@@ -26,17 +25,19 @@ impl EventFd {
     ///
     /// `EBADF` if `fd` is not open, `EINVAL` if it is not an eventfd.
     pub(crate) fn from_fd(fd: i32) -> Result<Self> {
-        // SAFETY: plain call; the function takes its own reference to the file's context.
-        let p = kernel::error::from_err_ptr(unsafe { ffi::neuron_udma_eventfd_get(fd) })?;
+        // SAFETY: plain call on the current task's descriptor table; on success the function
+        // returns a context with a reference of its own.
+        let p = kernel::error::from_err_ptr(unsafe { bindings::eventfd_ctx_fdget(fd) })?;
         // INVARIANT: a context from `eventfd_ctx_fdget()`, not an error pointer.
         core::ptr::NonNull::new(p).map(Self).ok_or(EINVAL)
     }
 
-    /// Adds `n` to the eventfd's counter (one signal each), waking its readers.
+    /// Adds `n` to the eventfd's counter (one `eventfd_signal()` each), waking its readers.
     pub(crate) fn signal(&self, n: u64) {
         for _ in 0..n {
-            // SAFETY: by the type invariant the context is alive.
-            unsafe { ffi::neuron_udma_eventfd_signal(self.0.as_ptr()) };
+            // SAFETY: by the type invariant the context is alive. A mask of 0 is what
+            // `eventfd_signal()` (a static inline) passes.
+            unsafe { bindings::eventfd_signal_mask(self.0.as_ptr(), 0) };
         }
     }
 }
@@ -44,6 +45,6 @@ impl EventFd {
 impl Drop for EventFd {
     fn drop(&mut self) {
         // SAFETY: by the type invariant the reference is ours, given back once.
-        unsafe { ffi::neuron_udma_eventfd_put(self.0.as_ptr()) };
+        unsafe { bindings::eventfd_ctx_put(self.0.as_ptr()) };
     }
 }

@@ -2,8 +2,8 @@
 /*
  * Memory of user mappings and pinned user pages (rust/kfac/mm.h says what Linux 7.3's Rust
  * lacks): the VMA operations of a host buffer's mapping, which call rust/buffer.rs, page
- * insertion on fault, the removal of a file's user mappings, the charge of pinned memory to the
- * user's locked_vm, and pinned user pages with their DMA mapping.
+ * insertion on fault, the charge of pinned memory to the user's locked_vm, and pinned user
+ * pages with their DMA mapping.
  */
 #include <linux/capability.h>
 #include <linux/cred.h>
@@ -252,14 +252,4 @@ void neuron_udma_pin_release(struct neuron_udma_pin *pin)
 	unpin_user_pages_dirty_lock(pin->pages, pin->npages, pin->write);
 	kvfree(pin->pages);
 	kfree(pin);
-}
-
-/*
- * No unmap_mapping_range() in Rust: remove every user mapping of bytes [@offset, @offset +
- * @len) of @file's mapping, before the memory behind them is freed. Later accesses fault and
- * find the buffer gone (SIGBUS).
- */
-void neuron_udma_zap(struct file *file, u64 offset, u64 len)
-{
-	unmap_mapping_range(file->f_mapping, offset, len, 1);
 }

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * Memory of user mappings and pinned user pages, for what Linux 7.3's Rust does not wrap: VMA
- * operations with a fault handler, vmf_insert_pfn(), unmap_mapping_range(), locked-memory
- * accounting (user_struct::locked_vm), pin_user_pages() and the DMA mapping of the pinned pages,
+ * operations with a fault handler, vmf_insert_pfn(), locked-memory accounting
+ * (user_struct::locked_vm), pin_user_pages() and the DMA mapping of the pinned pages,
  * dma_set_seg_boundary(). Implemented in rust/kfac/mm.c; bindgen generates the Rust declarations
  * of the functions it defines (Kbuild), wrapped by rust/kfac/mm.rs.
  */
@@ -18,7 +18,6 @@ typedef unsigned int vm_fault_t;
 #endif
 
 struct device;
-struct file;
 struct sg_table;
 struct user_struct;
 struct vm_area_struct;
@@ -37,8 +36,6 @@ int neuron_udma_mmap_buffer(struct vm_area_struct *vma, const struct neuron_udma
 /* No vmf_insert_pfn() in Rust. */
 vm_fault_t neuron_udma_insert_page(struct vm_fault *vmf, void *cpu_addr);
 vm_fault_t neuron_udma_insert_pfn(struct vm_fault *vmf, u64 pfn);
-/* No unmap_mapping_range() in Rust. */
-void neuron_udma_zap(struct file *file, u64 offset, u64 len);
 /* No locked-memory (user_struct::locked_vm) accounting in Rust. */
 int neuron_udma_charge(unsigned long pages, struct user_struct **userp);
 void neuron_udma_uncharge(struct user_struct *user, unsigned long pages);

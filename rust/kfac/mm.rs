@@ -3,9 +3,10 @@
 //! Memory of user mappings and pinned user pages, which Linux 7.3's Rust does not wrap (C in
 //! `rust/kfac/mm.c`): the mapping of a host buffer whose pages are inserted on fault
 //! ([`mmap_buffer`], [`insert_page`], [`insert_pfn`]; the VMA operations call `rust/buffer.rs`),
-//! the removal of a file's user mappings ([`MappedFile`]), the charge of pinned memory to the
-//! user's locked memory ([`UserCharge`]), pinned user pages with their DMA mapping
-//! ([`PinnedPages`]) and the DMA segment boundary of a device ([`dma_no_seg_boundary`]).
+//! the removal of a file's user mappings ([`MappedFile`]: `unmap_mapping_range()`, exported,
+//! called directly), the charge of pinned memory to the user's locked memory ([`UserCharge`]),
+//! pinned user pages with their DMA mapping ([`PinnedPages`]) and the DMA segment boundary of a
+//! device ([`dma_no_seg_boundary`]).
 
 use kernel::{bindings, prelude::*};
 
@@ -53,8 +54,14 @@ impl MappedFile {
             // No file: nothing was ever mapped.
             return;
         }
-        // SAFETY: per the function's contract the file is open, so `self.0` is valid.
-        unsafe { ffi::neuron_udma_zap(self.0, offset, len) }
+        // SAFETY: per the function's contract the file is open, so `self.0` is valid and so is
+        // its mapping (set at open, fixed for the file's life).
+        let mapping = unsafe { (*self.0).f_mapping };
+        // CAST: `loff_t`, as C converts a `u64` argument (the same bits).
+        let (offset, len) = (offset as i64, len as i64);
+        // SAFETY: `mapping` is the open file's; `unmap_mapping_range()` takes any range, and
+        // `even_cows` 1 removes private copies too.
+        unsafe { bindings::unmap_mapping_range(mapping, offset, len, 1) }
     }
 }
 

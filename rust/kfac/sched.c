@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The current task's fatal signals and the waiting for a work item (rust/kfac/sched.h): static
- * inlines and functions that Linux 7.3's Rust does not wrap.
+ * The current task's fatal signals (rust/kfac/sched.h): a static inline that Linux 7.3's Rust
+ * does not wrap.
  */
 #include <linux/sched/signal.h>
-#include <linux/workqueue.h>
 
 #include "sched.h"
 
@@ -15,10 +14,4 @@
 bool neuron_udma_fatal_signal_pending(void)
 {
 	return fatal_signal_pending(current);
-}
-
-/* No flush_work() in Rust: wait until @work is neither queued nor running. */
-void neuron_udma_flush_work(struct work_struct *work)
-{
-	flush_work(work);
 }

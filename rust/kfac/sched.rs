@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The current task's fatal signals and the waiting for a work item: `fatal_signal_pending()`
-//! and `flush_work()`, which Linux 7.3's Rust does not wrap (C in `rust/kfac/sched.c`).
+//! (a static inline: C in `rust/kfac/sched.c`) and `flush_work()` (exported: called directly),
+//! which Linux 7.3's Rust does not wrap.
 
 super::generated! { include!("sched_generated.rs"); }
 
@@ -14,5 +15,5 @@ pub(crate) fn fatal_signal_pending() -> bool {
 /// Waits until `work` is neither queued nor running (`flush_work()`).
 pub(crate) fn flush_work<T: ?Sized, const ID: u64>(work: &kernel::workqueue::Work<T, ID>) {
     // SAFETY: `work` is a valid, initialised work item for the duration of the call.
-    unsafe { ffi::neuron_udma_flush_work(kernel::workqueue::Work::raw_get(work)) }
+    unsafe { kernel::bindings::flush_work(kernel::workqueue::Work::raw_get(work)) };
 }
