@@ -2,7 +2,7 @@
 
 //! Memory of user mappings and pinned user pages, which Linux 7.3's Rust does not wrap (C in
 //! `rust/kfac/mm.c`): the mapping of a host buffer whose pages are inserted on fault
-//! ([`mmap_buffer`], [`insert_page`], [`insert_pfn`]; the VMA operations call `rust/buffer.rs`),
+//! ([`mmap_buffer`], [`VmFault`]; the VMA operations call `rust/buffer.rs`),
 //! the removal of a file's user mappings ([`MappedFile`]: `unmap_mapping_range()`, exported,
 //! called directly), the charge of pinned memory to the user's locked memory ([`UserCharge`]),
 //! pinned user pages with their DMA mapping ([`PinnedPages`]) and the DMA segment boundary of a
@@ -89,28 +89,52 @@ pub(crate) unsafe fn mmap_buffer<T>(
     })
 }
 
-/// Maps the page frame `pfn` (device memory, BAR4) at the faulting address of `vmf`; returns
-/// the `vm_fault_t`.
+/// A page fault of a buffer mapping being handled (`struct vm_fault`), for the duration of the
+/// fault handler's call.
 ///
-/// # Safety
+/// # Invariants
 ///
-/// `vmf` is the fault being handled, and `pfn` a page of BAR4 that the faulting mapping's
-/// buffer owns until the insertion returns.
-pub(crate) unsafe fn insert_pfn(vmf: *mut bindings::vm_fault, pfn: u64) -> u32 {
-    // SAFETY: per the function's contract.
-    unsafe { ffi::neuron_udma_insert_pfn(vmf, pfn) }
-}
+/// The pointer is the `struct vm_fault` of the fault whose handler runs for `'a`.
+pub(crate) struct VmFault<'a>(
+    core::ptr::NonNull<bindings::vm_fault>,
+    core::marker::PhantomData<&'a mut bindings::vm_fault>,
+);
 
-/// Maps the page of coherent memory at `cpu_addr` at the faulting address of `vmf`; returns the
-/// `vm_fault_t`.
-///
-/// # Safety
-///
-/// `vmf` is the fault being handled, and `cpu_addr` a page of coherent memory that stays
-/// allocated until the insertion returns.
-pub(crate) unsafe fn insert_page(vmf: *mut bindings::vm_fault, cpu_addr: *mut c_void) -> u32 {
-    // SAFETY: per the function's contract.
-    unsafe { ffi::neuron_udma_insert_page(vmf, cpu_addr) }
+impl VmFault<'_> {
+    /// The fault `vmf` (`None` for a null pointer).
+    ///
+    /// # Safety
+    ///
+    /// `vmf` is the fault the handler running now was called for; the value is not kept past
+    /// that call (its lifetime is the handler's).
+    pub(crate) unsafe fn from_raw(vmf: *mut bindings::vm_fault) -> Option<Self> {
+        // INVARIANT: per the function's contract.
+        core::ptr::NonNull::new(vmf).map(|p| Self(p, core::marker::PhantomData))
+    }
+
+    /// Maps the page frame `pfn` (device memory, BAR4) at the faulting address, with the
+    /// mapping's protection; returns the `vm_fault_t`.
+    ///
+    /// # Safety
+    ///
+    /// `pfn` is a page of BAR4 that the faulting mapping's buffer owns until the insertion
+    /// returns.
+    pub(crate) unsafe fn insert_pfn(&mut self, pfn: u64) -> u32 {
+        // SAFETY: the fault is being handled (type invariant); `pfn` per the contract.
+        unsafe { ffi::neuron_udma_insert_pfn(self.0.as_ptr(), pfn) }
+    }
+
+    /// Maps the page of coherent memory at `cpu_addr` at the faulting address; returns the
+    /// `vm_fault_t`.
+    ///
+    /// # Safety
+    ///
+    /// `cpu_addr` is a page of coherent memory that stays allocated until the insertion
+    /// returns.
+    pub(crate) unsafe fn insert_page(&mut self, cpu_addr: *mut c_void) -> u32 {
+        // SAFETY: the fault is being handled (type invariant); `cpu_addr` per the contract.
+        unsafe { ffi::neuron_udma_insert_page(self.0.as_ptr(), cpu_addr) }
+    }
 }
 
 /// A number of pages charged to a user's locked memory (see `charge::Charge`).
