@@ -9,12 +9,13 @@
 //! buffer busy ([`ExportHold`]): `MEM_FREE` is `EBUSY`, and a buffer whose file was closed is
 //! freed (its device memory given back, to be scrubbed at its next `MEM_ALLOC`) only when the
 //! last reference to the dma-buf is gone. Only revocable importers attach; unbind revokes every
-//! export and waits until no importer maps it ([`dmabuf_revoke_all`](crate::kfac::dmabuf::dmabuf_revoke_all)). The dma-buf holds a
-//! module reference and, after unbind, only the device's record (as an open file does).
+//! export and waits until no importer maps it
+//! ([`dmabuf_revoke_all`](crate::kfac::dmabuf::dmabuf_revoke_all)). The dma-buf holds a module
+//! reference and, after unbind, only the device's record (as an open file does).
 //!
 //! **Import.** Another exporter's dma-buf becomes a buffer of the file, pinned and mapped for
-//! the device once (see `rust/kfac/dmabuf_import.c`), usable as copy source and, with `IMPORT_WRITE`,
-//! destination; its runs are the mapping's segments. If the exporter revokes it, no new copy
+//! the device once (see `rust/kfac/dmabuf_import.c`), usable as copy source and, with
+//! `IMPORT_WRITE`, destination; its runs are the mapping's segments. If the exporter revokes it, no new copy
 //! may name it (`ENXIO`) and the mapping goes once nothing can reach it any more
 //! ([`Revoker`]: a bounded drain).
 

@@ -83,8 +83,8 @@ impl DmaBufExport {
         unsafe { ffi::neuron_udma_dmabuf_revoke(self.0.as_ptr()) }
     }
 
-    /// Runs the KUnit importer (`rust/kfac/dmabuf_kunit.c`) on the export from the bound device `dev`; it
-    /// revokes the export on the way.
+    /// Runs the KUnit importer (`rust/kfac/dmabuf_kunit.c`) on the export from the bound device
+    /// `dev`; it revokes the export on the way.
     #[cfg(neuron_udma_kunit)]
     pub(crate) fn kunit_import(
         &self,
@@ -137,8 +137,8 @@ impl ReservedFd {
 }
 
 /// Another exporter's dma-buf attached to the device (a dynamic attachment with
-/// `invalidate_mappings`), pinned and mapped (see `rust/kfac/dmabuf_import.c`). Dropping it unmaps, unpins and
-/// detaches it: the owner makes sure no descriptor can reach it any more.
+/// `invalidate_mappings`), pinned and mapped (see `rust/kfac/dmabuf_import.c`). Dropping it
+/// unmaps, unpins and detaches it: the owner makes sure no descriptor can reach it any more.
 ///
 /// # Invariants
 ///
