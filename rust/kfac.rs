@@ -20,7 +20,7 @@
 //! - [`eventfd`]: eventfd references (no C);
 //! - [`mm`]: VMA operations of buffer mappings, page insertion, the removal of user mappings,
 //!   pinned user pages, the locked-memory charge and the DMA segment boundary;
-//! - [`sched`]: `fatal_signal_pending()` and `flush_work()`;
+//! - [`sched`]: `fatal_signal_pending()`, `cond_resched()` and `flush_work()`;
 //! - [`sysfs`]: the usage counters of a device and the module parameters;
 //! - [`uring`]: the `uring_cmd`, `uring_cmd_iopoll` and `poll` file operations and io_uring
 //!   command completion.

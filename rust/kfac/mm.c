@@ -2,8 +2,8 @@
 /*
  * Memory of user mappings and pinned user pages (rust/kfac/mm.h says what Linux 7.3's Rust
  * lacks): the VMA operations of a host buffer's mapping, which call rust/buffer.rs, page
- * insertion on fault, the charge of pinned memory to the user's locked_vm, and pinned user
- * pages with their DMA mapping.
+ * insertion on fault, the charge of pinned memory to the user's locked_vm, and the DMA segment
+ * boundary of a device.
  */
 #include <linux/capability.h>
 #include <linux/cred.h>
@@ -13,8 +13,6 @@
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
 #include <linux/sched/user.h>
-#include <linux/scatterlist.h>
-#include <linux/slab.h>
 
 #include "mm.h"
 
@@ -120,108 +118,6 @@ void neuron_udma_uncharge(struct user_struct *user, unsigned long pages)
 }
 
 /*
- * Pinned user memory of a MEM_IMPORT. No pin_user_pages() in Rust, and the Rust SGTable only
- * takes pages it allocated itself.
- */
-struct neuron_udma_pin {
-	struct sg_table sgt;
-	struct page **pages;
-	unsigned long npages;
-	/* The device the table is mapped for (a counted reference), NULL while unmapped. */
-	struct device *dev;
-	bool write;
-};
-
-/* Pages pinned per pin_user_pages_fast() call: bounds the time between signal checks. */
-#define NEURON_UDMA_PIN_BATCH 4096
-
-static enum dma_data_direction neuron_udma_pin_dir(const struct neuron_udma_pin *pin)
-{
-	return pin->write ? DMA_BIDIRECTIONAL : DMA_TO_DEVICE;
-}
-
-/*
- * Pin the caller's pages under [@addr, @addr + @size) for long-term DMA (FOLL_LONGTERM, so
- * they are migrated out of movable zones first; FOLL_WRITE if the device may write them) and
- * build the scatter-gather table of exactly those bytes (the first entry starts at @addr's
- * offset in its page, physically contiguous pages share an entry). Nothing is mapped for a
- * device yet. Returns the pin, or ERR_PTR(-EFAULT) (a page not mapped, or read-only with
- * @write), -ENOMEM, -EOPNOTSUPP (memory that cannot be pinned long-term), -EINTR (a fatal
- * signal); nothing stays pinned on error.
- */
-struct neuron_udma_pin *neuron_udma_pin_user(u64 addr, u64 size, bool write)
-{
-	unsigned int gup = FOLL_LONGTERM | (write ? FOLL_WRITE : 0);
-	unsigned long first = addr >> PAGE_SHIFT;
-	unsigned long done = 0, npages;
-	struct neuron_udma_pin *pin;
-	long ret;
-
-	if (!size || addr + size < addr)
-		return ERR_PTR(-EINVAL);
-	npages = ((addr + size - 1) >> PAGE_SHIFT) - first + 1;
-	pin = kzalloc(sizeof(*pin), GFP_KERNEL_ACCOUNT);
-	if (!pin)
-		return ERR_PTR(-ENOMEM);
-	pin->write = write;
-	pin->pages = kvmalloc_array(npages, sizeof(*pin->pages), GFP_KERNEL_ACCOUNT);
-	if (!pin->pages) {
-		ret = -ENOMEM;
-		goto free_pin;
-	}
-	while (done < npages) {
-		if (fatal_signal_pending(current)) {
-			ret = -EINTR;
-			goto unpin;
-		}
-		ret = pin_user_pages_fast((first + done) << PAGE_SHIFT,
-					  min(npages - done, (unsigned long)NEURON_UDMA_PIN_BATCH),
-					  gup, pin->pages + done);
-		if (ret <= 0) {
-			ret = ret ?: -EFAULT;
-			goto unpin;
-		}
-		done += ret;
-		cond_resched();
-	}
-	ret = sg_alloc_table_from_pages_segment(&pin->sgt, pin->pages, npages,
-						offset_in_page(addr), size,
-						UINT_MAX & PAGE_MASK, GFP_KERNEL_ACCOUNT);
-	if (ret)
-		goto unpin;
-	pin->npages = npages;
-	return pin;
-
-unpin:
-	unpin_user_pages(pin->pages, done);
-	kvfree(pin->pages);
-free_pin:
-	kfree(pin);
-	return ERR_PTR(ret);
-}
-
-/*
- * No DMA mapping of foreign pages in Rust: map @pin's table for @dev. Memory that @dev could
- * only reach through bounce buffers is refused with -EOPNOTSUPP: the engine writes the pages at
- * any time, and a bounce buffer would be copied back only at unmap.
- */
-int neuron_udma_pin_map(struct neuron_udma_pin *pin, struct device *dev)
-{
-	int ret;
-
-	/*
-	 * DMA_ATTR_REQUIRE_COHERENT: dma-direct and dma-iommu refuse (-EIO) a non-coherent device
-	 * and any bounce buffer, so no mapping needs a sync; and DMA-API debug does not track
-	 * cacheline overlaps (a user may import one page any number of times).
-	 */
-	ret = dma_map_sgtable(dev, &pin->sgt, neuron_udma_pin_dir(pin), DMA_ATTR_REQUIRE_COHERENT);
-	if (ret)
-		return ret == -EIO ? -EOPNOTSUPP : ret;
-	pin->dev = get_device(dev);
-	return 0;
-}
-
-/*
  * No dma_set_seg_boundary() in Rust: the engine takes 64-bit addresses and the driver splits
  * copies itself (rust/span.rs), so a mapped segment may cross any boundary (the segment length
  * is lifted in Rust, dma_set_max_seg_size()). Called at probe, before any mapping.
@@ -229,27 +125,4 @@ int neuron_udma_pin_map(struct neuron_udma_pin *pin, struct device *dev)
 void neuron_udma_dma_no_seg_boundary(struct device *dev)
 {
 	dma_set_seg_boundary(dev, ULONG_MAX);
-}
-
-/* The scatter-gather table of @pin (DMA addresses valid once mapped). */
-struct sg_table *neuron_udma_pin_sgt(struct neuron_udma_pin *pin)
-{
-	return &pin->sgt;
-}
-
-/*
- * Unmap @pin (if mapped), unpin its pages (dirtied if the device may have written them) and
- * free it. The caller made sure no descriptor can reach the pages any more.
- */
-void neuron_udma_pin_release(struct neuron_udma_pin *pin)
-{
-	if (pin->dev) {
-		dma_unmap_sgtable(pin->dev, &pin->sgt, neuron_udma_pin_dir(pin),
-				  DMA_ATTR_REQUIRE_COHERENT);
-		put_device(pin->dev);
-	}
-	sg_free_table(&pin->sgt);
-	unpin_user_pages_dirty_lock(pin->pages, pin->npages, pin->write);
-	kvfree(pin->pages);
-	kfree(pin);
 }

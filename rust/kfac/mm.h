@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Memory of user mappings and pinned user pages, for what Linux 7.3's Rust does not wrap: VMA
- * operations with a fault handler, vmf_insert_pfn(), locked-memory accounting
- * (user_struct::locked_vm), pin_user_pages() and the DMA mapping of the pinned pages,
- * dma_set_seg_boundary(). Implemented in rust/kfac/mm.c; bindgen generates the Rust declarations
- * of the functions it defines (Kbuild), wrapped by rust/kfac/mm.rs.
+ * Memory of user mappings, for what Linux 7.3's Rust cannot call: VMA operations with a fault
+ * handler, vmf_insert_pfn() on a fault's fields, locked-memory accounting
+ * (user_struct::locked_vm), dma_set_seg_boundary(). Implemented in rust/kfac/mm.c; bindgen
+ * generates the Rust declarations of the functions it defines (Kbuild), wrapped by
+ * rust/kfac/mm.rs (which pins user pages itself, with the kernel's exported functions).
  */
 #ifndef NEURON_UDMA_KFAC_MM_H
 #define NEURON_UDMA_KFAC_MM_H
@@ -18,15 +18,12 @@ typedef unsigned int vm_fault_t;
 #endif
 
 struct device;
-struct sg_table;
 struct user_struct;
 struct vm_area_struct;
 struct vm_fault;
 
 /* rust/buffer.rs: Buffer, one counted (Arc) reference; opaque to C. */
 struct neuron_udma_buffer;
-/* Pinned user pages and their scatter-gather table; opaque to Rust. */
-struct neuron_udma_pin;
 
 /* ---- implemented in rust/kfac/mm.c, called from Rust ---- */
 
@@ -39,11 +36,6 @@ vm_fault_t neuron_udma_insert_pfn(struct vm_fault *vmf, u64 pfn);
 /* No locked-memory (user_struct::locked_vm) accounting in Rust. */
 int neuron_udma_charge(unsigned long pages, struct user_struct **userp);
 void neuron_udma_uncharge(struct user_struct *user, unsigned long pages);
-/* No pin_user_pages() in Rust; its SGTable maps only pages it allocated itself. */
-struct neuron_udma_pin *neuron_udma_pin_user(u64 addr, u64 size, bool write);
-int neuron_udma_pin_map(struct neuron_udma_pin *pin, struct device *dev);
-struct sg_table *neuron_udma_pin_sgt(struct neuron_udma_pin *pin);
-void neuron_udma_pin_release(struct neuron_udma_pin *pin);
 /* No dma_set_seg_boundary() in Rust. */
 void neuron_udma_dma_no_seg_boundary(struct device *dev);
 

@@ -8,7 +8,14 @@
 //! pinned user pages with their DMA mapping ([`PinnedPages`]) and the DMA segment boundary of a
 //! device ([`dma_no_seg_boundary`]).
 
-use kernel::{bindings, prelude::*};
+use kernel::{
+    alloc::flags::GFP_KERNEL_ACCOUNT,
+    bindings,
+    page::{PAGE_MASK, PAGE_SHIFT, PAGE_SIZE},
+    prelude::*,
+    sync::aref::ARef,
+    types::Opaque,
+};
 
 super::generated! { include!("mm_generated.rs"); }
 
@@ -172,6 +179,13 @@ impl Drop for UserCharge {
     }
 }
 
+/// Pages pinned per `pin_user_pages_fast()` call: bounds the time between signal checks.
+const PIN_BATCH: usize = 4096;
+
+/// The DMA attributes of a pin's mapping (see [`PinnedPages::map`]).
+// CAST: a flag bit of the `unsigned long` attributes.
+const PIN_DMA_ATTRS: c_ulong = bindings::DMA_ATTR_REQUIRE_COHERENT as c_ulong;
+
 /// The caller's pages under a user range, pinned for long-term DMA (`pin_user_pages_fast()`
 /// with `FOLL_LONGTERM`, which Linux 7.3's Rust does not wrap, and whose `SGTable` takes only
 /// pages it allocated), with their scatter-gather table. Dropping it unmaps the table, unpins
@@ -180,17 +194,29 @@ impl Drop for UserCharge {
 ///
 /// # Invariants
 ///
-/// `0` is a `struct neuron_udma_pin` from `neuron_udma_pin_user()`, released only by `drop`.
-pub(crate) struct PinnedPages(core::ptr::NonNull<ffi::neuron_udma_pin>);
+/// `pages` are pinned (`FOLL_LONGTERM`, and `FOLL_WRITE` if `write`) by this value; `sgt` is
+/// their table of exactly the pinned bytes (`sg_alloc_table_from_pages_segment()`), mapped
+/// for `dev` while `dev` is `Some`.
+pub(crate) struct PinnedPages {
+    sgt: KBox<Opaque<bindings::sg_table>>,
+    pages: KVVec<*mut bindings::page>,
+    /// The device the table is mapped for, `None` while unmapped.
+    dev: Option<ARef<kernel::device::Device>>,
+    write: bool,
+}
 
-// SAFETY: the pin is owned by this value and may be released from any task.
+// SAFETY: the pages and the table are owned by this value; pins are released and tables
+// unmapped and freed from any task.
 unsafe impl Send for PinnedPages {}
 // SAFETY: `&self` methods only read the table, which changes only in `map` (`&mut self`).
 unsafe impl Sync for PinnedPages {}
 
 impl PinnedPages {
-    /// Pins the calling process's pages under `[addr, addr + size)` (bytes, any alignment),
-    /// writable by the device if `write`.
+    /// Pins the calling process's pages under `[addr, addr + size)` (bytes, any alignment) for
+    /// long-term DMA (`FOLL_LONGTERM`: migrated out of movable zones first), writable by the
+    /// device if `write`, and builds the scatter-gather table of exactly those bytes (the first
+    /// entry starts at `addr`'s offset in its page, physically contiguous pages share an
+    /// entry). Nothing is mapped for a device yet.
     ///
     /// # Errors
     ///
@@ -198,40 +224,150 @@ impl PinnedPages {
     /// `write`), `ENOMEM`, `EOPNOTSUPP` (not pinnable long-term), `EINTR` (SIGKILL); nothing
     /// stays pinned then.
     pub(crate) fn new(addr: u64, size: u64, write: bool) -> Result<Self> {
-        // SAFETY: the function takes plain values and pins the current task's memory.
-        let p = unsafe { ffi::neuron_udma_pin_user(addr, size, write) };
-        let p = kernel::error::from_err_ptr(p)?;
-        // INVARIANT: a pin from `neuron_udma_pin_user()`, not an error pointer.
-        core::ptr::NonNull::new(p).map(Self).ok_or(ENOMEM)
+        let flags = GFP_KERNEL_ACCOUNT;
+        let end = match addr.checked_add(size) {
+            Some(end) if size != 0 => end,
+            _ => return Err(EINVAL),
+        };
+        let first = addr >> PAGE_SHIFT;
+        let npages = usize::try_from(((end - 1) >> PAGE_SHIFT) - first + 1).map_err(|_| ENOMEM)?;
+        let sgt = KBox::new(Opaque::zeroed(), flags)?;
+        let mut pages = KVVec::from_elem(core::ptr::null_mut::<bindings::page>(), npages, flags)?;
+        let gup = bindings::FOLL_LONGTERM | if write { bindings::FOLL_WRITE } else { 0 };
+        let mut done = 0;
+        let pinned = loop {
+            if done == npages {
+                break Ok(());
+            }
+            if super::sched::fatal_signal_pending() {
+                break Err(EINTR);
+            }
+            // CAST: at most `PIN_BATCH`.
+            let batch = (npages - done).min(PIN_BATCH) as c_int;
+            // CAST: a user address (below `end`), as C converts it.
+            let start = ((first + done as u64) << PAGE_SHIFT) as c_ulong;
+            // SAFETY: `pages[done..]` has room for `batch` entries; the function pins pages of
+            // the current task's memory.
+            let ret = unsafe {
+                bindings::pin_user_pages_fast(start, batch, gup, pages.as_mut_ptr().add(done))
+            };
+            if ret <= 0 {
+                break Err(if ret == 0 {
+                    EFAULT
+                } else {
+                    Error::from_errno(ret)
+                });
+            }
+            // CAST: positive, at most `batch`.
+            done += ret as usize;
+            super::sched::cond_resched();
+        };
+        let table = pinned.and_then(|()| {
+            // CAST: the arguments' C types, converted as C converts them (the page count to
+            // `unsigned int`, the offset in the first page below `PAGE_SIZE`, the byte count to
+            // `unsigned long`).
+            let (n, offset, bytes) = (
+                npages as c_uint,
+                (addr as usize % PAGE_SIZE) as c_uint,
+                size as c_ulong,
+            );
+            // SAFETY: `sgt` is a zeroed table of this value, `pages` holds `npages` pinned
+            // pages.
+            kernel::error::to_result(unsafe {
+                bindings::sg_alloc_table_from_pages_segment(
+                    sgt.get(),
+                    pages.as_mut_ptr(),
+                    n,
+                    offset,
+                    bytes,
+                    // CAST: `UINT_MAX & PAGE_MASK`, the largest segment of whole pages.
+                    PAGE_MASK as u32,
+                    bindings::GFP_KERNEL_ACCOUNT,
+                )
+            })
+        });
+        if let Err(e) = table {
+            // SAFETY: the first `done` pages were pinned above, and nothing refers to them.
+            unsafe { bindings::unpin_user_pages(pages.as_mut_ptr(), done) };
+            return Err(e);
+        }
+        // INVARIANT: `npages` pages pinned, `sgt` their table, not mapped.
+        Ok(Self {
+            sgt,
+            pages,
+            dev: None,
+            write,
+        })
     }
 
-    /// Maps the pages for DMA by `dev` (once).
+    fn dir(&self) -> bindings::dma_data_direction {
+        if self.write {
+            bindings::dma_data_direction::DMA_BIDIRECTIONAL
+        } else {
+            bindings::dma_data_direction::DMA_TO_DEVICE
+        }
+    }
+
+    /// Maps the pages for DMA by `dev` (once). Memory that `dev` could reach only through bounce
+    /// buffers is refused: the engine writes the pages at any time, and a bounce buffer would be
+    /// copied back only at unmap. `DMA_ATTR_REQUIRE_COHERENT`: dma-direct and dma-iommu refuse
+    /// (`EIO`) a non-coherent device and any bounce buffer, so no mapping needs a sync; and
+    /// DMA-API debug does not track cacheline overlaps (a user may import one page any number of
+    /// times).
     ///
     /// # Errors
     ///
     /// `EOPNOTSUPP` if `dev` could reach them only through bounce buffers, the DMA API's
-    /// `ENOMEM`/`EIO`/`EINVAL`.
+    /// `ENOMEM`/`EINVAL`.
     pub(crate) fn map(&mut self, dev: &kernel::device::Device<kernel::device::Bound>) -> Result {
         let raw = super::raw_device(dev);
-        // SAFETY: `self.0` is a valid, unmapped pin (`map` is called once, by its owner); `raw`
-        // is the bound device `dev`, and the pin keeps its own reference to it.
-        kernel::error::to_result(unsafe { ffi::neuron_udma_pin_map(self.0.as_ptr(), raw) })
+        // SAFETY: `raw` is the bound device `dev`; the table is this value's, built by `new`
+        // and not mapped (`map` is called once, by its owner).
+        let ret =
+            unsafe { bindings::dma_map_sgtable(raw, self.sgt.get(), self.dir(), PIN_DMA_ATTRS) };
+        if ret == EIO.to_errno() {
+            return Err(EOPNOTSUPP);
+        }
+        kernel::error::to_result(ret)?;
+        // INVARIANT: mapped for `dev`, whose reference is kept until the unmap.
+        let dev: &kernel::device::Device = dev;
+        self.dev = Some(dev.into());
+        Ok(())
     }
 
     /// The DMA segments `(address, bytes)` of the mapped pages, in the order of the range.
     pub(crate) fn dma_segments(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        // SAFETY: the pin's table lives as long as `self` and is not modified while borrowed.
-        let sgt = unsafe {
-            kernel::scatterlist::SGTable::from_raw(ffi::neuron_udma_pin_sgt(self.0.as_ptr()))
-        };
+        // SAFETY: the table lives as long as `self` and is not modified while borrowed.
+        let sgt = unsafe { kernel::scatterlist::SGTable::from_raw(self.sgt.get()) };
         sgt.iter().map(|e| (e.dma_address(), e.dma_len()))
     }
 }
 
 impl Drop for PinnedPages {
     fn drop(&mut self) {
-        // SAFETY: by the type invariant, a live pin released exactly once, here.
-        unsafe { ffi::neuron_udma_pin_release(self.0.as_ptr()) };
+        if let Some(dev) = self.dev.take() {
+            // SAFETY: by the type invariant the table is mapped for `dev`, with these
+            // direction and attributes; the owner made sure no descriptor reaches it.
+            unsafe {
+                bindings::dma_unmap_sgtable(
+                    super::raw_device(&dev),
+                    self.sgt.get(),
+                    self.dir(),
+                    PIN_DMA_ATTRS,
+                )
+            };
+        }
+        // SAFETY: the table was built by `new` and is no longer mapped.
+        unsafe { bindings::sg_free_table(self.sgt.get()) };
+        // SAFETY: by the type invariant every page is pinned by this value; dirtied if the
+        // device may have written them.
+        unsafe {
+            bindings::unpin_user_pages_dirty_lock(
+                self.pages.as_mut_ptr(),
+                self.pages.len(),
+                self.write,
+            )
+        };
     }
 }
 

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The current task's fatal signals and the waiting for a work item: `fatal_signal_pending()`
-//! (a static inline: C in `rust/kfac/sched.c`) and `flush_work()` (exported: called directly),
-//! which Linux 7.3's Rust does not wrap.
+//! The current task's fatal signals, voluntary rescheduling and the waiting for a work item:
+//! `fatal_signal_pending()` and `cond_resched()` (a static inline and a macro: C in
+//! `rust/kfac/sched.c`) and `flush_work()` (exported: called directly), which Linux 7.3's Rust
+//! does not wrap.
 
 super::generated! { include!("sched_generated.rs"); }
 
@@ -10,6 +11,13 @@ super::generated! { include!("sched_generated.rs"); }
 pub(crate) fn fatal_signal_pending() -> bool {
     // SAFETY: plain query of the current task.
     unsafe { ffi::neuron_udma_fatal_signal_pending() }
+}
+
+/// Lets other tasks run if this one should give the CPU up (`cond_resched()`): for long loops
+/// in process context.
+pub(crate) fn cond_resched() {
+    // SAFETY: plain call in the current task's (process) context.
+    unsafe { ffi::neuron_udma_cond_resched() }
 }
 
 /// Waits until `work` is neither queued nor running (`flush_work()`).
