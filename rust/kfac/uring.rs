@@ -3,10 +3,10 @@
 //! The file operations of the device node that Linux 7.3's `MiscDevice` lacks (`uring_cmd`,
 //! `uring_cmd_iopoll` and `poll`: C trampolines into `rust/file.rs`, put in the node's file
 //! operations by `rust/node.rs`), and the io_uring command API (no Rust abstraction in 7.3): a
-//! queued command's private bytes and its completion (C in `rust/kfac/uring.c`). The queued
-//! command itself is owned by `events::UringCmd`.
+//! queued command's private bytes and its completion (C in `rust/kfac/uring.c`): [`QueuedCmd`]
+//! owns a queued command until it completes.
 
-use kernel::bindings;
+use kernel::{bindings, prelude::*};
 
 super::generated! { include!("uring_generated.rs"); }
 
@@ -17,15 +17,55 @@ pub(crate) use bindings::io_uring_cmd as RawUringCmd;
 /// trampolines that find the open file in `file->private_data` and call `rust/file.rs`).
 pub(crate) use ffi::{neuron_udma_poll, neuron_udma_uring_cmd, neuron_udma_uring_cmd_iopoll};
 
-/// Completes the queued (non-IOPOLL) io_uring command `cmd` with `res` from any context (its
-/// CQE is posted from the submitter's task work).
+/// A queued (non-IOPOLL) io_uring command: its issue returned `-EIOCBQUEUED`, and it completes
+/// through this value, from any context (the CQE is posted from the submitter's task work).
+/// Dropped without an outcome, it completes with `-ECANCELED`: a queued command must always
+/// complete.
 ///
-/// # Safety
+/// # Invariants
 ///
-/// `cmd` is a command this driver's `uring_cmd` queued (`-EIOCBQUEUED`), completed once.
-pub(crate) unsafe fn uring_cmd_complete(cmd: *mut RawUringCmd, res: i32) {
-    // SAFETY: per the function's contract.
-    unsafe { ffi::neuron_udma_uring_cmd_complete(cmd, res) }
+/// The pointer is a `struct io_uring_cmd` whose `uring_cmd` returned `-EIOCBQUEUED`, not yet
+/// completed, owned by this value.
+pub(crate) struct QueuedCmd(core::ptr::NonNull<RawUringCmd>);
+
+// SAFETY: a queued command may be completed from any task (the completion is handed to the
+// submitter's task work).
+unsafe impl Send for QueuedCmd {}
+// SAFETY: no method takes `&self`.
+unsafe impl Sync for QueuedCmd {}
+
+impl QueuedCmd {
+    /// Takes ownership of `cmd` (`None` for a null pointer).
+    ///
+    /// # Safety
+    ///
+    /// `cmd` is a non-IOPOLL command of this driver's `uring_cmd` that returns `-EIOCBQUEUED`
+    /// now, and is completed only through the returned value (or given back by
+    /// [`Self::into_raw`] before that return).
+    pub(crate) unsafe fn from_raw(cmd: *mut RawUringCmd) -> Option<Self> {
+        // INVARIANT: per the function's contract.
+        core::ptr::NonNull::new(cmd).map(Self)
+    }
+
+    /// Gives the command back without completing it (its issue fails with an error instead).
+    pub(crate) fn into_raw(self) -> *mut RawUringCmd {
+        core::mem::ManuallyDrop::new(self).0.as_ptr()
+    }
+
+    /// Completes the command with `res` (0 or a negative errno): its CQE is posted.
+    pub(crate) fn complete(self, res: i32) {
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: by the type invariant the command is queued and ours; `self` is consumed
+        // (not dropped: the drop would complete it a second time).
+        unsafe { ffi::neuron_udma_uring_cmd_complete(this.0.as_ptr(), res) };
+    }
+}
+
+impl Drop for QueuedCmd {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant the command is queued and ours, completed once, here.
+        unsafe { ffi::neuron_udma_uring_cmd_complete(self.0.as_ptr(), ECANCELED.to_errno()) };
+    }
 }
 
 /// Completes the queued IOPOLL io_uring command `cmd` with `res`, from its `uring_cmd_iopoll`.
