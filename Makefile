@@ -39,8 +39,9 @@ CMD ?= true
 PKG_VERSION := $(shell sed -n 's/^PACKAGE_VERSION="\(.*\)"$$/\1/p' $(CURDIR)/dkms.conf)
 
 # What kbuild's `M=... clean` removes, for `make clean` without a kernel build tree.
-MODULE_CLEAN := cd $(CURDIR) && rm -f $(foreach d,. rust,$(addprefix $(d)/,*.o *.ko *.mod *.mod.c *.mod.o \
-	.*.cmd .*.o *.a *.rmeta *.d .*.d *.symvers)) modules.order Module.symvers rust/uapi_generated.rs && \
+MODULE_CLEAN := cd $(CURDIR) && rm -f $(foreach d,. rust rust/kfac,$(addprefix $(d)/,*.o *.ko *.mod *.mod.c \
+	*.mod.o .*.cmd .*.o *.a *.rmeta *.d .*.d *.symvers)) modules.order Module.symvers \
+	rust/uapi_generated.rs rust/kfac/*_generated.rs && \
 	rm -rf .tmp_versions
 
 KBUILD_ARGS := M=$(CURDIR) $(if $(filter 1,$(KUNIT)),NEURON_UDMA_KUNIT=y) $(if $(CLIPPY),CLIPPY=$(CLIPPY)) \
@@ -138,7 +139,8 @@ endif
 	  echo "kernel splat during the fuzz run ($(FUZZ_LOG)/console.log)"; exit 1; fi
 
 RUSTFMT := scripts/in-root rustfmt --edition 2021 --config-path /usr/src/linux/.rustfmt.toml
-RUST_SRCS := $(filter-out rust/uapi_generated.rs,$(wildcard rust/*.rs rust/*/*.rs))
+# Without the files Kbuild generates with bindgen (rust/uapi_generated.rs, rust/kfac/*_generated.rs).
+RUST_SRCS := $(filter-out %_generated.rs,$(wildcard rust/*.rs rust/*/*.rs))
 
 fmt:
 	$(RUSTFMT) $(RUST_SRCS)
@@ -149,10 +151,10 @@ fmt-check:
 	cd tools && cargo fmt --check
 
 # The DKMS source tree: dkms.conf and what `make KDIR=...` needs to build the module (this
-# Makefile, Kbuild, the module's sources, the UAPI header bindgen reads); no build products, no
+# Makefile, Kbuild, the module's sources, the headers bindgen reads); no build products, no
 # tools or tests. Which suites a build compiles in is chosen by the build (dkms.conf: none).
 DKMS_SRC ?= /usr/src/neuron-udma-$(PKG_VERSION)
-DKMS_FILES := dkms.conf Makefile Kbuild $(RUST_SRCS) $(wildcard rust/*.c rust/*.h) \
+DKMS_FILES := dkms.conf Makefile Kbuild $(RUST_SRCS) $(wildcard rust/*.c rust/*.h rust/*/*.c rust/*/*.h) \
 	$(wildcard include/uapi/linux/*.h)
 
 # An older tree of this package at DKMS_SRC is replaced; any other non-empty directory is refused.

@@ -12,7 +12,10 @@
 
 use crate::{
     charge::Charge,
-    shim::{self, DmaBufImport, MappedFile, PinnedPages},
+    kfac::{
+        dmabuf::DmaBufImport,
+        mm::{MappedFile, PinnedPages, VmFault},
+    },
     span::{Segment, Span},
 };
 use kernel::{
@@ -458,7 +461,7 @@ impl Buffer {
     /// Maps page `pgoff` (in units of the file's page offsets) of this host or device buffer
     /// at the faulting address of `vmf`. Returns the `vm_fault_t` of the insertion, or `None`
     /// when the page does not exist: out of range, an import, or freed.
-    fn fault(&self, pgoff: u64, vmf: *mut kernel::bindings::vm_fault) -> Option<u32> {
+    fn fault(&self, pgoff: u64, vmf: &mut VmFault<'_>) -> Option<u32> {
         let idx = pgoff.checked_sub(self.mmap_offset >> PAGE_SHIFT)?;
         if idx >= self.size >> PAGE_SHIFT {
             return None;
@@ -474,18 +477,15 @@ impl Buffer {
                     return None;
                 }
                 // SAFETY: `off` lies inside the allocation, which stays alive while `backing`
-                // is held; `vmf` is the fault being handled (see `neuron_udma_vma_fault`).
-                Some(unsafe {
-                    shim::insert_page(vmf, mem.as_mut_ptr().cast::<u8>().add(off).cast())
-                })
+                // is held.
+                Some(unsafe { vmf.insert_page(mem.as_mut_ptr().cast::<u8>().add(off).cast()) })
             }
             Some(Backing::Device(_, phys)) if *phys != 0 => {
                 // CAST: `off` is below the buffer's size.
                 let pfn = (phys + off as u64) >> PAGE_SHIFT;
                 // SAFETY: the page is BAR4 memory of this buffer, which no one else is given
-                // while `backing` is held (freeing takes it and zaps the mappings first); `vmf`
-                // is the fault being handled.
-                Some(unsafe { shim::insert_pfn(vmf, pfn) })
+                // while `backing` is held (freeing takes it and zaps the mappings first).
+                Some(unsafe { vmf.insert_pfn(pfn) })
             }
             _ => None,
         }
@@ -638,7 +638,7 @@ impl Holds {
 }
 
 /// The `vm_private_data` of a buffer mapping: a counted reference to the buffer (the record,
-/// not its memory: a freed buffer's mapping faults with `SIGBUS`), as `rust/shim.h`'s
+/// not its memory: a freed buffer's mapping faults with `SIGBUS`), as `rust/kfac/mm.h`'s
 /// `struct neuron_udma_buffer`.
 pub(crate) fn vma_private(buf: &Arc<Buffer>) -> *const Buffer {
     Arc::into_raw(buf.clone())
@@ -682,7 +682,12 @@ pub(crate) unsafe extern "C" fn neuron_udma_vma_fault(
 ) -> u32 {
     // SAFETY: the VMA holds a reference to the buffer for as long as it exists.
     let buf = unsafe { &*buf };
-    buf.fault(pgoff, vmf).unwrap_or(u32::MAX)
+    // SAFETY: per the function's contract `vmf` is the fault being handled, only used during
+    // this call.
+    let Some(mut vmf) = (unsafe { VmFault::from_raw(vmf) }) else {
+        return u32::MAX;
+    };
+    buf.fault(pgoff, &mut vmf).unwrap_or(u32::MAX)
 }
 
 /// The exporter revoked the imported dma-buf of `buf` (`invalidate_mappings`, under the

@@ -3,7 +3,7 @@
 //! What a user's requests make the kernel hold, charged to that user: pinned memory (host
 //! buffers, queue rings, imported pages) against `RLIMIT_MEMLOCK`, as io_uring charges it.
 
-use crate::shim::UserCharge;
+use crate::kfac::mm::UserCharge;
 use kernel::{page::PAGE_SIZE, prelude::*};
 
 /// Pinned host memory (buffers, queue rings) charged to the locked-memory count of the user

@@ -62,6 +62,14 @@ pub(crate) struct Look {
     pub(crate) busy: bool,
 }
 
+impl Look {
+    /// Nothing completed, nothing in flight.
+    pub(crate) const IDLE: Self = Self {
+        progress: false,
+        busy: false,
+    };
+}
+
 /// A member of the completion engine.
 pub(crate) trait Member: Send + Sync {
     /// One look: completes what completed and tells whoever waits for it. With `check`, also
@@ -370,7 +378,7 @@ impl Completer {
         };
         // The members' last references may be these: dropped without the list lock.
         drop(gone);
-        crate::shim::flush_work(&self.work);
+        crate::kfac::sched::flush_work(&self.work);
     }
 }
 

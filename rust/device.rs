@@ -356,7 +356,7 @@ impl UdmaDevice {
         self.patterns.shutdown();
         // No importer reaches the device memory (or the P2PDMA provider, which devres frees)
         // after this; the dma-bufs live on, revoked, until their last descriptor is closed.
-        crate::shim::dmabuf_revoke_all(self.pdev.as_ref());
+        crate::kfac::dmabuf::dmabuf_revoke_all(self.pdev.as_ref());
         self.pool.shutdown();
     }
 }

@@ -1,19 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! dma-buf export and import (ABI 3: `DMABUF_EXPORT`, `DMABUF_IMPORT`); the `dma_buf_ops` and
-//! the importer's attachment are C (`rust/shim.c`: 7.3 has no dma-buf abstraction).
+//! the importer's attachment are C (`rust/kfac/dmabuf_*.c`, wrapped by `rust/kfac/dmabuf.rs`: 7.3
+//! has no dma-buf abstraction).
 //!
 //! **Export.** A device buffer of a file becomes a dma-buf whose importers get the bus addresses
 //! of its device-memory range (BAR4) through the PCI P2PDMA provider. The export keeps the
 //! buffer busy ([`ExportHold`]): `MEM_FREE` is `EBUSY`, and a buffer whose file was closed is
 //! freed (its device memory given back, to be scrubbed at its next `MEM_ALLOC`) only when the
 //! last reference to the dma-buf is gone. Only revocable importers attach; unbind revokes every
-//! export and waits until no importer maps it ([`shim::dmabuf_revoke_all`]). The dma-buf holds a
-//! module reference and, after unbind, only the device's record (as an open file does).
+//! export and waits until no importer maps it
+//! ([`dmabuf_revoke_all`](crate::kfac::dmabuf::dmabuf_revoke_all)). The dma-buf holds a module
+//! reference and, after unbind, only the device's record (as an open file does).
 //!
 //! **Import.** Another exporter's dma-buf becomes a buffer of the file, pinned and mapped for
-//! the device once (see `rust/shim.c`), usable as copy source and, with `IMPORT_WRITE`,
-//! destination; its runs are the mapping's segments. If the exporter revokes it, no new copy
+//! the device once (see `rust/kfac/dmabuf_import.c`), usable as copy source and, with
+//! `IMPORT_WRITE`, destination; its runs are the mapping's segments. If the exporter revokes it, no new copy
 //! may name it (`ENXIO`) and the mapping goes once nothing can reach it any more
 //! ([`Revoker`]: a bounded drain).
 
@@ -21,7 +23,10 @@ use crate::{
     buffer::{Buffer, BusyGuard, Drain},
     channel::{Owner, DEFAULT_TIMEOUT},
     device::{Entered, UdmaDevice},
-    shim::{DmaBufExport, DmaBufImport, MappedFile, RawExportHold, ReservedFd},
+    kfac::{
+        dmabuf::{DmaBufExport, DmaBufImport, RawExportHold, ReservedFd},
+        mm::MappedFile,
+    },
     uapi,
 };
 use kernel::{
@@ -256,7 +261,7 @@ mod tests {
         false
     }
 
-    /// An importer in the kernel (`rust/shim.c`) attaches to an export of a device buffer, maps
+    /// An importer in the kernel (`rust/kfac/dmabuf_kunit.c`) attaches to an export of a device buffer, maps
     /// it and gets exactly the bus range of the buffer in BAR4; the revocation (unbind's) tells
     /// it to unmap, and afterwards it can neither map nor attach. The buffer stays busy (no
     /// `MEM_FREE`) until the dma-buf is released.

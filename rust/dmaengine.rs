@@ -8,7 +8,7 @@
 //! (prep may run in atomic context, making a block may sleep).
 //!
 //! Everything but the `dma_device` and the cookies (the dmaengine core's `dma_cookie_*()`,
-//! called by the shim) is here: channel state, descriptor building
+//! called by `rust/kfac/dmaengine.c`) is here: channel state, descriptor building
 //! (cut by the splitter, `split.rs`, and written by the submission engine, `submit.rs`, as every
 //! copy of the driver: at most 2032 pairs per doorbell), completion and residue. Each channel
 //! is a member of the device's completion engine (`completion.rs`), looked at while it has work
@@ -22,9 +22,9 @@ use crate::{
     channel::{Channel, Owner, QueueId},
     completion::{Completer, Look, Member, Membership},
     device::UdmaDevice,
+    kfac::dmaengine::{self as provider, DmaRegistration, RawTxd, TxResult, Txd, TxdRef},
     pattern::{PatternRef, Patterns},
     queue::{FenceState, FENCE_SLOTS, MAX_PAIRS_PER_SUBMISSION},
-    shim::{self, DmaRegistration, TxResult, Txd, TxdRef},
     span::Span,
     split::{self, Job},
 };
@@ -194,10 +194,7 @@ impl Member for DmaChan {
     /// the locks) and writes issued ones to the ring.
     fn look(&self, check: bool) -> Look {
         if !self.state.lock().running {
-            return Look {
-                progress: false,
-                busy: false,
-            };
+            return Look::IDLE;
         }
         let mut done = Completed::new();
         if self.step(check, &mut done).is_err() {
@@ -482,17 +479,31 @@ impl DmaChan {
         st.fences.clear();
     }
 
-    fn from_raw<'a>(ptr: *const Self) -> ArcBorrow<'a, Self> {
-        // SAFETY: the shim passes the pointers it got from `DmaProvider::register`, which it
-        // owns (`Arc::into_raw`) until it gives them back in `neuron_udma_dma_put_chan`.
+    /// The channel behind a pointer `rust/kfac/dmaengine.c` passes to a callback.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is one of the references `DmaProvider::register` gave the `dma_device`
+    /// (`Arc::into_raw`), which it owns until it gives it back in `neuron_udma_dma_put_chan`;
+    /// the borrow does not outlive the callback.
+    unsafe fn from_raw<'a>(ptr: *const Self) -> ArcBorrow<'a, Self> {
+        // SAFETY: per the function's contract `ptr` is an `Arc::into_raw` reference that stays
+        // alive for `'a`.
         unsafe { ArcBorrow::from_raw(ptr) }
     }
 }
 
-/// `device_alloc_chan_resources`: a client takes the channel (the shim restarts its cookies).
+/// `device_alloc_chan_resources`: a client takes the channel (`rust/kfac/dmaengine.c` restarts
+/// its cookies).
+///
+/// # Safety
+///
+/// `chan` is a channel reference of the `dma_device` (see `DmaChan::from_raw`), called by the
+/// dmaengine core through `rust/kfac/dmaengine.c` under its rules for this operation.
 #[no_mangle]
-extern "C" fn neuron_udma_dma_alloc_chan(chan: *const DmaChan) -> c_int {
-    let this = DmaChan::from_raw(chan);
+unsafe extern "C" fn neuron_udma_dma_alloc_chan(chan: *const DmaChan) -> c_int {
+    // SAFETY: per the function's contract.
+    let this = unsafe { DmaChan::from_raw(chan) };
     let mut st = this.state.lock();
     if st.dead {
         return ENODEV.to_errno();
@@ -503,11 +514,18 @@ extern "C" fn neuron_udma_dma_alloc_chan(chan: *const DmaChan) -> c_int {
 }
 
 /// `device_free_chan_resources`: the client let go; everything left is stopped and freed.
+///
+/// # Safety
+///
+/// `chan` as for [`neuron_udma_dma_alloc_chan`].
 #[no_mangle]
-extern "C" fn neuron_udma_dma_free_chan(chan: *const DmaChan) {
-    neuron_udma_dma_terminate(chan);
-    neuron_udma_dma_sync(chan);
-    let this = DmaChan::from_raw(chan);
+unsafe extern "C" fn neuron_udma_dma_free_chan(chan: *const DmaChan) {
+    // SAFETY: the same channel, per this function's contract.
+    unsafe { neuron_udma_dma_terminate(chan) };
+    // SAFETY: as above.
+    unsafe { neuron_udma_dma_sync(chan) };
+    // SAFETY: per the function's contract.
+    let this = unsafe { DmaChan::from_raw(chan) };
     let old = {
         let mut st = this.state.lock();
         st.client = false;
@@ -518,20 +536,27 @@ extern "C" fn neuron_udma_dma_free_chan(chan: *const DmaChan) {
 
 /// `device_prep_dma_memcpy`: a descriptor of `len` bytes from `src` to `dst` (host DMA
 /// addresses); `NULL` for length 0, no memory, or after unbind.
+///
+/// # Safety
+///
+/// `chan` is a channel reference of the `dma_device` (see `DmaChan::from_raw`); `txd` is the
+/// client descriptor `rust/kfac/dmaengine.c` is preparing, which this function owns from now on
+/// (it is freed here on a null return).
 #[no_mangle]
-extern "C" fn neuron_udma_dma_prep(
+unsafe extern "C" fn neuron_udma_dma_prep(
     chan: *const DmaChan,
-    txd: *mut shim::RawTxd,
+    txd: *mut RawTxd,
     dst: u64,
     src: u64,
     len: u64,
 ) -> *mut Desc {
-    // SAFETY: the shim's prep passes the descriptor it is preparing, which is ours from now on
-    // (the shim frees nothing on a null return: dropping the `Txd` frees it).
+    // SAFETY: per the function's contract the descriptor is ours from now on (the C side frees
+    // nothing on a null return: dropping the `Txd` frees it).
     let Some(txd) = (unsafe { Txd::from_raw(txd) }) else {
         return core::ptr::null_mut();
     };
-    let this = DmaChan::from_raw(chan);
+    // SAFETY: per the function's contract.
+    let this = unsafe { DmaChan::from_raw(chan) };
     if len == 0 || this.state.lock().dead {
         return core::ptr::null_mut();
     }
@@ -555,15 +580,20 @@ extern "C" fn neuron_udma_dma_prep(
 
 /// `device_prep_dma_memset`: a descriptor that fills `len` bytes at `dst` (a host DMA address)
 /// with `value`; `NULL` for length 0, no memory, or after unbind.
+///
+/// # Safety
+///
+/// As [`neuron_udma_dma_prep`].
 #[no_mangle]
-extern "C" fn neuron_udma_dma_prep_memset(
+unsafe extern "C" fn neuron_udma_dma_prep_memset(
     chan: *const DmaChan,
-    txd: *mut shim::RawTxd,
+    txd: *mut RawTxd,
     dst: u64,
     value: u8,
     len: u64,
 ) -> *mut Desc {
-    let d = neuron_udma_dma_prep(chan, txd, dst, 0, len);
+    // SAFETY: per this function's contract, which is `neuron_udma_dma_prep`'s.
+    let d = unsafe { neuron_udma_dma_prep(chan, txd, dst, 0, len) };
     if !d.is_null() {
         // SAFETY: `d` was just made by `neuron_udma_dma_prep` and is not shared yet.
         unsafe { (*d).fill = Some(value) };
@@ -574,12 +604,18 @@ extern "C" fn neuron_udma_dma_prep_memset(
 /// `tx_submit`: queues `desc` (from [`neuron_udma_dma_prep`]) and returns its cookie
 /// (`dma_cookie_assign()`), or a negative errno (`ENODEV` after unbind, `ENOMEM`) after freeing
 /// it.
+///
+/// # Safety
+///
+/// `chan` is a channel reference of the `dma_device` (see `DmaChan::from_raw`); `desc` is the
+/// `KBox::into_raw` of [`neuron_udma_dma_prep`] for that channel, submitted once (a client
+/// submits a descriptor once, dmaengine's rule).
 #[no_mangle]
-extern "C" fn neuron_udma_dma_submit(chan: *const DmaChan, desc: *mut Desc) -> i32 {
-    // SAFETY: `desc` is the `KBox::into_raw` of `neuron_udma_dma_prep`, submitted once (a
-    // client submits a descriptor once, dmaengine's rule).
+unsafe extern "C" fn neuron_udma_dma_submit(chan: *const DmaChan, desc: *mut Desc) -> i32 {
+    // SAFETY: per the function's contract `desc` is an unsubmitted `KBox::into_raw`.
     let mut d = unsafe { KBox::from_raw(desc) };
-    let this = DmaChan::from_raw(chan);
+    // SAFETY: per the function's contract.
+    let this = unsafe { DmaChan::from_raw(chan) };
     let mut st = this.state.lock();
     if st.dead {
         return ENODEV.to_errno();
@@ -596,9 +632,14 @@ extern "C" fn neuron_udma_dma_submit(chan: *const DmaChan, desc: *mut Desc) -> i
 }
 
 /// `device_issue_pending`: the submitted descriptors go to the ring (from the completion work).
+///
+/// # Safety
+///
+/// `chan` as for [`neuron_udma_dma_alloc_chan`].
 #[no_mangle]
-extern "C" fn neuron_udma_dma_issue(chan: *const DmaChan) {
-    let this = DmaChan::from_raw(chan);
+unsafe extern "C" fn neuron_udma_dma_issue(chan: *const DmaChan) {
+    // SAFETY: per the function's contract.
+    let this = unsafe { DmaChan::from_raw(chan) };
     let mut st = this.state.lock();
     if st.dead {
         return;
@@ -615,16 +656,29 @@ extern "C" fn neuron_udma_dma_issue(chan: *const DmaChan) {
 
 /// `device_tx_status` of a cookie the core reports complete: whether its transfer was aborted
 /// (`DMA_ERROR`; the last [`FAILED_RANGES`] failed ranges are remembered).
+///
+/// # Safety
+///
+/// `chan` as for [`neuron_udma_dma_alloc_chan`].
 #[no_mangle]
-extern "C" fn neuron_udma_dma_failed(chan: *const DmaChan, cookie: i32) -> bool {
-    DmaChan::from_raw(chan).state.lock().is_failed(cookie)
+unsafe extern "C" fn neuron_udma_dma_failed(chan: *const DmaChan, cookie: i32) -> bool {
+    // SAFETY: per the function's contract.
+    unsafe { DmaChan::from_raw(chan) }
+        .state
+        .lock()
+        .is_failed(cookie)
 }
 
 /// `device_tx_status` of a cookie in progress: its residue, the whole length of its descriptor
 /// (descriptor granularity; 0 for an unknown cookie).
+///
+/// # Safety
+///
+/// `chan` as for [`neuron_udma_dma_alloc_chan`].
 #[no_mangle]
-extern "C" fn neuron_udma_dma_residue(chan: *const DmaChan, cookie: i32) -> u32 {
-    let this = DmaChan::from_raw(chan);
+unsafe extern "C" fn neuron_udma_dma_residue(chan: *const DmaChan, cookie: i32) -> u32 {
+    // SAFETY: per the function's contract.
+    let this = unsafe { DmaChan::from_raw(chan) };
     let st = this.state.lock();
     let left = st
         .descs
@@ -638,9 +692,14 @@ extern "C" fn neuron_udma_dma_residue(chan: *const DmaChan, cookie: i32) -> u32 
 /// `device_terminate_all`: drops every descriptor that did not complete, without callbacks
 /// (their cookies complete and read `DMA_ERROR` from now on); those on the ring are dropped once
 /// the completion work stopped the queue (`device_synchronize` waits for it).
+///
+/// # Safety
+///
+/// `chan` as for [`neuron_udma_dma_alloc_chan`].
 #[no_mangle]
-extern "C" fn neuron_udma_dma_terminate(chan: *const DmaChan) {
-    let this = DmaChan::from_raw(chan);
+unsafe extern "C" fn neuron_udma_dma_terminate(chan: *const DmaChan) {
+    // SAFETY: per the function's contract.
+    let this = unsafe { DmaChan::from_raw(chan) };
     let mut st = this.state.lock();
     let mut on_ring = false;
     let mut range: Option<(i32, i32)> = None;
@@ -669,15 +728,25 @@ extern "C" fn neuron_udma_dma_terminate(chan: *const DmaChan) {
 
 /// `device_synchronize`: waits until the completion engine is done with the channel
 /// (terminated transfers stopped, no callback running).
+///
+/// # Safety
+///
+/// `chan` as for [`neuron_udma_dma_alloc_chan`].
 #[no_mangle]
-extern "C" fn neuron_udma_dma_sync(chan: *const DmaChan) {
-    DmaChan::from_raw(chan).wait_idle();
+unsafe extern "C" fn neuron_udma_dma_sync(chan: *const DmaChan) {
+    // SAFETY: per the function's contract.
+    unsafe { DmaChan::from_raw(chan) }.wait_idle();
 }
 
 /// The `dma_device` was released: gives back its reference of the channel.
+///
+/// # Safety
+///
+/// `chan` is a channel reference `DmaProvider::register` gave the `dma_device`, given back once
+/// (its release), not used by C afterwards.
 #[no_mangle]
-extern "C" fn neuron_udma_dma_put_chan(chan: *const DmaChan) {
-    // SAFETY: the reference `DmaProvider::register` gave the shim, given back once.
+unsafe extern "C" fn neuron_udma_dma_put_chan(chan: *const DmaChan) {
+    // SAFETY: per the function's contract, the `Arc::into_raw` reference given back once.
     drop(unsafe { Arc::<DmaChan>::from_raw(chan) });
 }
 
@@ -755,7 +824,9 @@ impl DmaProvider {
             }
             Err(e) => {
                 for p in raw.iter() {
-                    neuron_udma_dma_put_chan(*p);
+                    // SAFETY: the `dma_device` was not registered: each reference is still
+                    // ours (`Arc::into_raw` above), given back once.
+                    unsafe { neuron_udma_dma_put_chan(*p) };
                 }
                 Err(e)
             }
@@ -820,6 +891,6 @@ pub(crate) struct ReleasedGuard;
 
 impl Drop for ReleasedGuard {
     fn drop(&mut self) {
-        shim::dma_free_released();
+        provider::dma_free_released();
     }
 }

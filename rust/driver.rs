@@ -33,7 +33,7 @@ pub(crate) struct NeuronUdma<'bound> {
     _debugfs: crate::debugfs::DeviceDir,
     /// The usage counters in sysfs (`neuron_udma/` of the PCI device); removed before `dev` is
     /// dropped, whose counters they read.
-    _usage: crate::shim::UsageAttrs,
+    _usage: crate::kfac::sysfs::UsageAttrs,
     /// The dmaengine provider; unregistered first at unbind.
     dma: Pin<KBox<crate::dmaengine::DmaProvider>>,
     /// State shared with open files and the KUnit suites; BAR0 lives in it (revocable).
@@ -115,7 +115,7 @@ impl NeuronUdmaDriver {
         // SAFETY: No DMA allocation or mapping exists for this device yet.
         unsafe { pdev.dma_set_max_seg_size(u32::MAX) };
         // SAFETY: As above.
-        unsafe { crate::shim::dma_no_seg_boundary(pdev.as_ref()) };
+        unsafe { crate::kfac::mm::dma_no_seg_boundary(pdev.as_ref()) };
 
         let bar0 = pdev.iomap_region(APB_BAR, c"neuron_udma/apb")?;
         let bar0_len = (&bar0).size();
@@ -175,15 +175,17 @@ impl NeuronUdmaDriver {
         )?;
         dev.setup_h2t()
             .inspect_err(|e| dev_err!(pdev, "H2T queue init failed: {:?}\n", e))?;
-        let dma = crate::dmaengine::DmaProvider::register(&dev, pdev, crate::shim::dma_channels())
-            .inspect_err(|e| dev_err!(pdev, "dmaengine registration failed: {:?}\n", e))?;
+        let dma =
+            crate::dmaengine::DmaProvider::register(&dev, pdev, crate::kfac::sysfs::dma_channels())
+                .inspect_err(|e| dev_err!(pdev, "dmaengine registration failed: {:?}\n", e))?;
         let debugfs = crate::debugfs::device_dir(dev.clone(), pdev.as_ref().name());
         // SAFETY: the counters live in `dev`, which this driver data holds longer than the
         // group (`_usage` is declared, so dropped, before `dev`).
-        let usage = unsafe { crate::shim::UsageAttrs::add(pdev.as_ref(), &dev.pool.usage.raw())? };
+        let usage =
+            unsafe { crate::kfac::sysfs::UsageAttrs::add(pdev.as_ref(), &dev.pool.usage.raw())? };
         let entry = RegistryEntry::new(dev.clone())?;
         let name = entry.name;
-        let parent = crate::shim::raw_device(pdev.as_ref());
+        let parent = crate::kfac::raw_device(pdev.as_ref());
         Ok(try_pin_init!(NeuronUdma {
             dma,
             dev,

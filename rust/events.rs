@@ -5,7 +5,7 @@
 //! io_uring commands waiting for a fence ([`UringCmd`]). The completion engine (`completion.rs`)
 //! notifies them through the channel that owns them (`channel.rs`).
 
-use crate::shim::{self, RawEventFd, RawUringCmd};
+use crate::kfac::uring::{QueuedCmd, RawUringCmd};
 use kernel::{
     new_poll_condvar,
     prelude::*,
@@ -56,95 +56,36 @@ impl FileEvents {
 }
 
 /// A registered eventfd (a counted `struct eventfd_ctx` reference, put on drop).
-///
-/// # Invariants
-///
-/// The pointer is a context from `eventfd_ctx_fdget()`, owned by this value.
-pub(crate) struct EventFd(core::ptr::NonNull<RawEventFd>);
-
-// SAFETY: an eventfd context is reference counted and may be signalled and put from any task.
-unsafe impl Send for EventFd {}
-// SAFETY: signalling takes the context's own lock.
-unsafe impl Sync for EventFd {}
-
-impl EventFd {
-    /// The eventfd of file descriptor `fd` of the calling process.
-    ///
-    /// # Errors
-    ///
-    /// `EBADF` if `fd` is not open, `EINVAL` if it is not an eventfd.
-    pub(crate) fn from_fd(fd: i32) -> Result<Self> {
-        let p = shim::eventfd_get(fd)?;
-        // INVARIANT: a context from `eventfd_ctx_fdget()`.
-        Ok(Self(p))
-    }
-
-    /// Adds `n` to the eventfd's counter (once per fence), waking its readers.
-    pub(crate) fn signal(&self, n: u64) {
-        for _ in 0..n {
-            // SAFETY: by the type invariant the context is alive.
-            unsafe { shim::eventfd_signal(self.0) };
-        }
-    }
-}
-
-impl Drop for EventFd {
-    fn drop(&mut self) {
-        // SAFETY: by the type invariant the reference is ours, given back once.
-        unsafe { shim::eventfd_put(self.0) };
-    }
-}
+pub(crate) use crate::kfac::eventfd::EventFd;
 
 /// An io_uring command (`NEURON_UDMA_URING_COPY`) waiting for fence `seq` of a queue; completing
-/// it posts its CQE (from the submitter's task context).
-///
-/// # Invariants
-///
-/// The pointer is a `struct io_uring_cmd` whose `uring_cmd` returned `-EIOCBQUEUED`, not yet
-/// completed, owned by this value.
+/// it posts its CQE (from the submitter's task context). Dropped without an outcome (its queue
+/// went away), it completes as cancelled (`ECANCELED`, [`QueuedCmd`]).
 pub(crate) struct UringCmd {
-    cmd: core::ptr::NonNull<RawUringCmd>,
+    cmd: QueuedCmd,
     /// The fence it waits for.
     pub(crate) seq: u64,
 }
-
-// SAFETY: a queued command may be completed from any task (the completion is handed to the
-// submitter's task work).
-unsafe impl Send for UringCmd {}
-// SAFETY: no method takes `&self` to touch the command.
-unsafe impl Sync for UringCmd {}
 
 impl UringCmd {
     /// Takes ownership of the queued command `cmd`, which waits for fence `seq`.
     ///
     /// # Safety
     ///
-    /// `cmd` is a command of this driver's `uring_cmd` that returns `-EIOCBQUEUED` now and is
-    /// completed only through the returned value.
+    /// As [`QueuedCmd::from_raw`].
     pub(crate) unsafe fn new(cmd: *mut RawUringCmd, seq: u64) -> Option<Self> {
-        // INVARIANT: per the function's contract.
-        core::ptr::NonNull::new(cmd).map(|cmd| Self { cmd, seq })
+        // SAFETY: per the function's contract.
+        let cmd = unsafe { QueuedCmd::from_raw(cmd) }?;
+        Some(Self { cmd, seq })
     }
 
     /// Gives the command back without completing it (its issue fails with an error instead).
     pub(crate) fn into_raw(self) -> *mut RawUringCmd {
-        core::mem::ManuallyDrop::new(self).cmd.as_ptr()
+        self.cmd.into_raw()
     }
 
     /// Completes the command with `res` (0 or a negative errno): its CQE is posted.
     pub(crate) fn complete(self, res: i32) {
-        let this = core::mem::ManuallyDrop::new(self);
-        // SAFETY: by the type invariant the command is queued and ours; `self` is consumed
-        // (not dropped: the drop would complete it a second time).
-        unsafe { shim::uring_cmd_complete(this.cmd.as_ptr(), res) };
-    }
-}
-
-impl Drop for UringCmd {
-    /// A command dropped without an outcome (its queue went away) completes as cancelled: a
-    /// queued io_uring command must always complete.
-    fn drop(&mut self) {
-        // SAFETY: by the type invariant the command is queued and ours, completed once, here.
-        unsafe { shim::uring_cmd_complete(self.cmd.as_ptr(), ECANCELED.to_errno()) };
+        self.cmd.complete(res);
     }
 }

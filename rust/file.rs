@@ -25,7 +25,10 @@ use crate::{
     channel::{Channel, Owner, QueueId, DEFAULT_TIMEOUT, MIN_TIMEOUT_MS},
     device::UdmaDevice,
     events::FileEvents,
-    shim::{self, MappedFile},
+    kfac::{
+        mm::{self, MappedFile},
+        sysfs,
+    },
     uapi, Registry,
 };
 use kernel::{
@@ -285,7 +288,7 @@ impl MiscDevice for OpenFile {
                 events: Arc::pin_init(FileEvents::new(), GFP_KERNEL_ACCOUNT)?,
                 copy_bytes: Atomic::new(0),
                 released_fences: [const { Atomic::new(0) }; 2],
-                max_buffers: crate::shim::max_buffers(),
+                max_buffers: sysfs::max_buffers(),
             }),
             GFP_KERNEL_ACCOUNT,
         )
@@ -315,7 +318,7 @@ impl MiscDevice for OpenFile {
         let priv_ = buffer::vma_private(&buf);
         // SAFETY: `vma` is being set up by this call; `priv_` is a counted `Arc<Buffer>`
         // reference from `vma_private`, which the VMA's close gives back.
-        let r = unsafe { shim::mmap_buffer(vma, priv_, buf.size, device) };
+        let r = unsafe { mm::mmap_buffer(vma, priv_, buf.size, device) };
         if r.is_err() {
             // SAFETY: the VMA did not take the reference: give it back here.
             unsafe { buffer::neuron_udma_vma_put(priv_) };

@@ -13,9 +13,9 @@ use crate::{
     channel::{
         Channel, Finish, Job, OnTimeout, Policy, SplitFinish, WaitMode, DEFAULT_TIMEOUT, MAX_SPLIT,
     },
+    kfac::sched::fatal_signal_pending,
     orphan::{Hold, Orphan, OrphanSlot, Orphans},
     pool::BufferPool,
-    shim::fatal_signal_pending,
     span::Span,
     split::{self, REPEAT_BYTES},
 };

@@ -689,8 +689,8 @@ mod tests {
     fn orphan_reaping_never_allocates() -> Result {
         use crate::{
             buffer::{Backing, Buffer},
+            kfac::mm::MappedFile,
             orphan::{Hold, Orphan, Orphans},
-            shim::MappedFile,
         };
         let dev = device()?;
         let q = test_queue(&dev, 2, 64)?;

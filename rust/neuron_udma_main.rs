@@ -40,6 +40,7 @@ mod events;
 mod fence;
 mod file;
 mod h2t;
+mod kfac;
 #[cfg(neuron_udma_kunit)]
 mod live_tests;
 mod node;
@@ -49,7 +50,6 @@ mod pool;
 mod queue;
 mod regs;
 mod ring;
-mod shim;
 mod span;
 mod split;
 mod submit;

@@ -3,14 +3,14 @@
 //! The device node `/dev/neuron_udmaN`: a misc device whose file operations are those of 7.3's
 //! `MiscDevice` abstraction for [`OpenFile`] (open, release, ioctl, mmap, show_fdinfo) plus the
 //! three it does not offer: `poll`, `uring_cmd` and `uring_cmd_iopoll` (trampolines in
-//! `rust/shim.c` into `rust/file.rs`).
+//! `rust/kfac/uring.c` into `rust/file.rs`).
 //!
 //! [`Node`] is registered the way `MiscDeviceRegistration` registers itself, with the same layout
 //! (a transparent `struct miscdevice`), because `MiscDevice`'s open trampoline finds the
 //! registration through the `struct miscdevice` that `misc_open()` leaves in the file's private
 //! data: the abstraction's own operations work unchanged.
 
-use crate::{file::OpenFile, shim};
+use crate::{file::OpenFile, kfac::uring};
 use kernel::{
     bindings,
     error::to_result,
@@ -26,9 +26,9 @@ static FOPS: Fops = Fops({
     // `OpenFile`, which this copies.
     let base = unsafe { *raw.fops };
     bindings::file_operations {
-        poll: Some(shim::neuron_udma_poll),
-        uring_cmd: Some(shim::neuron_udma_uring_cmd),
-        uring_cmd_iopoll: Some(shim::neuron_udma_uring_cmd_iopoll),
+        poll: Some(uring::neuron_udma_poll),
+        uring_cmd: Some(uring::neuron_udma_uring_cmd),
+        uring_cmd_iopoll: Some(uring::neuron_udma_uring_cmd_iopoll),
         ..base
     }
 });

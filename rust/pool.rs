@@ -70,8 +70,8 @@ impl Usage {
         }
     }
 
-    /// The counters as raw `u64`s for the shim's sysfs attributes: held then peak per kind,
-    /// then the device memory available.
+    /// The counters as raw `u64`s for the sysfs attributes of `rust/kfac/sysfs.c`: held then
+    /// peak per kind, then the device memory available.
     pub(crate) fn raw(&self) -> [*const u64; 7] {
         let p = |a: &Atomic<u64>| a.as_ptr().cast_const();
         [

@@ -25,8 +25,8 @@ use crate::{
     desc::Barrier,
     engine::{self, EngineErrors, EngineIo, QueueId},
     fence,
+    kfac::sched::fatal_signal_pending,
     queue::{Copy, Doorbell, FenceState, Queue},
-    shim::fatal_signal_pending,
     split::{self, Cut, Job},
 };
 use core::fmt;

@@ -8,7 +8,7 @@ use super::UdmaDevice;
 use crate::{
     buffer::{Backing, Buffer, BUF_ALIGN, MAX_HOST_BUFFER, MAX_IMPORT_SIZE},
     charge::Charge,
-    shim::{MappedFile, PinnedPages},
+    kfac::mm::{MappedFile, PinnedPages},
 };
 use kernel::{prelude::*, sync::Arc};
 

@@ -64,7 +64,7 @@ impl UdmaDevice {
         first_fence: u64,
     ) -> Result<Arc<Channel>> {
         // How descriptors reach rings in device memory: the module parameter, read now.
-        let fill = match (device_rings, crate::shim::device_rings_by_engine()) {
+        let fill = match (device_rings, crate::kfac::sysfs::device_rings_by_engine()) {
             (false, _) => None,
             (true, false) => Some(Fill::Bar4),
             (true, true) => Some(Fill::Engine),

@@ -119,7 +119,7 @@ impl OpenFile {
     }
 }
 
-/// `poll()` of an open file (the trampoline of `rust/shim.c`; 7.3's `MiscDevice` has none).
+/// `poll()` of an open file (the trampoline of `rust/kfac/uring.c`; 7.3's `MiscDevice` has none).
 ///
 /// # Safety
 ///

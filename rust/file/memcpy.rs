@@ -5,7 +5,7 @@
 //! submission to the orphans (`orphan.rs`), which hold its buffers until the engine is done.
 
 use super::{reserved_zero, timeout, OpenFile};
-use crate::{channel::Job, orphan::Hold, shim, span::Span, uapi};
+use crate::{channel::Job, kfac::sched, orphan::Hold, span::Span, uapi};
 use kernel::{prelude::*, sync::atomic::Relaxed, time::Delta};
 
 impl OpenFile {
@@ -23,7 +23,7 @@ impl OpenFile {
             if start.elapsed() >= limit {
                 return Err(ETIMEDOUT);
             }
-            if shim::fatal_signal_pending() {
+            if sched::fatal_signal_pending() {
                 return Err(EINTR);
             }
             kernel::time::delay::fsleep(Delta::from_micros(200));

@@ -11,7 +11,7 @@ use super::{OpenFile, MAX_BATCH};
 use crate::{
     events::UringCmd,
     fence,
-    shim::{self, RawUringCmd},
+    kfac::uring::{self as kuring, RawUringCmd},
     uapi,
 };
 use kernel::{
@@ -55,7 +55,7 @@ impl OpenFile {
         // the command (`ECANCELED`) rather than moving it to the new instance.
         let (_, seq) = self.prepare_on(&chan, &staged, true)?;
         // SAFETY: `cmd` is the command being issued; the driver's `uring_cmd` owns its bytes.
-        unsafe { shim::uring_pdu_set(cmd, eng, qid, chan.instance, seq) };
+        unsafe { kuring::uring_pdu_set(cmd, eng, qid, chan.instance, seq) };
         // The queue's listeners (an eventfd, a poller, queued commands) hear of the fence just
         // submitted, whatever happens to `cmd` below.
         self.dev.watch(&chan);
@@ -83,7 +83,7 @@ impl OpenFile {
     fn uring_poll(&self, cmd: *mut RawUringCmd) -> bool {
         // SAFETY: `cmd` is a queued command of `uring_submit`, which recorded its queue
         // instance and fence.
-        let (eng, qid, instance, seq) = unsafe { shim::uring_pdu_get(cmd) };
+        let (eng, qid, instance, seq) = unsafe { kuring::uring_pdu_get(cmd) };
         // The queue by id, then the instance: a queue of the same id initialised since is
         // another instance, whose fence numbers never name this command's.
         let state = match self.queue(eng, qid) {
@@ -94,7 +94,7 @@ impl OpenFile {
             return false;
         };
         // SAFETY: queued and not completed (it completes only here, once its fence settled).
-        unsafe { shim::uring_cmd_done(cmd, res) };
+        unsafe { kuring::uring_cmd_done(cmd, res) };
         true
     }
 }
@@ -109,7 +109,7 @@ fn cancelled_if_gone(e: Error) -> Error {
     }
 }
 
-/// An io_uring `NEURON_UDMA_URING_COPY` of an open file (the trampoline of `rust/shim.c`):
+/// An io_uring `NEURON_UDMA_URING_COPY` of an open file (the trampoline of `rust/kfac/uring.c`):
 /// `-EIOCBQUEUED` once queued, or a negative errno (io_uring completes the command with it).
 ///
 /// # Safety

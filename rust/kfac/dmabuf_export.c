@@ -1,0 +1,267 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The dma-buf exporter of device memory (rust/kfac/dmabuf.h): its dma_buf_ops, the revocation
+ * of its exports, and the file descriptor an export is published as.
+ */
+#include <linux/dma-buf.h>
+#include <linux/dma-buf-mapping.h>
+#include <linux/dma-resv.h>
+#include <linux/file.h>
+#include <linux/fs.h>
+#include <linux/kref.h>
+#include <linux/completion.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/pci.h>
+#include <linux/pci-p2pdma.h>
+#include <linux/slab.h>
+
+#include "dmabuf_internal.h"
+
+/*
+ * ---- dma-buf: no Rust abstraction in 7.3 ----
+ *
+ * Export (NEURON_UDMA_DMABUF_EXPORT): a dma-buf of a range of device memory, which is BAR4 (a
+ * device address is its BAR4 offset, rust/arch.rs). Importers get the bus addresses of that
+ * range from the PCI P2PDMA provider of BAR4 (dma_buf_phys_vec_to_sgt(), as vfio-pci exports
+ * BARs). Only importers that can be revoked attach (a dynamic attachment with
+ * invalidate_mappings, as vfio-pci requires): at unbind every export is revoked
+ * (neuron_udma_dmabuf_revoke_all()) and the unbind waits until every importer unmapped, so no
+ * importer reaches the BAR (nor the provider, which devres frees) after it. The dma-buf holds a
+ * module reference (exp_info.owner) and, through its Rust hold, the buffer: the device memory
+ * goes back to the allocator only when the last reference to the dma-buf is gone, and it is
+ * scrubbed before its next MEM_ALLOC.
+ */
+MODULE_IMPORT_NS("DMA_BUF");
+
+/* BAR holding device memory (rust/driver.rs). */
+#define NEURON_UDMA_DRAM_BAR 4
+
+struct neuron_udma_export {
+	/* In neuron_udma_exports while the dma-buf lives and is not being revoked. */
+	struct list_head node;
+	struct dma_buf *dmabuf;
+	/* The exporting device: an address to compare, kept alive by @hold. */
+	struct device *dev;
+	struct p2pdma_provider *provider;
+	/* The CPU physical range of the buffer in BAR4. */
+	struct phys_vec phys;
+	/* One per live mapping, and one until the export is revoked. */
+	struct kref maps;
+	struct completion unmapped;
+	/* Under the dma-buf's reservation lock: no new mapping (the device is going away). */
+	bool revoked;
+	/* rust/dmabuf.rs: the exported buffer (busy) and its device, given back by ->release. */
+	struct neuron_udma_export_hold *hold;
+};
+
+static LIST_HEAD(neuron_udma_exports);
+static DEFINE_MUTEX(neuron_udma_exports_lock);
+
+static void neuron_udma_export_unmapped(struct kref *kref)
+{
+	complete(&container_of(kref, struct neuron_udma_export, maps)->unmapped);
+}
+
+/*
+ * Only importers that reach the BAR (peer-to-peer) and can be revoked: a pinned importer
+ * without invalidate_mappings could keep its mapping past unbind.
+ */
+static int neuron_udma_dmabuf_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
+{
+	struct neuron_udma_export *exp = dmabuf->priv;
+
+	if (!attach->peer2peer || !dma_buf_attach_revocable(attach))
+		return -EOPNOTSUPP;
+	/* Rechecked under the reservation lock by ->map_dma_buf. */
+	if (READ_ONCE(exp->revoked))
+		return -ENODEV;
+	/* A device the BAR cannot reach (no common switch or allow-listed host bridge). */
+	if (pci_p2pdma_distance_many(to_pci_dev(exp->dev), &attach->dev, 1, false) < 0)
+		return -EOPNOTSUPP;
+	return 0;
+}
+
+static struct sg_table *neuron_udma_dmabuf_map(struct dma_buf_attachment *attach,
+					       enum dma_data_direction dir)
+{
+	struct neuron_udma_export *exp = attach->dmabuf->priv;
+	struct sg_table *sgt;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	if (exp->revoked)
+		return ERR_PTR(-ENODEV);
+	sgt = dma_buf_phys_vec_to_sgt(attach, exp->provider, &exp->phys, 1, exp->phys.len, dir);
+	if (!IS_ERR(sgt))
+		kref_get(&exp->maps);
+	return sgt;
+}
+
+static void neuron_udma_dmabuf_unmap(struct dma_buf_attachment *attach, struct sg_table *sgt,
+				     enum dma_data_direction dir)
+{
+	struct neuron_udma_export *exp = attach->dmabuf->priv;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	/*
+	 * Linux 7.3's dma_buf_phys_vec_to_sgt() sets orig_nents to 0 (no CPU list), and
+	 * dma_buf_free_sgt()'s sg_free_table() frees orig_nents entries: the scatterlist of every
+	 * mapping leaked (kmemleak, one object per map). It allocated nents entries: say so first.
+	 */
+	sgt->orig_nents = sgt->nents;
+	dma_buf_free_sgt(attach, sgt, dir);
+	kref_put(&exp->maps, neuron_udma_export_unmapped);
+}
+
+/* The last reference is gone: no attachment (nor mapping) is left. */
+static void neuron_udma_dmabuf_release(struct dma_buf *dmabuf)
+{
+	struct neuron_udma_export *exp = dmabuf->priv;
+
+	mutex_lock(&neuron_udma_exports_lock);
+	list_del_init(&exp->node);
+	mutex_unlock(&neuron_udma_exports_lock);
+	/* The buffer is no longer busy: freed now if its file was closed. */
+	neuron_udma_dmabuf_released(exp->hold);
+	kfree(exp);
+}
+
+static const struct dma_buf_ops neuron_udma_dmabuf_ops = {
+	.attach = neuron_udma_dmabuf_attach,
+	.map_dma_buf = neuron_udma_dmabuf_map,
+	.unmap_dma_buf = neuron_udma_dmabuf_unmap,
+	.release = neuron_udma_dmabuf_release,
+};
+
+struct dma_buf *neuron_udma_export_dmabuf(struct neuron_udma_export *exp)
+{
+	return exp->dmabuf;
+}
+
+bool neuron_udma_export_local(struct dma_buf *dmabuf, struct device *dev, u64 *bus_base)
+{
+	struct neuron_udma_export *exp = dmabuf->priv;
+
+	if (dmabuf->ops != &neuron_udma_dmabuf_ops || exp->dev != dev)
+		return false;
+	*bus_base = pci_bus_address(to_pci_dev(exp->dev), NEURON_UDMA_DRAM_BAR);
+	return true;
+}
+
+/*
+ * A dma-buf of bytes [@offset, @offset + @size) of @dev's BAR4 (a bound device), with one
+ * reference the caller owns (neuron_udma_dmabuf_install() or neuron_udma_dmabuf_put()). On
+ * success the dma-buf owns @hold and gives it back to Rust when it is released; on error the
+ * caller keeps it. ERR_PTR(-EINVAL) for a range outside BAR4, -EOPNOTSUPP without PCI
+ * peer-to-peer support (CONFIG_PCI_P2PDMA, or a BAR that cannot be mapped), -ENOMEM, -ENOENT
+ * (the module is going away).
+ */
+struct neuron_udma_export *neuron_udma_dmabuf_export(struct device *dev, u64 offset, u64 size,
+						     struct neuron_udma_export_hold *hold)
+{
+	struct pci_dev *pdev = to_pci_dev(dev);
+	DEFINE_DMA_BUF_EXPORT_INFO(exp_info);
+	struct neuron_udma_export *exp;
+	struct p2pdma_provider *provider;
+	struct dma_buf *dmabuf;
+	int ret;
+
+	if (!size || offset + size < offset ||
+	    offset + size > pci_resource_len(pdev, NEURON_UDMA_DRAM_BAR))
+		return ERR_PTR(-EINVAL);
+	/* Once per binding (devres frees it at unbind); the caller holds the device state lock. */
+	ret = pcim_p2pdma_init(pdev);
+	if (ret)
+		return ERR_PTR(ret == -ENOMEM ? ret : -EOPNOTSUPP);
+	provider = pcim_p2pdma_provider(pdev, NEURON_UDMA_DRAM_BAR);
+	if (!provider)
+		return ERR_PTR(-EOPNOTSUPP);
+	exp = kzalloc(sizeof(*exp), GFP_KERNEL_ACCOUNT);
+	if (!exp)
+		return ERR_PTR(-ENOMEM);
+	INIT_LIST_HEAD(&exp->node);
+	exp->dev = dev;
+	exp->provider = provider;
+	exp->phys.paddr = pci_resource_start(pdev, NEURON_UDMA_DRAM_BAR) + offset;
+	exp->phys.len = size;
+	kref_init(&exp->maps);
+	init_completion(&exp->unmapped);
+	exp_info.ops = &neuron_udma_dmabuf_ops;
+	exp_info.size = size;
+	exp_info.flags = O_RDWR;
+	exp_info.priv = exp;
+	dmabuf = dma_buf_export(&exp_info);
+	if (IS_ERR(dmabuf)) {
+		kfree(exp);
+		return ERR_CAST(dmabuf);
+	}
+	exp->dmabuf = dmabuf;
+	exp->hold = hold;
+	mutex_lock(&neuron_udma_exports_lock);
+	list_add_tail(&exp->node, &neuron_udma_exports);
+	mutex_unlock(&neuron_udma_exports_lock);
+	return exp;
+}
+
+/* Drops the caller's reference to @exp's dma-buf (the release runs when it was the last). */
+void neuron_udma_dmabuf_put(struct neuron_udma_export *exp)
+{
+	dma_buf_put(exp->dmabuf);
+}
+
+/*
+ * Publishes @exp's dma-buf as @fd (reserved by get_unused_fd_flags() in this task), with the
+ * caller's reference: cannot be undone, so the caller did everything that may fail first.
+ */
+void neuron_udma_dmabuf_install(struct neuron_udma_export *exp, int fd)
+{
+	dma_buf_fd_install(exp->dmabuf, fd);
+}
+
+/*
+ * Revokes @exp (the caller holds a reference to its dma-buf): no new mapping, every importer
+ * is told to unmap (invalidate_mappings), and this returns once every mapping is gone, so the
+ * BAR range and the provider are no longer reachable through it. Idempotent.
+ */
+void neuron_udma_dmabuf_revoke(struct neuron_udma_export *exp)
+{
+	struct dma_buf *dmabuf = exp->dmabuf;
+
+	dma_resv_lock(dmabuf->resv, NULL);
+	if (exp->revoked) {
+		dma_resv_unlock(dmabuf->resv);
+		return;
+	}
+	WRITE_ONCE(exp->revoked, true);
+	dma_buf_invalidate_mappings(dmabuf);
+	dma_resv_wait_timeout(dmabuf->resv, DMA_RESV_USAGE_BOOKKEEP, false, MAX_SCHEDULE_TIMEOUT);
+	dma_resv_unlock(dmabuf->resv);
+	/* Importers with invalidate_mappings unmap in bounded time (they alone may attach). */
+	kref_put(&exp->maps, neuron_udma_export_unmapped);
+	wait_for_completion(&exp->unmapped);
+}
+
+/*
+ * Unbind of @dev: revokes every export of it. A dma-buf whose last reference is already gone
+ * has no attachment left; its release only gives its hold back.
+ */
+void neuron_udma_dmabuf_revoke_all(struct device *dev)
+{
+	struct neuron_udma_export *exp, *next;
+	LIST_HEAD(revoke);
+
+	mutex_lock(&neuron_udma_exports_lock);
+	list_for_each_entry_safe(exp, next, &neuron_udma_exports, node) {
+		if (exp->dev == dev && get_file_active(&exp->dmabuf->file))
+			list_move_tail(&exp->node, &revoke);
+	}
+	mutex_unlock(&neuron_udma_exports_lock);
+	list_for_each_entry_safe(exp, next, &revoke, node) {
+		neuron_udma_dmabuf_revoke(exp);
+		mutex_lock(&neuron_udma_exports_lock);
+		list_del_init(&exp->node);
+		mutex_unlock(&neuron_udma_exports_lock);
+		/* May release it (from task work or the delayed fput worker, not here). */
+		fput(exp->dmabuf->file);
+	}
+}

@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The current task's fatal signals, voluntary rescheduling and the waiting for a work item:
+//! `fatal_signal_pending()` and `cond_resched()` (a static inline and a macro: C in
+//! `rust/kfac/sched.c`) and `flush_work()` (exported: called directly), which Linux 7.3's Rust
+//! does not wrap.
+
+super::generated! { include!("sched_generated.rs"); }
+
+/// Whether the current task was killed (SIGKILL): waits that ignore other signals end on it.
+pub(crate) fn fatal_signal_pending() -> bool {
+    // SAFETY: plain query of the current task.
+    unsafe { ffi::neuron_udma_fatal_signal_pending() }
+}
+
+/// Lets other tasks run if this one should give the CPU up (`cond_resched()`): for long loops
+/// in process context.
+pub(crate) fn cond_resched() {
+    // SAFETY: plain call in the current task's (process) context.
+    unsafe { ffi::neuron_udma_cond_resched() }
+}
+
+/// Waits until `work` is neither queued nor running (`flush_work()`).
+pub(crate) fn flush_work<T: ?Sized, const ID: u64>(work: &kernel::workqueue::Work<T, ID>) {
+    // SAFETY: `work` is a valid, initialised work item for the duration of the call.
+    unsafe { kernel::bindings::flush_work(kernel::workqueue::Work::raw_get(work)) };
+}

@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The io_uring command and poll file operations of the device node, and the io_uring command
+ * API (rust/kfac/uring.h): the trampolines into rust/file.rs, a command's private bytes and its
+ * completion from task work.
+ */
+#include <linux/fs.h>
+#include <linux/io_uring/cmd.h>
+#include <linux/poll.h>
+
+#include "uring.h"
+#include "../../include/uapi/linux/neuron_udma.h"
+
+/*
+ * 7.3's MiscDevice has no poll (rust/node.rs adds this to its file operations): the file's
+ * private data is the Rust open file (rust/file.rs).
+ */
+__poll_t neuron_udma_poll(struct file *file, struct poll_table_struct *wait)
+{
+	return neuron_udma_file_poll(file->private_data, file, wait);
+}
+
+/*
+ * What a queued NEURON_UDMA_URING_COPY keeps in its io_uring_cmd: its queue, the queue's
+ * instance (ids are reused after a release, instances never are) and its fence.
+ */
+struct neuron_udma_uring_pdu {
+	u32 engine;
+	u32 queue;
+	u64 instance;
+	u64 fence;
+	int res;
+};
+
+void neuron_udma_uring_pdu_set(struct io_uring_cmd *cmd, u32 engine, u32 queue, u64 instance,
+			       u64 fence)
+{
+	struct neuron_udma_uring_pdu *pdu = io_uring_cmd_to_pdu(cmd, struct neuron_udma_uring_pdu);
+
+	pdu->engine = engine;
+	pdu->queue = queue;
+	pdu->instance = instance;
+	pdu->fence = fence;
+}
+
+void neuron_udma_uring_pdu_get(struct io_uring_cmd *cmd, u32 *engine, u32 *queue, u64 *instance,
+			       u64 *fence)
+{
+	struct neuron_udma_uring_pdu *pdu = io_uring_cmd_to_pdu(cmd, struct neuron_udma_uring_pdu);
+
+	*engine = pdu->engine;
+	*queue = pdu->queue;
+	*instance = pdu->instance;
+	*fence = pdu->fence;
+}
+
+/*
+ * No io_uring command abstraction in Rust: the uring_cmd file operation. The command's fields
+ * are read once from the SQE (user-shared memory); the copies are prepared where the command may
+ * sleep (a non-blocking issue is sent back to io_uring's workers with -EAGAIN).
+ */
+int neuron_udma_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
+{
+	const struct neuron_udma_uring_copy *c;
+	u32 engine, queue, count;
+	u64 copies;
+
+	if (cmd->cmd_op != NEURON_UDMA_URING_COPY)
+		return -ENOTTY;
+	if (issue_flags & IO_URING_F_NONBLOCK)
+		return -EAGAIN;
+	c = io_uring_sqe_cmd(cmd->sqe, struct neuron_udma_uring_copy);
+	engine = READ_ONCE(c->engine);
+	queue = READ_ONCE(c->queue);
+	count = READ_ONCE(c->count);
+	copies = READ_ONCE(c->copies);
+	return neuron_udma_uring_submit(cmd->file->private_data, cmd, engine, queue, count, copies,
+					issue_flags & IO_URING_F_IOPOLL,
+					cmd->file->f_mode & FMODE_WRITE);
+}
+
+/* The uring_cmd_iopoll file operation: 1 if @cmd completed. */
+int neuron_udma_uring_cmd_iopoll(struct io_uring_cmd *cmd, struct io_comp_batch *iob,
+				 unsigned int poll_flags)
+{
+	return neuron_udma_uring_poll(cmd->file->private_data, cmd);
+}
+
+static void neuron_udma_uring_task_cb(struct io_tw_req tw_req, io_tw_token_t tw)
+{
+	struct io_uring_cmd *cmd = io_uring_cmd_from_tw(tw_req);
+	struct neuron_udma_uring_pdu *pdu = io_uring_cmd_to_pdu(cmd, struct neuron_udma_uring_pdu);
+
+	io_uring_cmd_done(cmd, pdu->res, IO_URING_CMD_TASK_WORK_ISSUE_FLAGS);
+}
+
+/*
+ * Completes a queued (non-IOPOLL) command with @res from any context: the CQE is posted from the
+ * submitter's task work.
+ */
+void neuron_udma_uring_cmd_complete(struct io_uring_cmd *cmd, int res)
+{
+	io_uring_cmd_to_pdu(cmd, struct neuron_udma_uring_pdu)->res = res;
+	io_uring_cmd_complete_in_task(cmd, neuron_udma_uring_task_cb);
+}
+
+/* Completes an IOPOLL command with @res, from its uring_cmd_iopoll. */
+void neuron_udma_uring_cmd_done(struct io_uring_cmd *cmd, int res)
+{
+	io_uring_cmd_done(cmd, res, 0);
+}

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The file operations of the device node that Linux 7.3's MiscDevice lacks (uring_cmd,
+ * uring_cmd_iopoll, poll), and the io_uring command API (no Rust abstraction in 7.3): a
+ * command's private bytes and its completion. Implemented in rust/kfac/uring.c; bindgen generates
+ * the Rust declarations (Kbuild), wrapped by rust/kfac/uring.rs.
+ */
+#ifndef NEURON_UDMA_KFAC_URING_H
+#define NEURON_UDMA_KFAC_URING_H
+
+#include <linux/types.h>
+
+struct file;
+struct io_comp_batch;
+struct io_uring_cmd;
+struct poll_table_struct;
+
+/* rust/file.rs: OpenFile (the file's private data); opaque to C. */
+struct neuron_udma_file;
+
+/* ---- implemented in rust/kfac/uring.c, called from Rust ---- */
+
+/* The file operations (rust/node.rs puts them in the node's file_operations). */
+int neuron_udma_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags);
+int neuron_udma_uring_cmd_iopoll(struct io_uring_cmd *cmd, struct io_comp_batch *iob,
+				 unsigned int poll_flags);
+__poll_t neuron_udma_poll(struct file *file, struct poll_table_struct *wait);
+/* The completion of a queued command, and what it keeps in its private bytes. */
+void neuron_udma_uring_cmd_complete(struct io_uring_cmd *cmd, int res);
+void neuron_udma_uring_cmd_done(struct io_uring_cmd *cmd, int res);
+void neuron_udma_uring_pdu_set(struct io_uring_cmd *cmd, u32 engine, u32 queue, u64 instance,
+			       u64 fence);
+void neuron_udma_uring_pdu_get(struct io_uring_cmd *cmd, u32 *engine, u32 *queue, u64 *instance,
+			       u64 *fence);
+
+/*
+ * ---- implemented in Rust, called from rust/kfac/uring.c ----
+ * Not given to bindgen (__BINDGEN__): their Rust definitions are their declarations.
+ */
+#ifndef __BINDGEN__
+/*
+ * rust/file.rs: an io_uring NEURON_UDMA_URING_COPY of @file: @engine/@queue/@count/@copies from
+ * the SQE; returns -EIOCBQUEUED once queued (the command then completes through
+ * neuron_udma_uring_cmd_complete()), or a negative errno (the command completes with it at once).
+ * @iopoll: the ring reaps by polling (the command is completed by neuron_udma_uring_poll()).
+ * @writable: the file is open for writing (a read-only file may not start DMA: EBADF).
+ */
+int neuron_udma_uring_submit(const struct neuron_udma_file *file, struct io_uring_cmd *cmd,
+			     u32 engine, u32 queue, u32 count, u64 copies, bool iopoll,
+			     bool writable);
+/* rust/file.rs: 1 if the IOPOLL command @cmd of @file completed now, else 0. */
+int neuron_udma_uring_poll(const struct neuron_udma_file *file, struct io_uring_cmd *cmd);
+/* rust/file.rs: the events poll() reports for @file (EPOLLIN, EPOLLPRI, EPOLLERR bits). */
+__poll_t neuron_udma_file_poll(const struct neuron_udma_file *file, struct file *raw,
+			       struct poll_table_struct *wait);
+#endif
+
+#endif /* NEURON_UDMA_KFAC_URING_H */
