@@ -145,6 +145,14 @@ macro_rules! commands {
     };
 }
 
+/// The handler of a command whose method takes the argument struct and returns nothing but
+/// success: `|me, arg| arg.run(|a| me.method(a).map(|()| 0))` (the ioctl's value is 0).
+macro_rules! unit {
+    ($method:ident) => {
+        |me, arg| arg.run(|a| me.$method(a).map(|()| 0))
+    };
+}
+
 /// Every command of the ABI, at the index of its number's `_IOC_NR` (checked below).
 static COMMANDS: [Command; 20] = commands! {
     // number              argument struct                direction access
@@ -154,37 +162,37 @@ static COMMANDS: [Command; 20] = commands! {
     IOC_MEM_ALLOC          neuron_udma_mem_alloc          InOut     WriteReap
         |me, arg| me.new_buffer(arg, OpenFile::mem_alloc);
     IOC_MEM_FREE           neuron_udma_mem_free           In        Write
-        |me, arg| arg.run(|f| me.mem_free(f).map(|()| 0));
+        unit!(mem_free);
     IOC_QUEUE_INIT         neuron_udma_queue_init         In        Write
-        |me, arg| arg.run(|q| me.queue_init(q).map(|()| 0));
+        unit!(queue_init);
     IOC_QUEUE_RELEASE      neuron_udma_queue_id           In        Write
-        |me, arg| arg.run(|q| me.queue_release(q).map(|()| 0));
+        unit!(queue_release);
     IOC_COPY_PREPARE_ONE   neuron_udma_copy_prepare_one   In        Write
         |me, arg| arg.run(|p| me.prepare(p.engine, p.queue, core::slice::from_ref(&p.copy)));
     IOC_COPY_PREPARE       neuron_udma_copy_prepare       In        Write
         |me, arg| arg.run(|p| me.copy_prepare(p));
     IOC_COPY_START         neuron_udma_copy_start         In        Write
-        |me, arg| arg.run(|s| me.copy_start(s).map(|()| 0));
+        unit!(copy_start);
     IOC_COPY_WAIT          neuron_udma_copy_wait          InOut     Write
-        |me, arg| arg.run(|w| me.copy_wait(w).map(|()| 0));
+        unit!(copy_wait);
     IOC_QUEUE_STATE        neuron_udma_queue_state        InOut     Look
-        |me, arg| arg.run(|s| me.queue_state(s).map(|()| 0));
+        unit!(queue_state);
     IOC_MEMCPY             neuron_udma_memcpy             In        WriteReap
-        |me, arg| arg.run(|m| me.memcpy(m).map(|()| 0));
+        unit!(memcpy);
     IOC_MEM_IMPORT         neuron_udma_mem_import         InOut     WriteReap
         |me, arg| me.new_buffer(arg, OpenFile::mem_import);
     IOC_COPY_SUBMIT        neuron_udma_copy_submit        InOut     Write
-        |me, arg| arg.run(|c| me.copy_submit(c).map(|()| 0));
+        unit!(copy_submit);
     IOC_FENCE_STATUS       neuron_udma_fence_status       InOut     Look
-        |me, arg| arg.run(|f| me.fence_status(f).map(|()| 0));
+        unit!(fence_status);
     IOC_FENCE_WAIT         neuron_udma_fence_wait         In        Write
-        |me, arg| arg.run(|w| me.fence_wait(w).map(|()| 0));
+        unit!(fence_wait);
     IOC_QUEUE_EVENTS       neuron_udma_events             InOut     Write
-        |me, arg| arg.run(|e| me.queue_events(e).map(|()| 0));
+        unit!(queue_events);
     IOC_QUEUE_EVENTFD      neuron_udma_eventfd            In        Write
-        |me, arg| arg.run(|e| me.queue_eventfd(e).map(|()| 0));
+        unit!(queue_eventfd);
     IOC_MEMSET             neuron_udma_memset             In        WriteReap
-        |me, arg| arg.run(|m| me.memset(m).map(|()| 0));
+        unit!(memset);
     IOC_DMABUF_EXPORT      neuron_udma_dmabuf_export      InOut     Write
         |me, arg| me.dmabuf_export(arg);
     IOC_DMABUF_IMPORT      neuron_udma_dmabuf_import      InOut     Write
