@@ -30,6 +30,25 @@ impl OpenFile {
         }
     }
 
+    /// Runs `job` for this file on the shared H2T queue with what is left of `limit` since
+    /// `start` (`hold` kept until the engine is done with it), and counts its bytes: the end
+    /// of a `MEMCPY` or `MEMSET`, which holds the file's slot ([`Self::h2t_slot`]).
+    fn h2t_run(
+        &self,
+        job: Job<'_>,
+        hold: Hold,
+        start: kernel::time::Instant<kernel::time::Monotonic>,
+        limit: Delta,
+    ) -> Result {
+        let size = job.size;
+        let left = limit - start.elapsed();
+        self.dev
+            .h2t()?
+            .copy_for_file(&self.dev.pool, self.id, job, left, hold)?;
+        self.copy_bytes.fetch_add(size, Relaxed);
+        Ok(())
+    }
+
     /// `MEMCPY`: copies a range of one buffer of this file to another through the engine and
     /// waits for it, bounded by `timeout_ms` (the wait for the file's slot included).
     pub(super) fn memcpy(&self, m: &uapi::neuron_udma_memcpy) -> Result {
@@ -50,12 +69,7 @@ impl OpenFile {
         d.check_writable()?;
         // `MEM_FREE` refuses buffers in use until the engine is done with them.
         let hold = Hold::Buffers([s.busy()?, d.busy()?]);
-        let left = limit - start.elapsed();
-        self.dev
-            .h2t()?
-            .copy_for_file(&self.dev.pool, self.id, job, left, hold)?;
-        self.copy_bytes.fetch_add(m.size, Relaxed);
-        Ok(())
+        self.h2t_run(job, hold, start, limit)
     }
 
     /// `MEMSET`: fills a range of a buffer of this file with one byte value through the
@@ -78,11 +92,6 @@ impl OpenFile {
         };
         d.check_writable()?;
         let hold = Hold::Fill(d.busy()?, pattern);
-        let left = limit - start.elapsed();
-        self.dev
-            .h2t()?
-            .copy_for_file(&self.dev.pool, self.id, job, left, hold)?;
-        self.copy_bytes.fetch_add(m.size, Relaxed);
-        Ok(())
+        self.h2t_run(job, hold, start, limit)
     }
 }
