@@ -710,12 +710,7 @@ impl Channel {
     /// `EINVAL` for size 0; those of [`submit::wait`] but `EINTR`.
     #[cfg(neuron_udma_kunit)]
     pub(crate) fn memcpy(&self, src: u64, dst: u64, size: u64, timeout: Delta) -> Result {
-        let job = Job {
-            src: crate::span::Span::Linear(src),
-            dst: crate::span::Span::Linear(dst),
-            size,
-        };
-        self.run_job(job, timeout)
+        self.run_to(crate::span::Span::Linear(src), dst, size, timeout)
     }
 
     /// Fills `size` bytes at device-fabric address `dst` from the fill block at `block`
@@ -726,16 +721,18 @@ impl Channel {
     /// Those of [`Self::memcpy`].
     #[cfg(neuron_udma_kunit)]
     pub(crate) fn fill(&self, block: u64, dst: u64, size: u64, timeout: Delta) -> Result {
+        self.run_to(crate::span::Span::Repeat(block), dst, size, timeout)
+    }
+
+    /// Moves `size` bytes from `src` to device-fabric address `dst` ([`Self::transfer`]),
+    /// uninterruptibly, resetting the queue on a timeout: [`Self::memcpy`] and [`Self::fill`].
+    #[cfg(neuron_udma_kunit)]
+    fn run_to(&self, src: crate::span::Span<'_>, dst: u64, size: u64, timeout: Delta) -> Result {
         let job = Job {
-            src: crate::span::Span::Repeat(block),
+            src,
             dst: crate::span::Span::Linear(dst),
             size,
         };
-        self.run_job(job, timeout)
-    }
-
-    #[cfg(neuron_udma_kunit)]
-    fn run_job(&self, job: Job<'_>, timeout: Delta) -> Result {
         let policy = Policy {
             signals: WaitMode::Uninterruptible,
             timeout,
