@@ -261,6 +261,17 @@ mod tests {
         false
     }
 
+    /// Waits for `buf` to settle ([`settles`]), then takes it for freeing and frees it,
+    /// returning its device memory to `dev`'s pool.
+    fn settle_and_free(dev: &UdmaDevice, buf: &Buffer) -> Result {
+        assert!(settles(buf));
+        buf.take_for_free()?;
+        if let Some(a) = buf.free() {
+            dev.pool.free_dram(a);
+        }
+        Ok(())
+    }
+
     /// An importer in the kernel (`rust/kfac/dmabuf_kunit.c`) attaches to an export of a device buffer, maps
     /// it and gets exactly the bus range of the buffer in BAR4; the revocation (unbind's) tells
     /// it to unmap, and afterwards it can neither map nor attach. The buffer stays busy (no
@@ -292,12 +303,7 @@ mod tests {
         assert_eq!(report.map_after, ENODEV.to_errno());
         assert_eq!(report.attach_after, ENODEV.to_errno());
         drop(exp);
-        assert!(settles(&buf));
-        buf.take_for_free()?;
-        if let Some(a) = buf.free() {
-            dev.pool.free_dram(a);
-        }
-        Ok(())
+        settle_and_free(&dev, &buf)
     }
 
     /// The driver's own import of an export of the same device reaches the buffer by its device
@@ -344,12 +350,7 @@ mod tests {
         done.wait_for_completion();
         ib.take_for_free()?;
         ib.free();
-        assert!(settles(&buf));
-        buf.take_for_free()?;
-        if let Some(a) = buf.free() {
-            dev.pool.free_dram(a);
-        }
-        Ok(())
+        settle_and_free(&dev, &buf)
     }
 
     /// After the grace period a revoked import resets only the owner's queues whose
@@ -411,14 +412,8 @@ mod tests {
         r?;
         ib.take_for_free()?;
         ib.free();
-        for b in [&host, &buf] {
-            assert!(settles(b));
-            b.take_for_free()?;
-            if let Some(a) = b.free() {
-                dev.pool.free_dram(a);
-            }
-        }
-        Ok(())
+        settle_and_free(&dev, &host)?;
+        settle_and_free(&dev, &buf)
     }
 
     /// Only device buffers are exported.
