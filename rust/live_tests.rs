@@ -56,6 +56,30 @@ fn copied(dst: &Coherent<[u8]>, doff: usize, soff: usize, len: usize, seed: u8) 
     inside && before && after
 }
 
+/// Reads `read` every millisecond until `done` holds for its value (at most 5 s); returns
+/// that value.
+fn poll_until<T>(read: impl FnMut() -> Result<T>, done: impl FnMut(&T) -> bool) -> Result<T> {
+    kernel::io::poll::read_poll_timeout(
+        read,
+        done,
+        kernel::time::Delta::from_millis(1),
+        kernel::time::Delta::from_secs(5),
+    )
+}
+
+/// Waits (at most 5 s) for the engine of `q` to abort; returns its error registers.
+fn engine_aborted(q: &Channel) -> Result<crate::engine::EngineErrors> {
+    poll_until(
+        || q.with(|_, io| Ok(crate::engine::engine_errors(io))),
+        |e| e.aborted(),
+    )
+}
+
+/// The number of resets of `q` so far.
+fn resets(q: &Channel) -> Result<u32> {
+    q.with(|queue, _| Ok(queue.resets))
+}
+
 /// A driver-owned test queue on the H2T engine (queues 2 and 3 are free on both generations).
 fn test_queue(dev: &UdmaDevice, qid: u32, descs: u32) -> Result<Arc<Channel>> {
     dev.queue_init_at(dev.arch.h2t[0].0, qid, descs, descs, Owner::Driver)
@@ -422,8 +446,7 @@ mod tests {
         // The model fails the next Tx descriptor with a bad address: the engine aborts.
         f.fail_next_tx()?;
         assert_eq!(q.memcpy(s, d, 4096, DEFAULT_TIMEOUT), Err(EIO));
-        let resets = q.with(|queue, _| Ok(queue.resets))?;
-        assert_eq!(resets, 1);
+        assert_eq!(resets(q)?, 1);
         // The queue (and the engine's other queues) work again.
         q.memcpy(s, d, 8192, DEFAULT_TIMEOUT)?;
         assert!(copied(dst, 0, 0, 8192, 0x5a));
@@ -468,12 +491,7 @@ mod tests {
             )?;
             queue.start(io, 1, 1)
         })?;
-        let errors = kernel::io::poll::read_poll_timeout(
-            || q.with(|_, io| Ok(crate::engine::engine_errors(io))),
-            |e| e.aborted(),
-            kernel::time::Delta::from_millis(1),
-            kernel::time::Delta::from_secs(5),
-        )?;
+        let errors = engine_aborted(q)?;
         assert!(errors.m2s_cause & crate::regs::M2S_RING_ID_ERROR != 0);
         // Nothing of the broken pair was written.
         // SAFETY: the engine stopped; no DMA is in flight.
@@ -491,11 +509,9 @@ mod tests {
         let (q, dst) = (&f.q, &f.dst);
         // Fence 1 completes.
         let first = f.fenced_copy(0)?;
-        kernel::io::poll::read_poll_timeout(
+        poll_until(
             || q.with(|queue, _| Ok(queue.is_settled(first))),
             |&settled| settled,
-            kernel::time::Delta::from_millis(1),
-            kernel::time::Delta::from_secs(5),
         )?;
         // Fence 2 fails: the model fails its first Tx descriptor, and the wait resets the
         // queue.
@@ -561,22 +577,15 @@ mod tests {
         let (q, dst, s, d) = (&f.q, &f.dst, f.s, f.d);
         let first = f.fenced_copy(0)?;
         // The first fence's marker arrives; nothing retires it (its waiter looked before).
-        kernel::io::poll::read_poll_timeout(
+        poll_until(
             || q.with(|queue, _| Ok(queue.marker_arrived(first))),
             |&arrived| arrived,
-            kernel::time::Delta::from_millis(1),
-            kernel::time::Delta::from_secs(5),
         )?;
         assert_eq!(q.with(|queue, _| Ok(queue.settled()))?, 0);
         // The model fails the next Tx descriptor: the engine aborts on the second fence.
         f.fail_next_tx()?;
         let second = f.fenced_copy(4096)?;
-        let errors = kernel::io::poll::read_poll_timeout(
-            || q.with(|_, io| Ok(crate::engine::engine_errors(io))),
-            |e| e.aborted(),
-            kernel::time::Delta::from_millis(1),
-            kernel::time::Delta::from_secs(5),
-        )?;
+        let errors = engine_aborted(q)?;
         // The waiter of the first fence looked while it was pending and then saw the abort:
         // the reset retires the first fence (its marker is there) and drops the second.
         assert_eq!(q.with(|queue, _| Ok(queue.settled()))?, 0);
@@ -585,8 +594,7 @@ mod tests {
         assert!(copied(dst, 0, 0, 4096, 0x6b));
         assert_eq!(q.state(second), Ok(crate::channel::FenceState::Failed(EIO)));
         assert_eq!(q.wait_fence(second, DEFAULT_TIMEOUT), Err(EIO));
-        let resets = q.with(|queue, _| Ok(queue.resets))?;
-        assert_eq!(resets, 1);
+        assert_eq!(resets(q)?, 1);
         // The queue works again.
         clear(dst);
         q.memcpy(s, d, 4096, DEFAULT_TIMEOUT)?;
@@ -696,12 +704,7 @@ mod tests {
         let q = test_queue(&dev, 2, 64)?;
         // A fence of a marker pair only: it settles at once.
         let seq = q.with(|queue, io| queue.fence(io))?;
-        kernel::io::poll::read_poll_timeout(
-            || Ok(q.is_settled(seq)),
-            |s| *s,
-            kernel::time::Delta::from_millis(1),
-            kernel::time::Delta::from_secs(5),
-        )?;
+        poll_until(|| Ok(q.is_settled(seq)), |s| *s)?;
         // A released device buffer of some file, busy with an abandoned MEMCPY of it.
         let (owner, handle) = (u64::MAX >> 1, u64::MAX >> 23);
         let addr = dev.pool.alloc_dram(4096)?;
