@@ -82,21 +82,29 @@ static struct neuron_udma_txd *neuron_udma_txd_new(struct dma_chan *chan, unsign
 	return d;
 }
 
+/*
+ * The end of a prep: @rs is what Rust's prep of @d returned. From that call on Rust owns @d:
+ * it has freed it if it returned NULL (so @d is not touched then).
+ */
+static struct dma_async_tx_descriptor *neuron_udma_txd_prepared(struct neuron_udma_txd *d,
+								struct neuron_udma_dma_desc *rs)
+{
+	if (!rs)
+		return NULL;
+	d->rs = rs;
+	return &d->txd;
+}
+
 static struct dma_async_tx_descriptor *
 neuron_udma_prep_memcpy(struct dma_chan *chan, dma_addr_t dst, dma_addr_t src, size_t len,
 			unsigned long flags)
 {
 	struct neuron_udma_txd *d = neuron_udma_txd_new(chan, flags);
-	struct neuron_udma_dma_desc *rs;
 
 	if (!d)
 		return NULL;
-	/* From here on Rust owns @d: it has freed it if it returns NULL (so @d is not touched). */
-	rs = neuron_udma_dma_prep(neuron_udma_rs(chan), &d->txd, dst, src, len);
-	if (!rs)
-		return NULL;
-	d->rs = rs;
-	return &d->txd;
+	return neuron_udma_txd_prepared(d, neuron_udma_dma_prep(neuron_udma_rs(chan), &d->txd,
+								  dst, src, len));
 }
 
 /* DMA_MEMSET: @value's low byte, as dmatest and the other providers read it. */
@@ -105,16 +113,12 @@ neuron_udma_prep_memset(struct dma_chan *chan, dma_addr_t dst, int value, size_t
 			unsigned long flags)
 {
 	struct neuron_udma_txd *d = neuron_udma_txd_new(chan, flags);
-	struct neuron_udma_dma_desc *rs;
 
 	if (!d)
 		return NULL;
-	/* As for memcpy: Rust owns @d now. */
-	rs = neuron_udma_dma_prep_memset(neuron_udma_rs(chan), &d->txd, dst, (u8)value, len);
-	if (!rs)
-		return NULL;
-	d->rs = rs;
-	return &d->txd;
+	return neuron_udma_txd_prepared(d, neuron_udma_dma_prep_memset(neuron_udma_rs(chan),
+									 &d->txd, dst, (u8)value,
+									 len));
 }
 
 static void neuron_udma_issue_pending(struct dma_chan *chan)
