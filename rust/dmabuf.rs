@@ -261,10 +261,10 @@ mod tests {
         false
     }
 
-    /// Waits for `buf` to settle ([`settles`]), then takes it for freeing and frees it,
-    /// returning its device memory to `dev`'s pool.
-    fn settle_and_free(dev: &UdmaDevice, buf: &Buffer) -> Result {
-        assert!(settles(buf));
+    /// Takes `buf` (settled: [`settles`]) for freeing and frees it, returning its device
+    /// memory to `dev`'s pool. (The tests assert `settles` themselves: a KUnit assertion
+    /// belongs in the test's body.)
+    fn free_settled(dev: &UdmaDevice, buf: &Buffer) -> Result {
         buf.take_for_free()?;
         if let Some(a) = buf.free() {
             dev.pool.free_dram(a);
@@ -303,7 +303,8 @@ mod tests {
         assert_eq!(report.map_after, ENODEV.to_errno());
         assert_eq!(report.attach_after, ENODEV.to_errno());
         drop(exp);
-        settle_and_free(&dev, &buf)
+        assert!(settles(&buf));
+        free_settled(&dev, &buf)
     }
 
     /// The driver's own import of an export of the same device reaches the buffer by its device
@@ -350,7 +351,8 @@ mod tests {
         done.wait_for_completion();
         ib.take_for_free()?;
         ib.free();
-        settle_and_free(&dev, &buf)
+        assert!(settles(&buf));
+        free_settled(&dev, &buf)
     }
 
     /// After the grace period a revoked import resets only the owner's queues whose
@@ -412,8 +414,10 @@ mod tests {
         r?;
         ib.take_for_free()?;
         ib.free();
-        settle_and_free(&dev, &host)?;
-        settle_and_free(&dev, &buf)
+        assert!(settles(&host));
+        free_settled(&dev, &host)?;
+        assert!(settles(&buf));
+        free_settled(&dev, &buf)
     }
 
     /// Only device buffers are exported.
