@@ -83,12 +83,23 @@ static struct neuron_udma_txd *neuron_udma_txd_new(struct dma_chan *chan, unsign
 }
 
 /*
- * The end of a prep: @rs is what Rust's prep of @d returned. From that call on Rust owns @d:
- * it has freed it if it returned NULL (so @d is not touched then).
+ * A descriptor of @chan for a copy of @len bytes from @src to @dst, or with @fill a fill of
+ * @len bytes at @dst with @value; NULL if there is no memory or Rust refuses it.
  */
-static struct dma_async_tx_descriptor *neuron_udma_txd_prepared(struct neuron_udma_txd *d,
-								struct neuron_udma_dma_desc *rs)
+static struct dma_async_tx_descriptor *neuron_udma_prep(struct dma_chan *chan, dma_addr_t dst,
+							dma_addr_t src, u8 value, bool fill,
+							size_t len, unsigned long flags)
 {
+	struct neuron_udma_txd *d = neuron_udma_txd_new(chan, flags);
+	struct neuron_udma_dma_desc *rs;
+
+	if (!d)
+		return NULL;
+	/* From here on Rust owns @d: it has freed it if it returns NULL (so @d is not touched). */
+	if (fill)
+		rs = neuron_udma_dma_prep_memset(neuron_udma_rs(chan), &d->txd, dst, value, len);
+	else
+		rs = neuron_udma_dma_prep(neuron_udma_rs(chan), &d->txd, dst, src, len);
 	if (!rs)
 		return NULL;
 	d->rs = rs;
@@ -99,12 +110,7 @@ static struct dma_async_tx_descriptor *
 neuron_udma_prep_memcpy(struct dma_chan *chan, dma_addr_t dst, dma_addr_t src, size_t len,
 			unsigned long flags)
 {
-	struct neuron_udma_txd *d = neuron_udma_txd_new(chan, flags);
-
-	if (!d)
-		return NULL;
-	return neuron_udma_txd_prepared(d, neuron_udma_dma_prep(neuron_udma_rs(chan), &d->txd,
-								  dst, src, len));
+	return neuron_udma_prep(chan, dst, src, 0, false, len, flags);
 }
 
 /* DMA_MEMSET: @value's low byte, as dmatest and the other providers read it. */
@@ -112,13 +118,7 @@ static struct dma_async_tx_descriptor *
 neuron_udma_prep_memset(struct dma_chan *chan, dma_addr_t dst, int value, size_t len,
 			unsigned long flags)
 {
-	struct neuron_udma_txd *d = neuron_udma_txd_new(chan, flags);
-
-	if (!d)
-		return NULL;
-	return neuron_udma_txd_prepared(d, neuron_udma_dma_prep_memset(neuron_udma_rs(chan),
-									 &d->txd, dst, (u8)value,
-									 len));
+	return neuron_udma_prep(chan, dst, 0, (u8)value, true, len, flags);
 }
 
 static void neuron_udma_issue_pending(struct dma_chan *chan)
