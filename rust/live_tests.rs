@@ -96,6 +96,8 @@ struct Fixture {
     dst: Coherent<[u8]>,
     s: u64,
     d: u64,
+    /// The seed of the source's pattern.
+    seed: u8,
 }
 
 impl Fixture {
@@ -116,11 +118,22 @@ impl Fixture {
             dst,
             s,
             d,
+            seed,
         })
     }
 }
 
 impl Fixture {
+    /// Clears the destination, copies the first `len` bytes of the source to it with `copy`
+    /// (called with the source's and destination's addresses and `len`), and answers whether
+    /// the destination then holds them ([`copied`]).
+    fn recopy(&self, len: u64, copy: impl FnOnce(u64, u64, u64) -> Result) -> Result<bool> {
+        clear(&self.dst);
+        copy(self.s, self.d, len)?;
+        // CAST: small test values.
+        Ok(copied(&self.dst, 0, 0, len as usize, self.seed))
+    }
+
     /// Prepares one 4 KiB copy at `off` bytes into both buffers (write barrier) and a fence
     /// after it; returns the fence.
     fn fenced_copy(&self, off: u64) -> Result<u64> {
@@ -450,9 +463,7 @@ mod tests {
         // The queue (and the engine's other queues) work again.
         q.memcpy(s, d, 8192, DEFAULT_TIMEOUT)?;
         assert!(copied(dst, 0, 0, 8192, 0x5a));
-        clear(dst);
-        dev.memcpy(s, d, 8192, DEFAULT_TIMEOUT)?;
-        assert!(copied(dst, 0, 0, 8192, 0x5a));
+        assert!(f.recopy(8192, |s, d, n| dev.memcpy(s, d, n, DEFAULT_TIMEOUT))?);
         Ok(())
     }
 
@@ -574,7 +585,7 @@ mod tests {
     #[test]
     fn failed_wait_answers_what_the_reset_settled() -> Result {
         let f = Fixture::new(2, 64, 8192, 0x6b)?;
-        let (q, dst, s, d) = (&f.q, &f.dst, f.s, f.d);
+        let (q, dst) = (&f.q, &f.dst);
         let first = f.fenced_copy(0)?;
         // The first fence's marker arrives; nothing retires it (its waiter looked before).
         poll_until(
@@ -596,9 +607,7 @@ mod tests {
         assert_eq!(q.wait_fence(second, DEFAULT_TIMEOUT), Err(EIO));
         assert_eq!(resets(q)?, 1);
         // The queue works again.
-        clear(dst);
-        q.memcpy(s, d, 4096, DEFAULT_TIMEOUT)?;
-        assert!(copied(dst, 0, 0, 4096, 0x6b));
+        assert!(f.recopy(4096, |s, d, n| q.memcpy(s, d, n, DEFAULT_TIMEOUT))?);
         Ok(())
     }
 
