@@ -75,6 +75,11 @@ fn engine_aborted(q: &Channel) -> Result<crate::engine::EngineErrors> {
     )
 }
 
+/// Waits (at most 5 s) until `done` holds for the queue of `q` (looked at under its lock).
+fn queue_until(q: &Channel, mut done: impl FnMut(&mut crate::queue::Queue) -> bool) -> Result {
+    poll_until(|| q.with(|queue, _| Ok(done(queue))), |&d| d).map(|_| ())
+}
+
 /// The number of resets of `q` so far.
 fn resets(q: &Channel) -> Result<u32> {
     q.with(|queue, _| Ok(queue.resets))
@@ -520,10 +525,7 @@ mod tests {
         let (q, dst) = (&f.q, &f.dst);
         // Fence 1 completes.
         let first = f.fenced_copy(0)?;
-        poll_until(
-            || q.with(|queue, _| Ok(queue.is_settled(first))),
-            |&settled| settled,
-        )?;
+        queue_until(q, |queue| queue.is_settled(first))?;
         // Fence 2 fails: the model fails its first Tx descriptor, and the wait resets the
         // queue.
         f.fail_next_tx()?;
@@ -588,10 +590,7 @@ mod tests {
         let (q, dst) = (&f.q, &f.dst);
         let first = f.fenced_copy(0)?;
         // The first fence's marker arrives; nothing retires it (its waiter looked before).
-        poll_until(
-            || q.with(|queue, _| Ok(queue.marker_arrived(first))),
-            |&arrived| arrived,
-        )?;
+        queue_until(q, |queue| queue.marker_arrived(first))?;
         assert_eq!(q.with(|queue, _| Ok(queue.settled()))?, 0);
         // The model fails the next Tx descriptor: the engine aborts on the second fence.
         f.fail_next_tx()?;
