@@ -326,6 +326,18 @@ impl Arch {
 mod tests {
     use super::*;
 
+    /// The first three scrub queues of `arch` ([`Arch::scrub_queues`]) and how many of them
+    /// there are.
+    fn scrub_queues(arch: &Arch) -> ([(u32, u32); 3], usize) {
+        let mut v = [(0, 0); 3];
+        let mut n = 0;
+        for q in arch.scrub_queues() {
+            v[n] = q;
+            n += 1;
+        }
+        (v, n)
+    }
+
     #[test]
     fn v2_engine_offsets() {
         assert_eq!(TRN1.engine_offset(0), Some(0x3000_0000));
@@ -391,19 +403,9 @@ mod tests {
             .chain(128..132);
         assert!(v3.eq(want));
         assert!(TRN2.h2t.iter().all(|&(e, _)| TRN2.has_host_connectivity(e)));
-        let mut v1 = [(0, 0); 3];
-        let mut n = 0;
-        for q in TRN1.scrub_queues() {
-            v1[n] = q;
-            n += 1;
-        }
+        let (v1, n) = scrub_queues(&TRN1);
         assert_eq!(&v1[..n], &[(33, 0)]);
-        let mut v3 = [(0, 0); 3];
-        n = 0;
-        for q in TRN2.scrub_queues() {
-            v3[n] = q;
-            n += 1;
-        }
+        let (v3, n) = scrub_queues(&TRN2);
         assert_eq!(&v3[..n], &[(129, 0), (130, 0), (131, 0)]);
         assert!(!TRN2.has_host_connectivity(0) && !TRN2.has_host_connectivity(3));
         assert_eq!(TRN1.engine_bitmap(), [u64::MAX >> 30, 0, 0]);
