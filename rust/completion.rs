@@ -23,6 +23,10 @@
 //! every [`Member::check_every`] while it is busy (an engine error, or no progress for the
 //! default timeout, resets its queue and fails its fences).
 //!
+//! A look never waits for a member's long-held locks: a queue whose lock is held (a submission,
+//! a doorbell that moves a device ring behind the H2T queue) is busy without progress and
+//! looked at again, so no user's queue holds up the other members.
+//!
 //! A blocked waiter (`COPY_WAIT`, `FENCE_WAIT`, `MEMCPY`) polls its own fence and does not need
 //! the engine. Data flows down: `device.rs`, `dmaengine.rs`, `file.rs` -> here -> `channel.rs`;
 //! a member is a trait object, so nothing here knows the dmaengine or the device.
@@ -145,7 +149,8 @@ impl Entry {
     fn record(&mut self, look: Look, now: Instant<Monotonic>) {
         if look.progress {
             if let Some(since) = self.since {
-                let sample = (now - since).as_nanos();
+                // Not below 0: a `watch` may have set `since` after this round's `now`.
+                let sample = (now - since).as_nanos().max(0);
                 self.mean = if self.mean == 0 {
                     sample
                 } else {
@@ -336,7 +341,9 @@ impl Completer {
             let now = Instant::now();
             let mut l = self.list.lock();
             let Some(pos) = l.entries.iter().position(|e| same(&e.member, &member)) else {
-                // Removed meanwhile (shutdown): `i` is the next one now.
+                // Removed meanwhile (a membership ended, or shutdown), maybe with others before
+                // it: look at every member again rather than skip one (an extra look is free).
+                i = 0;
                 continue;
             };
             // PANIC: `pos` was found above, under the same lock.
@@ -384,12 +391,8 @@ impl Completer {
 
 impl Member for Channel {
     fn look(&self, check: bool) -> Look {
-        let before = self.settled_fences();
-        let busy = self.notify(check);
-        Look {
-            progress: self.settled_fences() != before,
-            busy,
-        }
+        let (progress, busy) = self.notify(check);
+        Look { progress, busy }
     }
 
     fn check_every(&self) -> Delta {

@@ -11,9 +11,9 @@
 //! submissions with the driver's one back-off ([`Backoff`]), and resets a queue on an engine
 //! error or a stall by one rule; what differs between its callers (`MEMCPY` and `MEMSET`, the
 //! scrub on one or several queues, the device-ring fill, the KUnit copies) is data: the
-//! [`Policy`] (signals, timeout, what a timeout does) and a stop check. dmaengine's completion work writes one submission at a time
-//! with [`submit_listed`]; the user queues' prepare calls with [`prepare`] and
-//! [`prepare_fenced`].
+//! [`Policy`] (signals, timeout, what a timeout does) and a stop check. dmaengine's look (from
+//! the completion engine) writes one submission at a time with [`submit_listed`]; the user
+//! queues' prepare calls with [`prepare`] and [`prepare_fenced`].
 //!
 //! The engine is below the door: it works on the [`Queue`] a [`Door`] (the channel) lends it
 //! under the queue lock, with the policy it is handed, and never names its caller.

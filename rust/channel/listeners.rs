@@ -216,21 +216,30 @@ impl Channel {
         l.file.as_ref().is_some_and(|f| f.is_polled()) || l.eventfd.is_some() || !l.uring.is_empty()
     }
 
-    /// One round of the completion engine on this queue: retires what completed, then wakes the
+    /// One look of the completion engine at this queue: retires what completed, then wakes the
     /// file's pollers, signals the eventfd (once per fence settled since the last signal) and
     /// completes the io_uring commands whose fence settled (0, `-EIO` for a failed fence,
     /// `-ESTALE` for an expired one). With `check`, also reads the engine state of a busy queue
     /// (an engine error or a stall resets it, failing its fences: the next round reports them).
-    /// Returns whether the queue still has fences in flight that somebody listens for.
-    pub(crate) fn notify(&self, check: bool) -> bool {
-        let busy = {
+    ///
+    /// Never waits for the queue lock: its holder (a submission, a doorbell that moves a
+    /// device ring, a wait) may hold it for long, and the engine looks at every member of the
+    /// device in turn; a held lock is reported as busy without progress (looked at again soon).
+    /// Returns whether fences settled since the previous look, and whether the queue still has
+    /// fences in flight that somebody listens for.
+    pub(crate) fn notify(&self, check: bool) -> (bool, bool) {
+        let (progress, busy) = {
             let mut l = self.listeners.lock();
-            let mut inner = self.inner.lock();
+            let Some(mut inner) = self.inner.try_lock() else {
+                return (false, true);
+            };
             let Some(q) = (*inner).as_mut() else {
-                return false;
+                return (false, false);
             };
             q.retire();
             let settled = q.settled();
+            // Settled since the engine's previous look (by it or by a waiter's own retire).
+            let progress = settled > l.woken;
             if settled > l.signalled {
                 if let Some(e) = l.eventfd.as_ref() {
                     e.signal(settled - l.signalled);
@@ -257,11 +266,11 @@ impl Channel {
                     f.wake();
                 }
             }
-            q.busy()
+            (progress, q.busy())
         };
         if busy && check {
             let _ = self.recover();
         }
-        busy && self.has_listeners()
+        (progress, busy && self.has_listeners())
     }
 }
