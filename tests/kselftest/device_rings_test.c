@@ -488,7 +488,7 @@ TEST_F(dr, fences_and_events)
 
 	NEED_DEVICE_MEMORY();
 	ASSERT_EQ(0, qinit(self->fd, 2, 5, 64, 64, DR));
-	/* Poll first, so the completion worker watches the queue's fences. */
+	/* Poll first, so the completion engine watches the queue's fences. */
 	EXPECT_EQ(0, poll(&p, 1, 0));
 	for (i = 0; i < 3; i++) {
 		ASSERT_EQ(0, prep_one(self->fd, 2, 5,

@@ -828,7 +828,7 @@ static int ep_wait(int ep, int ms, __u32 *events)
 #define EV_DONE_BITS (EPOLLIN | EPOLLRDNORM)
 
 /*
- * poll()/epoll and QUEUE_EVENTS (nothing else waits, so the driver's completion worker is what
+ * poll()/epoll and QUEUE_EVENTS (nothing else waits, so the driver's completion engine is what
  * notices): no event while the only fence is stalled; EPOLLIN | EPOLLRDNORM soon after the
  * stall ends; one QUEUE_EVENTS record (COMPLETED, completed = the fence), after which epoll has
  * nothing; an engine error gives EPOLLPRI | EPOLLERR (no EPOLLIN) and a FAILED record (failed =

@@ -419,7 +419,7 @@ impl Sut {
 
     /// Reads the eventfd of queue slot `q`: it counts one per fence settled since it was
     /// registered. Once every fence is known settled, the count must reach that number (the
-    /// completion worker signals it) and not pass it.
+    /// completion engine signals it) and not pass it.
     fn eventfd_check(&mut self, q: usize) {
         let m = self.queues[q].as_mut().expect("queue");
         let newest = m.newest.1;

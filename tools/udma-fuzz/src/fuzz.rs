@@ -643,11 +643,11 @@ impl Sut {
     }
 
     /// Before an operation on queue slot `q`: a tainted queue that somebody listens to (a
-    /// polled file, an eventfd, a normal ring's io_uring command) may be reset at any time by the completion worker, which
+    /// polled file, an eventfd, a normal ring's io_uring command) may be reset at any time by the completion engine, which
     /// reads the engine's error state.
     pub(crate) fn refresh(&mut self, q: usize) {
         // io_uring commands waiting on a normal ring listen too (their CQEs come from the
-        // completion worker).
+        // completion engine).
         let uring = self.task_work_on(q);
         let Some(m) = self.queues[q].as_mut() else { return };
         if m.tainted && (self.files[m.owner].polled || m.eventfd.is_some() || uring) {
@@ -1390,7 +1390,7 @@ impl Sut {
         }
         let valid = a.s2m_count != 0 && a.s2m_count <= prx && a.m2s_count <= ptx;
         // Without the exact counts (a reset may have dropped them) EINVAL is allowed too; so in
-        // a fault storm on this queue's engine, where the completion worker may reset a watched
+        // a fault storm on this queue's engine, where the completion engine may reset a watched
         // queue at any time (a fault_storm run saw EINVAL for 2 of 6 prepared Rx; the replay
         // passed).
         let known = m.prep.is_some() && !self.lenient(q);

@@ -285,7 +285,7 @@ pub struct QueueM {
     /// with work completes after the faults were cleared.
     pub tainted: bool,
     /// A reset the model did not observe may have happened (a fault, with a listener whose
-    /// completion worker checks the engine): the ring may be emptier and fences failed.
+    /// completion engine checks the engine): the ring may be emptier and fences failed.
     pub maybe_reset: bool,
     /// Resets that may have happened (observed or not).
     pub resets: u32,
@@ -546,7 +546,7 @@ pub struct FileM {
     pub bufs: [Option<BufM>; BUF_SLOTS],
     /// Buffers allocated into an occupied slot (still the file's, no longer named by a slot).
     pub extra: Vec<BufM>,
-    /// The file was polled: its queues' fences are watched by the completion worker.
+    /// The file was polled: its queues' fences are watched by the completion engine.
     pub polled: bool,
     /// Per queue slot, the newest fence of the file's last instance of that queue id (S1).
     pub last_fence: [u64; QUEUE_SLOTS],

@@ -158,7 +158,7 @@ impl Sut {
     }
 
     /// Whether a normal ring has commands in flight on entry `q` of `Sut::queues` (the
-    /// completion worker watches the queue for them).
+    /// completion engine watches the queue for them).
     pub(crate) fn task_work_on(&self, q: usize) -> bool {
         self.uring.cmds.iter().any(|c| c.ring == 0 && c.q == q)
     }
