@@ -396,7 +396,8 @@ impl Member for Channel {
     }
 
     fn check_every(&self) -> Delta {
-        Delta::from_millis(20)
+        // The period of every wait's engine state reads (`submit.rs`).
+        crate::submit::STATE_CHECK_EVERY
     }
 }
 
