@@ -260,7 +260,7 @@ impl DmaChan {
     }
 
     /// Has the completion engine look at the channel (called under the lock; never sleeps).
-    fn kick(self: ArcBorrow<'_, Self>, st: &mut State) {
+    fn kick(&self, st: &mut State) {
         if !st.running {
             st.running = true;
             Completer::kick(&self.completer);
@@ -854,7 +854,7 @@ impl DmaProvider {
             {
                 let mut st = c.state.lock();
                 st.dead = true;
-                c.as_arc_borrow().kick(&mut st);
+                c.kick(&mut st);
             }
             c.wait_idle();
         }
