@@ -244,6 +244,68 @@ TEST_F_TIMEOUT(fence, failed_fence_eio, 60)
 }
 
 /*
+ * An engine aborted while its queues are idle (the model's ABORT: every state field of the
+ * engine in abort, no cause bit, as after another queue's error on silicon). A queue whose
+ * fences all completed before it says so: COPY_WAIT and FENCE_WAIT return 0 and nothing is
+ * reset. The next copy on the engine, here on a queue set up after the abort, fails with EIO
+ * and its wait resets that queue, which brings the engine out of abort: the copies after it
+ * succeed on both queues, each with its bytes. This is the rule udma-fuzz's model follows
+ * (an engine is healthy again only after a wait that saw the failure, or a success of a copy
+ * submitted after the fault).
+ */
+TEST_F_TIMEOUT(fence, abort_idle_engine, 60)
+{
+	struct fx *x = &self->x;
+	const __u32 q = 0, q2 = 4;
+	struct neuron_udma_queue_state st;
+	__u64 f = 0, done = 0;
+	int ret;
+
+	ASSERT_EQ(0, queue_init(x->fd, ENG, q, 64, 64));
+	ASSERT_EQ(0, submit_one(x->fd, ENG, q, ucopy(&x->a, 0, &x->b, 0, 4096), &f));
+	ASSERT_EQ(1ULL, f);
+	ASSERT_EQ(0, fence_wait(x->fd, ENG, q, 1, 20000));
+
+	ASSERT_EQ(0, bar2_fault(&x->bar2, FAULT_ABORT, ENG, 0, 0));
+	/* Nothing of q's ran after the abort: its waits say done and reset nothing. */
+	ASSERT_EQ(0, copy_wait(x->fd, ENG, q, 1000, &done));
+	ASSERT_EQ(0, fence_wait(x->fd, ENG, q, 1, 1000));
+	EXPECT_FENCE(x->fd, ENG, q, 1, NEURON_UDMA_FENCE_DONE, 0);
+	ASSERT_EQ(0, queue_state(x->fd, ENG, q, &st));
+	EXPECT_EQ(0U, st.resets);
+
+	/* A queue set up after the abort: its first copy meets the aborted engine. */
+	ASSERT_EQ(0, queue_init(x->fd, ENG, q2, 64, 64));
+	ASSERT_EQ(0, submit_one(x->fd, ENG, q2, ucopy(&x->a, 4096, &x->b, 64 * KIB, 4096), &f));
+	ASSERT_EQ(1ULL, f);
+	ret = fence_wait(x->fd, ENG, q2, 1, 20000);
+	ASSERT_EQ(-EIO, ret) {
+		TH_LOG("FENCE_WAIT of a copy submitted to an aborted engine: %s", err_name(ret));
+	}
+	ASSERT_BYTES(x->b.map + 64 * KIB, x->save + 64 * KIB, 4096);
+	ASSERT_EQ(0, queue_state(x->fd, ENG, q2, &st));
+	EXPECT_EQ(1U, st.resets);
+
+	/* The engine is out of abort: both queues copy again. */
+	ASSERT_EQ(0, submit_one(x->fd, ENG, q2, ucopy(&x->a, 8192, &x->b, 128 * KIB, 4096), &f));
+	ASSERT_EQ(2ULL, f);
+	ret = fence_wait(x->fd, ENG, q2, 2, 20000);
+	ASSERT_EQ(0, ret) {
+		TH_LOG("FENCE_WAIT after the reset, queue %u: %s", q2, err_name(ret));
+	}
+	ASSERT_BYTES(x->b.map + 128 * KIB, x->a.map + 8192, 4096);
+	ASSERT_EQ(0, submit_one(x->fd, ENG, q, ucopy(&x->a, 12288, &x->b, 192 * KIB, 4096), &f));
+	ASSERT_EQ(2ULL, f);
+	ret = fence_wait(x->fd, ENG, q, 2, 20000);
+	ASSERT_EQ(0, ret) {
+		TH_LOG("FENCE_WAIT after the reset, queue %u: %s", q, err_name(ret));
+	}
+	ASSERT_BYTES(x->b.map + 192 * KIB, x->a.map + 12288, 4096);
+	ASSERT_EQ(0, queue_state(x->fd, ENG, q, &st));
+	EXPECT_EQ(0U, st.resets);
+}
+
+/*
  * FENCE_STATUS, FENCE_WAIT and COPY_SUBMIT refuse what the header lists: fence 0 and a fence
  * newer than the newest submitted (EINVAL), reserved fields and flags (EINVAL), a queue the
  * file does not have, of another file or of nobody (ENOENT). None of them changes the queue,

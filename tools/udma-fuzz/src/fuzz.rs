@@ -1275,6 +1275,7 @@ impl Sut {
         let m = self.queues[q].as_mut().expect("owned");
         m.unf += e.total;
         m.prep = m.prep.map(|(t, r)| (t + e.total, r + e.total));
+        m.since_fault = true;
         if eng.armed || eng.maybe_aborted {
             m.taint();
         }
@@ -1473,6 +1474,8 @@ impl Sut {
                 self.healed(q, e, had_work);
             }
             Ok(()) => {
+                // Only copies that ran after the newest fault show the engine out of abort.
+                let proof = m.since_fault;
                 let got = a.completed;
                 let expected = if unf > 0 { u64::from(unf) + 1 } else { 0 };
                 if (certain && !lenient && got != expected) || got > u64::from(hi) + 1 {
@@ -1482,14 +1485,15 @@ impl Sut {
                 let landed = m.all_done();
                 self.land_all(landed);
                 self.resync(q);
-                self.healed(q, e, hi > 0);
+                self.healed(q, e, hi > 0 && proof);
             }
         }
     }
 
-    /// A wait with work returned on queue slot `q` (engine index `e`): once no fault is armed,
-    /// the engine is out of abort state (the wait would have reset it) and the queue is
-    /// strict again.
+    /// A wait returned on queue slot `q` (engine index `e`) with proof that the engine is
+    /// healthy (`had_work`: it failed, so its wait reset the queue and with it the engine, or
+    /// it succeeded with pairs prepared after the newest fault, `QueueM::since_fault`): once no
+    /// fault is armed, the engine is out of abort state and the queue is strict again.
     pub(crate) fn healed(&mut self, q: usize, e: usize, had_work: bool) {
         let mut eng = engines();
         if had_work && !eng[e].armed {
@@ -1728,6 +1732,7 @@ impl Sut {
                 for (i, m) in self.queues.iter_mut().enumerate() {
                     if let Some(m) = m.as_mut().filter(|_| slot_queue(i).2 == e) {
                         m.taint();
+                        m.since_fault = false;
                     }
                 }
                 ok
