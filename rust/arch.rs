@@ -347,6 +347,11 @@ mod tests {
         assert_eq!(TRN1.engine_offset(32), Some(0x3060_0000));
         assert_eq!(INF2.engine_offset(33), Some(0x30D0_0000));
         assert_eq!(TRN1.engine_offset(34), None);
+        // `EngineId::new` bounds engine numbers by `engines`: every engine below it has a block.
+        for arch in [&TRN1, &INF2, &TRN2] {
+            assert!((0..arch.engines).all(|e| arch.engine_offset(e).is_some()));
+            assert_eq!(arch.engine_offset(arch.engines), None);
+        }
         assert_eq!(TRN1.sdma_offset(32), Some(0x3064_0000));
     }
 

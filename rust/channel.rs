@@ -788,6 +788,7 @@ impl Doorbell for Ringer<'_> {
                 .copy_ranges(m.ranges())?;
         }
         let regs = self.0.bar.access()?;
-        regs.engine(self.0.id.eng)?.ring(q, None, tx, rx)
+        engine::doorbell(regs.engine(self.0.id.eng)?, q, tx, rx);
+        Ok(())
     }
 }

@@ -76,9 +76,10 @@ pub(crate) struct EngineId(u32);
 
 impl EngineId {
     /// Engine `eng` of generation `arch`, or `None` if it has no such engine (hardware.rst
-    /// §2.1-2.2).
+    /// §2.1-2.2: the engines are numbered from 0 without gaps, so [`Arch::engines`] bounds them;
+    /// KUnit `neuron_udma_arch` checks that `Arch::engine_offset` agrees).
     pub(crate) fn new(arch: &Arch, eng: u32) -> Option<Self> {
-        arch.engine_offset(eng).map(|_| Self(eng))
+        (eng < arch.engines).then_some(Self(eng))
     }
 
     /// The engine number.

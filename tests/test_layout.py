@@ -7,7 +7,10 @@ every "hardware.rst §N.M" reference resolves to a section of Documentation/hard
 limit is known in one splitter and pairs are written by one submission engine, no source file
 is over 900 lines, and the C/Rust interface is rust/kfac/'s (its headers agree with both sides,
 bindgen writes every Rust declaration of a C function, every function C calls is `unsafe extern
-"C"` with a `# Safety` section, no C file of rust/ is over 450 lines)."""
+"C"` with a `# Safety` section, no C file of rust/ is over 450 lines), and the call chains of
+neuron-udma.rst ("Call chains") agree with themselves and the code: stops numbered in order, a
+return marked (R) exactly where its file was visited before, the header's counts those of its
+list, every file and every function a stop names there."""
 
 import pathlib
 import re
@@ -253,6 +256,62 @@ class Sizes(unittest.TestCase):
         self.assertEqual(over - OVER_MAX_LINES, set(), f"rust/ files over {MAX_LINES} lines")
         for name in OVER_MAX_LINES:
             self.assertTrue((RUST / name).exists(), f"rust/{name} is gone: drop it from OVER_MAX_LINES")
+
+
+# Documentation/neuron-udma.rst, "Call chains": `N. ``file`` what`, a stop a line.
+CHAIN_HEADER = re.compile(r"^(.*?): (\d+) stops, (\d+) returns")
+CHAIN_ITEM = re.compile(r"^(\d+)\.\s+``([^`]+)``\s+(.*)$")
+
+
+def call_chains():
+    """The chains of neuron-udma.rst: {title: (stops, returns, [(number, file, text)])}."""
+    lines = (TOP / "Documentation" / "neuron-udma.rst").read_text().splitlines()
+    chains, cur = {}, None
+    for i, line in enumerate(lines):
+        m = CHAIN_HEADER.match(line)
+        if m:
+            cur = chains.setdefault(m.group(1), (int(m.group(2)), int(m.group(3)), []))
+            continue
+        m = CHAIN_ITEM.match(line)
+        if m and cur is not None:
+            text = m.group(3)
+            j = i + 1
+            while j < len(lines) and lines[j].startswith("   ") and lines[j].strip():
+                text += " " + lines[j].strip()
+                j += 1
+            cur[2].append((int(m.group(1)), m.group(2), text))
+    return chains
+
+
+class CallChains(unittest.TestCase):
+    def test_counts_and_returns_agree(self):
+        chains = call_chains()
+        self.assertGreaterEqual(len(chains), 6)
+        for title, (stops, returns, items) in chains.items():
+            self.assertEqual([n for n, _, _ in items], list(range(1, len(items) + 1)), title)
+            seen, r = set(), 0
+            for n, f, text in items:
+                marked = text.endswith("(R)")
+                self.assertEqual(marked, f in seen, f"{title}, stop {n} ({f}): (R) iff the file was visited before")
+                r += marked
+                seen.add(f)
+            self.assertEqual((stops, returns), (len(items), r), f"{title}: the header's counts")
+
+    def test_named_functions_exist(self):
+        missing = []
+        for title, (_, _, items) in call_chains().items():
+            for n, f, text in items:
+                path = RUST / f
+                self.assertTrue(path.exists(), f"{title}, stop {n}: rust/{f}")
+                src = path.read_text()
+                # The functions the stop names before its colon (``a`` → ``b``, ``T::m``; what
+                # stands in parentheses is said of another file).
+                head = re.sub(r"\([^)]*\)", "", text.split(": ")[0])
+                for name in re.findall(r"``([A-Za-z_][\w:]*)``", head):
+                    fn = name.split("::")[-1]
+                    pat = rf"\bfn {fn}\b" if f.endswith(".rs") else rf"\b{fn}\("
+                    missing.extend([f"{title}, stop {n}: {name} in rust/{f}"] if not re.search(pat, src) else [])
+        self.assertEqual(missing, [], "functions the call chains name that their files lack")
 
 
 class KernelFragments(unittest.TestCase):

@@ -117,12 +117,16 @@ impl Channel {
     ///
     /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     pub(crate) fn set_eventfd(&self, eventfd: Option<EventFd>) -> Result {
-        let settled = self.locked(|q| {
-            q.retire();
-            Ok(q.settled())
-        })?;
         let old = {
+            // The queue is looked at under the listeners' lock (their order, as in `notify`):
+            // `quiesce` ends the instance before it takes the eventfd, so an eventfd set here
+            // either finds the instance gone or is given back by that `quiesce`, never kept
+            // by a released instance.
             let mut l = self.listeners.lock();
+            let settled = self.locked(|q| {
+                q.retire();
+                Ok(q.settled())
+            })?;
             l.signalled = settled;
             core::mem::replace(&mut l.eventfd, eventfd)
         };
@@ -146,18 +150,6 @@ impl Channel {
         }
         // Cannot fail: capacity was reserved.
         l.uring.push_within_capacity(cmd).map_err(|e| (ENOMEM, e.0))
-    }
-
-    /// Whether a fence can be submitted now (a free completion slot and room for its marker).
-    ///
-    /// # Errors
-    ///
-    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
-    pub(crate) fn can_submit(&self) -> Result<bool> {
-        self.locked(|q| {
-            q.retire();
-            Ok(q.can_fence())
-        })
     }
 
     /// The state of fence `seq` for a caller that polls it (an IOPOLL io_uring ring): the

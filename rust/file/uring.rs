@@ -44,10 +44,6 @@ impl OpenFile {
             return Err(EINVAL);
         }
         let chan = self.queue(eng, qid)?;
-        // No fence slot: fail before the copies are read (checked again under the queue lock).
-        if !chan.can_submit()? {
-            return Err(EBUSY);
-        }
         let staged = read_copies(copies, count)?;
         // The pairs and their fence under one queue lock: a fence slot taken meanwhile by
         // another thread of the file fails the command with nothing prepared.
@@ -56,26 +52,24 @@ impl OpenFile {
         let (_, seq) = self.prepare_on(&chan, &staged, true)?;
         // SAFETY: `cmd` is the command being issued; the driver's `uring_cmd` owns its bytes.
         unsafe { kuring::uring_pdu_set(cmd, eng, qid, chan.instance, seq) };
-        // The queue's listeners (an eventfd, a poller, queued commands) hear of the fence just
-        // submitted, whatever happens to `cmd` below.
-        self.dev.watch(&chan);
-        if !iopoll {
+        let queued = (!iopoll).then(|| {
             // SAFETY: `cmd` is queued from here on (`-EIOCBQUEUED` below) and completed only
             // through the `UringCmd`.
-            let Some(c) = (unsafe { UringCmd::new(cmd, seq) }) else {
-                return Err(EINVAL);
-            };
-            let added = chan.add_uring(c);
-            // Queued: watched again now that it listens too.
-            self.dev.watch(&chan);
-            if let Err((e, c)) = added {
+            unsafe { UringCmd::new(cmd, seq) }.map(|c| chan.add_uring(c))
+        });
+        // The queue's listeners (an eventfd, a poller, queued commands: this one too once
+        // queued) hear of the fence just submitted, whatever happened to `cmd` above.
+        self.dev.watch(&chan);
+        match queued {
+            Some(None) => Err(EINVAL),
+            Some(Some(Err((e, c)))) => {
                 // Not queued: io_uring completes it with `e`; its fence was submitted, so a
                 // queue gone meanwhile (released, or unbound: `ENODEV`) cancelled it.
                 c.into_raw();
-                return Err(cancelled_if_gone(e));
+                Err(cancelled_if_gone(e))
             }
+            None | Some(Some(Ok(()))) => Ok(EIOCBQUEUED.to_errno()),
         }
-        Ok(EIOCBQUEUED.to_errno())
     }
 
     /// Completes the IOPOLL command `cmd` if its fence settled, or with `-ECANCELED` if its
