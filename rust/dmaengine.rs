@@ -30,9 +30,9 @@ use crate::{
 };
 use kernel::{
     device::Bound,
-    new_condvar, new_mutex, new_spinlock, pci,
+    new_condvar, new_mutex, new_spinlock_irq, pci,
     prelude::*,
-    sync::{aref::ARef, Arc, ArcBorrow, CondVar, Mutex, SpinLock},
+    sync::{aref::ARef, Arc, ArcBorrow, CondVar, Mutex, SpinLockIrq},
     time::{delay::fsleep, Delta, Instant, Monotonic},
 };
 
@@ -177,8 +177,11 @@ pub(crate) struct DmaChan {
     arch: &'static Arch,
     patterns: Arc<Patterns>,
     pdev: ARef<pci::Device>,
+    /// Interrupts off while held: clients may call `prep`, `tx_submit`, `issue_pending` and
+    /// `tx_status` in interrupt context (driver-api/dmaengine/provider.rst; KUnit
+    /// `dmaengine_state_lock_in_interrupt`), the completion engine in process context.
     #[pin]
-    state: SpinLock<State>,
+    state: SpinLockIrq<State>,
     /// The pieces of the next submission (only the completion engine uses it).
     #[pin]
     pieces: Mutex<KVec<(u64, u64, u32)>>,
@@ -230,7 +233,8 @@ impl Member for DmaChan {
 }
 
 impl DmaChan {
-    fn new(dev: &UdmaDevice, chan: Arc<Channel>) -> Result<Arc<Self>> {
+    /// A channel on the driver's queue `chan` of `dev`; `ENOMEM`.
+    pub(crate) fn new(dev: &UdmaDevice, chan: Arc<Channel>) -> Result<Arc<Self>> {
         let mut fences = KVec::new();
         fences.reserve(FENCE_SLOTS, GFP_KERNEL)?;
         let pieces = KVec::with_capacity(MAX_PAIRS_PER_SUBMISSION as usize, GFP_KERNEL)?;
@@ -240,7 +244,7 @@ impl DmaChan {
                 arch: dev.arch,
                 patterns: dev.patterns.clone(),
                 pdev: dev.pdev.clone(),
-                state <- new_spinlock!(State {
+                state <- new_spinlock_irq!(State {
                     dead: false,
                     running: false,
                     client: false,

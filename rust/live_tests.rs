@@ -5,8 +5,10 @@
 
 use crate::{
     channel::{Channel, Owner, DEFAULT_TIMEOUT},
+    completion::Member,
     desc::{Barrier, DescLen},
     device::UdmaDevice,
+    dmaengine::DmaChan,
     pattern::PATTERN_BYTES,
     queue::Copy,
     Registry,
@@ -15,7 +17,14 @@ use kernel::{
     dma::Coherent,
     new_mutex,
     prelude::*,
-    sync::{Arc, Completion},
+    sync::{Arc, ArcBorrow, Completion},
+    time::{
+        hrtimer::{
+            HrTimer, HrTimerCallback, HrTimerCallbackContext, HrTimerPointer, HrTimerRestart,
+            RelativeSoftMode,
+        },
+        Delta, Monotonic,
+    },
     workqueue,
 };
 
@@ -175,6 +184,35 @@ impl Drop for Fixture {
     }
 }
 
+/// A one-shot timer in softirq context that takes a dmaengine channel's state lock once
+/// (`dmaengine_state_lock_in_interrupt`).
+#[pin_data]
+struct InInterrupt {
+    #[pin]
+    timer: HrTimer<Self>,
+    chan: Arc<DmaChan>,
+    #[pin]
+    done: Completion,
+}
+
+impl HrTimerCallback for InInterrupt {
+    type Pointer<'a> = Arc<Self>;
+
+    fn run(this: ArcBorrow<'_, Self>, _ctx: HrTimerCallbackContext<'_, Self>) -> HrTimerRestart {
+        // An idle channel: the look takes the state lock and returns.
+        let _ = this.chan.look(false);
+        this.done.complete_all();
+        HrTimerRestart::NoRestart
+    }
+}
+
+kernel::impl_has_hr_timer! {
+    impl HasHrTimer<Self> for InInterrupt {
+        mode: RelativeSoftMode<Monotonic>, field: self.timer
+    }
+}
+
+#[cfg(neuron_udma_kunit)]
 #[kunit_tests(neuron_udma_live)]
 mod tests {
     use super::*;
@@ -746,6 +784,36 @@ mod tests {
         // The range is back with the allocator.
         let again = dev.pool.alloc_dram(4096)?;
         dev.pool.free_dram(again);
+        dev.queue_release(q.owner, q.id).map(|_| ())
+    }
+
+    /// The state lock of a dmaengine channel is taken in interrupt context (here a softirq: a
+    /// client's timer or tasklet; provider.rst lets clients call `prep`, `issue_pending` and
+    /// `tx_status` in interrupt context) and in process context (the completion engine's
+    /// looks): with a lock that leaves interrupts on, lockdep reports an inconsistent lock
+    /// state (the splat fails the run), and an interrupt on the CPU holding it would deadlock.
+    #[test]
+    fn dmaengine_state_lock_in_interrupt() -> Result {
+        let dev = device()?;
+        let q = test_queue(&dev, 5, 64)?;
+        let chan = DmaChan::new(&dev, q.clone())?;
+        // Process context first: an idle channel's look takes the lock and returns.
+        let _ = chan.look(false);
+        let in_irq = chan.clone();
+        let t = Arc::pin_init(
+            pin_init!(InInterrupt {
+                timer <- HrTimer::new(),
+                chan: in_irq,
+                done <- Completion::new(),
+            }),
+            GFP_KERNEL,
+        )?;
+        let handle = t.clone().start(Delta::from_micros(100));
+        t.done.wait_for_completion();
+        drop(handle);
+        // And again from process context, after the interrupt's use.
+        let _ = chan.look(false);
+        drop(chan);
         dev.queue_release(q.owner, q.id).map(|_| ())
     }
 }
