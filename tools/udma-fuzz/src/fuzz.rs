@@ -1253,6 +1253,7 @@ impl Sut {
             e.split |= raw.flags & sys::NEURON_UDMA_COPY_SPLIT != 0;
             e.total += pairs;
             e.largest = e.largest.max(pairs);
+            e.per.push(pairs);
             e.raw.push(raw);
             e.pend.push(PendingCopy {
                 handles: (raw.src_handle, raw.dst_handle),
@@ -1880,6 +1881,8 @@ pub(crate) struct Entries {
     pub(crate) total: u32,
     /// Pairs of the largest entry.
     pub(crate) largest: u32,
+    /// Pairs of each entry (for messages).
+    pub(crate) per: Vec<u32>,
     /// An entry asks for `COPY_SPLIT`.
     pub(crate) split: bool,
 }

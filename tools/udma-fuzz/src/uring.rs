@@ -484,10 +484,40 @@ impl Sut {
         self.uring.issuing.clear();
         for s in sqes.iter().filter(|s| s.refused.is_none()) {
             if !s.ok {
+                let ring = self.queues[q].as_ref().map_or(String::new(), |m| {
+                    format!(
+                        "; rings {}/{} descriptors (room for {} pairs), {}..={} pairs in use, prepared {:?}",
+                        m.tx,
+                        m.rx,
+                        m.cap(),
+                        m.lo(),
+                        m.hi(),
+                        m.prep
+                    )
+                });
+                let (engine, queue, _) = slot_queue(q);
+                let mut st = sys::neuron_udma_queue_state { engine, queue, ..Default::default() };
+                let dev = self.queues[q].as_ref().map_or(0, |m| m.owner);
+                let driver = match self.devs[dev].ioctl(sys::NEURON_UDMA_QUEUE_STATE, &mut st) {
+                    Ok(_) => format!(
+                        "; the driver's Tx ring: size {} next {} ack {} available {}, Rx: size {} next {} ack {}",
+                        st.tx.size,
+                        st.tx.sw_next,
+                        st.tx.sw_ack,
+                        st.tx.sw_available,
+                        st.rx.size,
+                        st.rx.sw_next,
+                        st.rx.sw_ack
+                    ),
+                    Err(e) => format!("; QUEUE_STATE: {}", name(e)),
+                };
                 fail!(
-                    "io_uring URING_COPY on queue slot {q} ({} ring): issued with a fence, expected {}",
+                    "io_uring URING_COPY on queue slot {q} ({} ring): issued with a fence, expected {} (pairs {} of entries {:?} {:?}{ring}{driver})",
                     RING[r],
-                    s.errs.iter().map(|e| name(*e)).collect::<Vec<_>>().join(" or ")
+                    s.errs.iter().map(|e| name(*e)).collect::<Vec<_>>().join(" or "),
+                    s.entries.total,
+                    s.entries.per,
+                    s.entries.raw.iter().map(|c| (c.src_offset, c.dst_offset, c.size)).collect::<Vec<_>>()
                 );
             }
         }
