@@ -401,7 +401,11 @@ impl Sut {
             return (true, vec![E2BIG]);
         }
         let mut may = vec![];
-        if e.total > cap.saturating_sub(m.lo()) {
+        // Another SQE of the same submission may go first: its fence covers what is prepared,
+        // which may then complete and be retired before this SQE is issued. So only a lone SQE
+        // is certain to find the prepared pairs still in the rings.
+        let lo = if others > 1 { 0 } else { m.lo() };
+        if e.total > cap.saturating_sub(lo) {
             return (true, vec![ENOSPC]);
         }
         // The others may take their pairs first (each at most 6 copies of 17 pieces).
