@@ -668,7 +668,7 @@ class TestManifest(unittest.TestCase):
         self.assertEqual({n: e["devices"] for n, e in self.m.passes.items()}, {"multi": 4})
         self.assertEqual(set(self.m.required("kselftest", "multi")), {"multi_device_test", "unbind_load_test", "unbind_events_test",
                                                                   "udma_fuzz_unbind"})
-        self.assertIn("udma_fuzz_unbind udma-fuzz --unbind --ops 2000 --uring off", self.m.commands("multi"))
+        self.assertIn("udma_fuzz_unbind udma-fuzz --unbind --ops 2000 --uring on", self.m.commands("multi"))
         self.assertNotIn("udma_fuzz_unbind", self.m.required("kselftest", "main"))
         self.assertEqual(self.m.required("kunit", "multi"), [])
         self.assertNotIn("unbind_load_test", self.m.required("kselftest", "main"))

@@ -69,8 +69,8 @@ struct Args {
     #[arg(long)]
     before_i33: bool,
     /// io_uring operations (URING_COPY, reaping, a child exiting with commands in flight): on
-    /// or off. The gate's quick pass runs with them off until the IOPOLL finding of
-    /// udma-fuzz.rst ("Open finding") is explained; `make fuzz` runs them.
+    /// (the gate's quick passes and `make fuzz`) or off (the sequences of a driver without
+    /// io_uring).
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     uring: String,
 }
