@@ -117,17 +117,22 @@ impl Channel {
     ///
     /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
     pub(crate) fn set_eventfd(&self, eventfd: Option<EventFd>) -> Result {
+        let settled = self.locked(|q| {
+            q.retire();
+            Ok(q.settled())
+        })?;
         let old = {
-            // The queue is looked at under the listeners' lock (their order, as in `notify`):
-            // `quiesce` ends the instance before it takes the eventfd, so an eventfd set here
-            // either finds the instance gone or is given back by that `quiesce`, never kept
-            // by a released instance.
             let mut l = self.listeners.lock();
-            let settled = self.locked(|q| {
-                q.retire();
-                Ok(q.settled())
-            })?;
-            l.signalled = settled;
+            // `quiesce` marks the instance gone before it takes the eventfd under this lock,
+            // so an eventfd set here is either refused or given back by that `quiesce`, never
+            // kept by a released instance. The queue lock is not taken under this one: its
+            // holder may wait long (a device-ring move), and the completion engine's look
+            // blocks on this lock.
+            if self.ended() {
+                return Err(self.gone_error());
+            }
+            // Fences the engine already signalled (to the old eventfd) are not counted again.
+            l.signalled = l.signalled.max(settled);
             core::mem::replace(&mut l.eventfd, eventfd)
         };
         drop(old);
@@ -142,7 +147,9 @@ impl Channel {
     /// `ENOMEM`, `ECANCELED` (released), `ENODEV` (unbound); the command is handed back then (not queued).
     pub(crate) fn add_uring(&self, cmd: UringCmd) -> core::result::Result<(), (Error, UringCmd)> {
         let mut l = self.listeners.lock();
-        if self.inner.lock().is_none() {
+        // As in `set_eventfd`: `quiesce` completes the commands it finds under this lock after
+        // marking the instance gone; the queue lock is not taken under this one.
+        if self.ended() {
             return Err((self.gone_error(), cmd));
         }
         if l.uring.reserve(1, GFP_KERNEL_ACCOUNT).is_err() {
