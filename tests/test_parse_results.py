@@ -686,7 +686,7 @@ class TestManifest(unittest.TestCase):
 
 
 # The source layout rules run with these tests (make check, stage 2).
-from test_layout import KernelFragments, Layout  # noqa: E402,F401
+from test_layout import CallChains, KernelFragments, Layout, Sizes, Submission  # noqa: E402,F401
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
