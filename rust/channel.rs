@@ -220,14 +220,14 @@ impl Channel {
         )
     }
 
-    /// Why the queue is gone ([`Self::quiesce`]): `ECANCELED` after a release, `ENODEV` after
-    /// an unbind.
     /// Whether the instance ended (`quiesce`: released or unbound); set under the queue lock
     /// before `quiesce` takes the listeners' lock.
     fn ended(&self) -> bool {
         self.gone.load(Relaxed) != 0
     }
 
+    /// Why the queue is gone ([`Self::quiesce`]): `ECANCELED` after a release, `ENODEV` after
+    /// an unbind.
     fn gone_error(&self) -> Error {
         if self.gone.load(Relaxed) == Gone::Released as u32 {
             ECANCELED

@@ -212,7 +212,6 @@ kernel::impl_has_hr_timer! {
     }
 }
 
-#[cfg(neuron_udma_kunit)]
 #[kunit_tests(neuron_udma_live)]
 mod tests {
     use super::*;
