@@ -1276,7 +1276,11 @@ impl Sut {
         let m = self.queues[q].as_mut().expect("owned");
         m.unf += e.total;
         m.prep = m.prep.map(|(t, r)| (t + e.total, r + e.total));
-        m.since_fault = true;
+        // Pairs prepared while a fault is armed prove nothing: it may strike the engine (from
+        // another queue) after they ran.
+        if !eng.armed {
+            m.since_fault = true;
+        }
         if eng.armed || eng.maybe_aborted {
             m.taint();
         }

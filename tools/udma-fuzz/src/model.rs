@@ -284,8 +284,8 @@ pub struct QueueM {
     /// A fault was injected on its engine: its waits may fail (EIO/ETIMEDOUT) until a wait
     /// with work completes after the faults were cleared.
     pub tainted: bool,
-    /// Pairs were prepared on it after the newest fault on its engine: a wait that then
-    /// returns 0 proves the engine ran them, so it is not aborted. Without such pairs a 0
+    /// Pairs were prepared on it after the newest fault on its engine, with no fault armed: a
+    /// wait that then returns 0 proves the engine ran them, so it is not aborted. Without such pairs a 0
     /// proves nothing: an engine aborted while the queue was idle stays aborted, and the
     /// next copy on any of its queues fails (kselftest `fence_test` `abort_idle_engine`).
     pub since_fault: bool,
