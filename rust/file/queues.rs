@@ -205,11 +205,15 @@ impl OpenFile {
         Ok(())
     }
 
-    /// `FENCE_WAIT`: waits for fence `fence`, bounded by `timeout_ms`.
+    /// `FENCE_WAIT`: waits for fence `fence`, bounded by `timeout_ms`. The wait changes
+    /// nothing, so an interruption that runs no signal handler (io_uring's task work, as when
+    /// its workers start: udma-fuzz.rst) restarts the call (`ERESTARTNOHAND`); a handler
+    /// that ran makes it `EINTR`.
     pub(super) fn fence_wait(&self, w: &uapi::neuron_udma_fence_wait) -> Result {
         reserved_zero(&[u64::from(w.reserved)])?;
         let chan = self.queue(w.engine, w.queue)?;
         chan.wait_fence(w.fence, timeout(w.timeout_ms))
+            .map_err(|e| if e == EINTR { ERESTARTNOHAND } else { e })
     }
 }
 

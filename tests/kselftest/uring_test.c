@@ -10,7 +10,8 @@
  * the buffers of a file of uid 1001. An SQE belongs to its queue instance: on a normal and an
  * IOPOLL ring, QUEUE_RELEASE completes a waiting SQE with ECANCELED, also when the file takes
  * the same id again and copies on the new instance before the SQE is reaped (its own copy never
- * ran); closing the file leaves it to complete (res 0, its bytes there).
+ * ran); closing the file leaves it to complete (res 0, its bytes there). A FENCE_WAIT is not
+ * ended by the task work of its thread's ring (no EINTR without a signal handler).
  *
  * Built with liburing (LDLIBS_uring_test in the Makefile).
  * Each test fails when the driver breaks the rule it checks; after a refused SQE it checks that
@@ -272,6 +273,44 @@ TEST_F_TIMEOUT(uring, engine_error_eio, 60)
 	EXPECT_EQ(0, out.res);
 	ASSERT_BYTES(self->b.map + 4096, self->a.map + 4096, 4096);
 	ASSERT_BYTES(self->b.map, self->save, 4096);
+}
+
+/*
+ * A FENCE_WAIT of this thread on a stalled queue while an SQE of its normal ring completes:
+ * the SQE's completion (and the start of io_uring's workers) is task work of this thread,
+ * whose notification makes signal_pending() true. No signal handler runs, so the wait goes on
+ * (the driver restarts the call) and returns 0 once the stall ends, not EINTR; the SQE's CQE
+ * is there too, res 0 and its bytes copied.
+ */
+TEST_F_TIMEOUT(uring, fence_wait_through_task_work, 60)
+{
+	const __u32 q = 7, q2 = 8;
+	struct neuron_udma_copy c = ucopy(&self->a, 0, &self->b, 0, 4096);
+	struct neuron_udma_copy c2 = ucopy(&self->a, 8192, &self->b, 8192, 4096);
+	struct cqe_out out;
+	double t0, dt;
+	__u64 f = 0;
+	int ret;
+
+	ASSERT_EQ(0, queue_init(self->fd, ENG, q, 64, 64));
+	ASSERT_EQ(0, queue_init(self->fd, ENG, q2, 64, 64));
+	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_STALL, ENG, q, 500));
+	ASSERT_EQ(0, submit_one(self->fd, ENG, q, c, &f));
+	ASSERT_EQ(1ULL, f);
+	ASSERT_EQ(0, submit_copy(&self->ring, self->fd, NEURON_UDMA_URING_COPY, ENG, q2, &c2, 1,
+				 0x77));
+	t0 = uring_now_ms();
+	ret = fence_wait(self->fd, ENG, q, 1, 5000);
+	dt = uring_now_ms() - t0;
+	ASSERT_EQ(0, ret) {
+		TH_LOG("FENCE_WAIT with the ring's task work arriving: %s after %.0f ms",
+		       err_name(ret), dt);
+	}
+	ASSERT_BYTES(self->b.map, self->a.map, 4096);
+	ASSERT_EQ(0, cqe_next(&self->ring, false, SOON_MS, &out));
+	EXPECT_EQ(0x77ULL, out.data);
+	EXPECT_EQ(0, out.res);
+	ASSERT_BYTES(self->b.map + 8192, self->a.map + 8192, 4096);
 }
 
 #define INFLIGHT 64

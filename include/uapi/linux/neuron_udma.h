@@ -386,8 +386,9 @@ struct neuron_udma_fence_status {
  * NEURON_UDMA_FENCE_WAIT (ABI 3): wait up to @timeout_ms (0: 10 s; at least 10 ms) until @fence
  * is done. Errors: ENOENT, EINVAL (as FENCE_STATUS), EIO (the fence failed: FENCE_STATUS says
  * why), ESTALE (the fence expired), ETIMEDOUT (not done in time: the copies go on; the queue is
- * reset only when it made no progress for 10 s), EINTR (a signal), ECANCELED (a fence of a
- * released instance, or the queue was released while the wait went on).
+ * reset only when it made no progress for 10 s), EINTR (a signal whose handler ran; one that
+ * runs no handler restarts the call), ECANCELED (a fence of a released instance, or the queue
+ * was released while the wait went on).
  */
 struct neuron_udma_fence_wait {
 	__u32 engine;

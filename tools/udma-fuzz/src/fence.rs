@@ -196,7 +196,6 @@ impl Sut {
         let f = self.qfile(q, other);
         let (engine, queue, _) = slot_queue(q);
         let lenient = self.lenient(q);
-        let task_work = self.task_work_eintr();
         let m = self.queues[q].as_ref().filter(|m| m.owner == f);
         let newest = m.map_or(0, |m| m.newest.1);
         let fence = pick_fence(newest, which);
@@ -227,8 +226,8 @@ impl Sut {
                 if may & fs::PENDING != 0 && (h == 1 || lenient) {
                     errs.push(ETIMEDOUT);
                 }
-                // io_uring task work (a normal ring's CQE) interrupts the wait as a signal does.
-                if (h == 2 || task_work) && may & fs::PENDING != 0 {
+                // Only a signal whose handler runs: io_uring's task work restarts the call.
+                if h == 2 && may & fs::PENDING != 0 {
                     errs.push(EINTR);
                 }
             }
@@ -237,9 +236,6 @@ impl Sut {
         let r = with_alarm(how % 4 == 2, us, || ioctl_ret(fd, abi3::FENCE_WAIT, &mut a));
         let what = format!("FENCE_WAIT for fence {fence} of queue slot {q}");
         let r = expect(&what, r, ok, &errs);
-        if r == Err(EINTR) && how % 4 != 2 {
-            fact("EINTR without a signal (io_uring task work): FENCE_WAIT", 1);
-        }
         if !ok {
             return;
         }

@@ -149,12 +149,15 @@ impl Sut {
         }
     }
 
-    /// Whether a normal ring has commands in flight: their completion is task work of this
-    /// thread, which ends an interruptible wait with `EINTR` as a signal would (the driver
-    /// checks `signal_pending()`, which the task work's notification sets, and answers `EINTR`
-    /// rather than restarting the call).
+    /// Whether io_uring commands are in flight: task work of this thread (a normal ring's
+    /// CQE, the start of one of io_uring's workers) ends an interruptible `COPY_WAIT` with
+    /// `EINTR` as a signal would (the driver checks `signal_pending()`, which the task work's
+    /// notification sets, and answers `EINTR`: the wait may have appended a marker, so it is
+    /// not restarted; `FENCE_WAIT` is).
     pub(crate) fn task_work_eintr(&self) -> bool {
-        self.uring.cmds.iter().any(|c| c.ring == 0)
+        // Either ring: a normal ring's CQE is posted by task work, and io_uring's workers
+        // (every SQE goes to them) are started by task work of the submitter as well.
+        !self.uring.cmds.is_empty()
     }
 
     /// Whether a normal ring has commands in flight on entry `q` of `Sut::queues` (the
