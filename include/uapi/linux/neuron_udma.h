@@ -268,8 +268,8 @@ struct neuron_udma_copy_start {
  * dropped the marker, and the queue was reset; or the queue was reset while the wait went on, so
  * work it waited for may have been dropped. @completed is not set then: the copies up to the
  * newest fence done, FENCE_STATUS @completed, are done; later ones may have been dropped),
- * EINTR (a signal; the copies go on), ECANCELED (another thread released the queue while the
- * wait went on).
+ * EINTR (a signal, or io_uring task work of this thread such as a CQE of its ring: the copies
+ * go on), ECANCELED (another thread released the queue while the wait went on).
  */
 struct neuron_udma_copy_wait {
 	__u32 engine;
