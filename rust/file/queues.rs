@@ -175,10 +175,8 @@ impl OpenFile {
         let chan = self.queue(w.engine, w.queue)?;
         let r = chan.wait_all(timeout(w.timeout_ms));
         // The wait's own fence settles without the completion engine: let it tell the
-        // queue's listeners (pollers, the eventfd), as for fences of COPY_SUBMIT, if any.
-        if chan.has_listeners() {
-            self.dev.watch(&chan);
-        }
+        // queue's listeners (pollers, the eventfd), as for fences of COPY_SUBMIT.
+        self.dev.watch(&chan);
         w.completed = r?;
         Ok(())
     }
