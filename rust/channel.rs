@@ -30,7 +30,7 @@ use crate::{
     queue::{self, Doorbell, Queue},
     regs::{M2s, S2m},
     ring::RingState,
-    split::Cut,
+    split::{Cut, Move},
     submit::{self, Door},
 };
 use kernel::{
@@ -673,39 +673,27 @@ impl Channel {
         submit::transfer_split(parts, policy)
     }
 
-    /// Copies the byte ranges `ranges` (`(source, destination, bytes)`, device-fabric
-    /// addresses) in order, nothing of them in flight when it returns: how the driver's H2T
+    /// Makes the moves `moves` (device-fabric addresses) in order, nothing of them in flight
+    /// when it returns: how the driver's H2T
     /// queue moves the descriptors of a queue whose rings are in device memory
     /// ([`submit::copy_ranges`]; `devring.rs`).
     ///
     /// # Errors
     ///
     /// Those of [`submit::copy_ranges`].
-    pub(crate) fn copy_ranges(&self, ranges: &[(u64, u64, u64)]) -> Result {
-        submit::copy_ranges(self, ranges)
+    pub(crate) fn copy_ranges(&self, moves: &[Move]) -> Result {
+        submit::copy_ranges(self, moves)
     }
 
-    /// Pairs one fenced submission may take now ([`Queue::submission_room`]): 0 when the
-    /// rings or the completion slots are full.
+    /// Writes as many pairs of `cut` as one fenced submission may take now, then a fence, and
+    /// rings the doorbells ([`submit::submit`]): dmaengine's completion work, which does not
+    /// wait. Returns the fence, or `None` when the rings or the completion slots are full.
     ///
     /// # Errors
     ///
-    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
-    pub(crate) fn room(&self) -> Result<u32> {
-        self.locked(|q| Ok(q.submission_room()))
-    }
-
-    /// Writes one pair per piece `(source, destination, bytes)` of `pieces` (as
-    /// [`split::pieces`](crate::split::pieces) cuts them, at most [`Self::room`]; the
-    /// generation's final barrier on the last), then a fence, and rings the doorbells
-    /// ([`submit::submit_listed`]). Returns the fence.
-    ///
-    /// # Errors
-    ///
-    /// `ENOSPC` if the rings have no room for them, `EINVAL` for an empty list or a piece of
-    /// 0 or more than 64 KiB bytes; nothing is written then. `ECANCELED`, `ENODEV`.
-    pub(crate) fn submit_pieces(&self, pieces: &[(u64, u64, u32)]) -> Result<u64> {
-        submit::submit_listed(self, Cut::listed(pieces)?)
+    /// Those of [`submit::submit`].
+    pub(crate) fn submit(&self, cut: &mut Cut<'_>) -> Result<Option<u64>> {
+        submit::submit(self, cut)
     }
 
     /// Copies `size` bytes from device-fabric address `src` to `dst` ([`Self::transfer`]),

@@ -23,6 +23,7 @@ use crate::{
     desc::DESC_SIZE,
     devmem::DevMem,
     ring::{Ring, RingSize},
+    span::Move,
 };
 use kernel::{
     io::{io_read, io_write},
@@ -55,22 +56,21 @@ unsafe impl kernel::transmute::AsBytes for DevSlot {}
 unsafe impl kernel::transmute::FromBytes for DevSlot {}
 
 /// Descriptor bytes to move from a staging ring into a device ring: at most two contiguous
-/// ranges per ring (the written slots may wrap), each `(source, destination, bytes)` in
-/// device-fabric addresses.
+/// ranges per ring (the written slots may wrap), in device-fabric addresses.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Moves {
-    ranges: [(u64, u64, u64); 4],
+    ranges: [Move; 4],
     len: usize,
 }
 
 impl Moves {
     /// The ranges, in order.
-    pub(crate) fn ranges(&self) -> &[(u64, u64, u64)] {
+    pub(crate) fn ranges(&self) -> &[Move] {
         // PANIC: `len` is at most 4 (`push`).
         &self.ranges[..self.len]
     }
 
-    fn push(&mut self, r: (u64, u64, u64)) {
+    fn push(&mut self, r: Move) {
         if let Some(slot) = self.ranges.get_mut(self.len) {
             *slot = r;
             self.len += 1;
@@ -226,7 +226,12 @@ impl DeviceRings {
                 for (ring, dst, ch) in parts {
                     let src = ring.dma_address() | host_route;
                     for (from, n) in ch.into_iter().filter(|c| c.1 != 0) {
-                        m.push((src + slot(from), dst + slot(from), slot(n)));
+                        m.push(Move {
+                            src: src + slot(from),
+                            dst: dst + slot(from),
+                            bytes: slot(n),
+                            repeat: false,
+                        });
                     }
                 }
                 Ok(Staged {

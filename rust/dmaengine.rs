@@ -15,26 +15,27 @@
 //! ([`Completer::kick`] from `issue_pending`, which may run in atomic context). Client callbacks
 //! run from the engine's work item without any lock of the driver held, so a callback may
 //! prepare and submit the next descriptor. The ring side is the channel's
-//! ([`Channel::submit_pieces`], [`Channel::state`], [`Channel::recover`]).
+//! ([`Channel::submit`], [`Channel::state`], [`Channel::recover`]).
 
 use crate::{
     arch::{Arch, QUEUES_PER_ENGINE},
     channel::{Channel, Owner, QueueId},
     completion::{Completer, Look, Member, Membership},
     device::UdmaDevice,
-    kfac::dmaengine::{self as provider, DmaRegistration, RawTxd, TxResult, Txd, TxdRef},
+    kfac::dmaengine::{self as provider, DmaRegistration, TxResult, Txd, TxdRef},
     pattern::{PatternRef, Patterns},
-    queue::{FenceState, FENCE_SLOTS, MAX_PAIRS_PER_SUBMISSION},
-    span::Span,
-    split::{self, Job},
+    queue::{FenceState, FENCE_SLOTS},
+    split::{Cut, Move},
 };
 use kernel::{
     device::Bound,
     new_condvar, new_mutex, new_spinlock_irq, pci,
     prelude::*,
-    sync::{aref::ARef, Arc, ArcBorrow, CondVar, Mutex, SpinLockIrq},
+    sync::{aref::ARef, Arc, CondVar, Mutex, SpinLockIrq},
     time::{delay::fsleep, Delta, Instant, Monotonic},
 };
+
+mod ops;
 
 /// Most channels a device registers (`dma_channels` is clamped to it): the free queues of the
 /// last H2T engine, from queue 15 down.
@@ -47,6 +48,8 @@ const RING_DESCS: u32 = 4096;
 const STATE_CHECK_EVERY: Delta = Delta::from_millis(5);
 /// How long unbind waits for clients to give their channels back.
 const CLIENT_WAIT: Delta = Delta::from_secs(30);
+/// Most descriptors one submission writes pairs of (each takes at least one pair).
+const MAX_MOVES: usize = 256;
 /// Descriptors completed per round of the completion work (callbacks run between rounds).
 const BATCH: usize = 16;
 /// Failed cookie ranges remembered for `tx_status` (`DMA_ERROR`).
@@ -182,9 +185,10 @@ pub(crate) struct DmaChan {
     /// `dmaengine_state_lock_in_interrupt`), the completion engine in process context.
     #[pin]
     state: SpinLockIrq<State>,
-    /// The pieces of the next submission (only the completion engine uses it).
+    /// The moves of the next submission and the cookies of their descriptors (only the
+    /// completion engine uses them; capacity [`MAX_MOVES`] each).
     #[pin]
-    pieces: Mutex<KVec<(u64, u64, u32)>>,
+    moves: Mutex<(KVec<Move>, KVec<i32>)>,
     /// The device's completion engine, which looks at the channel while it has work.
     completer: Arc<Completer>,
     /// Notified when [`State::running`] turns false (`synchronize`, unbind).
@@ -237,7 +241,10 @@ impl DmaChan {
     pub(crate) fn new(dev: &UdmaDevice, chan: Arc<Channel>) -> Result<Arc<Self>> {
         let mut fences = KVec::new();
         fences.reserve(FENCE_SLOTS, GFP_KERNEL)?;
-        let pieces = KVec::with_capacity(MAX_PAIRS_PER_SUBMISSION as usize, GFP_KERNEL)?;
+        let moves = (
+            KVec::with_capacity(MAX_MOVES, GFP_KERNEL)?,
+            KVec::with_capacity(MAX_MOVES, GFP_KERNEL)?,
+        );
         Arc::pin_init(
             pin_init!(Self {
                 chan,
@@ -255,20 +262,12 @@ impl DmaChan {
                     failed: [(0, 0); FAILED_RANGES],
                     failed_next: 0,
                 }),
-                pieces <- new_mutex!(pieces),
+                moves <- new_mutex!(moves),
                 completer: dev.completer.clone(),
                 idle <- new_condvar!("neuron_udma::dma_idle"),
             }),
             GFP_KERNEL,
         )
-    }
-
-    /// Has the completion engine look at the channel (called under the lock; never sleeps).
-    fn kick(&self, st: &mut State) {
-        if !st.running {
-            st.running = true;
-            Completer::kick(&self.completer);
-        }
     }
 
     /// Waits until the completion engine is done with the channel: no work left and no
@@ -278,11 +277,6 @@ impl DmaChan {
         while st.running {
             self.idle.wait(&mut st);
         }
-    }
-
-    /// Forgets the fences in flight (a queue reset dropped them).
-    fn drop_fences(&self) {
-        self.state.lock().fences.clear();
     }
 
     /// One round: stop the queue for `terminate_all` or unbind, collect the fences, detect
@@ -296,7 +290,7 @@ impl DmaChan {
         if stop {
             if any_fence {
                 self.chan.reset(ECANCELED)?;
-                self.drop_fences();
+                self.state.lock().fences.clear();
             }
             let mut st = self.state.lock();
             st.terminate = false;
@@ -331,75 +325,82 @@ impl DmaChan {
             None
         };
         if failed.is_some() {
-            self.drop_fences();
+            self.state.lock().fences.clear();
             Self::fail_active(&mut self.state.lock());
         }
         Self::complete(&mut self.state.lock(), done);
         self.write()
     }
 
-    /// Writes issued descriptors to the ring, in order: as many pairs as the ring has room for,
-    /// at most [`MAX_PAIRS_PER_SUBMISSION`], cut by the splitter (`split.rs`), then one fence
-    /// (the submission engine's [`Channel::submit_pieces`]).
+    /// Writes issued descriptors to the ring, in order: hands the submission engine
+    /// ([`Channel::submit`]) the moves of up to [`MAX_MOVES`] of them, of which it writes as
+    /// many pairs as the ring has room for (at most 2032, cut by the
+    /// splitter, `split.rs`) and one fence; then counts the bytes it took against them.
     fn write(&self) -> Result {
         if self.state.lock().fences.len() >= FENCE_SLOTS {
             return Ok(());
         }
         self.find_patterns();
-        let room = self.chan.room()? as usize;
-        if room == 0 {
-            return Ok(());
-        }
-        let mut pieces = self.pieces.lock();
-        pieces.clear();
+        let (list, cookies) = &mut *self.moves.lock();
+        list.clear();
+        cookies.clear();
         {
             let mut st = self.state.lock();
-            'descs: for d in st.descs.iter_mut() {
+            for d in st.descs.iter_mut() {
                 match d.stage {
-                    Stage::Issued => d.stage = Stage::Active,
-                    Stage::Active if d.written < d.len => {}
+                    Stage::Issued | Stage::Active if d.written < d.len => {}
                     Stage::Submitted => break,
                     _ => continue,
                 }
-                if d.written < d.len && pieces.len() < room {
-                    // A fill reads its whole block for every piece.
-                    let src = match (&d.fill, &d.pattern) {
-                        (None, _) => Span::Linear(self.arch.host_addr(d.src + d.written)),
-                        (Some(_), Some(p)) => Span::Repeat(p.addr()),
-                        // Not found yet (issued after this round's look): the next round,
-                        // and nothing after it before it (the channel runs in order).
-                        (Some(_), None) => break 'descs,
-                    };
-                    let job = Job {
-                        src,
-                        dst: Span::Linear(self.arch.host_addr(d.dst + d.written)),
-                        size: d.len - d.written,
-                    };
-                    for piece in split::pieces(&job).take(room - pieces.len()) {
-                        // Cannot fail: the capacity is MAX_PAIRS_PER_SUBMISSION, at least
-                        // `room`.
-                        if pieces.push_within_capacity(piece).is_err() {
-                            break;
-                        }
-                        d.written += u64::from(piece.2);
-                        d.fence = None;
-                    }
-                }
-                if pieces.len() == room {
+                // A fill reads its whole block for every pair.
+                let (src, repeat) = match (&d.fill, &d.pattern) {
+                    (None, _) => (self.arch.host_addr(d.src + d.written), false),
+                    (Some(_), Some(p)) => (p.addr(), true),
+                    // Not found yet (issued after this round's look): the next round, and
+                    // nothing after it before it (the channel runs in order).
+                    (Some(_), None) => break,
+                };
+                let dst = self.arch.host_addr(d.dst + d.written);
+                let (bytes, cookie) = (d.len - d.written, d.cookie);
+                // Fails only at MAX_MOVES, the capacity of both.
+                let m = Move {
+                    src,
+                    dst,
+                    bytes,
+                    repeat,
+                };
+                if list.push_within_capacity(m).is_err()
+                    || cookies.push_within_capacity(cookie).is_err()
+                {
                     break;
                 }
+                d.stage = Stage::Active;
             }
         }
-        if pieces.is_empty() {
+        if list.is_empty() {
             return Ok(());
         }
-        let seq = self.chan.submit_pieces(&pieces)?;
+        let mut cut = Cut::moves(list);
+        // None: no room; the next round.
+        let Some(seq) = self.chan.submit(&mut cut)? else {
+            return Ok(());
+        };
+        let mut taken = list.iter().map(|m| m.bytes).sum::<u64>() - cut.remaining();
         let mut st = self.state.lock();
         // Cannot fail: fewer than FENCE_SLOTS fences are in flight (checked above; only this
         // work adds them).
         let _ = st.fences.push_within_capacity(seq);
-        for d in st.descs.iter_mut() {
-            if d.stage == Stage::Active && d.fence.is_none() && d.written > 0 {
+        // The descriptors of the moves in cookie order; one terminated meanwhile still counts
+        // (its pairs are on the ring until the queue is stopped).
+        let mut descs = st.descs.iter_mut();
+        for (m, &cookie) in list.iter().zip(cookies.iter()) {
+            if taken == 0 {
+                break;
+            }
+            let n = m.bytes.min(taken);
+            taken -= n;
+            if let Some(d) = descs.find(|d| d.cookie == cookie) {
+                d.written += n;
                 d.fence = Some(seq);
             }
         }
@@ -482,276 +483,6 @@ impl DmaChan {
         Self::fail_active(st);
         st.fences.clear();
     }
-
-    /// The channel behind a pointer `rust/kfac/dmaengine.c` passes to a callback.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` is one of the references `DmaProvider::register` gave the `dma_device`
-    /// (`Arc::into_raw`), which it owns until it gives it back in `neuron_udma_dma_put_chan`;
-    /// the borrow does not outlive the callback.
-    unsafe fn from_raw<'a>(ptr: *const Self) -> ArcBorrow<'a, Self> {
-        // SAFETY: per the function's contract `ptr` is an `Arc::into_raw` reference that stays
-        // alive for `'a`.
-        unsafe { ArcBorrow::from_raw(ptr) }
-    }
-}
-
-/// `device_alloc_chan_resources`: a client takes the channel (`rust/kfac/dmaengine.c` restarts
-/// its cookies).
-///
-/// # Safety
-///
-/// `chan` is a channel reference of the `dma_device` (see `DmaChan::from_raw`), called by the
-/// dmaengine core through `rust/kfac/dmaengine.c` under its rules for this operation.
-#[no_mangle]
-unsafe extern "C" fn neuron_udma_dma_alloc_chan(chan: *const DmaChan) -> c_int {
-    // SAFETY: per the function's contract.
-    let this = unsafe { DmaChan::from_raw(chan) };
-    let mut st = this.state.lock();
-    if st.dead {
-        return ENODEV.to_errno();
-    }
-    st.failed = [(0, 0); FAILED_RANGES];
-    st.client = true;
-    0
-}
-
-/// `device_free_chan_resources`: the client let go; everything left is stopped and freed.
-///
-/// # Safety
-///
-/// `chan` as for [`neuron_udma_dma_alloc_chan`].
-#[no_mangle]
-unsafe extern "C" fn neuron_udma_dma_free_chan(chan: *const DmaChan) {
-    // SAFETY: the same channel, per this function's contract.
-    unsafe { neuron_udma_dma_terminate(chan) };
-    // SAFETY: as above.
-    unsafe { neuron_udma_dma_sync(chan) };
-    // SAFETY: per the function's contract.
-    let this = unsafe { DmaChan::from_raw(chan) };
-    let old = {
-        let mut st = this.state.lock();
-        st.client = false;
-        core::mem::take(&mut st.descs)
-    };
-    drop(old);
-}
-
-/// `device_prep_dma_memcpy`: a descriptor of `len` bytes from `src` to `dst` (host DMA
-/// addresses); `NULL` for length 0, no memory, or after unbind.
-///
-/// # Safety
-///
-/// `chan` is a channel reference of the `dma_device` (see `DmaChan::from_raw`); `txd` is the
-/// client descriptor `rust/kfac/dmaengine.c` is preparing, which this function owns from now on
-/// (it is freed here on a null return).
-#[no_mangle]
-unsafe extern "C" fn neuron_udma_dma_prep(
-    chan: *const DmaChan,
-    txd: *mut RawTxd,
-    dst: u64,
-    src: u64,
-    len: u64,
-) -> *mut Desc {
-    // SAFETY: per the function's contract the descriptor is ours from now on (the C side frees
-    // nothing on a null return: dropping the `Txd` frees it).
-    let Some(txd) = (unsafe { Txd::from_raw(txd) }) else {
-        return core::ptr::null_mut();
-    };
-    // SAFETY: per the function's contract.
-    let this = unsafe { DmaChan::from_raw(chan) };
-    if len == 0 || this.state.lock().dead {
-        return core::ptr::null_mut();
-    }
-    let desc = Desc {
-        txd,
-        src,
-        dst,
-        len,
-        fill: None,
-        pattern: None,
-        cookie: 0,
-        stage: Stage::Submitted,
-        written: 0,
-        fence: None,
-    };
-    match KBox::new(desc, GFP_NOWAIT) {
-        Ok(d) => KBox::into_raw(d),
-        Err(_) => core::ptr::null_mut(),
-    }
-}
-
-/// `device_prep_dma_memset`: a descriptor that fills `len` bytes at `dst` (a host DMA address)
-/// with `value`; `NULL` for length 0, no memory, or after unbind.
-///
-/// # Safety
-///
-/// As [`neuron_udma_dma_prep`].
-#[no_mangle]
-unsafe extern "C" fn neuron_udma_dma_prep_memset(
-    chan: *const DmaChan,
-    txd: *mut RawTxd,
-    dst: u64,
-    value: u8,
-    len: u64,
-) -> *mut Desc {
-    // SAFETY: per this function's contract, which is `neuron_udma_dma_prep`'s.
-    let d = unsafe { neuron_udma_dma_prep(chan, txd, dst, 0, len) };
-    if !d.is_null() {
-        // SAFETY: `d` was just made by `neuron_udma_dma_prep` and is not shared yet.
-        unsafe { (*d).fill = Some(value) };
-    }
-    d
-}
-
-/// `tx_submit`: queues `desc` (from [`neuron_udma_dma_prep`]) and returns its cookie
-/// (`dma_cookie_assign()`), or a negative errno (`ENODEV` after unbind, `ENOMEM`) after freeing
-/// it.
-///
-/// # Safety
-///
-/// `chan` is a channel reference of the `dma_device` (see `DmaChan::from_raw`); `desc` is the
-/// `KBox::into_raw` of [`neuron_udma_dma_prep`] for that channel, submitted once (a client
-/// submits a descriptor once, dmaengine's rule).
-#[no_mangle]
-unsafe extern "C" fn neuron_udma_dma_submit(chan: *const DmaChan, desc: *mut Desc) -> i32 {
-    // SAFETY: per the function's contract `desc` is an unsubmitted `KBox::into_raw`.
-    let mut d = unsafe { KBox::from_raw(desc) };
-    // SAFETY: per the function's contract.
-    let this = unsafe { DmaChan::from_raw(chan) };
-    let mut st = this.state.lock();
-    if st.dead {
-        return ENODEV.to_errno();
-    }
-    if st.descs.reserve(1, GFP_NOWAIT).is_err() {
-        return ENOMEM.to_errno();
-    }
-    // Under the state lock: the channel's cookies are assigned and completed in order.
-    let cookie = d.txd.assign_cookie();
-    d.cookie = cookie;
-    // Cannot fail: capacity was reserved.
-    let _ = st.descs.push_within_capacity(KBox::into_inner(d));
-    cookie
-}
-
-/// `device_issue_pending`: the submitted descriptors go to the ring (from the completion work).
-///
-/// # Safety
-///
-/// `chan` as for [`neuron_udma_dma_alloc_chan`].
-#[no_mangle]
-unsafe extern "C" fn neuron_udma_dma_issue(chan: *const DmaChan) {
-    // SAFETY: per the function's contract.
-    let this = unsafe { DmaChan::from_raw(chan) };
-    let mut st = this.state.lock();
-    if st.dead {
-        return;
-    }
-    let mut any = false;
-    for d in st.descs.iter_mut().filter(|d| d.stage == Stage::Submitted) {
-        d.stage = Stage::Issued;
-        any = true;
-    }
-    if any {
-        this.kick(&mut st);
-    }
-}
-
-/// `device_tx_status` of a cookie the core reports complete: whether its transfer was aborted
-/// (`DMA_ERROR`; the last [`FAILED_RANGES`] failed ranges are remembered).
-///
-/// # Safety
-///
-/// `chan` as for [`neuron_udma_dma_alloc_chan`].
-#[no_mangle]
-unsafe extern "C" fn neuron_udma_dma_failed(chan: *const DmaChan, cookie: i32) -> bool {
-    // SAFETY: per the function's contract.
-    unsafe { DmaChan::from_raw(chan) }
-        .state
-        .lock()
-        .is_failed(cookie)
-}
-
-/// `device_tx_status` of a cookie in progress: its residue, the whole length of its descriptor
-/// (descriptor granularity; 0 for an unknown cookie).
-///
-/// # Safety
-///
-/// `chan` as for [`neuron_udma_dma_alloc_chan`].
-#[no_mangle]
-unsafe extern "C" fn neuron_udma_dma_residue(chan: *const DmaChan, cookie: i32) -> u32 {
-    // SAFETY: per the function's contract.
-    let this = unsafe { DmaChan::from_raw(chan) };
-    let st = this.state.lock();
-    let left = st
-        .descs
-        .iter()
-        .find(|d| d.cookie == cookie)
-        .map_or(0, |d| d.len.min(u64::from(u32::MAX)));
-    // CAST: clamped to u32 above.
-    left as u32
-}
-
-/// `device_terminate_all`: drops every descriptor that did not complete, without callbacks
-/// (their cookies complete and read `DMA_ERROR` from now on); those on the ring are dropped once
-/// the completion work stopped the queue (`device_synchronize` waits for it).
-///
-/// # Safety
-///
-/// `chan` as for [`neuron_udma_dma_alloc_chan`].
-#[no_mangle]
-unsafe extern "C" fn neuron_udma_dma_terminate(chan: *const DmaChan) {
-    // SAFETY: per the function's contract.
-    let this = unsafe { DmaChan::from_raw(chan) };
-    let mut st = this.state.lock();
-    let mut on_ring = false;
-    let mut range: Option<(i32, i32)> = None;
-    for d in st.descs.iter_mut() {
-        match d.stage {
-            Stage::Active | Stage::Failed => {
-                d.stage = Stage::Terminated;
-                on_ring = true;
-            }
-            Stage::Submitted | Stage::Issued => {}
-            _ => continue,
-        }
-        d.txd.cookie_complete();
-        range = Some((range.map_or(d.cookie, |r| r.0), d.cookie));
-    }
-    st.descs
-        .retain(|d| !matches!(d.stage, Stage::Submitted | Stage::Issued));
-    if let Some((first, last)) = range {
-        st.record_failed(first, last);
-    }
-    if on_ring && !st.dead {
-        st.terminate = true;
-        this.kick(&mut st);
-    }
-}
-
-/// `device_synchronize`: waits until the completion engine is done with the channel
-/// (terminated transfers stopped, no callback running).
-///
-/// # Safety
-///
-/// `chan` as for [`neuron_udma_dma_alloc_chan`].
-#[no_mangle]
-unsafe extern "C" fn neuron_udma_dma_sync(chan: *const DmaChan) {
-    // SAFETY: per the function's contract.
-    unsafe { DmaChan::from_raw(chan) }.wait_idle();
-}
-
-/// The `dma_device` was released: gives back its reference of the channel.
-///
-/// # Safety
-///
-/// `chan` is a channel reference `DmaProvider::register` gave the `dma_device`, given back once
-/// (its release), not used by C afterwards.
-#[no_mangle]
-unsafe extern "C" fn neuron_udma_dma_put_chan(chan: *const DmaChan) {
-    // SAFETY: per the function's contract, the `Arc::into_raw` reference given back once.
-    drop(unsafe { Arc::<DmaChan>::from_raw(chan) });
 }
 
 /// A device's dmaengine provider: its channels and the registered `dma_device`.
@@ -830,7 +561,7 @@ impl DmaProvider {
                 for p in raw.iter() {
                     // SAFETY: the `dma_device` was not registered: each reference is still
                     // ours (`Arc::into_raw` above), given back once.
-                    unsafe { neuron_udma_dma_put_chan(*p) };
+                    unsafe { ops::neuron_udma_dma_put_chan(*p) };
                 }
                 Err(e)
             }

@@ -687,7 +687,11 @@ mod tests {
     /// byte for byte through host memory.
     #[test]
     fn device_rings_both_fills() -> Result {
-        use crate::{devring::Fill, engine::QueueId};
+        use crate::{
+            devring::Fill,
+            engine::QueueId,
+            split::{Cut, Move},
+        };
         const LEN: usize = 64 << 10;
         let dev = device()?;
         if !dev.has_device_rings() {
@@ -715,12 +719,14 @@ mod tests {
                 // 64 rounds of 3 copies and a marker: 8 passes over the ring.
                 for round in 0..64u64 {
                     let at = round * 1024;
-                    let pieces = [
-                        (src + at, dst + at, 1),
-                        (src + at + 1, dst + at + 1, 511),
-                        (src + at + 512, dst + at + 512, 512),
-                    ];
-                    let seq = q.submit_pieces(&pieces)?;
+                    let mv = |off, bytes| Move {
+                        src: src + at + off,
+                        dst: dst + at + off,
+                        bytes,
+                        repeat: false,
+                    };
+                    let moves = [mv(0, 1), mv(1, 511), mv(512, 512)];
+                    let seq = q.submit(&mut Cut::moves(&moves))?.ok_or(ENOSPC)?;
                     q.wait_fence(seq, DEFAULT_TIMEOUT)?;
                 }
                 Ok(())

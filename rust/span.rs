@@ -9,6 +9,21 @@
 
 use kernel::prelude::*;
 
+/// One part of a driver copy made of several (`split::Cut::moves`): `bytes` bytes to the
+/// device-fabric address `dst` from `src`, where every pair reads from `src` itself when
+/// `repeat` (a fill block, `split::REPEAT_BYTES`) and from the same offset as it writes otherwise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Move {
+    /// Source address.
+    pub(crate) src: u64,
+    /// Destination address.
+    pub(crate) dst: u64,
+    /// Bytes (0: skipped).
+    pub(crate) bytes: u64,
+    /// The source is a block every pair reads from its start.
+    pub(crate) repeat: bool,
+}
+
 /// One physically contiguous run of an imported buffer: its bytes `[offset, offset + len)` are
 /// at DMA address `addr` (the host route not included).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,6 +15,7 @@
 //!
 //! Nothing here touches a queue: the submission engine (`submit.rs`) writes the pairs.
 
+pub(crate) use crate::span::Move;
 use crate::{
     desc::{Barrier, DescLen, MAX_DESC_BYTES},
     queue::Copy,
@@ -155,66 +156,52 @@ pub(crate) struct Cut<'a>(Kind<'a>);
 enum Kind<'a> {
     /// One copy between two spans.
     Job(Pieces<'a>),
-    /// Byte ranges `(source, destination, bytes)` in order: the next one, the bytes of it
-    /// already cut, and the bytes left of all.
-    Ranges {
-        ranges: &'a [(u64, u64, u64)],
+    /// Moves in order: the next one, the bytes of it already cut, and the bytes left of all.
+    Moves {
+        moves: &'a [Move],
         i: usize,
         off: u64,
         left: u64,
     },
-    /// Pieces already cut ([`pieces`]), each one pair.
-    Listed(&'a [(u64, u64, u32)]),
 }
 
 impl<'a> Cut<'a> {
     /// Nothing to cut.
-    pub(crate) const EMPTY: Self = Self(Kind::Listed(&[]));
+    pub(crate) const EMPTY: Self = Self(Kind::Moves {
+        moves: &[],
+        i: 0,
+        off: 0,
+        left: 0,
+    });
 
     /// The pairs of `job`.
     pub(crate) fn job(job: &Job<'a>) -> Self {
         Self(Kind::Job(pieces(job)))
     }
 
-    /// The pairs of the byte ranges `ranges` (`(source, destination, bytes)`, device-fabric
-    /// addresses), in order: the moves of a device ring's descriptors (`devring.rs`).
-    pub(crate) fn ranges(ranges: &'a [(u64, u64, u64)]) -> Self {
-        let left = ranges.iter().map(|r| r.2).sum();
-        Self(Kind::Ranges {
-            ranges,
+    /// The pairs of `moves`, in order: the moves of a device ring's descriptors (`devring.rs`),
+    /// the issued descriptors of a dmaengine channel (`dmaengine.rs`).
+    pub(crate) fn moves(moves: &'a [Move]) -> Self {
+        let left = moves.iter().map(|m| m.bytes).sum();
+        Self(Kind::Moves {
+            moves,
             i: 0,
             off: 0,
             left,
         })
     }
 
-    /// The pieces `list` as cut by [`pieces`], one pair each.
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` for an empty list or a piece of 0 or more than [`PAIR_BYTES`] bytes.
-    pub(crate) fn listed(list: &'a [(u64, u64, u32)]) -> Result<Self> {
-        if list.is_empty() || list.iter().any(|p| DescLen::new(p.2).is_err()) {
-            return Err(EINVAL);
+    /// Bytes not cut yet.
+    pub(crate) fn remaining(&self) -> u64 {
+        match &self.0 {
+            Kind::Job(p) => p.remaining(),
+            Kind::Moves { left, .. } => *left,
         }
-        Ok(Self(Kind::Listed(list)))
     }
 
     /// Whether everything was cut.
     pub(crate) fn is_done(&self) -> bool {
-        match &self.0 {
-            Kind::Job(p) => p.remaining() == 0,
-            Kind::Ranges { left, .. } => *left == 0,
-            Kind::Listed(l) => l.is_empty(),
-        }
-    }
-
-    /// Pairs left of a list of pieces ([`Self::listed`]); `None` for the other kinds.
-    pub(crate) fn listed_pairs(&self) -> Option<usize> {
-        match &self.0 {
-            Kind::Listed(l) => Some(l.len()),
-            _ => None,
-        }
+        self.remaining() == 0
     }
 
     /// The next piece `(source, destination, bytes)`, at most one pair; `None` when done, or
@@ -222,8 +209,8 @@ impl<'a> Cut<'a> {
     fn next_piece(&mut self) -> Option<(u64, u64, u32)> {
         match &mut self.0 {
             Kind::Job(p) => p.next(),
-            Kind::Ranges {
-                ranges,
+            Kind::Moves {
+                moves,
                 i,
                 off,
                 left,
@@ -231,24 +218,20 @@ impl<'a> Cut<'a> {
                 if *left == 0 {
                     return None;
                 }
-                let &(src, dst, len) = ranges.get(*i)?;
-                let n = (len - *off).min(u64::from(MAX_DESC_BYTES));
+                let m = moves.get(*i)?;
+                let n = (m.bytes - *off).min(u64::from(MAX_DESC_BYTES));
                 let at = *off;
                 *off += n;
-                if *off == len {
+                if *off == m.bytes {
                     (*i, *off) = (*i + 1, 0);
                 }
                 if n != 0 {
                     *left -= n;
+                    let src = if m.repeat { m.src } else { m.src + at };
                     // CAST: at most MAX_DESC_BYTES.
-                    return Some((src + at, dst + at, n as u32));
+                    return Some((src, m.dst + at, n as u32));
                 }
             },
-            Kind::Listed(l) => {
-                let (first, rest) = l.split_first()?;
-                *l = rest;
-                Some(*first)
-            }
         }
     }
 }
@@ -342,14 +325,22 @@ mod tests {
     }
 
     #[test]
-    fn ranges_are_cut_in_order_and_empty_ones_skipped() -> Result {
-        let ranges = [
-            (0x1000, 0x9000, 70_000),
-            (0x7000, 0x8000, 0),
-            (0x5_0000, 0x6_0000, 10),
+    fn moves_are_cut_in_order_and_empty_ones_skipped() -> Result {
+        let mv = |src, dst, bytes, repeat| Move {
+            src,
+            dst,
+            bytes,
+            repeat,
+        };
+        let moves = [
+            mv(0x1000, 0x9000, 70_000, false),
+            mv(0x7000, 0x8000, 0, false),
+            mv(0x5_0000, 0x6_0000, 10, false),
+            mv(0xF000, 0x10_0000, 65537, true),
         ];
-        let mut cut = Cut::ranges(&ranges);
-        let v = take(&mut cut, 2032)?;
+        let mut cut = Cut::moves(&moves);
+        assert_eq!(cut.remaining(), 70_010 + 65537);
+        let v = take(&mut cut, 3)?;
         assert_eq!(
             &v[..],
             &[
@@ -363,27 +354,19 @@ mod tests {
                 (0x5_0000, 0x6_0000, 10, Barrier::Write),
             ]
         );
-        assert!(cut.is_done());
-        assert!(Cut::ranges(&[]).is_done());
-        Ok(())
-    }
-
-    #[test]
-    fn listed_pieces_are_one_pair_each() -> Result {
-        assert!(Cut::listed(&[]).is_err());
-        assert!(Cut::listed(&[(0, 0, 0)]).is_err());
-        assert!(Cut::listed(&[(0, 0, PAIR_BYTES + 1)]).is_err());
-        let list = [(0x10, 0x20, PAIR_BYTES), (0x30, 0x40, 1)];
-        let mut cut = Cut::listed(&list)?;
-        assert_eq!(cut.listed_pairs(), Some(2));
-        let v = take(&mut cut, 2)?;
+        assert_eq!(cut.remaining(), 65537);
+        // A repeated source: every pair reads the block from its start.
+        let v = take(&mut cut, 2032)?;
         assert_eq!(
             &v[..],
             &[
-                (0x10, 0x20, PAIR_BYTES, Barrier::None),
-                (0x30, 0x40, 1, Barrier::Write),
+                (0xF000, 0x10_0000, 65536, Barrier::None),
+                (0xF000, 0x11_0000, 1, Barrier::Write),
             ]
         );
+        assert!(cut.is_done());
+        assert!(Cut::moves(&[]).is_done());
+        assert!(Cut::EMPTY.is_done());
         Ok(())
     }
 

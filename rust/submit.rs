@@ -27,7 +27,7 @@ use crate::{
     fence,
     kfac::sched::fatal_signal_pending,
     queue::{Copy, Doorbell, FenceState, Queue},
-    split::{self, Cut, Job},
+    split::{self, Cut, Job, Move},
 };
 use core::fmt;
 use kernel::{
@@ -259,26 +259,6 @@ pub(crate) fn submit<D: Door>(door: &D, cut: &mut Cut<'_>) -> Result<Option<u64>
     })
 }
 
-/// Writes every piece of `cut` ([`Cut::listed`]) as one fenced submission, and rings the
-/// doorbells: dmaengine's completion work, which took at most the room it read before.
-/// Returns the fence.
-///
-/// # Errors
-///
-/// `ENOSPC` if the rings have no room for them (nothing is written then), `ECANCELED`,
-/// `ENODEV`.
-pub(crate) fn submit_listed<D: Door>(door: &D, mut cut: Cut<'_>) -> Result<u64> {
-    let last = door.bar().arch.final_barrier;
-    let want = cut.listed_pairs().ok_or(EINVAL)?;
-    door.with_ringer(|q, bell| {
-        let room = q.submission_room();
-        if (room as usize) < want {
-            return Err(ENOSPC);
-        }
-        write_cut(q, bell, &mut cut, room, last)
-    })
-}
-
 // ---- the loop ----
 
 /// Copies `job` on `door`'s queue with `policy`, asking `stop` before each submission: an
@@ -319,8 +299,7 @@ pub(crate) fn transfer_split<D: Door>(parts: &[(&D, Job<'_>)], policy: &Policy) 
     run(&mut cuts[..n], policy, || None)
 }
 
-/// Copies the byte ranges `ranges` (`(source, destination, bytes)`, device-fabric addresses)
-/// in order on `door`'s queue, in as few fenced submissions as the rings allow, waiting for
+/// Makes the moves `moves` (device-fabric addresses) in order on `door`'s queue, in as few fenced submissions as the rings allow, waiting for
 /// each: how the driver's shared H2T queue moves the descriptors of a queue whose rings are in
 /// device memory (`devring.rs`). Nothing of the move is in flight when this returns
 /// ([`OnTimeout::WaitUnlessStuck`]): the descriptors go to device memory the queue gives back
@@ -332,13 +311,13 @@ pub(crate) fn transfer_split<D: Door>(parts: &[(&D, Job<'_>)], policy: &Policy) 
 /// `EIO` (an engine error; the queue was reset), `ETIMEDOUT` (stuck: the queue was reset; or
 /// its ring full of other copies for [`DEFAULT_TIMEOUT`], nothing of this move in flight),
 /// `EINTR` (SIGKILL while the ring was full, nothing of this move in flight), `ENODEV`.
-pub(crate) fn copy_ranges<D: Door>(door: &D, ranges: &[(u64, u64, u64)]) -> Result {
+pub(crate) fn copy_ranges<D: Door>(door: &D, moves: &[Move]) -> Result {
     let policy = Policy {
         signals: WaitMode::Uninterruptible,
         timeout: DEFAULT_TIMEOUT,
         on_timeout: OnTimeout::WaitUnlessStuck,
     };
-    match run(&mut [(door, Cut::ranges(ranges))], &policy, || None) {
+    match run(&mut [(door, Cut::moves(moves))], &policy, || None) {
         SplitFinish::Done => Ok(()),
         SplitFinish::Failed(err) | SplitFinish::InFlight { err, .. } => Err(err),
     }

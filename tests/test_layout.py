@@ -147,7 +147,7 @@ class Layout(unittest.TestCase):
         self.assertEqual(c_defs - set(for_rust) - internal, set(), "C functions missing from the headers")
         rust_defs = set()
         for p in SOURCES:
-            rust_defs |= set(re.findall(r"#\[no_mangle\]\s*(?:pub\(crate\)\s+)?(?:unsafe\s+)?extern \"C\" fn (neuron_udma_\w+)",
+            rust_defs |= set(re.findall(r"#\[no_mangle\]\s*(?:pub\((?:crate|super)\)\s+)?(?:unsafe\s+)?extern \"C\" fn (neuron_udma_\w+)",
                                         p.read_text()))
         self.assertEqual(rust_defs, from_rust, "the #[no_mangle] functions of rust/ and the headers' Rust sections differ")
 
