@@ -211,17 +211,24 @@ impl Member for DmaChan {
             Self::complete(&mut st, &mut done);
         }
         let progress = done.n > 0;
-        for (txd, result, residue) in done.items.iter().flatten() {
+        let mut acked = [false; BATCH];
+        for (a, (txd, result, residue)) in acked.iter_mut().zip(done.items.iter().flatten()) {
             // SAFETY: the descriptor is `Completing`: only this look removes it, below.
-            unsafe { txd.complete(*result, *residue) };
+            *a = unsafe { txd.complete(*result, *residue) };
         }
         let mut st = self.state.lock();
         if progress {
-            for d in st.descs.iter_mut().filter(|d| d.stage == Stage::Completing) {
-                d.stage = Stage::Done;
-            }
-            st.descs
-                .retain(|d| !(d.stage == Stage::Done && d.txd.acked()));
+            // The `Completing` ones are this round's, in order (nothing else changes them);
+            // one the client acked in its callback goes now, a `Done` one once it acks.
+            let mut acked = acked.iter();
+            st.descs.retain(|d| match d.stage {
+                Stage::Completing => {
+                    d.stage = Stage::Done;
+                    acked.next() != Some(&true)
+                }
+                Stage::Done => !d.txd.acked(),
+                _ => true,
+            });
         }
         let busy = st.has_work();
         if !busy {

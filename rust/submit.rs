@@ -22,7 +22,6 @@ use crate::{
     backoff::Backoff,
     bar0::Bar0,
     buffer::Holds,
-    desc::Barrier,
     engine::{self, EngineErrors, EngineIo, QueueId},
     fence,
     kfac::sched::fatal_signal_pending,
@@ -225,21 +224,6 @@ pub(crate) fn prepare_fenced(
     q.write_fenced(copies, holds, bell)
 }
 
-/// Writes the next `room` pairs at most of `cut` (the splitter places the final barrier) and a
-/// fence, ringing the doorbells through `bell`, all or nothing. Returns the fence.
-fn write_cut(
-    q: &mut Queue,
-    bell: impl Doorbell,
-    cut: &mut Cut<'_>,
-    room: u32,
-    last: Barrier,
-) -> Result<u64> {
-    q.all_or_nothing(|q| {
-        split::submission(cut, room, last, |c| q.prepare_one(c))?;
-        q.fence(bell)
-    })
-}
-
 /// Writes as many pairs of `cut` as one fenced submission may take now (the generation's final
 /// barrier on the last, hardware.rst §6.1), then a fence, and rings the doorbells. Returns the
 /// fence, or `None` when the rings have no room.
@@ -255,7 +239,13 @@ pub(crate) fn submit<D: Door>(door: &D, cut: &mut Cut<'_>) -> Result<Option<u64>
         if room == 0 {
             return Ok(None);
         }
-        write_cut(q, bell, cut, room, last).map(Some)
+        // All or nothing: the pairs and the fence, or nothing written (the cut has moved on:
+        // the copy fails as a whole).
+        q.all_or_nothing(|q| {
+            split::submission(cut, room, last, |c| q.prepare_one(c))?;
+            q.fence(bell)
+        })
+        .map(Some)
     })
 }
 

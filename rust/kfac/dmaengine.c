@@ -272,14 +272,16 @@ bool neuron_udma_txd_acked(struct dma_async_tx_descriptor *txd)
  * Finishes @txd: unmaps what the client asked to be unmapped, then runs its callback if it
  * asked for one (DMA_PREP_INTERRUPT), with @result (enum dmaengine_tx_result) and @residue in
  * bytes. Called without any lock of the driver held: the callback may submit more work.
+ * Returns whether the client has acked @txd (DMA_CTRL_ACK) by now: it may be freed.
  */
-void neuron_udma_txd_callback(struct dma_async_tx_descriptor *txd, u32 result, u32 residue)
+bool neuron_udma_txd_callback(struct dma_async_tx_descriptor *txd, u32 result, u32 residue)
 {
 	struct dmaengine_result res = { .result = result, .residue = residue };
 
 	dma_descriptor_unmap(txd);
 	if (txd->flags & DMA_PREP_INTERRUPT)
 		dmaengine_desc_get_callback_invoke(txd, &res);
+	return async_tx_test_ack(txd);
 }
 
 /* Frees @txd (and the client's unmap data if it never completed). */

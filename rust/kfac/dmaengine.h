@@ -34,7 +34,7 @@ void neuron_udma_dma_unregister(struct neuron_udma_dma *dma);
 void neuron_udma_dma_free_released(void);
 dma_cookie_t neuron_udma_txd_assign_cookie(struct dma_async_tx_descriptor *txd);
 void neuron_udma_txd_cookie_complete(struct dma_async_tx_descriptor *txd);
-void neuron_udma_txd_callback(struct dma_async_tx_descriptor *txd, u32 result, u32 residue);
+bool neuron_udma_txd_callback(struct dma_async_tx_descriptor *txd, u32 result, u32 residue);
 bool neuron_udma_txd_acked(struct dma_async_tx_descriptor *txd);
 void neuron_udma_txd_free(struct dma_async_tx_descriptor *txd);
 

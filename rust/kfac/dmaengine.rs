@@ -78,13 +78,14 @@ pub(crate) struct TxdRef(core::ptr::NonNull<RawTxd>);
 
 impl TxdRef {
     /// Unmaps the client's unmap data and runs its callback if it asked for one
-    /// (`DMA_PREP_INTERRUPT`), with `result` and `residue` bytes not copied. Must be called
-    /// without any driver lock held (the callback may submit more work), once.
+    /// (`DMA_PREP_INTERRUPT`), with `result` and `residue` bytes not copied; returns whether
+    /// the client has acked the descriptor by now ([`Txd::acked`]). Must be called without any
+    /// driver lock held (the callback may submit more work), once.
     ///
     /// # Safety
     ///
     /// The [`Txd`] is alive until this returns.
-    pub(crate) unsafe fn complete(self, result: TxResult, residue: u32) {
+    pub(crate) unsafe fn complete(self, result: TxResult, residue: u32) -> bool {
         // SAFETY: per the function's contract the descriptor is alive.
         unsafe { ffi::neuron_udma_txd_callback(self.0.as_ptr(), result as u32, residue) }
     }
