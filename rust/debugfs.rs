@@ -207,10 +207,10 @@ pub(crate) fn render_queue_state(cell: &Channel, w: &mut impl fmt::Write) -> fmt
     writeln!(
         w,
         "  engine: m2s state {:#010x} cause {:#010x} s2m state {:#010x} cause {:#010x}{} resets {}",
-        e.m2s_state,
-        e.m2s_cause,
-        e.s2m_state,
-        e.s2m_cause,
+        e.m2s.state,
+        e.m2s.cause,
+        e.s2m.state,
+        e.s2m.cause,
         if e.aborted() { " ABORTED" } else { "" },
         s.resets
     )?;

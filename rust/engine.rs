@@ -405,7 +405,7 @@ fn run_init(arch: &Arch, eng: u32, w: &EngineWindows<'_>, first: bool) {
     // Start from a clean state so that a stale error neither stops the queues nor shows up in a
     // later failure report.
     let errors = engine_errors(io);
-    if errors.aborted() || errors.m2s_cause != 0 || errors.s2m_cause != 0 {
+    if errors.aborted() || errors.m2s.cause != 0 || errors.s2m.cause != 0 {
         recover_engine(io, &errors);
     }
 }
@@ -625,24 +625,43 @@ pub(crate) fn queue_regs<D: Direction>(io: EngineIo<'_>, q: QueueIndex) -> Queue
     }
 }
 
-/// Engine error state: both state registers and the M2S/S2M error causes (hardware.rst §3.5, 3.8).
+/// Error state of one direction of an engine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DirErrors {
+    /// The direction's `state` register (hardware.rst §3.8).
+    pub(crate) state: u32,
+    /// Its error cause: secondary group A for M2S, B for S2M (hardware.rst §3.5).
+    pub(crate) cause: u32,
+}
+
+impl DirErrors {
+    /// Reads direction `D`'s state and error-cause registers.
+    fn read<D: Direction>(io: EngineIo<'_>) -> Self {
+        Self {
+            state: io.read(regs::DIR_STATE::of::<D>()).into_raw(),
+            cause: io.read(cause::<D>()).into_raw(),
+        }
+    }
+
+    /// Whether any state field reads "abort".
+    pub(crate) fn aborted(&self) -> bool {
+        regs::DIR_STATE::from(self.state).aborted()
+    }
+}
+
+/// Engine error state: both directions' (hardware.rst §3.5, 3.8).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct EngineErrors {
-    /// `m2s.state`.
-    pub(crate) m2s_state: u32,
-    /// `s2m.state`.
-    pub(crate) s2m_state: u32,
-    /// Secondary group A cause (M2S errors).
-    pub(crate) m2s_cause: u32,
-    /// Secondary group B cause (S2M errors).
-    pub(crate) s2m_cause: u32,
+    /// M2S (Tx).
+    pub(crate) m2s: DirErrors,
+    /// S2M (Rx).
+    pub(crate) s2m: DirErrors,
 }
 
 impl EngineErrors {
-    /// Whether any state field of either direction reads "abort".
+    /// Whether either direction is aborted.
     pub(crate) fn aborted(&self) -> bool {
-        regs::DIR_STATE::from(self.m2s_state).aborted()
-            || regs::DIR_STATE::from(self.s2m_state).aborted()
+        self.m2s.aborted() || self.s2m.aborted()
     }
 }
 
@@ -654,10 +673,8 @@ fn cause<D: Direction>() -> RelativeRegisterArrayLoc<regs::IOFIC_INT_CAUSE, Seco
 /// Reads the engine's state and error-cause registers.
 pub(crate) fn engine_errors(io: EngineIo<'_>) -> EngineErrors {
     EngineErrors {
-        m2s_state: io.read(regs::DIR_STATE::of::<M2s>()).into_raw(),
-        s2m_state: io.read(regs::DIR_STATE::of::<S2m>()).into_raw(),
-        m2s_cause: io.read(cause::<M2s>()).into_raw(),
-        s2m_cause: io.read(cause::<S2m>()).into_raw(),
+        m2s: DirErrors::read::<M2s>(io),
+        s2m: DirErrors::read::<S2m>(io),
     }
 }
 
@@ -667,11 +684,11 @@ pub(crate) fn recover_engine(io: EngineIo<'_>, errors: &EngineErrors) {
     // The cause registers are write-0-to-clear: keep every bit except those seen.
     io.write(
         cause::<M2s>(),
-        regs::IOFIC_INT_CAUSE::from(!errors.m2s_cause),
+        regs::IOFIC_INT_CAUSE::from(!errors.m2s.cause),
     );
     io.write(
         cause::<S2m>(),
-        regs::IOFIC_INT_CAUSE::from(!errors.s2m_cause),
+        regs::IOFIC_INT_CAUSE::from(!errors.s2m.cause),
     );
     let normal = regs::DIR_CHANGE_STATE::zeroed().with_normal(true);
     io.write(regs::DIR_CHANGE_STATE::of::<M2s>(), normal);
@@ -716,10 +733,15 @@ mod tests {
 
     #[test]
     fn state_decoding() {
-        let state = |m2s_state, s2m_state| EngineErrors {
-            m2s_state,
-            s2m_state,
-            ..Default::default()
+        let state = |m2s, s2m| EngineErrors {
+            m2s: DirErrors {
+                state: m2s,
+                cause: 0,
+            },
+            s2m: DirErrors {
+                state: s2m,
+                cause: 0,
+            },
         };
         assert!([0, 4, 8, 12]
             .iter()

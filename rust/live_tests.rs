@@ -545,7 +545,7 @@ mod tests {
             queue.start(io, 1, 1)
         })?;
         let errors = engine_aborted(q)?;
-        assert!(errors.m2s_cause & crate::regs::M2S_RING_ID_ERROR != 0);
+        assert!(errors.m2s.cause & crate::regs::M2S_RING_ID_ERROR != 0);
         // Nothing of the broken pair was written.
         // SAFETY: the engine stopped; no DMA is in flight.
         assert!(unsafe { dst.as_ref() }[4096..8192].iter().all(|&b| b == 0));

@@ -540,7 +540,7 @@ pub(crate) fn fail<D: Door>(
             false,
             format_args!(
                 "fence {} {} (m2s state {:#x} cause {:#x}, s2m state {:#x} cause {:#x})",
-                seq, what, errors.m2s_state, errors.m2s_cause, errors.s2m_state, errors.s2m_cause
+                seq, what, errors.m2s.state, errors.m2s.cause, errors.s2m.state, errors.s2m.cause
             ),
         );
     }
