@@ -99,15 +99,15 @@ pub(crate) struct RingSlot {
     pub(crate) desc: Desc,
 }
 
-/// Descriptors one `COPY_WAIT` completed, by the Tx ack position it started from
-/// ([`Channel::wait_all`]).
+/// One round of a `COPY_WAIT` ([`Channel::wait_all`]): the fence it waits for and the Tx
+/// descriptors that fence's completion frees.
 struct Ticket {
     seq: Option<u64>,
     /// No unfenced work is left after this fence.
     last: bool,
-    ack_before: u32,
-    /// The Tx position where the fence's work ends (`ack_before` without a fence).
-    end: u32,
+    /// Tx descriptors (markers included) from the ack position to where the fence's work ends
+    /// (0 without a fence).
+    pairs: u32,
     /// The queue's resets when the ticket was taken: a reset during the wait re-initialised
     /// the rings (the ack position starts again) and dropped the work no fence covered.
     resets: u32,
@@ -300,23 +300,35 @@ impl Channel {
     fn fence_or_join(&self) -> Result<Ticket> {
         self.with_ringer(|q, bell| {
             q.retire();
-            let ack_before = q.tx_state().ack_index();
-            let ticket = |q: &Queue, seq, last| Ticket {
-                seq,
-                last,
-                ack_before,
-                end: q.newest_fence_end().unwrap_or(ack_before),
-                resets: q.resets,
-            };
+            let resets = q.resets;
+            let s = *q.tx_state();
             if q.unfenced() != 0 && q.can_fence() {
                 let seq = q.fence(bell)?;
-                return Ok(ticket(q, Some(seq), true));
+                // The fence covers everything written: up to the Tx tail after its marker.
+                let end = q.tx_state().next_index();
+                return Ok(Ticket {
+                    seq: Some(seq),
+                    last: true,
+                    pairs: s.size().distance(s.ack_index(), end),
+                    resets,
+                });
             }
             if q.busy() {
-                return Ok(ticket(q, Some(q.newest_fence()), q.unfenced() == 0));
+                let end = q.newest_fence_end().unwrap_or(s.ack_index());
+                return Ok(Ticket {
+                    seq: Some(q.newest_fence()),
+                    last: q.unfenced() == 0,
+                    pairs: s.size().distance(s.ack_index(), end),
+                    resets,
+                });
             }
             if q.unfenced() == 0 {
-                Ok(ticket(q, None, true))
+                Ok(Ticket {
+                    seq: None,
+                    last: true,
+                    pairs: 0,
+                    resets,
+                })
             } else {
                 Err(ENOSPC)
             }
@@ -325,8 +337,9 @@ impl Channel {
 
     /// `COPY_WAIT`: waits (interruptibly, bounded by `timeout` in all) until everything prepared
     /// or started on the queue is done, fencing what no fence covers; returns the Tx
-    /// descriptors the wait completed. A timeout resets the queue only when it made no
-    /// progress for [`DEFAULT_TIMEOUT`].
+    /// descriptors (markers included) its fences freed, each round's from the ack position to
+    /// its fence's end. A timeout resets the queue only when it made no progress for
+    /// [`DEFAULT_TIMEOUT`].
     ///
     /// # Errors
     ///
@@ -350,23 +363,10 @@ impl Channel {
                 let left = timeout - start.elapsed();
                 self.wait_fence(seq, left.max(Delta::from_millis(0)))?;
             }
-            let (done, reset) = self.locked(|q| {
-                let s = q.tx_state();
-                if q.resets == t.resets {
-                    Ok((s.size().distance(t.ack_before, s.ack_index()), false))
-                } else {
-                    // The fence completed (the wait succeeded), so its work did; the ack
-                    // position was restarted by the reset.
-                    Ok((s.size().distance(t.ack_before, t.end), true))
-                }
-            })?;
-            completed += u64::from(done);
+            // The fence completed, and with it everything before it.
+            completed += u64::from(t.pairs);
             if t.last {
                 return Ok(completed);
-            }
-            if reset {
-                // The work after the fence had no fence of its own: the reset dropped it.
-                return Err(EIO);
             }
         }
     }

@@ -15,7 +15,6 @@ use kernel::{
 };
 
 mod arch;
-mod backoff;
 mod bar0;
 mod batch;
 /// The benchmark suite of `make bench` (not part of the driver: `tests/bench/kernel/`).

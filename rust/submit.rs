@@ -12,14 +12,13 @@
 //! error or a stall by one rule; what differs between its callers (`MEMCPY` and `MEMSET`, the
 //! scrub on one or several queues, the device-ring fill, the KUnit copies) is data: the
 //! [`Policy`] (signals, timeout, what a timeout does) and a stop check. dmaengine's look (from
-//! the completion engine) writes one submission at a time with [`submit_listed`]; the user
+//! the completion engine) writes one submission at a time with [`submit`]; the user
 //! queues' prepare calls with [`prepare`] and [`prepare_fenced`].
 //!
 //! The engine is below the door: it works on the [`Queue`] a [`Door`] (the channel) lends it
 //! under the queue lock, with the policy it is handed, and never names its caller.
 
 use crate::{
-    backoff::Backoff,
     bar0::Bar0,
     buffer::Holds,
     engine::{self, EngineErrors, EngineIo, QueueId},
@@ -31,7 +30,8 @@ use crate::{
 use core::fmt;
 use kernel::{
     prelude::*,
-    time::{Delta, Instant, Monotonic},
+    processor::cpu_relax,
+    time::{delay::fsleep, Delta, Instant, Monotonic},
 };
 
 /// Default time a completion wait may take before the queue is declared stuck; on the
@@ -430,6 +430,50 @@ pub(crate) fn run<D: Door>(
 }
 
 // ---- waits and the reset rule ----
+
+/// The blocked waiters' way of polling (the fence waits and the wait for room in a full ring;
+/// the completion engine, `completion.rs`, polls by each member's measured time instead): spin [`Backoff::SPIN`] after the start or the last progress (a short
+/// copy completes within it, and a sleep's wake-up alone costs more, Documentation/
+/// benchmarks.rst), then sleep from [`Backoff::SLEEP_FIRST`], doubling up to
+/// [`Backoff::SLEEP_MAX`].
+struct Backoff {
+    since: Instant<Monotonic>,
+    delay: Delta,
+}
+
+impl Backoff {
+    /// How long to poll without sleeping.
+    const SPIN: Delta = Delta::from_micros(50);
+    /// First sleep after the spin.
+    const SLEEP_FIRST: Delta = Delta::from_micros(10);
+    /// Longest sleep between two looks: the latency the polling adds at most.
+    const SLEEP_MAX: Delta = Delta::from_millis(1);
+
+    /// Starts polling now.
+    fn new() -> Self {
+        Self {
+            since: Instant::now(),
+            delay: Self::SLEEP_FIRST,
+        }
+    }
+
+    /// Progress was seen: spin again.
+    fn progress(&mut self) {
+        *self = Self::new();
+    }
+
+    /// Waits before the next look: a `cpu_relax()` while spinning, else a sleep.
+    fn pause(&mut self) {
+        if self.since.elapsed() < Self::SPIN {
+            cpu_relax();
+            return;
+        }
+        fsleep(self.delay);
+        self.delay = Delta::from_micros(
+            (self.delay.as_micros_ceil() * 2).min(Self::SLEEP_MAX.as_micros_ceil()),
+        );
+    }
+}
 
 /// Whether fence `seq` is no longer in flight ([`Queue::is_settled`]); a released queue has
 /// nothing in flight.

@@ -243,11 +243,16 @@ class Submission(unittest.TestCase):
 
     def test_one_submission_loop(self):
         """The splitter hands out a driver submission's pairs (split::submission) to the engine
-        alone, and the engine waits only with the driver's one back-off (backoff.rs): no fixed
-        sleep of its own."""
+        alone, and the engine waits only with the driver's one back-off (its private Backoff):
+        no sleep outside Backoff::pause."""
         self.assertEqual(self.users(r"\bsplit::submission\("), {"submit"})
-        self.assertIsNone(re.search(r"\b(?:fsleep|msleep|usleep_range)\b", production(RUST / "submit.rs")))
-        self.assertIn("Backoff", production(RUST / "submit.rs"))
+        text = production(RUST / "submit.rs")
+        pause = re.search(r"\n    fn pause\(&mut self\) \{\n.*?\n    \}\n", text, re.S)
+        self.assertIsNotNone(pause, "submit.rs: Backoff::pause")
+        self.assertIn("fsleep", pause.group(0))
+        rest = text.replace(pause.group(0), "")
+        self.assertIsNone(re.search(r"\b(?:fsleep|msleep|usleep_range|cpu_relax)\(", rest))
+        self.assertEqual(self.users(r"\bBackoff\b"), {"submit"})
 
 
 class Sizes(unittest.TestCase):

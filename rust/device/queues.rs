@@ -8,7 +8,6 @@ use super::UdmaDevice;
 use crate::{
     channel::{Channel, Gone, Owner},
     charge::Charge,
-    completion::Completer,
     devring::{DeviceMemory, Fill},
     engine::QueueId,
     events::FileEvents,
@@ -209,12 +208,6 @@ impl UdmaDevice {
     ) -> Result<Arc<Channel>> {
         let id = QueueId::new(self.arch, eng, qid).ok_or(EINVAL)?;
         self.queue_init(id, tx_descs, rx_descs, owner, None)
-    }
-
-    /// Has the completion engine watch `chan` while somebody listens for its fences
-    /// ([`Completer::watch_queue`]).
-    pub(crate) fn watch(&self, chan: &Arc<Channel>) {
-        Completer::watch_queue(&self.completer, chan);
     }
 
     /// The completion engine's state for debugfs ([`Completer::state`]).

@@ -7,6 +7,7 @@
 use super::{reserved_zero, OpenFile};
 use crate::{
     channel::{Channel, Owner, QueueEvents},
+    completion::Completer,
     events::EventFd,
     uapi,
 };
@@ -77,7 +78,7 @@ impl OpenFile {
             Some(EventFd::from_fd(e.fd)?)
         };
         chan.set_eventfd(fd)?;
-        self.dev.watch(&chan);
+        Completer::watch_queue(&self.dev.completer, &chan);
         Ok(())
     }
 
@@ -110,7 +111,7 @@ impl OpenFile {
             if failed {
                 mask |= kernel::bindings::POLLPRI | kernel::bindings::POLLERR;
             }
-            self.dev.watch(&chan);
+            Completer::watch_queue(&self.dev.completer, &chan);
         }
         if !self.dev.is_alive() {
             mask |= kernel::bindings::POLLERR | kernel::bindings::POLLHUP;

@@ -11,6 +11,7 @@ use super::{reserved_zero, timeout, OpenFile, MAX_BATCH};
 use crate::{
     batch::Batch,
     channel::{Channel, Owner, QueueId},
+    completion::Completer,
     fence, uapi,
 };
 use kernel::{
@@ -176,7 +177,7 @@ impl OpenFile {
         let r = chan.wait_all(timeout(w.timeout_ms));
         // The wait's own fence settles without the completion engine: let it tell the
         // queue's listeners (pollers, the eventfd), as for fences of COPY_SUBMIT.
-        self.dev.watch(&chan);
+        Completer::watch_queue(&self.dev.completer, &chan);
         w.completed = r?;
         Ok(())
     }
@@ -186,7 +187,7 @@ impl OpenFile {
         reserved_zero(&[u64::from(c.flags), u64::from(c.reserved)])?;
         let chan = self.queue(c.engine, c.queue)?;
         c.fence = chan.submit_fence()?;
-        self.dev.watch(&chan);
+        Completer::watch_queue(&self.dev.completer, &chan);
         Ok(())
     }
 

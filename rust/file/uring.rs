@@ -9,6 +9,7 @@
 
 use super::{OpenFile, MAX_BATCH};
 use crate::{
+    completion::Completer,
     events::UringCmd,
     fence,
     kfac::uring::{self as kuring, RawUringCmd},
@@ -59,7 +60,7 @@ impl OpenFile {
         });
         // The queue's listeners (an eventfd, a poller, queued commands: this one too once
         // queued) hear of the fence just submitted, whatever happened to `cmd` above.
-        self.dev.watch(&chan);
+        Completer::watch_queue(&self.dev.completer, &chan);
         match queued {
             Some(None) => Err(EINVAL),
             Some(Some(Err((e, c)))) => {
