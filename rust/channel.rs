@@ -36,6 +36,7 @@ use crate::{
 use kernel::{
     new_mutex, new_spinlock,
     prelude::*,
+    processor::cpu_relax,
     static_lock_class,
     sync::{
         atomic::{Atomic, Relaxed},
@@ -97,6 +98,18 @@ pub(crate) struct RingSlot {
     pub(crate) done: bool,
     /// The 16 bytes of the slot.
     pub(crate) desc: Desc,
+}
+
+/// How long a call that may not sleep ([`Wait::Never`]) spins for a held queue lock.
+const NONBLOCK_SPIN: Delta = Delta::from_micros(20);
+
+/// Whether a call may sleep for the queue ([`Channel::prepare_fenced`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// It may: the queue lock is waited for.
+    Block,
+    /// It may not (io_uring's non-blocking issue): `EAGAIN` where it would sleep.
+    Never,
 }
 
 /// One round of a `COPY_WAIT` ([`Channel::wait_all`]): the fence it waits for and the Tx
@@ -276,13 +289,38 @@ impl Channel {
     /// `EBUSY` ([`queue::FENCE_SLOTS`] fences in flight), those of [`Self::prepare`], and of
     /// the doorbell (`ENODEV`, or an error moving a device ring's descriptors); nothing is
     /// written then ([`Queue::write_fenced`]).
+    ///
+    /// With [`Wait::Never`] (io_uring's non-blocking issue), `EAGAIN` instead of sleeping: the
+    /// queue lock is held by another thread, or the doorbell would wait for the H2T queue to
+    /// move the descriptors of rings in device memory; nothing is written then either.
     pub(crate) fn prepare_fenced(
         &self,
         copies: &[queue::Copy],
         largest: u32,
         holds: Holds,
+        wait: Wait,
     ) -> Result<u64> {
-        self.with_ringer(|q, bell| submit::prepare_fenced(q, bell, copies, largest, holds))
+        let mut inner = match wait {
+            Wait::Block => self.inner.lock(),
+            Wait::Never if self.mover.is_some() => return Err(EAGAIN),
+            Wait::Never => {
+                // A holder that runs lets go within microseconds (the completion engine's look,
+                // another prepare): spin that long, as `mutex_lock` would; one that sleeps
+                // (a reset, a device-ring move) keeps it longer: `EAGAIN` then.
+                let start = Instant::<Monotonic>::now();
+                loop {
+                    if let Some(g) = self.inner.try_lock() {
+                        break g;
+                    }
+                    if start.elapsed() >= NONBLOCK_SPIN {
+                        return Err(EAGAIN);
+                    }
+                    cpu_relax();
+                }
+            }
+        };
+        let q = (*inner).as_mut().ok_or_else(|| self.gone_error())?;
+        submit::prepare_fenced(q, Ringer(self), copies, largest, holds)
     }
 
     /// Rings the doorbells for `m2s_count` Tx and `s2m_count` Rx prepared descriptors

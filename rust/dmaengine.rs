@@ -341,8 +341,9 @@ impl DmaChan {
 
     /// Writes issued descriptors to the ring, in order: hands the submission engine
     /// ([`Channel::submit`]) the moves of up to [`MAX_MOVES`] of them, of which it writes as
-    /// many pairs as the ring has room for (at most 2032, cut by the
-    /// splitter, `split.rs`) and one fence; then counts the bytes it took against them.
+    /// many pairs as the ring has room for (at most 2032, cut by the splitter, `split.rs`) and
+    /// one fence; then counts the bytes it took against them. One it took nothing of is
+    /// `Issued` again: only descriptors with pairs on the ring fail when the queue is reset.
     fn write(&self) -> Result {
         if self.state.lock().fences.len() >= FENCE_SLOTS {
             return Ok(());
@@ -388,27 +389,37 @@ impl DmaChan {
             return Ok(());
         }
         let mut cut = Cut::moves(list);
-        // None: no room; the next round.
-        let Some(seq) = self.chan.submit(&mut cut)? else {
-            return Ok(());
+        // `None`: no room; nothing written.
+        let seq = self.chan.submit(&mut cut)?;
+        let mut taken = match seq {
+            Some(_) => list.iter().map(|m| m.bytes).sum::<u64>() - cut.remaining(),
+            None => 0,
         };
-        let mut taken = list.iter().map(|m| m.bytes).sum::<u64>() - cut.remaining();
         let mut st = self.state.lock();
-        // Cannot fail: fewer than FENCE_SLOTS fences are in flight (checked above; only this
-        // work adds them).
-        let _ = st.fences.push_within_capacity(seq);
-        // The descriptors of the moves in cookie order; one terminated meanwhile still counts
-        // (its pairs are on the ring until the queue is stopped).
+        if let Some(seq) = seq {
+            // Cannot fail: fewer than FENCE_SLOTS fences are in flight (checked above; only
+            // this work adds them).
+            let _ = st.fences.push_within_capacity(seq);
+        }
+        // The descriptors of the moves, in cookie order (nothing removes an `Active` one
+        // meanwhile; one terminated meanwhile still counts: its pairs are on the ring until
+        // the queue is stopped).
         let mut descs = st.descs.iter_mut();
         for (m, &cookie) in list.iter().zip(cookies.iter()) {
-            if taken == 0 {
+            let Some(d) = descs.find(|d| d.cookie == cookie) else {
                 break;
-            }
+            };
             let n = m.bytes.min(taken);
             taken -= n;
-            if let Some(d) = descs.find(|d| d.cookie == cookie) {
-                d.written += n;
-                d.fence = Some(seq);
+            match seq {
+                Some(seq) if n > 0 => {
+                    d.written += n;
+                    d.fence = Some(seq);
+                }
+                // Nothing of it reached the ring: issued again, so that a reset of the queue
+                // does not fail it (only what was on the ring fails).
+                _ if d.stage == Stage::Active && d.written == 0 => d.stage = Stage::Issued,
+                _ => {}
             }
         }
         Ok(())

@@ -792,6 +792,43 @@ mod tests {
         dev.queue_release(q.owner, q.id).map(|_| ())
     }
 
+    /// An engine error while a dmaengine channel has more issued descriptors than its ring
+    /// holds fails only those with pairs on the ring (at most two submissions' worth); the
+    /// others run on the fresh queue (neuron-udma.rst, "dmaengine"). A client submits and
+    /// issues 200 copies of 2 MiB (32 pairs each, 6400 pairs; a 4096-slot ring takes fewer
+    /// than 128 of them), and the model fails the channel's third Tx descriptor. (Hostile
+    /// review of 26e3639: every descriptor the writer had taken aside was failed.)
+    #[test]
+    fn dmaengine_error_fails_only_what_was_on_the_ring() -> Result {
+        const N: u32 = 200;
+        const LEN: u64 = 2 << 20;
+        let dev = device()?;
+        let Some(&(eng, _)) = dev.arch.h2t.last() else {
+            return Ok(());
+        };
+        let model = dev.model.as_ref().ok_or(ENODEV)?;
+        // Channel k is queue 15 - k of the last H2T engine (dmaengine.rs, MAX_CHANNELS).
+        let r = {
+            let entered = dev.enter()?;
+            crate::kfac::dmaengine::kunit_burst(entered.bound(), N, LEN, |id| {
+                model.inject_fail_nth(eng, 15 - id, 3)
+            })?
+        };
+        let on_ring = 2 * 2032 / (LEN / 65536) + 1;
+        pr_info!(
+            "dmaengine burst: {} NOERROR, {} ABORTED, {} other, {} DMA_ERROR (at most {} on the ring)\n",
+            r.noerror,
+            r.aborted,
+            r.other,
+            r.status_error,
+            on_ring
+        );
+        assert_eq!((r.noerror + r.aborted, r.other), (N, 0));
+        assert!(r.aborted > 0 && u64::from(r.aborted) <= on_ring);
+        assert_eq!(r.status_error, r.aborted);
+        Ok(())
+    }
+
     /// The state lock of a dmaengine channel is taken in interrupt context (here a softirq: a
     /// client's timer or tasklet; provider.rst lets clients call `prep`, `issue_pending` and
     /// `tx_status` in interrupt context) and in process context (the completion engine's

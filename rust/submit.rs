@@ -289,8 +289,8 @@ pub(crate) fn transfer_split<D: Door>(parts: &[(&D, Job<'_>)], policy: &Policy) 
     run(&mut cuts[..n], policy, || None)
 }
 
-/// Makes the moves `moves` (device-fabric addresses) in order on `door`'s queue, in as few fenced submissions as the rings allow, waiting for
-/// each: how the driver's shared H2T queue moves the descriptors of a queue whose rings are in
+/// Makes the moves `moves` (device-fabric addresses) in order on `door`'s queue, in as few
+/// fenced submissions as the rings allow, waiting for each: how the driver's shared H2T queue moves the descriptors of a queue whose rings are in
 /// device memory (`devring.rs`). Nothing of the move is in flight when this returns
 /// ([`OnTimeout::WaitUnlessStuck`]): the descriptors go to device memory the queue gives back
 /// when it is released. The queue is reset only when it is stuck (no progress for

@@ -10,7 +10,7 @@
 use super::{reserved_zero, timeout, OpenFile, MAX_BATCH};
 use crate::{
     batch::Batch,
-    channel::{Channel, Owner, QueueId},
+    channel::{Channel, Owner, QueueId, Wait},
     completion::Completer,
     fence, uapi,
 };
@@ -101,16 +101,17 @@ impl OpenFile {
         copies: &[uapi::neuron_udma_copy],
     ) -> Result<isize> {
         let chan = self.queue(eng, qid)?;
-        self.prepare_on(&chan, copies, false).map(|(r, _)| r)
+        self.prepare_on(&chan, copies, None).map(|(r, _)| r)
     }
 
-    /// [`Self::prepare`] on the queue instance `chan`, and with `fenced` a fence after the pairs
-    /// under the same queue lock ([`Channel::prepare_fenced`]), returned second (0 without).
+    /// [`Self::prepare`] on the queue instance `chan`, and with `fenced` (`Some`, how to wait
+    /// for the queue lock) a fence after the pairs under the same queue lock
+    /// ([`Channel::prepare_fenced`]), returned second (0 without).
     pub(super) fn prepare_on(
         &self,
         chan: &Channel,
         copies: &[uapi::neuron_udma_copy],
-        fenced: bool,
+        fenced: Option<Wait>,
     ) -> Result<(isize, u64)> {
         let mut batch = Batch::new(copies.len())?;
         let route = self.dev.arch.host_route;
@@ -118,8 +119,8 @@ impl OpenFile {
             batch.add(&self.dev.pool, self.id, route, c)?;
         }
         let holds = batch.take_holds();
-        let seq = if fenced {
-            chan.prepare_fenced(batch.copies(), batch.largest, holds)?
+        let seq = if let Some(wait) = fenced {
+            chan.prepare_fenced(batch.copies(), batch.largest, holds, wait)?
         } else {
             chan.prepare(batch.copies(), batch.largest, holds)?;
             0

@@ -2,13 +2,15 @@
 
 //! io_uring commands of an open file (`NEURON_UDMA_URING_COPY`) and their trampolines: a
 //! prepare, a fence and the command queued until the fence settles; on an IOPOLL ring the
-//! command is completed by polling.
+//! command is completed by polling. A command is issued inline, from `io_uring_enter` in the
+//! submitting task, unless that would sleep (then `EAGAIN` sends it to io_uring's workers).
 //!
 //! A command names its queue instance: one whose instance went away (released,
 //! re-initialised, unbound) after its fence was submitted completes with `ECANCELED`.
 
 use super::{OpenFile, MAX_BATCH};
 use crate::{
+    channel::Wait,
     completion::Completer,
     events::UringCmd,
     fence,
@@ -23,20 +25,22 @@ use kernel::{
 
 impl OpenFile {
     /// An io_uring `NEURON_UDMA_URING_COPY` of this file: prepares `count` copies at `copies`
-    /// on queue `eng`/`qid`, submits them with a fence and queues `cmd` until the fence
+    /// on queue `(eng, qid)`, submits them with a fence and queues `cmd` until the fence
     /// settles (on an `iopoll` ring, [`Self::uring_poll`] completes it). Returns
     /// `-EIOCBQUEUED`, or a negative errno with which io_uring completes the command: nothing
     /// was prepared then, except when only queueing the command failed after its fence was
     /// submitted (`ENOMEM`, or `ECANCELED` for a queue released or unbound meanwhile): its
-    /// copies still run, their buffers held until done.
+    /// copies still run, their buffers held until done. With [`Wait::Never`] (a non-blocking
+    /// issue), `EAGAIN` where the call would sleep, nothing prepared: io_uring issues it again
+    /// from a worker.
     fn uring_submit(
         &self,
         cmd: *mut RawUringCmd,
-        eng: u32,
-        qid: u32,
+        (eng, qid): (u32, u32),
         count: u32,
         copies: u64,
         iopoll: bool,
+        wait: Wait,
     ) -> Result<i32> {
         if !self.dev.is_alive() {
             return Err(ENODEV);
@@ -50,7 +54,10 @@ impl OpenFile {
         // another thread of the file fails the command with nothing prepared.
         // On the instance looked up above: a release and re-init of the id meanwhile fails
         // the command (`ECANCELED`) rather than moving it to the new instance.
-        let (_, seq) = self.prepare_on(&chan, &staged, true)?;
+        // A non-blocking issue (`Wait::Never`) gets `EAGAIN` from the queue, with nothing
+        // prepared, where the call would sleep: a contended queue lock, or rings in device memory
+        // the H2T queue fills.
+        let (_, seq) = self.prepare_on(&chan, &staged, Some(wait))?;
         // SAFETY: `cmd` is the command being issued; the driver's `uring_cmd` owns its bytes.
         unsafe { kuring::uring_pdu_set(cmd, eng, qid, chan.instance, seq) };
         let queued = (!iopoll).then(|| {
@@ -119,6 +126,7 @@ unsafe extern "C" fn neuron_udma_uring_submit(
     count: u32,
     copies: u64,
     iopoll: bool,
+    nonblock: bool,
     writable: bool,
 ) -> c_int {
     // SAFETY: per the function's contract the file is open (io_uring holds it).
@@ -126,7 +134,8 @@ unsafe extern "C" fn neuron_udma_uring_submit(
     if !writable {
         return EBADF.to_errno();
     }
-    me.uring_submit(cmd, engine, queue, count, copies, iopoll)
+    let wait = if nonblock { Wait::Never } else { Wait::Block };
+    me.uring_submit(cmd, (engine, queue), count, copies, iopoll, wait)
         .unwrap_or_else(|e| e.to_errno())
 }
 

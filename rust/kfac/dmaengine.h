@@ -13,6 +13,7 @@
 /* bindgen reads only this header (and <linux/types.h>): <linux/dmaengine.h>'s cookie type. */
 typedef s32 dma_cookie_t;
 struct dma_async_tx_descriptor;
+struct dma_chan;
 #else
 #include <linux/dmaengine.h>
 #endif
@@ -37,6 +38,24 @@ void neuron_udma_txd_cookie_complete(struct dma_async_tx_descriptor *txd);
 bool neuron_udma_txd_callback(struct dma_async_tx_descriptor *txd, u32 result, u32 residue);
 bool neuron_udma_txd_acked(struct dma_async_tx_descriptor *txd);
 void neuron_udma_txd_free(struct dma_async_tx_descriptor *txd);
+
+/*
+ * ---- KUnit builds only: rust/kfac/dmaengine_kunit.c, an in-kernel client ----
+ * neuron_udma_kunit_dma_get() takes a DMA_MEMCPY channel of @dev (NULL: none free) and says its
+ * number; neuron_udma_kunit_dma_burst() submits @n memcpy descriptors of @len bytes on it, issues
+ * them, waits (at most 120 s) for every callback and counts the results in @r (0, -ENOMEM,
+ * -ETIMEDOUT); neuron_udma_kunit_dma_put() gives the channel back.
+ */
+struct neuron_udma_kunit_burst {
+	u32 noerror;		/* callbacks with DMA_TRANS_NOERROR */
+	u32 aborted;		/* callbacks with DMA_TRANS_ABORTED */
+	u32 other;		/* callbacks with another result */
+	u32 status_error;	/* cookies dmaengine_tx_status() then reports DMA_ERROR */
+};
+struct dma_chan *neuron_udma_kunit_dma_get(struct device *dev, u32 *chan_id);
+int neuron_udma_kunit_dma_burst(struct dma_chan *chan, u32 n, u64 len,
+				struct neuron_udma_kunit_burst *r);
+void neuron_udma_kunit_dma_put(struct dma_chan *chan);
 
 /*
  * ---- implemented in Rust (rust/dmaengine.rs), called from rust/kfac/dmaengine.c ----

@@ -151,3 +151,35 @@ pub(crate) fn dma_free_released() {
     // SAFETY: plain call; the C side frees only released `dma_device`s.
     unsafe { ffi::neuron_udma_dma_free_released() }
 }
+
+/// KUnit builds only: a burst of `n` memcpy descriptors of `len` bytes each on a channel of the
+/// bound device `dev`, submitted and issued at once by an in-kernel client
+/// (`rust/kfac/dmaengine_kunit.c`); `before` runs with the channel's number once it is taken.
+/// Returns the callbacks and `tx_status` results the client counted.
+///
+/// # Errors
+///
+/// `EBUSY` if no channel is free, `before`'s error, `ENOMEM`, `ETIMEDOUT` (a callback missing
+/// after 120 s).
+#[cfg(neuron_udma_kunit)]
+pub(crate) fn kunit_burst(
+    dev: &kernel::device::Device<kernel::device::Bound>,
+    n: u32,
+    len: u64,
+    before: impl FnOnce(u32) -> Result,
+) -> Result<ffi::neuron_udma_kunit_burst> {
+    let mut id = 0u32;
+    // SAFETY: `dev` is bound; `id` is written before the call returns.
+    let chan = unsafe { ffi::neuron_udma_kunit_dma_get(super::raw_device(dev), &mut id) };
+    if chan.is_null() {
+        return Err(EBUSY);
+    }
+    let mut r = ffi::neuron_udma_kunit_burst::default();
+    let ret = before(id).and_then(|()| {
+        // SAFETY: `chan` is the channel taken above, `r` outlives the call.
+        kernel::error::to_result(unsafe { ffi::neuron_udma_kunit_dma_burst(chan, n, len, &mut r) })
+    });
+    // SAFETY: the channel taken above, given back once.
+    unsafe { ffi::neuron_udma_kunit_dma_put(chan) };
+    ret.map(|()| r)
+}

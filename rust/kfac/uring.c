@@ -56,8 +56,10 @@ void neuron_udma_uring_pdu_get(struct io_uring_cmd *cmd, u32 *engine, u32 *queue
 
 /*
  * No io_uring command abstraction in Rust: the uring_cmd file operation. The command's fields
- * are read once from the SQE (user-shared memory); the copies are prepared where the command may
- * sleep (a non-blocking issue is sent back to io_uring's workers with -EAGAIN).
+ * are read once from the SQE (user-shared memory). A non-blocking issue (IO_URING_F_NONBLOCK,
+ * io_uring_enter in the submitting task) prepares the copies inline when that need not sleep;
+ * the driver answers -EAGAIN, with nothing prepared, when it would (io_uring then issues the
+ * command again from its workers, where it may).
  */
 int neuron_udma_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
 {
@@ -67,8 +69,6 @@ int neuron_udma_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
 
 	if (cmd->cmd_op != NEURON_UDMA_URING_COPY)
 		return -ENOTTY;
-	if (issue_flags & IO_URING_F_NONBLOCK)
-		return -EAGAIN;
 	c = io_uring_sqe_cmd(cmd->sqe, struct neuron_udma_uring_copy);
 	engine = READ_ONCE(c->engine);
 	queue = READ_ONCE(c->queue);
@@ -76,6 +76,7 @@ int neuron_udma_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
 	copies = READ_ONCE(c->copies);
 	return neuron_udma_uring_submit(cmd->file->private_data, cmd, engine, queue, count, copies,
 					issue_flags & IO_URING_F_IOPOLL,
+					issue_flags & IO_URING_F_NONBLOCK,
 					cmd->file->f_mode & FMODE_WRITE);
 }
 

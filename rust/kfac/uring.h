@@ -43,11 +43,12 @@ void neuron_udma_uring_pdu_get(struct io_uring_cmd *cmd, u32 *engine, u32 *queue
  * the SQE; returns -EIOCBQUEUED once queued (the command then completes through
  * neuron_udma_uring_cmd_complete()), or a negative errno (the command completes with it at once).
  * @iopoll: the ring reaps by polling (the command is completed by neuron_udma_uring_poll()).
+ * @nonblock: a non-blocking issue: -EAGAIN, with nothing prepared, where the call would sleep.
  * @writable: the file is open for writing (a read-only file may not start DMA: EBADF).
  */
 int neuron_udma_uring_submit(const struct neuron_udma_file *file, struct io_uring_cmd *cmd,
 			     u32 engine, u32 queue, u32 count, u64 copies, bool iopoll,
-			     bool writable);
+			     bool nonblock, bool writable);
 /* rust/file.rs: 1 if the IOPOLL command @cmd of @file completed now, else 0. */
 int neuron_udma_uring_poll(const struct neuron_udma_file *file, struct io_uring_cmd *cmd);
 /* rust/file.rs: the events poll() reports for @file (EPOLLIN, EPOLLPRI, EPOLLERR bits). */

@@ -22,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include <stddef.h>
+#include <dirent.h>
 #include <liburing.h>
 
 #include "kselftest_harness.h"
@@ -125,6 +126,115 @@ TEST_F_TIMEOUT(uring, copy_four, 60)
 	EXPECT_EQ(st.tx.sw_next, st.tx.sw_ack);
 	EXPECT_EQ(0U, st.tx.sw_pending);
 	EXPECT_EQ(0U, st.resets);
+}
+
+/* The io-wq workers of this process: threads named iou-wrk-<tid> (io_uring's async workers). */
+static int iou_workers(void)
+{
+	char path[300], comm[32];
+	struct dirent *e;
+	int n = 0;
+	DIR *d;
+
+	d = opendir("/proc/self/task");
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "re");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f) && !strncmp(comm, "iou-wrk-", 8))
+			n++;
+		fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
+/*
+ * An uncontended URING_COPY is issued inline (IO_URING_F_NONBLOCK, from io_uring_enter in this
+ * task): one SQE on a normal ring while nothing else looks at the queue, then 16 SQEs one after
+ * the other on an IOPOLL ring (polled by this task, so no completion engine contends for the
+ * queue); every CQE is 0, the bytes landed, and no io-wq worker of this process ever ran.
+ */
+TEST_F_TIMEOUT(uring, inline_issue_no_worker, 60)
+{
+	const __u32 q = 3, qp = 4;
+	struct neuron_udma_copy c = ucopy(&self->a, 200 * KIB, &self->b, 200 * KIB, 8192);
+	struct io_uring ring;
+	struct cqe_out out;
+	int i, ret;
+
+	ASSERT_EQ(0, queue_init(self->fd, ENG, q, 256, 256));
+	ASSERT_EQ(0, queue_init(self->fd, ENG, qp, 256, 256));
+	ASSERT_EQ(0, iou_workers());
+	ASSERT_EQ(0, submit_copy(&self->ring, self->fd, NEURON_UDMA_URING_COPY, ENG, q, &c, 1, 99));
+	ASSERT_EQ(0, cqe_next(&self->ring, false, SOON_MS, &out));
+	ASSERT_EQ(0, out.res) {
+		TH_LOG("CQE res %d (%s)", out.res, err_name(out.res));
+	}
+	ret = io_uring_queue_init(8, &ring, IORING_SETUP_IOPOLL);
+	ASSERT_EQ(0, ret) {
+		TH_LOG("io_uring_queue_init(IOPOLL): %s", err_name(ret));
+	}
+	for (i = 0; i < 16; i++) {
+		c = ucopy(&self->a, i * 4096, &self->b, i * 4096, 4096);
+		ASSERT_EQ(0, submit_copy(&ring, self->fd, NEURON_UDMA_URING_COPY, ENG, qp, &c, 1, i));
+		ASSERT_EQ(0, cqe_next(&ring, true, SOON_MS, &out));
+		ASSERT_EQ(0, out.res) {
+			TH_LOG("SQE %d: CQE res %d (%s)", i, out.res, err_name(out.res));
+		}
+	}
+	EXPECT_EQ(0, iou_workers()) {
+		TH_LOG("an io-wq worker ran: the SQEs were not issued inline");
+	}
+	ASSERT_BYTES(self->b.map, self->a.map, 16 * 4096);
+	ASSERT_BYTES(self->b.map + 200 * KIB, self->a.map + 200 * KIB, 8192);
+	io_uring_queue_exit(&ring);
+}
+
+#define FILL_PARAM "/sys/module/neuron_udma/parameters/device_ring_fill"
+
+/*
+ * A URING_COPY that would sleep inline goes to io-wq (-EAGAIN from the non-blocking issue, with
+ * nothing prepared) and completes there: a queue whose rings are in device memory, filled by the
+ * driver's H2T queue ("engine", which waits for that copy). An io-wq worker ran, the CQE is 0,
+ * the bytes landed, one fence covers one pair and a marker.
+ */
+TEST_F_TIMEOUT(uring, sleeping_issue_goes_to_a_worker, 60)
+{
+	const __u32 q = 5;
+	struct neuron_udma_copy c = ucopy(&self->a, 8192, &self->b, 4096, 3000);
+	struct neuron_udma_queue_init qi = {
+		.engine = ENG, .queue = q, .tx_descs = 64, .rx_descs = 64,
+		.flags = NEURON_UDMA_QUEUE_DEVICE_RINGS,
+	};
+	struct cqe_out out;
+	int ret;
+
+	if (!((self->info.device_ring_engines[ENG / 64] >> (ENG % 64)) & 1))
+		SKIP(return, "no device rings on engine %u", ENG);
+	ASSERT_EQ(0, sysfs_write(FILL_PARAM, "engine"));
+	ret = udma_ioc(self->fd, NEURON_UDMA_QUEUE_INIT, &qi);
+	ASSERT_EQ(0, sysfs_write(FILL_PARAM, "bar4"));
+	ASSERT_EQ(0, ret) {
+		TH_LOG("QUEUE_INIT with device rings: %s", strerror(errno));
+	}
+	ASSERT_EQ(0, iou_workers());
+	ASSERT_EQ(0, submit_copy(&self->ring, self->fd, NEURON_UDMA_URING_COPY, ENG, q, &c, 1, 7));
+	ret = cqe_next(&self->ring, false, SOON_MS, &out);
+	ASSERT_EQ(0, ret);
+	ASSERT_EQ(0, out.res) {
+		TH_LOG("CQE res %d (%s)", out.res, err_name(out.res));
+	}
+	EXPECT_LT(0, iou_workers());
+	ASSERT_BYTES(self->b.map + 4096, self->a.map + 8192, 3000);
+	EXPECT_FENCE(self->fd, ENG, q, 1, NEURON_UDMA_FENCE_DONE, 0);
 }
 
 struct bad_sqe {
