@@ -241,6 +241,15 @@ impl core::fmt::Display for Decoded {
 }
 
 impl Desc {
+    /// The slot's bytes as two 8-byte words in memory order (`len_ctrl` and word 1, then the
+    /// address): a ring slot is written with two stores (`ring.rs`, `Ring::write_slot`).
+    #[inline(always)]
+    pub(crate) fn halves(self) -> [u64; 2] {
+        // SAFETY: `Desc` is `repr(C)`, 16 bytes without padding, and every bit pattern is valid
+        // for it and for `[u64; 2]`: the transmute keeps the bytes in memory order.
+        unsafe { core::mem::transmute::<Self, [u64; 2]>(self) }
+    }
+
     fn new(len_ctrl: LenCtrl, word1: u32, addr: u64) -> Self {
         Self {
             len_ctrl: len_ctrl.into_raw().to_le(),
@@ -314,6 +323,27 @@ mod tests {
             r = r.next();
         }
         r
+    }
+
+    /// The two words a slot is written with are the descriptor's 16 bytes in memory order.
+    #[test]
+    fn halves_are_the_slot_bytes() -> Result {
+        let d = Desc::tx(
+            DescLen::new(0x1234)?,
+            RingId::INITIAL.next(),
+            Barrier::Write,
+            0x0000_beef_0000_1000 | H,
+        );
+        let [lo, hi] = d.halves();
+        assert_eq!(
+            &lo.to_ne_bytes()[..],
+            &kernel::transmute::AsBytes::as_bytes(&d)[..8]
+        );
+        assert_eq!(
+            &hi.to_ne_bytes()[..],
+            &kernel::transmute::AsBytes::as_bytes(&d)[8..]
+        );
+        Ok(())
     }
 
     #[test]

@@ -227,11 +227,25 @@ impl Ring {
         self.state.take()
     }
 
-    /// Writes descriptor `d` into slot `idx` (from [`Self::take_slot`]), whole.
+    /// Writes descriptor `d` into slot `idx` (from [`Self::take_slot`]), whole: two 8-byte
+    /// volatile stores (a 16-byte volatile copy goes through a stack temporary, a dozen more
+    /// memory accesses per pair: Documentation/benchmarks.rst, (a)).
     #[inline(always)]
     pub(crate) fn write_slot(&mut self, idx: u32, d: Desc) {
+        // CAST: slot indices are below MAX_DESCS.
+        let i = idx as usize;
         // PANIC: `take_slot` returns indices below the ring size, which is the slice length.
-        io_project!(&self.mem, [panic: idx as usize]).copy_write(d);
+        assert!(i < self.mem.len());
+        let [lo, hi] = d.halves();
+        // SAFETY: slot `i` lies inside the allocation (checked above) and is 8-byte aligned (the
+        // ring is 256-byte aligned, a slot 16 bytes). Only `&mut self` writes a ring's memory;
+        // the engine reads a slot only after the doorbell that follows this write, and the
+        // stores are volatile because it reads this memory (hardware.rst §4.9).
+        unsafe {
+            let p = self.mem.as_mut_ptr().cast::<Desc>().add(i).cast::<u64>();
+            p.write_volatile(lo);
+            p.add(1).write_volatile(hi);
+        }
     }
 
     /// The bytes of the `n` slots from index `from` on, without wrapping: what a ring in device
