@@ -479,7 +479,7 @@ impl Queue {
     /// # Errors
     ///
     /// `ENOSPC` if either ring has no free slot; nothing is written then.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn prepare_one(&mut self, c: &Copy) -> Result {
         if self.available_pairs() < 1 {
             return Err(ENOSPC);

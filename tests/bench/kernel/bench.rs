@@ -19,7 +19,7 @@ use crate::{
     channel::{Finish, Job, OnTimeout, Owner, Policy, WaitMode, DEFAULT_TIMEOUT},
     desc::{Barrier, DescLen},
     h2t::SPLIT_SCRUB_BYTES,
-    queue::Copy,
+    queue::{Copy, Queue},
     regs,
     ring::Ring,
     span::Span,
@@ -59,19 +59,28 @@ mod ffi {
             src: u64,
             dst: u64,
             len: u32,
+            inlined: bool,
         ) -> c_int;
     }
 }
 
 /// Fills slots `0..pairs` of both rings with the C reference sequence (`tests/bench/kernel/bench_ref.c`),
 /// starting from empty rings (next and ack at 0, ring id 1), pair `i` copying `len` bytes from
-/// `src + i * len` to `dst + i * len`. The rings' software state is not touched.
+/// `src + i * len` to `dst + i * len`, the pair builder called once per pair or (`inlined`)
+/// inlined in the loop. The rings' software state is not touched.
 ///
 /// # Errors
 ///
 /// `EINVAL` if a ring is smaller than `pairs` + 16 slots or its size is not a power of two (the
 /// reference's free-space arithmetic needs one), else the C sequence's error (`ENOMEM`, `EINVAL`).
-fn ref_fill(tx: &Ring, rx: &Ring, pairs: u32, src: u64, dst: u64, len: u32) -> Result {
+fn ref_fill(
+    (tx, rx): (&Ring, &Ring),
+    pairs: u32,
+    src: u64,
+    dst: u64,
+    len: u32,
+    inlined: bool,
+) -> Result {
     let ring = |r: &Ring| -> Result<ffi::RefRing> {
         let size = u32::try_from(r.memory().len()).map_err(|_| EINVAL)?;
         if !size.is_power_of_two() || size < pairs.saturating_add(16) {
@@ -91,7 +100,8 @@ fn ref_fill(tx: &Ring, rx: &Ring, pairs: u32, src: u64, dst: u64, len: u32) -> R
     // `size - 1`, a power of two). The callers hold the queue's lock and never doorbell the
     // queue while these slots are written, so neither the driver nor the engine uses them
     // concurrently.
-    let ret = unsafe { ffi::neuron_udma_bench_ref_fill(&mut t, &mut r, pairs, src, dst, len) };
+    let ret =
+        unsafe { ffi::neuron_udma_bench_ref_fill(&mut t, &mut r, pairs, src, dst, len, inlined) };
     kernel::error::to_result(ret)
 }
 
@@ -150,6 +160,45 @@ fn ns_since(t: Instant<Monotonic>) -> u64 {
     t.elapsed().as_nanos() as u64
 }
 
+/// The driver's pair builder behind one call per pair, as the C sequence's builder is called.
+#[inline(never)]
+fn prepare_call(queue: &mut Queue, c: &Copy) -> Result {
+    queue.prepare_one(c)
+}
+
+/// Nanoseconds per round of each side of the pair-build rows.
+#[derive(Default)]
+struct Times {
+    rust_call: [u64; ROUNDS as usize],
+    c_call: [u64; ROUNDS as usize],
+    rust_inline: [u64; ROUNDS as usize],
+    c_inline: [u64; ROUNDS as usize],
+    floor: [u64; ROUNDS as usize],
+}
+
+/// The median, least and greatest of per-round ratios `a[i] / b[i]`, in thousandths.
+struct Spread {
+    median: u64,
+    min: u64,
+    max: u64,
+}
+
+impl Spread {
+    fn of(a: &[u64; ROUNDS as usize], b: &[u64; ROUNDS as usize]) -> Self {
+        let mut r = [0u64; ROUNDS as usize];
+        for (x, (a, b)) in r.iter_mut().zip(a.iter().zip(b.iter())) {
+            *x = a.saturating_mul(1000) / (*b).max(1);
+        }
+        r.sort_unstable();
+        // PANIC: ROUNDS > 0 entries.
+        Self {
+            median: (r[(r.len() - 1) / 2] + r[r.len() / 2]) / 2,
+            min: r[0],
+            max: r[r.len() - 1],
+        }
+    }
+}
+
 #[kunit_tests(neuron_udma_bench)]
 mod tests {
     use super::*;
@@ -164,45 +213,78 @@ mod tests {
         let dst0 = dev.arch.host_addr(0x2000_0000);
         let r = q.with(|queue, io| {
             let len = DescLen::new(COPY_LEN)?;
-            let (mut prep_ns, mut ref_ns, mut floor_ns, mut pairs) = (0u64, 0u64, 0u64, 0u64);
+            let copy = |i: u32| {
+                let off = u64::from(i) * u64::from(COPY_LEN);
+                Copy {
+                    src: src0 + off,
+                    dst: dst0 + off,
+                    len,
+                    barrier: Barrier::None,
+                }
+            };
+            // Per round: the driver's builder and the C sequence, a call per pair and inlined,
+            // each pair of sides timed back to back in alternating order, and the floor.
+            let mut t = Times::default();
+            let mut pairs = 0u64;
             let mut same = true;
-            for _ in 0..ROUNDS {
-                // Not timed: back to empty rings (also reprograms the queue registers).
+            for round in 0..ROUNDS as usize {
                 queue.hw_init(io);
                 let n = queue.available_pairs();
-                let t = Instant::<Monotonic>::now();
-                for i in 0..n {
-                    let off = u64::from(i) * u64::from(COPY_LEN);
-                    queue.prepare_one(&Copy {
-                        src: src0 + off,
-                        dst: dst0 + off,
-                        len,
-                        barrier: Barrier::None,
-                    })?;
-                }
-                prep_ns += ns_since(t);
                 pairs += u64::from(n);
-
-                let (tx_ring, rx_ring) = queue.rings();
-                // The reference sequence in C, over the same slots: it must write the same bytes.
-                let probe = [0, n as usize / 2, n as usize - 1];
-                let mut rust_bytes = [[0u64; 2]; 6];
-                for (k, &i) in probe.iter().enumerate() {
-                    rust_bytes[2 * k] = slot_words(tx_ring, i);
-                    rust_bytes[2 * k + 1] = slot_words(rx_ring, i);
+                let c_first = round % 2 == 1;
+                for inlined in [false, true] {
+                    for c_side in [c_first, !c_first] {
+                        let ns = if c_side {
+                            let rings = queue.rings();
+                            let t0 = Instant::<Monotonic>::now();
+                            ref_fill(rings, n, src0, dst0, COPY_LEN, inlined)?;
+                            ns_since(t0)
+                        } else {
+                            // Not timed: back to empty rings (also reprograms the queue
+                            // registers).
+                            queue.hw_init(io);
+                            let t0 = Instant::<Monotonic>::now();
+                            if inlined {
+                                for i in 0..n {
+                                    queue.prepare_one(&copy(i))?;
+                                }
+                            } else {
+                                for i in 0..n {
+                                    prepare_call(queue, &copy(i))?;
+                                }
+                            }
+                            ns_since(t0)
+                        };
+                        let slot = match (inlined, c_side) {
+                            (false, false) => &mut t.rust_call,
+                            (false, true) => &mut t.c_call,
+                            (true, false) => &mut t.rust_inline,
+                            (true, true) => &mut t.c_inline,
+                        };
+                        slot[round] = ns;
+                    }
                 }
-                let t = Instant::<Monotonic>::now();
-                ref_fill(tx_ring, rx_ring, n, src0, dst0, COPY_LEN)?;
-                ref_ns += ns_since(t);
-                for (k, &i) in probe.iter().enumerate() {
-                    same &= rust_bytes[2 * k] == slot_words(tx_ring, i)
-                        && rust_bytes[2 * k + 1] == slot_words(rx_ring, i);
+                // On the rounds where the driver's builder wrote last (the C sequence went
+                // first), its bytes must be the C sequence's: compared with a fresh C fill.
+                let (tx_ring, rx_ring) = queue.rings();
+                if c_first {
+                    let probe = [0, n as usize / 2, n as usize - 1];
+                    let mut before = [[0u64; 2]; 6];
+                    for (k, &i) in probe.iter().enumerate() {
+                        before[2 * k] = slot_words(tx_ring, i);
+                        before[2 * k + 1] = slot_words(rx_ring, i);
+                    }
+                    ref_fill((tx_ring, rx_ring), n, src0, dst0, COPY_LEN, false)?;
+                    for (k, &i) in probe.iter().enumerate() {
+                        same &= before[2 * k] == slot_words(tx_ring, i)
+                            && before[2 * k + 1] == slot_words(rx_ring, i);
+                    }
                 }
 
                 // The floor: the same slots, 2 x 16 bytes per pair, plain stores.
                 let tx = tx_ring.memory().as_mut_ptr().cast::<u64>();
                 let rx = rx_ring.memory().as_mut_ptr().cast::<u64>();
-                let t = Instant::<Monotonic>::now();
+                let t0 = Instant::<Monotonic>::now();
                 for i in 0..n as usize {
                     let off = i as u64 * u64::from(COPY_LEN);
                     let w0 = u64::from(COPY_LEN) | (1 << 24);
@@ -216,7 +298,7 @@ mod tests {
                         rx.add(2 * i + 1).write_volatile(dst0 + off);
                     }
                 }
-                floor_ns += ns_since(t);
+                t.floor[round] = ns_since(t0);
             }
             queue.hw_init(io);
 
@@ -231,10 +313,12 @@ mod tests {
                 mmio.push_within_capacity(ns_since(t)).map_err(|_| ENOMEM)?;
                 udelay(MMIO_GAP);
             }
-            Ok((prep_ns, ref_ns, floor_ns, pairs, same))
+            Ok((t, pairs, same))
         });
         dev.queue_release(q.owner, q.id)?;
-        let (prep_ns, ref_ns, floor_ns, pairs, same) = r?;
+        let (t, pairs, same) = r?;
+        let sum = |v: &[u64; ROUNDS as usize]| v.iter().sum::<u64>();
+        let (prep_ns, ref_ns, floor_ns) = (sum(&t.rust_call), sum(&t.c_call), sum(&t.floor));
         mmio.sort_unstable();
         // PANIC: `mmio` holds MMIO_WRITES > 0 entries (pushed above, or `r` was an error).
         let mmio_p50 = mmio[mmio.len() / 2];
@@ -277,18 +361,41 @@ mod tests {
             })?
             .to_str()?,
         );
-        pr_info!(
-            "NU-BENCH {{\"name\":\"prepare_one vs C reference (in kernel)\",\"value\":{},\
-             \"unit\":\"ns/pair\",\"baseline\":{},\"ratio\":{},\"how\":\"{}\"}}\n",
-            Fixed3(prep_ns, pairs),
-            Fixed3(ref_ns, pairs),
-            Fixed3(prep_ns, ref_ns),
-            how(
-                "the two rows above, timed in the same rounds on the same ring memory; \
-                 baseline: the C reference sequence"
-            )?
-            .to_str()?,
-        );
+        for (inlined, rust, c) in [
+            (false, &t.rust_call, &t.c_call),
+            (true, &t.rust_inline, &t.c_inline),
+        ] {
+            let r = Spread::of(rust, c);
+            pr_info!(
+                "NU-BENCH {{\"name\":\"prepare_one vs C reference, {} (in kernel)\",\
+                 \"value\":{},\"unit\":\"ns/pair\",\"baseline\":{},\"ratio\":{},\"min\":{},\
+                 \"max\":{},\"reps\":{},\"how\":\"{}\"}}\n",
+                if inlined {
+                    "inlined"
+                } else {
+                    "a call per pair"
+                },
+                Fixed3(sum(rust), pairs),
+                Fixed3(sum(c), pairs),
+                Fixed3(r.median, 1000),
+                Fixed3(r.min, 1000),
+                Fixed3(r.max, 1000),
+                ROUNDS,
+                how(if inlined {
+                    "the driver's prepare_one inlined in the fill loop against the C sequence's \
+                     builder inlined in its loop, timed back to back in each round (alternating \
+                     which goes first) on the same ring memory; ratio: the median of the \
+                     rounds' ratios (min and max beside it); baseline: the C sequence"
+                } else {
+                    "a non-inlined call per pair on both sides (the driver's prepare_one behind \
+                     one call, the C sequence's nu_ref_prepare_one), timed back to back in each \
+                     round (alternating which goes first) on the same ring memory; ratio: the \
+                     median of the rounds' ratios (min and max beside it); baseline: the C \
+                     sequence"
+                })?
+                .to_str()?,
+            );
+        }
         pr_info!(
             "NU-BENCH {{\"name\":\"BAR0 doorbell-sized write (in kernel)\",\"value\":{},\
              \"unit\":\"ns/write\",\"baseline\":{},\"ratio\":{},\"how\":\"p50 of {} writes \

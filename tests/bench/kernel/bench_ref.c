@@ -9,7 +9,8 @@
  * reserve), take the Rx slot then the Tx slot, read each ring's id (flipping it when the slot
  * index wrapped to 0), build each descriptor in a zeroed stack union and copy the 16 bytes into
  * its slot. The pair builder is a separate, non-inlined function, as it is a separate function
- * called once per pair by the reference's copy loop.
+ * called once per pair by the reference's copy loop; a second loop inlines it, to compare with
+ * the driver's builder inlined in the same way.
  */
 #include <linux/bits.h>
 #include <linux/compiler.h>
@@ -95,7 +96,7 @@ static inline u32 nu_ref_ring_id_get(struct nu_ref_ring *r)
 	return id;
 }
 
-static noinline int nu_ref_prepare_one(struct nu_ref_ring *tx, struct nu_ref_ring *rx,
+static __always_inline int nu_ref_prep(struct nu_ref_ring *tx, struct nu_ref_ring *rx,
 				       u64 src, u64 dst, u32 len,
 				       enum nu_ref_barrier barrier, bool int_en)
 {
@@ -141,21 +142,34 @@ static noinline int nu_ref_prepare_one(struct nu_ref_ring *tx, struct nu_ref_rin
 	return 0;
 }
 
+/* The pair builder as the reference calls it: a separate function, once per pair. */
+static noinline int nu_ref_prepare_one(struct nu_ref_ring *tx, struct nu_ref_ring *rx,
+				       u64 src, u64 dst, u32 len,
+				       enum nu_ref_barrier barrier, bool int_en)
+{
+	return nu_ref_prep(tx, rx, src, dst, len, barrier, int_en);
+}
+
 /*
  * Prepares @pairs copies of @len bytes, pair i from @src + i * @len to @dst + i * @len, no
  * barrier, no interrupt: the loop tests/bench/kernel/bench.rs times against the driver's prepare_one.
+ * @inlined: the pair builder inlined in the loop instead of called once per pair.
  * Returns 0, or the first pair's error (-ENOMEM when a ring is full, -EINVAL for a bad length).
  */
 int neuron_udma_bench_ref_fill(struct nu_ref_ring *tx, struct nu_ref_ring *rx, u32 pairs,
-			       u64 src, u64 dst, u32 len)
+			       u64 src, u64 dst, u32 len, bool inlined)
 {
 	u64 off = 0;
 	u32 i;
 	int ret;
 
 	for (i = 0; i < pairs; i++, off += len) {
-		ret = nu_ref_prepare_one(tx, rx, src + off, dst + off, len,
-					 NU_REF_BARRIER_NONE, false);
+		if (inlined)
+			ret = nu_ref_prep(tx, rx, src + off, dst + off, len, NU_REF_BARRIER_NONE,
+					  false);
+		else
+			ret = nu_ref_prepare_one(tx, rx, src + off, dst + off, len,
+						 NU_REF_BARRIER_NONE, false);
 		if (ret)
 			return ret;
 	}
