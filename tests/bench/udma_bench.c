@@ -18,8 +18,9 @@
  *   latency: one 4-byte copy from COPY_PREPARE_ONE to a completed COPY_WAIT, p50/p99, against
  *       a null ioctl (NEURON_UDMA_INFO) as the syscall floor, with the model's BAR2 counters;
  *       then, in one phase, PREPARE_ONE + START + WAIT interleaved with its floor PREPARE_ONE +
- *       START (the same calls without the wait) and with PREPARE_ONE + WAIT: p50, p99, p99.9 and
- *       the floor's spread, with the guest's /proc/loadavg before and after;
+ *       START (the same calls without the wait), with PREPARE_ONE + WAIT and with PREPARE_ONE +
+ *       COPY_SUBMIT + FENCE_WAIT: p50, p99, p99.9 and the floor's spread, with the guest's
+ *       /proc/loadavg before and after;
  *   latency scale: PREPARE_ONE + START + WAIT p50/p99 (and its interleaved floor) with 1, 2, 10,
  *       100 and 1,000 host buffers open in the file, and with 1, 4 and 16 queues initialised;
  *   io_uring: the time per pair of submitting 2032 copies as NEURON_UDMA_URING_COPY SQEs (one of
@@ -734,8 +735,29 @@ static double pctf(const double *v, unsigned int n, double f)
 	return v[i < n ? i : n - 1];
 }
 
-/* Kinds of latency sample: the floor, the copy with START, the copy without. */
-enum { K_FLOOR, K_START_WAIT, K_WAIT, K_NUM };
+/* COPY_SUBMIT and FENCE_WAIT (ABI 3; 0 or -errno). */
+static int copy_submit(int fd, __u32 eng, __u32 q, __u64 *fence)
+{
+	struct neuron_udma_copy_submit s = { .engine = eng, .queue = q };
+	int ret = udma_ioc(fd, NEURON_UDMA_COPY_SUBMIT, &s);
+
+	if (!ret && fence)
+		*fence = s.fence;
+	return ret;
+}
+
+static int fence_wait(int fd, __u32 eng, __u32 q, __u64 fence)
+{
+	struct neuron_udma_fence_wait w = { .engine = eng, .queue = q, .fence = fence };
+
+	return udma_ioc(fd, NEURON_UDMA_FENCE_WAIT, &w);
+}
+
+/*
+ * Kinds of latency sample: the floor, the copy with START + COPY_WAIT, the copy with COPY_WAIT
+ * only, the copy with COPY_SUBMIT + FENCE_WAIT.
+ */
+enum { K_FLOOR, K_START_WAIT, K_WAIT, K_SUBMIT_FWAIT, K_NUM };
 
 /*
  * @n rounds on queue (@eng, @q) of file @fd, each one sample of each of the first @nkinds kinds,
@@ -744,7 +766,9 @@ enum { K_FLOOR, K_START_WAIT, K_WAIT, K_NUM };
  *                 pair (the queue is idle again before the next sample);
  *   K_START_WAIT  PREPARE_ONE + COPY_START (1, 1) + COPY_WAIT: the floor's calls, then the wait
  *                 (which appends the marker pair, rings for it and waits);
- *   K_WAIT        PREPARE_ONE + COPY_WAIT (the wait rings for the data and the marker pair at once).
+ *   K_WAIT        PREPARE_ONE + COPY_WAIT (the wait rings for the data and the marker pair at once);
+ *   K_SUBMIT_FWAIT PREPARE_ONE + COPY_SUBMIT + FENCE_WAIT (the submit rings once for the data and
+ *                 its marker, the wait only waits): the runtime's way of a small copy.
  * Copy i % PER_SUB of @copies in round i. Seconds in out[kind][round].
  */
 static void lat_samples(int fd, __u32 eng, __u32 q, const struct neuron_udma_copy *copies,
@@ -760,6 +784,18 @@ static void lat_samples(int fd, __u32 eng, __u32 q, const struct neuron_udma_cop
 
 			t0 = now();
 			ret = prep_one(fd, eng, q, copies[i % PER_SUB]);
+			if (!ret && kind == K_SUBMIT_FWAIT) {
+				__u64 fence = 0;
+
+				ret = copy_submit(fd, eng, q, &fence);
+				if (!ret)
+					ret = fence_wait(fd, eng, q, fence);
+				t1 = now();
+				if (ret)
+					die("latency sample", ret);
+				out[kind][i] = t1 - t0;
+				continue;
+			}
 			if (!ret && kind != K_WAIT)
 				ret = copy_start(fd, eng, q, 1, 1);
 			if (!ret && kind != K_FLOOR)
@@ -799,7 +835,7 @@ static void lat_free(double **a)
 
 /*
  * The small-copy latency against a floor measured in the same phase: lat_runs rounds of the
- * three kinds of lat_samples() on engine 0 queue 1, interleaved. The floor (PREPARE_ONE +
+ * four kinds of lat_samples() on engine 0 queue 1, interleaved. The floor (PREPARE_ONE +
  * START) is the copy's own submission: the same two system calls, the same descriptor pair and
  * the same two doorbell writes, without the wait, so every copy sample costs at least one floor
  * sample's work. The guest's load average is read before and after.
@@ -807,8 +843,8 @@ static void lat_free(double **a)
 static void bench_latency_floor(void)
 {
 	double **s = lat_arrays(lat_runs);
-	double *fl, *sw, *w, f50;
-	char how[900], extra[160], l0[40], l1[40];
+	double *fl, *sw, *w, *sf, f50;
+	char how[1100], extra[160], l0[40], l1[40];
 	struct qctx c;
 	unsigned int i;
 	int ret;
@@ -826,22 +862,27 @@ static void bench_latency_floor(void)
 	fl = s[K_FLOOR];
 	sw = s[K_START_WAIT];
 	w = s[K_WAIT];
+	sf = s[K_SUBMIT_FWAIT];
 	qsort(fl, lat_runs, sizeof(double), cmp_double);
 	qsort(sw, lat_runs, sizeof(double), cmp_double);
 	qsort(w, lat_runs, sizeof(double), cmp_double);
+	qsort(sf, lat_runs, sizeof(double), cmp_double);
 	f50 = pctf(fl, lat_runs, 0.5);
 	snprintf(extra, sizeof(extra), "\"load_start\":\"%s\",\"load_end\":\"%s\"", l0, l1);
 	snprintf(how, sizeof(how),
-		 "%u rounds on engine 0 queue 1, each one sample of three kinds, interleaved (order "
+		 "%u rounds on engine 0 queue 1, each one sample of four kinds, interleaved (order "
 		 "rotating): PREPARE_ONE + START (1,1) (the floor: the copy's two system calls, pair and "
 		 "two doorbells without the wait; an untimed COPY_WAIT retires it), PREPARE_ONE + START "
-		 "+ WAIT, PREPARE_ONE + WAIT; 4 B host->host; floor p50 %.1f, p99 %.1f, min %.1f, max "
-		 "%.1f us; START + WAIT p50 %.1f, p99 %.1f, p99.9 %.1f us; WAIT only p50 %.1f, p99 %.1f, "
-		 "p99.9 %.1f us; guest load average %s before, %s after",
+		 "+ WAIT, PREPARE_ONE + WAIT, PREPARE_ONE + COPY_SUBMIT + FENCE_WAIT; 4 B host->host; "
+		 "floor p50 %.1f, p99 %.1f, min %.1f, max %.1f us; START + WAIT p50 %.1f, p99 %.1f, "
+		 "p99.9 %.1f us; WAIT only p50 %.1f, p99 %.1f, p99.9 %.1f us; SUBMIT + FENCE_WAIT p50 "
+		 "%.1f, p99 %.1f, p99.9 %.1f us; guest load average %s before, %s after",
 		 lat_runs, f50 * 1e6, pctf(fl, lat_runs, 0.99) * 1e6, fl[0] * 1e6, fl[lat_runs - 1] * 1e6,
 		 pctf(sw, lat_runs, 0.5) * 1e6, pctf(sw, lat_runs, 0.99) * 1e6,
 		 pctf(sw, lat_runs, 0.999) * 1e6, pctf(w, lat_runs, 0.5) * 1e6,
-		 pctf(w, lat_runs, 0.99) * 1e6, pctf(w, lat_runs, 0.999) * 1e6, l0, l1);
+		 pctf(w, lat_runs, 0.99) * 1e6, pctf(w, lat_runs, 0.999) * 1e6,
+		 pctf(sf, lat_runs, 0.5) * 1e6, pctf(sf, lat_runs, 0.99) * 1e6,
+		 pctf(sf, lat_runs, 0.999) * 1e6, l0, l1);
 	result_x("latency floor (PREPARE_ONE + START) p50", f50 * 1e6, "us", fl[0] * 1e6, how, extra);
 	result_x("latency floor (PREPARE_ONE + START) p99", pctf(fl, lat_runs, 0.99) * 1e6, "us",
 		 f50 * 1e6, how, extra);
@@ -858,6 +899,10 @@ static void bench_latency_floor(void)
 		 "us", f50 * 1e6, how, extra);
 	result_x("latency 4 B copy (WAIT only) p99 vs p50", pctf(w, lat_runs, 0.99) * 1e6, "us",
 		 pctf(w, lat_runs, 0.5) * 1e6, how, extra);
+	result_x("latency 4 B copy (SUBMIT + FENCE_WAIT) p50 vs same-phase floor",
+		 pctf(sf, lat_runs, 0.5) * 1e6, "us", f50 * 1e6, how, extra);
+	result_x("latency 4 B copy (SUBMIT + FENCE_WAIT) p99 vs p50", pctf(sf, lat_runs, 0.99) * 1e6,
+		 "us", pctf(sf, lat_runs, 0.5) * 1e6, how, extra);
 	lat_free(s);
 }
 
@@ -1019,23 +1064,6 @@ static void bench_latency_scale(void)
 }
 
 /* ---- ABI 3 calls of the rows below (0 or -errno) ---- */
-
-static int copy_submit(int fd, __u32 eng, __u32 q, __u64 *fence)
-{
-	struct neuron_udma_copy_submit s = { .engine = eng, .queue = q };
-	int ret = udma_ioc(fd, NEURON_UDMA_COPY_SUBMIT, &s);
-
-	if (!ret && fence)
-		*fence = s.fence;
-	return ret;
-}
-
-static int fence_wait(int fd, __u32 eng, __u32 q, __u64 fence)
-{
-	struct neuron_udma_fence_wait w = { .engine = eng, .queue = q, .fence = fence };
-
-	return udma_ioc(fd, NEURON_UDMA_FENCE_WAIT, &w);
-}
 
 /* QUEUE_EVENTS into @ev (at most @max records): the number of records, or -errno. */
 static int queue_events(int fd, struct neuron_udma_queue_event *ev, __u32 max)
