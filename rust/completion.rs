@@ -16,12 +16,12 @@
 //! polls the way the block layer's hybrid polling does: each member has a measured time to its
 //! next completion (a running mean of the time from "busy" or from the last completion to the
 //! next, [`Entry::mean`]); the engine sleeps until half that time has passed for the member
-//! due first, then looks at [`POLL_INTERVAL`] for a window as long as the mean (at least
-//! [`POLL_WINDOW_MIN`]), and only a member later than that (a slowed or stalled engine) backs
-//! off, doubling up to [`LATE_SLEEP_MAX`]. After a completion it looks again at once for
-//! [`SPIN`] (fences of a busy queue complete back to back). Each member's engine state is read
-//! every [`Member::check_every`] while it is busy (an engine error, or no progress for the
-//! default timeout, resets its queue and fails its fences).
+//! due first, then looks without sleeping for [`POLL_SPIN`] and at [`POLL_INTERVAL`] for the
+//! rest of a window as long as the mean (at least [`POLL_WINDOW_MIN`]), and only a member later
+//! than that (a slowed or stalled engine) backs off, doubling up to [`LATE_SLEEP_MAX`]. After a
+//! completion it looks again at once for [`SPIN`] (fences of a busy queue complete back to
+//! back). Each member's engine state is read every [`Member::check_every`] while it is busy (an
+//! engine error, or no progress for the default timeout, resets its queue and fails its fences).
 //!
 //! A look never waits for a member's long-held locks: a queue whose lock is held (a submission,
 //! a doorbell that moves a device ring behind the H2T queue) is busy without progress and
@@ -31,7 +31,7 @@
 //! the engine. Data flows down: `device.rs`, `dmaengine.rs`, `file.rs` -> here -> `channel.rs`;
 //! a member is a trait object, so nothing here knows the dmaengine or the device.
 
-use crate::channel::Channel;
+use crate::{channel::Channel, kfac::sched::cond_resched};
 use kernel::{
     new_mutex, new_work,
     prelude::*,
@@ -46,8 +46,10 @@ use kernel::{
 
 /// How long the engine keeps looking without a sleep after a completion.
 pub(crate) const SPIN: Delta = Delta::from_micros(20);
-/// Sleep between two looks once a member is due.
+/// Sleep between two looks once a member is due, after [`POLL_SPIN`].
 pub(crate) const POLL_INTERVAL: Delta = Delta::from_micros(20);
+/// How long the engine looks without sleeping once a member is due.
+pub(crate) const POLL_SPIN: Delta = Delta::from_micros(100);
 /// Shortest window of looks at [`POLL_INTERVAL`] after a member is due.
 pub(crate) const POLL_WINDOW_MIN: Delta = Delta::from_micros(200);
 /// Longest sleep between two looks at a member later than its window.
@@ -310,7 +312,16 @@ impl Completer {
             } else if late_by.is_negative() {
                 fsleep((Delta::ZERO - late_by).min(SLEEP_MAX));
             } else if late_by < window {
-                fsleep(POLL_INTERVAL);
+                // Due: look again without sleeping for the first POLL_SPIN of the window (a
+                // sleep's wake-up alone costs tens of microseconds, which a listener would wait
+                // for; the block layer's hybrid polling spins here too), giving the CPU up to
+                // anything that wants it; then at POLL_INTERVAL.
+                if late_by < POLL_SPIN {
+                    cond_resched();
+                    cpu_relax();
+                } else {
+                    fsleep(POLL_INTERVAL);
+                }
             } else {
                 fsleep(late);
                 late = Delta::from_nanos((late.as_nanos() * 2).min(LATE_SLEEP_MAX.as_nanos()));

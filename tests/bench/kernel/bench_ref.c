@@ -70,7 +70,7 @@ union nu_ref_desc {
 };
 
 int neuron_udma_bench_ref_fill(struct nu_ref_ring *tx, struct nu_ref_ring *rx, u32 pairs,
-			       u64 src, u64 dst, u32 len);
+			       u64 src, u64 dst, u32 len, bool inlined);
 
 static inline u32 nu_ref_available(const struct nu_ref_ring *r)
 {
