@@ -108,7 +108,8 @@ const NONBLOCK_SPIN: Delta = Delta::from_micros(20);
 pub(crate) enum Wait {
     /// It may: the queue lock is waited for.
     Block,
-    /// It may not (io_uring's non-blocking issue): `EAGAIN` where it would sleep.
+    /// It may not wait for the queue (io_uring's non-blocking issue): `EAGAIN` where it would
+    /// (a queue lock held past a short spin, a doorbell that waits for a device-ring move).
     Never,
 }
 

@@ -237,8 +237,8 @@ impl Ring {
         // PANIC: `take_slot` returns indices below the ring size, which is the slice length.
         assert!(i < self.mem.len());
         let [lo, hi] = d.halves();
-        // SAFETY: slot `i` lies inside the allocation (checked above) and is 8-byte aligned (the
-        // ring is 256-byte aligned, a slot 16 bytes). Only `&mut self` writes a ring's memory;
+        // SAFETY: slot `i` lies inside the allocation (checked above) and is 8-byte aligned (a
+        // `Desc` is: its `u64`, and `Coherent<[Desc]>` is aligned for its element). Only `&mut self` writes a ring's memory;
         // the engine reads a slot only after the doorbell that follows this write, and the
         // stores are volatile because it reads this memory (hardware.rst §4.9).
         unsafe {

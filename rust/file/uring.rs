@@ -3,7 +3,8 @@
 //! io_uring commands of an open file (`NEURON_UDMA_URING_COPY`) and their trampolines: a
 //! prepare, a fence and the command queued until the fence settles; on an IOPOLL ring the
 //! command is completed by polling. A command is issued inline, from `io_uring_enter` in the
-//! submitting task, unless that would sleep (then `EAGAIN` sends it to io_uring's workers).
+//! submitting task, unless it would wait for the queue lock or a device-ring move (then
+//! `EAGAIN` sends it to io_uring's workers).
 //!
 //! A command names its queue instance: one whose instance went away (released,
 //! re-initialised, unbound) after its fence was submitted completes with `ECANCELED`.
@@ -31,7 +32,7 @@ impl OpenFile {
     /// was prepared then, except when only queueing the command failed after its fence was
     /// submitted (`ENOMEM`, or `ECANCELED` for a queue released or unbound meanwhile): its
     /// copies still run, their buffers held until done. With [`Wait::Never`] (a non-blocking
-    /// issue), `EAGAIN` where the call would sleep, nothing prepared: io_uring issues it again
+    /// issue), `EAGAIN` where the call would wait for the queue, nothing prepared: io_uring issues it again
     /// from a worker.
     fn uring_submit(
         &self,
@@ -55,7 +56,7 @@ impl OpenFile {
         // On the instance looked up above: a release and re-init of the id meanwhile fails
         // the command (`ECANCELED`) rather than moving it to the new instance.
         // A non-blocking issue (`Wait::Never`) gets `EAGAIN` from the queue, with nothing
-        // prepared, where the call would sleep: a contended queue lock, or rings in device memory
+        // prepared, where the call would wait for the queue: a contended queue lock, or rings in device memory
         // the H2T queue fills.
         let (_, seq) = self.prepare_on(&chan, &staged, Some(wait))?;
         // SAFETY: `cmd` is the command being issued; the driver's `uring_cmd` owns its bytes.

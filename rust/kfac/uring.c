@@ -57,9 +57,9 @@ void neuron_udma_uring_pdu_get(struct io_uring_cmd *cmd, u32 *engine, u32 *queue
 /*
  * No io_uring command abstraction in Rust: the uring_cmd file operation. The command's fields
  * are read once from the SQE (user-shared memory). A non-blocking issue (IO_URING_F_NONBLOCK,
- * io_uring_enter in the submitting task) prepares the copies inline when that need not sleep;
- * the driver answers -EAGAIN, with nothing prepared, when it would (io_uring then issues the
- * command again from its workers, where it may).
+ * io_uring_enter in the submitting task) prepares the copies inline unless it would wait for the
+ * queue lock or for a device-ring move: then the driver answers -EAGAIN, with nothing prepared,
+ * and io_uring issues the command again from its workers, where it may wait.
  */
 int neuron_udma_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
 {

@@ -454,8 +454,8 @@ TEST_F_TIMEOUT(uring, many_in_flight, 60)
 	ret = io_uring_submit(&self->ring);
 	ASSERT_EQ(INFLIGHT, ret);
 	/*
-	 * Issued (io_uring's workers may still be at it): 64 copies written, fenced, none left
-	 * pending. SQEs issued at once may share a fence (COPY_SUBMIT with nothing new).
+	 * Issued (inline, or by io_uring's workers, which may still be at it): 64 copies written,
+	 * each behind a fence of its own, none left pending.
 	 */
 	t0 = now_ms();
 	while (now_ms() - t0 < SOON_MS) {
