@@ -238,9 +238,10 @@ impl Ring {
         assert!(i < self.mem.len());
         let [lo, hi] = d.halves();
         // SAFETY: slot `i` lies inside the allocation (checked above) and is 8-byte aligned (a
-        // `Desc` is: its `u64`, and `Coherent<[Desc]>` is aligned for its element). Only `&mut self` writes a ring's memory;
-        // the engine reads a slot only after the doorbell that follows this write, and the
-        // stores are volatile because it reads this memory (hardware.rst §4.9).
+        // `Desc` is: its `u64`, and `Coherent<[Desc]>` is aligned for its element). Only
+        // `&mut self` writes a ring's memory; the engine reads a slot only after the doorbell
+        // that follows this write, and the stores are volatile because it reads this memory
+        // (hardware.rst §4.9).
         unsafe {
             let p = self.mem.as_mut_ptr().cast::<Desc>().add(i).cast::<u64>();
             p.write_volatile(lo);

@@ -290,11 +290,11 @@ pub(crate) fn transfer_split<D: Door>(parts: &[(&D, Job<'_>)], policy: &Policy) 
 }
 
 /// Makes the moves `moves` (device-fabric addresses) in order on `door`'s queue, in as few
-/// fenced submissions as the rings allow, waiting for each: how the driver's shared H2T queue moves the descriptors of a queue whose rings are in
-/// device memory (`devring.rs`). Nothing of the move is in flight when this returns
-/// ([`OnTimeout::WaitUnlessStuck`]): the descriptors go to device memory the queue gives back
-/// when it is released. The queue is reset only when it is stuck (no progress for
-/// [`DEFAULT_TIMEOUT`]), never because it is merely slow or busy.
+/// fenced submissions as the rings allow, waiting for each: how the driver's shared H2T queue
+/// moves the descriptors of a queue whose rings are in device memory (`devring.rs`). Nothing of
+/// the move is in flight when this returns ([`OnTimeout::WaitUnlessStuck`]): the descriptors go
+/// to device memory the queue gives back when it is released. The queue is reset only when it
+/// is stuck (no progress for [`DEFAULT_TIMEOUT`]), never because it is merely slow or busy.
 ///
 /// # Errors
 ///
@@ -432,10 +432,10 @@ pub(crate) fn run<D: Door>(
 // ---- waits and the reset rule ----
 
 /// The blocked waiters' way of polling (the fence waits and the wait for room in a full ring;
-/// the completion engine, `completion.rs`, polls by each member's measured time instead): spin [`Backoff::SPIN`] after the start or the last progress (a short
-/// copy completes within it, and a sleep's wake-up alone costs more, Documentation/
-/// benchmarks.rst), then sleep from [`Backoff::SLEEP_FIRST`], doubling up to
-/// [`Backoff::SLEEP_MAX`].
+/// the completion engine, `completion.rs`, polls by each member's measured time instead): spin
+/// [`Backoff::SPIN`] after the start or the last progress (a short copy completes within it,
+/// and a sleep's wake-up alone costs more, Documentation/benchmarks.rst), then sleep from
+/// [`Backoff::SLEEP_FIRST`], doubling up to [`Backoff::SLEEP_MAX`].
 struct Backoff {
     since: Instant<Monotonic>,
     delay: Delta,

@@ -32,8 +32,8 @@ impl OpenFile {
     /// was prepared then, except when only queueing the command failed after its fence was
     /// submitted (`ENOMEM`, or `ECANCELED` for a queue released or unbound meanwhile): its
     /// copies still run, their buffers held until done. With [`Wait::Never`] (a non-blocking
-    /// issue), `EAGAIN` where the call would wait for the queue, nothing prepared: io_uring issues it again
-    /// from a worker.
+    /// issue), `EAGAIN` where the call would wait for the queue, nothing prepared: io_uring
+    /// issues it again from a worker.
     fn uring_submit(
         &self,
         cmd: *mut RawUringCmd,
@@ -56,8 +56,8 @@ impl OpenFile {
         // On the instance looked up above: a release and re-init of the id meanwhile fails
         // the command (`ECANCELED`) rather than moving it to the new instance.
         // A non-blocking issue (`Wait::Never`) gets `EAGAIN` from the queue, with nothing
-        // prepared, where the call would wait for the queue: a contended queue lock, or rings in device memory
-        // the H2T queue fills.
+        // prepared, where the call would wait for the queue: a contended queue lock, or rings
+        // in device memory the H2T queue fills.
         let (_, seq) = self.prepare_on(&chan, &staged, Some(wait))?;
         // SAFETY: `cmd` is the command being issued; the driver's `uring_cmd` owns its bytes.
         unsafe { kuring::uring_pdu_set(cmd, eng, qid, chan.instance, seq) };
