@@ -562,7 +562,7 @@ impl DmaProvider {
             Ok(reg) => {
                 dev_info!(
                     pdev,
-                    "dmaengine: {} memcpy channels on engine {}\n",
+                    "dmaengine: {} memcpy and memset channels on engine {}\n",
                     chans.len(),
                     eng
                 );

@@ -234,11 +234,11 @@ def judge(rows):
 
 
 def ratio_text(r):
-    """The ratio, with the range of the repetitions when the row has one."""
-    text = f"{r['ratio']:.3g}x"
+    """The ratio, with the range of the repetitions when the row has one (to the thousandth, so
+    that a range printed as meeting a bound does)."""
     if "min" in r and "max" in r:
-        text += f" ({r['min']:.3g}-{r['max']:.3g}x, {r.get('reps', '?')} reps)"
-    return text
+        return f"{r['ratio']:.3f}x ({r['min']:.3f}-{r['max']:.3f}x, {r.get('reps', '?')} reps)"
+    return f"{r['ratio']:.3g}x"
 
 
 def udmactl_rows(path):
@@ -698,6 +698,9 @@ def main():
     profs = profiles(a.output)
     missed = [r for r in rows if "target" in r and not r["met"]]
     shown = set()
+    if missed and not profs:
+        print(f"\nNo profiles in the output (BENCH_PROFILE=0?): {len(missed)} rows not met")
+        missed = []
     if missed:
         print("\nProfiles of the workloads of missed rows (perf record -g -e cpu-clock -F 1000 in the "
               "guest, perf report --sort dso,sym, entries >= 1.5 %, then the call chains of the "

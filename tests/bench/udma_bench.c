@@ -1529,10 +1529,10 @@ static void ioctl_run(struct qctx *c, const __u32 *engs, unsigned int sqes, unsi
  * host-connected engine, and as URING_SQES SQEs of PER_SUB / URING_SQES on queue 1 of the first
  * URING_SQES host-connected engines in one io_uring_enter, against COPY_PREPARE of the same
  * batches (and COPY_PREPARE + COPY_SUBMIT, the ioctls that do what one SQE does); best of
- * LOOKUP_REPS runs of @subs submissions each, the kinds alternating. The driver sends a
- * URING_COPY issued without blocking back with -EAGAIN, so io_uring runs it in one of its
- * workers: io_uring_enter returns before the work is done, and the io_uring figure runs until
- * every SQE's fence is submitted (where COPY_SUBMIT returns, for the ioctls).
+ * LOOKUP_REPS runs of @subs submissions each, the kinds alternating. The driver prepares a
+ * URING_COPY inline unless its queue lock stays held (then io_uring's worker does, after
+ * io_uring_enter returned), so the io_uring figure runs until every SQE's fence is submitted
+ * (where COPY_SUBMIT returns, for the ioctls).
  */
 static void bench_uring(void)
 {

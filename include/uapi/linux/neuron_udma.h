@@ -337,8 +337,11 @@ struct neuron_udma_memcpy {
  * it may not all have run). A fence is a value: COPY_SUBMIT returns it at once, FENCE_STATUS
  * reads its state without blocking, FENCE_WAIT blocks for it; poll()/epoll, an eventfd per
  * queue (QUEUE_EVENTFD) and io_uring (NEURON_UDMA_URING_COPY) report completions as events. The
- * driver notices completions with a completion worker that runs only while somebody waits, polls
- * or listens (a short spin, then sleeps of 10 us doubling to 1 ms).
+ * driver notices completions for pollers and listeners with a completion engine that runs only
+ * while somebody polls or listens: it sleeps until half a queue's measured time to its next
+ * completion, then looks without sleeping for 100 us and every 20 us after that; a blocked
+ * COPY_WAIT or FENCE_WAIT polls its own fence (a short spin, then sleeps of 10 us doubling to
+ * 1 ms).
  */
 #define NEURON_UDMA_FENCE_PENDING 0	/* in flight */
 #define NEURON_UDMA_FENCE_DONE 1	/* every copy before it completed */
@@ -443,10 +446,14 @@ struct neuron_udma_eventfd {
  * io_uring (ABI 3): IORING_OP_URING_CMD on the device file with cmd_op NEURON_UDMA_URING_COPY and
  * this struct in the SQE's command area: prepares @count copies (struct neuron_udma_copy at
  * @copies, as COPY_PREPARE), submits them with a fence (as COPY_SUBMIT), and completes when the
- * fence is done. CQE res: 0, or -errno with the errors of COPY_PREPARE (nothing prepared then),
- * COPY_SUBMIT and FENCE_WAIT (EIO: the fence failed; ECANCELED: the queue instance ended
- * first, by QUEUE_RELEASE, a release and re-init of the id, or unbind, whatever the ring type).
- * Rings set up with IORING_SETUP_IOPOLL reap by polling the marker.
+ * fence is done. CQE res: 0, or -errno: the errors of COPY_PREPARE and COPY_SUBMIT (nothing
+ * prepared then); EBADF (the file is not open for writing); ENOTTY (another cmd_op); EIO (the
+ * fence failed); ESTALE (the fence is older than the failures the queue remembers: it may have
+ * failed); ECANCELED (the queue instance ended first, by QUEUE_RELEASE, a release and re-init of
+ * the id, or unbind, whatever the ring type); ENOMEM after the fence was submitted (the copies
+ * still run). SQEs are not ordered against each other (link them, IOSQE_IO_LINK, for order); the
+ * copies array must stay valid until the CQE. Rings set up with IORING_SETUP_IOPOLL reap by
+ * polling the marker.
  */
 struct neuron_udma_uring_copy {
 	__u16 engine;

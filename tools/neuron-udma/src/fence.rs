@@ -290,12 +290,14 @@ impl<'d> Queue<'d> {
     /// completes when the fence is done (`NEURON_UDMA_URING_COPY`, ABI 3): put
     /// [`UringCopy::to_bytes`] in the command area of an `IORING_OP_URING_CMD` SQE on the device
     /// file, with `cmd_op` [`UringCopy::CMD_OP`]. The CQE's `res` is 0 or `-errno` (the errors
-    /// of `COPY_PREPARE`, `COPY_SUBMIT` and `FENCE_WAIT`; `EIO`: the fence failed). This crate
+    /// of `COPY_PREPARE` and `COPY_SUBMIT`; `EIO`: the fence failed; `ESTALE`, `ECANCELED`,
+    /// `EBADF`, `ENOTTY`: Documentation/userspace-api.rst). This crate
     /// does not own a ring: with the `io-uring` crate, for example,
     /// `opcode::UringCmd16::new(types::Fd(dev.as_raw_fd()), UringCopy::CMD_OP).cmd(cmd.to_bytes())`.
     /// The command holds the address of `copies`, which must stay alive and unchanged until
-    /// the driver has read them (the SQE is submitted); the borrow of the returned value only
-    /// covers its own life. [`Error::Argument`] (before anything is submitted): an empty batch,
+    /// its CQE (the driver may read them from io_uring's worker, after `io_uring_enter`
+    /// returned); the borrow of the returned value only covers its own life. SQEs are not
+    /// ordered against each other: link them (`IOSQE_IO_LINK`) for order. [`Error::Argument`] (before anything is submitted): an empty batch,
     /// more than `max_batch` copies, a copy above `max_copy_size`, or an engine or queue above
     /// 65535 (the command's fields are 16 bits).
     pub fn uring_copy<'c>(&self, copies: &'c [Copy]) -> Result<UringCopy<'c>> {
