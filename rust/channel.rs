@@ -339,35 +339,25 @@ impl Channel {
     fn fence_or_join(&self) -> Result<Ticket> {
         self.with_ringer(|q, bell| {
             q.retire();
-            let resets = q.resets;
-            let s = *q.tx_state();
+            let (resets, s) = (q.resets, *q.tx_state());
+            // A ticket for the fence `seq` whose work ends at Tx position `end`.
+            let ticket = |seq, last, end| Ticket {
+                seq,
+                last,
+                pairs: s.size().distance(s.ack_index(), end),
+                resets,
+            };
             if q.unfenced() != 0 && q.can_fence() {
                 let seq = q.fence(bell)?;
                 // The fence covers everything written: up to the Tx tail after its marker.
-                let end = q.tx_state().next_index();
-                return Ok(Ticket {
-                    seq: Some(seq),
-                    last: true,
-                    pairs: s.size().distance(s.ack_index(), end),
-                    resets,
-                });
+                return Ok(ticket(Some(seq), true, q.tx_state().next_index()));
             }
             if q.busy() {
                 let end = q.newest_fence_end().unwrap_or(s.ack_index());
-                return Ok(Ticket {
-                    seq: Some(q.newest_fence()),
-                    last: q.unfenced() == 0,
-                    pairs: s.size().distance(s.ack_index(), end),
-                    resets,
-                });
+                return Ok(ticket(Some(q.newest_fence()), q.unfenced() == 0, end));
             }
             if q.unfenced() == 0 {
-                Ok(Ticket {
-                    seq: None,
-                    last: true,
-                    pairs: 0,
-                    resets,
-                })
+                Ok(ticket(None, true, s.ack_index()))
             } else {
                 Err(ENOSPC)
             }

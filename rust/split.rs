@@ -50,8 +50,8 @@ impl Job<'static> {
 }
 
 /// The pieces of `job`, in order: `(source, destination, bytes)`, each at most one pair and
-/// within one run of each side (dmaengine cuts its descriptors with it before a submission).
-pub(crate) fn pieces<'a>(job: &Job<'a>) -> Pieces<'a> {
+/// within one run of each side ([`Cut::job`]).
+fn pieces<'a>(job: &Job<'a>) -> Pieces<'a> {
     Pieces::new(job.src, job.dst, job.size, MAX_DESC_BYTES)
 }
 
