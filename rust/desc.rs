@@ -134,9 +134,20 @@ impl RingId {
     pub(crate) const INITIAL: Self = Self(Bounded::<u32, 2>::new::<1>());
 
     /// The ring id of the next pass: `(id + 1) & 3`.
+    #[cfg(neuron_udma_kunit)]
     pub(crate) fn next(self) -> Self {
+        self.after_slot(true)
+    }
+
+    /// The ring id after a slot was handed out: [`Self::next`] if the ring index `wrapped` to 0,
+    /// else unchanged. Computed without a branch: under TCG every branch ends a translation
+    /// block, and this runs twice per pair (Documentation/benchmarks.rst, (a)).
+    #[inline(always)]
+    pub(crate) fn after_slot(self, wrapped: bool) -> Self {
         // Values of a 2-bit `Bounded` are 0..=3, so the masked sum fits.
-        Self(Bounded::<u32, 2>::from_expr((self.0.get() + 1) & 3))
+        Self(Bounded::<u32, 2>::from_expr(
+            (self.0.get() + u32::from(wrapped)) & 3,
+        ))
     }
 
     /// The 2-bit value.
@@ -242,7 +253,7 @@ impl core::fmt::Display for Decoded {
 
 impl Desc {
     /// The slot's bytes as two 8-byte words in memory order (`len_ctrl` and word 1, then the
-    /// address): a ring slot is written with two stores (`ring.rs`, `Ring::write_slot`).
+    /// address): a ring slot is written with two stores (`ring.rs`, `Ring::push`).
     #[inline(always)]
     pub(crate) fn halves(self) -> [u64; 2] {
         // SAFETY: `Desc` is `repr(C)`, 16 bytes without padding, and every bit pattern is valid

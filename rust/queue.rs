@@ -162,8 +162,7 @@ pub(crate) struct Copy {
 struct Checkpoint {
     tx: RingState,
     rx: RingState,
-    pending: (u32, u32),
-    tx_written: u64,
+    rung: (u32, u32),
     holds: usize,
 }
 
@@ -177,10 +176,13 @@ pub(crate) struct Queue {
     rx: Ring,
     /// Where the engine fetches the rings from and writes the markers to.
     placement: Placement,
-    /// Prepared Tx descriptors whose doorbell has not been rung.
-    pending_tx: u32,
-    /// Prepared Rx descriptors whose doorbell has not been rung.
-    pending_rx: u32,
+    /// Tx slot up to which the doorbell was rung: the descriptors from it to the ring's next
+    /// slot are prepared and not rung ([`Self::pending`]). Fewer than a ring of them, so the
+    /// distance is never ambiguous. Kept instead of a count so that writing a pair updates no
+    /// counter beyond the rings' own state (Documentation/benchmarks.rst, (a)).
+    tx_rung: u32,
+    /// Rx slot up to which the doorbell was rung (as `tx_rung`).
+    rx_rung: u32,
     /// Fences in flight, oldest first: always the fences `settled + 1 .. next_seq` (settling
     /// is in order: a retire settles a prefix, a reset all of them).
     fences: KVec<Fence>,
@@ -208,9 +210,8 @@ pub(crate) struct Queue {
     holds: KVVec<Option<SubmissionHolds>>,
     /// First live entry of `holds`.
     holds_head: usize,
-    /// Tx descriptors written since the queue was created (free-running, across resets).
-    tx_written: u64,
-    /// Tx descriptors acked (or dropped by a reset) since the queue was created.
+    /// Tx descriptors acked (or dropped by a reset) since the queue was created; with the
+    /// outstanding ones, those written ([`Self::tx_written`]).
     tx_acked: u64,
     /// When a fence last completed, the engine last completed a descriptor of this queue
     /// (seen by [`Self::stalled_for`]), or the queue last went from idle to busy.
@@ -263,8 +264,8 @@ impl Queue {
             tx,
             rx,
             placement,
-            pending_tx: 0,
-            pending_rx: 0,
+            tx_rung: 0,
+            rx_rung: 0,
             fences: KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL_ACCOUNT)?,
             next_seq: first_seq,
             first_seq,
@@ -277,7 +278,6 @@ impl Queue {
             fences_failed: 0,
             holds: KVVec::new(),
             holds_head: 0,
-            tx_written: 0,
             tx_acked: 0,
             progress_at: Instant::now(),
             progress_head: 0,
@@ -367,14 +367,14 @@ impl Queue {
     fn forget_inflight(&mut self, why: Error) {
         self.holds.clear();
         self.holds_head = 0;
-        self.tx_acked = self.tx_written;
+        self.tx_acked = self.tx_written();
         self.tx.reset();
         self.rx.reset();
         if let Placement::Device(d) = &mut self.placement {
             d.reset();
         }
-        self.pending_tx = 0;
-        self.pending_rx = 0;
+        self.tx_rung = 0;
+        self.rx_rung = 0;
         if why != ECANCELED {
             self.fences_failed += self.fences.len() as u64;
         }
@@ -427,7 +427,17 @@ impl Queue {
 
     /// Prepared descriptors not yet doorbelled: `(tx, rx)`.
     pub(crate) fn pending(&self) -> (u32, u32) {
-        (self.pending_tx, self.pending_rx)
+        let pending = |r: &RingState, rung| r.size().distance(rung, r.next_index());
+        (
+            pending(self.tx.state(), self.tx_rung),
+            pending(self.rx.state(), self.rx_rung),
+        )
+    }
+
+    /// Tx descriptors written since the queue was created (free-running, across resets): the
+    /// acked ones and those still outstanding.
+    fn tx_written(&self) -> u64 {
+        self.tx_acked + u64::from(self.tx.state().outstanding())
     }
 
     /// Free descriptor pairs, keeping the 16-slot reserve on both rings (hardware.rst §4.7).
@@ -481,7 +491,9 @@ impl Queue {
     /// `ENOSPC` if either ring has no free slot; nothing is written then.
     #[inline(always)]
     pub(crate) fn prepare_one(&mut self, c: &Copy) -> Result {
-        if self.available_pairs() < 1 {
+        // `&`, not `&&`: both tested without a branch between them (one branch per pair fewer
+        // under TCG, Documentation/benchmarks.rst, (a)).
+        if !(self.tx.state().has_room() & self.rx.state().has_room()) {
             return Err(ENOSPC);
         }
         self.write_pair(c);
@@ -509,7 +521,7 @@ impl Queue {
         if !holds.is_empty() {
             // Cannot fail: capacity was reserved.
             let _ = self.holds.push_within_capacity(Some(SubmissionHolds {
-                end: self.tx_written,
+                end: self.tx_written(),
                 holds,
             }));
         }
@@ -557,8 +569,7 @@ impl Queue {
         Checkpoint {
             tx: *self.tx.state(),
             rx: *self.rx.state(),
-            pending: (self.pending_tx, self.pending_rx),
-            tx_written: self.tx_written,
+            rung: (self.tx_rung, self.rx_rung),
             holds: self.holds.len(),
         }
     }
@@ -568,23 +579,17 @@ impl Queue {
     fn rollback(&mut self, cp: Checkpoint) {
         self.tx.restore(cp.tx);
         self.rx.restore(cp.rx);
-        (self.pending_tx, self.pending_rx) = cp.pending;
-        self.tx_written = cp.tx_written;
+        (self.tx_rung, self.rx_rung) = cp.rung;
         self.holds.truncate(cp.holds);
     }
 
-    /// Writes one pair without the reserve check (callers check the space).
+    /// Writes one pair without the reserve check (callers check the space): the Rx slot, then
+    /// the Tx slot. Only the rings' own state changes: the pending and written counts are
+    /// derived from it.
     #[inline(always)]
     fn write_pair(&mut self, c: &Copy) {
-        let (rx_idx, rx_id) = self.rx.take_slot();
-        self.rx
-            .write_slot(rx_idx, Desc::rx(c.len, rx_id, false, c.dst));
-        let (tx_idx, tx_id) = self.tx.take_slot();
-        self.tx
-            .write_slot(tx_idx, Desc::tx(c.len, tx_id, c.barrier, c.src));
-        self.pending_rx += 1;
-        self.pending_tx += 1;
-        self.tx_written += 1;
+        self.rx.push(|id| Desc::rx(c.len, id, false, c.dst));
+        self.tx.push(|id| Desc::tx(c.len, id, c.barrier, c.src));
     }
 
     /// Rings the doorbells for `m2s_count` Tx and `s2m_count` Rx prepared descriptors
@@ -597,7 +602,8 @@ impl Queue {
     /// descriptors of its ring (which also bounds it by the ring size); those of `bell` and of
     /// publishing to device memory. Nothing is rung then.
     pub(crate) fn start(&mut self, bell: impl Doorbell, m2s_count: u32, s2m_count: u32) -> Result {
-        if s2m_count == 0 || m2s_count > self.pending_tx || s2m_count > self.pending_rx {
+        let (pending_tx, pending_rx) = self.pending();
+        if s2m_count == 0 || m2s_count > pending_tx || s2m_count > pending_rx {
             return Err(EINVAL);
         }
         let (Some(tx), Some(rx)) = (DescCount::new(m2s_count), DescCount::new(s2m_count)) else {
@@ -611,8 +617,8 @@ impl Queue {
                 d.published(&staged);
             }
         }
-        self.pending_tx -= m2s_count;
-        self.pending_rx -= s2m_count;
+        self.tx_rung = self.tx.state().size().index(self.tx_rung + m2s_count);
+        self.rx_rung = self.rx.state().size().index(self.rx_rung + s2m_count);
         Ok(())
     }
 
@@ -660,7 +666,7 @@ impl Queue {
             len,
             barrier: MARKER_BARRIER,
         });
-        let (tx, rx) = (self.pending_tx, self.pending_rx);
+        let (tx, rx) = self.pending();
         if let Err(e) = self.start(bell, tx, rx) {
             // Nothing was rung (moving descriptors into device rings failed, or the device is
             // gone): take the marker pair back, so that no unrecorded marker runs later.

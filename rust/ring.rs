@@ -138,6 +138,13 @@ impl RingState {
         (self.size.0 - RESERVE).saturating_sub(self.outstanding())
     }
 
+    /// Whether a slot is free beyond the reserve: [`Self::available`] is at least 1, tested
+    /// without computing it.
+    #[inline(always)]
+    pub(crate) fn has_room(&self) -> bool {
+        self.outstanding() < self.size.0 - RESERVE
+    }
+
     /// Descriptors handed out and not yet acked.
     pub(crate) fn outstanding(&self) -> u32 {
         self.size.distance(self.ack, self.next)
@@ -152,9 +159,7 @@ impl RingState {
         let slot = (self.next, self.ring_id);
         // INVARIANT: wrapped to the ring size.
         self.next = self.size.index(self.next + 1);
-        if self.next == 0 {
-            self.ring_id = self.ring_id.next();
-        }
+        self.ring_id = self.ring_id.after_slot(self.next == 0);
         slot
     }
 
@@ -176,6 +181,11 @@ impl RingState {
 /// One descriptor ring: its coherent memory (256-byte aligned, hardware.rst §4.8) and the
 /// software state of its slots. Every index into the memory comes from the state, so it is
 /// always below the ring size.
+///
+/// # Invariants
+///
+/// `mem` holds `state.size()` descriptors: the state's size is the allocation's, and
+/// [`Self::restore`] keeps it.
 pub(crate) struct Ring {
     mem: Coherent<[Desc]>,
     state: RingState,
@@ -197,6 +207,7 @@ impl Ring {
         if mem.dma_address() as usize % ALIGN != 0 {
             return Err(EIO);
         }
+        // INVARIANT: `mem` was allocated with `size` descriptors.
         Ok(Self {
             mem,
             state: RingState::new(size),
@@ -216,37 +227,33 @@ impl Ring {
     /// Empties the ring after the engine was stopped from using it (queue init or pause):
     /// next and ack at slot 0, ring id 1.
     pub(crate) fn reset(&mut self) {
+        // INVARIANT: the same size.
         self.state = RingState::new(self.state.size);
     }
 
-    /// Hands out the next slot: its index and the ring id to stamp into it
-    /// ([`RingState::take`]). The caller checks [`RingState::available`] first and writes the
-    /// slot with [`Self::write_slot`] before any doorbell.
+    /// Hands out the next slot and writes into it the descriptor `desc` builds from the slot's
+    /// ring id ([`RingState::take`]), whole: two 8-byte volatile stores (a 16-byte volatile copy
+    /// goes through a stack temporary, a dozen more memory accesses per pair:
+    /// Documentation/benchmarks.rst, (a)). Returns the slot index. The caller checks
+    /// [`RingState::available`] first, and rings no doorbell for the slot before this returns.
     #[inline(always)]
-    pub(crate) fn take_slot(&mut self) -> (u32, RingId) {
-        self.state.take()
-    }
-
-    /// Writes descriptor `d` into slot `idx` (from [`Self::take_slot`]), whole: two 8-byte
-    /// volatile stores (a 16-byte volatile copy goes through a stack temporary, a dozen more
-    /// memory accesses per pair: Documentation/benchmarks.rst, (a)).
-    #[inline(always)]
-    pub(crate) fn write_slot(&mut self, idx: u32, d: Desc) {
+    pub(crate) fn push(&mut self, desc: impl FnOnce(RingId) -> Desc) -> u32 {
+        let (idx, id) = self.state.take();
+        let [lo, hi] = desc(id).halves();
         // CAST: slot indices are below MAX_DESCS.
         let i = idx as usize;
-        // PANIC: `take_slot` returns indices below the ring size, which is the slice length.
-        assert!(i < self.mem.len());
-        let [lo, hi] = d.halves();
-        // SAFETY: slot `i` lies inside the allocation (checked above) and is 8-byte aligned (a
-        // `Desc` is: its `u64`, and `Coherent<[Desc]>` is aligned for its element). Only
-        // `&mut self` writes a ring's memory; the engine reads a slot only after the doorbell
-        // that follows this write, and the stores are volatile because it reads this memory
-        // (hardware.rst §4.9).
+        // SAFETY: `idx` comes from the state, so it is below the ring size, which is the length
+        // of `mem` (type invariants): slot `i` lies inside the allocation, and it is 8-byte
+        // aligned (a `Desc` is: its `u64`, and `Coherent<[Desc]>` is aligned for its element).
+        // Only `&mut self` writes a ring's memory; the engine reads a slot only after the
+        // doorbell that follows this write, and the stores are volatile because it reads this
+        // memory (hardware.rst §4.9).
         unsafe {
             let p = self.mem.as_mut_ptr().cast::<Desc>().add(i).cast::<u64>();
             p.write_volatile(lo);
             p.add(1).write_volatile(hi);
         }
+        idx
     }
 
     /// The bytes of the `n` slots from index `from` on, without wrapping: what a ring in device
@@ -264,7 +271,7 @@ impl Ring {
         // CAST: slot indices are below MAX_DESCS, the byte offsets fit in `usize`.
         let (at, len) = (from as usize * DESC_SIZE, n as usize * DESC_SIZE);
         // SAFETY: `at..at + len` lies inside the ring's allocation (checked above). The memory is
-        // initialised (allocated zeroed) and only written through `&mut self` (`write_slot`,
+        // initialised (allocated zeroed) and only written through `&mut self` (`push`,
         // `overwrite`), which the returned borrow of `self` excludes; the device never writes a
         // ring (it fetches descriptors, it does not write them back: hardware.rst §4.9).
         Ok(unsafe { core::slice::from_raw_parts(self.mem.as_ptr().cast::<u8>().add(at), len) })
@@ -274,6 +281,7 @@ impl Ring {
     /// ring: the slots handed out since are taken back (their contents stay, unused).
     pub(crate) fn restore(&mut self, saved: RingState) {
         if saved.size == self.state.size {
+            // INVARIANT: the same size.
             self.state = saved;
         }
     }

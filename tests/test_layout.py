@@ -236,7 +236,7 @@ class Submission(unittest.TestCase):
         """A ring slot is written only by the descriptor encoding of queue.rs (its write_pair,
         for data pairs and the fence's marker pair), and a data pair only through the writers
         of the submission engine (submit.rs)."""
-        self.assertEqual(self.users(r"\.write_slot\("), {"queue"})
+        self.assertEqual(self.users(r"\.push\(\|"), {"queue"})
         self.assertEqual(self.users(r"\bwrite_pair\("), {"queue"})
         writers = self.users(r"\.(?:prepare_one|write_submission|write_fenced)\(") - {"queue"}
         self.assertEqual(writers, {"submit"})

@@ -160,10 +160,48 @@ fn ns_since(t: Instant<Monotonic>) -> u64 {
     t.elapsed().as_nanos() as u64
 }
 
-/// The driver's pair builder behind one call per pair, as the C sequence's builder is called.
+/// The driver's pair builder behind one call per pair, as the C sequence's builder is called:
+/// the rings' owner and the copy's fields as arguments (the C function takes both rings, source,
+/// destination, length, barrier and interrupt flag), the copy built inside.
 #[inline(never)]
-fn prepare_call(queue: &mut Queue, c: &Copy) -> Result {
-    queue.prepare_one(c)
+fn prepare_call(queue: &mut Queue, src: u64, dst: u64, len: DescLen, barrier: Barrier) -> Result {
+    queue.prepare_one(&Copy {
+        src,
+        dst,
+        len,
+        barrier,
+    })
+}
+
+/// Fills `pairs` pairs with [`prepare_call`], a call per pair, pair `i` copying `len` bytes from
+/// `src + i * len` to `dst + i * len`: the loop the C side's fill runs, in a function of its own
+/// next to the builder, as the C one is (under TCG a call to another 4 KiB page is not chained
+/// and costs a lookup per pair: the placement is printed with the row).
+#[inline(never)]
+fn fill_calls(queue: &mut Queue, pairs: u32, src: u64, dst: u64, len: DescLen) -> Result {
+    let step = u64::from(len.bytes());
+    for i in 0..u64::from(pairs) {
+        prepare_call(queue, src + i * step, dst + i * step, len, Barrier::None)?;
+    }
+    Ok(())
+}
+
+/// Fills `pairs` pairs with the driver's builder inlined in the loop, pair `i` copying `len`
+/// bytes from `src + i * len` to `dst + i * len`: the loop the C side's `inlined` fill runs, in
+/// a function of its own as that one is (so that neither loop's code placement depends on the
+/// test around it).
+#[inline(never)]
+fn fill_inlined(queue: &mut Queue, pairs: u32, src: u64, dst: u64, len: DescLen) -> Result {
+    let step = u64::from(len.bytes());
+    for i in 0..u64::from(pairs) {
+        queue.prepare_one(&Copy {
+            src: src + i * step,
+            dst: dst + i * step,
+            len,
+            barrier: Barrier::None,
+        })?;
+    }
+    Ok(())
 }
 
 /// Nanoseconds per round of each side of the pair-build rows.
@@ -218,15 +256,6 @@ mod tests {
         let dst0 = dev.arch.host_addr(0x2000_0000);
         let r = q.with(|queue, io| {
             let len = DescLen::new(COPY_LEN)?;
-            let copy = |i: u32| {
-                let off = u64::from(i) * u64::from(COPY_LEN);
-                Copy {
-                    src: src0 + off,
-                    dst: dst0 + off,
-                    len,
-                    barrier: Barrier::None,
-                }
-            };
             // Per round: the driver's builder and the C sequence, a call per pair and inlined,
             // each pair of sides timed back to back in alternating order, and the floor.
             let mut t = Times::default();
@@ -250,13 +279,9 @@ mod tests {
                             queue.hw_init(io);
                             let t0 = Instant::<Monotonic>::now();
                             if inlined {
-                                for i in 0..n {
-                                    queue.prepare_one(&copy(i))?;
-                                }
+                                fill_inlined(queue, n, src0, dst0, len)?;
                             } else {
-                                for i in 0..n {
-                                    prepare_call(queue, &copy(i))?;
-                                }
+                                fill_calls(queue, n, src0, dst0, len)?;
                             }
                             ns_since(t0)
                         };
@@ -366,6 +391,25 @@ mod tests {
             })?
             .to_str()?,
         );
+        // Where the timed Rust functions start in their 4 KiB pages (the C ones are placed by
+        // the same linker, in bench_ref.c's section, one after the other).
+        type Fill = fn(&mut Queue, u32, u64, u64, DescLen) -> Result;
+        type Build = fn(&mut Queue, u64, u64, DescLen, Barrier) -> Result;
+        let (calls, call, inline): (Fill, Build, Fill) = (fill_calls, prepare_call, fill_inlined);
+        let (calls, call, inline) = (calls as usize, call as usize, inline as usize);
+        let at = |f: usize| f & 0xfff;
+        let same_page = calls >> 12 == call >> 12;
+        let placement = CString::try_from_fmt(fmt!(
+            "fill_calls at page offset {:#x}, prepare_call {} page ({:#x}), fill_inlined at {:#x}",
+            at(calls),
+            if same_page {
+                "on the same"
+            } else {
+                "on another"
+            },
+            at(call),
+            at(inline),
+        ))?;
         for (inlined, rust, c) in [
             (false, &t.rust_call, &t.c_call),
             (true, &t.rust_inline, &t.c_inline),
@@ -386,18 +430,24 @@ mod tests {
                 Fixed3(r.min, 1000),
                 Fixed3(r.max, 1000),
                 ROUNDS,
-                how(if inlined {
-                    "the driver's prepare_one inlined in the fill loop against the C sequence's \
-                     builder inlined in its loop, timed back to back in each round (alternating \
-                     which goes first) on the same ring memory; ratio: the median of the \
-                     rounds' ratios (min and max beside it); baseline: the C sequence"
-                } else {
-                    "a non-inlined call per pair on both sides (the driver's prepare_one behind \
-                     one call, the C sequence's nu_ref_prepare_one), timed back to back in each \
-                     round (alternating which goes first) on the same ring memory; ratio: the \
-                     median of the rounds' ratios (min and max beside it); baseline: the C \
-                     sequence"
-                })?
+                how(CString::try_from_fmt(fmt!(
+                    "{}, timed back to back in each round (alternating which goes first) on the \
+                     same ring memory; ratio: the median of the rounds' ratios (min and max \
+                     beside it); baseline: the C sequence; code placement (TCG chains a jump only \
+                     within a 4 KiB page, so a loop or call across pages costs a lookup per \
+                     pair): {}",
+                    if inlined {
+                        "the driver's prepare_one inlined in its fill loop (fill_inlined) against \
+                         the C sequence's builder inlined in its loop"
+                    } else {
+                        "a non-inlined call per pair on both sides, each loop in a function of its \
+                         own (fill_calls calling prepare_call, the driver's prepare_one behind \
+                         one call with the copy's fields as arguments; the C fill calling \
+                         nu_ref_prepare_one)"
+                    },
+                    placement.to_str()?
+                ))?
+                .to_str()?)?
                 .to_str()?,
             );
         }
