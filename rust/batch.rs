@@ -18,11 +18,12 @@ use kernel::{prelude::*, sync::Arc};
 
 /// Copies (and so pairs) one batch stages without a heap allocation.
 const INLINE_PAIRS: usize = 16;
-/// Slots of the per-call handle table of a batch of at most [`INLINE_PAIRS`] entries.
+/// Slots of the per-call handle table before it grows (24 buffers cached).
 const INLINE_SLOTS: usize = 32;
 /// Most slots of the per-call handle table: buffers beyond 3/4 of it are looked up in the pool
 /// for every entry that names them (correct, only slower).
 const MAX_SLOTS: usize = 8192;
+const _: () = assert!(INLINE_SLOTS.is_power_of_two() && MAX_SLOTS.is_power_of_two());
 /// Buffers a batch records without a heap allocation (a copy names two).
 const INLINE_RESOLVED: usize = 4;
 
@@ -37,6 +38,102 @@ struct Resolved {
 struct Slot {
     handle: u64,
     index: u32,
+}
+
+/// The per-call handle table: buffer handle -> index of its [`Resolved`] record, open
+/// addressing with linear probing. Sized by the distinct buffers of the call, not by its
+/// entries: [`INLINE_SLOTS`] slots inline, doubled (and rehashed) when 3/4 full, at most
+/// [`MAX_SLOTS`].
+struct Handles {
+    inline: [Slot; INLINE_SLOTS],
+    heap: KVVec<Slot>,
+    /// Slots in use.
+    used: usize,
+}
+
+impl Handles {
+    fn new() -> Self {
+        Self {
+            inline: [Slot::default(); INLINE_SLOTS],
+            heap: KVVec::new(),
+            used: 0,
+        }
+    }
+
+    fn table(&self) -> &[Slot] {
+        if self.heap.is_empty() {
+            &self.inline
+        } else {
+            &self.heap
+        }
+    }
+
+    /// Where `handle` (not 0) probes first in a table whose length is `mask + 1`, a power of
+    /// two: Fibonacci hashing (handles are sequential).
+    fn home(handle: u64, mask: usize) -> usize {
+        // CAST: the product's top bits, masked below the length.
+        (handle.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & mask
+    }
+
+    /// The record index of `handle` (not 0), if cached.
+    fn find(&self, handle: u64) -> Option<usize> {
+        let t = self.table();
+        let mask = t.len() - 1;
+        let mut i = Self::home(handle, mask);
+        // The table is never full (at most 3/4), so the probe meets an empty slot.
+        loop {
+            // PANIC: `i` is masked to the table.
+            let s = t[i];
+            if s.handle == handle {
+                // CAST: record indices fit in u32 (at most 2 * MAX_BATCH records).
+                return Some(s.index as usize);
+            }
+            if s.handle == 0 {
+                return None;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Puts `handle` (not 0, not cached) into `t`, which has a free slot.
+    fn put(t: &mut [Slot], handle: u64, index: u32) {
+        let mask = t.len() - 1;
+        let mut i = Self::home(handle, mask);
+        // PANIC: `i` is masked to the table.
+        while t[i].handle != 0 {
+            i = (i + 1) & mask;
+        }
+        t[i] = Slot { handle, index };
+    }
+
+    /// Caches record `index` for `handle` (not 0, not cached), doubling the table first if it
+    /// would be more than 3/4 full; past [`MAX_SLOTS`] the handle is not cached.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` if a larger table cannot be allocated (nothing changes then).
+    fn insert(&mut self, handle: u64, index: usize) -> Result {
+        let len = self.table().len();
+        if 4 * (self.used + 1) > 3 * len {
+            if len >= MAX_SLOTS {
+                return Ok(());
+            }
+            let mut bigger = KVVec::from_elem(Slot::default(), 2 * len, GFP_KERNEL_ACCOUNT)?;
+            for s in self.table().iter().filter(|s| s.handle != 0) {
+                Self::put(&mut bigger, s.handle, s.index);
+            }
+            self.heap = bigger;
+        }
+        let t: &mut [Slot] = if self.heap.is_empty() {
+            &mut self.inline
+        } else {
+            &mut self.heap
+        };
+        // CAST: at most 2 * MAX_BATCH records.
+        Self::put(t, handle, index as u32);
+        self.used += 1;
+        Ok(())
+    }
 }
 
 /// The pairs of one prepare call, the largest number of pairs one of its copies took, the
@@ -56,8 +153,8 @@ pub(crate) struct Batch {
     resolved: [Option<Resolved>; INLINE_RESOLVED],
     n_resolved: usize,
     resolved_heap: KVec<Resolved>,
-    slots_inline: [Slot; INLINE_SLOTS],
-    slots_heap: KVVec<Slot>,
+    /// Handle -> record index.
+    handles: Handles,
 }
 
 /// A copy that names nothing (an unused inline slot).
@@ -85,18 +182,12 @@ impl Batch {
             resolved: [const { None }; INLINE_RESOLVED],
             n_resolved: 0,
             resolved_heap: KVec::new(),
-            slots_inline: [Slot::default(); INLINE_SLOTS],
-            slots_heap: KVVec::new(),
+            handles: Handles::new(),
         };
+        // Sized by the batch: a pair per entry unless a copy is split. The buffer records and
+        // the handle table grow with the distinct buffers named.
         if entries > INLINE_PAIRS {
             b.heap.reserve(entries, GFP_KERNEL_ACCOUNT)?;
-            let slots = (entries * 4).next_power_of_two().min(MAX_SLOTS);
-            b.slots_heap.reserve(slots, GFP_KERNEL_ACCOUNT)?;
-            for _ in 0..slots {
-                // Cannot fail: capacity was reserved.
-                let _ = b.slots_heap.push_within_capacity(Slot::default());
-            }
-            b.resolved_heap.reserve(entries * 2, GFP_KERNEL_ACCOUNT)?;
         }
         Ok(b)
     }
@@ -158,50 +249,30 @@ impl Batch {
     /// `ENOENT` for an unknown handle or a buffer being freed, `ENODEV` after unbind,
     /// `ENOMEM`.
     fn resolve(&mut self, pool: &BufferPool, owner: u64, route: u64, handle: u64) -> Result<usize> {
-        let slots: &mut [Slot] = if self.slots_heap.is_empty() {
-            &mut self.slots_inline
-        } else {
-            &mut self.slots_heap
-        };
-        let mask = slots.len() - 1;
-        // Fibonacci hashing of the handle (handles are sequential).
-        // CAST: the product's top bits, below `slots.len()`.
-        let mut i = (handle.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & mask;
-        let mut free = None;
-        for _ in 0..slots.len() {
-            // PANIC: `i` is masked to the table.
-            let s = slots[i];
-            if s.handle == handle && handle != 0 {
-                return Ok(s.index as usize);
+        if handle != 0 {
+            if let Some(index) = self.handles.find(handle) {
+                return Ok(index);
             }
-            if s.handle == 0 {
-                free = Some(i);
-                break;
-            }
-            i = (i + 1) & mask;
         }
         let buf = pool.get(owner, handle)?;
         let base = buf.base(route)?;
-        self.holds.add(&buf)?;
         let index = self.n_resolved;
+        if index >= INLINE_RESOLVED {
+            self.resolved_heap.reserve(1, GFP_KERNEL_ACCOUNT)?;
+        }
+        self.holds.add(&buf)?;
         if index < INLINE_RESOLVED {
             // PANIC: `index` is below INLINE_RESOLVED.
             self.resolved[index] = Some(Resolved { buf, base });
         } else {
-            self.resolved_heap
-                .push(Resolved { buf, base }, GFP_KERNEL_ACCOUNT)?;
+            // Cannot fail: capacity was reserved.
+            let _ = self
+                .resolved_heap
+                .push_within_capacity(Resolved { buf, base });
         }
         self.n_resolved += 1;
-        // Cached while the table is at most 3/4 full.
-        if let Some(f) = free {
-            if 4 * self.n_resolved <= 3 * slots.len() {
-                // PANIC: `f` is masked to the table. CAST: at most 2 * MAX_BATCH records.
-                slots[f] = Slot {
-                    handle,
-                    index: index as u32,
-                };
-            }
-        }
+        // Cached once recorded (a failed call drops the whole batch anyway).
+        self.handles.insert(handle, index)?;
         Ok(index)
     }
 
@@ -268,6 +339,44 @@ impl Batch {
         for pair in &mut pairs {
             self.push(pair?)?;
         }
+        Ok(())
+    }
+}
+
+#[cfg(neuron_udma_kunit)]
+#[kunit_tests(neuron_udma_batch)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_table_grows_with_the_buffers_not_the_entries() -> Result {
+        let mut h = Handles::new();
+        // Sequential handles, as the pool hands them out, and a few far apart.
+        let handle = |k: usize| {
+            if k % 7 == 0 {
+                (k as u64) << 32 | 1
+            } else {
+                k as u64 + 1
+            }
+        };
+        for k in 0..24 {
+            h.insert(handle(k), k)?;
+        }
+        // 24 buffers fit the inline 32 slots at 3/4: nothing allocated.
+        assert!(h.heap.is_empty());
+        h.insert(handle(24), 24)?;
+        assert_eq!(h.table().len(), 2 * INLINE_SLOTS);
+        for k in 25..MAX_SLOTS {
+            h.insert(handle(k), k)?;
+        }
+        // The table stops at MAX_SLOTS; past 3/4 of it a handle is not cached.
+        assert_eq!(h.table().len(), MAX_SLOTS);
+        let cached = 3 * MAX_SLOTS / 4;
+        for k in 0..MAX_SLOTS {
+            let want = if k < cached { Some(k) } else { None };
+            assert_eq!(h.find(handle(k)), want);
+        }
+        assert_eq!(h.find(u64::MAX), None);
         Ok(())
     }
 }

@@ -24,6 +24,11 @@ use kernel::{
 /// `COPY_PREPARE` batches up to this many entries are read without a heap allocation.
 const INLINE_BATCH: usize = 16;
 
+/// Checks at build time that `T` is valid for any bit pattern.
+const fn from_bytes<T: kernel::transmute::FromBytes>() {}
+// `copy_prepare` reads the entries as bytes into uninitialised memory.
+const _: () = from_bytes::<uapi::neuron_udma_copy>();
+
 impl OpenFile {
     /// `QUEUE_INIT`: takes queue `engine`/`queue` of the device for this file, its rings in host
     /// memory or (`NEURON_UDMA_QUEUE_DEVICE_RINGS`) device memory; its fences continue the
@@ -144,22 +149,28 @@ impl OpenFile {
             UserSlice::new(UserPtr::from_addr(p.copies as usize), entry * count).reader();
         // Small batches are read onto the stack: a heap array per call costs more than the
         // descriptors themselves (Documentation/benchmarks.rst).
-        let unused = uapi::neuron_udma_copy::default();
-        let mut inline = [unused; INLINE_BATCH];
-        let mut heap = KVVec::new();
-        let staged = if count <= INLINE_BATCH {
-            &mut inline[..count]
-        } else {
-            heap.reserve(count, GFP_KERNEL_ACCOUNT)?;
-            for _ in 0..count {
-                heap.push(unused, GFP_KERNEL_ACCOUNT)?;
-            }
-            &mut heap[..]
-        };
         // The whole array in one user copy, before any lock: a page fault takes the mmap lock,
         // which a fault on a buffer mapping holds while it takes a buffer's lock.
-        reader.read_slice(staged.as_bytes_mut())?;
-        self.prepare(p.engine, p.queue, staged)
+        if count <= INLINE_BATCH {
+            let mut inline = [uapi::neuron_udma_copy::default(); INLINE_BATCH];
+            let staged = &mut inline[..count];
+            reader.read_slice(staged.as_bytes_mut())?;
+            return self.prepare(p.engine, p.queue, staged);
+        }
+        // A larger array is read straight into the spare capacity of a heap array sized by
+        // the batch, nothing written to it before the user copy.
+        let mut heap = KVVec::<uapi::neuron_udma_copy>::with_capacity(count, GFP_KERNEL_ACCOUNT)?;
+        // PANIC: the capacity is at least `count`.
+        let spare = &mut heap.spare_capacity_mut()[..count];
+        // SAFETY: `MaybeUninit<T>` has the size and alignment of `T`, so the `count` elements
+        // are `entry * count` bytes; the bytes are only written through the returned slice.
+        let bytes =
+            unsafe { core::slice::from_raw_parts_mut(spare.as_mut_ptr().cast(), entry * count) };
+        reader.read_raw(bytes)?;
+        // SAFETY: `read_raw` succeeded, so the first `count` elements are initialised, and any
+        // bit pattern is a valid `neuron_udma_copy` (it is `FromBytes`: checked below).
+        unsafe { heap.inc_len(count) };
+        self.prepare(p.engine, p.queue, &heap)
     }
 
     /// `COPY_START`: rings the doorbells for `m2s_count` Tx and `s2m_count` Rx prepared
