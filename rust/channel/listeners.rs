@@ -94,19 +94,24 @@ impl Channel {
         }
     }
 
-    /// Whether the queue has completions or failures not reported yet: `(completed, failed)`
-    /// (for `poll()`).
-    pub(crate) fn pending_events(&self) -> (bool, bool) {
-        let Ok((done, failed)) = self.locked(|q| {
+    /// Whether the queue has completions or failures not reported yet, and whether it has
+    /// fences in flight: `(completed, failed, busy)` (for `poll()`, which has the completion
+    /// engine watch only a busy queue). Read under the queue lock, so a poller marked before
+    /// the call either sees a fence submitted concurrently as busy or is seen as a listener by
+    /// that submission (which then has the engine watch the queue: `Completer::watch_queue`).
+    pub(crate) fn pending_events(&self) -> (bool, bool, bool) {
+        let Ok((done, failed, busy)) = self.locked(|q| {
             q.retire();
-            Ok(q.outcomes())
+            let (done, failed) = q.outcomes();
+            Ok((done, failed, q.busy()))
         }) else {
-            return (false, false);
+            return (false, false, false);
         };
         let l = self.listeners.lock();
         (
             done > l.reported.done,
             failed.is_some_and(|f| f.0 > l.reported.failed),
+            busy,
         )
     }
 

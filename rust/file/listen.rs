@@ -104,14 +104,19 @@ impl OpenFile {
             let Ok(chan) = self.dev.queue(Owner::File(self.id), id) else {
                 continue;
             };
-            let (completed, failed) = chan.pending_events();
+            let (completed, failed, busy) = chan.pending_events();
             if completed {
                 mask |= kernel::bindings::POLLIN | kernel::bindings::POLLRDNORM;
             }
             if failed {
                 mask |= kernel::bindings::POLLPRI | kernel::bindings::POLLERR;
             }
-            Completer::watch_queue(&self.dev.completer, &chan);
+            // Only a queue with fences in flight needs watching: a poll that follows a wake-up
+            // would otherwise start the engine (a work item and a context switch, the waker
+            // preempted) just to find the queue idle (Documentation/benchmarks.rst, (ev)).
+            if busy {
+                Completer::watch_queue(&self.dev.completer, &chan);
+            }
         }
         if !self.dev.is_alive() {
             mask |= kernel::bindings::POLLERR | kernel::bindings::POLLHUP;

@@ -168,7 +168,7 @@ impl OpenFile {
             unsafe { core::slice::from_raw_parts_mut(spare.as_mut_ptr().cast(), entry * count) };
         reader.read_raw(bytes)?;
         // SAFETY: `read_raw` succeeded, so the first `count` elements are initialised, and any
-        // bit pattern is a valid `neuron_udma_copy` (it is `FromBytes`: checked below).
+        // bit pattern is a valid `neuron_udma_copy` (it is `FromBytes`: checked above).
         unsafe { heap.inc_len(count) };
         self.prepare(p.engine, p.queue, &heap)
     }
