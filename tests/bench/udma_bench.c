@@ -35,7 +35,9 @@
  *   rings in device memory: the time of PREPARE_ONE (or COPY_PREPARE xN) + COPY_START per pair on
  *       a queue whose rings are in HBM (NEURON_UDMA_QUEUE_DEVICE_RINGS), the descriptors written
  *       through BAR4 or moved by the driver's H2T queue (the device_ring_fill module parameter),
- *       against the same calls on a queue with host rings.
+ *       against the same calls on a queue with host rings;
+ *   kernel memory per buffer: the slab a memory cgroup is charged per 4 KiB device buffer and
+ *       per one-page import (5 rounds of 1,024 of each, alternating), against the bound of 512 B.
  *
  * Every result is one line `NU-BENCH {json}` on stdout (name, value, unit, baseline, ratio,
  * how, and for some rows more fields: load_start/load_end, floor_us). Progress and errors go to
@@ -48,7 +50,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "udma_util.h"
@@ -2025,11 +2029,146 @@ static void bench_device_rings(void)
 	close(fd);
 }
 
+/* ---- (m) kernel memory per buffer ---- */
+
+#define KMEM_CG "/sys/fs/cgroup/nu_bench_kmem"
+#define KMEM_BUFS 1024U		/* buffers per round */
+#define KMEM_ROUNDS 5U		/* rounds of each kind, alternating */
+#define KMEM_BOUND 512.0	/* the (m) target, bytes per buffer */
+
+/* The test cgroup's charged slab bytes (memory.stat "slab"), -1 if unreadable. */
+static long long kmem_slab(void)
+{
+	char line[256];
+	long long v = -1;
+	FILE *f = fopen(KMEM_CG "/memory.stat", "re");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "slab ", 5)) {
+			v = strtoll(line + 5, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+static void kmem_settle(void)
+{
+	struct timespec ts = { 0, 500 * 1000000L };	/* frees that RCU defers, the stats flushed */
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+/*
+ * In a child in the memory cgroup KMEM_CG: KMEM_ROUNDS rounds of each kind, alternating (device,
+ * import, device, ...): KMEM_BUFS 4 KiB device buffers (MEM_ALLOC) or one-page imports
+ * (MEM_IMPORT of one byte of the same page) made, the cgroup's charged slab read before and
+ * after, then all freed. A first buffer of each kind is made and freed first (the per-file
+ * records made once are not counted). Prints the two rows; exits non-zero on an error.
+ */
+static int kmem_child(void)
+{
+	double per[2][KMEM_ROUNDS], mid[2], lo[2], hi[2];
+	static __u64 h[KMEM_BUFS];
+	unsigned char *page;
+	char pid[32], how[600];
+	unsigned int r, k, i;
+	struct ubuf b;
+	int fd, ret;
+
+	snprintf(pid, sizeof(pid), "%d", getpid());
+	if (sysfs_write(KMEM_CG "/cgroup.procs", pid))
+		return 3;
+	fd = udma_open();
+	page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (fd < 0 || page == MAP_FAILED)
+		return 4;
+	page[0] = 1;
+	if (ubuf_alloc(fd, NEURON_UDMA_MEM_DEVICE, 4096, &b) || ubuf_free(fd, &b) ||
+	    udma_import(fd, page, 1, 0, &h[0], NULL) || mem_free(fd, h[0]))
+		return 5;
+	for (r = 0; r < 2 * KMEM_ROUNDS; r++) {
+		long long s0, s1;
+
+		k = r % 2;
+		kmem_settle();
+		s0 = kmem_slab();
+		for (i = 0; i < KMEM_BUFS; i++) {
+			if (k == 0) {
+				struct neuron_udma_mem_alloc a = { .size = 4096,
+								   .type = NEURON_UDMA_MEM_DEVICE };
+
+				ret = udma_ioc(fd, NEURON_UDMA_MEM_ALLOC, &a);
+				h[i] = a.handle;
+			} else {
+				ret = udma_import(fd, page, 1, 0, &h[i], NULL);
+			}
+			if (ret)
+				die(k ? "MEM_IMPORT (kmem rows)" : "MEM_ALLOC (kmem rows)", ret);
+		}
+		s1 = kmem_slab();
+		if (s0 < 0 || s1 < 0)
+			return 6;
+		per[k][r / 2] = (double)(s1 - s0) / KMEM_BUFS;
+		for (i = 0; i < KMEM_BUFS; i++)
+			if ((ret = mem_free(fd, h[i])))
+				die("MEM_FREE (kmem rows)", ret);
+	}
+	close(fd);
+	for (k = 0; k < 2; k++) {
+		qsort(per[k], KMEM_ROUNDS, sizeof(double), cmp_double);
+		mid[k] = per[k][KMEM_ROUNDS / 2];
+		lo[k] = per[k][0];
+		hi[k] = per[k][KMEM_ROUNDS - 1];
+	}
+	for (k = 0; k < 2; k++) {
+		snprintf(how, sizeof(how),
+			 "%u rounds of each kind alternating (4 KiB device buffers, one-page imports), "
+			 "each %u buffers made in a memory cgroup of their own and freed again: the "
+			 "cgroup's charged slab (memory.stat) before and after, per buffer; the median "
+			 "round, min and max; the buffers' user memory (device memory, the pinned page) "
+			 "not counted; baseline: the (m) bound, %.0f B", KMEM_ROUNDS, KMEM_BUFS,
+			 KMEM_BOUND);
+		printf("NU-BENCH {\"name\":\"kernel memory per %s\",\"value\":%.1f,"
+		       "\"unit\":\"B\",\"baseline\":%.1f,\"ratio\":%.4f,\"min\":%.4f,"
+		       "\"max\":%.4f,\"reps\":%u,\"how\":\"%s\"}\n",
+		       k ? "one-page import" : "4 KiB device buffer", mid[k], KMEM_BOUND,
+		       mid[k] / KMEM_BOUND, lo[k] / KMEM_BOUND, hi[k] / KMEM_BOUND, KMEM_ROUNDS, how);
+	}
+	fflush(stdout);
+	return 0;
+}
+
+/* The (m) rows: kmem_child in a fresh memory cgroup, which is removed afterwards. */
+static void bench_kmem(void)
+{
+	int status = 0;
+	pid_t pid;
+
+	rmdir(KMEM_CG);
+	if (sysfs_write("/sys/fs/cgroup/cgroup.subtree_control", "+memory") ||
+	    (mkdir(KMEM_CG, 0755) && errno != EEXIST))
+		die("the memory cgroup of the kmem rows (cgroup2 at /sys/fs/cgroup)", -errno ?: -EIO);
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		die("fork", -errno);
+	if (!pid)
+		_exit(kmem_child());
+	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status))
+		die("the kmem rows' child", -EIO);
+	for (int i = 0; i < 50 && rmdir(KMEM_CG) && errno == EBUSY; i++)
+		kmem_settle();
+}
+
 int main(int argc, char **argv)
 {
 	enum {
 		M_SUB = 1, M_LOOKUP = 2, M_BATCH = 4, M_LAT = 8, M_SCALE = 16, M_URING = 32,
-		M_WAKE = 64, M_FILL = 128, M_HOLES = 256, M_DEVRINGS = 512,
+		M_WAKE = 64, M_FILL = 128, M_HOLES = 256, M_DEVRINGS = 512, M_KMEM = 1024,
 	};
 	unsigned int only = 0;
 	int i;
@@ -2067,11 +2206,13 @@ int main(int argc, char **argv)
 			only |= M_HOLES;
 		else if (!strcmp(argv[i], "--only-devrings"))
 			only |= M_DEVRINGS;
+		else if (!strcmp(argv[i], "--only-kmem"))
+			only |= M_KMEM;
 		else {
 			fprintf(stderr, "usage: udma_bench [--subs N] [--runs N] [--scale-runs N] [--wake-runs N] "
 				"[--threads 1|2] [--batch N] [--only-submit] [--only-lookup] [--only-batch] "
 				"[--only-latency] [--only-scale] [--only-uring] [--only-wakeup] [--only-fill] "
-				"[--only-holes] [--only-devrings]\n"
+				"[--only-holes] [--only-devrings] [--only-kmem]\n"
 				"  --batch selects the submission rows' batch (0: PREPARE_ONE) and the batch-scale "
 				"row (then without the user-copy row); --threads the submission rows' threads;\n"
 				"  the --only-* options add up; without any, everything runs\n");
@@ -2082,7 +2223,7 @@ int main(int argc, char **argv)
 		return 2;
 	if (!only)
 		only = M_SUB | M_LOOKUP | M_BATCH | M_LAT | M_SCALE | M_URING | M_WAKE | M_FILL | M_HOLES |
-		       M_DEVRINGS;
+		       M_DEVRINGS | M_KMEM;
 	if (only & M_SUB)
 		bench_submission();
 	if (only & M_LOOKUP)
@@ -2103,6 +2244,8 @@ int main(int argc, char **argv)
 		bench_fill();
 	if (only & M_DEVRINGS)
 		bench_device_rings();
+	if (only & M_KMEM)
+		bench_kmem();
 	/* Last: it fills device memory (and frees it all again). */
 	if (only & M_HOLES)
 		bench_holes();
