@@ -226,6 +226,12 @@ struct BenchArgs {
     /// Copy with the driver's own queue (MEMCPY) instead of a user queue.
     #[arg(long)]
     memcpy: bool,
+    /// Streaming: per size, host->HBM and HBM->host through the user queue (with --pipeline, two)
+    /// and through MEMCPY, alternating (--iters repetitions of each, which goes first
+    /// alternating); prints the rates' medians and the per-repetition ratios' median, min and
+    /// max, and a `NU-BENCH {json}` line per row for `make bench`.
+    #[arg(long, conflicts_with_all = ["memcpy", "zero_copy"])]
+    against_memcpy: bool,
     /// Measure zero-copy (MEM_IMPORT of the process's own buffer) host->HBM and HBM->host
     /// against the copy-into-coherent path of the same bytes (a CPU memcpy between the process
     /// buffer and a driver host buffer of --window bytes, plus the DMA).
@@ -810,6 +816,9 @@ fn cmd_bench(dev: &Device, info: &Info, a: &BenchArgs) -> Result<()> {
     if a.zero_copy {
         return bench_zero_copy(dev, info, a, &mover);
     }
+    if a.against_memcpy {
+        return bench_against_memcpy(dev, info, a, &mover);
+    }
     let hidden = ProgressBar::hidden();
     println!("{:>8}  {:<11} {:>14} {:>14} {:>7}   via {}", "size", "path", "dma", "memcpy", "ratio", mover.via());
     for &size in &a.sizes {
@@ -867,6 +876,114 @@ fn cmd_bench(dev: &Device, info: &Info, a: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// The median of `v` (sorted in place; the upper middle of an even count), 0 for none.
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Per-repetition ratios of an interleaved measurement: (median, min, max).
+fn spread(ratios: &mut [f64]) -> (f64, f64, f64) {
+    let m = median(ratios);
+    (m, ratios.first().copied().unwrap_or(0.0), ratios.last().copied().unwrap_or(0.0))
+}
+
+/// One `NU-BENCH {json}` line of a ratio of interleaved repetitions (`make bench`'s report
+/// reads it): the figure and its baseline (medians, bytes/s), the per-repetition ratios'
+/// median, min and max.
+fn nu_bench_ratio(name: &str, value: f64, baseline: f64, ratios: (f64, f64, f64), reps: usize, how: &str) {
+    let row = serde_json::json!({
+        "name": name, "value": value, "unit": "B/s", "baseline": baseline,
+        "ratio": ratios.0, "min": ratios.1, "max": ratios.2, "reps": reps, "how": how,
+    });
+    println!("NU-BENCH {row}");
+}
+
+/// `bench --against-memcpy`: per size, host->HBM and HBM->host through `mover` (the user
+/// queue) and through MEMCPY, --iters repetitions of each alternating (which goes first
+/// alternates), one host and one device buffer of up to --window bytes reused in rounds. Both
+/// directions verified byte for byte at the end of each size.
+fn bench_against_memcpy(dev: &Device, info: &Info, a: &BenchArgs, user: &Mover) -> Result<()> {
+    let memcpy = Mover { dev, info, queue: None, second: None, timeout: user.timeout };
+    let hidden = ProgressBar::hidden();
+    let reps = a.iters.max(1) as usize;
+    println!(
+        "{:>8}  {:<11} {:>14} {:>14} {:>7} {:>17}   via {} against MEMCPY",
+        "size",
+        "path",
+        "user queue",
+        "MEMCPY",
+        "ratio",
+        "range",
+        user.via()
+    );
+    for &size in &a.sizes {
+        if size == 0 {
+            bail!("size 0 in --sizes");
+        }
+        let buf =
+            size.min(a.window.unwrap_or(DEFAULT_WINDOW)).min(info.max_host_buffer).min(info.device_mem_size / 2).max(1);
+        let mut h1 = limits::or_memlock(dev.alloc_host(buf), "NEURON_UDMA_MEM_ALLOC host", limits::Remedy::Window)?;
+        let h2 = limits::or_memlock(dev.alloc_host(buf), "NEURON_UDMA_MEM_ALLOC host", limits::Remedy::Window)?;
+        let d = dev.alloc_device(buf).context("NEURON_UDMA_MEM_ALLOC device")?;
+        XorShift::new(size).fill(&mut h1);
+        let paths: [(&str, &dyn Buffer, &dyn Buffer); 2] = [("host->HBM", &h1, &d), ("HBM->host", &d, &h2)];
+        for (name, src, dst) in paths {
+            let timed = |m: &Mover| -> Result<Duration> {
+                let t = Instant::now();
+                in_rounds(size, buf, |_, n| m.copy(src, dst, n, &hidden))?;
+                Ok(t.elapsed())
+            };
+            let (mut ru, mut rm, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+            for i in 0..reps {
+                let (tu, tm) = if i % 2 == 0 {
+                    let tu = timed(user)?;
+                    (tu, timed(&memcpy)?)
+                } else {
+                    let tm = timed(&memcpy)?;
+                    (timed(user)?, tm)
+                };
+                let rate = |t: Duration| size as f64 / t.as_secs_f64().max(f64::MIN_POSITIVE);
+                ru.push(rate(tu));
+                rm.push(rate(tm));
+                ratios.push(rate(tu) / rate(tm));
+            }
+            let (u, m) = (median(&mut ru), median(&mut rm));
+            let r = spread(&mut ratios);
+            println!(
+                "{:>8}  {:<11} {:>14} {:>14} {:>6.3}x {:>17}",
+                human_size(size),
+                name,
+                human_rate(size, Duration::from_secs_f64(size as f64 / u.max(f64::MIN_POSITIVE))),
+                human_rate(size, Duration::from_secs_f64(size as f64 / m.max(f64::MIN_POSITIVE))),
+                r.0,
+                format!("{:.3}-{:.3}x", r.1, r.2)
+            );
+            let how = format!(
+                "udmactl bench --against-memcpy: {reps} repetitions of each side alternating (which goes first \
+                 alternates), {} through {} (--pipeline: the next batch prepared and started while the engine runs \
+                 the previous one) against the MEMCPY ioctl of the same bytes, buffers of {} reused in rounds; rates: \
+                 the medians; ratio: the median of the per-repetition ratios, min and max beside it",
+                human_bytes(size),
+                user.via(),
+                human_bytes(buf)
+            );
+            nu_bench_ratio(
+                &format!("streaming {} {name}: user queue vs MEMCPY", human_size(size)),
+                u,
+                m,
+                r,
+                reps,
+                &how,
+            );
+        }
+        if h1[..] != h2[..] {
+            bail!("{}: the HBM->host copy does not match the source", human_bytes(size));
+        }
+    }
+    Ok(())
+}
+
 /// `bench --zero-copy`: per size, host->HBM and HBM->host of a process buffer (a) zero-copy:
 /// imported (MEM_IMPORT), copied, freed, the import and free timed with the copy; (b) through
 /// a coherent driver host buffer of --window bytes: CPU memcpy between it and the process buffer,
@@ -906,67 +1023,98 @@ fn bench_zero_copy(dev: &Device, info: &Info, a: &BenchArgs, mover: &Mover) -> R
         let mut out = process_buffer(len)?;
         out.fill(0xA5);
 
-        let (mut pin_h2d, mut runs_h2d) = (Duration::MAX, 0);
-        let zc_h2d = best_of(a.iters, || {
-            let t = Instant::now();
-            let src = limits::or_memlock(dev.import(&data), "NEURON_UDMA_MEM_IMPORT", limits::Remedy::Sizes)?;
-            let mut pin = t.elapsed();
-            runs_h2d = src.segments();
-            mover.copy(&src, &hbm, size, &hidden)?;
-            let t = Instant::now();
-            src.free().context("NEURON_UDMA_MEM_FREE")?;
-            pin += t.elapsed();
-            pin_h2d = pin_h2d.min(pin);
-            Ok(())
-        })
-        .with_context(|| format!("zero-copy host->HBM {}", human_bytes(size)))?;
-        let (mut pin_d2h, mut runs_d2h) = (Duration::MAX, 0);
-        let zc_d2h = best_of(a.iters, || {
-            let t = Instant::now();
-            let dst = limits::or_memlock(dev.import_mut(&mut out), "NEURON_UDMA_MEM_IMPORT", limits::Remedy::Sizes)?;
-            let mut pin = t.elapsed();
-            runs_d2h = dst.segments();
-            mover.copy(&hbm, &dst, size, &hidden)?;
-            let t = Instant::now();
-            dst.try_free().map_err(|(_, e)| e).context("NEURON_UDMA_MEM_FREE")?;
-            pin += t.elapsed();
-            pin_d2h = pin_d2h.min(pin);
-            Ok(())
-        })
-        .with_context(|| format!("zero-copy HBM->host {}", human_bytes(size)))?;
-        if out[..] != data[..] {
-            bail!("{}: the zero-copy round trip does not match the source", human_bytes(size));
+        // Each repetition times the four runs, zero-copy and coherent alternating in each
+        // direction (which goes first alternates), so that both sides of a ratio share the
+        // phase; the table prints the medians and the per-repetition ratios' median and range.
+        let reps = a.iters.max(1) as usize;
+        let (mut pin_h2d, mut runs_h2d, mut pin_d2h, mut runs_d2h) = (Duration::MAX, 0, Duration::MAX, 0);
+        let mut t = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+        for i in 0..reps {
+            let zc_first = i % 2 == 0;
+            let mut zc_h2d = || -> Result<Duration> {
+                let t0 = Instant::now();
+                let src = limits::or_memlock(dev.import(&data), "NEURON_UDMA_MEM_IMPORT", limits::Remedy::Sizes)?;
+                let mut pin = t0.elapsed();
+                runs_h2d = src.segments();
+                mover.copy(&src, &hbm, size, &hidden)?;
+                let t1 = Instant::now();
+                src.free().context("NEURON_UDMA_MEM_FREE")?;
+                pin += t1.elapsed();
+                pin_h2d = pin_h2d.min(pin);
+                Ok(t0.elapsed())
+            };
+            let mut co_h2d = || -> Result<Duration> {
+                let t0 = Instant::now();
+                in_rounds(size, window, |off, n| {
+                    stage[..n as usize].copy_from_slice(&data[off as usize..(off + n) as usize]);
+                    mover.copy_at(&stage, 0, &hbm, off, n, &hidden)
+                })?;
+                Ok(t0.elapsed())
+            };
+            let (z, c) = if zc_first {
+                let z = zc_h2d().with_context(|| format!("zero-copy host->HBM {}", human_bytes(size)))?;
+                (z, co_h2d().with_context(|| format!("coherent host->HBM {}", human_bytes(size)))?)
+            } else {
+                let c = co_h2d().with_context(|| format!("coherent host->HBM {}", human_bytes(size)))?;
+                (zc_h2d().with_context(|| format!("zero-copy host->HBM {}", human_bytes(size)))?, c)
+            };
+            t[0][0].push(z);
+            t[0][1].push(c);
+            for zc in [zc_first, !zc_first] {
+                out.fill(0);
+                let d = if zc {
+                    let t0 = Instant::now();
+                    let dst =
+                        limits::or_memlock(dev.import_mut(&mut out), "NEURON_UDMA_MEM_IMPORT", limits::Remedy::Sizes)
+                            .with_context(|| format!("zero-copy HBM->host {}", human_bytes(size)))?;
+                    let mut pin = t0.elapsed();
+                    runs_d2h = dst.segments();
+                    mover
+                        .copy(&hbm, &dst, size, &hidden)
+                        .with_context(|| format!("zero-copy HBM->host {}", human_bytes(size)))?;
+                    let t1 = Instant::now();
+                    dst.try_free().map_err(|(_, e)| e).context("NEURON_UDMA_MEM_FREE")?;
+                    pin += t1.elapsed();
+                    pin_d2h = pin_d2h.min(pin);
+                    t0.elapsed()
+                } else {
+                    let t0 = Instant::now();
+                    in_rounds(size, window, |off, n| {
+                        mover.copy_at(&hbm, off, &stage, 0, n, &hidden)?;
+                        out[off as usize..(off + n) as usize].copy_from_slice(&stage[..n as usize]);
+                        Ok(())
+                    })
+                    .with_context(|| format!("coherent HBM->host {}", human_bytes(size)))?;
+                    t0.elapsed()
+                };
+                t[1][usize::from(!zc)].push(d);
+                if out[..] != data[..] {
+                    let how = if zc { "zero-copy" } else { "coherent" };
+                    bail!("{}: the {how} round trip does not match the source", human_bytes(size));
+                }
+            }
         }
-        out.fill(0);
-        let co_h2d = best_of(a.iters, || {
-            in_rounds(size, window, |off, n| {
-                stage[..n as usize].copy_from_slice(&data[off as usize..(off + n) as usize]);
-                mover.copy_at(&stage, 0, &hbm, off, n, &hidden)
-            })
-        })
-        .with_context(|| format!("coherent host->HBM {}", human_bytes(size)))?;
-        let co_d2h = best_of(a.iters, || {
-            in_rounds(size, window, |off, n| {
-                mover.copy_at(&hbm, off, &stage, 0, n, &hidden)?;
-                out[off as usize..(off + n) as usize].copy_from_slice(&stage[..n as usize]);
-                Ok(())
-            })
-        })
-        .with_context(|| format!("coherent HBM->host {}", human_bytes(size)))?;
-        if out[..] != data[..] {
-            bail!("{}: the coherent round trip does not match the source", human_bytes(size));
-        }
-        let rows = [("host->HBM", zc_h2d, co_h2d, pin_h2d, runs_h2d), ("HBM->host", zc_d2h, co_d2h, pin_d2h, runs_d2h)];
-        for (name, zc, co, pin, runs) in rows {
+        let rate = |d: &Duration| size as f64 / d.as_secs_f64().max(f64::MIN_POSITIVE);
+        for (dir, (name, pin, runs)) in
+            [("host->HBM", pin_h2d, runs_h2d), ("HBM->host", pin_d2h, runs_d2h)].into_iter().enumerate()
+        {
+            let mut zc: Vec<f64> = t[dir][0].iter().map(rate).collect();
+            let mut co: Vec<f64> = t[dir][1].iter().map(rate).collect();
+            let mut ratios: Vec<f64> = zc.iter().zip(&co).map(|(z, c)| z / c).collect();
+            let (z, c) = (median(&mut zc), median(&mut co));
+            let r = spread(&mut ratios);
             println!(
-                "{:>8}  zero-copy {:<9} {:>14} {:>14} {:>6.2}x  {:>8.3}ms  {:>6}",
+                "{:>8}  zero-copy {:<9} {:>14} {:>14} {:>6.3}x  {:>8.3}ms  {:>6}  {:.3}-{:.3}x {}",
                 human_size(size),
                 name,
-                human_rate(size, zc),
-                human_rate(size, co),
-                co.as_secs_f64() / zc.as_secs_f64().max(f64::MIN_POSITIVE),
+                human_rate(size, Duration::from_secs_f64(size as f64 / z.max(f64::MIN_POSITIVE))),
+                human_rate(size, Duration::from_secs_f64(size as f64 / c.max(f64::MIN_POSITIVE))),
+                r.0,
                 pin.as_secs_f64() * 1e3,
-                runs
+                runs,
+                r.1,
+                r.2,
+                reps
             );
         }
     }
