@@ -98,8 +98,11 @@ TARGETS = {
         ("ev", "<=", 1.0, "uring"),
     "URING_COPY 8 SQEs x254 submission per pair vs COPY_PREPARE + COPY_SUBMIT":
         ("ev", "<=", 1.0, "uring"),
-    # From COPY_SUBMIT to the waiter's wake-up (udma_bench).
+    # From COPY_SUBMIT (io_uring: the SQE's issue) to the waiter's wake-up, each kind interleaved
+    # with COPY_WAIT (udma_bench).
     "COPY_SUBMIT to wake-up p50: epoll vs COPY_WAIT": ("ev", "<=", 1.2, "wakeup"),
+    "COPY_SUBMIT to wake-up p50: eventfd vs COPY_WAIT": ("ev", "<=", 1.2, "wakeup"),
+    "URING_COPY issue to wake-up p50: io_uring vs COPY_WAIT": ("ev", "<=", 1.2, "wakeup"),
     # MEMSET against MEMCPY of the same bytes (udma_bench).
     "MEMSET 4M host vs MEMCPY host->host": ("fill", ">=", 0.9, "fill"),
     "MEMSET 4M HBM vs MEMCPY HBM->HBM": ("fill", ">=", 0.9, "fill"),

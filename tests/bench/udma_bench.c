@@ -27,8 +27,9 @@
  *       2032, eight of 254 on eight queues, in one io_uring_enter) until their fences are
  *       submitted, against COPY_PREPARE of the same batches, and against COPY_PREPARE +
  *       COPY_SUBMIT (raw io_uring system calls: no library linked);
- *   wake-up: the time from COPY_SUBMIT, and from a copy's bytes landing (a thread spins on the
- *       destination), to the wake-up of its waiter, epoll + QUEUE_EVENTS against COPY_WAIT;
+ *   wake-up: the time from COPY_SUBMIT (io_uring: from the URING_COPY issue), and from a copy's
+ *       bytes landing (a thread spins on the destination), to the wake-up of its waiter, epoll +
+ *       QUEUE_EVENTS, an eventfd read and an io_uring CQE wait against COPY_WAIT;
  *   fills: MEMSET against MEMCPY of the same bytes, 4 MiB host, 4 MiB and 64 MiB device;
  *   fragmented device memory: MEM_ALLOC that fails and one that succeeds with 8,192 one-slot
  *       holes against the same with 1 hole;
@@ -50,6 +51,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -1674,7 +1676,12 @@ static void *lander_thread(void *arg)
 	return NULL;
 }
 
-enum { W_EPOLL, W_COPY_WAIT, W_NUM };
+enum { W_EPOLL, W_COPY_WAIT, W_EVENTFD, W_URING, W_NUM };
+
+static const char *const wake_kind[W_NUM] = { "epoll", "COPY_WAIT", "eventfd", "io_uring" };
+/* The eventfd of the W_EVENTFD queue and the io_uring of the W_URING samples. */
+static int wake_efd = -1;
+static struct uring wake_ring;
 
 #define WQ_CPUMASK "/sys/devices/virtual/workqueue/cpumask"
 
@@ -1708,8 +1715,11 @@ static int wq_cpumask_set(const char *mask)
 /*
  * One sample: a 4-byte copy of a new value prepared (untimed) and submitted with COPY_SUBMIT on
  * @c's queue; then either (W_EPOLL) epoll_wait on the file, then QUEUE_EVENTS until its
- * fence is reported, or (W_COPY_WAIT) COPY_WAIT (which waits for that fence: nothing new was
- * prepared). The lander notes when the bytes land. Seconds from landing to the wake-up (after
+ * fence is reported, (W_COPY_WAIT) COPY_WAIT (which waits for that fence: nothing new was
+ * prepared), or (W_EVENTFD) a blocking read of the queue's eventfd (QUEUE_EVENTFD: signalled
+ * once per fence settled); or (W_URING) the copy as one NEURON_UDMA_URING_COPY SQE, submitted
+ * with io_uring_enter waiting for its CQE (the time from that call: the SQE's prepare and fence
+ * included). The lander notes when the bytes land. Seconds from landing to the wake-up (after
  * QUEUE_EVENTS for epoll), from COPY_SUBMIT to it, and (epoll) from landing to epoll_wait's
  * return.
  */
@@ -1728,6 +1738,29 @@ static void wake_sample(struct qctx *c, int kind, int ep, struct lander *l, __u3
 	l->dst = d32;
 	l->want = v;
 	__atomic_store_n(&l->state, 1, __ATOMIC_RELEASE);
+	if (kind == W_URING) {
+		unsigned int head;
+
+		uring_queue_copy(&wake_ring, c->fd, c->eng, c->q, &c->copies[0], 1);
+		t0 = now();
+		do
+			ret = (int)syscall(__NR_io_uring_enter, wake_ring.fd, 1, 1,
+					   IORING_ENTER_GETEVENTS, NULL, 0);
+		while (ret < 0 && errno == EINTR);
+		if (ret < 0)
+			die("io_uring_enter (wake-up rows)", -errno);
+		head = *wake_ring.cq_head;
+		while (head == __atomic_load_n(wake_ring.cq_tail, __ATOMIC_ACQUIRE))
+			if (syscall(__NR_io_uring_enter, wake_ring.fd, 0, 1, IORING_ENTER_GETEVENTS,
+				    NULL, 0) < 0 && errno != EINTR)
+				die("io_uring_enter (wake-up rows)", -errno);
+		t_wake = now();
+		ret = wake_ring.cqes[head & *wake_ring.cq_mask].res;
+		__atomic_store_n(wake_ring.cq_head, head + 1, __ATOMIC_RELEASE);
+		if (ret < 0)
+			die("the URING_COPY CQE (wake-up rows)", ret);
+		goto landed;
+	}
 	ret = prep_one(c->fd, c->eng, c->q, c->copies[0]);
 	if (ret)
 		die("COPY_PREPARE_ONE (wake-up rows)", ret);
@@ -1735,7 +1768,13 @@ static void wake_sample(struct qctx *c, int kind, int ep, struct lander *l, __u3
 	ret = copy_submit(c->fd, c->eng, c->q, &fence);
 	if (ret)
 		die("COPY_SUBMIT (wake-up rows)", ret);
-	if (kind == W_EPOLL) {
+	if (kind == W_EVENTFD) {
+		__u64 n;
+
+		while (read(wake_efd, &n, sizeof(n)) != sizeof(n))
+			if (errno != EINTR)
+				die("read of the eventfd (wake-up rows)", -errno);
+	} else if (kind == W_EPOLL) {
 		while (done < fence) {
 			n = epoll_wait(ep, &e, 1, 10000);
 			if (!t_ep)
@@ -1760,6 +1799,7 @@ static void wake_sample(struct qctx *c, int kind, int ep, struct lander *l, __u3
 			die("COPY_WAIT (wake-up rows)", ret);
 	}
 	t_wake = now();
+landed:
 	t_end = t_wake + 10;
 	while (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) != 2)
 		if (now() > t_end)
@@ -1771,9 +1811,11 @@ static void wake_sample(struct qctx *c, int kind, int ep, struct lander *l, __u3
 }
 
 /*
- * Wake-up latency through epoll against a thread blocked in COPY_WAIT: two files, one queue each
- * (engine 0 queue 1, its file in an epoll set: EPOLLIN | EPOLLPRI; engine 1 queue 1, a file
- * nobody polls), wake_runs rounds of one sample of each, alternating which goes first. Per sample
+ * Wake-up latency through epoll, an eventfd and io_uring against a thread blocked in COPY_WAIT:
+ * four files, one queue each (engine 0 queue 1, its file in an epoll set: EPOLLIN | EPOLLPRI;
+ * engine 1 queue 1, a file nobody polls; engine 0 queue 2 with an eventfd; engine 1 queue 2, its
+ * copies issued as URING_COPY SQEs), wake_runs rounds of one sample of each, the order rotating
+ * from round to round. Per sample
  * the time from COPY_SUBMIT to the wake-up, and from the copy's landing to the wake-up: a lander
  * thread pinned to CPU 1 spins on the destination (the caller runs on CPU 0, and so do the
  * unbound workqueues, the driver's completion worker among them, while the phase lasts).
@@ -1782,7 +1824,7 @@ static void bench_wakeup(void)
 {
 	double *lw[W_NUM], *sw[W_NUM], *le, p50[W_NUM], p99[W_NUM], s50[W_NUM], s99[W_NUM], le50;
 	struct neuron_udma_queue_event ev[4];
-	char how[1200], extra[120], l0[40], l1[40], wq[64], wq_note[160];
+	char how[1600], extra[120], l0[40], l1[40], wq[64], wq_note[160];
 	struct epoll_event e = { .events = EPOLLIN | EPOLLPRI };
 	struct qctx c[W_NUM];
 	struct lander l = { 0 };
@@ -1793,9 +1835,25 @@ static void bench_wakeup(void)
 
 	qctx_open(&c[W_EPOLL], 0, 1);
 	qctx_open(&c[W_COPY_WAIT], 1, 1);
+	qctx_open(&c[W_EVENTFD], 0, 2);
+	qctx_open(&c[W_URING], 1, 2);
 	ep = epoll_create1(EPOLL_CLOEXEC);
 	if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, c[W_EPOLL].fd, &e))
 		die("epoll", -errno);
+	wake_efd = eventfd(0, EFD_CLOEXEC);
+	if (wake_efd < 0)
+		die("eventfd", -errno);
+	{
+		struct neuron_udma_eventfd r = { .engine = c[W_EVENTFD].eng,
+						 .queue = c[W_EVENTFD].q, .fd = wake_efd };
+
+		ret = udma_ioc(c[W_EVENTFD].fd, NEURON_UDMA_QUEUE_EVENTFD, &r);
+		if (ret)
+			die("QUEUE_EVENTFD (wake-up rows)", ret);
+	}
+	ret = uring_open(&wake_ring, 8);
+	if (ret)
+		die("io_uring_setup (wake-up rows)", ret);
 	le = calloc(wake_runs, sizeof(double));
 	for (k = 0; k < W_NUM; k++) {
 		lw[k] = calloc(wake_runs, sizeof(double));
@@ -1842,8 +1900,10 @@ static void bench_wakeup(void)
 	if (ret < 0)
 		die("QUEUE_EVENTS", ret);
 	close(ep);
-	qctx_close(&c[W_EPOLL]);
-	qctx_close(&c[W_COPY_WAIT]);
+	uring_close(&wake_ring);
+	for (k = 0; k < W_NUM; k++)
+		qctx_close(&c[k]);
+	close(wake_efd);
 	for (k = 0; k < W_NUM; k++) {
 		qsort(lw[k], wake_runs, sizeof(double), cmp_double);
 		qsort(sw[k], wake_runs, sizeof(double), cmp_double);
@@ -1854,27 +1914,48 @@ static void bench_wakeup(void)
 	}
 	qsort(le, wake_runs, sizeof(double), cmp_double);
 	le50 = pctf(le, wake_runs, 0.5) * 1e6;
-	snprintf(how, sizeof(how),
-		 "%u rounds, each one sample of each kind (order alternating): a 4 B host->host copy "
-		 "prepared, then COPY_SUBMIT, then either epoll_wait on its file (engine 0 queue 1; "
-		 "EPOLLIN | EPOLLPRI) and QUEUE_EVENTS until its fence is reported, or COPY_WAIT on a "
-		 "file nobody polls (engine 1 queue 1; it waits for the submitted fence); COPY_SUBMIT to "
-		 "wake-up p50 %.1f us (epoll) / %.1f us (COPY_WAIT), p99 %.1f / %.1f us; a thread "
-		 "pinned to CPU 1 spins on the destination and notes when the bytes land, the caller "
-		 "on CPU 0, %s: landing to wake-up p50 %.1f / %.1f us (epoll_wait's return %.1f us), "
-		 "p99 %.1f / %.1f us; guest load average %s before, %s after; baseline: COPY_WAIT",
-		 wake_runs, s50[W_EPOLL], s50[W_COPY_WAIT], s99[W_EPOLL], s99[W_COPY_WAIT], wq_note,
-		 p50[W_EPOLL], p50[W_COPY_WAIT], le50, p99[W_EPOLL], p99[W_COPY_WAIT], l0, l1);
 	snprintf(extra, sizeof(extra), "\"load_start\":\"%s\",\"load_end\":\"%s\"", l0, l1);
-	result_x("COPY_SUBMIT to wake-up p50: epoll vs COPY_WAIT", s50[W_EPOLL], "us", s50[W_COPY_WAIT],
-		 how, extra);
-	result_x("COPY_SUBMIT to wake-up p99: epoll vs COPY_WAIT", s99[W_EPOLL], "us", s99[W_COPY_WAIT],
-		 how, extra);
-	result_x("completion to wake-up p50: epoll vs COPY_WAIT", p50[W_EPOLL], "us", p50[W_COPY_WAIT],
-		 how, extra);
-	fprintf(stderr, "udma_bench: COPY_SUBMIT to wake-up p50: epoll %.1f us, COPY_WAIT %.1f us; "
-		"landing to wake-up p50: %.1f / %.1f us\n", s50[W_EPOLL], s50[W_COPY_WAIT], p50[W_EPOLL],
-		p50[W_COPY_WAIT]);
+	for (k = 0; k < W_NUM; k++) {
+		static const char *const start[W_NUM] = {
+			"COPY_SUBMIT", "COPY_SUBMIT", "COPY_SUBMIT", "URING_COPY issue",
+		};
+		char name[120];
+
+		if (k == W_COPY_WAIT)
+			continue;
+		snprintf(how, sizeof(how),
+			 "%u rounds, each one sample of each of 4 kinds (order rotating), each kind on a "
+			 "queue and file of its own: a 4 B host->host copy prepared, then COPY_SUBMIT, "
+			 "then epoll_wait on the file (engine 0 queue 1; EPOLLIN | EPOLLPRI) and "
+			 "QUEUE_EVENTS until its fence is reported, or COPY_WAIT on a file nobody polls "
+			 "(engine 1 queue 1), or a blocking read of the queue's eventfd (engine 0 queue 2; "
+			 "QUEUE_EVENTFD); or the copy as one URING_COPY SQE on engine 1 queue 2, "
+			 "io_uring_enter waiting for its CQE (timed from that call: the SQE's prepare and "
+			 "fence included); a thread pinned to CPU 1 spins on the destination and notes when "
+			 "the bytes land, the caller on CPU 0, %s. %s: start to wake-up p50 %.1f us, p99 "
+			 "%.1f us, landing to wake-up p50 %.1f us, p99 %.1f us%s; COPY_WAIT: %.1f, %.1f, "
+			 "%.1f, %.1f us; guest load average %s before, %s after; baseline: COPY_WAIT",
+			 wake_runs, wq_note, wake_kind[k], s50[k], s99[k], p50[k], p99[k],
+			 k == W_EPOLL ? " (epoll_wait's return)" : "", s50[W_COPY_WAIT],
+			 s99[W_COPY_WAIT], p50[W_COPY_WAIT], p99[W_COPY_WAIT], l0, l1);
+		if (k == W_EPOLL) {
+			size_t at = strlen(how);
+
+			snprintf(how + at, sizeof(how) - at, "; epoll_wait returned %.1f us after the "
+				 "landing (p50)", le50);
+		}
+		snprintf(name, sizeof(name), "%s to wake-up p50: %s vs COPY_WAIT", start[k],
+			 wake_kind[k]);
+		result_x(name, s50[k], "us", s50[W_COPY_WAIT], how, extra);
+		snprintf(name, sizeof(name), "%s to wake-up p99: %s vs COPY_WAIT", start[k],
+			 wake_kind[k]);
+		result_x(name, s99[k], "us", s99[W_COPY_WAIT], how, extra);
+		snprintf(name, sizeof(name), "completion to wake-up p50: %s vs COPY_WAIT", wake_kind[k]);
+		result_x(name, p50[k], "us", p50[W_COPY_WAIT], how, extra);
+		fprintf(stderr, "udma_bench: wake-up p50 from %s: %s %.1f us, COPY_WAIT %.1f us; "
+			"landing to wake-up p50: %.1f / %.1f us\n", start[k], wake_kind[k], s50[k],
+			s50[W_COPY_WAIT], p50[k], p50[W_COPY_WAIT]);
+	}
 	for (k = 0; k < W_NUM; k++) {
 		free(lw[k]);
 		free(sw[k]);
