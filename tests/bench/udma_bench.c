@@ -1426,13 +1426,30 @@ static int uring_reap(struct uring *u, unsigned int n)
 }
 
 /* Submission kinds of the io_uring rows: PER_SUB copies as @sqes SQEs (or ioctl batches) each. */
+/*
+ * A row of interleaved repetitions: @value and @baseline (medians of each side), the median of
+ * the per-repetition ratios @r (sorted in place, @n of them), their min and max.
+ */
+static void result_range(const char *name, double value, const char *unit, double baseline,
+			 double *r, unsigned int n, const char *how, const char *extra)
+{
+	qsort(r, n, sizeof(double), cmp_double);
+	printf("NU-BENCH {\"name\":\"%s\",\"value\":%.6g,\"unit\":\"%s\",\"baseline\":%.6g,"
+	       "\"ratio\":%.4f,\"min\":%.4f,\"max\":%.4f,\"reps\":%u,\"how\":\"%s\"%s%s}\n",
+	       name, value, unit, baseline, r[n / 2], r[0], r[n - 1], n, how, extra ? "," : "",
+	       extra ? extra : "");
+	fflush(stdout);
+}
+
+#define URING_REPS 7U		/* io_uring rows: runs of each side, alternating */
+
 struct uring_kind {
 	unsigned int sqes;
 	/*
-	 * Best seconds of a run: io_uring until the fences are submitted, of which inside
+	 * Seconds of each run: io_uring until the fences are submitted, of which inside
 	 * io_uring_enter; COPY_PREPARE calls alone; COPY_PREPARE + COPY_SUBMIT.
 	 */
-	double uring, enter, prep, ioctls;
+	double uring[URING_REPS], enter[URING_REPS], prep[URING_REPS], ioctls[URING_REPS];
 };
 
 /*
@@ -1582,20 +1599,22 @@ static void bench_uring(void)
 		ioctl_run(&c, engs, kinds[k].sqes, 2, &p, &i);
 	}
 	loadavg(l0, sizeof(l0));
-	for (r = 0; r < LOOKUP_REPS; r++)
+	for (r = 0; r < URING_REPS; r++)
 		for (k = 0; k < nk; k++) {
 			struct uring_kind *kd = &kinds[k];
 
-			u = uring_run(&c, engs, &ur, kd->sqes, subs, &e);
-			ioctl_run(&c, engs, kd->sqes, subs, &p, &i);
-			if (!r || u < kd->uring) {
-				kd->uring = u;
-				kd->enter = e;
+			/* Which side goes first alternates from run to run. */
+			if (r % 2) {
+				ioctl_run(&c, engs, kd->sqes, subs, &p, &i);
+				u = uring_run(&c, engs, &ur, kd->sqes, subs, &e);
+			} else {
+				u = uring_run(&c, engs, &ur, kd->sqes, subs, &e);
+				ioctl_run(&c, engs, kd->sqes, subs, &p, &i);
 			}
-			if (!r || p < kd->prep)
-				kd->prep = p;
-			if (!r || i < kd->ioctls)
-				kd->ioctls = i;
+			kd->uring[r] = u;
+			kd->enter[r] = e;
+			kd->prep[r] = p;
+			kd->ioctls[r] = i;
 		}
 	loadavg(l1, sizeof(l1));
 	uring_close(&ur);
@@ -1606,7 +1625,17 @@ static void bench_uring(void)
 	for (k = 0; k < nk; k++) {
 		struct uring_kind *kd = &kinds[k];
 		unsigned int per = PER_SUB / kd->sqes;
+		double rp[URING_REPS], ri[URING_REPS], mu, me, mp, mi;
 		char what[64];
+
+		for (r = 0; r < URING_REPS; r++) {
+			rp[r] = kd->uring[r] / kd->prep[r];
+			ri[r] = kd->uring[r] / kd->ioctls[r];
+		}
+		mu = median(kd->uring, URING_REPS);
+		me = median(kd->enter, URING_REPS);
+		mp = median(kd->prep, URING_REPS);
+		mi = median(kd->ioctls, URING_REPS);
 
 		if (kd->sqes == 1)
 			snprintf(what, sizeof(what), "1 SQE x%u", per);
@@ -1620,24 +1649,28 @@ static void bench_uring(void)
 			 "queue lock stays held), timed until "
 			 "every SQE's fence is submitted (FENCE_STATUS, the submitter yielding the CPU "
 			 "between looks: the entries read, the pairs written, the doorbells rung), CQEs "
-			 "reaped untimed; best of %u runs, alternating with the ioctls on the same queues: %u "
-			 "x (COPY_PREPARE x%u, %.1f ns/pair inside its calls; + COPY_SUBMIT, %.1f ns/pair), "
-			 "FENCE_WAIT untimed; guest load average %s before, %s after; baseline: ",
+			 "reaped untimed; %u runs of each side, alternating with the ioctls on the same "
+			 "queues (which goes first alternates): %u x (COPY_PREPARE x%u, %.1f ns/pair inside "
+			 "its calls; + COPY_SUBMIT, %.1f ns/pair), FENCE_WAIT untimed; figures: the medians; "
+			 "ratio: the median of the per-run ratios, min and max beside it; guest load average "
+			 "%s before, %s after; baseline: ",
 			 (unsigned long long)pairs, RING, kd->sqes, kd->sqes == 1 ? "" : "s", per,
-			 kd->sqes == 1 ? "" : "s", kd->sqes == 1 ? eng0 : engl, kd->enter * 1e9 / pairs,
-			 LOOKUP_REPS, kd->sqes, per, kd->prep * 1e9 / pairs, kd->ioctls * 1e9 / pairs, l0, l1);
+			 kd->sqes == 1 ? "" : "s", kd->sqes == 1 ? eng0 : engl, me * 1e9 / pairs,
+			 URING_REPS, kd->sqes, per, mp * 1e9 / pairs, mi * 1e9 / pairs, l0, l1);
 		snprintf(name, sizeof(name), "URING_COPY %s submission per pair vs COPY_PREPARE", what);
 		snprintf(how, sizeof(how), "%sthe time inside the COPY_PREPARE calls alone (they ring no "
 			 "doorbell)", base);
-		result_x(name, kd->uring * 1e9 / pairs, "ns/pair", kd->prep * 1e9 / pairs, how, extra);
+		result_range(name, mu * 1e9 / pairs, "ns/pair", mp * 1e9 / pairs, rp, URING_REPS, how,
+			     extra);
 		snprintf(name, sizeof(name), "URING_COPY %s submission per pair vs COPY_PREPARE + COPY_SUBMIT",
 			 what);
 		snprintf(how, sizeof(how), "%sthe time inside COPY_PREPARE + COPY_SUBMIT, the ioctls "
 			 "that do what a SQE does", base);
-		result_x(name, kd->uring * 1e9 / pairs, "ns/pair", kd->ioctls * 1e9 / pairs, how, extra);
+		result_range(name, mu * 1e9 / pairs, "ns/pair", mi * 1e9 / pairs, ri, URING_REPS, how,
+			     extra);
 		fprintf(stderr, "udma_bench: URING_COPY %s: %.1f ns/pair (io_uring_enter %.1f); COPY_PREPARE "
-			"%.1f, + COPY_SUBMIT %.1f ns/pair\n", what, kd->uring * 1e9 / pairs,
-			kd->enter * 1e9 / pairs, kd->prep * 1e9 / pairs, kd->ioctls * 1e9 / pairs);
+			"%.1f, + COPY_SUBMIT %.1f ns/pair (medians of %u runs)\n", what, mu * 1e9 / pairs,
+			me * 1e9 / pairs, mp * 1e9 / pairs, mi * 1e9 / pairs, URING_REPS);
 	}
 }
 
