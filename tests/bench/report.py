@@ -287,8 +287,9 @@ def udmactl_rows(path):
         for line in f:
             line = line.replace("\r", "")
             if "size" in line and "via" in line:
-                # The zero-copy tables (zc_rows) have rows of their own format.
-                if "zero-copy" in line:
+                # The zero-copy tables (zc_rows) have rows of their own format; the
+                # --against-memcpy table's rows are its NU-BENCH lines (bench_lines).
+                if "zero-copy" in line or "against MEMCPY" in line:
                     via = None
                     continue
                 via = "MEMCPY" if "via MEMCPY" in line else "user queue"
