@@ -65,7 +65,7 @@
 #define BUF_SIZE (1U << 20)
 
 #define LOOKUP_BUFS 1000U	/* buffers open in the file for the lookup row */
-#define LOOKUP_REPS 3U		/* runs per lookup figure, the best counts */
+#define LOOKUP_REPS 3U		/* runs per batch-scale and device-ring figure, the best counts */
 
 #define SCALE_RING 8192U	/* batch scale: rings that hold 4096 pairs + marker + reserve */
 #define SCALE_PAIRS 4096U	/* batch scale: most pairs per submission (MAX_BATCH) */
@@ -79,7 +79,7 @@
 #define HOLES 8192U		/* holes of the fragmented device memory of the MEM_ALLOC rows */
 #define HOLE_SLOTS (2 * HOLES)	/* slot: device_mem_size / HOLE_SLOTS, rounded down to 4 KiB */
 #define HOLE_REPS 401U		/* MEM_ALLOCs of each kind per measurement (median) */
-#define HOLE_ROUNDS 3U		/* 1 hole, then HOLES, this often; the best median of each counts */
+#define HOLE_ROUNDS 5U		/* 1 hole, then HOLES, this often; the best median of each counts */
 #define FILL_VALUE 0x5AU	/* the byte of the MEMSET rows */
 #define FILL_REPS 5U		/* MEMSETs and MEMCPYs per fill row, the fastest counts */
 #define URING_SQES 8U		/* SQEs of the batched io_uring submission: 8 x 254 = PER_SUB copies */
@@ -126,6 +126,34 @@ static void result(const char *name, double value, const char *unit, double base
 		   const char *how)
 {
 	result_x(name, value, unit, baseline, how, NULL);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, unsigned int n)
+{
+	qsort(v, n, sizeof(double), cmp_double);
+	return v[n / 2];
+}
+
+/*
+ * A row of interleaved repetitions: @value and @baseline (medians of each side), the median of
+ * the per-repetition ratios @r (sorted in place, @n of them), their min and max.
+ */
+static void result_range(const char *name, double value, const char *unit, double baseline,
+			 double *r, unsigned int n, const char *how, const char *extra)
+{
+	qsort(r, n, sizeof(double), cmp_double);
+	printf("NU-BENCH {\"name\":\"%s\",\"value\":%.6g,\"unit\":\"%s\",\"baseline\":%.6g,"
+	       "\"ratio\":%.4f,\"min\":%.4f,\"max\":%.4f,\"reps\":%u,\"how\":\"%s\"%s%s}\n",
+	       name, value, unit, baseline, r[n / 2], r[0], r[n - 1], n, how, extra ? "," : "",
+	       extra ? extra : "");
+	fflush(stdout);
 }
 
 /* The guest's load averages (the first three fields of /proc/loadavg), or "?". */
@@ -336,122 +364,113 @@ static void bench_submission(void)
 	}
 }
 
-/* Time inside COPY_PREPARE x256 for @subs submissions, best of LOOKUP_REPS runs. */
-static double lookup_best(struct qctx *c)
+#define LOOKUP_RUNS 5U		/* lookup rows: runs of each of the three, interleaved */
+
+/* Seconds inside the COPY_PREPARE x256 calls of one run of @c's copies, @copies copied in first. */
+static double lookup_run(struct qctx *c, const struct neuron_udma_copy *copies)
 {
-	double best = 0;
-	unsigned int r;
 	int ret;
 
-	for (r = 0; r < LOOKUP_REPS; r++) {
-		ret = submit(c, 256, subs);
-		if (ret)
-			die("lookup", ret);
-		if (!r || c->prep_secs < best)
-			best = c->prep_secs;
-	}
-	return best;
+	memcpy(c->copies, copies, PER_SUB * sizeof(*copies));
+	ret = submit(c, 256, subs);
+	if (ret)
+		die("lookup", ret);
+	return c->prep_secs;
 }
 
 /*
- * COPY_PREPARE x256 time per pair with the file holding 2 buffers (every copy between them), then
- * with LOOKUP_BUFS buffers open, every copy from the first buffer allocated to the last one (the
- * far end of a list for a lookup that scans from either end): what the per-copy handle lookups
- * cost as the file's buffer set grows, with the same two buffers touched in both runs. Then, with
- * the same LOOKUP_BUFS buffers, copy i of a submission goes from buffer 2i to buffer 2i + 1
- * (modulo LOOKUP_BUFS, in allocation order): the 256 entries of a call name 512 buffers, no two
- * entries the same one, so no per-call reuse of a lookup helps.
+ * COPY_PREPARE x256 time per pair in three settings, LOOKUP_RUNS runs of each, interleaved (the
+ * order reversing from run to run): (two) a file holding only its queue's 2 buffers, every copy
+ * between them; (many) a second file holding LOOKUP_BUFS buffers, every copy from the first
+ * buffer allocated to the last (the far end of a list for a lookup that scans from either end);
+ * (spread) the same file, copy i from buffer 2i to buffer 2i + 1 (modulo LOOKUP_BUFS, in
+ * allocation order): the 256 entries of a call name 512 buffers, no two entries the same one.
+ * The rows: many and spread against two, medians and the per-run ratios' range.
  */
 static void bench_lookup(void)
 {
+	struct neuron_udma_copy *two_c, *many_c, *spread_c;
+	double t[3][LOOKUP_RUNS], rm[LOOKUP_RUNS], rs[LOOKUP_RUNS], m[3];
 	struct ubuf *bufs, **all;
-	struct qctx c;
-	double two, many, spread;
-	char how[640];
-	unsigned int i;
+	struct qctx a, b;
+	unsigned int i, r, k;
+	char how[800];
 	int ret;
 
 	bufs = calloc(LOOKUP_BUFS, sizeof(*bufs));
 	all = calloc(LOOKUP_BUFS, sizeof(*all));
-	if (!bufs || !all)
+	two_c = calloc(PER_SUB, sizeof(*two_c));
+	many_c = calloc(PER_SUB, sizeof(*many_c));
+	spread_c = calloc(PER_SUB, sizeof(*spread_c));
+	if (!bufs || !all || !two_c || !many_c || !spread_c)
 		die("calloc", -ENOMEM);
-	qctx_open(&c, 0, 1);
-	if (file_max_buffers(c.fd) < LOOKUP_BUFS) {
+	qctx_open(&a, 0, 1);
+	qctx_open(&b, 0, 2);
+	if (file_max_buffers(b.fd) < LOOKUP_BUFS) {
 		fprintf(stderr, "udma_bench: a file may hold %u buffers (INFO max_buffers), the lookup "
-			"rows need %u: left out\n", file_max_buffers(c.fd), LOOKUP_BUFS);
-		qctx_close(&c);
-		free(all);
-		free(bufs);
-		return;
+			"rows need %u: left out\n", file_max_buffers(b.fd), LOOKUP_BUFS);
+		goto out;
 	}
-	ret = submit(&c, 256, 1);		/* warm-up */
-	if (ret)
-		die("lookup, 2 buffers", ret);
-	two = lookup_best(&c);
-	/* The queue's two buffers count: LOOKUP_BUFS in all. */
+	memcpy(two_c, a.copies, PER_SUB * sizeof(*two_c));
+	/* The queue's two buffers count: LOOKUP_BUFS in b's file. */
 	for (i = 2; i < LOOKUP_BUFS; i++) {
-		ret = ubuf_host(c.fd, SMALL_BUF, &bufs[i]);
+		ret = ubuf_host(b.fd, SMALL_BUF, &bufs[i]);
 		if (ret)
 			die("MEM_ALLOC (lookup buffers)", ret);
 	}
-	for (i = 0; i < PER_SUB; i++)
-		c.copies[i] = ucopy(&c.src, i * 64, &bufs[LOOKUP_BUFS - 1], (i * COPY_SIZE) % SMALL_BUF,
-				    COPY_SIZE);
-	ret = submit(&c, 256, 1);		/* warm-up */
-	if (ret)
-		die("lookup, many buffers", ret);
-	many = lookup_best(&c);
-	snprintf(how, sizeof(how),
-		 "COPY_PREPARE x256 on one queue, best of %u runs of %u submissions of %u pairs, time "
-		 "inside the COPY_PREPARE calls only, with %u buffers open in the file, every copy from "
-		 "the first buffer allocated to the last; baseline: the same copies with 2 buffers open "
-		 "in the file",
-		 LOOKUP_REPS, subs, PER_SUB, LOOKUP_BUFS);
-	result("COPY_PREPARE x256 per pair, 1000 buffers open", many * 1e9 / ((double)subs * PER_SUB),
-	       "ns/pair", two * 1e9 / ((double)subs * PER_SUB), how);
-
-	/* Every entry of a call on two buffers of its own: the queue's two, then the others. */
-	all[0] = &c.src;
-	all[1] = &c.dst;
+	all[0] = &b.src;
+	all[1] = &b.dst;
 	for (i = 2; i < LOOKUP_BUFS; i++)
 		all[i] = &bufs[i];
-	for (i = 0; i < PER_SUB; i++)
-		c.copies[i] = ucopy(all[(2 * i) % LOOKUP_BUFS], (i * COPY_SIZE) % SMALL_BUF,
+	for (i = 0; i < PER_SUB; i++) {
+		many_c[i] = ucopy(&b.src, i * 64, &bufs[LOOKUP_BUFS - 1], (i * COPY_SIZE) % SMALL_BUF,
+				  COPY_SIZE);
+		spread_c[i] = ucopy(all[(2 * i) % LOOKUP_BUFS], (i * COPY_SIZE) % SMALL_BUF,
 				    all[(2 * i + 1) % LOOKUP_BUFS], (i * COPY_SIZE) % SMALL_BUF, COPY_SIZE);
-	ret = submit(&c, 256, 1);		/* warm-up */
-	if (ret)
-		die("lookup, a different buffer per entry", ret);
-	spread = lookup_best(&c);
+	}
+	/* Warm-up, one run of each. */
+	lookup_run(&a, two_c);
+	lookup_run(&b, many_c);
+	lookup_run(&b, spread_c);
+	for (r = 0; r < LOOKUP_RUNS; r++)
+		for (k = 0; k < 3; k++) {
+			unsigned int which = r % 2 ? 2 - k : k;
+
+			t[which][r] = which == 0 ? lookup_run(&a, two_c) :
+				      lookup_run(&b, which == 1 ? many_c : spread_c);
+		}
+	for (r = 0; r < LOOKUP_RUNS; r++) {
+		rm[r] = t[1][r] / t[0][r];
+		rs[r] = t[2][r] / t[0][r];
+	}
+	for (k = 0; k < 3; k++)
+		m[k] = median(t[k], LOOKUP_RUNS) * 1e9 / ((double)subs * PER_SUB);
 	snprintf(how, sizeof(how),
-		 "COPY_PREPARE x256 on one queue, best of %u runs of %u submissions of %u pairs, time "
-		 "inside the COPY_PREPARE calls only, %u buffers open in the file, copy i from buffer "
-		 "2i to buffer 2i+1 (mod %u, allocation order): the 256 entries of a call name 512 "
-		 "different buffers; baseline: the same calls with every copy between the 2 buffers of "
-		 "a file holding only them (the baseline of the row above)",
-		 LOOKUP_REPS, subs, PER_SUB, LOOKUP_BUFS, LOOKUP_BUFS);
-	result("COPY_PREPARE x256 per pair, 1000 buffers, a different buffer per entry",
-	       spread * 1e9 / ((double)subs * PER_SUB), "ns/pair", two * 1e9 / ((double)subs * PER_SUB),
-	       how);
+		 "COPY_PREPARE x256, %u runs of %u submissions of %u pairs in each of three settings, "
+		 "interleaved (the order reversing from run to run), time inside the COPY_PREPARE calls "
+		 "only: a file (engine 0 queue 1) holding only its 2 buffers, every copy between them "
+		 "(the baseline); a second file (engine 0 queue 2) holding %u buffers, every copy from "
+		 "the first buffer allocated to the last (this row); the same file, copy i from buffer "
+		 "2i to 2i+1 (mod %u, allocation order), 512 buffers per call (the next row); medians, "
+		 "the ratio the median of the per-run ratios, min and max beside it",
+		 LOOKUP_RUNS, subs, PER_SUB, LOOKUP_BUFS, LOOKUP_BUFS);
+	result_range("COPY_PREPARE x256 per pair, 1000 buffers open", m[1], "ns/pair", m[0], rm,
+		     LOOKUP_RUNS, how, NULL);
+	result_range("COPY_PREPARE x256 per pair, 1000 buffers, a different buffer per entry", m[2],
+		     "ns/pair", m[0], rs, LOOKUP_RUNS, how, NULL);
 	for (i = 2; i < LOOKUP_BUFS; i++)
-		ubuf_free(c.fd, &bufs[i]);
-	qctx_close(&c);
+		ubuf_free(b.fd, &bufs[i]);
+out:
+	qctx_close(&b);
+	qctx_close(&a);
+	free(spread_c);
+	free(many_c);
+	free(two_c);
 	free(all);
 	free(bufs);
 }
 
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, unsigned int n)
-{
-	qsort(v, n, sizeof(double), cmp_double);
-	return v[n / 2];
-}
 
 /*
  * The user copy of one entry: COPY_PREPARE of UCOPY_BATCH entries and of 1 entry, both on a queue
@@ -741,6 +760,35 @@ static double pctf(const double *v, unsigned int n, double f)
 	return v[i < n ? i : n - 1];
 }
 
+#define LAT_BLOCKS 5U		/* latency (c) rows: blocks of rounds for the range */
+
+/*
+ * For the range of a percentile ratio of interleaved samples: @a and @b (unsorted, @n each, the
+ * same rounds) cut into LAT_BLOCKS consecutive blocks; per block the @fa percentile of @a over the
+ * @fb percentile of @b, into @out.
+ */
+static void block_ratios(const double *a, double fa, const double *b, double fb, unsigned int n,
+			 double *out)
+{
+	double *t = calloc(n, sizeof(double));
+	unsigned int i;
+
+	if (!t)
+		die("calloc", -ENOMEM);
+	for (i = 0; i < LAT_BLOCKS; i++) {
+		unsigned int from = i * n / LAT_BLOCKS, m = (i + 1) * n / LAT_BLOCKS - from;
+		double x;
+
+		memcpy(t, &a[from], m * sizeof(double));
+		qsort(t, m, sizeof(double), cmp_double);
+		x = pctf(t, m, fa);
+		memcpy(t, &b[from], m * sizeof(double));
+		qsort(t, m, sizeof(double), cmp_double);
+		out[i] = x / pctf(t, m, fb);
+	}
+	free(t);
+}
+
 /* COPY_SUBMIT and FENCE_WAIT (ABI 3; 0 or -errno). */
 static int copy_submit(int fd, __u32 eng, __u32 q, __u64 *fence)
 {
@@ -849,8 +897,8 @@ static void lat_free(double **a)
 static void bench_latency_floor(void)
 {
 	double **s = lat_arrays(lat_runs);
-	double *fl, *sw, *w, *sf, f50;
-	char how[1100], extra[160], l0[40], l1[40];
+	double *fl, *sw, *w, *sf, f50, r50[LAT_BLOCKS], r99[LAT_BLOCKS];
+	char how[1100], howr[1250], extra[160], l0[40], l1[40];
 	struct qctx c;
 	unsigned int i;
 	int ret;
@@ -869,6 +917,8 @@ static void bench_latency_floor(void)
 	sw = s[K_START_WAIT];
 	w = s[K_WAIT];
 	sf = s[K_SUBMIT_FWAIT];
+	block_ratios(sf, 0.5, fl, 0.5, lat_runs, r50);
+	block_ratios(sf, 0.99, sf, 0.5, lat_runs, r99);
 	qsort(fl, lat_runs, sizeof(double), cmp_double);
 	qsort(sw, lat_runs, sizeof(double), cmp_double);
 	qsort(w, lat_runs, sizeof(double), cmp_double);
@@ -905,10 +955,12 @@ static void bench_latency_floor(void)
 		 "us", f50 * 1e6, how, extra);
 	result_x("latency 4 B copy (WAIT only) p99 vs p50", pctf(w, lat_runs, 0.99) * 1e6, "us",
 		 pctf(w, lat_runs, 0.5) * 1e6, how, extra);
-	result_x("latency 4 B copy (SUBMIT + FENCE_WAIT) p50 vs same-phase floor",
-		 pctf(sf, lat_runs, 0.5) * 1e6, "us", f50 * 1e6, how, extra);
-	result_x("latency 4 B copy (SUBMIT + FENCE_WAIT) p99 vs p50", pctf(sf, lat_runs, 0.99) * 1e6,
-		 "us", pctf(sf, lat_runs, 0.5) * 1e6, how, extra);
+	snprintf(howr, sizeof(howr), "%s; ratio: the median of the ratios of %u consecutive blocks "
+		 "of rounds, min and max beside it", how, LAT_BLOCKS);
+	result_range("latency 4 B copy (SUBMIT + FENCE_WAIT) p50 vs same-phase floor",
+		     pctf(sf, lat_runs, 0.5) * 1e6, "us", f50 * 1e6, r50, LAT_BLOCKS, howr, extra);
+	result_range("latency 4 B copy (SUBMIT + FENCE_WAIT) p99 vs p50", pctf(sf, lat_runs, 0.99) * 1e6,
+		     "us", pctf(sf, lat_runs, 0.5) * 1e6, r99, LAT_BLOCKS, howr, extra);
 	lat_free(s);
 }
 
@@ -1137,7 +1189,7 @@ static void holes_measure(int fd, __u64 slot, double *fail_us, double *ok_us)
 static void bench_holes(void)
 {
 	unsigned int max = 0, n = 0, nh, i, k, round;
-	double f1 = 0, o1 = 0, fn = 0, on = 0, f, o;
+	double f1 = 0, o1 = 0, fn = 0, on = 0, f, o, rf[HOLE_ROUNDS], ro[HOLE_ROUNDS];
 	char name[96], how[1200], extra[160], l0[40], l1[40], rounds[2][HOLE_ROUNDS * 40];
 	size_t rl[2] = { 0, 0 };
 	struct neuron_udma_info info;
@@ -1187,6 +1239,8 @@ static void bench_holes(void)
 		holes_measure(fd, slot, &f, &o);
 		f1 = round && f1 < f ? f1 : f;
 		o1 = round && o1 < o ? o1 : o;
+		rf[round] = f;
+		ro[round] = o;
 		rl[0] += snprintf(rounds[0] + rl[0], sizeof(rounds[0]) - rl[0], "%s%.1f/", round ? ", " : "", f);
 		rl[1] += snprintf(rounds[1] + rl[1], sizeof(rounds[1]) - rl[1], "%s%.1f/", round ? ", " : "", o);
 		for (k = 1; k < nh; k++) {
@@ -1197,6 +1251,8 @@ static void bench_holes(void)
 		holes_measure(fd, slot, &f, &o);
 		fn = round && fn < f ? fn : f;
 		on = round && on < o ? on : o;
+		rf[round] = f / rf[round];
+		ro[round] = o / ro[round];
 		rl[0] += snprintf(rounds[0] + rl[0], sizeof(rounds[0]) - rl[0], "%.1f", f);
 		rl[1] += snprintf(rounds[1] + rl[1], sizeof(rounds[1]) - rl[1], "%.1f", o);
 		fprintf(stderr, "udma_bench: MEM_ALLOC round %u: failing %s us (1 hole / %u holes), "
@@ -1221,7 +1277,8 @@ static void bench_holes(void)
 			 "first %u: %u one-slot holes, no two adjacent; median of %u MEM_ALLOCs of %s, "
 			 "interleaved with %u of %s; best of %u rounds (the holes filled again between "
 			 "them; medians per round, 1 hole / %u holes: %s us); baseline: the same with 1 "
-			 "hole (the middle one of the set); guest load average %s before, %s after",
+			 "hole (the middle one of the set); ratio: the median of the rounds' ratios, min and "
+			 "max beside it; guest load average %s before, %s after",
 			 (unsigned long long)info.device_mem_size >> 20, n,
 			 (unsigned long long)slot >> 10, HOLE_SLOTS, 2 * nh, nh, HOLE_REPS,
 			 i ? "1 slot, which succeeds (and its scrub), freed again untimed" :
@@ -1230,7 +1287,7 @@ static void bench_holes(void)
 			 rounds[i], l0, l1);
 		snprintf(name, sizeof(name), "MEM_ALLOC %s, %u holes vs 1 hole", i ? "succeeding" : "failing",
 			 nh);
-		result_x(name, i ? on : fn, "us", i ? o1 : f1, how, extra);
+		result_range(name, i ? on : fn, "us", i ? o1 : f1, i ? ro : rf, HOLE_ROUNDS, how, extra);
 	}
 	free(hole);
 	free(h);
@@ -1246,8 +1303,8 @@ static void bench_holes(void)
 static void fill_row(int fd, __u32 type, __u64 size, const char *sz)
 {
 	const char *where = type == NEURON_UDMA_MEM_HOST ? "host" : "HBM";
-	double best_set = 0, best_cpy = 0, t0, t;
-	char name[96], how[640], extra[120], l0[40], l1[40];
+	double best_set = 0, best_cpy = 0, t0, t, ts[FILL_REPS], tc[FILL_REPS], ratio[FILL_REPS];
+	char name[96], how[720], extra[120], l0[40], l1[40];
 	struct ubuf src, dst;
 	unsigned int r, k;
 	size_t i;
@@ -1281,7 +1338,11 @@ static void fill_row(int fd, __u32 type, __u64 size, const char *sz)
 				best_set = t;
 			if (!set && (!r || t < best_cpy))
 				best_cpy = t;
+			*(set ? &ts[r] : &tc[r]) = t;
 		}
+	/* Rate over rate: the MEMCPY time over the MEMSET time of the same round. */
+	for (r = 0; r < FILL_REPS; r++)
+		ratio[r] = tc[r] / ts[r];
 	loadavg(l1, sizeof(l1));
 	if (dst.map) {
 		ret = udma_memset(fd, &dst, size, FILL_VALUE);
@@ -1298,11 +1359,12 @@ static void fill_row(int fd, __u32 type, __u64 size, const char *sz)
 		 "MEMSET of %s of a %s buffer (value 0x%02x; the driver's shared H2T queue, each "
 		 "descriptor reading the device's fill block of that value) %.3f ms, fastest of %u, "
 		 "alternating with the baseline: MEMCPY of the same bytes into the same buffer from "
-		 "another %s buffer (same queue) %.3f ms, fastest of %u; guest load average %s before, "
-		 "%s after",
-		 sz, where, FILL_VALUE, best_set * 1e3, FILL_REPS, where, best_cpy * 1e3, FILL_REPS, l0, l1);
+		 "another %s buffer (same queue) %.3f ms, fastest of %u; ratio: the median of the %u "
+		 "rounds' ratios, min and max beside it; guest load average %s before, %s after",
+		 sz, where, FILL_VALUE, best_set * 1e3, FILL_REPS, where, best_cpy * 1e3, FILL_REPS,
+		 FILL_REPS, l0, l1);
 	snprintf(extra, sizeof(extra), "\"load_start\":\"%s\",\"load_end\":\"%s\"", l0, l1);
-	result_x(name, size / best_set, "B/s", size / best_cpy, how, extra);
+	result_range(name, size / best_set, "B/s", size / best_cpy, ratio, FILL_REPS, how, extra);
 	fprintf(stderr, "udma_bench: %s: MEMSET %.1f MB/s, MEMCPY %.1f MB/s\n", name, size / best_set / 1e6,
 		size / best_cpy / 1e6);
 }
@@ -1426,20 +1488,6 @@ static int uring_reap(struct uring *u, unsigned int n)
 }
 
 /* Submission kinds of the io_uring rows: PER_SUB copies as @sqes SQEs (or ioctl batches) each. */
-/*
- * A row of interleaved repetitions: @value and @baseline (medians of each side), the median of
- * the per-repetition ratios @r (sorted in place, @n of them), their min and max.
- */
-static void result_range(const char *name, double value, const char *unit, double baseline,
-			 double *r, unsigned int n, const char *how, const char *extra)
-{
-	qsort(r, n, sizeof(double), cmp_double);
-	printf("NU-BENCH {\"name\":\"%s\",\"value\":%.6g,\"unit\":\"%s\",\"baseline\":%.6g,"
-	       "\"ratio\":%.4f,\"min\":%.4f,\"max\":%.4f,\"reps\":%u,\"how\":\"%s\"%s%s}\n",
-	       name, value, unit, baseline, r[n / 2], r[0], r[n - 1], n, how, extra ? "," : "",
-	       extra ? extra : "");
-	fflush(stdout);
-}
 
 #define URING_REPS 7U		/* io_uring rows: runs of each side, alternating */
 
@@ -1551,8 +1599,8 @@ static void ioctl_run(struct qctx *c, const __u32 *engs, unsigned int sqes, unsi
  * submission (RING-slot rings), as one SQE of PER_SUB copies on queue 1 of the first
  * host-connected engine, and as URING_SQES SQEs of PER_SUB / URING_SQES on queue 1 of the first
  * URING_SQES host-connected engines in one io_uring_enter, against COPY_PREPARE of the same
- * batches (and COPY_PREPARE + COPY_SUBMIT, the ioctls that do what one SQE does); best of
- * LOOKUP_REPS runs of @subs submissions each, the kinds alternating. The driver prepares a
+ * batches (and COPY_PREPARE + COPY_SUBMIT, the ioctls that do what one SQE does); URING_REPS
+ * runs of @subs submissions of each side, alternating. The driver prepares a
  * URING_COPY inline unless its queue lock stays held (then io_uring's worker does, after
  * io_uring_enter returned), so the io_uring figure runs until every SQE's fence is submitted
  * (where COPY_SUBMIT returns, for the ioctls).
@@ -1711,6 +1759,8 @@ static void *lander_thread(void *arg)
 
 enum { W_EPOLL, W_COPY_WAIT, W_EVENTFD, W_URING, W_NUM };
 
+#define WAKE_BLOCKS 5U		/* wake-up p50 rows: blocks of rounds for the range */
+
 static const char *const wake_kind[W_NUM] = { "epoll", "COPY_WAIT", "eventfd", "io_uring" };
 /* The eventfd of the W_EVENTFD queue and the io_uring of the W_URING samples. */
 static int wake_efd = -1;
@@ -1856,8 +1906,9 @@ landed:
 static void bench_wakeup(void)
 {
 	double *lw[W_NUM], *sw[W_NUM], *le, p50[W_NUM], p99[W_NUM], s50[W_NUM], s99[W_NUM], le50;
+	double block_ratio[W_NUM][WAKE_BLOCKS], *le_tmp;
 	struct neuron_udma_queue_event ev[4];
-	char how[1600], extra[120], l0[40], l1[40], wq[64], wq_note[160];
+	char how[1600], howr[1700], extra[120], l0[40], l1[40], wq[64], wq_note[160];
 	struct epoll_event e = { .events = EPOLLIN | EPOLLPRI };
 	struct qctx c[W_NUM];
 	struct lander l = { 0 };
@@ -1888,6 +1939,9 @@ static void bench_wakeup(void)
 	if (ret)
 		die("io_uring_setup (wake-up rows)", ret);
 	le = calloc(wake_runs, sizeof(double));
+	le_tmp = calloc(wake_runs, sizeof(double));
+	if (!le_tmp)
+		die("calloc", -ENOMEM);
 	for (k = 0; k < W_NUM; k++) {
 		lw[k] = calloc(wake_runs, sizeof(double));
 		sw[k] = calloc(wake_runs, sizeof(double));
@@ -1937,6 +1991,21 @@ static void bench_wakeup(void)
 	for (k = 0; k < W_NUM; k++)
 		qctx_close(&c[k]);
 	close(wake_efd);
+	/*
+	 * The range of the p50 rows: the rounds cut into WAKE_BLOCKS consecutive blocks, each
+	 * block's p50 of each kind against COPY_WAIT's of the same block.
+	 */
+	for (i = 0; i < WAKE_BLOCKS; i++) {
+		unsigned int from = i * wake_runs / WAKE_BLOCKS, to = (i + 1) * wake_runs / WAKE_BLOCKS;
+		double bp[W_NUM];
+
+		for (k = 0; k < W_NUM; k++) {
+			memcpy(le_tmp, &sw[k][from], (to - from) * sizeof(double));
+			bp[k] = median(le_tmp, to - from);
+		}
+		for (k = 0; k < W_NUM; k++)
+			block_ratio[k][i] = bp[k] / bp[W_COPY_WAIT];
+	}
 	for (k = 0; k < W_NUM; k++) {
 		qsort(lw[k], wake_runs, sizeof(double), cmp_double);
 		qsort(sw[k], wake_runs, sizeof(double), cmp_double);
@@ -1979,7 +2048,10 @@ static void bench_wakeup(void)
 		}
 		snprintf(name, sizeof(name), "%s to wake-up p50: %s vs COPY_WAIT", start[k],
 			 wake_kind[k]);
-		result_x(name, s50[k], "us", s50[W_COPY_WAIT], how, extra);
+		snprintf(howr, sizeof(howr), "%s; ratio: the median of the p50 ratios of %u "
+			 "consecutive blocks of rounds, min and max beside it", how, WAKE_BLOCKS);
+		result_range(name, s50[k], "us", s50[W_COPY_WAIT], block_ratio[k], WAKE_BLOCKS, howr,
+			     extra);
 		snprintf(name, sizeof(name), "%s to wake-up p99: %s vs COPY_WAIT", start[k],
 			 wake_kind[k]);
 		result_x(name, s99[k], "us", s99[W_COPY_WAIT], how, extra);
@@ -1994,6 +2066,7 @@ static void bench_wakeup(void)
 		free(sw[k]);
 	}
 	free(le);
+	free(le_tmp);
 }
 
 /* Writes @val to the device_ring_fill module parameter: 0 or -errno. */

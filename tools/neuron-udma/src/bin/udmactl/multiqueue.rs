@@ -71,7 +71,8 @@ pub struct MultiqueueArgs {
     /// --depth fences) or copy-wait (COPY_PREPARE + COPY_WAIT per batch, depth 1).
     #[arg(long, value_enum, default_value_t = ThreadWait::FenceWait)]
     pub thread_wait: ThreadWait,
-    /// Runs of each mode (alternating); the best is reported.
+    /// Iterations, each running both modes (which goes first alternates); the best run of each
+    /// mode is reported, with the iterations' ratios (median, min, max) in --json.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub iters: u32,
     /// Least rate of one thread + epoll over the threads' rate for an OK verdict (--mode both).
@@ -512,6 +513,15 @@ pub struct ModeJson {
     pub byte_exact: bool,
 }
 
+/// The median, min and max of per-iteration ratios, and how many.
+#[derive(Serialize, Debug)]
+pub struct RatioRange {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub reps: usize,
+}
+
 #[derive(Serialize, Debug)]
 pub struct MultiqueueJson {
     pub device: String,
@@ -527,6 +537,9 @@ pub struct MultiqueueJson {
     pub modes: Vec<ModeJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio: Option<f64>,
+    /// The per-iteration ratios (each iteration runs both modes, alternating which goes first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratios: Option<RatioRange>,
     pub target: f64,
     /// The verdict line.
     pub verdict: String,
@@ -627,21 +640,33 @@ fn measure(dev: &Device, info: &Info, a: &MultiqueueArgs) -> Result<MultiqueueJs
         }
         Ok(Some(best.filter(|b| b.time <= r.time).unwrap_or(r)))
     };
-    for _ in 0..a.iters {
-        if a.mode != Mode::Epoll {
-            lanes.iter_mut().for_each(Lane::reset);
-            let r = run_threads(&mut lanes, &src, &plan, a.thread_wait, timeout)
-                .with_context(|| mode_name(Mode::Threads, n, a.thread_wait))?;
-            verify_all(&lanes, &src, &plan).with_context(|| mode_name(Mode::Threads, n, a.thread_wait))?;
-            best_t = better(best_t, r)?;
+    // Each iteration runs both modes, which goes first alternating; the ratio of each
+    // iteration's two runs gives the range.
+    let mut ratios = Vec::new();
+    for i in 0..a.iters {
+        let (mut this_e, mut this_t) = (None, None);
+        for mode in if i % 2 == 0 { [Mode::Threads, Mode::Epoll] } else { [Mode::Epoll, Mode::Threads] } {
+            if mode == Mode::Threads && a.mode != Mode::Epoll {
+                lanes.iter_mut().for_each(Lane::reset);
+                let r = run_threads(&mut lanes, &src, &plan, a.thread_wait, timeout)
+                    .with_context(|| mode_name(Mode::Threads, n, a.thread_wait))?;
+                verify_all(&lanes, &src, &plan).with_context(|| mode_name(Mode::Threads, n, a.thread_wait))?;
+                this_t = Some(r);
+                best_t = better(best_t, r)?;
+            }
+            if mode == Mode::Epoll && a.mode != Mode::Threads {
+                lanes.iter_mut().for_each(Lane::reset);
+                let r = run_epoll(dev, &mut lanes, &src, &plan, timeout).context("one thread + epoll")?;
+                verify_all(&lanes, &src, &plan).context("one thread + epoll")?;
+                this_e = Some(r);
+                best_e = better(best_e, r)?;
+            }
         }
-        if a.mode != Mode::Threads {
-            lanes.iter_mut().for_each(Lane::reset);
-            let r = run_epoll(dev, &mut lanes, &src, &plan, timeout).context("one thread + epoll")?;
-            verify_all(&lanes, &src, &plan).context("one thread + epoll")?;
-            best_e = better(best_e, r)?;
+        if let (Some(e), Some(t)) = (this_e, this_t) {
+            ratios.push(ratio(&e, &t));
         }
     }
+    ratios.sort_by(f64::total_cmp);
     let label = crate::copy::throughput_label();
     let desc = describe_queues(&ids);
     let mut modes = Vec::new();
@@ -667,6 +692,12 @@ fn measure(dev: &Device, info: &Info, a: &MultiqueueArgs) -> Result<MultiqueueJs
         label,
         modes,
         ratio: best_e.zip(best_t).map(|(e, t)| ratio(&e, &t)),
+        ratios: (!ratios.is_empty()).then(|| RatioRange {
+            median: ratios[ratios.len() / 2],
+            min: ratios[0],
+            max: ratios[ratios.len() - 1],
+            reps: ratios.len(),
+        }),
         target: a.target,
         ok: v.is_ok(),
         verdict: v.unwrap_or_else(|e| e),
