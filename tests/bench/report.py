@@ -128,6 +128,14 @@ def tcg_cannot_judge(name, host_cpus):
     return None
 
 
+# Rows whose baseline is in another unit than the row (prepare_one's ns/pair).
+BASELINE_UNIT = {
+    "BAR0 doorbell-sized write (in kernel)": "ns/pair",
+    "COPY_PREPARE entry array alloc+free (in kernel)": "ns/pair",
+    "KVec alloc+free of one entry (in kernel)": "ns/pair",
+    "COPY_PREPARE user copy per entry (x2032)": "ns/pair",
+}
+
 # Row names of the chart's panels (udma_bench writes them; the round trips are derive()'s).
 BATCH_RE = re.compile(r"^batch scale: COPY_PREPARE x(\d+) per pair$")
 ROUNDTRIP_RE = re.compile(r"^round trip (\S+) host->HBM->host \((user queue|MEMCPY)\)$")
@@ -705,7 +713,7 @@ def main():
     print("targets: " + ", ".join(f"({k}) {v}" for k, v in TARGET_KINDS.items()) + ":")
     for r in rows:
         if "target" in r:
-            print(f"  {r['target']:<13} {r['verdict']:<8} {ratio_text(r):>7}  {r['name']}"
+            print(f"  {r['target']:<15} {r['verdict']:<8} {ratio_text(r):>7}  {r['name']}"
                   + (f" (no verdict: {r['tcg']})" if "tcg" in r else ""))
     for n in absent:
         print(f"  ({TARGETS[n][0]}) NO ROW: {n}")
@@ -726,7 +734,8 @@ def main():
     table = [("name", "figure", "baseline", "ratio", "target", "")]
     for r in rows:
         status = r.get("verdict", "")
-        table.append((r["name"], fmt(r["value"], r["unit"]), fmt(r["baseline"], r["unit"]),
+        table.append((r["name"], fmt(r["value"], r["unit"]),
+                      fmt(r["baseline"], BASELINE_UNIT.get(r["name"], r["unit"])),
                       ratio_text(r), r.get("target", ""), status))
     w = [max(len(t[i]) for t in table) for i in range(6)]
     line = lambda t: (f"{t[0]:<{w[0]}}  {t[1]:>{w[1]}}  {t[2]:>{w[2]}}  {t[3]:>{w[3]}}  "

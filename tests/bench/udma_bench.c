@@ -9,9 +9,9 @@
  *       queue on two queues (two engines) at once;
  *       with the time spent inside the COPY_PREPARE calls alone, per pair (the ABI's cost over
  *       the in-kernel prepare_one of tests/bench/kernel/bench.rs, which scripts/bench's report puts next to it);
- *   buffer lookups: that time per pair for COPY_PREPARE x256 with 2 buffers open in the file,
- *       and with 1,000 open, the copies between the first and the last one allocated, then with
- *       every entry of a call on buffers no other entry of that call names;
+ *   buffer lookups: that time per pair for COPY_PREPARE x256 in a file holding 2 buffers,
+ *       interleaved with a file holding 1,000, the copies between the first and the last one
+ *       allocated, and with every entry of a call on buffers no other entry of that call names;
  *   batch scale: the time inside COPY_PREPARE per pair for 1, 16, 256, 2032 and 4096 entries per
  *       call (8192-slot rings; START + WAIT outside the timed part), and the user copy of one
  *       entry (what each entry adds to a COPY_PREPARE that fails right after reading its array);
@@ -81,7 +81,7 @@
 #define HOLE_REPS 401U		/* MEM_ALLOCs of each kind per measurement (median) */
 #define HOLE_ROUNDS 5U		/* 1 hole, then HOLES, this often; the best median of each counts */
 #define FILL_VALUE 0x5AU	/* the byte of the MEMSET rows */
-#define FILL_REPS 5U		/* MEMSETs and MEMCPYs per fill row, the fastest counts */
+#define FILL_REPS 5U		/* MEMSETs and MEMCPYs per fill row: the fastest, the ratio per round */
 #define URING_SQES 8U		/* SQEs of the batched io_uring submission: 8 x 254 = PER_SUB copies */
 
 /* Entries per COPY_PREPARE call of the batch-scale rows. */

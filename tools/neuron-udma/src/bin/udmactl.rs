@@ -81,7 +81,9 @@ enum Cmd {
     QueueState(QueueStateArgs),
     /// Take a queue, run copies on it and print its QUEUE_STATE with every field decoded.
     RingDump(StateArgs),
-    /// Measure DMA throughput (host->host, host->HBM, HBM->host) against an in-process memcpy.
+    /// Measure DMA throughput (host->host, host->HBM, HBM->host) against an in-process memcpy,
+    /// or (--against-memcpy) a user queue against MEMCPY, or (--zero-copy) MEM_IMPORT against a
+    /// copy through a coherent buffer.
     Bench(BenchArgs),
     /// Drive N queues from one thread (COPY_SUBMIT, epoll on the device file, QUEUE_EVENTS)
     /// and compare it with N threads blocked in FENCE_WAIT on the same work (ABI 3).
@@ -220,7 +222,8 @@ struct BenchArgs {
     /// host buffer, device memory / 2)).
     #[arg(long, value_parser = limits::parse_window)]
     window: Option<u64>,
-    /// Runs per measurement; the best is reported.
+    /// Runs per measurement; the best is reported (with --against-memcpy and --zero-copy:
+    /// repetitions of each side, alternating; the medians and the ratios' range).
     #[arg(long, default_value_t = 3)]
     iters: u32,
     /// Copy with the driver's own queue (MEMCPY) instead of a user queue.
@@ -987,14 +990,16 @@ fn bench_against_memcpy(dev: &Device, info: &Info, a: &BenchArgs, user: &Mover) 
 /// `bench --zero-copy`: per size, host->HBM and HBM->host of a process buffer (a) zero-copy:
 /// imported (MEM_IMPORT), copied, freed, the import and free timed with the copy; (b) through
 /// a coherent driver host buffer of --window bytes: CPU memcpy between it and the process buffer,
-/// plus the DMA, round by round. Best of --iters each; both directions verified byte for byte.
+/// plus the DMA, round by round. --iters repetitions, zero-copy and coherent alternating in
+/// each direction: the rates' medians, the per-repetition ratios' median, min and max (range,
+/// reps), the best import + free time (pin+unpin); both directions verified byte for byte.
 fn bench_zero_copy(dev: &Device, info: &Info, a: &BenchArgs, mover: &Mover) -> Result<()> {
     if info.max_import_size == 0 {
         bail!("the driver has no MEM_IMPORT (ABI {}); --zero-copy needs ABI 2", info.abi_version);
     }
     let hidden = ProgressBar::hidden();
     println!(
-        "{:>8}  {:<19} {:>14} {:>14} {:>7}  {:>10}  {:>6}   via {}",
+        "{:>8}  {:<19} {:>14} {:>14} {:>7}  {:>10}  {:>6}  {:<13} {:>4}   via {}",
         "size",
         "path",
         "zero-copy",
@@ -1002,6 +1007,8 @@ fn bench_zero_copy(dev: &Device, info: &Info, a: &BenchArgs, mover: &Mover) -> R
         "ratio",
         "pin+unpin",
         "runs",
+        "range",
+        "reps",
         mover.via()
     );
     for &size in &a.sizes {
@@ -1104,7 +1111,7 @@ fn bench_zero_copy(dev: &Device, info: &Info, a: &BenchArgs, mover: &Mover) -> R
             let (z, c) = (median(&mut zc), median(&mut co));
             let r = spread(&mut ratios);
             println!(
-                "{:>8}  zero-copy {:<9} {:>14} {:>14} {:>6.3}x  {:>8.3}ms  {:>6}  {:.3}-{:.3}x {}",
+                "{:>8}  zero-copy {:<9} {:>14} {:>14} {:>6.3}x  {:>8.3}ms  {:>6}  {:<13} {:>4}",
                 human_size(size),
                 name,
                 human_rate(size, Duration::from_secs_f64(size as f64 / z.max(f64::MIN_POSITIVE))),
@@ -1112,8 +1119,7 @@ fn bench_zero_copy(dev: &Device, info: &Info, a: &BenchArgs, mover: &Mover) -> R
                 r.0,
                 pin.as_secs_f64() * 1e3,
                 runs,
-                r.1,
-                r.2,
+                format!("{:.3}-{:.3}x", r.1, r.2),
                 reps
             );
         }

@@ -71,8 +71,9 @@ pub struct MultiqueueArgs {
     /// --depth fences) or copy-wait (COPY_PREPARE + COPY_WAIT per batch, depth 1).
     #[arg(long, value_enum, default_value_t = ThreadWait::FenceWait)]
     pub thread_wait: ThreadWait,
-    /// Iterations, each running both modes (which goes first alternates); the best run of each
-    /// mode is reported, with the iterations' ratios (median, min, max) in --json.
+    /// Iterations, each running the chosen modes (with --mode both, which goes first alternates);
+    /// the best run of each mode is reported and judged, with --mode both also the iterations'
+    /// ratios (median, min, max: printed, and in --json).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub iters: u32,
     /// Least rate of one thread + epoll over the threads' rate for an OK verdict (--mode both).
@@ -677,6 +678,16 @@ fn measure(dev: &Device, info: &Info, a: &MultiqueueArgs) -> Result<MultiqueueJs
             }
             modes.push(mode_json(mode, n, a.thread_wait, bytes, r));
         }
+    }
+    if !a.json && ratios.len() > 1 {
+        println!(
+            "iterations' ratios (one thread + epoll over the threads, each iteration's two runs): median {:.3}x, \
+             min {:.3}x, max {:.3}x, {} iterations",
+            ratios[ratios.len() / 2],
+            ratios[0],
+            ratios[ratios.len() - 1],
+            ratios.len()
+        );
     }
     let v = verdict(n, a.thread_wait, (best_e.as_ref(), best_t.as_ref()), a.target, bytes);
     Ok(MultiqueueJson {
