@@ -491,8 +491,8 @@ impl Queue {
     /// `ENOSPC` if either ring has no free slot; nothing is written then.
     #[inline(always)]
     pub(crate) fn prepare_one(&mut self, c: &Copy) -> Result {
-        // `&`, not `&&`: both tested without a branch between them (one branch per pair fewer
-        // under TCG, Documentation/benchmarks.rst, (a)).
+        // Room on both rings, the reserve kept (`&`: no short circuit asked for; the compiler
+        // still tests each ring with a branch of its own).
         if !(self.tx.state().has_room() & self.rx.state().has_room()) {
             return Err(ENOSPC);
         }
