@@ -760,11 +760,11 @@ static double pctf(const double *v, unsigned int n, double f)
 	return v[i < n ? i : n - 1];
 }
 
-#define LAT_BLOCKS 5U		/* latency (c) rows: blocks of rounds for the range */
+#define RANGE_BLOCKS 5U		/* (c) and wake-up rows: blocks of rounds for the range */
 
 /*
  * For the range of a percentile ratio of interleaved samples: @a and @b (unsorted, @n each, the
- * same rounds) cut into LAT_BLOCKS consecutive blocks; per block the @fa percentile of @a over the
+ * same rounds) cut into RANGE_BLOCKS consecutive blocks; per block the @fa percentile of @a over the
  * @fb percentile of @b, into @out.
  */
 static void block_ratios(const double *a, double fa, const double *b, double fb, unsigned int n,
@@ -775,8 +775,8 @@ static void block_ratios(const double *a, double fa, const double *b, double fb,
 
 	if (!t)
 		die("calloc", -ENOMEM);
-	for (i = 0; i < LAT_BLOCKS; i++) {
-		unsigned int from = i * n / LAT_BLOCKS, m = (i + 1) * n / LAT_BLOCKS - from;
+	for (i = 0; i < RANGE_BLOCKS; i++) {
+		unsigned int from = i * n / RANGE_BLOCKS, m = (i + 1) * n / RANGE_BLOCKS - from;
 		double x;
 
 		memcpy(t, &a[from], m * sizeof(double));
@@ -897,7 +897,7 @@ static void lat_free(double **a)
 static void bench_latency_floor(void)
 {
 	double **s = lat_arrays(lat_runs);
-	double *fl, *sw, *w, *sf, f50, r50[LAT_BLOCKS], r99[LAT_BLOCKS];
+	double *fl, *sw, *w, *sf, f50, r50[RANGE_BLOCKS], r99[RANGE_BLOCKS];
 	char how[1100], howr[1250], extra[160], l0[40], l1[40];
 	struct qctx c;
 	unsigned int i;
@@ -956,11 +956,11 @@ static void bench_latency_floor(void)
 	result_x("latency 4 B copy (WAIT only) p99 vs p50", pctf(w, lat_runs, 0.99) * 1e6, "us",
 		 pctf(w, lat_runs, 0.5) * 1e6, how, extra);
 	snprintf(howr, sizeof(howr), "%s; ratio: the median of the ratios of %u consecutive blocks "
-		 "of rounds, min and max beside it", how, LAT_BLOCKS);
+		 "of rounds, min and max beside it", how, RANGE_BLOCKS);
 	result_range("latency 4 B copy (SUBMIT + FENCE_WAIT) p50 vs same-phase floor",
-		     pctf(sf, lat_runs, 0.5) * 1e6, "us", f50 * 1e6, r50, LAT_BLOCKS, howr, extra);
+		     pctf(sf, lat_runs, 0.5) * 1e6, "us", f50 * 1e6, r50, RANGE_BLOCKS, howr, extra);
 	result_range("latency 4 B copy (SUBMIT + FENCE_WAIT) p99 vs p50", pctf(sf, lat_runs, 0.99) * 1e6,
-		     "us", pctf(sf, lat_runs, 0.5) * 1e6, r99, LAT_BLOCKS, howr, extra);
+		     "us", pctf(sf, lat_runs, 0.5) * 1e6, r99, RANGE_BLOCKS, howr, extra);
 	lat_free(s);
 }
 
@@ -1759,7 +1759,6 @@ static void *lander_thread(void *arg)
 
 enum { W_EPOLL, W_COPY_WAIT, W_EVENTFD, W_URING, W_NUM };
 
-#define WAKE_BLOCKS 5U		/* wake-up p50 rows: blocks of rounds for the range */
 
 static const char *const wake_kind[W_NUM] = { "epoll", "COPY_WAIT", "eventfd", "io_uring" };
 /* The eventfd of the W_EVENTFD queue and the io_uring of the W_URING samples. */
@@ -1906,7 +1905,7 @@ landed:
 static void bench_wakeup(void)
 {
 	double *lw[W_NUM], *sw[W_NUM], *le, p50[W_NUM], p99[W_NUM], s50[W_NUM], s99[W_NUM], le50;
-	double block_ratio[W_NUM][WAKE_BLOCKS], *le_tmp;
+	double block_ratio[W_NUM][RANGE_BLOCKS];
 	struct neuron_udma_queue_event ev[4];
 	char how[1600], howr[1700], extra[120], l0[40], l1[40], wq[64], wq_note[160];
 	struct epoll_event e = { .events = EPOLLIN | EPOLLPRI };
@@ -1939,9 +1938,6 @@ static void bench_wakeup(void)
 	if (ret)
 		die("io_uring_setup (wake-up rows)", ret);
 	le = calloc(wake_runs, sizeof(double));
-	le_tmp = calloc(wake_runs, sizeof(double));
-	if (!le_tmp)
-		die("calloc", -ENOMEM);
 	for (k = 0; k < W_NUM; k++) {
 		lw[k] = calloc(wake_runs, sizeof(double));
 		sw[k] = calloc(wake_runs, sizeof(double));
@@ -1991,21 +1987,10 @@ static void bench_wakeup(void)
 	for (k = 0; k < W_NUM; k++)
 		qctx_close(&c[k]);
 	close(wake_efd);
-	/*
-	 * The range of the p50 rows: the rounds cut into WAKE_BLOCKS consecutive blocks, each
-	 * block's p50 of each kind against COPY_WAIT's of the same block.
-	 */
-	for (i = 0; i < WAKE_BLOCKS; i++) {
-		unsigned int from = i * wake_runs / WAKE_BLOCKS, to = (i + 1) * wake_runs / WAKE_BLOCKS;
-		double bp[W_NUM];
-
-		for (k = 0; k < W_NUM; k++) {
-			memcpy(le_tmp, &sw[k][from], (to - from) * sizeof(double));
-			bp[k] = median(le_tmp, to - from);
-		}
-		for (k = 0; k < W_NUM; k++)
-			block_ratio[k][i] = bp[k] / bp[W_COPY_WAIT];
-	}
+	/* The range of the p50 rows: each block's p50 of each kind against COPY_WAIT's. */
+	for (k = 0; k < W_NUM; k++)
+		if (k != W_COPY_WAIT)
+			block_ratios(sw[k], 0.5, sw[W_COPY_WAIT], 0.5, wake_runs, block_ratio[k]);
 	for (k = 0; k < W_NUM; k++) {
 		qsort(lw[k], wake_runs, sizeof(double), cmp_double);
 		qsort(sw[k], wake_runs, sizeof(double), cmp_double);
@@ -2049,8 +2034,8 @@ static void bench_wakeup(void)
 		snprintf(name, sizeof(name), "%s to wake-up p50: %s vs COPY_WAIT", start[k],
 			 wake_kind[k]);
 		snprintf(howr, sizeof(howr), "%s; ratio: the median of the p50 ratios of %u "
-			 "consecutive blocks of rounds, min and max beside it", how, WAKE_BLOCKS);
-		result_range(name, s50[k], "us", s50[W_COPY_WAIT], block_ratio[k], WAKE_BLOCKS, howr,
+			 "consecutive blocks of rounds, min and max beside it", how, RANGE_BLOCKS);
+		result_range(name, s50[k], "us", s50[W_COPY_WAIT], block_ratio[k], RANGE_BLOCKS, howr,
 			     extra);
 		snprintf(name, sizeof(name), "%s to wake-up p99: %s vs COPY_WAIT", start[k],
 			 wake_kind[k]);
@@ -2066,7 +2051,6 @@ static void bench_wakeup(void)
 		free(sw[k]);
 	}
 	free(le);
-	free(le_tmp);
 }
 
 /* Writes @val to the device_ring_fill module parameter: 0 or -errno. */
@@ -2259,7 +2243,7 @@ static void kmem_settle(void)
  */
 static int kmem_child(void)
 {
-	double per[2][KMEM_ROUNDS], mid[2], lo[2], hi[2];
+	double per[2][KMEM_ROUNDS], ratio[KMEM_ROUNDS], mid;
 	static __u64 h[KMEM_BUFS];
 	unsigned char *page;
 	char pid[32], how[600];
@@ -2306,25 +2290,19 @@ static int kmem_child(void)
 				die("MEM_FREE (kmem rows)", ret);
 	}
 	close(fd);
+	snprintf(how, sizeof(how),
+		 "%u rounds of each kind alternating (4 KiB device buffers, one-page imports), each %u "
+		 "buffers made in a memory cgroup of their own and freed again: the cgroup's charged "
+		 "slab (memory.stat) before and after, per buffer; the median round, min and max; the "
+		 "buffers' user memory (device memory, the pinned page) not counted; baseline: the (m) "
+		 "bound, %.0f B", KMEM_ROUNDS, KMEM_BUFS, KMEM_BOUND);
 	for (k = 0; k < 2; k++) {
-		qsort(per[k], KMEM_ROUNDS, sizeof(double), cmp_double);
-		mid[k] = per[k][KMEM_ROUNDS / 2];
-		lo[k] = per[k][0];
-		hi[k] = per[k][KMEM_ROUNDS - 1];
-	}
-	for (k = 0; k < 2; k++) {
-		snprintf(how, sizeof(how),
-			 "%u rounds of each kind alternating (4 KiB device buffers, one-page imports), "
-			 "each %u buffers made in a memory cgroup of their own and freed again: the "
-			 "cgroup's charged slab (memory.stat) before and after, per buffer; the median "
-			 "round, min and max; the buffers' user memory (device memory, the pinned page) "
-			 "not counted; baseline: the (m) bound, %.0f B", KMEM_ROUNDS, KMEM_BUFS,
-			 KMEM_BOUND);
-		printf("NU-BENCH {\"name\":\"kernel memory per %s\",\"value\":%.1f,"
-		       "\"unit\":\"B\",\"baseline\":%.1f,\"ratio\":%.4f,\"min\":%.4f,"
-		       "\"max\":%.4f,\"reps\":%u,\"how\":\"%s\"}\n",
-		       k ? "one-page import" : "4 KiB device buffer", mid[k], KMEM_BOUND,
-		       mid[k] / KMEM_BOUND, lo[k] / KMEM_BOUND, hi[k] / KMEM_BOUND, KMEM_ROUNDS, how);
+		for (r = 0; r < KMEM_ROUNDS; r++)
+			ratio[r] = per[k][r] / KMEM_BOUND;
+		mid = median(per[k], KMEM_ROUNDS);
+		result_range(k ? "kernel memory per one-page import" :
+			     "kernel memory per 4 KiB device buffer", mid, "B", KMEM_BOUND, ratio,
+			     KMEM_ROUNDS, how, NULL);
 	}
 	fflush(stdout);
 	return 0;

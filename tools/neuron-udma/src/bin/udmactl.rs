@@ -453,7 +453,11 @@ fn human_rate(bytes: u64, t: Duration) -> String {
     if s <= 0.0 {
         return "-".into();
     }
-    let r = bytes as f64 / s;
+    human_bps(bytes as f64 / s)
+}
+
+/// A rate in bytes per second, as `human_rate` prints it.
+fn human_bps(r: f64) -> String {
     if r >= 1e9 {
         format!("{:.2} GB/s", r / 1e9)
     } else if r >= 1e6 {
@@ -891,6 +895,22 @@ fn spread(ratios: &mut [f64]) -> (f64, f64, f64) {
     (m, ratios.first().copied().unwrap_or(0.0), ratios.last().copied().unwrap_or(0.0))
 }
 
+/// Interleaved repetitions of two sides each moving `size` bytes, `a[i]` and `b[i]` timed in
+/// the same repetition: each side's median rate (bytes/s) and the per-repetition ratios of `a`'s
+/// rate over `b`'s (median, min, max).
+fn interleaved(size: u64, a: &[Duration], b: &[Duration]) -> (f64, f64, (f64, f64, f64)) {
+    let rate = |d: &Duration| size as f64 / d.as_secs_f64().max(f64::MIN_POSITIVE);
+    let mut ra: Vec<f64> = a.iter().map(rate).collect();
+    let mut rb: Vec<f64> = b.iter().map(rate).collect();
+    let mut ratios: Vec<f64> = ra.iter().zip(&rb).map(|(x, y)| x / y).collect();
+    (median(&mut ra), median(&mut rb), spread(&mut ratios))
+}
+
+/// A range of ratios as the tables print it: `min-maxx`.
+fn range_text(r: (f64, f64, f64)) -> String {
+    format!("{:.3}-{:.3}x", r.1, r.2)
+}
+
 /// One `NU-BENCH {json}` line of a ratio of interleaved repetitions (`make bench`'s report
 /// reads it): the figure and its baseline (medians, bytes/s), the per-repetition ratios'
 /// median, min and max.
@@ -937,30 +957,25 @@ fn bench_against_memcpy(dev: &Device, info: &Info, a: &BenchArgs, user: &Mover) 
                 in_rounds(size, buf, |_, n| m.copy(src, dst, n, &hidden))?;
                 Ok(t.elapsed())
             };
-            let (mut ru, mut rm, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut tu, mut tm) = (Vec::new(), Vec::new());
             for i in 0..reps {
-                let (tu, tm) = if i % 2 == 0 {
-                    let tu = timed(user)?;
-                    (tu, timed(&memcpy)?)
+                if i % 2 == 0 {
+                    tu.push(timed(user)?);
+                    tm.push(timed(&memcpy)?);
                 } else {
-                    let tm = timed(&memcpy)?;
-                    (timed(user)?, tm)
-                };
-                let rate = |t: Duration| size as f64 / t.as_secs_f64().max(f64::MIN_POSITIVE);
-                ru.push(rate(tu));
-                rm.push(rate(tm));
-                ratios.push(rate(tu) / rate(tm));
+                    tm.push(timed(&memcpy)?);
+                    tu.push(timed(user)?);
+                }
             }
-            let (u, m) = (median(&mut ru), median(&mut rm));
-            let r = spread(&mut ratios);
+            let (u, m, r) = interleaved(size, &tu, &tm);
             println!(
                 "{:>8}  {:<11} {:>14} {:>14} {:>6.3}x {:>17}",
                 human_size(size),
                 name,
-                human_rate(size, Duration::from_secs_f64(size as f64 / u.max(f64::MIN_POSITIVE))),
-                human_rate(size, Duration::from_secs_f64(size as f64 / m.max(f64::MIN_POSITIVE))),
+                human_bps(u),
+                human_bps(m),
                 r.0,
-                format!("{:.3}-{:.3}x", r.1, r.2)
+                range_text(r)
             );
             let how = format!(
                 "udmactl bench --against-memcpy: {reps} repetitions of each side alternating (which goes first \
@@ -1101,25 +1116,20 @@ fn bench_zero_copy(dev: &Device, info: &Info, a: &BenchArgs, mover: &Mover) -> R
                 }
             }
         }
-        let rate = |d: &Duration| size as f64 / d.as_secs_f64().max(f64::MIN_POSITIVE);
         for (dir, (name, pin, runs)) in
             [("host->HBM", pin_h2d, runs_h2d), ("HBM->host", pin_d2h, runs_d2h)].into_iter().enumerate()
         {
-            let mut zc: Vec<f64> = t[dir][0].iter().map(rate).collect();
-            let mut co: Vec<f64> = t[dir][1].iter().map(rate).collect();
-            let mut ratios: Vec<f64> = zc.iter().zip(&co).map(|(z, c)| z / c).collect();
-            let (z, c) = (median(&mut zc), median(&mut co));
-            let r = spread(&mut ratios);
+            let (z, c, r) = interleaved(size, &t[dir][0], &t[dir][1]);
             println!(
                 "{:>8}  zero-copy {:<9} {:>14} {:>14} {:>6.3}x  {:>8.3}ms  {:>6}  {:<13} {:>4}",
                 human_size(size),
                 name,
-                human_rate(size, Duration::from_secs_f64(size as f64 / z.max(f64::MIN_POSITIVE))),
-                human_rate(size, Duration::from_secs_f64(size as f64 / c.max(f64::MIN_POSITIVE))),
+                human_bps(z),
+                human_bps(c),
                 r.0,
                 pin.as_secs_f64() * 1e3,
                 runs,
-                format!("{:.3}-{:.3}x", r.1, r.2),
+                range_text(r),
                 reps
             );
         }
