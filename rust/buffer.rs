@@ -116,6 +116,13 @@ pub(crate) struct Buffer {
     pub(crate) kind: MemKind,
     /// Bytes charged to the owner's locked memory (`RLIMIT_MEMLOCK`) for it.
     pub(crate) charged: u64,
+    /// Device-fabric address of byte 0 while the memory is there, fixed at creation (see
+    /// [`Self::held_base`]): the DMA address of a host buffer, the device address of a device
+    /// buffer, 0 for an import (whose runs carry their own addresses).
+    fabric_base: u64,
+    /// Whether the host route is OR-ed onto [`Self::fabric_base`] (host memory and host DMA
+    /// addresses of imports; not device memory).
+    routed: bool,
     /// The owning open file, whose mapping holds the buffer's user mappings.
     owner_file: MappedFile,
     /// Synchronous copies (`MEMCPY`) using the buffer right now.
@@ -243,6 +250,12 @@ impl Buffer {
             Backing::Pinned(_, c) => (MemKind::Imported, c.bytes()),
             Backing::DmaBuf(..) => (MemKind::Imported, 0),
         };
+        let (fabric_base, routed) = match &backing {
+            Backing::Host(c, _) => (c.dma_address(), true),
+            Backing::Device(a, _) => (*a, false),
+            Backing::Pinned(..) | Backing::DmaBuf(_, _, false) => (0, true),
+            Backing::DmaBuf(_, _, true) => (0, false),
+        };
         Arc::pin_init(
             try_pin_init!(Self {
                 handle,
@@ -253,6 +266,8 @@ impl Buffer {
                 owner,
                 kind,
                 charged,
+                fabric_base,
+                routed,
                 owner_file,
                 users: Atomic::new(0),
                 freeing: Atomic::new(0),
@@ -401,13 +416,22 @@ impl Buffer {
     /// the unbind did.
     pub(crate) fn base(&self, route: u64) -> Result<u64> {
         match &*self.backing.lock() {
-            Some(Backing::Host(c, _)) => Ok(c.dma_address() | route),
-            Some(Backing::Device(a, _)) => Ok(*a),
-            Some(Backing::Pinned(..)) | Some(Backing::DmaBuf(_, _, false)) => Ok(route),
-            Some(Backing::DmaBuf(_, _, true)) => Ok(0),
+            Some(_) => Ok(self.held_base(route)),
             // `MEM_FREE` marks the buffer before it takes the backing under this lock.
             None if self.freeing.load(Relaxed) == FREE_DONE => Err(ENOENT),
             None => Err(ENODEV),
+        }
+    }
+
+    /// [`Self::base`] without its check that the memory is still there, for a buffer the
+    /// caller holds ([`InFlight`]): no `MEM_FREE` frees it while the hold exists, and an unbind
+    /// frees it only after pausing every queue, which a submission under way then finds gone
+    /// (`ENODEV`) before a descriptor with this address is written. No lock.
+    pub(crate) fn held_base(&self, route: u64) -> u64 {
+        if self.routed {
+            self.fabric_base | route
+        } else {
+            self.fabric_base
         }
     }
 
@@ -582,8 +606,18 @@ impl InFlight {
     ///
     /// `ENOENT` if a `MEM_FREE` freed the buffer.
     pub(crate) fn new(buf: &Arc<Buffer>) -> Result<Self> {
+        Self::take(buf.clone())
+    }
+
+    /// As [`Self::new`], keeping the caller's reference `buf` (one reference count operation
+    /// fewer).
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` if a `MEM_FREE` freed the buffer (`buf` is dropped then).
+    pub(crate) fn take(buf: Arc<Buffer>) -> Result<Self> {
         buf.claim(&buf.inflight)?;
-        Ok(Self(buf.clone()))
+        Ok(Self(buf))
     }
 }
 
@@ -613,16 +647,37 @@ impl Holds {
     ///
     /// `ENOENT` if a `MEM_FREE` freed the buffer, `ENOMEM`.
     pub(crate) fn add(&mut self, buf: &Arc<Buffer>) -> Result {
+        self.take(buf.clone()).map(|_| ())
+    }
+
+    /// Holds `buf`, taking over the caller's reference. Returns the hold's index (for
+    /// [`Self::get`]): 0, 1, 2, ... in the order of the calls.
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` if a `MEM_FREE` freed the buffer, `ENOMEM`; nothing is held then.
+    pub(crate) fn take(&mut self, buf: Arc<Buffer>) -> Result<usize> {
+        let i = self.n + self.more.len();
         if self.n < HOLDS_INLINE {
             // PANIC: `n` is below HOLDS_INLINE.
-            self.few[self.n] = Some(InFlight::new(buf)?);
+            self.few[self.n] = Some(InFlight::take(buf)?);
             self.n += 1;
-            return Ok(());
+            return Ok(i);
         }
         self.more.reserve(1, GFP_KERNEL_ACCOUNT)?;
         // Cannot fail: capacity was reserved.
-        let _ = self.more.push_within_capacity(InFlight::new(buf)?);
-        Ok(())
+        let _ = self.more.push_within_capacity(InFlight::take(buf)?);
+        Ok(i)
+    }
+
+    /// The buffer of hold `i` ([`Self::take`]'s index).
+    pub(crate) fn get(&self, i: usize) -> Option<&Arc<Buffer>> {
+        let hold = if i < HOLDS_INLINE {
+            self.few.get(i)?.as_ref()
+        } else {
+            self.more.get(i - HOLDS_INLINE)
+        };
+        hold.map(|h| &h.0)
     }
 
     /// Whether `buf` is one of the buffers held.

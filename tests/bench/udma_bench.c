@@ -364,7 +364,7 @@ static void bench_submission(void)
 	}
 }
 
-#define LOOKUP_RUNS 5U		/* lookup rows: runs of each of the three, interleaved */
+#define LOOKUP_RUNS 5U		/* lookup rows: runs of each of the four, interleaved */
 
 /* Seconds inside the COPY_PREPARE x256 calls of one run of @c's copies, @copies copied in first. */
 static double lookup_run(struct qctx *c, const struct neuron_udma_copy *copies)
@@ -379,30 +379,33 @@ static double lookup_run(struct qctx *c, const struct neuron_udma_copy *copies)
 }
 
 /*
- * COPY_PREPARE x256 time per pair in three settings, LOOKUP_RUNS runs of each, interleaved (the
+ * COPY_PREPARE x256 time per pair in four settings, LOOKUP_RUNS runs of each, interleaved (the
  * order reversing from run to run): (two) a file holding only its queue's 2 buffers, every copy
  * between them; (many) a second file holding LOOKUP_BUFS buffers, every copy from the first
  * buffer allocated to the last (the far end of a list for a lookup that scans from either end);
- * (spread) the same file, copy i from buffer 2i to buffer 2i + 1 (modulo LOOKUP_BUFS, in
- * allocation order): the 256 entries of a call name 512 buffers, no two entries the same one.
- * The rows: many and spread against two, medians and the per-run ratios' range.
+ * (same) that file and queue, every copy between its queue's 2 buffers; (spread) that file and
+ * queue, copy i from buffer 2i to buffer 2i + 1 (modulo LOOKUP_BUFS, in allocation order): the
+ * 256 entries of a call name 512 buffers, no two entries the same one. The rows: many against
+ * two (the buffers open), spread against same (a buffer per entry: the same file, queue and ring
+ * memory, so only the buffers named differ), medians and the per-run ratios' range.
  */
 static void bench_lookup(void)
 {
-	struct neuron_udma_copy *two_c, *many_c, *spread_c;
-	double t[3][LOOKUP_RUNS], rm[LOOKUP_RUNS], rs[LOOKUP_RUNS], m[3];
+	struct neuron_udma_copy *two_c, *many_c, *same_c, *spread_c;
+	double t[4][LOOKUP_RUNS], rm[LOOKUP_RUNS], rs[LOOKUP_RUNS], m[4];
 	struct ubuf *bufs, **all;
 	struct qctx a, b;
 	unsigned int i, r, k;
-	char how[800];
+	char how[1000];
 	int ret;
 
 	bufs = calloc(LOOKUP_BUFS, sizeof(*bufs));
 	all = calloc(LOOKUP_BUFS, sizeof(*all));
 	two_c = calloc(PER_SUB, sizeof(*two_c));
 	many_c = calloc(PER_SUB, sizeof(*many_c));
+	same_c = calloc(PER_SUB, sizeof(*same_c));
 	spread_c = calloc(PER_SUB, sizeof(*spread_c));
-	if (!bufs || !all || !two_c || !many_c || !spread_c)
+	if (!bufs || !all || !two_c || !many_c || !same_c || !spread_c)
 		die("calloc", -ENOMEM);
 	qctx_open(&a, 0, 1);
 	qctx_open(&b, 0, 2);
@@ -412,6 +415,7 @@ static void bench_lookup(void)
 		goto out;
 	}
 	memcpy(two_c, a.copies, PER_SUB * sizeof(*two_c));
+	memcpy(same_c, b.copies, PER_SUB * sizeof(*same_c));
 	/* The queue's two buffers count: LOOKUP_BUFS in b's file. */
 	for (i = 2; i < LOOKUP_BUFS; i++) {
 		ret = ubuf_host(b.fd, SMALL_BUF, &bufs[i]);
@@ -431,39 +435,43 @@ static void bench_lookup(void)
 	/* Warm-up, one run of each. */
 	lookup_run(&a, two_c);
 	lookup_run(&b, many_c);
+	lookup_run(&b, same_c);
 	lookup_run(&b, spread_c);
 	for (r = 0; r < LOOKUP_RUNS; r++)
-		for (k = 0; k < 3; k++) {
-			unsigned int which = r % 2 ? 2 - k : k;
+		for (k = 0; k < 4; k++) {
+			const struct neuron_udma_copy *c[4] = { two_c, many_c, same_c, spread_c };
+			unsigned int which = r % 2 ? 3 - k : k;
 
-			t[which][r] = which == 0 ? lookup_run(&a, two_c) :
-				      lookup_run(&b, which == 1 ? many_c : spread_c);
+			t[which][r] = lookup_run(which == 0 ? &a : &b, c[which]);
 		}
 	for (r = 0; r < LOOKUP_RUNS; r++) {
 		rm[r] = t[1][r] / t[0][r];
-		rs[r] = t[2][r] / t[0][r];
+		rs[r] = t[3][r] / t[2][r];
 	}
-	for (k = 0; k < 3; k++)
+	for (k = 0; k < 4; k++)
 		m[k] = median(t[k], LOOKUP_RUNS) * 1e9 / ((double)subs * PER_SUB);
 	snprintf(how, sizeof(how),
-		 "COPY_PREPARE x256, %u runs of %u submissions of %u pairs in each of three settings, "
+		 "COPY_PREPARE x256, %u runs of %u submissions of %u pairs in each of four settings, "
 		 "interleaved (the order reversing from run to run), time inside the COPY_PREPARE calls "
 		 "only: a file (engine 0 queue 1) holding only its 2 buffers, every copy between them "
-		 "(the baseline); a second file (engine 0 queue 2) holding %u buffers, every copy from "
-		 "the first buffer allocated to the last (this row); the same file, copy i from buffer "
-		 "2i to 2i+1 (mod %u, allocation order), 512 buffers per call (the next row); medians, "
-		 "the ratio the median of the per-run ratios, min and max beside it",
+		 "(the buffers-open baseline); a second file (engine 0 queue 2) holding %u buffers, every "
+		 "copy from the first buffer allocated to the last (buffers open); that file and queue, "
+		 "every copy between its queue's 2 buffers (the per-entry baseline: same file, queue and "
+		 "ring memory); that file and queue, copy i from buffer 2i to 2i+1 (mod %u, allocation "
+		 "order), 512 buffers per call (a different buffer per entry); medians, the ratio the "
+		 "median of the per-run ratios, min and max beside it",
 		 LOOKUP_RUNS, subs, PER_SUB, LOOKUP_BUFS, LOOKUP_BUFS);
 	result_range("COPY_PREPARE x256 per pair, 1000 buffers open", m[1], "ns/pair", m[0], rm,
 		     LOOKUP_RUNS, how, NULL);
-	result_range("COPY_PREPARE x256 per pair, 1000 buffers, a different buffer per entry", m[2],
-		     "ns/pair", m[0], rs, LOOKUP_RUNS, how, NULL);
+	result_range("COPY_PREPARE x256 per pair, 1000 buffers, a different buffer per entry", m[3],
+		     "ns/pair", m[2], rs, LOOKUP_RUNS, how, NULL);
 	for (i = 2; i < LOOKUP_BUFS; i++)
 		ubuf_free(b.fd, &bufs[i]);
 out:
 	qctx_close(&b);
 	qctx_close(&a);
 	free(spread_c);
+	free(same_c);
 	free(many_c);
 	free(two_c);
 	free(all);
