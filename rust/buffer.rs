@@ -123,6 +123,8 @@ pub(crate) struct Buffer {
     /// Whether the host route is OR-ed onto [`Self::fabric_base`] (host memory and host DMA
     /// addresses of imports; not device memory).
     routed: bool,
+    /// Whether it is an imported dma-buf (`DMABUF_IMPORT`; the tracepoints' kind).
+    pub(crate) dmabuf: bool,
     /// The owning open file, whose mapping holds the buffer's user mappings.
     owner_file: MappedFile,
     /// Synchronous copies (`MEMCPY`) using the buffer right now.
@@ -250,6 +252,7 @@ impl Buffer {
             Backing::Pinned(_, c) => (MemKind::Imported, c.bytes()),
             Backing::DmaBuf(..) => (MemKind::Imported, 0),
         };
+        let dmabuf = matches!(backing, Backing::DmaBuf(..));
         let (fabric_base, routed) = match &backing {
             Backing::Host(c, _) => (c.dma_address(), true),
             Backing::Device(a, _) => (*a, false),
@@ -268,6 +271,7 @@ impl Buffer {
                 charged,
                 fabric_base,
                 routed,
+                dmabuf,
                 owner_file,
                 users: Atomic::new(0),
                 freeing: Atomic::new(0),

@@ -27,6 +27,7 @@ use crate::{
     devring::Moves,
     engine::{self, DescCount, EngineErrors, EngineIo, QueueIndex, QueueRegs},
     events::FileEvents,
+    kfac::trace::QueueTrace,
     queue::{self, Doorbell, Queue},
     regs::{M2s, S2m},
     ring::RingState,
@@ -208,6 +209,22 @@ impl Channel {
         }
         // Fences are numbered on from an earlier instance's: nothing before is news to anyone.
         let settled = q.settled();
+        let instance = NEXT_INSTANCE.fetch_add(1, Relaxed);
+        let mut q = q;
+        q.set_trace(QueueTrace::new(
+            bar.pdev.clone(),
+            id.eng.get(),
+            id.q.number(),
+            instance,
+        ));
+        if let Some(t) = q.trace() {
+            let sizes = (q.tx_state().size().descs(), q.rx_state().size().descs());
+            let file = match owner {
+                Owner::Driver => 0,
+                Owner::File(f) => f,
+            };
+            t.queue_init(sizes, q.device_range().is_some(), file);
+        }
         let class = match owner {
             Owner::Driver => static_lock_class!(),
             Owner::File(_) => static_lock_class!(),
@@ -216,7 +233,7 @@ impl Channel {
             try_pin_init!(Self {
                 id,
                 owner,
-                instance: NEXT_INSTANCE.fetch_add(1, Relaxed),
+                instance,
                 gone: Atomic::new(0),
                 bar,
                 mover,
@@ -645,6 +662,9 @@ impl Channel {
             }
             out.range = q.device_range();
             out.next_fence = q.next_fence();
+            if let Some(t) = q.trace() {
+                t.queue_release(out.next_fence);
+            }
         }
         // Under the queue lock, before the queue goes: whoever finds it gone reads why. Only
         // the first end counts (a release racing an unbind finds the queue already gone).

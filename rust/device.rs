@@ -117,6 +117,7 @@ impl UdmaDevice {
         let dram = DramAllocator::new(DRAM_RESERVED, dram_size)?;
         let bar = Arc::pin_init(Bar0::new(pdev.into(), arch, bar0), GFP_KERNEL)?;
         let patterns = Patterns::new(pdev.into(), arch)?;
+        let pool_dev: ARef<pci::Device> = pdev.into();
         let devmem = match bar4 {
             Some(b) => Some(Arc::new(DevMem::new(b), GFP_KERNEL)?),
             None => None,
@@ -134,7 +135,7 @@ impl UdmaDevice {
                 bound: Atomic::new(1),
                 entered: Atomic::new(0),
                 queues <- XArray::new(AllocKind::Alloc),
-                pool <- BufferPool::new(dram),
+                pool <- BufferPool::new(pool_dev, dram),
                 state <- new_mutex!(DevState {
                     alive: true,
                     h2t: None,

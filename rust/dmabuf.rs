@@ -26,6 +26,7 @@ use crate::{
     kfac::{
         dmabuf::{DmaBufExport, DmaBufImport, RawExportHold, ReservedFd},
         mm::MappedFile,
+        trace::BufferEvent,
     },
     uapi,
 };
@@ -80,9 +81,10 @@ pub(crate) fn export(dev: &Arc<UdmaDevice>, buf: &Arc<Buffer>) -> Result<DmaBufE
         // takes back; `d` is bound for the duration of the call (`with_bound`).
         unsafe { DmaBufExport::new(d, addr, buf.size, raw.cast()) }
     });
-    if r.is_err() {
+    match &r {
+        Ok(_) => dev.pool.trace(BufferEvent::Export, buf),
         // SAFETY: on error the hold stays the caller's: taken back once, here.
-        drop(unsafe { KBox::from_raw(raw) });
+        Err(_) => drop(unsafe { KBox::from_raw(raw) }),
     }
     r
 }

@@ -189,6 +189,20 @@ impl H2t {
     ///
     /// `EIO`, `ETIMEDOUT`, `EINTR` (SIGKILL), `ENOMEM`, `ENODEV`.
     pub(crate) fn scrub(&self, pool: &BufferPool, addr: u64, size: u64) -> Result {
+        let split = size >= SPLIT_SCRUB_BYTES && !self.scrubbers.is_empty();
+        let r = self.scrub_range(pool, addr, size, split);
+        // CAST: a few engines.
+        let engines = if split {
+            self.scrubbers.len() as u32 + 1
+        } else {
+            1
+        };
+        pool.trace_scrub(addr, size, engines, &r);
+        r
+    }
+
+    /// [`Self::scrub`], on every H2T engine if `split`.
+    fn scrub_range(&self, pool: &BufferPool, addr: u64, size: u64, split: bool) -> Result {
         let give_back = |e| {
             pool.free_dram(addr);
             Err(e)
@@ -201,7 +215,7 @@ impl H2t {
             Ok(s) => s,
             Err(e) => return give_back(e),
         };
-        if size >= SPLIT_SCRUB_BYTES && !self.scrubbers.is_empty() {
+        if split {
             return self.scrub_split(pool, zeros, addr, size, slot);
         }
         let job = Job {

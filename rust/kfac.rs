@@ -22,6 +22,7 @@
 //!   pinned user pages, the locked-memory charge and the DMA segment boundary;
 //! - [`sched`]: `fatal_signal_pending()`, `cond_resched()` and `flush_work()`;
 //! - [`sysfs`]: the usage counters of a device and the module parameters;
+//! - [`trace`]: the tracepoints (`rust/kfac/trace_internal.h` defines them);
 //! - [`uring`]: the `uring_cmd`, `uring_cmd_iopoll` and `poll` file operations and io_uring
 //!   command completion.
 
@@ -31,6 +32,7 @@ pub(crate) mod eventfd;
 pub(crate) mod mm;
 pub(crate) mod sched;
 pub(crate) mod sysfs;
+pub(crate) mod trace;
 pub(crate) mod uring;
 
 /// The `struct device` of `dev`, for the C side: `Device` is a transparent wrapper of it (7.3

@@ -7,11 +7,13 @@
 use crate::{
     buffer::{Buffer, MemKind, MMAP_STRIDE_SHIFT},
     dram::DramAllocator,
+    kfac::trace::{self, BufferEvent},
 };
 use kernel::{
-    new_mutex, new_spinlock,
+    new_mutex, new_spinlock, pci,
     prelude::*,
     sync::{
+        aref::ARef,
         atomic::{Atomic, Relaxed},
         Arc, Mutex, SpinLock,
     },
@@ -49,6 +51,8 @@ pub(crate) struct BufferPool {
     deciding: SpinLock<()>,
     /// Bytes held by the buffers in the pool, and the peak, per [`MemKind`] (sysfs).
     pub(crate) usage: Usage,
+    /// The device, which the buffer events name (`kfac/trace.rs`).
+    dev: ARef<pci::Device>,
 }
 
 /// Memory held by a device's buffers: `held` and `peak` bytes per [`MemKind`] (host, device,
@@ -102,8 +106,8 @@ impl Usage {
 }
 
 impl BufferPool {
-    /// An empty pool over the device memory `dram`.
-    pub(crate) fn new(dram: DramAllocator) -> impl PinInit<Self, Error> {
+    /// An empty pool of device `dev` over its device memory `dram`.
+    pub(crate) fn new(dev: ARef<pci::Device>, dram: DramAllocator) -> impl PinInit<Self, Error> {
         let total = dram.capacity();
         try_pin_init!(Self {
             handles <- pin_init_array_from_fn(|_| XArray::new(AllocKind::Alloc)),
@@ -114,6 +118,7 @@ impl BufferPool {
             }),
             deciding <- new_spinlock!(()),
             usage: Usage::new(total),
+            dev,
         })
     }
 
@@ -156,6 +161,13 @@ impl BufferPool {
             let mut st = self.state.lock();
             Self::link(&mut st, self.shard(buf.owner), &self.usage, buf)
         };
+        if r.is_ok() {
+            let what = match buf.kind {
+                MemKind::Imported => BufferEvent::Import,
+                MemKind::Host | MemKind::Device => BufferEvent::Alloc,
+            };
+            self.trace(what, buf);
+        }
         if r.is_err() {
             // Freed outside the pool lock: giving back a host buffer's charge takes the mmap
             // lock.
@@ -245,13 +257,34 @@ impl BufferPool {
     /// queues are paused).
     pub(crate) fn free(&self, buf: &Buffer) {
         let mut st = self.state.lock();
-        if Self::unlink(&mut st, self.shard(buf.owner), buf) {
+        let was_in = Self::unlink(&mut st, self.shard(buf.owner), buf);
+        if was_in {
             self.usage.sub(buf.kind, buf.size);
         }
         drop(st);
+        if was_in {
+            self.trace(BufferEvent::Free, buf);
+        }
         if let Some(addr) = buf.free() {
             self.free_dram(addr);
         }
+    }
+
+    /// The buffer event `what` of `buf` (`kfac/trace.rs`).
+    pub(crate) fn trace(&self, what: BufferEvent, buf: &Buffer) {
+        let kind = match (buf.kind, buf.dmabuf) {
+            (MemKind::Host, _) => c"host",
+            (MemKind::Device, _) => c"device",
+            (MemKind::Imported, false) => c"pages",
+            (MemKind::Imported, true) => c"dmabuf",
+        };
+        trace::buffer(&self.dev, what, (buf.handle, buf.size), kind, buf.owner);
+    }
+
+    /// The `neuron_udma_scrub` event: `size` bytes at `addr` zeroed by `engines` H2T engines,
+    /// with outcome `r` (`kfac/trace.rs`).
+    pub(crate) fn trace_scrub(&self, addr: u64, size: u64, engines: u32, r: &Result) {
+        trace::scrub(&self.dev, addr, size, engines, r);
     }
 
     /// Removes `buf` from the table and the handle index; false if it was not there.
@@ -316,6 +349,7 @@ impl BufferPool {
             st.alive = false;
             for b in st.table.iter() {
                 self.usage.sub(b.kind, b.size);
+                self.trace(BufferEvent::Free, b);
             }
             core::mem::replace(&mut st.table, KVVec::new())
         };

@@ -27,6 +27,7 @@ use crate::{
     desc::{Barrier, Desc, DescLen, Dir, DESC_SIZE},
     devring::{DeviceMemory, DeviceRings, Moves},
     engine::{self, DescCount, EngineIo, QueueIndex},
+    kfac::trace::QueueTrace,
     regs::{M2s, S2m},
     ring::{Ring, RingSize, RingState, RESERVE},
 };
@@ -218,6 +219,9 @@ pub(crate) struct Queue {
     progress_at: Instant<Monotonic>,
     /// The Rx completion head (`rcrhp`, raw) when [`Self::stalled_for`] last read it.
     progress_head: u32,
+    /// Where its tracepoints say they come from (set by the queue instance that wraps it,
+    /// [`Self::set_trace`]); `None`: no events.
+    trace: Option<QueueTrace>,
 }
 
 impl Queue {
@@ -281,7 +285,18 @@ impl Queue {
             tx_acked: 0,
             progress_at: Instant::now(),
             progress_head: 0,
+            trace: None,
         })
+    }
+
+    /// Names the queue instance its events come from (`channel.rs`, when it wraps the queue).
+    pub(crate) fn set_trace(&mut self, trace: QueueTrace) {
+        self.trace = Some(trace);
+    }
+
+    /// The events' source, if set.
+    pub(crate) fn trace(&self) -> Option<&QueueTrace> {
+        self.trace.as_ref()
     }
 
     /// Bytes of memory a queue with rings of `tx_descs` / `rx_descs` descriptors pins: both
@@ -379,6 +394,9 @@ impl Queue {
             self.fences_failed += self.fences.len() as u64;
         }
         if let (Some(first), Some(last)) = (self.fences.first(), self.fences.last()) {
+            if let Some(t) = &self.trace {
+                t.fence_failed(first.seq, last.seq, why);
+            }
             if self.lost.len() == LOST_RANGES {
                 // PANIC: the list is full, so not empty.
                 self.expired_below = self.lost[0].last + 1;
@@ -410,6 +428,9 @@ impl Queue {
     pub(crate) fn reset(&mut self, io: EngineIo<'_>, why: Error) {
         self.retire();
         self.resets = self.resets.wrapping_add(1);
+        if let Some(t) = &self.trace {
+            t.queue_reset(why);
+        }
         engine::init_queue_dir::<M2s>(io, self.q(), self.tx_base(), self.tx.state().size());
         engine::init_queue_dir::<S2m>(io, self.q(), self.rx_base(), self.rx.state().size());
         self.forget_inflight(why);
@@ -518,6 +539,11 @@ impl Queue {
         for c in copies {
             self.write_pair(c);
         }
+        if let Some(t) = self.trace.as_ref().filter(|_| QueueTrace::submit_enabled()) {
+            let bytes = copies.iter().map(|c| u64::from(c.len.bytes())).sum();
+            // CAST: at most a ring of pairs.
+            t.submit(copies.len() as u32, bytes);
+        }
         if !holds.is_empty() {
             // Cannot fail: capacity was reserved.
             let _ = self.holds.push_within_capacity(Some(SubmissionHolds {
@@ -619,6 +645,9 @@ impl Queue {
         }
         self.tx_rung = self.tx.state().size().index(self.tx_rung + m2s_count);
         self.rx_rung = self.rx.state().size().index(self.rx_rung + s2m_count);
+        if let Some(t) = &self.trace {
+            t.doorbell(m2s_count, s2m_count);
+        }
         Ok(())
     }
 
@@ -690,6 +719,9 @@ impl Queue {
             self.progress_at = Instant::now();
         }
         self.next_seq += 1;
+        if let Some(t) = &self.trace {
+            t.fence(seq);
+        }
         Ok(seq)
     }
 
@@ -769,6 +801,10 @@ impl Queue {
             Placement::Device(d) => d.clear(self.fences.iter().take(n + 1).map(|f| f.slot)),
         }
         self.fences_done += n as u64 + 1;
+        if let Some(t) = &self.trace {
+            // CAST: at most FENCE_SLOTS fences.
+            t.fence_done(f.seq, n as u32 + 1);
+        }
         self.fences.retain(|x| x.seq > f.seq);
         self.settled = f.seq;
         self.done = f.seq;

@@ -568,6 +568,7 @@ pub(crate) fn fail<D: Door>(
     timeout: Delta,
 ) -> Result {
     let what = if err == EIO {
+        trace_abort(door, errors);
         "failed: engine error"
     } else {
         "timed out"
@@ -611,6 +612,19 @@ fn log_reset<D: Door>(door: &D, debug: bool, what: fmt::Arguments<'_>) {
             "engine {eng} queue {q}: {what}; resetting the queue\n"
         );
     }
+}
+
+/// The `neuron_udma_engine_abort` event of the queue of `door`, which found its engine aborted
+/// with `errors`.
+fn trace_abort<D: Door>(door: &D, errors: &EngineErrors) {
+    let (m2s, s2m) = (&errors.m2s, &errors.s2m);
+    crate::kfac::trace::engine_abort(
+        &door.bar().pdev,
+        door.id().eng.get(),
+        door.id().q.number(),
+        (m2s.state, m2s.cause),
+        (s2m.state, s2m.cause),
+    );
 }
 
 /// Resets the queue if it made no progress for [`DEFAULT_TIMEOUT`] with fences in flight (a
@@ -668,6 +682,7 @@ pub(crate) fn recover<D: Door>(door: &D) -> Result<Option<Error>> {
     door.with_io(|q, io| {
         let errors = engine::engine_errors(io);
         let (err, why) = if errors.aborted() {
+            trace_abort(door, &errors);
             (EIO, "failed: engine error")
         } else if q.stalled_for(io) >= DEFAULT_TIMEOUT {
             (ETIMEDOUT, "timed out")

@@ -17,6 +17,7 @@
 #include <linux/slab.h>
 
 #include "dmabuf_internal.h"
+#include "trace_internal.h"
 
 /*
  * ---- dma-buf: no Rust abstraction in 7.3 ----
@@ -36,6 +37,10 @@ MODULE_IMPORT_NS("DMA_BUF");
 
 /* BAR holding device memory (rust/driver.rs). */
 #define NEURON_UDMA_DRAM_BAR 4
+
+/* The offset of @exp's range in BAR4 (its device address), for the tracepoints. */
+#define NU_EXPORT_OFFSET(exp) \
+	((exp)->phys.paddr - pci_resource_start(to_pci_dev((exp)->dev), NEURON_UDMA_DRAM_BAR))
 
 struct neuron_udma_export {
 	/* In neuron_udma_exports while the dma-buf lives and is not being revoked. */
@@ -79,6 +84,8 @@ static int neuron_udma_dmabuf_attach(struct dma_buf *dmabuf, struct dma_buf_atta
 	/* A device the BAR cannot reach (no common switch or allow-listed host bridge). */
 	if (pci_p2pdma_distance_many(to_pci_dev(exp->dev), &attach->dev, 1, false) < 0)
 		return -EOPNOTSUPP;
+	trace_neuron_udma_dmabuf_attach(exp->dev, NU_EXPORT_OFFSET(exp), exp->phys.len,
+					dev_name(attach->dev));
 	return 0;
 }
 
@@ -233,6 +240,8 @@ void neuron_udma_dmabuf_revoke(struct neuron_udma_export *exp)
 		return;
 	}
 	WRITE_ONCE(exp->revoked, true);
+	/* Every importer is told: none is named. */
+	trace_neuron_udma_dmabuf_revoke(exp->dev, NU_EXPORT_OFFSET(exp), exp->phys.len, "*");
 	dma_buf_invalidate_mappings(dmabuf);
 	dma_resv_wait_timeout(dmabuf->resv, DMA_RESV_USAGE_BOOKKEEP, false, MAX_SCHEDULE_TIMEOUT);
 	dma_resv_unlock(dmabuf->resv);
