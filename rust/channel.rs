@@ -23,6 +23,7 @@ use crate::{
     bar0::Bar0,
     buffer::{Buffer, Holds},
     charge::Charge,
+    counters::{DeviceCounters, QueueObs},
     desc::{Desc, Dir},
     devring::Moves,
     engine::{self, DescCount, EngineErrors, EngineIo, QueueIndex, QueueRegs},
@@ -197,7 +198,7 @@ impl Channel {
     /// `ENOMEM`, `EINVAL` if `q`'s rings need a mover and none is given, or a driver's queue
     /// would need one.
     pub(crate) fn new(
-        bar: Arc<Bar0>,
+        (bar, counters): (Arc<Bar0>, Arc<DeviceCounters>),
         (id, owner): (QueueId, Owner),
         q: Queue,
         mover: Option<Arc<Channel>>,
@@ -211,20 +212,17 @@ impl Channel {
         let settled = q.settled();
         let instance = NEXT_INSTANCE.fetch_add(1, Relaxed);
         let mut q = q;
-        q.set_trace(QueueTrace::new(
-            bar.pdev.clone(),
-            id.eng.get(),
-            id.q.number(),
-            instance,
-        ));
-        if let Some(t) = q.trace() {
-            let sizes = (q.tx_state().size().descs(), q.rx_state().size().descs());
-            let file = match owner {
-                Owner::Driver => 0,
-                Owner::File(f) => f,
-            };
-            t.queue_init(sizes, q.device_range().is_some(), file);
-        }
+        let trace = QueueTrace::new(bar.pdev.clone(), id.eng.get(), id.q.number(), instance);
+        let mut obs = QueueObs::new(trace, counters);
+        let sizes = (q.tx_state().size().descs(), q.rx_state().size().descs());
+        let owner_id = match owner {
+            Owner::Driver => 0,
+            Owner::File(f) => f,
+        };
+        let device = q.device_range().map(|(_, len)| len);
+        let bytes = (Queue::memory_bytes(sizes.0, sizes.1), device.unwrap_or(0));
+        obs.init(sizes, device.is_some(), owner_id, bytes);
+        q.set_obs(obs);
         let class = match owner {
             Owner::Driver => static_lock_class!(),
             Owner::File(_) => static_lock_class!(),
@@ -662,8 +660,8 @@ impl Channel {
             }
             out.range = q.device_range();
             out.next_fence = q.next_fence();
-            if let Some(t) = q.trace() {
-                t.queue_release(out.next_fence);
+            if let Some(o) = q.obs_mut() {
+                o.release(out.next_fence);
             }
         }
         // Under the queue lock, before the queue goes: whoever finds it gone reads why. Only

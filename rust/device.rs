@@ -19,6 +19,7 @@ use crate::{
     buffer::{MAX_HOST_BUFFER, MAX_IMPORT_SIZE},
     channel::{Channel, Gone, Owner},
     completion::{Completer, Look, Member},
+    counters::DeviceCounters,
     devmem::DevMem,
     dram::{DramAllocator, DRAM_RESERVED},
     engine::QueueId,
@@ -73,6 +74,8 @@ pub(crate) struct UdmaDevice {
     /// The queues in use, keyed by [`QueueId::key`]; each knows its owner.
     #[pin]
     queues: XArray<Arc<Channel>>,
+    /// The activity counters (sysfs).
+    pub(crate) counters: Arc<DeviceCounters>,
     /// The buffers handed to user space and their memory.
     #[pin]
     pub(crate) pool: BufferPool,
@@ -118,6 +121,7 @@ impl UdmaDevice {
         let bar = Arc::pin_init(Bar0::new(pdev.into(), arch, bar0), GFP_KERNEL)?;
         let patterns = Patterns::new(pdev.into(), arch)?;
         let pool_dev: ARef<pci::Device> = pdev.into();
+        let counters = DeviceCounters::new()?;
         let devmem = match bar4 {
             Some(b) => Some(Arc::new(DevMem::new(b), GFP_KERNEL)?),
             None => None,
@@ -135,6 +139,7 @@ impl UdmaDevice {
                 bound: Atomic::new(1),
                 entered: Atomic::new(0),
                 queues <- XArray::new(AllocKind::Alloc),
+                counters,
                 pool <- BufferPool::new(pool_dev, dram),
                 state <- new_mutex!(DevState {
                     alive: true,

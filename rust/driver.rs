@@ -179,10 +179,17 @@ impl NeuronUdmaDriver {
             crate::dmaengine::DmaProvider::register(&dev, pdev, crate::kfac::sysfs::dma_channels())
                 .inspect_err(|e| dev_err!(pdev, "dmaengine registration failed: {:?}\n", e))?;
         let debugfs = crate::debugfs::device_dir(dev.clone(), pdev.as_ref().name());
-        // SAFETY: the counters live in `dev`, which this driver data holds longer than the
-        // group (`_usage` is declared, so dropped, before `dev`).
-        let usage =
-            unsafe { crate::kfac::sysfs::UsageAttrs::add(pdev.as_ref(), &dev.pool.usage.raw())? };
+        // The memory usage counters, then the activity counters (`rust/kfac/sysfs.c`'s order);
+        // their counts add up (checked at build time), so the copies below cannot panic.
+        const _: () = assert!(7 + crate::counters::COUNTERS_NR == crate::kfac::sysfs::USAGE_NR);
+        let mut vals = [core::ptr::null(); crate::kfac::sysfs::USAGE_NR];
+        let (mem, activity) = vals.split_at_mut(7);
+        mem.copy_from_slice(&dev.pool.usage.raw());
+        activity.copy_from_slice(&dev.counters.raw());
+        // SAFETY: the counters live in `dev` (the pool's, and `dev.counters`, an `Arc` it holds
+        // for its lifetime), which this driver data holds longer than the group (`_usage` is
+        // declared, so dropped, before `dev`).
+        let usage = unsafe { crate::kfac::sysfs::UsageAttrs::add(pdev.as_ref(), &vals)? };
         let entry = RegistryEntry::new(dev.clone())?;
         let name = entry.name;
         let parent = crate::kfac::raw_device(pdev.as_ref());

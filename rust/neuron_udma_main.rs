@@ -25,6 +25,7 @@ mod buffer;
 mod channel;
 mod charge;
 mod completion;
+mod counters;
 mod debugfs;
 mod desc;
 mod device;

@@ -24,6 +24,7 @@ mod fences;
 use crate::{
     arch::Arch,
     buffer::{Buffer, Holds},
+    counters::QueueObs,
     desc::{Barrier, Desc, DescLen, Dir, DESC_SIZE},
     devring::{DeviceMemory, DeviceRings, Moves},
     engine::{self, DescCount, EngineIo, QueueIndex},
@@ -219,9 +220,9 @@ pub(crate) struct Queue {
     progress_at: Instant<Monotonic>,
     /// The Rx completion head (`rcrhp`, raw) when [`Self::stalled_for`] last read it.
     progress_head: u32,
-    /// Where its tracepoints say they come from (set by the queue instance that wraps it,
-    /// [`Self::set_trace`]); `None`: no events.
-    trace: Option<QueueTrace>,
+    /// What it reports to: its device's counters and its tracepoints (set by the queue
+    /// instance that wraps it, [`Self::set_obs`]); `None`: nothing.
+    obs: Option<QueueObs>,
 }
 
 impl Queue {
@@ -285,18 +286,23 @@ impl Queue {
             tx_acked: 0,
             progress_at: Instant::now(),
             progress_head: 0,
-            trace: None,
+            obs: None,
         })
     }
 
-    /// Names the queue instance its events come from (`channel.rs`, when it wraps the queue).
-    pub(crate) fn set_trace(&mut self, trace: QueueTrace) {
-        self.trace = Some(trace);
+    /// Sets what the queue reports to (`channel.rs`, when its instance wraps it).
+    pub(crate) fn set_obs(&mut self, obs: QueueObs) {
+        self.obs = Some(obs);
     }
 
-    /// The events' source, if set.
-    pub(crate) fn trace(&self) -> Option<&QueueTrace> {
-        self.trace.as_ref()
+    /// What the queue reports to, if set.
+    pub(crate) fn obs_mut(&mut self) -> Option<&mut QueueObs> {
+        self.obs.as_mut()
+    }
+
+    /// Its tracepoints, if set.
+    fn trace(&self) -> Option<&QueueTrace> {
+        self.obs.as_ref().map(QueueObs::trace)
     }
 
     /// Bytes of memory a queue with rings of `tx_descs` / `rx_descs` descriptors pins: both
@@ -394,8 +400,8 @@ impl Queue {
             self.fences_failed += self.fences.len() as u64;
         }
         if let (Some(first), Some(last)) = (self.fences.first(), self.fences.last()) {
-            if let Some(t) = &self.trace {
-                t.fence_failed(first.seq, last.seq, why);
+            if let Some(o) = &self.obs {
+                o.fences_dropped(first.seq, last.seq, why);
             }
             if self.lost.len() == LOST_RANGES {
                 // PANIC: the list is full, so not empty.
@@ -428,12 +434,20 @@ impl Queue {
     pub(crate) fn reset(&mut self, io: EngineIo<'_>, why: Error) {
         self.retire();
         self.resets = self.resets.wrapping_add(1);
-        if let Some(t) = &self.trace {
-            t.queue_reset(why);
+        if let Some(o) = &self.obs {
+            o.reset(why);
         }
         engine::init_queue_dir::<M2s>(io, self.q(), self.tx_base(), self.tx.state().size());
         engine::init_queue_dir::<S2m>(io, self.q(), self.rx_base(), self.rx.state().size());
         self.forget_inflight(why);
+    }
+
+    /// Reports that the queue found its engine aborted: the directions' `(state, cause)`
+    /// registers.
+    pub(crate) fn engine_aborted(&self, m2s: (u32, u32), s2m: (u32, u32)) {
+        if let Some(o) = &self.obs {
+            o.engine_abort(m2s, s2m);
+        }
     }
 
     /// Tx ring state.
@@ -539,7 +553,7 @@ impl Queue {
         for c in copies {
             self.write_pair(c);
         }
-        if let Some(t) = self.trace.as_ref().filter(|_| QueueTrace::submit_enabled()) {
+        if let Some(t) = self.trace().filter(|_| QueueTrace::submit_enabled()) {
             let bytes = copies.iter().map(|c| u64::from(c.len.bytes())).sum();
             // CAST: at most a ring of pairs.
             t.submit(copies.len() as u32, bytes);
@@ -645,7 +659,7 @@ impl Queue {
         }
         self.tx_rung = self.tx.state().size().index(self.tx_rung + m2s_count);
         self.rx_rung = self.rx.state().size().index(self.rx_rung + s2m_count);
-        if let Some(t) = &self.trace {
+        if let Some(t) = self.trace() {
             t.doorbell(m2s_count, s2m_count);
         }
         Ok(())
@@ -719,7 +733,7 @@ impl Queue {
             self.progress_at = Instant::now();
         }
         self.next_seq += 1;
-        if let Some(t) = &self.trace {
+        if let Some(t) = self.trace() {
             t.fence(seq);
         }
         Ok(seq)
@@ -801,9 +815,9 @@ impl Queue {
             Placement::Device(d) => d.clear(self.fences.iter().take(n + 1).map(|f| f.slot)),
         }
         self.fences_done += n as u64 + 1;
-        if let Some(t) = &self.trace {
+        if let Some(o) = &self.obs {
             // CAST: at most FENCE_SLOTS fences.
-            t.fence_done(f.seq, n as u32 + 1);
+            o.fence_done(f.seq, n as u32 + 1);
         }
         self.fences.retain(|x| x.seq > f.seq);
         self.settled = f.seq;

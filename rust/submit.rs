@@ -568,7 +568,10 @@ pub(crate) fn fail<D: Door>(
     timeout: Delta,
 ) -> Result {
     let what = if err == EIO {
-        trace_abort(door, errors);
+        door.locked(|q| {
+            note_abort(q, errors);
+            Ok(())
+        })?;
         "failed: engine error"
     } else {
         "timed out"
@@ -614,17 +617,10 @@ fn log_reset<D: Door>(door: &D, debug: bool, what: fmt::Arguments<'_>) {
     }
 }
 
-/// The `neuron_udma_engine_abort` event of the queue of `door`, which found its engine aborted
-/// with `errors`.
-fn trace_abort<D: Door>(door: &D, errors: &EngineErrors) {
+/// Reports (counter, tracepoint) that queue `q` found its engine aborted with `errors`.
+fn note_abort(q: &Queue, errors: &EngineErrors) {
     let (m2s, s2m) = (&errors.m2s, &errors.s2m);
-    crate::kfac::trace::engine_abort(
-        &door.bar().pdev,
-        door.id().eng.get(),
-        door.id().q.number(),
-        (m2s.state, m2s.cause),
-        (s2m.state, s2m.cause),
-    );
+    q.engine_aborted((m2s.state, m2s.cause), (s2m.state, s2m.cause));
 }
 
 /// Resets the queue if it made no progress for [`DEFAULT_TIMEOUT`] with fences in flight (a
@@ -682,7 +678,7 @@ pub(crate) fn recover<D: Door>(door: &D) -> Result<Option<Error>> {
     door.with_io(|q, io| {
         let errors = engine::engine_errors(io);
         let (err, why) = if errors.aborted() {
-            trace_abort(door, &errors);
+            note_abort(q, &errors);
             (EIO, "failed: engine error")
         } else if q.stalled_for(io) >= DEFAULT_TIMEOUT {
             (ETIMEDOUT, "timed out")

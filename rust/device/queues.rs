@@ -150,7 +150,14 @@ impl UdmaDevice {
                 let regs = self.bar.access()?;
                 q.hw_init(regs.engine(id.eng)?);
             }
-            let chan = Channel::new(self.bar.clone(), (id, owner), q, mover, charge, events)?;
+            let chan = Channel::new(
+                (self.bar.clone(), self.counters.clone()),
+                (id, owner),
+                q,
+                mover,
+                charge,
+                events,
+            )?;
             if let Err(e) = self
                 .queues
                 .lock()

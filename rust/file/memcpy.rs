@@ -46,6 +46,7 @@ impl OpenFile {
             .h2t()?
             .copy_for_file(&self.dev.pool, self.id, job, left, hold)?;
         self.copy_bytes.fetch_add(size, Relaxed);
+        self.dev.counters.add_copies(1, size);
         Ok(())
     }
 

@@ -132,6 +132,7 @@ impl OpenFile {
         };
         let bytes: u64 = copies.iter().map(|c| u64::from(c.size)).sum();
         self.copy_bytes.fetch_add(bytes, Relaxed);
+        self.dev.counters.add_copies(copies.len() as u64, bytes);
         let (flags, pairs) = (batch.flags, batch.pairs());
         Ok((split_result(flags, pairs), seq))
     }

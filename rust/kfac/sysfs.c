@@ -13,7 +13,8 @@
 #include "sysfs.h"
 
 /*
- * No sysfs attribute abstraction in Rust: the device's usage counters as read-only files of the
+ * No sysfs attribute abstraction in Rust: the device's counters (memory usage, then activity:
+ * rust/counters.rs) as read-only files of the
  * group "neuron_udma" of the PCI device (Documentation/ABI/testing/sysfs-driver-neuron_udma).
  * Each attribute reads one u64 that Rust owns and keeps alive until neuron_udma_usage_remove(),
  * which the unbind calls (sysfs drains the readers first).
@@ -22,6 +23,9 @@ static const char *const neuron_udma_usage_names[NEURON_UDMA_USAGE_NR] = {
 	"mem_host_bytes", "mem_device_bytes", "mem_imported_bytes",
 	"mem_host_peak_bytes", "mem_device_peak_bytes", "mem_imported_peak_bytes",
 	"mem_device_total_bytes",
+	"copies", "copy_bytes", "fences_completed", "fences_failed",
+	"queue_resets_engine_error", "queue_resets_timeout", "engine_aborts",
+	"ring_host_bytes", "ring_device_bytes",
 };
 
 struct neuron_udma_usage {

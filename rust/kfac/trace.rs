@@ -97,27 +97,20 @@ impl QueueTrace {
         unsafe { ffi::neuron_udma_trace_fence_failed(d, e, q, i, first, last, why.to_errno()) }
     }
 
+    /// `neuron_udma_engine_abort`: the queue found its engine aborted; the directions' `state`
+    /// and error-cause registers (hardware.rst §3.5), `(state, cause)` each.
+    pub(crate) fn engine_abort(&self, m2s: (u32, u32), s2m: (u32, u32)) {
+        let (d, e, q, _) = self.args();
+        // SAFETY: as in `queue_init`.
+        unsafe { ffi::neuron_udma_trace_engine_abort(d, e, q, m2s.0, m2s.1, s2m.0, s2m.1) }
+    }
+
     /// `neuron_udma_queue_reset`: the queue was reset for `cause` (`EIO`: engine error,
     /// `ETIMEDOUT`: a timeout or stall).
     pub(crate) fn queue_reset(&self, cause: Error) {
         let (d, e, q, i) = self.args();
         // SAFETY: as in `queue_init`.
         unsafe { ffi::neuron_udma_trace_queue_reset(d, e, q, i, cause.to_errno()) }
-    }
-}
-
-/// `neuron_udma_engine_abort`: queue `queue` of engine `engine` of `dev` found its engine
-/// aborted; the directions' `state` and error-cause registers (hardware.rst §3.5).
-pub(crate) fn engine_abort(
-    dev: &pci::Device,
-    engine: u32,
-    queue: u32,
-    m2s: (u32, u32),
-    s2m: (u32, u32),
-) {
-    // SAFETY: `dev` is borrowed for the call, which only reads it.
-    unsafe {
-        ffi::neuron_udma_trace_engine_abort(raw(dev), engine, queue, m2s.0, m2s.1, s2m.0, s2m.1)
     }
 }
 

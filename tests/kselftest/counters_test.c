@@ -4,7 +4,9 @@
  * Documentation/ABI/testing/sysfs-driver-neuron_udma): per open file in /proc/PID/fdinfo/FD
  * (host, device and imported bytes held, memlock charged, bytes copied, fences completed and
  * failed), per device in sysfs (memory held by type, its peak, the device memory available).
- * Every figure is checked exactly against what the test did.
+ * And the device's activity counters in sysfs (copies, bytes, fences completed and failed,
+ * queue resets by cause, engine aborts, ring memory). Every figure is checked exactly against
+ * what the test did.
  */
 #define _GNU_SOURCE
 #include "kselftest_harness.h"
@@ -188,6 +190,107 @@ TEST_F_TIMEOUT(cnt, sysfs_usage_by_type, 120)
 	EXPECT_EQ(host0, usage(bdf, "mem_host_bytes"));
 	EXPECT_EQ(peak, usage(bdf, "mem_device_peak_bytes"));
 	close(fa);
+}
+
+/* The device's activity counters, read all at once (sysfs names, in this order). */
+static const char *const activity[] = {
+	"copies", "copy_bytes", "fences_completed", "fences_failed", "queue_resets_engine_error",
+	"queue_resets_timeout", "engine_aborts", "ring_host_bytes", "ring_device_bytes",
+};
+
+enum { COPIES, COPY_BYTES, FENCES_DONE, FENCES_FAILED, RESETS_EIO, RESETS_TIMEOUT, ABORTS,
+       RING_HOST, RING_DEVICE, NR_ACTIVITY };
+
+static void read_activity(const char *bdf, long long *v)
+{
+	for (int i = 0; i < NR_ACTIVITY; i++)
+		v[i] = usage(bdf, activity[i]);
+}
+
+/*
+ * A known sequence against the device's activity counters: the copies and bytes of prepared
+ * copies and of a MEMCPY, a fence done, a fence failed by an engine error (one abort, one
+ * reset for EIO), the ring memory while the queue is held; they stay after the file is closed.
+ */
+TEST_F_TIMEOUT(cnt, sysfs_activity_follows_a_known_sequence, 120)
+{
+	long long a[NR_ACTIVITY], b[NR_ACTIVITY], rings;
+	struct neuron_udma_copy two[2];
+	struct neuron_udma_copy_prepare p = { .engine = ENG, .queue = QID + 2, .count = 2 };
+	struct ubar2 bar2;
+	struct ubuf host;
+	__u64 fence = 0;
+	char bdf[64];
+	int fd = udma_open();
+
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, udma_bdf(bdf, sizeof(bdf)));
+	ASSERT_EQ(0, bar2_open(&bar2));
+	ASSERT_EQ(0, ubuf_host(fd, 8 * KIB, &host));
+	read_activity(bdf, a);
+	for (int i = 0; i < NR_ACTIVITY; i++) {
+		ASSERT_LE(0, a[i]) {
+			TH_LOG("no counter %s", activity[i]);
+		}
+	}
+
+	/* A queue: its host memory (what its owner is charged) while it is held. */
+	rings = FI("memlock-bytes");
+	ASSERT_EQ(0, queue_init(fd, ENG, QID + 2, 64, 64));
+	rings = FI("memlock-bytes") - rings;
+	read_activity(bdf, b);
+	EXPECT_LT(0, rings);
+	EXPECT_EQ(a[RING_HOST] + rings, b[RING_HOST]);
+	EXPECT_EQ(a[RING_DEVICE], b[RING_DEVICE]);
+
+	/* Four copies, 600 bytes, one fence. */
+	ASSERT_EQ(0, prep_one(fd, ENG, QID + 2, ucopy(&host, 0, &host, 4096, 100)));
+	ASSERT_EQ(0, prep_one(fd, ENG, QID + 2, ucopy(&host, 0, &host, 4096 + 100, 200)));
+	two[0] = ucopy(&host, 0, &host, 4096 + 300, 150);
+	two[1] = ucopy(&host, 0, &host, 4096 + 450, 150);
+	p.copies = (__u64)(unsigned long)two;
+	ASSERT_EQ(0, udma_ioc(fd, NEURON_UDMA_COPY_PREPARE, &p));
+	ASSERT_EQ(0, copy_submit(fd, ENG, QID + 2, &fence));
+	ASSERT_EQ(0, fence_wait(fd, ENG, QID + 2, fence, 0));
+	read_activity(bdf, b);
+	EXPECT_EQ(a[COPIES] + 4, b[COPIES]);
+	EXPECT_EQ(a[COPY_BYTES] + 600, b[COPY_BYTES]);
+	EXPECT_EQ(a[FENCES_DONE] + 1, b[FENCES_DONE]);
+	EXPECT_EQ(a[FENCES_FAILED], b[FENCES_FAILED]);
+
+	/* An engine error: one abort seen, one reset for EIO, one fence failed. */
+	ASSERT_EQ(0, bar2_fault(&bar2, FAULT_FAIL_NTH, ENG, QID + 2, 1));
+	ASSERT_EQ(0, prep_one(fd, ENG, QID + 2, ucopy(&host, 0, &host, 4096, 64)));
+	ASSERT_EQ(0, copy_submit(fd, ENG, QID + 2, &fence));
+	EXPECT_EQ(-EIO, fence_wait(fd, ENG, QID + 2, fence, 0));
+	bar2_write(&bar2, BAR2_CLEAR, 1);
+	read_activity(bdf, b);
+	EXPECT_EQ(a[COPIES] + 5, b[COPIES]);
+	EXPECT_EQ(a[COPY_BYTES] + 664, b[COPY_BYTES]);
+	EXPECT_EQ(a[FENCES_DONE] + 1, b[FENCES_DONE]);
+	EXPECT_EQ(a[FENCES_FAILED] + 1, b[FENCES_FAILED]);
+	EXPECT_EQ(a[RESETS_EIO] + 1, b[RESETS_EIO]);
+	EXPECT_EQ(a[RESETS_TIMEOUT], b[RESETS_TIMEOUT]);
+	EXPECT_EQ(a[ABORTS] + 1, b[ABORTS]);
+
+	/* A MEMCPY: one copy of its bytes (its fences are the driver's queue's: done, not failed). */
+	ASSERT_EQ(0, udma_memcpy(fd, &host, 0, &host, 4096, 4096, 0));
+	read_activity(bdf, b);
+	EXPECT_EQ(a[COPIES] + 6, b[COPIES]);
+	EXPECT_EQ(a[COPY_BYTES] + 664 + 4096, b[COPY_BYTES]);
+	EXPECT_LT(a[FENCES_DONE] + 1, b[FENCES_DONE]);
+	EXPECT_EQ(a[FENCES_FAILED] + 1, b[FENCES_FAILED]);
+
+	/* The release gives the ring memory back; closing the file takes no count back. */
+	ASSERT_EQ(0, queue_release(fd, ENG, QID + 2));
+	close(fd);
+	bar2_close(&bar2);
+	read_activity(bdf, b);
+	EXPECT_EQ(a[RING_HOST], b[RING_HOST]);
+	EXPECT_EQ(a[COPIES] + 6, b[COPIES]);
+	EXPECT_EQ(a[FENCES_FAILED] + 1, b[FENCES_FAILED]);
+	EXPECT_EQ(a[RESETS_EIO] + 1, b[RESETS_EIO]);
+	EXPECT_EQ(a[ABORTS] + 1, b[ABORTS]);
 }
 
 TEST_HARNESS_MAIN

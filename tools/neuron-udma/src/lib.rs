@@ -80,6 +80,7 @@
 mod error;
 mod events;
 mod fence;
+pub mod metrics;
 pub mod sys;
 pub mod usage;
 
@@ -98,7 +99,7 @@ pub use error::{errno_name, Error, Result};
 pub use events::TokioReadiness;
 pub use events::{DeviceEvents, FenceCompletion, Readiness, ThreadReadiness};
 pub use fence::{EventFdRegistration, Fence, FenceId, FenceReport, FenceStatus, QueueEvent, QueueEventFd, UringCopy};
-pub use usage::{DeviceUsage, FileUsage, UsageError};
+pub use usage::{DeviceActivity, DeviceUsage, FileUsage, UsageError};
 
 /// Facts about a device and its driver (`NEURON_UDMA_INFO`).
 pub type Info = sys::neuron_udma_info;

@@ -3,7 +3,9 @@
 //!
 //! * Per device, the sysfs group `neuron_udma/` of the PCI device
 //!   (`Documentation/ABI/testing/sysfs-driver-neuron_udma`): bytes held by all files by type,
-//!   their peaks, the device memory available: [`DeviceUsage`].
+//!   their peaks, the device memory available: [`DeviceUsage`]; copies, bytes, fences, resets,
+//!   aborts and the queues' memory since the device was bound: [`DeviceActivity`]. The
+//!   [`metrics`](crate::metrics) module writes both in the Prometheus text format.
 //! * Per open file, its `/proc/PID/fdinfo/FD` lines `neuron_udma-*`: the PCI device, buffers,
 //!   bytes held by type, locked memory charged, queues, bytes copied, fences completed and
 //!   failed: [`FileUsage`].
@@ -144,15 +146,7 @@ impl DeviceUsage {
             }
             Err(e) => return Err(UsageError::io(&group, e)),
         }
-        let mut v = [0u64; 7];
-        for (slot, name) in v.iter_mut().zip(Self::FILES) {
-            let path = group.join(name);
-            let text = std::fs::read_to_string(&path).map_err(|e| UsageError::io(&path, e))?;
-            *slot = parse_counter(&text).ok_or_else(|| UsageError::Malformed {
-                what: path.display().to_string(),
-                problem: format!("not a number: {:?}", text.trim_end()),
-            })?;
-        }
+        let v = read_counters(&group, Self::FILES)?;
         let [host_bytes, device_bytes, imported_bytes, host_peak_bytes, device_peak_bytes, imported_peak_bytes, device_total_bytes] =
             v;
         Ok(DeviceUsage {
@@ -165,6 +159,93 @@ impl DeviceUsage {
             device_total_bytes,
         })
     }
+}
+
+/// The activity of one device since it was bound, from the sysfs group `neuron_udma/` of its PCI
+/// device: monotonic counters (a file's close takes nothing back) and the memory of the queues in
+/// use. `Documentation/ABI/testing/sysfs-driver-neuron_udma` defines each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceActivity {
+    /// `copies`: copies user space submitted (COPY_PREPARE entries, COPY_PREPARE_ONE, MEMCPY,
+    /// MEMSET).
+    pub copies: u64,
+    /// `copy_bytes`: their bytes.
+    pub copy_bytes: u64,
+    /// `fences_completed`: fences retired as done, on every queue (the driver's included).
+    pub fences_completed: u64,
+    /// `fences_failed`: fences a queue reset failed (EIO, ETIMEDOUT).
+    pub fences_failed: u64,
+    /// `queue_resets_engine_error`: queue resets for an engine error.
+    pub queue_resets_engine_error: u64,
+    /// `queue_resets_timeout`: queue resets for a timeout or stall.
+    pub queue_resets_timeout: u64,
+    /// `engine_aborts`: engine aborts a queue found.
+    pub engine_aborts: u64,
+    /// `ring_host_bytes`: host memory of the queues in use, bytes (a gauge).
+    pub ring_host_bytes: u64,
+    /// `ring_device_bytes`: device memory of rings in device memory in use, bytes (a gauge).
+    pub ring_device_bytes: u64,
+}
+
+impl DeviceActivity {
+    /// The files of the sysfs group, in the order of the fields.
+    pub const FILES: [&'static str; 9] = [
+        "copies",
+        "copy_bytes",
+        "fences_completed",
+        "fences_failed",
+        "queue_resets_engine_error",
+        "queue_resets_timeout",
+        "engine_aborts",
+        "ring_host_bytes",
+        "ring_device_bytes",
+    ];
+
+    /// Reads the activity of the PCI device `pci_name` (e.g. `0000:00:03.0`).
+    pub fn read(pci_name: &str) -> Result<Self, UsageError> {
+        Self::read_from(&Path::new(PCI_DEVICES_DIR).join(pci_name))
+    }
+
+    /// Reads the activity of the PCI device whose sysfs directory is `pci_dir`. A driver
+    /// older than these counters: [`UsageError::NoCounters`].
+    pub fn read_from(pci_dir: &Path) -> Result<Self, UsageError> {
+        let group = pci_dir.join(SYSFS_GROUP);
+        if !group.join(Self::FILES[0]).exists() {
+            // Without the group at all, the same error as the memory counters'.
+            DeviceUsage::read_from(pci_dir)?;
+            return Err(UsageError::NoCounters {
+                what: group.join(Self::FILES[0]).display().to_string(),
+                reason: "the neuron_udma driver is older than its activity counters".into(),
+            });
+        }
+        let [copies, copy_bytes, fences_completed, fences_failed, queue_resets_engine_error, queue_resets_timeout, engine_aborts, ring_host_bytes, ring_device_bytes] =
+            read_counters(&group, Self::FILES)?;
+        Ok(DeviceActivity {
+            copies,
+            copy_bytes,
+            fences_completed,
+            fences_failed,
+            queue_resets_engine_error,
+            queue_resets_timeout,
+            engine_aborts,
+            ring_host_bytes,
+            ring_device_bytes,
+        })
+    }
+}
+
+/// The counters `files` of the sysfs group directory `group`, in that order.
+fn read_counters<const N: usize>(group: &Path, files: [&str; N]) -> Result<[u64; N], UsageError> {
+    let mut v = [0u64; N];
+    for (slot, name) in v.iter_mut().zip(files) {
+        let path = group.join(name);
+        let text = std::fs::read_to_string(&path).map_err(|e| UsageError::io(&path, e))?;
+        *slot = parse_counter(&text).ok_or_else(|| UsageError::Malformed {
+            what: path.display().to_string(),
+            problem: format!("not a number: {:?}", text.trim_end()),
+        })?;
+    }
+    Ok(v)
 }
 
 /// Why a PCI device has no `neuron_udma/` group: no driver, another driver, or an older one.

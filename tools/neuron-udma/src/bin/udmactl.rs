@@ -20,6 +20,8 @@ mod copy;
 mod json;
 #[path = "udmactl/limits.rs"]
 mod limits;
+#[path = "udmactl/metrics.rs"]
+mod metrics;
 #[path = "udmactl/multiqueue.rs"]
 mod multiqueue;
 #[path = "udmactl/nodes.rs"]
@@ -106,6 +108,11 @@ enum Cmd {
     /// otherwise the reports follow one another. --once prints one report (exit status 1 if a
     /// device's counters could not be read).
     Top(top::TopArgs),
+    /// Write every device's counters (sysfs: copies, bytes, fences completed and failed, queue
+    /// resets by cause, engine aborts, ring and buffer memory) in the Prometheus text format, for
+    /// node_exporter's textfile collector: to stdout, or with --output to a file written beside
+    /// it and renamed into place. Needs only read access to the nodes.
+    Metrics(metrics::MetricsArgs),
     /// Exercise every call of the client library against the device and print TAP (exit 1 if
     /// any test fails). Uses queues 1..3 of the first engine that reaches host memory (0 on
     /// Trn1/Inf2, 4 on Trn2) and the driver's MEMCPY queue.
@@ -289,10 +296,15 @@ fn run(cli: &Cli) -> Result<()> {
     if let Cmd::Top(a) = &cli.cmd {
         return top::run(cli.device.as_deref(), a);
     }
+    if let Cmd::Metrics(a) = &cli.cmd {
+        return metrics::run(cli.device.as_deref(), a);
+    }
     // `info` only reads: a read-only open works for users who may not write the node.
     let (dev, info) = nodes::open(cli.device(), matches!(cli.cmd, Cmd::Info(_)))?;
     match &cli.cmd {
-        Cmd::List(_) | Cmd::Copy(_) | Cmd::Multiqueue(_) | Cmd::Top(_) => unreachable!("handled above"),
+        Cmd::List(_) | Cmd::Copy(_) | Cmd::Multiqueue(_) | Cmd::Top(_) | Cmd::Metrics(_) => {
+            unreachable!("handled above")
+        }
         Cmd::Info(a) if a.json => {
             let (pci, usage) = device_usage(&dev);
             let out = json::DeviceInfo {

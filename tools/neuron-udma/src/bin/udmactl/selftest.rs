@@ -561,12 +561,48 @@ fn usage_counters(dev: &Device, i: &Info) -> Result<()> {
     Ok(())
 }
 
+/// The device's activity counters (sysfs) follow two copies and a fence, and `udmactl
+/// metrics` reports them (stdout and --output alike) with this device's labels.
+fn metrics(dev: &Device, _: &Info) -> Result<()> {
+    use neuron_udma::DeviceActivity;
+    let pci = dev.usage().context("fdinfo of the selftest's file")?.device;
+    let before = DeviceActivity::read(&pci)?;
+    let mut h = dev.alloc_host(16 << 10)?;
+    h.fill(0x5a);
+    let q = dev.queue(eng(), 1, 64)?;
+    q.prepare_one(&Copy::new(&h, 0, &h, 8192, 4096)?)?;
+    q.prepare_one(&Copy::new(&h, 4096, &h, 12288, 1000)?)?;
+    q.submit()?.wait(None)?;
+    let after = DeviceActivity::read(&pci)?;
+    ensure!(
+        (after.copies - before.copies, after.copy_bytes - before.copy_bytes) == (2, 5096),
+        "copies and bytes: before {before:?}, after {after:?}"
+    );
+    ensure!(after.fences_completed > before.fences_completed, "no fence counted: {before:?} {after:?}");
+    ensure!(after.ring_host_bytes > 0, "no ring memory while a queue is held: {after:?}");
+    drop(q);
+    let node = dev.path().display().to_string();
+    let index = node.rsplit_once(neuron_udma::usage::NODE_PREFIX).map_or("", |(_, n)| n).to_string();
+    let (out, _) = udmactl(&["metrics"], None)?;
+    let text = String::from_utf8(out).context("metrics output")?;
+    let want = format!("neuron_udma_copies_total{{device=\"{index}\",pci=\"{pci}\"}} {}\n", after.copies);
+    ensure!(text.contains(&want), "udmactl metrics has no {want:?}:\n{text}");
+    ensure!(text.starts_with("# HELP ") && text.contains("# TYPE neuron_udma_copies_total counter\n"), "{text}");
+    let file = std::env::temp_dir().join(format!("neuron_udma_selftest_{}.prom", std::process::id()));
+    let (_, _) = udmactl(&["metrics", "--output", &file.display().to_string()], None)?;
+    let written = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    let _ = std::fs::remove_file(&file);
+    // Nothing runs between the two calls: the same text.
+    ensure!(written == text, "--output wrote other text than stdout:\n{written}");
+    Ok(())
+}
+
 /// Runs every group and prints TAP; the error lists the failed groups.
 pub fn run(dev: &Device, info: &Info) -> Result<()> {
     let engine = info.user_engine().context("INFO reports no engine that reaches host memory")?;
     let _ = ENG.set(engine);
     type Check = fn(&Device, &Info) -> Result<()>;
-    let checks: [(&str, Check); 12] = [
+    let checks: [(&str, Check); 13] = [
         ("info", info_check),
         ("open_and_errno_mapping", open_errors),
         ("host_and_device_buffers", buffers),
@@ -579,6 +615,7 @@ pub fn run(dev: &Device, info: &Info) -> Result<()> {
         ("fences_and_events", fences_and_events),
         ("memset_mmap_dmabuf_device_rings", abi3_memory),
         ("usage_counters_and_top", usage_counters),
+        ("activity_counters_and_metrics", metrics),
     ];
     println!("TAP version 13");
     println!("1..{}", checks.len());

@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: GPL-2.0
+//! `udmactl metrics`: every device's counters in the Prometheus text format
+//! ([`neuron_udma::metrics`]), to stdout or to a file for node_exporter's textfile collector.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use neuron_udma::metrics::{prometheus_text, DeviceMetrics};
+use neuron_udma::usage::NODE_PREFIX;
+use neuron_udma::{Device, DeviceActivity, DeviceUsage};
+
+use crate::{error_text, nodes};
+
+#[derive(Args, Debug)]
+pub struct MetricsArgs {
+    /// Write to this file instead of stdout: written to a temporary file in the same directory
+    /// and renamed over it, so a collector never reads half a file (node_exporter's textfile
+    /// collector reads `*.prom` files of its --collector.textfile.directory).
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// The directory searched for neuron_udma* nodes (tests point it elsewhere).
+    #[arg(long, hide = true, default_value = nodes::DEV_DIR)]
+    pub dev_dir: PathBuf,
+}
+
+/// N of a node named `neuron_udma<N>`.
+fn node_index(node: &Path) -> Option<u32> {
+    node.file_name()?.to_str()?.strip_prefix(NODE_PREFIX)?.parse().ok()
+}
+
+/// The counters of the device of `node` (opened read-only for its PCI address).
+fn read_device(node: &Path) -> Result<DeviceMetrics> {
+    let index = node_index(node).with_context(|| format!("{}: not a neuron_udma<N> node", node.display()))?;
+    let dev = Device::open_read_only(node).with_context(|| format!("cannot open {}", node.display()))?;
+    let pci = dev.usage().map_err(|e| anyhow::anyhow!(error_text(&e)))?.device;
+    let usage = DeviceUsage::read(&pci).map_err(|e| anyhow::anyhow!(error_text(&e)))?;
+    let activity = DeviceActivity::read(&pci).map_err(|e| anyhow::anyhow!(error_text(&e)))?;
+    Ok(DeviceMetrics { index, pci, usage, activity })
+}
+
+/// Writes `text` to `path` whole: a temporary file beside it, synced, renamed over it.
+fn write_whole(path: &Path, text: &str) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".neuron_udma")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot create a file in {}", dir.display()))?;
+    tmp.write_all(text.as_bytes()).and_then(|()| tmp.as_file().sync_all()).context("writing the metrics")?;
+    // Readable by the collector (tempfile creates 0600).
+    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
+    tmp.persist(path).with_context(|| format!("cannot rename the metrics to {}", path.display()))?;
+    Ok(())
+}
+
+pub fn run(device: Option<&Path>, a: &MetricsArgs) -> Result<()> {
+    let nodes = match device {
+        Some(d) => vec![d.to_path_buf()],
+        None => nodes::device_nodes(&a.dev_dir)?,
+    };
+    if nodes.is_empty() {
+        bail!(nodes::no_node_message(&a.dev_dir));
+    }
+    // All or nothing: a file with some devices missing would read as those devices gone.
+    let devices = nodes.iter().map(|n| read_device(n)).collect::<Result<Vec<_>>>()?;
+    let text = prometheus_text(&devices);
+    match &a.output {
+        Some(path) => write_whole(path, &text),
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("writing to stdout")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_indices() {
+        assert_eq!(node_index(Path::new("/dev/neuron_udma0")), Some(0));
+        assert_eq!(node_index(Path::new("/dev/neuron_udma12")), Some(12));
+        assert_eq!(node_index(Path::new("/dev/neuron_udmax")), None);
+        assert_eq!(node_index(Path::new("/dev/null")), None);
+    }
+
+    #[test]
+    fn output_is_replaced_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("neuron_udma.prom");
+        std::fs::write(&path, "old").unwrap();
+        write_whole(&path, "# HELP x y\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "# HELP x y\n");
+        // Only the target is left: no temporary file.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn no_node_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = MetricsArgs { output: None, dev_dir: dir.path().to_path_buf() };
+        assert!(run(None, &a).is_err());
+    }
+}
