@@ -151,11 +151,12 @@ fmt-check:
 	cd tools && cargo fmt --check
 
 # The DKMS source tree: dkms.conf and what `make KDIR=...` needs to build the module (this
-# Makefile, Kbuild, the module's sources, the headers bindgen reads); no build products, no
-# tools or tests. Which suites a build compiles in is chosen by the build (dkms.conf: none).
+# Makefile, Kbuild, the module's sources, the headers bindgen reads) and the udev rule of the
+# device nodes (udev/, which the operator installs: Documentation/dkms.rst); no build products,
+# no tools or tests. Which suites a build compiles in is chosen by the build (dkms.conf: none).
 DKMS_SRC ?= /usr/src/neuron-udma-$(PKG_VERSION)
 DKMS_FILES := dkms.conf Makefile Kbuild $(RUST_SRCS) $(wildcard rust/*.c rust/*.h rust/*/*.c rust/*/*.h) \
-	$(wildcard include/uapi/linux/*.h)
+	$(wildcard include/uapi/linux/*.h) udev/60-neuron-udma.rules
 
 # An older tree of this package at DKMS_SRC is replaced; any other non-empty directory is refused.
 dkms-src:

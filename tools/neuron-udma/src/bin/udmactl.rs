@@ -14,10 +14,15 @@ use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand};
 use indicatif::ProgressBar;
 use neuron_udma::{Buffer, Device, DeviceUsage, Info, Pipeline, Queue, QueueState, RingState, UsageError};
 
+#[path = "udmactl/cdi.rs"]
+mod cdi;
 #[path = "udmactl/copy.rs"]
 mod copy;
 #[path = "udmactl/json.rs"]
 mod json;
+#[cfg(test)]
+#[path = "udmactl/jsonschema.rs"]
+mod jsonschema;
 #[path = "udmactl/limits.rs"]
 mod limits;
 #[path = "udmactl/metrics.rs"]
@@ -113,6 +118,11 @@ enum Cmd {
     /// node_exporter's textfile collector: to stdout, or with --output to a file written beside
     /// it and renamed into place. Needs only read access to the nodes.
     Metrics(metrics::MetricsArgs),
+    /// Write a Container Device Interface spec of the device nodes present (kind
+    /// aws.amazon.com/neuron_udma; a device per node, named by its number, and "all") for
+    /// container runtimes: to stdout, or with --output to a file (e.g. /etc/cdi/neuron_udma.json)
+    /// written beside it and renamed into place.
+    Cdi(cdi::CdiArgs),
     /// Exercise every call of the client library against the device and print TAP (exit 1 if
     /// any test fails). Uses queues 1..3 of the first engine that reaches host memory (0 on
     /// Trn1/Inf2, 4 on Trn2) and the driver's MEMCPY queue.
@@ -299,10 +309,21 @@ fn run(cli: &Cli) -> Result<()> {
     if let Cmd::Metrics(a) = &cli.cmd {
         return metrics::run(cli.device.as_deref(), a);
     }
+    if let Cmd::Cdi(a) = &cli.cmd {
+        if cli.device.is_some() {
+            Cli::command()
+                .error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    "cdi describes every /dev/neuron_udma* node: --device does not apply",
+                )
+                .exit();
+        }
+        return cdi::run(a);
+    }
     // `info` only reads: a read-only open works for users who may not write the node.
     let (dev, info) = nodes::open(cli.device(), matches!(cli.cmd, Cmd::Info(_)))?;
     match &cli.cmd {
-        Cmd::List(_) | Cmd::Copy(_) | Cmd::Multiqueue(_) | Cmd::Top(_) | Cmd::Metrics(_) => {
+        Cmd::List(_) | Cmd::Copy(_) | Cmd::Multiqueue(_) | Cmd::Top(_) | Cmd::Metrics(_) | Cmd::Cdi(_) => {
             unreachable!("handled above")
         }
         Cmd::Info(a) if a.json => {

@@ -26,7 +26,7 @@ pub struct MetricsArgs {
 }
 
 /// N of a node named `neuron_udma<N>`.
-fn node_index(node: &Path) -> Option<u32> {
+pub fn node_index(node: &Path) -> Option<u32> {
     node.file_name()?.to_str()?.strip_prefix(NODE_PREFIX)?.parse().ok()
 }
 
@@ -38,6 +38,17 @@ fn read_device(node: &Path) -> Result<DeviceMetrics> {
     let usage = DeviceUsage::read(&pci).map_err(|e| anyhow::anyhow!(error_text(&e)))?;
     let activity = DeviceActivity::read(&pci).map_err(|e| anyhow::anyhow!(error_text(&e)))?;
     Ok(DeviceMetrics { index, pci, usage, activity })
+}
+
+/// Writes `text` to `path` whole, or to stdout without one.
+pub fn emit(path: Option<&Path>, text: &str) -> Result<()> {
+    match path {
+        Some(path) => write_whole(path, text),
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("writing to stdout")
+        }
+    }
 }
 
 /// Writes `text` to `path` whole: a temporary file beside it, synced, renamed over it.
@@ -68,14 +79,7 @@ pub fn run(device: Option<&Path>, a: &MetricsArgs) -> Result<()> {
     }
     // All or nothing: a file with some devices missing would read as those devices gone.
     let devices = nodes.iter().map(|n| read_device(n)).collect::<Result<Vec<_>>>()?;
-    let text = prometheus_text(&devices);
-    match &a.output {
-        Some(path) => write_whole(path, &text),
-        None => {
-            let mut out = std::io::stdout().lock();
-            out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("writing to stdout")
-        }
-    }
+    emit(a.output.as_deref(), &prometheus_text(&devices))
 }
 
 #[cfg(test)]

@@ -561,8 +561,9 @@ fn usage_counters(dev: &Device, i: &Info) -> Result<()> {
     Ok(())
 }
 
-/// The device's activity counters (sysfs) follow two copies and a fence, and `udmactl
-/// metrics` reports them (stdout and --output alike) with this device's labels.
+/// The device's activity counters (sysfs) follow two copies and a fence, `udmactl metrics`
+/// reports them (stdout and --output alike) with this device's labels, and `udmactl cdi`
+/// describes this node with its device numbers.
 fn metrics(dev: &Device, _: &Info) -> Result<()> {
     use neuron_udma::DeviceActivity;
     let pci = dev.usage().context("fdinfo of the selftest's file")?.device;
@@ -594,6 +595,28 @@ fn metrics(dev: &Device, _: &Info) -> Result<()> {
     let _ = std::fs::remove_file(&file);
     // Nothing runs between the two calls: the same text.
     ensure!(written == text, "--output wrote other text than stdout:\n{written}");
+
+    // udmactl cdi: this node as CDI device "<N>" with its device numbers, and in "all".
+    let (out, _) = udmactl(&["cdi"], None)?;
+    let v: serde_json::Value = serde_json::from_slice(&out).context("cdi output")?;
+    ensure!(v["kind"] == crate::cdi::KIND && v["cdiVersion"] == crate::cdi::CDI_VERSION, "cdi: {v}");
+    let devices = v["devices"].as_array().context("cdi: no devices")?;
+    let mine =
+        devices.iter().find(|d| d["name"] == index.as_str()).with_context(|| format!("cdi: no device {index}: {v}"))?;
+    let rdev = std::os::unix::fs::MetadataExt::rdev(&std::fs::metadata(dev.path())?);
+    let dn = &mine["containerEdits"]["deviceNodes"][0];
+    ensure!(
+        dn["path"] == node.as_str()
+            && dn["major"] == i64::from(libc::major(rdev))
+            && dn["minor"] == i64::from(libc::minor(rdev))
+            && dn["type"] == "c",
+        "cdi device {index}: {mine}"
+    );
+    let all = devices.iter().find(|d| d["name"] == "all").context("cdi: no device all")?;
+    ensure!(
+        all["containerEdits"]["deviceNodes"].as_array().is_some_and(|a| a.iter().any(|n| n["path"] == node.as_str())),
+        "cdi all: {all}"
+    );
     Ok(())
 }
 
@@ -615,7 +638,7 @@ pub fn run(dev: &Device, info: &Info) -> Result<()> {
         ("fences_and_events", fences_and_events),
         ("memset_mmap_dmabuf_device_rings", abi3_memory),
         ("usage_counters_and_top", usage_counters),
-        ("activity_counters_and_metrics", metrics),
+        ("activity_counters_metrics_cdi", metrics),
     ];
     println!("TAP version 13");
     println!("1..{}", checks.len());
