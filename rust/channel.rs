@@ -213,7 +213,7 @@ impl Channel {
         let instance = NEXT_INSTANCE.fetch_add(1, Relaxed);
         let mut q = q;
         let trace = QueueTrace::new(bar.pdev.clone(), id.eng.get(), id.q.number(), instance);
-        let mut obs = QueueObs::new(trace, counters);
+        q.set_obs(QueueObs::new(trace, counters));
         let sizes = (q.tx_state().size().descs(), q.rx_state().size().descs());
         let owner_id = match owner {
             Owner::Driver => 0,
@@ -221,13 +221,11 @@ impl Channel {
         };
         let device = q.device_range().map(|(_, len)| len);
         let bytes = (Queue::memory_bytes(sizes.0, sizes.1), device.unwrap_or(0));
-        obs.init(sizes, device.is_some(), owner_id, bytes);
-        q.set_obs(obs);
         let class = match owner {
             Owner::Driver => static_lock_class!(),
             Owner::File(_) => static_lock_class!(),
         };
-        Arc::pin_init(
+        let chan = Arc::pin_init(
             try_pin_init!(Self {
                 id,
                 owner,
@@ -246,7 +244,15 @@ impl Channel {
                 checked_at <- new_spinlock!(Instant::now()),
             }),
             GFP_KERNEL_ACCOUNT,
-        )
+        )?;
+        // Reported once the instance exists: its `queue_release` (`quiesce`) always follows.
+        {
+            let mut inner = chan.inner.lock();
+            if let Some(o) = (*inner).as_mut().and_then(Queue::obs_mut) {
+                o.init(sizes, device.is_some(), owner_id, bytes);
+            }
+        }
+        Ok(chan)
     }
 
     /// Whether the instance ended (`quiesce`: released or unbound); set under the queue lock

@@ -19,7 +19,7 @@ use kernel::{
 
 /// How many counters [`DeviceCounters::raw`] gives (in the order of `rust/kfac/sysfs.c`'s
 /// names after the memory usage ones).
-pub(crate) const COUNTERS_NR: usize = 9;
+pub(crate) const COUNTERS_NR: usize = 10;
 
 /// The activity counters of one device. Monotonic except the ring memory (bytes in use).
 pub(crate) struct DeviceCounters {
@@ -36,6 +36,9 @@ pub(crate) struct DeviceCounters {
     resets_engine_error: Atomic<u64>,
     /// Queue resets for a timeout or stall (`ETIMEDOUT`).
     resets_timeout: Atomic<u64>,
+    /// Queue resets for another cause: a dmaengine client's terminate, the drain of an imported
+    /// dma-buf its exporter revoked, a dmaengine channel's dropped fence.
+    resets_other: Atomic<u64>,
     /// Engine aborts a queue found (hardware.rst §3.5).
     engine_aborts: Atomic<u64>,
     /// Host memory of the queues in use (rings, staging rings, completion slots, fence records),
@@ -61,6 +64,7 @@ impl DeviceCounters {
                 fences_failed: z(),
                 resets_engine_error: z(),
                 resets_timeout: z(),
+                resets_other: z(),
                 engine_aborts: z(),
                 ring_host_bytes: z(),
                 ring_device_bytes: z(),
@@ -76,8 +80,8 @@ impl DeviceCounters {
     }
 
     /// The counters as raw `u64`s for `rust/kfac/sysfs.c`: copies, copy bytes, fences
-    /// completed and failed, resets for engine errors and for timeouts, engine aborts, ring
-    /// bytes in host and in device memory.
+    /// completed and failed, resets for engine errors, for timeouts and for other causes, engine
+    /// aborts, ring bytes in host and in device memory.
     pub(crate) fn raw(&self) -> [*const u64; COUNTERS_NR] {
         let p = |a: &Atomic<u64>| a.as_ptr().cast_const();
         [
@@ -87,11 +91,24 @@ impl DeviceCounters {
             p(&self.fences_failed),
             p(&self.resets_engine_error),
             p(&self.resets_timeout),
+            p(&self.resets_other),
             p(&self.engine_aborts),
             p(&self.ring_host_bytes),
             p(&self.ring_device_bytes),
         ]
     }
+}
+
+/// Why a queue is reset, for the counters (the errno its dropped fences report is separate: a
+/// revoked import's drain fails them with `EIO` without an engine error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ResetCause {
+    /// The engine aborted (an engine error found by a waiter or the completion engine).
+    EngineError,
+    /// A timeout, or no progress for the default timeout.
+    Timeout,
+    /// Anything else: a dmaengine terminate, a revoked import's drain, a dropped fence.
+    Other,
 }
 
 /// What one queue instance reports to: its device's counters and its tracepoints.
@@ -161,15 +178,15 @@ impl QueueObs {
         self.trace.fence_failed(first, last, why);
     }
 
-    /// The queue was reset for `cause`.
-    pub(crate) fn reset(&self, cause: Error) {
-        let counter = if cause == ETIMEDOUT {
-            &self.counters.resets_timeout
-        } else {
-            &self.counters.resets_engine_error
+    /// The queue was reset for `cause`; its fences in flight fail with `why`.
+    pub(crate) fn reset(&self, why: Error, cause: ResetCause) {
+        let counter = match cause {
+            ResetCause::EngineError => &self.counters.resets_engine_error,
+            ResetCause::Timeout => &self.counters.resets_timeout,
+            ResetCause::Other => &self.counters.resets_other,
         };
         counter.fetch_add(1, Relaxed);
-        self.trace.queue_reset(cause);
+        self.trace.queue_reset(why);
     }
 
     /// The queue found its engine aborted (the directions' state and cause registers).

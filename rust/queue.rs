@@ -20,11 +20,12 @@
 //! the pair is done, its data visible, and is acked.
 
 mod fences;
+mod obs;
 
 use crate::{
     arch::Arch,
     buffer::{Buffer, Holds},
-    counters::QueueObs,
+    counters::{QueueObs, ResetCause},
     desc::{Barrier, Desc, DescLen, Dir, DESC_SIZE},
     devring::{DeviceMemory, DeviceRings, Moves},
     engine::{self, DescCount, EngineIo, QueueIndex},
@@ -290,21 +291,6 @@ impl Queue {
         })
     }
 
-    /// Sets what the queue reports to (`channel.rs`, when its instance wraps it).
-    pub(crate) fn set_obs(&mut self, obs: QueueObs) {
-        self.obs = Some(obs);
-    }
-
-    /// What the queue reports to, if set.
-    pub(crate) fn obs_mut(&mut self) -> Option<&mut QueueObs> {
-        self.obs.as_mut()
-    }
-
-    /// Its tracepoints, if set.
-    fn trace(&self) -> Option<&QueueTrace> {
-        self.obs.as_ref().map(QueueObs::trace)
-    }
-
     /// Bytes of memory a queue with rings of `tx_descs` / `rx_descs` descriptors pins: both
     /// rings, the completion slots and the fence records (what [`Self::new`] allocates; the
     /// records of submissions' buffer holds grow with use and are charged to the caller's
@@ -427,27 +413,19 @@ impl Queue {
     }
 
     /// Resets the queue after a timeout or an engine error (`why`: `ETIMEDOUT` or `EIO`, the
-    /// reason its dropped fences report): the full queue init sequence again (which includes
+    /// reason its dropped fences report; `cause` what the counters count it as): the full queue init sequence again (which includes
     /// `q_sw_ctrl` reset), so the next submission starts from slot 0, ring id 1. Fences whose
     /// marker landed before the reset are retired first: they completed, only the later ones
     /// are dropped.
-    pub(crate) fn reset(&mut self, io: EngineIo<'_>, why: Error) {
+    pub(crate) fn reset(&mut self, io: EngineIo<'_>, why: Error, cause: ResetCause) {
         self.retire();
         self.resets = self.resets.wrapping_add(1);
         if let Some(o) = &self.obs {
-            o.reset(why);
+            o.reset(why, cause);
         }
         engine::init_queue_dir::<M2s>(io, self.q(), self.tx_base(), self.tx.state().size());
         engine::init_queue_dir::<S2m>(io, self.q(), self.rx_base(), self.rx.state().size());
         self.forget_inflight(why);
-    }
-
-    /// Reports that the queue found its engine aborted: the directions' `(state, cause)`
-    /// registers.
-    pub(crate) fn engine_aborted(&self, m2s: (u32, u32), s2m: (u32, u32)) {
-        if let Some(o) = &self.obs {
-            o.engine_abort(m2s, s2m);
-        }
     }
 
     /// Tx ring state.
@@ -553,10 +531,10 @@ impl Queue {
         for c in copies {
             self.write_pair(c);
         }
-        if let Some(t) = self.trace().filter(|_| QueueTrace::submit_enabled()) {
+        if self.trace().is_some() && QueueTrace::submit_enabled() {
             let bytes = copies.iter().map(|c| u64::from(c.len.bytes())).sum();
             // CAST: at most a ring of pairs.
-            t.submit(copies.len() as u32, bytes);
+            self.trace_submit(copies.len() as u32, bytes);
         }
         if !holds.is_empty() {
             // Cannot fail: capacity was reserved.

@@ -21,6 +21,7 @@
 use crate::{
     bar0::Bar0,
     buffer::Holds,
+    counters::ResetCause,
     engine::{self, EngineErrors, EngineIo, QueueId},
     fence,
     kfac::sched::fatal_signal_pending,
@@ -242,7 +243,14 @@ pub(crate) fn submit<D: Door>(door: &D, cut: &mut Cut<'_>) -> Result<Option<u64>
         // All or nothing: the pairs and the fence, or nothing written (the cut has moved on:
         // the copy fails as a whole).
         q.all_or_nothing(|q| {
-            split::submission(cut, room, last, |c| q.prepare_one(c))?;
+            let (mut pairs, mut bytes) = (0u32, 0u64);
+            split::submission(cut, room, last, |c| {
+                q.prepare_one(c)?;
+                pairs += 1;
+                bytes += u64::from(c.len.bytes());
+                Ok(())
+            })?;
+            q.trace_submit(pairs, bytes);
             q.fence(bell)
         })
         .map(Some)
@@ -568,10 +576,6 @@ pub(crate) fn fail<D: Door>(
     timeout: Delta,
 ) -> Result {
     let what = if err == EIO {
-        door.locked(|q| {
-            note_abort(q, errors);
-            Ok(())
-        })?;
         "failed: engine error"
     } else {
         "timed out"
@@ -592,7 +596,21 @@ pub(crate) fn fail<D: Door>(
             ),
         );
     }
-    reset(door, err)?;
+    if err == EIO {
+        // The abort is counted under the same hold of the queue lock as the reset, and only
+        // if the engine is still aborted: of several waiters that saw one abort, the first to
+        // reset counts it (the others still reset, as before, and count their resets).
+        door.with_io(|q, io| {
+            let now = engine::engine_errors(io);
+            if now.aborted() {
+                note_abort(q, &now);
+            }
+            reset_queue(q, io, EIO, ResetCause::EngineError);
+            Ok(())
+        })?;
+    } else {
+        reset(door, err)?;
+    }
     match door.locked(|q| q.state(seq))? {
         FenceState::Done => Ok(()),
         _ => Err(err),
@@ -649,15 +667,23 @@ pub(crate) fn reset_if_stuck<D: Door>(door: &D) -> Result {
 ///
 /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
 pub(crate) fn reset<D: Door>(door: &D, why: Error) -> Result {
+    // Counted as a timeout for `ETIMEDOUT`; an engine error's reset goes through `fail` or
+    // `recover`, so any other reset here is a terminate, a drain or a dropped fence.
+    let cause = if why == ETIMEDOUT {
+        ResetCause::Timeout
+    } else {
+        ResetCause::Other
+    };
     door.with_io(|q, io| {
-        reset_queue(q, io, why);
+        reset_queue(q, io, why, cause);
         Ok(())
     })
 }
 
-/// Resets queue `q` for `why` and recovers its engine if another queue's error still aborts it.
-fn reset_queue(q: &mut Queue, io: EngineIo<'_>, why: Error) {
-    q.reset(io, why);
+/// Resets queue `q` for `why` (counted as `cause`) and recovers its engine if another queue's
+/// error still aborts it.
+fn reset_queue(q: &mut Queue, io: EngineIo<'_>, why: Error, cause: ResetCause) {
+    q.reset(io, why, cause);
     // A queue reset clears an abort caused by this queue; if the engine is still aborted
     // (another queue's error), return it to normal operation too.
     let now = engine::engine_errors(io);
@@ -677,16 +703,16 @@ fn reset_queue(q: &mut Queue, io: EngineIo<'_>, why: Error) {
 pub(crate) fn recover<D: Door>(door: &D) -> Result<Option<Error>> {
     door.with_io(|q, io| {
         let errors = engine::engine_errors(io);
-        let (err, why) = if errors.aborted() {
+        let (err, why, cause) = if errors.aborted() {
             note_abort(q, &errors);
-            (EIO, "failed: engine error")
+            (EIO, "failed: engine error", ResetCause::EngineError)
         } else if q.stalled_for(io) >= DEFAULT_TIMEOUT {
-            (ETIMEDOUT, "timed out")
+            (ETIMEDOUT, "timed out", ResetCause::Timeout)
         } else {
             return Ok(None);
         };
         log_reset(door, false, format_args!("transfer {why}"));
-        reset_queue(q, io, err);
+        reset_queue(q, io, err, cause);
         Ok(Some(err))
     })
 }

@@ -195,11 +195,12 @@ TEST_F_TIMEOUT(cnt, sysfs_usage_by_type, 120)
 /* The device's activity counters, read all at once (sysfs names, in this order). */
 static const char *const activity[] = {
 	"copies", "copy_bytes", "fences_completed", "fences_failed", "queue_resets_engine_error",
-	"queue_resets_timeout", "engine_aborts", "ring_host_bytes", "ring_device_bytes",
+	"queue_resets_timeout", "queue_resets_other", "engine_aborts", "ring_host_bytes",
+	"ring_device_bytes",
 };
 
-enum { COPIES, COPY_BYTES, FENCES_DONE, FENCES_FAILED, RESETS_EIO, RESETS_TIMEOUT, ABORTS,
-       RING_HOST, RING_DEVICE, NR_ACTIVITY };
+enum { COPIES, COPY_BYTES, FENCES_DONE, FENCES_FAILED, RESETS_EIO, RESETS_TIMEOUT, RESETS_OTHER,
+       ABORTS, RING_HOST, RING_DEVICE, NR_ACTIVITY };
 
 static void read_activity(const char *bdf, long long *v)
 {
@@ -271,6 +272,7 @@ TEST_F_TIMEOUT(cnt, sysfs_activity_follows_a_known_sequence, 120)
 	EXPECT_EQ(a[FENCES_FAILED] + 1, b[FENCES_FAILED]);
 	EXPECT_EQ(a[RESETS_EIO] + 1, b[RESETS_EIO]);
 	EXPECT_EQ(a[RESETS_TIMEOUT], b[RESETS_TIMEOUT]);
+	EXPECT_EQ(a[RESETS_OTHER], b[RESETS_OTHER]);
 	EXPECT_EQ(a[ABORTS] + 1, b[ABORTS]);
 
 	/* A MEMCPY: one copy of its bytes (its fences are the driver's queue's: done, not failed). */

@@ -64,11 +64,13 @@ const METRICS: &[Metric] = &[
     Metric {
         name: "neuron_udma_queue_resets_total",
         kind: "counter",
-        help: "Queue resets, by cause.",
+        help:
+            "Queue resets, by cause (engine_error, timeout, other: a dmaengine terminate or a revoked import's drain).",
         samples: |d| {
             vec![
                 ("cause=\"engine_error\"", d.activity.queue_resets_engine_error),
                 ("cause=\"timeout\"", d.activity.queue_resets_timeout),
+                ("cause=\"other\"", d.activity.queue_resets_other),
             ]
         },
     },
@@ -168,6 +170,7 @@ mod tests {
             fences_failed: 3,
             queue_resets_engine_error: 3,
             queue_resets_timeout: 1,
+            queue_resets_other: 2,
             engine_aborts: 3,
             ring_host_bytes: 925696,
             ring_device_bytes: 0,

@@ -179,6 +179,9 @@ pub struct DeviceActivity {
     pub queue_resets_engine_error: u64,
     /// `queue_resets_timeout`: queue resets for a timeout or stall.
     pub queue_resets_timeout: u64,
+    /// `queue_resets_other`: queue resets for another cause (a dmaengine client's terminate,
+    /// the drain of a revoked dma-buf import).
+    pub queue_resets_other: u64,
     /// `engine_aborts`: engine aborts a queue found.
     pub engine_aborts: u64,
     /// `ring_host_bytes`: host memory of the queues in use, bytes (a gauge).
@@ -189,13 +192,14 @@ pub struct DeviceActivity {
 
 impl DeviceActivity {
     /// The files of the sysfs group, in the order of the fields.
-    pub const FILES: [&'static str; 9] = [
+    pub const FILES: [&'static str; 10] = [
         "copies",
         "copy_bytes",
         "fences_completed",
         "fences_failed",
         "queue_resets_engine_error",
         "queue_resets_timeout",
+        "queue_resets_other",
         "engine_aborts",
         "ring_host_bytes",
         "ring_device_bytes",
@@ -218,7 +222,7 @@ impl DeviceActivity {
                 reason: "the neuron_udma driver is older than its activity counters".into(),
             });
         }
-        let [copies, copy_bytes, fences_completed, fences_failed, queue_resets_engine_error, queue_resets_timeout, engine_aborts, ring_host_bytes, ring_device_bytes] =
+        let [copies, copy_bytes, fences_completed, fences_failed, queue_resets_engine_error, queue_resets_timeout, queue_resets_other, engine_aborts, ring_host_bytes, ring_device_bytes] =
             read_counters(&group, Self::FILES)?;
         Ok(DeviceActivity {
             copies,
@@ -227,6 +231,7 @@ impl DeviceActivity {
             fences_failed,
             queue_resets_engine_error,
             queue_resets_timeout,
+            queue_resets_other,
             engine_aborts,
             ring_host_bytes,
             ring_device_bytes,

@@ -63,8 +63,9 @@ fn write_whole(path: &Path, text: &str) -> Result<()> {
         .tempfile_in(dir)
         .with_context(|| format!("cannot create a file in {}", dir.display()))?;
     tmp.write_all(text.as_bytes()).and_then(|()| tmp.as_file().sync_all()).context("writing the metrics")?;
-    // Readable by the collector (tempfile creates 0600).
-    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
+    // Readable by the collector (tempfile creates 0600): on the open file, not by its path,
+    // which another user of the directory could replace meanwhile.
+    tmp.as_file().set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
     tmp.persist(path).with_context(|| format!("cannot rename the metrics to {}", path.display()))?;
     Ok(())
 }
