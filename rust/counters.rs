@@ -23,8 +23,8 @@ pub(crate) const COUNTERS_NR: usize = 10;
 
 /// The activity counters of one device. Monotonic except the ring memory (bytes in use).
 pub(crate) struct DeviceCounters {
-    /// Copies user space submitted: each entry of `COPY_PREPARE` and `COPY_PREPARE_ONE` when
-    /// written to the rings, each `MEMCPY` and `MEMSET` when done.
+    /// Copies user space submitted: each entry of `COPY_PREPARE`, `COPY_PREPARE_ONE` and
+    /// io_uring `URING_COPY` when written to the rings, each `MEMCPY` and `MEMSET` when done.
     pub(crate) copies: Atomic<u64>,
     /// Their bytes.
     pub(crate) copy_bytes: Atomic<u64>,

@@ -239,6 +239,8 @@ impl OpenFile {
             "neuron_udma-device:\t{}\n",
             self.dev.pdev.as_ref().name()
         );
+        // The `owner` of the file's buffers and queues in the tracepoints.
+        seq_print!(m, "neuron_udma-id:\t{}\n", self.id);
         seq_print!(m, "neuron_udma-buffers:\t{}\n", handles);
         seq_print!(
             m,

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The devices' counters in the Prometheus text exposition format (version 0.0.4), as
+//! The devices' counters in the Prometheus text exposition format (version 0.0.4, not
+//! OpenMetrics: a counter's TYPE line names it with its `_total`), as
 //! node_exporter's textfile collector, the OpenTelemetry collector's Prometheus receiver and
 //! the CloudWatch agent read it: per metric one `# HELP` and one `# TYPE` line, then one sample
 //! per device labelled `device` (the node's number, `/dev/neuron_udma<N>`) and `pci` (the PCI
@@ -40,7 +41,8 @@ const METRICS: &[Metric] = &[
     Metric {
         name: "neuron_udma_copies_total",
         kind: "counter",
-        help: "Copies user space submitted (COPY_PREPARE entries, COPY_PREPARE_ONE, MEMCPY, MEMSET).",
+        help:
+            "Copies user space submitted (COPY_PREPARE entries, COPY_PREPARE_ONE, URING_COPY entries, MEMCPY, MEMSET).",
         samples: |d| vec![("", d.activity.copies)],
     },
     Metric {

@@ -166,8 +166,8 @@ impl DeviceUsage {
 /// use. `Documentation/ABI/testing/sysfs-driver-neuron_udma` defines each.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DeviceActivity {
-    /// `copies`: copies user space submitted (COPY_PREPARE entries, COPY_PREPARE_ONE, MEMCPY,
-    /// MEMSET).
+    /// `copies`: copies user space submitted (COPY_PREPARE entries, COPY_PREPARE_ONE,
+    /// URING_COPY entries, MEMCPY, MEMSET).
     pub copies: u64,
     /// `copy_bytes`: their bytes.
     pub copy_bytes: u64,

@@ -595,6 +595,12 @@ fn metrics(dev: &Device, _: &Info) -> Result<()> {
     let _ = std::fs::remove_file(&file);
     // Nothing runs between the two calls: the same text.
     ensure!(written == text, "--output wrote other text than stdout:\n{written}");
+    // Another user, who cannot open the node (0600 root), reads the same (sysfs is readable).
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let (out, _) = udmactl(&["metrics"], Some(1001))?;
+        ensure!(out == text.as_bytes(), "udmactl metrics as uid 1001:\n{}", String::from_utf8_lossy(&out));
+    }
 
     // udmactl cdi: this node as CDI device "<N>" with its device numbers, and in "all".
     let (out, _) = udmactl(&["cdi"], None)?;
