@@ -12,16 +12,16 @@
 //! - the device's orphans (`device.rs`: what abandoned `MEMCPY`s hold), watched until the
 //!   engine is done with them.
 //!
-//! It runs only while a member is busy, in one work item of the unbound system workqueue, and
-//! polls the way the block layer's hybrid polling does: each member has a measured time to its
-//! next completion (a running mean of the time from "busy" or from the last completion to the
-//! next, [`Entry::mean`]); the engine sleeps until half that time has passed for the member
-//! due first, then looks without sleeping for [`POLL_SPIN`] and at [`POLL_INTERVAL`] for the
-//! rest of a window as long as the mean (at least [`POLL_WINDOW_MIN`]), and only a member later
+//! It runs only while a member is busy, in one work item of the default unbound workqueue
+//! (`system_dfl_wq`), and polls the way the block layer's hybrid polling does: each member has a
+//! measured time to its next completion (a running mean of the time from "busy" or from the last
+//! completion to the next, [`Entry::mean`]); the engine sleeps until half that time has passed for
+//! the member due first, then looks without sleeping for [`POLL_SPIN`] and at [`POLL_INTERVAL`] for
+//! the rest of a window as long as the mean (at least [`POLL_WINDOW_MIN`]), and only a member later
 //! than that (a slowed or stalled engine) backs off, doubling up to [`LATE_SLEEP_MAX`]. After a
-//! completion it looks again at once for [`SPIN`] (fences of a busy queue complete back to
-//! back). Each member's engine state is read every [`Member::check_every`] while it is busy (an
-//! engine error, or no progress for the default timeout, resets its queue and fails its fences).
+//! completion it looks again at once for [`SPIN`] (fences of a busy queue complete back to back).
+//! Each member's engine state is read every [`Member::check_every`] while it is busy (an engine
+//! error, or no progress for the default timeout, resets its queue and fails its fences).
 //!
 //! A look never waits for a member's long-held locks: a queue whose lock is held (a submission,
 //! a doorbell that moves a device ring behind the H2T queue) is busy without progress and
@@ -41,7 +41,7 @@ use kernel::{
         Arc, Mutex,
     },
     time::{delay::fsleep, Delta, Instant, Monotonic},
-    workqueue::{self, impl_has_work, Work, WorkItem},
+    workqueue::{impl_has_work, Work, WorkItem},
 };
 
 /// How long the engine keeps looking without a sleep after a completion.
@@ -246,7 +246,7 @@ impl Completer {
         this.kicks.fetch_add(1, Full);
         if this.running.cmpxchg(0, 1, Full).is_ok() {
             // Cannot be queued already: `running` was 0.
-            let _ = workqueue::system_unbound().enqueue(this.clone());
+            let _ = crate::kfac::sched::system_dfl().enqueue(this.clone());
         }
     }
 

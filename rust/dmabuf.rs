@@ -338,7 +338,7 @@ mod tests {
         let revoked = Arc::new(kernel::sync::atomic::Atomic::new(0u32), GFP_KERNEL)?;
         {
             let (done, revoked) = (done.clone(), revoked.clone());
-            kernel::workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+            crate::kfac::sched::system_dfl().try_spawn(GFP_KERNEL, move || {
                 exp.revoke();
                 revoked.store(1, kernel::sync::atomic::Release);
                 drop(exp);

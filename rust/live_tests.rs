@@ -25,7 +25,6 @@ use kernel::{
         },
         Delta, Monotonic,
     },
-    workqueue,
 };
 
 /// Sizes copied by the round-trip tests (bytes).
@@ -393,7 +392,7 @@ mod tests {
             {
                 let (q, done, result, stop) =
                     (q.clone(), done.clone(), result.clone(), stop.clone());
-                workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+                crate::kfac::sched::system_dfl().try_spawn(GFP_KERNEL, move || {
                     let mut r = Ok(());
                     for _ in 0..1000 {
                         r = q.memcpy(src, dst, LEN as u64, DEFAULT_TIMEOUT);

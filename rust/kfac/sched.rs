@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The current task's fatal signals, voluntary rescheduling and the waiting for a work item:
-//! `fatal_signal_pending()` and `cond_resched()` (a static inline and a macro: C in
-//! `rust/kfac/sched.c`) and `flush_work()` (exported: called directly), which Linux 7.3's Rust
-//! does not wrap.
+//! The current task's fatal signals, voluntary rescheduling, the waiting for a work item and the
+//! default unbound workqueue: `fatal_signal_pending()` and `cond_resched()` (a static inline and
+//! a macro: C in `rust/kfac/sched.c`), `flush_work()` and `system_dfl_wq` (exported: used
+//! directly), which Linux 7.3's Rust does not wrap.
 
 super::generated! { include!("sched_generated.rs"); }
 
@@ -24,4 +24,12 @@ pub(crate) fn cond_resched() {
 pub(crate) fn flush_work<T: ?Sized, const ID: u64>(work: &kernel::workqueue::Work<T, ID>) {
     // SAFETY: `work` is a valid, initialised work item for the duration of the call.
     unsafe { kernel::bindings::flush_work(kernel::workqueue::Work::raw_get(work)) };
+}
+
+/// The default unbound workqueue (`system_dfl_wq`). Linux 7.3 marks `system_unbound_wq`, which
+/// the kernel crate's `workqueue::system_unbound()` returns, deprecated (a warning in the log at
+/// the first work queued on it) in favour of this one, which the crate does not offer yet.
+pub(crate) fn system_dfl() -> &'static kernel::workqueue::Queue {
+    // SAFETY: `system_dfl_wq` is a C global set up before any module loads and never freed.
+    unsafe { kernel::workqueue::Queue::from_raw(kernel::bindings::system_dfl_wq) }
 }
