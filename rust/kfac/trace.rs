@@ -105,8 +105,9 @@ impl QueueTrace {
         unsafe { ffi::neuron_udma_trace_engine_abort(d, e, q, m2s.0, m2s.1, s2m.0, s2m.1) }
     }
 
-    /// `neuron_udma_queue_reset`: the queue was reset for `cause` (`EIO`: engine error,
-    /// `ETIMEDOUT`: a timeout or stall).
+    /// `neuron_udma_queue_reset`: the queue was reset; `cause` is the errno its dropped fences
+    /// report (`EIO`: an engine error or a revoked import's drain, `ETIMEDOUT`: a timeout or
+    /// stall, `ECANCELED`: a dmaengine client's terminate).
     pub(crate) fn queue_reset(&self, cause: Error) {
         let (d, e, q, i) = self.args();
         // SAFETY: as in `queue_init`.
@@ -136,16 +137,11 @@ pub(crate) fn buffer(
     kind: &'static CStr,
     owner: u64,
 ) {
+    // CAST: the enum's discriminants are 0..=3 (`rust/kfac/trace.c` switches on them).
+    let what = what as u32;
     // SAFETY: `dev` is borrowed for the call, `kind` is a NUL-terminated static string.
     unsafe {
-        ffi::neuron_udma_trace_buffer(
-            raw(dev),
-            what as u32,
-            handle,
-            size,
-            kind.as_char_ptr(),
-            owner,
-        )
+        ffi::neuron_udma_trace_buffer(raw(dev), what, handle, size, kind.as_char_ptr(), owner)
     }
 }
 
