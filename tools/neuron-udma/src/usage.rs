@@ -134,19 +134,7 @@ impl DeviceUsage {
     /// group: [`UsageError::NoCounters`], saying whether no driver, another driver or an older
     /// neuron_udma driver is bound.
     pub fn read_from(pci_dir: &Path) -> Result<Self, UsageError> {
-        let group = pci_dir.join(SYSFS_GROUP);
-        match std::fs::metadata(&group) {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                std::fs::metadata(pci_dir).map_err(|e| UsageError::io(pci_dir, e))?;
-                return Err(UsageError::NoCounters {
-                    what: group.display().to_string(),
-                    reason: why_no_group(pci_dir),
-                });
-            }
-            Err(e) => return Err(UsageError::io(&group, e)),
-        }
-        let v = read_counters(&group, Self::FILES)?;
+        let v = read_counters(&group_of(pci_dir)?, Self::FILES)?;
         let [host_bytes, device_bytes, imported_bytes, host_peak_bytes, device_peak_bytes, imported_peak_bytes, device_total_bytes] =
             v;
         Ok(DeviceUsage {
@@ -213,10 +201,9 @@ impl DeviceActivity {
     /// Reads the activity of the PCI device whose sysfs directory is `pci_dir`. A driver
     /// older than these counters: [`UsageError::NoCounters`].
     pub fn read_from(pci_dir: &Path) -> Result<Self, UsageError> {
-        let group = pci_dir.join(SYSFS_GROUP);
+        // Without the group at all, the same error as the memory counters'.
+        let group = group_of(pci_dir)?;
         if !group.join(Self::FILES[0]).exists() {
-            // Without the group at all, the same error as the memory counters'.
-            DeviceUsage::read_from(pci_dir)?;
             return Err(UsageError::NoCounters {
                 what: group.join(Self::FILES[0]).display().to_string(),
                 reason: "the neuron_udma driver is older than its activity counters".into(),
@@ -236,6 +223,21 @@ impl DeviceActivity {
             ring_host_bytes,
             ring_device_bytes,
         })
+    }
+}
+
+/// The driver's sysfs group of the PCI device whose directory is `pci_dir`. Without it:
+/// [`UsageError::NoCounters`], saying whether no driver, another driver or an older
+/// neuron_udma driver is bound.
+fn group_of(pci_dir: &Path) -> Result<PathBuf, UsageError> {
+    let group = pci_dir.join(SYSFS_GROUP);
+    match std::fs::metadata(&group) {
+        Ok(_) => Ok(group),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            std::fs::metadata(pci_dir).map_err(|e| UsageError::io(pci_dir, e))?;
+            Err(UsageError::NoCounters { what: group.display().to_string(), reason: why_no_group(pci_dir) })
+        }
+        Err(e) => Err(UsageError::io(&group, e)),
     }
 }
 

@@ -285,16 +285,17 @@ fn main() -> ExitCode {
     }
 }
 
+/// Ends with a usage error (`why`, exit status 2) if --device was given to a command that reads
+/// every node.
+fn refuse_device(cli: &Cli, why: &str) {
+    if cli.device.is_some() {
+        Cli::command().error(clap::error::ErrorKind::ArgumentConflict, why).exit();
+    }
+}
+
 fn run(cli: &Cli) -> Result<()> {
     if let Cmd::List(a) = &cli.cmd {
-        if cli.device.is_some() {
-            Cli::command()
-                .error(
-                    clap::error::ErrorKind::ArgumentConflict,
-                    "list finds every /dev/neuron_udma* node itself: --device does not apply",
-                )
-                .exit();
-        }
+        refuse_device(cli, "list finds every /dev/neuron_udma* node itself: --device does not apply");
         return nodes::cmd_list(&a.dev_dir, a.json);
     }
     if let Cmd::Copy(a) = &cli.cmd {
@@ -310,14 +311,7 @@ fn run(cli: &Cli) -> Result<()> {
         return metrics::run(cli.device.as_deref(), a);
     }
     if let Cmd::Cdi(a) = &cli.cmd {
-        if cli.device.is_some() {
-            Cli::command()
-                .error(
-                    clap::error::ErrorKind::ArgumentConflict,
-                    "cdi describes every /dev/neuron_udma* node: --device does not apply",
-                )
-                .exit();
-        }
+        refuse_device(cli, "cdi describes every /dev/neuron_udma* node: --device does not apply");
         return cdi::run(a);
     }
     // `info` only reads: a read-only open works for users who may not write the node.

@@ -583,7 +583,8 @@ fn metrics(dev: &Device, _: &Info) -> Result<()> {
     ensure!(after.ring_host_bytes > 0, "no ring memory while a queue is held: {after:?}");
     drop(q);
     let node = dev.path().display().to_string();
-    let index = node.rsplit_once(neuron_udma::usage::NODE_PREFIX).map_or("", |(_, n)| n).to_string();
+    let index =
+        crate::metrics::node_index(dev.path()).context("the selftest's node is not neuron_udma<N>")?.to_string();
     let (out, _) = udmactl(&["metrics"], None)?;
     let text = String::from_utf8(out).context("metrics output")?;
     let want = format!("neuron_udma_copies_total{{device=\"{index}\",pci=\"{pci}\"}} {}\n", after.copies);
