@@ -25,9 +25,9 @@ pub(crate) const COUNTERS_NR: usize = 10;
 pub(crate) struct DeviceCounters {
     /// Copies user space submitted: each entry of `COPY_PREPARE`, `COPY_PREPARE_ONE` and
     /// io_uring `URING_COPY` when written to the rings, each `MEMCPY` and `MEMSET` when done.
-    pub(crate) copies: Atomic<u64>,
+    copies: Atomic<u64>,
     /// Their bytes.
-    pub(crate) copy_bytes: Atomic<u64>,
+    copy_bytes: Atomic<u64>,
     /// Fences retired as done, on every queue of the device (the driver's included).
     fences_completed: Atomic<u64>,
     /// Fences a reset failed (`EIO`, `ETIMEDOUT`); not those a release or unbind cancelled.

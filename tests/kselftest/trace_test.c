@@ -98,8 +98,8 @@ static int trace_read(const char *bdf, struct tev *ev)
 	return n;
 }
 
-/* Field @key of @e as an integer (decimal or 0x hex), or -1 if absent. */
-static long long field(const struct tev *e, const char *key)
+/* Where the value of field @key of @e starts (after "key="), or NULL if @e has no such field. */
+static const char *field_at(const struct tev *e, const char *key)
 {
 	char pat[64];
 	const char *p;
@@ -107,23 +107,26 @@ static long long field(const struct tev *e, const char *key)
 	snprintf(pat, sizeof(pat), "%s=", key);
 	for (p = e->fields; (p = strstr(p, pat)); p++)
 		if (p == e->fields || p[-1] == ' ')
-			return strtoll(p + strlen(pat), NULL, 0);
-	return -1;
+			return p + strlen(pat);
+	return NULL;
 }
 
-/* Field @key of @e as a string (up to the next space) into @out. */
+/* Field @key of @e as an integer (decimal or 0x hex), or -1 if absent. */
+static long long field(const struct tev *e, const char *key)
+{
+	const char *v = field_at(e, key);
+
+	return v ? strtoll(v, NULL, 0) : -1;
+}
+
+/* Field @key of @e as a string (up to the next space) into @out ("" if absent). */
 static const char *field_str(const struct tev *e, const char *key, char *out, size_t len)
 {
-	char pat[64];
-	const char *p;
+	const char *v = field_at(e, key);
 
 	out[0] = 0;
-	snprintf(pat, sizeof(pat), "%s=", key);
-	for (p = e->fields; (p = strstr(p, pat)); p++)
-		if (p == e->fields || p[-1] == ' ') {
-			snprintf(out, len, "%.*s", (int)strcspn(p + strlen(pat), " "), p + strlen(pat));
-			break;
-		}
+	if (v)
+		snprintf(out, len, "%.*s", (int)strcspn(v, " "), v);
 	return out;
 }
 
