@@ -28,6 +28,16 @@ pub const CMD_MEMORY: u16 = 1 << 1;
 pub const CMD_BUS_MASTER: u16 = 1 << 2;
 /// BAR type bits: 64-bit memory BAR.
 const BAR_MEM64: u32 = 0b100;
+/// Status register bit 4: the device has a capability list.
+const STATUS_CAP_LIST: u16 = 1 << 4;
+/// Where the power-management capability is (the only one: the capability pointer at 0x34).
+pub const PM_CAP: usize = 0x40;
+/// Its control/status register (PMCSR): power state in bits 1:0, NoSoftReset (bit 3) clear, so
+/// a D3hot -> D0 transition resets the device (PCI PM 1.2 §5.3.1.4; Linux's "pm" reset method,
+/// what /sys/bus/pci/devices/<bdf>/reset uses for a device without FLR).
+const PMCSR: usize = PM_CAP + 4;
+/// PMCSR power state D3hot.
+const D3HOT: u8 = 3;
 /// BAR type bit: prefetchable.
 const BAR_PREFETCH: u32 = 0b1000;
 
@@ -59,6 +69,11 @@ impl PciConfig {
         s[0x2C..0x2E].copy_from_slice(&PCI_VENDOR_ID.to_le_bytes());
         s[0x2E..0x30].copy_from_slice(&model.device_id().to_le_bytes());
         s[0x3D] = 1; // INTA# (never asserted)
+        s[6..8].copy_from_slice(&STATUS_CAP_LIST.to_le_bytes());
+        s[0x34] = PM_CAP as u8;
+        s[PM_CAP] = 0x01; // capability ID: power management
+        s[PM_CAP + 1] = 0; // the last capability
+        s[PM_CAP + 2..PM_CAP + 4].copy_from_slice(&3u16.to_le_bytes()); // PMC: version 1.2, D0/D3hot only
         let mut bars = [None; 6];
         bars[0] = Some(Bar { size: bar0, flags: BAR_MEM64, is64: true });
         bars[2] = Some(Bar { size: bar2, flags: 0, is64: false });
@@ -113,16 +128,28 @@ impl PciConfig {
         }
     }
 
-    /// Writes `data` at `off`; read-only fields are preserved.
-    pub fn write(&mut self, off: u64, data: &[u8]) {
+    /// Writes `data` at `off`; read-only fields are preserved. Returns true when the write
+    /// moved the device from D3hot to D0: the device resets (its config space here: command,
+    /// BARs; the caller resets the engines).
+    pub fn write(&mut self, off: u64, data: &[u8]) -> bool {
+        let mut reset = false;
         for (k, &b) in data.iter().enumerate() {
-            let Some(a) = (off as usize).checked_add(k).filter(|&a| a < CONFIG_SIZE) else { return };
+            let Some(a) = (off as usize).checked_add(k).filter(|&a| a < CONFIG_SIZE) else { break };
             match a {
                 4 | 5 => {
                     let mut v = self.space[4..6].to_vec();
                     v[a - 4] = b;
                     let cmd = u16::from_le_bytes([v[0], v[1]]) & COMMAND_MASK;
                     self.space[4..6].copy_from_slice(&cmd.to_le_bytes());
+                }
+                PMCSR => {
+                    let from = self.space[PMCSR] & 3;
+                    let to = b & 3;
+                    // D1 and D2 are not supported (PMC): such a write keeps the state.
+                    if to == 0 || to == D3HOT {
+                        self.space[PMCSR] = to;
+                        reset |= from == D3HOT && to == 0;
+                    }
                 }
                 0x0C | 0x0D => self.space[a] = b, // cache line size, latency timer
                 0x3C => self.space[a] = b,        // interrupt line
@@ -136,6 +163,15 @@ impl PciConfig {
                 _ => {}
             }
         }
+        if reset {
+            // What a conventional reset clears: decoding, bus mastering and the BARs (the OS
+            // restores them).
+            self.space[4..6].copy_from_slice(&0u16.to_le_bytes());
+            for i in 0..6 {
+                self.bar_regs[i] = self.bar_type_bits(i);
+            }
+        }
+        reset
     }
 }
 
@@ -232,7 +268,10 @@ impl ServerBackend for Backend {
         log::trace!("write region {region} off 0x{offset:x} {:02x?}", data);
         match region {
             VFIO_PCI_CONFIG_REGION_INDEX => {
-                self.config.write(offset, data);
+                if self.config.write(offset, data) {
+                    log::info!("D3hot -> D0: device reset");
+                    self.dev.reset();
+                }
                 self.dev.set_bus_master(self.config.command() & CMD_BUS_MASTER != 0);
             }
             VFIO_PCI_BAR0_REGION_INDEX => self.dev.bar0_write(offset, data),
@@ -304,7 +343,7 @@ mod tests {
     }
 
     fn wr32(c: &mut PciConfig, off: u64, v: u32) {
-        c.write(off, &v.to_le_bytes());
+        let _ = c.write(off, &v.to_le_bytes());
     }
 
     #[test]
@@ -341,5 +380,27 @@ mod tests {
         wr32(&mut c3, 0x14, 0xFFFF_FFFF);
         assert_eq!(rd32(&c3, 0x10), 0x0000_0004);
         assert_eq!(rd32(&c3, 0x14), 0xFFFF_FFFF);
+    }
+
+    #[test]
+    fn pm_capability_resets_on_d3hot_to_d0() {
+        let mut c = PciConfig::new(Model::Trn1, 1 << 30, 4096, 64 << 20);
+        assert_ne!(rd32(&c, 4) >> 16 & u32::from(STATUS_CAP_LIST), 0);
+        assert_eq!(rd32(&c, 0x34) & 0xFF, PM_CAP as u32);
+        assert_eq!(rd32(&c, PM_CAP as u64) & 0xFFFF, 0x0001); // ID 1, no next
+        wr32(&mut c, 4, 6);
+        wr32(&mut c, 0x10, 0x8000_0000);
+        // D0 -> D0 and D0 -> D3hot do not reset; D3hot -> D0 does (NoSoftReset is clear).
+        assert!(!c.write(PMCSR as u64, &[0]));
+        assert!(!c.write(PMCSR as u64, &[3]));
+        assert_eq!(rd32(&c, PMCSR as u64) & 3, 3);
+        assert_eq!(c.command(), 6);
+        assert!(c.write(PMCSR as u64, &[0]));
+        assert_eq!(rd32(&c, PMCSR as u64) & 0xB, 0);
+        assert_eq!(c.command(), 0);
+        assert_eq!(rd32(&c, 0x10), 0x4);
+        // D1/D2 are not supported: the state stays.
+        assert!(!c.write(PMCSR as u64, &[1]));
+        assert_eq!(rd32(&c, PMCSR as u64) & 3, 0);
     }
 }
