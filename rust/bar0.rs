@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! BAR0 of a bound device: access to the engines' register blocks, the engine bring-up
-//! (hardware.rst §3.6, once per engine since probe), and the rate limit of the messages that
-//! engine errors print.
+//! (hardware.rst §3.6, once per engine since probe or the last device reset), the gate that
+//! keeps every queue off the registers while the device is reset (`device/reset.rs`), and the
+//! rate limit of the messages that engine errors print.
 //!
 //! Shared (reference counted) by the device and each of its queue channels, so that a channel
 //! reaches its engine's registers without knowing the device.
@@ -17,7 +18,7 @@ use kernel::{
     prelude::*,
     sync::{
         aref::ARef,
-        atomic::{Atomic, Relaxed},
+        atomic::{Acquire, Atomic, Relaxed, Release},
         Mutex,
     },
     time::{Delta, Instant, Monotonic},
@@ -66,9 +67,12 @@ pub(crate) struct Bar0 {
     pub(crate) arch: &'static Arch,
     /// The mapping, revoked by devres at unbind.
     bar: pci::DevresBar,
-    /// Engines whose init sequence ran since probe (bit per engine id).
+    /// Engines whose init sequence ran since probe or the last device reset (bit per engine id).
     #[pin]
     engines_init: Mutex<[u64; 3]>,
+    /// Non-zero from a device reset's start to its end ([`Self::begin_reset`]): no queue
+    /// touches the registers meanwhile.
+    resetting: Atomic<u32>,
     /// Rate limit of the engine error messages of every queue of the device.
     pub(crate) log_limit: RateLimit,
 }
@@ -85,6 +89,7 @@ impl Bar0 {
             arch,
             bar,
             engines_init <- new_mutex!([0; 3]),
+            resetting: Atomic::new(0),
             log_limit: RateLimit::new(),
         })
     }
@@ -94,16 +99,56 @@ impl Bar0 {
     ///
     /// # Errors
     ///
-    /// `ENODEV` once the device is unbound (the mapping is revoked).
+    /// `EIO` while the device is reset ([`Self::begin_reset`]), `ENODEV` once the device is
+    /// unbound (the mapping is revoked).
     pub(crate) fn access(&self) -> Result<Regs<'_>> {
+        self.check()?;
+        self.access_always()
+    }
+
+    /// [`Self::access`] also while the device is reset: for the reset itself, for a queue path
+    /// that passed [`Self::check`] under its queue lock (a reset stops each queue under that
+    /// lock after it closed the gate, so the path's register accesses come before the reset's),
+    /// and for a pause (harmless at any time).
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` once the device is unbound (the mapping is revoked).
+    pub(crate) fn access_always(&self) -> Result<Regs<'_>> {
         Ok(Regs {
             bar: self.bar.try_access().ok_or(ENODEV)?,
             arch: self.arch,
         })
     }
 
+    /// Whether the engines may be used: `EIO` while the device is reset (from
+    /// [`Self::begin_reset`] to [`Self::end_reset`]).
+    pub(crate) fn check(&self) -> Result {
+        if self.resetting.load(Acquire) != 0 {
+            return Err(EIO);
+        }
+        Ok(())
+    }
+
+    /// Closes the gate for a device reset: [`Self::check`] and [`Self::access`] fail with
+    /// `EIO` from now on, and every engine runs its init sequence again before its next use.
+    /// The caller then stops every queue under its queue lock (`device/reset.rs`).
+    pub(crate) fn begin_reset(&self) {
+        // Ordered before the queue locks the caller takes next: a path that takes one after them
+        // sees the gate closed.
+        self.resetting.store(1, Release);
+        *self.engines_init.lock() = [0; 3];
+    }
+
+    /// Opens the gate again after the reset (the caller re-initialised the queues in use).
+    pub(crate) fn end_reset(&self) {
+        self.resetting.store(0, Release);
+    }
+
     /// Runs the engine init sequence (hardware.rst §3.6) on engine `id` unless it ran since
-    /// probe.
+    /// probe or the last device reset; also while the device is reset, for the reset's own
+    /// re-initialisation (the caller holds a queue lock or the device's state lock, under which
+    /// [`Self::check`] was passed or the reset runs).
     ///
     /// # Errors
     ///

@@ -18,6 +18,7 @@
 //! back into its callers.
 
 mod listeners;
+mod reset;
 
 use crate::{
     bar0::Bar0,
@@ -295,9 +296,13 @@ impl Channel {
     ///
     /// `E2BIG` if that copy takes more pairs than the queue's empty rings hold (it can never
     /// fit: not "wait first"), `ENOSPC` if the rings have no room for all of them now (after
-    /// retiring what completed), `ENOMEM`, `ENODEV`; nothing is written then.
+    /// retiring what completed), `ENOMEM`, `ENODEV`, `EIO` while the device is reset (the
+    /// reset's stop would drop them); nothing is written then.
     pub(crate) fn prepare(&self, copies: &[queue::Copy], largest: u32, holds: Holds) -> Result {
-        self.locked(|q| submit::prepare(q, copies, largest, holds))
+        self.locked(|q| {
+            self.bar.check()?;
+            submit::prepare(q, copies, largest, holds)
+        })
     }
 
     /// Writes the pairs `copies` of one prepare call as [`Self::prepare`] does, then a fence
@@ -308,9 +313,9 @@ impl Channel {
     ///
     /// # Errors
     ///
-    /// `EBUSY` ([`queue::FENCE_SLOTS`] fences in flight), those of [`Self::prepare`], and of
-    /// the doorbell (`ENODEV`, or an error moving a device ring's descriptors); nothing is
-    /// written then ([`Queue::write_fenced`]).
+    /// `EBUSY` ([`queue::FENCE_SLOTS`] fences in flight), those of [`Self::prepare`] (`EIO`
+    /// while the device is reset), and of the doorbell (`ENODEV`, or an error moving a device
+    /// ring's descriptors); nothing is written then ([`Queue::write_fenced`]).
     ///
     /// With [`Wait::Never`] (io_uring's non-blocking issue), `EAGAIN` instead of sleeping: the
     /// queue lock is held by another thread, or the doorbell would wait for the H2T queue to
@@ -342,6 +347,8 @@ impl Channel {
             }
         };
         let q = (*inner).as_mut().ok_or_else(|| self.gone_error())?;
+        // As in `with_ringer`.
+        self.bar.check()?;
         submit::prepare_fenced(q, Ringer(self), copies, largest, holds)
     }
 
@@ -659,7 +666,7 @@ impl Channel {
         };
         if let Some(q) = (*inner).as_mut() {
             // A reset stops the engine from fetching from the rings before they are freed.
-            if let Ok(regs) = self.bar.access() {
+            if let Ok(regs) = self.bar.access_always() {
                 if let Ok(io) = regs.engine(self.id.eng) {
                     q.pause(io);
                 }
@@ -799,10 +806,11 @@ impl Door for Channel {
 
     fn with_ringer<R>(&self, f: impl FnOnce(&mut Queue, Ringer<'_>) -> Result<R>) -> Result<R> {
         let mut inner = self.inner.lock();
-        f(
-            (*inner).as_mut().ok_or_else(|| self.gone_error())?,
-            Ringer(self),
-        )
+        let q = (*inner).as_mut().ok_or_else(|| self.gone_error())?;
+        // Before anything changes: a device reset (`EIO`) stops this queue under this lock
+        // after it closed the gate, so a doorbell rung below comes before the reset's stop.
+        self.bar.check()?;
+        f(q, Ringer(self))
     }
 
     fn with_io<R>(&self, f: impl FnOnce(&mut Queue, EngineIo<'_>) -> Result<R>) -> Result<R> {
@@ -834,7 +842,8 @@ impl Doorbell for Ringer<'_> {
                 .ok_or(ENODEV)?
                 .copy_ranges(m.ranges())?;
         }
-        let regs = self.0.bar.access()?;
+        // The gate was passed under the queue lock, which is held (`with_ringer`).
+        let regs = self.0.bar.access_always()?;
         engine::doorbell(regs.engine(self.0.id.eng)?, q, tx, rx);
         Ok(())
     }

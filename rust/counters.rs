@@ -19,7 +19,7 @@ use kernel::{
 
 /// How many counters [`DeviceCounters::raw`] gives (in the order of `rust/kfac/sysfs.c`'s
 /// names after the memory usage ones).
-pub(crate) const COUNTERS_NR: usize = 10;
+pub(crate) const COUNTERS_NR: usize = 12;
 
 /// The activity counters of one device. Monotonic except the ring memory (bytes in use).
 pub(crate) struct DeviceCounters {
@@ -46,6 +46,11 @@ pub(crate) struct DeviceCounters {
     ring_host_bytes: Atomic<u64>,
     /// Device memory of the rings in device memory in use, bytes.
     ring_device_bytes: Atomic<u64>,
+    /// Queue resets for a device reset (`EIO`): every queue in use when a reset began.
+    resets_device: Atomic<u64>,
+    /// Device resets: function-level resets (`reset_prepare`) and PCI error recoveries
+    /// (`error_detected`), counted when they begin.
+    device_resets: Atomic<u64>,
 }
 
 impl DeviceCounters {
@@ -68,6 +73,8 @@ impl DeviceCounters {
                 engine_aborts: z(),
                 ring_host_bytes: z(),
                 ring_device_bytes: z(),
+                resets_device: z(),
+                device_resets: z(),
             },
             GFP_KERNEL,
         )?)
@@ -79,9 +86,21 @@ impl DeviceCounters {
         self.copy_bytes.fetch_add(bytes, Relaxed);
     }
 
+    /// Device resets so far (KUnit).
+    #[cfg(neuron_udma_kunit)]
+    pub(crate) fn device_resets(&self) -> u64 {
+        self.device_resets.load(Relaxed)
+    }
+
+    /// Counts a device reset that begins.
+    pub(crate) fn add_device_reset(&self) {
+        self.device_resets.fetch_add(1, Relaxed);
+    }
+
     /// The counters as raw `u64`s for `rust/kfac/sysfs.c`: copies, copy bytes, fences
     /// completed and failed, resets for engine errors, for timeouts and for other causes, engine
-    /// aborts, ring bytes in host and in device memory.
+    /// aborts, ring bytes in host and in device memory, resets for device resets, device
+    /// resets.
     pub(crate) fn raw(&self) -> [*const u64; COUNTERS_NR] {
         let p = |a: &Atomic<u64>| a.as_ptr().cast_const();
         [
@@ -95,6 +114,8 @@ impl DeviceCounters {
             p(&self.engine_aborts),
             p(&self.ring_host_bytes),
             p(&self.ring_device_bytes),
+            p(&self.resets_device),
+            p(&self.device_resets),
         ]
     }
 }
@@ -109,6 +130,8 @@ pub(crate) enum ResetCause {
     Timeout,
     /// Anything else: a dmaengine terminate, a revoked import's drain, a dropped fence.
     Other,
+    /// A reset of the whole device (function-level reset, PCI error recovery).
+    Device,
 }
 
 /// What one queue instance reports to: its device's counters and its tracepoints.
@@ -184,6 +207,7 @@ impl QueueObs {
             ResetCause::EngineError => &self.counters.resets_engine_error,
             ResetCause::Timeout => &self.counters.resets_timeout,
             ResetCause::Other => &self.counters.resets_other,
+            ResetCause::Device => &self.counters.resets_device,
         };
         counter.fetch_add(1, Relaxed);
         self.trace.queue_reset(why);

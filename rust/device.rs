@@ -2,8 +2,8 @@
 
 //! One bound device: its register BAR and engine bring-up ([`Bar0`]), the buffer pool, the
 //! driver's own H2T queue, the reaper of orphans and the unbind. Its children: `queues` (the
-//! queue table: which queue is in use, and by whom) and `buffers` (buffer allocation and
-//! import).
+//! queue table: which queue is in use, and by whom), `buffers` (buffer allocation and
+//! import) and `reset` (the device across a reset, PCI error recovery and shutdown).
 //!
 //! Lifetime rules: the state is reference counted and may outlive the binding (an open file
 //! keeps it). [`UdmaDevice::shutdown`], called from the PCI `unbind`, quiesces and frees every
@@ -12,6 +12,7 @@
 
 mod buffers;
 mod queues;
+mod reset;
 
 use crate::{
     arch::Arch,

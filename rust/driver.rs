@@ -191,6 +191,8 @@ impl NeuronUdmaDriver {
         // declared, so dropped, before `dev`).
         let usage = unsafe { crate::kfac::sysfs::UsageAttrs::add(pdev.as_ref(), &vals)? };
         let entry = RegistryEntry::new(dev.clone())?;
+        // Once the device is in the registry, where the callbacks find it.
+        crate::kfac::pci::install(pdev);
         let name = entry.name;
         let parent = crate::kfac::raw_device(pdev.as_ref());
         Ok(try_pin_init!(NeuronUdma {

@@ -244,7 +244,8 @@ struct EngineWindows<'a> {
 /// Runs the engine init sequence of hardware.rst §3.6 on engine `eng`, register for register, in
 /// order.
 ///
-/// `first` selects the queue-enable value of step 1: the first init after probe writes
+/// `first` selects the queue-enable value of step 1: the first init after probe (or after a
+/// device reset, which returns the engines to their power-on state: `device/reset.rs`) writes
 /// 0x0003_0000 (the reference's cached cfg is still 0), later inits 0x0303_0000.
 ///
 /// # Errors

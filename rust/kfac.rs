@@ -13,11 +13,12 @@
 //! bindgen (`rust/kfac/<name>_generated.rs`, not in git); the functions C calls back into Rust
 //! are declared in the headers for C only (outside bindgen's view, `__BINDGEN__`) and defined as
 //! `unsafe extern "C"` functions where their types live (`buffer.rs`, `dmabuf.rs`,
-//! `dmaengine.rs`, `file.rs`).
+//! `dmaengine.rs`, `file.rs`, `device/reset.rs`).
 //!
 //! - [`dmabuf`]: the dma-buf exporter of device memory and the importer of other dma-bufs;
 //! - [`dmaengine`]: the `dma_device` of the dmaengine provider, its cookies and descriptors;
 //! - [`eventfd`]: eventfd references (no C);
+//! - [`pci`]: PCI error recovery, function-level reset and shutdown;
 //! - [`mm`]: VMA operations of buffer mappings, page insertion, the removal of user mappings,
 //!   pinned user pages, the locked-memory charge and the DMA segment boundary;
 //! - [`sched`]: `fatal_signal_pending()`, `cond_resched()` and `flush_work()`;
@@ -30,6 +31,7 @@ pub(crate) mod dmabuf;
 pub(crate) mod dmaengine;
 pub(crate) mod eventfd;
 pub(crate) mod mm;
+pub(crate) mod pci;
 pub(crate) mod sched;
 pub(crate) mod sysfs;
 pub(crate) mod trace;

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! KUnit suite that runs copies on the bound device (the device model in QEMU): host->host and
-//! host->HBM->host round trips, many wraps of a small ring, two queues in parallel.
+//! host->HBM->host round trips, many wraps of a small ring, two queues in parallel. Its child
+//! `reset` is the suite of the device across a reset.
+
+mod reset;
 
 use crate::{
     channel::{Channel, Owner, DEFAULT_TIMEOUT},

@@ -121,6 +121,18 @@ impl Registry {
             .map(|(_, d)| d.clone())
     }
 
+    /// The device whose PCI device's `struct device` is `dev` (the C side's callbacks).
+    pub(crate) fn by_device(
+        dev: *const kernel::bindings::device,
+    ) -> Option<Arc<device::UdmaDevice>> {
+        REGISTRY
+            .lock()
+            .devs
+            .iter()
+            .find(|(_, d)| core::ptr::eq(kfac::raw_device(d.pdev.as_ref()), dev))
+            .map(|(_, d)| d.clone())
+    }
+
     /// The first bound device, if any.
     #[cfg_attr(not(any(neuron_udma_kunit, neuron_udma_bench)), expect(dead_code))]
     pub(crate) fn first() -> Option<Arc<device::UdmaDevice>> {

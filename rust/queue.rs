@@ -386,21 +386,8 @@ impl Queue {
             self.fences_failed += self.fences.len() as u64;
         }
         if let (Some(first), Some(last)) = (self.fences.first(), self.fences.last()) {
-            if let Some(o) = &self.obs {
-                o.fences_dropped(first.seq, last.seq, why);
-            }
-            if self.lost.len() == LOST_RANGES {
-                // PANIC: the list is full, so not empty.
-                self.expired_below = self.lost[0].last + 1;
-                let _ = self.lost.remove(0);
-            }
-            // Cannot fail: the capacity is LOST_RANGES, and one entry was removed if full.
-            let _ = self.lost.push_within_capacity(LostRange {
-                first: first.seq,
-                last: last.seq,
-                why,
-            });
-            self.settled = last.seq;
+            let (first, last) = (first.seq, last.seq);
+            self.record_lost(first, last, why);
         }
         self.fences.clear();
     }
@@ -419,13 +406,36 @@ impl Queue {
     /// are dropped.
     pub(crate) fn reset(&mut self, io: EngineIo<'_>, why: Error, cause: ResetCause) {
         self.retire();
+        self.count_reset(why, cause);
+        engine::init_queue_dir::<M2s>(io, self.q(), self.tx_base(), self.tx.state().size());
+        engine::init_queue_dir::<S2m>(io, self.q(), self.rx_base(), self.rx.state().size());
+        self.forget_inflight(why);
+    }
+
+    /// Stops the queue for a device reset: pauses both directions when `io` reaches the
+    /// registers, retires the fences whose markers landed, and fails the rest with `why`
+    /// (`EIO`), counted as `cause`; work no fence covers fails as one more fence
+    /// ([`Self::fail_unfenced`]). The rings are programmed again by [`Self::hw_init`] once
+    /// the device is back.
+    pub(crate) fn halt(&mut self, io: Option<EngineIo<'_>>, why: Error, cause: ResetCause) {
+        if let Some(io) = io {
+            engine::pause_queue_dir::<M2s>(io, self.q());
+            engine::pause_queue_dir::<S2m>(io, self.q());
+        }
+        self.retire();
+        self.count_reset(why, cause);
+        let unfenced = self.unfenced() != 0;
+        self.forget_inflight(why);
+        if unfenced {
+            self.fail_unfenced(why);
+        }
+    }
+
+    fn count_reset(&mut self, why: Error, cause: ResetCause) {
         self.resets = self.resets.wrapping_add(1);
         if let Some(o) = &self.obs {
             o.reset(why, cause);
         }
-        engine::init_queue_dir::<M2s>(io, self.q(), self.tx_base(), self.tx.state().size());
-        engine::init_queue_dir::<S2m>(io, self.q(), self.rx_base(), self.rx.state().size());
-        self.forget_inflight(why);
     }
 
     /// Tx ring state.

@@ -661,6 +661,8 @@ pub(crate) mod model {
     pub(crate) const MAGIC_UDMA: u32 = 0x5544_4D41;
     /// `FAULT_KIND` value: fail the n-th next Tx descriptor of a queue with a bad address.
     pub(crate) const FAULT_FAIL_NTH: u32 = 1;
+    /// `FAULT_KIND` value: do not process a queue for `FAULT_ARG` milliseconds.
+    pub(crate) const FAULT_STALL: u32 = 3;
 
     register! {
         /// Identifies the window.

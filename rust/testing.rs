@@ -29,12 +29,27 @@ impl ModelCtl {
     ///
     /// `ENODEV` after unbind, `EIO` if the model rejects the fault.
     pub(crate) fn inject_fail_nth(&self, eng: u32, qid: u32, n: u32) -> Result {
+        self.inject(FAULT_FAIL_NTH, eng, qid, n)
+    }
+
+    /// Asks the model not to process queue `qid` of engine `eng` for `ms` milliseconds (a
+    /// device reset ends the stall).
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` after unbind, `EIO` if the model rejects the fault.
+    pub(crate) fn inject_stall(&self, eng: u32, qid: u32, ms: u32) -> Result {
+        self.inject(FAULT_STALL, eng, qid, ms)
+    }
+
+    /// Stages fault `kind` for queue `qid` of engine `eng` with argument `arg`, and applies it.
+    fn inject(&self, kind: u32, eng: u32, qid: u32, arg: u32) -> Result {
         let bar = self.0.try_access().ok_or(ENODEV)?;
         let io = &*bar;
-        io.write_reg(FAULT_KIND::from(FAULT_FAIL_NTH));
+        io.write_reg(FAULT_KIND::from(kind));
         io.write_reg(FAULT_ENGINE::from(eng));
         io.write_reg(FAULT_QUEUE::from(qid));
-        io.write_reg(FAULT_ARG::from(n));
+        io.write_reg(FAULT_ARG::from(arg));
         io.write_reg(FAULT_COMMIT::from(1));
         if io.read(FAULT_COMMIT).into_raw() != 0 {
             return Err(EIO);

@@ -197,6 +197,7 @@ class Layout(unittest.TestCase):
 
 
 # Files compiled only into KUnit builds: their code is test code, not the driver's.
+# KUnit-only sources: these files and the children of live_tests.rs (rust/live_tests/).
 KUNIT_ONLY = {"live_tests.rs", "testing.rs"}
 # Longest production source file of rust/, in lines (Documentation/neuron-udma.rst, "Components").
 MAX_LINES = 900
@@ -214,7 +215,11 @@ def production(path):
 
 
 def driver_sources():
-    return [p for p in SOURCES if p.name not in KUNIT_ONLY and p.stem != "uapi_generated"]
+    return [
+        p
+        for p in SOURCES
+        if p.name not in KUNIT_ONLY and p.parent.name != "live_tests" and p.stem != "uapi_generated"
+    ]
 
 
 class Submission(unittest.TestCase):

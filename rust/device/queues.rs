@@ -52,7 +52,8 @@ impl UdmaDevice {
     /// `EINVAL` for a bad ring size, `EBUSY` if the queue is in use or (for a file) reserved
     /// by the driver, `ENOMEM` (also when a file's queue memory would exceed
     /// `RLIMIT_MEMLOCK`, or no device memory is left for `device_rings`), `EOPNOTSUPP` for
-    /// `device_rings` without device memory, `ENODEV` after unbind.
+    /// `device_rings` without device memory, `EIO` while the device is reset (`reset.rs`),
+    /// `ENODEV` after unbind.
     pub(crate) fn queue_init_placed(
         &self,
         id: QueueId,
@@ -121,6 +122,8 @@ impl UdmaDevice {
             None => None,
         };
         let r = self.with_bound(|dev| {
+            // Under the state lock, which a device reset's stop takes to close the gate.
+            self.bar.check()?;
             if self.queues.lock().get(id.key()).is_some() {
                 return Err(EBUSY);
             }

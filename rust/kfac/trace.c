@@ -95,3 +95,9 @@ void neuron_udma_trace_scrub(const struct device *dev, u64 addr, u64 size, u32 e
 {
 	trace_neuron_udma_scrub(dev, addr, size, engines, error);
 }
+
+void neuron_udma_trace_device_reset(const struct device *dev, const char *what, u32 queues,
+				    int error)
+{
+	trace_neuron_udma_device_reset(dev, what, queues, error);
+}

@@ -37,5 +37,7 @@ void neuron_udma_trace_buffer(const struct device *dev, u32 what, u64 handle, u6
 			      const char *kind, u64 owner);
 void neuron_udma_trace_scrub(const struct device *dev, u64 addr, u64 size, u32 engines,
 			     int error);
+void neuron_udma_trace_device_reset(const struct device *dev, const char *what, u32 queues,
+				    int error);
 
 #endif /* NEURON_UDMA_KFAC_TRACE_H */

@@ -155,3 +155,14 @@ pub(crate) fn scrub(dev: &pci::Device, addr: u64, size: u64, engines: u32, resul
     // SAFETY: `dev` is borrowed for the call, which only reads it.
     unsafe { ffi::neuron_udma_trace_scrub(raw(dev), addr, size, engines, error) }
 }
+
+/// `neuron_udma_device_reset`: the device stopped its `queues` queues in use for `what`
+/// (`reset`, `error`, `shutdown`), or restarted them (`restart`) with outcome `result`.
+pub(crate) fn device_reset(dev: &pci::Device, what: &CStr, queues: u32, result: &Result) {
+    let error = match result {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    };
+    // SAFETY: `dev` and `what` are borrowed for the call, which only reads them.
+    unsafe { ffi::neuron_udma_trace_device_reset(raw(dev), what.as_char_ptr(), queues, error) }
+}

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The tracepoints of the driver (system neuron_udma): queues, submissions, doorbells, fences,
- * resets, engine aborts, buffers, dma-bufs and scrubs. Documentation/neuron-udma.rst lists them
+ * resets, engine aborts, buffers, dma-bufs, scrubs and device resets. Documentation/neuron-udma.rst lists them
  * with an example; rust/kfac/trace.c instantiates them and wraps each in a function Rust calls
  * (rust/kfac/trace.rs). Every event names its device (the PCI device's name); the events of a
  * queue also name its instance, which is never reused (a queue id is: a released queue's id
@@ -320,6 +320,26 @@ TRACE_EVENT(neuron_udma_scrub,
 	),
 	TP_printk("%s addr=%#llx size=%llu engines=%u error=%d", __get_str(dev), __entry->addr,
 		  __entry->size, __entry->engines, __entry->error)
+);
+
+/* @what: "reset" (a function-level reset), "error" (PCI error recovery), "shutdown" or "restart". */
+TRACE_EVENT(neuron_udma_device_reset,
+	TP_PROTO(const struct device *dev, const char *what, u32 queues, int error),
+	TP_ARGS(dev, what, queues, error),
+	TP_STRUCT__entry(
+		__string(dev, dev_name(dev))
+		__string(what, what)
+		__field(u32, queues)
+		__field(int, error)
+	),
+	TP_fast_assign(
+		__assign_str(dev);
+		__assign_str(what);
+		__entry->queues = queues;
+		__entry->error = error;
+	),
+	TP_printk("%s what=%s queues=%u error=%d", __get_str(dev), __get_str(what),
+		  __entry->queues, __entry->error)
 );
 
 #endif /* NEURON_UDMA_TRACE_INTERNAL_H */

@@ -128,6 +128,39 @@ impl Queue {
         }
     }
 
+    /// Records fences `first..=last`, the newest so far, as dropped for `why` (each then reads
+    /// [`FenceState::Failed`]); the oldest record is forgotten when [`LOST_RANGES`] are kept
+    /// (its fences then read [`FenceState::Expired`]).
+    ///
+    /// [`LOST_RANGES`]: super::LOST_RANGES
+    pub(super) fn record_lost(&mut self, first: u64, last: u64, why: Error) {
+        if let Some(o) = &self.obs {
+            o.fences_dropped(first, last, why);
+        }
+        if self.lost.len() == super::LOST_RANGES {
+            // PANIC: the list is full, so not empty.
+            self.expired_below = self.lost[0].last + 1;
+            let _ = self.lost.remove(0);
+        }
+        // Cannot fail: the capacity is LOST_RANGES, and one entry was removed if full.
+        let _ = self
+            .lost
+            .push_within_capacity(super::LostRange { first, last, why });
+        self.settled = last;
+    }
+
+    /// Fails the work no fence covered when the rings were emptied (prepared, or started
+    /// without a fence) as one more fence, numbered next and failed with `why`: a `COPY_WAIT`,
+    /// which fences that work or joins the newest fence, and a caller reading the newest
+    /// fence learn that it did not run, rather than finding an older fence done. Called once the
+    /// fences in flight are settled, so the fences stay `settled + 1 .. next_seq`.
+    pub(super) fn fail_unfenced(&mut self, why: Error) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.fences_failed += 1;
+        self.record_lost(seq, seq, why);
+    }
+
     /// Whether fence `seq` is no longer in flight (its marker arrived or a reset dropped it).
     pub(crate) fn is_settled(&mut self, seq: u64) -> bool {
         self.retire();

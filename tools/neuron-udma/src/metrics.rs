@@ -67,14 +67,21 @@ const METRICS: &[Metric] = &[
         name: "neuron_udma_queue_resets_total",
         kind: "counter",
         help:
-            "Queue resets, by cause (engine_error, timeout, other: a dmaengine terminate or a revoked import's drain).",
+            "Queue resets, by cause (engine_error, timeout, device: a device reset, other: a dmaengine terminate or a revoked import's drain).",
         samples: |d| {
             vec![
                 ("cause=\"engine_error\"", d.activity.queue_resets_engine_error),
                 ("cause=\"timeout\"", d.activity.queue_resets_timeout),
+                ("cause=\"device\"", d.activity.queue_resets_device),
                 ("cause=\"other\"", d.activity.queue_resets_other),
             ]
         },
+    },
+    Metric {
+        name: "neuron_udma_device_resets_total",
+        kind: "counter",
+        help: "Device resets: function-level resets and PCI error recoveries.",
+        samples: |d| vec![("", d.activity.device_resets)],
     },
     Metric {
         name: "neuron_udma_engine_aborts_total",
@@ -176,6 +183,8 @@ mod tests {
             engine_aborts: 3,
             ring_host_bytes: 925696,
             ring_device_bytes: 0,
+            queue_resets_device: 7,
+            device_resets: 1,
         };
         vec![
             DeviceMetrics { index: 0, pci: "0000:00:03.0".into(), usage, activity },

@@ -176,11 +176,15 @@ pub struct DeviceActivity {
     pub ring_host_bytes: u64,
     /// `ring_device_bytes`: device memory of rings in device memory in use, bytes (a gauge).
     pub ring_device_bytes: u64,
+    /// `queue_resets_device`: queue resets for a device reset (every queue in use when it began).
+    pub queue_resets_device: u64,
+    /// `device_resets`: device resets (function-level resets, PCI error recoveries).
+    pub device_resets: u64,
 }
 
 impl DeviceActivity {
     /// The files of the sysfs group, in the order of the fields.
-    pub const FILES: [&'static str; 10] = [
+    pub const FILES: [&'static str; 12] = [
         "copies",
         "copy_bytes",
         "fences_completed",
@@ -191,6 +195,8 @@ impl DeviceActivity {
         "engine_aborts",
         "ring_host_bytes",
         "ring_device_bytes",
+        "queue_resets_device",
+        "device_resets",
     ];
 
     /// Reads the activity of the PCI device `pci_name` (e.g. `0000:00:03.0`).
@@ -209,7 +215,7 @@ impl DeviceActivity {
                 reason: "the neuron_udma driver is older than its activity counters".into(),
             });
         }
-        let [copies, copy_bytes, fences_completed, fences_failed, queue_resets_engine_error, queue_resets_timeout, queue_resets_other, engine_aborts, ring_host_bytes, ring_device_bytes] =
+        let [copies, copy_bytes, fences_completed, fences_failed, queue_resets_engine_error, queue_resets_timeout, queue_resets_other, engine_aborts, ring_host_bytes, ring_device_bytes, queue_resets_device, device_resets] =
             read_counters(&group, Self::FILES)?;
         Ok(DeviceActivity {
             copies,
@@ -222,6 +228,8 @@ impl DeviceActivity {
             engine_aborts,
             ring_host_bytes,
             ring_device_bytes,
+            queue_resets_device,
+            device_resets,
         })
     }
 }

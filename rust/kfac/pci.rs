@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The PCI callbacks Linux 7.3's Rust `pci::Driver` does not offer (probe and remove only): PCI
+//! error recovery (`error_detected`, `slot_reset`, `resume`), function-level reset
+//! (`reset_prepare`, `reset_done`) and `shutdown`. C in `rust/kfac/pci.c` holds the operations
+//! table and adds it to the driver at probe ([`install`]); the callbacks call
+//! `neuron_udma_pci_stop` and `neuron_udma_pci_restart`, defined in `device/reset.rs`.
+
+use kernel::{device::Core, pci, prelude::*};
+
+super::generated! { include!("pci_generated.rs"); }
+
+/// Why a device stops (`neuron_udma_pci_stop`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// A function-level reset begins (`reset_prepare`); `reset_done` follows.
+    Reset,
+    /// PCI error recovery begins (`error_detected`); `resume` follows unless the device is
+    /// disconnected (then remove follows).
+    Error,
+    /// The system shuts down, reboots or kexecs (`shutdown`): the device stays stopped.
+    Shutdown,
+}
+
+impl Stop {
+    /// The C value `why` (`enum neuron_udma_pci_stop`).
+    pub(crate) fn from_raw(why: ffi::neuron_udma_pci_stop) -> Self {
+        match why {
+            ffi::neuron_udma_pci_stop_NEURON_UDMA_PCI_STOP_RESET => Self::Reset,
+            ffi::neuron_udma_pci_stop_NEURON_UDMA_PCI_STOP_SHUTDOWN => Self::Shutdown,
+            _ => Self::Error,
+        }
+    }
+
+    /// The name the log and the tracepoint give it.
+    pub(crate) fn name(self) -> &'static CStr {
+        match self {
+            Self::Reset => c"reset",
+            Self::Error => c"error",
+            Self::Shutdown => c"shutdown",
+        }
+    }
+}
+
+/// The C type of [`Stop`], for `neuron_udma_pci_stop`'s definition.
+pub(crate) type RawStop = ffi::neuron_udma_pci_stop;
+
+/// Saves `pdev`'s config space (what `slot_reset` restores) and adds the error handlers and
+/// `shutdown` to the driver; from probe, before it returns.
+pub(crate) fn install(pdev: &pci::Device<Core<'_>>) {
+    let dev: &kernel::device::Device<Core<'_>> = pdev.as_ref();
+    // SAFETY: `dev` is a PCI device in its probe (the `Core` context): this driver is bound
+    // to it, so its `driver` is this module's `pci_driver`, registered until the module unloads.
+    unsafe { ffi::neuron_udma_pci_hooks(super::raw_device(dev)) }
+}
+
+/// KUnit: runs the PCI error recovery of a frozen link on `dev` as the AER core does
+/// (`error_detected`, a reset of the function, `slot_reset`, `resume`).
+///
+/// # Errors
+///
+/// `EIO` if a step failed or a callback answered otherwise than the recovery needs.
+#[cfg(neuron_udma_kunit)]
+pub(crate) fn recover_frozen(dev: &kernel::device::Device<kernel::device::Bound>) -> Result {
+    // SAFETY: `dev` is a bound PCI device (this driver's: the KUnit suites find it in the
+    // registry); the C side takes its device lock, as the AER core does.
+    kernel::error::to_result(unsafe { ffi::neuron_udma_pci_recover_frozen(super::raw_device(dev)) })
+}
