@@ -70,8 +70,9 @@ pub(crate) struct Bar0 {
     /// Engines whose init sequence ran since probe or the last device reset (bit per engine id).
     #[pin]
     engines_init: Mutex<[u64; 3]>,
-    /// Non-zero from a device reset's start to its end ([`Self::begin_reset`]): no queue
-    /// touches the registers meanwhile.
+    /// Device stops not yet followed by their restart ([`Self::begin_reset`]): no queue
+    /// touches the registers while it is non-zero. A count, not a flag: a function-level reset
+    /// may begin and end inside PCI error recovery (between `error_detected` and `resume`).
     resetting: Atomic<u32>,
     /// Rate limit of the engine error messages of every queue of the device.
     pub(crate) log_limit: RateLimit,
@@ -122,7 +123,7 @@ impl Bar0 {
     }
 
     /// Whether the engines may be used: `EIO` while the device is reset (from
-    /// [`Self::begin_reset`] to [`Self::end_reset`]).
+    /// [`Self::begin_reset`] to the last [`Self::end_reset`]).
     pub(crate) fn check(&self) -> Result {
         if self.resetting.load(Acquire) != 0 {
             return Err(EIO);
@@ -130,19 +131,32 @@ impl Bar0 {
         Ok(())
     }
 
-    /// Closes the gate for a device reset: [`Self::check`] and [`Self::access`] fail with
-    /// `EIO` from now on, and every engine runs its init sequence again before its next use.
-    /// The caller then stops every queue under its queue lock (`device/reset.rs`).
+    /// Closes the gate for a device stop: [`Self::check`] and [`Self::access`] fail with `EIO`
+    /// until the matching [`Self::end_reset`] (of every stop begun), and every engine runs its
+    /// init sequence again before its next use. The caller then stops every queue under its
+    /// queue lock (`device/reset.rs`).
+    /// Called under the device's state lock.
     pub(crate) fn begin_reset(&self) {
         // Ordered before the queue locks the caller takes next: a path that takes one after them
         // sees the gate closed.
-        self.resetting.store(1, Release);
+        self.resetting.fetch_add(1, Release);
         *self.engines_init.lock() = [0; 3];
     }
 
-    /// Opens the gate again after the reset (the caller re-initialised the queues in use).
+    /// Whether the restart of the device stop ending now is the last one pending: only then are
+    /// the queues programmed again and the gate opened ([`Self::end_reset`]).
+    pub(crate) fn last_reset(&self) -> bool {
+        self.resetting.load(Acquire) <= 1
+    }
+
+    /// Ends one device stop; the gate opens when none is left (the caller re-initialised the
+    /// queues in use before the last). Called, as [`Self::begin_reset`], under the device's
+    /// state lock, which orders the two.
     pub(crate) fn end_reset(&self) {
-        self.resetting.store(0, Release);
+        let n = self.resetting.load(Relaxed);
+        if n > 0 {
+            self.resetting.store(n - 1, Release);
+        }
     }
 
     /// Runs the engine init sequence (hardware.rst §3.6) on engine `id` unless it ran since

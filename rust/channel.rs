@@ -300,7 +300,7 @@ impl Channel {
     /// reset's stop would drop them); nothing is written then.
     pub(crate) fn prepare(&self, copies: &[queue::Copy], largest: u32, holds: Holds) -> Result {
         self.locked(|q| {
-            self.bar.check()?;
+            self.usable(q)?;
             submit::prepare(q, copies, largest, holds)
         })
     }
@@ -347,8 +347,7 @@ impl Channel {
             }
         };
         let q = (*inner).as_mut().ok_or_else(|| self.gone_error())?;
-        // As in `with_ringer`.
-        self.bar.check()?;
+        self.usable(q)?;
         submit::prepare_fenced(q, Ringer(self), copies, largest, holds)
     }
 
@@ -359,13 +358,25 @@ impl Channel {
     ///
     /// `EINVAL` (see [`Queue::start`]), `ENODEV`.
     pub(crate) fn start(&self, m2s_count: u32, s2m_count: u32) -> Result {
-        self.with_ringer(|q, bell| q.start(bell, m2s_count, s2m_count))
+        self.with_ringer(|q, bell| {
+            q.take_lost()?;
+            q.start(bell, m2s_count, s2m_count)
+        })
+    }
+
+    /// Whether the user's submission calls may go on: `EIO` while the device is reset, and
+    /// once after a reset dropped prepared or started work no fence covered
+    /// ([`Queue::take_lost`]). Under the queue lock, before anything changes.
+    fn usable(&self, q: &mut Queue) -> Result {
+        self.bar.check()?;
+        q.take_lost()
     }
 
     /// Fences the work no fence covers yet, or targets the newest fence (an interrupted wait
     /// leaves its fence behind: it is reused, not multiplied).
     fn fence_or_join(&self) -> Result<Ticket> {
         self.with_ringer(|q, bell| {
+            q.take_lost()?;
             q.retire();
             let (resets, s) = (q.resets, *q.tx_state());
             // A ticket for the fence `seq` whose work ends at Tx position `end`.
@@ -437,6 +448,7 @@ impl Channel {
     /// flight), `ENODEV`.
     pub(crate) fn submit_fence(&self) -> Result<u64> {
         self.with_ringer(|q, bell| {
+            q.take_lost()?;
             q.retire();
             if q.unfenced() == 0 {
                 return Ok(q.newest_fence());

@@ -183,6 +183,8 @@ pub(crate) struct Completer {
     running: Atomic<u32>,
     /// Counts [`Self::kick`]s: a kick that comes while the work decides to stop is not lost.
     kicks: Atomic<u64>,
+    /// The NUMA node the work runs on (the device's; -1: any).
+    node: i32,
     #[pin]
     work: Work<Completer>,
 }
@@ -205,7 +207,7 @@ impl Completer {
     /// # Errors
     ///
     /// `ENOMEM`.
-    pub(crate) fn new() -> Result<Arc<Self>> {
+    pub(crate) fn new(node: i32) -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Self {
                 list <- new_mutex!(List {
@@ -214,6 +216,7 @@ impl Completer {
                 }),
                 running: Atomic::new(0),
                 kicks: Atomic::new(0),
+                node,
                 work <- new_work!("neuron_udma::completion"),
             }),
             GFP_KERNEL,
@@ -246,7 +249,7 @@ impl Completer {
         this.kicks.fetch_add(1, Full);
         if this.running.cmpxchg(0, 1, Full).is_ok() {
             // Cannot be queued already: `running` was 0.
-            let _ = crate::kfac::sched::system_dfl().enqueue(this.clone());
+            let _ = crate::kfac::sched::enqueue_on_node(this.node, this.clone());
         }
     }
 
@@ -511,7 +514,7 @@ mod tests {
 
     #[test]
     fn a_watched_member_is_looked_at_until_idle_then_left() -> Result {
-        let c = Completer::new()?;
+        let c = Completer::new(-1)?;
         let m = counter(5)?;
         Completer::watch(&c, m.clone());
         assert!(settles(&c, 0));
@@ -525,7 +528,7 @@ mod tests {
 
     #[test]
     fn a_member_stays_until_its_membership_ends() -> Result {
-        let c = Completer::new()?;
+        let c = Completer::new(-1)?;
         let m = counter(3)?;
         let membership = Completer::add(&c, m.clone())?;
         assert_eq!(c.state(), (false, 1));

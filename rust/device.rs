@@ -56,6 +56,9 @@ pub(crate) struct UdmaDevice {
     pub(crate) pdev: ARef<pci::Device>,
     /// Per-generation data.
     pub(crate) arch: &'static Arch,
+    /// The device's NUMA node (`NUMA_NO_NODE`, -1, if none): INFO, and where the completion
+    /// work runs.
+    pub(crate) node: i32,
     /// BAR0: the engines' registers (revoked by devres at unbind).
     pub(crate) bar: Arc<Bar0>,
     /// Size of the device memory (BAR4) in bytes, 0 if unmapped.
@@ -123,6 +126,8 @@ impl UdmaDevice {
         let patterns = Patterns::new(pdev.into(), arch)?;
         let pool_dev: ARef<pci::Device> = pdev.into();
         let counters = DeviceCounters::new()?;
+        let node = crate::kfac::pci::node(pdev.as_ref());
+        let completer = Completer::new(node)?;
         let devmem = match bar4 {
             Some(b) => Some(Arc::new(DevMem::new(b), GFP_KERNEL)?),
             None => None,
@@ -131,6 +136,7 @@ impl UdmaDevice {
             try_pin_init!(Self {
                 pdev: pdev.into(),
                 arch,
+                node,
                 bar,
                 dram_size,
                 bar4_phys,
@@ -146,7 +152,7 @@ impl UdmaDevice {
                     alive: true,
                     h2t: None,
                 }),
-                completer: Completer::new()?,
+                completer,
                 patterns,
             }),
             GFP_KERNEL,
@@ -311,7 +317,9 @@ impl UdmaDevice {
             } else {
                 [0; 3]
             },
-            reserved: [0; 4],
+            numa_node: self.node,
+            reserved0: 0,
+            reserved: [0; 3],
         }
     }
 

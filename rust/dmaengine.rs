@@ -204,11 +204,18 @@ impl Member for DmaChan {
             return Look::IDLE;
         }
         let mut done = Completed::new();
-        if self.step(check, &mut done).is_err() {
-            // The queue is gone (unbind): fail what is left.
-            let mut st = self.state.lock();
-            Self::fail_all(&mut st);
-            Self::complete(&mut st, &mut done);
+        match self.step(check, &mut done) {
+            Ok(()) => {}
+            // A device reset is under way: its stop fails what was on the ring (the fences
+            // settle as failed, which a later round reads); nothing else fails meanwhile, and
+            // the descriptors not written yet are written after the restart.
+            Err(_) if self.chan.resetting() => Self::complete(&mut self.state.lock(), &mut done),
+            Err(_) => {
+                // The queue is gone (unbind): fail what is left.
+                let mut st = self.state.lock();
+                Self::fail_all(&mut st);
+                Self::complete(&mut st, &mut done);
+            }
         }
         let progress = done.n > 0;
         let mut acked = [false; BATCH];
@@ -323,8 +330,12 @@ impl DmaChan {
             let _ = st.fences.remove(0);
         }
         let failed = if lost {
-            // A fence was dropped: nothing that was on the ring completes.
-            self.chan.reset(EIO)?;
+            // A fence was dropped: nothing that was on the ring completes. During a device
+            // reset its stop dropped it and emptied the ring already: nothing to reset.
+            match self.chan.reset(EIO) {
+                Err(_) if self.chan.resetting() => {}
+                r => r?,
+            }
             Some(EIO)
         } else if check && !self.state.lock().fences.is_empty() {
             self.chan.recover()?

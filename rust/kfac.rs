@@ -18,7 +18,7 @@
 //! - [`dmabuf`]: the dma-buf exporter of device memory and the importer of other dma-bufs;
 //! - [`dmaengine`]: the `dma_device` of the dmaengine provider, its cookies and descriptors;
 //! - [`eventfd`]: eventfd references (no C);
-//! - [`pci`]: PCI error recovery, function-level reset and shutdown;
+//! - [`pci`]: PCI error recovery, function-level reset and shutdown, a device's NUMA node;
 //! - [`mm`]: VMA operations of buffer mappings, page insertion, the removal of user mappings,
 //!   pinned user pages, the locked-memory charge and the DMA segment boundary;
 //! - [`sched`]: `fatal_signal_pending()`, `cond_resched()` and `flush_work()`;

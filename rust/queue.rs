@@ -205,6 +205,9 @@ pub(crate) struct Queue {
     expired_below: u64,
     /// Times the queue was reset (after a timeout or an engine error).
     pub(crate) resets: u32,
+    /// A reset dropped work no fence covered (prepared, or started without a fence): the next
+    /// submission call of the queue's user reports it, once ([`Self::take_lost`]).
+    lost_unfenced: bool,
     /// Fences completed, and fences dropped by a reset (not by a pause), since creation.
     pub(crate) fences_done: u64,
     pub(crate) fences_failed: u64,
@@ -280,6 +283,7 @@ impl Queue {
             lost: KVec::with_capacity(LOST_RANGES, GFP_KERNEL_ACCOUNT)?,
             expired_below: 0,
             resets: 0,
+            lost_unfenced: false,
             fences_done: 0,
             fences_failed: 0,
             holds: KVVec::new(),
@@ -372,6 +376,9 @@ impl Queue {
     /// init or pause): empty rings, ring id 1; every fence in flight is settled as failed for
     /// `why` and every submission's buffer holds are dropped.
     fn forget_inflight(&mut self, why: Error) {
+        // Work no fence covers is dropped with the rest; unless the queue ends (`ECANCELED`),
+        // its user must hear of it (`fail_unfenced`, `take_lost`).
+        let unfenced = why != ECANCELED && self.unfenced() != 0;
         self.holds.clear();
         self.holds_head = 0;
         self.tx_acked = self.tx_written();
@@ -390,6 +397,9 @@ impl Queue {
             self.record_lost(first, last, why);
         }
         self.fences.clear();
+        if unfenced {
+            self.fail_unfenced(why);
+        }
     }
 
     /// Stops the engine from using the rings: pauses both directions and resets the queue.
@@ -414,8 +424,8 @@ impl Queue {
 
     /// Stops the queue for a device reset: pauses both directions when `io` reaches the
     /// registers, retires the fences whose markers landed, and fails the rest with `why`
-    /// (`EIO`), counted as `cause`; work no fence covers fails as one more fence
-    /// ([`Self::fail_unfenced`]). The rings are programmed again by [`Self::hw_init`] once
+    /// (`EIO`), counted as `cause`; work no fence covers fails as one more fence, reported to
+    /// the next submission call ([`Self::fail_unfenced`]). The rings are programmed again by [`Self::hw_init`] once
     /// the device is back.
     pub(crate) fn halt(&mut self, io: Option<EngineIo<'_>>, why: Error, cause: ResetCause) {
         if let Some(io) = io {
@@ -424,11 +434,7 @@ impl Queue {
         }
         self.retire();
         self.count_reset(why, cause);
-        let unfenced = self.unfenced() != 0;
         self.forget_inflight(why);
-        if unfenced {
-            self.fail_unfenced(why);
-        }
     }
 
     fn count_reset(&mut self, why: Error, cause: ResetCause) {

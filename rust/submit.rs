@@ -143,8 +143,9 @@ pub(crate) enum SplitFinish {
     Done,
     /// A part failed, and nothing of any part is in flight any more.
     Failed(Error),
-    /// It ended early (`EINTR`, or `ETIMEDOUT` without a reset) with these submissions still in
-    /// flight: `(part, fence)`; what the parts use must stay reserved until they settle.
+    /// It ended early (`EINTR`, `ETIMEDOUT` without a reset, or any error that left a fence
+    /// unsettled) with these submissions still in flight: `(part, fence)`; what the parts use
+    /// must stay reserved until they settle.
     InFlight {
         err: Error,
         fences: [Option<(usize, u64)>; MAX_SPLIT],
@@ -159,9 +160,9 @@ pub(crate) enum Finish {
     Done,
     /// It failed, and nothing of it is in flight any more.
     Failed(Error),
-    /// It ended early (`EINTR`, or `ETIMEDOUT` without a reset) while its last submission,
-    /// covered by fence `seq`, is still in flight: what it uses must stay reserved until that
-    /// fence is settled (`Channel::is_settled`; `orphan.rs`).
+    /// It ended early (`EINTR`, `ETIMEDOUT` without a reset, or any error that left the fence
+    /// unsettled) while its last submission, covered by fence `seq`, is still in flight: what it
+    /// uses must stay reserved until that fence is settled (`Channel::is_settled`; `orphan.rs`).
     InFlight {
         /// The error the call returns.
         err: Error,
@@ -383,7 +384,9 @@ pub(crate) fn run<D: Door>(
             };
             match waited {
                 Ok(()) => inflight[i] = None,
-                Err(err) if (err == EINTR || err == ETIMEDOUT) && !is_settled(door, seq) => {
+                // Still in flight (`EINTR`, `ETIMEDOUT` without a reset, any other error that
+                // left the fence unsettled): nothing of the copy may be given back yet.
+                Err(err) if !is_settled(door, seq) => {
                     let mut fences = [None; MAX_SPLIT];
                     for (f, (j, s)) in fences.iter_mut().zip(
                         inflight
@@ -506,6 +509,46 @@ fn engine_errors<D: Door>(door: &D) -> Result<EngineErrors> {
 /// expired, `EINVAL` for a fence not submitted, `EINTR` on a signal the policy heeds (the
 /// copies go on), `ECANCELED`, `ENODEV`.
 pub(crate) fn wait<D: Door>(door: &D, seq: u64, policy: &Policy) -> Result {
+    match wait_engine(door, seq, policy) {
+        // The register gate closed under the wait (a device reset, `device/reset.rs`): the
+        // gate's `EIO` is not the fence's outcome. The reset's stop settles the fence.
+        Err(_) if resetting(door) && !is_settled(door, seq) => settle_in_reset(door, seq, policy),
+        r => r,
+    }
+}
+
+/// Whether a device reset is under way: the register gate is closed ([`Bar0::check`]).
+fn resetting<D: Door>(door: &D) -> bool {
+    door.bar().check().is_err()
+}
+
+/// Waits, without touching the registers, for the device reset under way to settle fence
+/// `seq` (its stop fails every fence in flight within its pass over the queues), and returns
+/// the fence's outcome.
+///
+/// # Errors
+///
+/// As [`wait`]; `ETIMEDOUT` (the fence still in flight) if it did not settle within
+/// [`DEFAULT_TIMEOUT`], `EINTR` on a signal the policy heeds.
+fn settle_in_reset<D: Door>(door: &D, seq: u64, policy: &Policy) -> Result {
+    let start = Instant::<Monotonic>::now();
+    let mut backoff = Backoff::new();
+    loop {
+        if let Some(r) = fence::outcome(door.locked(|q| q.state(seq))?) {
+            return r;
+        }
+        if policy.signals.interrupted() {
+            return Err(EINTR);
+        }
+        if start.elapsed() >= DEFAULT_TIMEOUT {
+            return Err(ETIMEDOUT);
+        }
+        backoff.pause();
+    }
+}
+
+/// [`wait`] while the registers answer.
+fn wait_engine<D: Door>(door: &D, seq: u64, policy: &Policy) -> Result {
     let start = Instant::<Monotonic>::now();
     let mut backoff = Backoff::new();
     let mut next_state_check = STATE_CHECK_FIRST;
@@ -695,13 +738,18 @@ fn reset_queue(q: &mut Queue, io: EngineIo<'_>, why: Error, cause: ResetCause) {
 /// Reads the engine state of a queue with fences in flight: an abort, or no progress for
 /// [`DEFAULT_TIMEOUT`], is logged (rate-limited) and resets the queue (every fence in flight
 /// then reads `Lost`). Returns the error that ended the fences, if any: `EIO` for an engine
-/// error, `ETIMEDOUT` for a stall. For callers that poll fences from a work item.
+/// error, `ETIMEDOUT` for a stall. For callers that poll fences from a work item. Reads nothing
+/// (`None`) while a device reset is under way: its stop settles the fences.
 ///
 /// # Errors
 ///
 /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
 pub(crate) fn recover<D: Door>(door: &D) -> Result<Option<Error>> {
-    door.with_io(|q, io| {
+    // During a device reset nothing is read: its stop settles the fences in flight.
+    if resetting(door) {
+        return Ok(None);
+    }
+    let r = door.with_io(|q, io| {
         let errors = engine::engine_errors(io);
         let (err, why, cause) = if errors.aborted() {
             note_abort(q, &errors);
@@ -714,5 +762,10 @@ pub(crate) fn recover<D: Door>(door: &D) -> Result<Option<Error>> {
         log_reset(door, false, format_args!("transfer {why}"));
         reset_queue(q, io, err, cause);
         Ok(Some(err))
-    })
+    });
+    match r {
+        // The gate closed since the look above.
+        Err(_) if resetting(door) => Ok(None),
+        r => r,
+    }
 }

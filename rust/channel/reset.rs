@@ -12,6 +12,12 @@ use crate::counters::ResetCause;
 use kernel::prelude::*;
 
 impl Channel {
+    /// Whether a device reset is under way (the register gate is closed): an `EIO` of a call
+    /// then says so, not that the queue failed.
+    pub(crate) fn resetting(&self) -> bool {
+        self.bar.check().is_err()
+    }
+
     /// Stops the queue for a device reset: pauses it while the registers still answer,
     /// retires the fences whose markers landed and fails the rest with `EIO` (a queue reset
     /// counted as [`ResetCause::Device`]); then the listeners hear of the failures (the

@@ -29,8 +29,9 @@ use kernel::{prelude::*, sync::Arc};
 impl UdmaDevice {
     /// Stops the device for `why`: every queue in use is stopped and its fences in flight fail
     /// with `EIO`; from now until [`Self::restart`] every call that would touch the engines
-    /// (submissions, doorbells, `QUEUE_INIT`, engine state reads) fails with `EIO`. After
-    /// [`Stop::Shutdown`] nothing restarts the device. Nothing happens after unbind.
+    /// (submissions, doorbells, `QUEUE_INIT`) fails with `EIO`, and waiters wait for the stop
+    /// to settle their fences instead of reading the engine state. After [`Stop::Shutdown`]
+    /// nothing restarts the device. Nothing happens after unbind.
     pub(crate) fn stop(&self, why: Stop) {
         {
             let st = self.state.lock();
@@ -62,8 +63,9 @@ impl UdmaDevice {
     }
 
     /// Starts the device again after [`Self::stop`]: runs the init sequence of the engines in
-    /// use and programs every queue in use (empty rings, ring id 1), then accepts work again.
-    /// Nothing happens after unbind.
+    /// use and programs every queue in use (empty rings, ring id 1), then accepts work again;
+    /// only the restart of the last stop pending does (stops nest: a function-level reset may
+    /// come inside PCI error recovery). Nothing happens after unbind.
     ///
     /// # Errors
     ///
@@ -77,16 +79,20 @@ impl UdmaDevice {
         }
         let mut n = 0u32;
         let mut r = Ok(());
-        for key in 0..self.queue_keys() {
-            let chan = self.queues.lock().get(key).map(Arc::from);
-            if let Some(c) = chan {
-                r = c.restart();
-                if r.is_err() {
-                    break;
+        if self.bar.last_reset() {
+            for key in 0..self.queue_keys() {
+                let chan = self.queues.lock().get(key).map(Arc::from);
+                if let Some(c) = chan {
+                    r = c.restart();
+                    if r.is_err() {
+                        break;
+                    }
+                    n += 1;
                 }
-                n += 1;
             }
         }
+        // Another stop is still pending (a function-level reset inside PCI error recovery):
+        // its restart programs the queues.
         if r.is_ok() {
             self.bar.end_reset();
         }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * PCI error recovery, function-level reset and shutdown of a bound device (rust/kfac/pci.h):
+ * PCI error recovery, function-level reset and shutdown of a bound device, and its NUMA node
+ * (rust/kfac/pci.h):
  * Linux 7.3's Rust pci::Driver fills in probe and remove only, so probe adds the rest to the
  * struct pci_driver the Rust adapter registered. The callbacks stop the device's queues and
  * start them again through Rust (rust/device/reset.rs).
@@ -12,16 +13,22 @@
 
 /*
  * PCI error recovery (Documentation/PCI/pci-error-recovery.rst): the queues stop, their fences
- * in flight fail with EIO, new work gets EIO; a frozen or normal channel asks for a reset,
- * after which the device works again; a permanent failure disconnects (remove follows).
+ * in flight fail with EIO, new work gets EIO until resume. A frozen link asks for a reset; on
+ * a working one (a non-fatal error, which the AER core recovers without a reset) the queues
+ * are programmed again at resume; a permanent failure disconnects (remove follows).
  */
 static pci_ers_result_t neuron_udma_error_detected(struct pci_dev *pdev,
 						    pci_channel_state_t state)
 {
 	neuron_udma_pci_stop(&pdev->dev, NEURON_UDMA_PCI_STOP_ERROR);
-	if (state == pci_channel_io_perm_failure)
+	switch (state) {
+	case pci_channel_io_normal:
+		return PCI_ERS_RESULT_CAN_RECOVER;
+	case pci_channel_io_perm_failure:
 		return PCI_ERS_RESULT_DISCONNECT;
-	return PCI_ERS_RESULT_NEED_RESET;
+	default:
+		return PCI_ERS_RESULT_NEED_RESET;
+	}
 }
 
 static pci_ers_result_t neuron_udma_slot_reset(struct pci_dev *pdev)
@@ -66,6 +73,11 @@ static void neuron_udma_shutdown(struct pci_dev *pdev)
 {
 	neuron_udma_pci_stop(&pdev->dev, NEURON_UDMA_PCI_STOP_SHUTDOWN);
 	pci_clear_master(pdev);
+}
+
+int neuron_udma_dev_node(struct device *dev)
+{
+	return dev_to_node(dev);
 }
 
 void neuron_udma_pci_hooks(struct device *dev)

@@ -22,6 +22,8 @@ enum neuron_udma_pci_stop {
 	NEURON_UDMA_PCI_STOP_SHUTDOWN = 2,
 };
 
+/* The NUMA node of @dev, NUMA_NO_NODE (-1) if none (dev_to_node() is a static inline). */
+int neuron_udma_dev_node(struct device *dev);
 /* Saves the config space and sets the driver's error handlers and shutdown; from probe. */
 void neuron_udma_pci_hooks(struct device *dev);
 /*

@@ -4,7 +4,8 @@
 //! error recovery (`error_detected`, `slot_reset`, `resume`), function-level reset
 //! (`reset_prepare`, `reset_done`) and `shutdown`. C in `rust/kfac/pci.c` holds the operations
 //! table and adds it to the driver at probe ([`install`]); the callbacks call
-//! `neuron_udma_pci_stop` and `neuron_udma_pci_restart`, defined in `device/reset.rs`.
+//! `neuron_udma_pci_stop` and `neuron_udma_pci_restart`, defined in `device/reset.rs`. And the
+//! device's NUMA node ([`node`]).
 
 use kernel::{device::Core, pci, prelude::*};
 
@@ -45,6 +46,12 @@ impl Stop {
 /// The C type of [`Stop`], for `neuron_udma_pci_stop`'s definition.
 pub(crate) type RawStop = ffi::neuron_udma_pci_stop;
 
+/// The NUMA node of `dev` (`dev_to_node()`), -1 (`NUMA_NO_NODE`) if the kernel knows none.
+pub(crate) fn node<Ctx: kernel::device::DeviceContext>(dev: &kernel::device::Device<Ctx>) -> i32 {
+    // SAFETY: `dev` is borrowed for the call, which only reads its node.
+    unsafe { ffi::neuron_udma_dev_node(super::raw_device(dev)) }
+}
+
 /// Saves `pdev`'s config space (what `slot_reset` restores) and adds the error handlers and
 /// `shutdown` to the driver; from probe, before it returns.
 pub(crate) fn install(pdev: &pci::Device<Core<'_>>) {
@@ -55,14 +62,16 @@ pub(crate) fn install(pdev: &pci::Device<Core<'_>>) {
 }
 
 /// KUnit: runs the PCI error recovery of a frozen link on `dev` as the AER core does
-/// (`error_detected`, a reset of the function, `slot_reset`, `resume`).
+/// (`error_detected`, a reset of the function, `slot_reset`, `resume`), under its device lock.
 ///
 /// # Errors
 ///
-/// `EIO` if a step failed or a callback answered otherwise than the recovery needs.
+/// `EIO` if a step failed or a callback answered otherwise than the recovery needs (also if
+/// the driver is no longer bound: no callback then).
 #[cfg(neuron_udma_kunit)]
-pub(crate) fn recover_frozen(dev: &kernel::device::Device<kernel::device::Bound>) -> Result {
-    // SAFETY: `dev` is a bound PCI device (this driver's: the KUnit suites find it in the
-    // registry); the C side takes its device lock, as the AER core does.
+pub(crate) fn recover_frozen(dev: &pci::Device) -> Result {
+    let dev: &kernel::device::Device = dev.as_ref();
+    // SAFETY: `dev` is a PCI device (borrowed, so alive, for the call); the C side takes its
+    // device lock, as the AER core does, and calls the handlers only while a driver is bound.
     kernel::error::to_result(unsafe { ffi::neuron_udma_pci_recover_frozen(super::raw_device(dev)) })
 }

@@ -3,7 +3,7 @@
 //! The current task's fatal signals, voluntary rescheduling, the waiting for a work item and the
 //! default unbound workqueue: `fatal_signal_pending()` and `cond_resched()` (a static inline and
 //! a macro: C in `rust/kfac/sched.c`), `flush_work()` and `system_dfl_wq` (exported: used
-//! directly), which Linux 7.3's Rust does not wrap.
+//! directly) and `queue_work_node()`, which Linux 7.3's Rust does not wrap.
 
 super::generated! { include!("sched_generated.rs"); }
 
@@ -32,4 +32,20 @@ pub(crate) fn flush_work<T: ?Sized, const ID: u64>(work: &kernel::workqueue::Wor
 pub(crate) fn system_dfl() -> &'static kernel::workqueue::Queue {
     // SAFETY: `system_dfl_wq` is a C global set up before any module loads and never freed.
     unsafe { kernel::workqueue::Queue::from_raw(kernel::bindings::system_dfl_wq) }
+}
+
+/// Queues `w` on the default unbound workqueue ([`system_dfl`]) to run on a CPU of NUMA node
+/// `node` (`queue_work_node()`; any CPU for -1, `NUMA_NO_NODE`): the work of a device runs
+/// near it. As `Queue::enqueue`: fails (returns what `W` says) only if `w` is queued already.
+pub(crate) fn enqueue_on_node<W, const ID: u64>(node: i32, w: W) -> W::EnqueueOutput
+where
+    W: kernel::workqueue::RawWorkItem<ID> + Send + 'static,
+{
+    // SAFETY: `system_dfl_wq` is a C global set up before any module loads and never freed.
+    let queue = unsafe { kernel::bindings::system_dfl_wq };
+    // SAFETY: as in `Queue::enqueue`: `queue_work_node` returns false only if the work item is
+    // queued already, and it dereferences the work pointer only while `__enqueue` guarantees
+    // it valid (during the call, and until the work runs if it was queued). `system_dfl_wq`
+    // is unbound, as `queue_work_node()` requires.
+    unsafe { w.__enqueue(move |work| kernel::bindings::queue_work_node(node, queue, work)) }
 }

@@ -21,8 +21,9 @@ mod tests {
 
     /// Between the stop and the restart every call that touches the engine gets `EIO` and
     /// changes nothing; a fence done before the stop stays done, and a pair prepared but not
-    /// fenced fails as the next fence (a `COPY_WAIT` then reports `EIO`, not the older fence's
-    /// success); after the restart the same queue copies again, its fences numbered on.
+    /// fenced fails as the next fence, which the first submission call after the restart
+    /// reports (`EIO`, once: not the older fence's success); then the same queue copies again,
+    /// its fences numbered on.
     #[test]
     fn stop_gates_the_engines_until_restart() -> Result {
         let f = Fixture::new(2, 64, 8192, 0x71)?;
@@ -51,6 +52,9 @@ mod tests {
         let stopped = gated();
         dev.restart()?;
         stopped?;
+        // The first submission call after the restart reports the dropped pair, once.
+        assert_eq!(q.submit_fence().err(), Some(EIO));
+        assert_eq!(q.submit_fence(), Ok(first + 1));
         let second = f.fenced_copy(4096)?;
         assert_eq!(second, first + 2);
         assert_eq!(q.wait_fence(second, DEFAULT_TIMEOUT), Ok(()));
@@ -70,8 +74,9 @@ mod tests {
         // The reset ends the stall (the model returns to power-on state).
         model.inject_stall(q.id.eng.get(), q.id.q.number(), 60_000)?;
         let stuck = f.fenced_copy(0)?;
-        // In a section (not `with_bound`: the callbacks take the state lock).
-        pci::recover_frozen(dev.enter()?.bound())?;
+        // Neither in `with_bound` nor in an `enter` section: the callbacks take the state lock,
+        // and an unbind (under the device lock) waits for the sections.
+        pci::recover_frozen(&dev.pdev)?;
         assert_eq!(q.state(stuck), Ok(FenceState::Failed(EIO)));
         assert_eq!(q.wait_fence(stuck, DEFAULT_TIMEOUT), Err(EIO));
         assert_eq!(dev.counters.device_resets(), resets + 1);

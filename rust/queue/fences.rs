@@ -150,15 +150,28 @@ impl Queue {
     }
 
     /// Fails the work no fence covered when the rings were emptied (prepared, or started
-    /// without a fence) as one more fence, numbered next and failed with `why`: a `COPY_WAIT`,
-    /// which fences that work or joins the newest fence, and a caller reading the newest
-    /// fence learn that it did not run, rather than finding an older fence done. Called once the
-    /// fences in flight are settled, so the fences stay `settled + 1 .. next_seq`.
+    /// without a fence) as one more fence, numbered next and failed with `why` (what
+    /// `FENCE_STATUS` of the newest fence and the queue's events then say), and has the next
+    /// submission call report it ([`Self::take_lost`]): otherwise a `COPY_WAIT`, with nothing
+    /// left to fence, or a fence of later work would answer success for work that never ran.
+    /// Called once the fences in flight are settled, so the fences stay
+    /// `settled + 1 .. next_seq`.
     pub(super) fn fail_unfenced(&mut self, why: Error) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.fences_failed += 1;
         self.record_lost(seq, seq, why);
+        self.lost_unfenced = true;
+    }
+
+    /// `EIO`, once, if a reset dropped work no fence covered since the last call
+    /// ([`Self::fail_unfenced`]): the user's submission calls (prepare, start, submit, wait)
+    /// ask first, so the first of them after the reset fails and changes nothing.
+    pub(crate) fn take_lost(&mut self) -> Result {
+        if core::mem::take(&mut self.lost_unfenced) {
+            return Err(EIO);
+        }
+        Ok(())
     }
 
     /// Whether fence `seq` is no longer in flight (its marker arrived or a reset dropped it).

@@ -19,6 +19,7 @@
 #include "kselftest_harness.h"
 #include "udma_fence.h"
 #include "udma_multi.h"
+#include "udma_sec.h"
 
 #define ENG FENCE_ENG
 #define MIB (1024U * 1024)
@@ -516,6 +517,79 @@ TEST_F_TIMEOUT(reset, reset_while_waiting_blocked, 60)
 	EXPECT_LT(f, w.fence);
 	close(fd);
 	free(zero);
+}
+
+/*
+ * Work no fence covered when the reset came is reported, never taken for done: pairs prepared
+ * but not started, then the reset; the first submission call after it (here COPY_PREPARE of
+ * other pairs) fails with EIO and writes nothing, the newest fence reads FAILED/EIO, and a later
+ * fence that reads DONE covers only what was submitted after (the dropped pairs never ran).
+ */
+TEST_F_TIMEOUT(reset, prepared_pairs_dropped_by_a_reset_are_reported, 60)
+{
+	const __u32 q = 9;
+	struct neuron_udma_fence_status fs;
+	struct ubuf a, b1, b2;
+	__u64 f = 0, newest = 0;
+	int fd = udma_open(), ret;
+
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, queue_init(fd, ENG, q, 256, 256));
+	ASSERT_EQ(0, ubuf_host(fd, BUF, &a));
+	ASSERT_EQ(0, ubuf_host(fd, BUF, &b1));
+	ASSERT_EQ(0, ubuf_host(fd, BUF, &b2));
+	fill_pattern(a.map, BUF, 21);
+	memset(b1.map, 0, BUF);
+	memset(b2.map, 0, BUF);
+	ASSERT_EQ(0, prep_one(fd, ENG, q, ucopy(&a, 0, &b1, 0, CHUNK)));
+	ASSERT_EQ(0, sysfs_write(self->path, "1"));
+	ret = prep_one(fd, ENG, q, ucopy(&a, 0, &b2, 0, CHUNK));
+	EXPECT_EQ(-EIO, ret) TH_LOG("COPY_PREPARE after the reset: %s", err_name(ret));
+	/* Nothing to fence: COPY_SUBMIT names the newest fence, the dropped pairs' own. */
+	ASSERT_EQ(0, copy_submit(fd, ENG, q, &newest));
+	ASSERT_EQ(0, fence_status(fd, ENG, q, newest, &fs));
+	EXPECT_EQ((__u32)NEURON_UDMA_FENCE_FAILED, fs.state);
+	EXPECT_EQ(EIO, fs.error);
+	EXPECT_EQ(-EIO, fence_wait(fd, ENG, q, newest, WAIT_MS));
+	/* Later work goes on, its fence numbered after the failed one. */
+	ASSERT_EQ(0, submit_one(fd, ENG, q, ucopy(&a, 0, &b2, 0, CHUNK), &f));
+	EXPECT_LT(newest, f);
+	ASSERT_EQ(0, fence_wait(fd, ENG, q, f, WAIT_MS));
+	ASSERT_BYTES(b2.map, a.map, CHUNK);
+	EXPECT_EQ(0, b1.map[0] | b1.map[CHUNK - 1]) TH_LOG("the dropped pair ran after all");
+	close(fd);
+}
+
+/*
+ * Pairs started without a fence on a stalled queue, then the reset: COPY_WAIT reports EIO (not
+ * 0 for "nothing left to wait for"), once; the destination is never written; the queue copies
+ * again afterwards.
+ */
+TEST_F_TIMEOUT(reset, started_pairs_dropped_by_a_reset_fail_copy_wait, 60)
+{
+	const __u32 q = 10;
+	struct ubuf a, b;
+	__u64 done = 0, f;
+	int fd = udma_open(), ret;
+
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, queue_init(fd, ENG, q, 256, 256));
+	ASSERT_EQ(0, ubuf_host(fd, BUF, &a));
+	ASSERT_EQ(0, ubuf_host(fd, BUF, &b));
+	fill_pattern(a.map, BUF, 22);
+	memset(b.map, 0, BUF);
+	ASSERT_EQ(0, prep_one(fd, ENG, q, ucopy(&a, 0, &b, 0, CHUNK)));
+	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_STALL, ENG, q, STALL_MS));
+	ASSERT_EQ(0, copy_start(fd, ENG, q, 1, 1));
+	ASSERT_EQ(0, sysfs_write(self->path, "1"));
+	bar2_write(&self->bar2, BAR2_CLEAR, 1);
+	ret = copy_wait(fd, ENG, q, WAIT_MS, &done);
+	EXPECT_EQ(-EIO, ret) TH_LOG("COPY_WAIT after the reset: %s", err_name(ret));
+	sleep_ms(SETTLE_MS);
+	EXPECT_EQ(0, b.map[0] | b.map[CHUNK - 1]) TH_LOG("the dropped pair ran after all");
+	EXPECT_EQ(0, copy_wait(fd, ENG, q, WAIT_MS, &done));
+	fresh_copy(_metadata, fd, q, &a, &b, 23, &f);
+	close(fd);
 }
 
 /* After the resets: INFO, and MEMCPY through the driver's own queue to device memory and back. */

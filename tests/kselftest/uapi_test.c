@@ -88,6 +88,24 @@ TEST_F(dev, info)
 	EXPECT_EQ(i->generation == NEURON_UDMA_GEN_V2, !!(i->host_engines[0] & 1));
 }
 
+/* INFO's numa_node is the PCI device's (sysfs numa_node: -1 without a node), its padding 0. */
+TEST_F(dev, info_numa_node)
+{
+	char bdf[64], path[128];
+	int node = -2;
+	FILE *f;
+
+	ASSERT_EQ(0, udma_bdf(bdf, sizeof(bdf)));
+	snprintf(path, sizeof(path), PCI_DEVS_DIR "/%s/numa_node", bdf);
+	f = fopen(path, "re");
+	ASSERT_NE(NULL, f);
+	ASSERT_EQ(1, fscanf(f, "%d", &node));
+	fclose(f);
+	EXPECT_EQ(node, self->info.numa_node);
+	EXPECT_EQ(0U, self->info.reserved0);
+	EXPECT_EQ(0ULL, self->info.reserved[0] | self->info.reserved[1] | self->info.reserved[2]);
+}
+
 TEST_F(dev, unknown_ioctl_enotty)
 {
 	char buf[256] = { 0 };

@@ -36,8 +36,9 @@
  * QUEUE_EVENTS, QUEUE_EVENTFD, io_uring NEURON_UDMA_URING_COPY), MEMSET, dma-buf export and
  * import, queues with their rings in device memory, mmap of device buffers, per-file limits in
  * INFO; COPY_WAIT no longer resets a queue that still makes progress when it times out;
- * NEURON_UDMA_COPY_DST_INT is reserved (it set a descriptor bit nothing listens to: EINVAL).
- * INFO accepts every earlier size of its struct (the command number encodes the size).
+ * NEURON_UDMA_COPY_DST_INT is reserved (it set a descriptor bit nothing listens to: EINVAL);
+ * INFO reports the device's NUMA node. INFO accepts every earlier size of its struct (the
+ * command number encodes the size).
  */
 #define NEURON_UDMA_ABI_VERSION 3
 
@@ -78,7 +79,13 @@ struct neuron_udma_info {
 	 * (NEURON_UDMA_QUEUE_DEVICE_RINGS): every engine when the device has device memory.
 	 */
 	__u64 device_ring_engines[3];
-	__u64 reserved[4];
+	/*
+	 * NUMA node of the device (as /sys/bus/pci/devices/<bdf>/numa_node), -1 when the kernel
+	 * knows none; the driver's completion work runs there. Earlier ABI 3 drivers leave it 0.
+	 */
+	__s32 numa_node;
+	__u32 reserved0;
+	__u64 reserved[3];
 };
 
 /* Buffer types (struct neuron_udma_mem_alloc.type). */

@@ -37,8 +37,10 @@ pub enum Error {
     #[error("timed out waiting for completion; the copies go on unless the queue made no progress (ETIMEDOUT)")]
     TimedOut,
     /// `EIO`: the engine reported an error, or a reset dropped the copy; the queue was reset.
-    /// ([`Fence::wait`](crate::Fence::wait) reports a failed fence as [`Error::FenceFailed`].)
-    #[error("DMA engine error; the queue was reset (EIO)")]
+    /// Also while the device itself is reset (function-level reset, PCI error recovery): the
+    /// device's `device_resets` counter in sysfs tells which. ([`Fence::wait`](crate::Fence::wait)
+    /// reports a failed fence as [`Error::FenceFailed`].)
+    #[error("DMA engine error or device reset; the queue was reset (EIO)")]
     EngineError,
     /// A fence failed (`NEURON_UDMA_FENCE_FAILED`, or `EIO` of `FENCE_WAIT`): an engine error or
     /// a queue reset dropped it before its marker arrived; the copies before it may not all have

@@ -1658,7 +1658,8 @@ mod tests {
         assert_eq!(offset_of!(sys::neuron_udma_info, max_buffers), 88);
         assert_eq!(offset_of!(sys::neuron_udma_info, max_queue_fences), 92);
         assert_eq!(offset_of!(sys::neuron_udma_info, device_ring_engines), 96);
-        assert_eq!(offset_of!(sys::neuron_udma_info, reserved), 120);
+        assert_eq!(offset_of!(sys::neuron_udma_info, numa_node), 120);
+        assert_eq!(offset_of!(sys::neuron_udma_info, reserved), 128);
         assert_eq!(sys::NEURON_UDMA_INFO_SIZE_V2, 88);
         assert_eq!(offset_of!(sys::neuron_udma_copy_submit, fence), 16);
         assert_eq!(offset_of!(sys::neuron_udma_fence_status, fence), 8);

@@ -370,6 +370,7 @@ fn print_info(dev: &Device, i: &Info) {
         println!("max_queue_fences:   {}", i.max_queue_fences);
         let dr = i.device_ring_engine_list();
         println!("device_ring_engines: {} ({} of {} engines)", engine_ranges(dr.iter().copied()), dr.len(), i.engines);
+        println!("numa_node:          {}", if i.numa_node < 0 { "none".to_string() } else { i.numa_node.to_string() });
     }
 }
 

@@ -41,6 +41,9 @@ pub struct InfoJson {
     pub device_ring_engines: Vec<u32>,
     /// The raw `device_ring_engines` words of INFO, as "0x..." strings.
     pub device_ring_engines_bitmap: Vec<String>,
+    /// ABI 3: the device's NUMA node, -1 when the kernel knows none (0 from a driver before
+    /// the field).
+    pub numa_node: i32,
 }
 
 /// One (engine, queue) pair.
@@ -77,6 +80,7 @@ impl InfoJson {
             max_queue_fences: i.max_queue_fences,
             device_ring_engines: i.device_ring_engine_list(),
             device_ring_engines_bitmap: i.device_ring_engines.iter().map(|w| format!("{w:#018x}")).collect(),
+            numa_node: i.numa_node,
         }
     }
 }
@@ -277,6 +281,7 @@ mod tests {
                 "max_queue_fences": 0,
                 "device_ring_engines": [],
                 "device_ring_engines_bitmap": ["0x0000000000000000", "0x0000000000000000", "0x0000000000000000"],
+                "numa_node": 0,
                 "pci_device": "0000:00:03.0",
                 "usage": {
                     "mem_host_bytes": 4096,
