@@ -11,6 +11,7 @@
 use crate::{
     arch::Arch,
     engine::{self, EngineId, EngineIo},
+    kfac::pci::Stop,
 };
 use kernel::{
     devres::DevresGuard,
@@ -70,10 +71,12 @@ pub(crate) struct Bar0 {
     /// Engines whose init sequence ran since probe or the last device reset (bit per engine id).
     #[pin]
     engines_init: Mutex<[u64; 3]>,
-    /// Device stops not yet followed by their restart ([`Self::begin_reset`]): no queue
-    /// touches the registers while it is non-zero. A count, not a flag: a function-level reset
-    /// may begin and end inside PCI error recovery (between `error_detected` and `resume`).
-    resetting: Atomic<u32>,
+    /// Why the register gate is closed (`device/reset.rs`): no queue touches the registers
+    /// while any is. Changed under the device's state lock.
+    #[pin]
+    stops: Mutex<Stops>,
+    /// Non-zero while [`Self::stops`] has any: the lock-free check of every submission.
+    closed: Atomic<u32>,
     /// Rate limit of the engine error messages of every queue of the device.
     pub(crate) log_limit: RateLimit,
 }
@@ -90,7 +93,8 @@ impl Bar0 {
             arch,
             bar,
             engines_init <- new_mutex!([0; 3]),
-            resetting: Atomic::new(0),
+            stops <- new_mutex!(Stops::default()),
+            closed: Atomic::new(0),
             log_limit: RateLimit::new(),
         })
     }
@@ -122,41 +126,56 @@ impl Bar0 {
         })
     }
 
-    /// Whether the engines may be used: `EIO` while the device is reset (from
-    /// [`Self::begin_reset`] to the last [`Self::end_reset`]).
+    /// Whether the engines may be used: `EIO` while the device is stopped (from
+    /// [`Self::begin_reset`] until no stop is left, [`Self::end_reset`]).
     pub(crate) fn check(&self) -> Result {
-        if self.resetting.load(Acquire) != 0 {
+        if self.closed.load(Acquire) != 0 {
             return Err(EIO);
         }
         Ok(())
     }
 
-    /// Closes the gate for a device stop: [`Self::check`] and [`Self::access`] fail with `EIO`
-    /// until the matching [`Self::end_reset`] (of every stop begun), and every engine runs its
-    /// init sequence again before its next use. The caller then stops every queue under its
-    /// queue lock (`device/reset.rs`).
-    /// Called under the device's state lock.
-    pub(crate) fn begin_reset(&self) {
-        // Ordered before the queue locks the caller takes next: a path that takes one after them
-        // sees the gate closed.
-        self.resetting.fetch_add(1, Release);
+    /// Closes the gate for a device stop of kind `why`: [`Self::check`] and [`Self::access`]
+    /// fail with `EIO` until no stop is left, and every engine runs its init sequence again
+    /// before its next use. The caller then stops every queue under its queue lock. Called
+    /// under the device's state lock.
+    pub(crate) fn begin_reset(&self, why: Stop) {
+        let mut s = self.stops.lock();
+        match why {
+            Stop::Reset => s.resets += 1,
+            Stop::Error => s.error = true,
+            Stop::Shutdown => s.shutdown = true,
+        }
+        // Ordered before the queue locks the caller takes next: a path that takes one after
+        // them sees the gate closed.
+        self.closed.store(1, Release);
         *self.engines_init.lock() = [0; 3];
     }
 
-    /// Whether the restart of the device stop ending now is the last one pending: only then are
-    /// the queues programmed again and the gate opened ([`Self::end_reset`]).
-    pub(crate) fn last_reset(&self) -> bool {
-        self.resetting.load(Acquire) <= 1
-    }
-
-    /// Ends one device stop; the gate opens when none is left (the caller re-initialised the
-    /// queues in use before the last). Called, as [`Self::begin_reset`], under the device's
-    /// state lock, which orders the two.
-    pub(crate) fn end_reset(&self) {
-        let n = self.resetting.load(Relaxed);
-        if n > 0 {
-            self.resetting.store(n - 1, Release);
+    /// Ends the stop of kind `why` (`Reset`: the PCI core's `reset_done`, which always follows a
+    /// `reset_prepare`; `Error`: `resume`, which may never come after `error_detected`, so that
+    /// kind is a flag, not a count). `f` runs before the gate opens, and only if this ends the
+    /// last stop left: it programs the queues again; its error keeps the gate closed (and
+    /// this stop pending). Returns `None` when no such stop was pending (nothing changes),
+    /// else whether `f` ran and its outcome. Called under the device's state lock.
+    pub(crate) fn end_reset(&self, why: Stop, f: impl FnOnce() -> Result) -> Option<Result<bool>> {
+        let mut s = self.stops.lock();
+        let mut left = *s;
+        match why {
+            Stop::Reset if left.resets > 0 => left.resets -= 1,
+            Stop::Error if left.error => left.error = false,
+            _ => return None,
         }
+        if left.any() {
+            *s = left;
+            return Some(Ok(false));
+        }
+        if let Err(e) = f() {
+            return Some(Err(e));
+        }
+        *s = left;
+        self.closed.store(0, Release);
+        Some(Ok(true))
     }
 
     /// Runs the engine init sequence (hardware.rst §3.6) on engine `id` unless it ran since
@@ -181,6 +200,23 @@ impl Bar0 {
         }
         init[word] |= 1 << bit;
         Ok(())
+    }
+}
+
+/// The device stops not ended yet ([`Bar0::begin_reset`]).
+#[derive(Clone, Copy, Default)]
+struct Stops {
+    /// Function-level resets begun (`reset_prepare`) and not done.
+    resets: u32,
+    /// PCI error recovery begun (`error_detected`) and not resumed.
+    error: bool,
+    /// The system shuts down: nothing ends it.
+    shutdown: bool,
+}
+
+impl Stops {
+    fn any(&self) -> bool {
+        self.resets != 0 || self.error || self.shutdown
     }
 }
 

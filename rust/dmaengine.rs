@@ -209,7 +209,10 @@ impl Member for DmaChan {
             // A device reset is under way: its stop fails what was on the ring (the fences
             // settle as failed, which a later round reads); nothing else fails meanwhile, and
             // the descriptors not written yet are written after the restart.
-            Err(_) if self.chan.resetting() => Self::complete(&mut self.state.lock(), &mut done),
+            // Not at unbind (`dead`): everything fails then, reset or not.
+            Err(_) if self.chan.resetting() && !self.state.lock().dead => {
+                Self::complete(&mut self.state.lock(), &mut done)
+            }
             Err(_) => {
                 // The queue is gone (unbind): fail what is left.
                 let mut st = self.state.lock();
@@ -303,7 +306,11 @@ impl DmaChan {
         };
         if stop {
             if any_fence {
-                self.chan.reset(ECANCELED)?;
+                match self.chan.reset(ECANCELED) {
+                    // A device reset's stop paused the queue and dropped its fences already.
+                    Err(_) if self.chan.resetting() => {}
+                    r => r?,
+                }
                 self.state.lock().fences.clear();
             }
             let mut st = self.state.lock();

@@ -205,9 +205,10 @@ pub(crate) struct Queue {
     expired_below: u64,
     /// Times the queue was reset (after a timeout or an engine error).
     pub(crate) resets: u32,
-    /// A reset dropped work no fence covered (prepared, or started without a fence): the next
-    /// submission call of the queue's user reports it, once ([`Self::take_lost`]).
-    lost_unfenced: bool,
+    /// A reset dropped work no fence covered (prepared, or started without a fence), for this
+    /// reason: the next submission call of the queue's user reports it, once
+    /// ([`Self::take_lost`]).
+    lost_unfenced: Option<Error>,
     /// Fences completed, and fences dropped by a reset (not by a pause), since creation.
     pub(crate) fences_done: u64,
     pub(crate) fences_failed: u64,
@@ -283,7 +284,7 @@ impl Queue {
             lost: KVec::with_capacity(LOST_RANGES, GFP_KERNEL_ACCOUNT)?,
             expired_below: 0,
             resets: 0,
-            lost_unfenced: false,
+            lost_unfenced: None,
             fences_done: 0,
             fences_failed: 0,
             holds: KVVec::new(),

@@ -378,7 +378,16 @@ pub(crate) fn run<D: Door>(
             let waited = loop {
                 match wait(door, seq, policy) {
                     // Slow, not stuck: the copy is still in flight, so wait on.
-                    Err(e) if patient && e == ETIMEDOUT && !is_settled(door, seq) => continue,
+                    // Not while a device reset is under way: its stop may be waiting for
+                    // this caller's queue lock (a doorbell's move into device memory).
+                    Err(e)
+                        if patient
+                            && e == ETIMEDOUT
+                            && !is_settled(door, seq)
+                            && !resetting(door) =>
+                    {
+                        continue
+                    }
                     r => break r,
                 }
             };
@@ -509,11 +518,17 @@ fn engine_errors<D: Door>(door: &D) -> Result<EngineErrors> {
 /// expired, `EINVAL` for a fence not submitted, `EINTR` on a signal the policy heeds (the
 /// copies go on), `ECANCELED`, `ENODEV`.
 pub(crate) fn wait<D: Door>(door: &D, seq: u64, policy: &Policy) -> Result {
-    match wait_engine(door, seq, policy) {
-        // The register gate closed under the wait (a device reset, `device/reset.rs`): the
-        // gate's `EIO` is not the fence's outcome. The reset's stop settles the fence.
-        Err(_) if resetting(door) && !is_settled(door, seq) => settle_in_reset(door, seq, policy),
-        r => r,
+    let start = Instant::<Monotonic>::now();
+    let r = wait_engine(door, seq, policy);
+    if r.is_ok() || !resetting(door) {
+        return r;
+    }
+    // The register gate closed under the wait (a device reset, `device/reset.rs`): its `EIO` is
+    // not the fence's outcome. A settled fence says what it is; else the reset's stop settles it.
+    match door.locked(|q| q.state(seq)).map(fence::outcome) {
+        Ok(Some(outcome)) => outcome,
+        Ok(None) => settle_in_reset(door, seq, policy, start),
+        Err(e) => Err(e),
     }
 }
 
@@ -524,14 +539,18 @@ fn resetting<D: Door>(door: &D) -> bool {
 
 /// Waits, without touching the registers, for the device reset under way to settle fence
 /// `seq` (its stop fails every fence in flight within its pass over the queues), and returns
-/// the fence's outcome.
+/// the fence's outcome; the wait that began at `start` keeps its timeout.
 ///
 /// # Errors
 ///
-/// As [`wait`]; `ETIMEDOUT` (the fence still in flight) if it did not settle within
-/// [`DEFAULT_TIMEOUT`], `EINTR` on a signal the policy heeds.
-fn settle_in_reset<D: Door>(door: &D, seq: u64, policy: &Policy) -> Result {
-    let start = Instant::<Monotonic>::now();
+/// As [`wait`]; `ETIMEDOUT` (the fence still in flight) if it did not settle within the
+/// policy's timeout, `EINTR` on a signal the policy heeds.
+fn settle_in_reset<D: Door>(
+    door: &D,
+    seq: u64,
+    policy: &Policy,
+    start: Instant<Monotonic>,
+) -> Result {
     let mut backoff = Backoff::new();
     loop {
         if let Some(r) = fence::outcome(door.locked(|q| q.state(seq))?) {
@@ -540,7 +559,7 @@ fn settle_in_reset<D: Door>(door: &D, seq: u64, policy: &Policy) -> Result {
         if policy.signals.interrupted() {
             return Err(EINTR);
         }
-        if start.elapsed() >= DEFAULT_TIMEOUT {
+        if start.elapsed() >= policy.timeout {
             return Err(ETIMEDOUT);
         }
         backoff.pause();

@@ -10,7 +10,7 @@ usage: parse-results.py [--manifest TOML] [--lint LOG] [--unittest LOG] [--cargo
        parse-results.py --list kunit|kselftest|guest-commands|passes [--pass PASS]
                                                  what the manifest requires, one a line (kselftest:
                                                  the programs; guest-commands: NAME COMMAND; passes:
-                                                 NAME DEVICES of each extra pass); with --pass only
+                                                 NAME DEVICES [numa] of each extra pass); with --pass only
                                                  that pass's (main: the one-device pass)
 
 Each DIR holds the console.log (kernel console) and output.log (the guest test plan's output, see
@@ -174,6 +174,8 @@ class Manifest:
             if name == "main" or not isinstance(entry.get("devices"), int) or entry["devices"] < 1:
                 raise ValueError(f"{self.path}: passes.{name}: needs devices = an integer >= 1 "
                                  f"(and `main` is the one-device pass's name)")
+            if not isinstance(entry.get("numa", False), bool):
+                raise ValueError(f"{self.path}: passes.{name}: numa must be true or false")
         for name, entry in self.kselftest.items():
             if entry.get("pass", "main") not in ("main", *self.passes):
                 raise ValueError(f"{self.path}: kselftest.{name}: pass {entry['pass']!r} is not in [passes]")
@@ -817,7 +819,8 @@ def run(argv):
         names = {"kunit": lambda: manifest.required("kunit", args.pass_),
                  "kselftest": lambda: manifest.binaries(args.pass_),
                  "guest-commands": lambda: manifest.commands(args.pass_),
-                 "passes": lambda: [f"{n} {e['devices']}" for n, e in manifest.passes.items()],
+                 "passes": lambda: [f"{n} {e['devices']}" + (" numa" if e.get("numa") else "")
+                                    for n, e in manifest.passes.items()],
                  # For the guest's `grep -E -f` (tests/guest/init): POSIX ERE with GNU's \b.
                  "splats": lambda: SPLATS}[args.list]()
         print("\n".join(names))

@@ -665,7 +665,9 @@ class TestManifest(unittest.TestCase):
         self.assertEqual(self.m.models, {"trn1": "1d0f:7164", "trn2": "1d0f:7364"})
 
     def test_passes(self):
-        self.assertEqual({n: e["devices"] for n, e in self.m.passes.items()}, {"multi": 4})
+        self.assertEqual({n: e["devices"] for n, e in self.m.passes.items()}, {"multi": 4, "numa": 1})
+        self.assertEqual({n for n, e in self.m.passes.items() if e.get("numa")}, {"numa"})
+        self.assertEqual(set(self.m.required("kselftest", "numa")), {"numa_test"})
         self.assertEqual(set(self.m.required("kselftest", "multi")), {"multi_device_test", "unbind_load_test", "unbind_events_test",
                                                                   "udma_fuzz_unbind"})
         self.assertIn("udma_fuzz_unbind udma-fuzz --unbind --ops 2000 --uring on", self.m.commands("multi"))

@@ -18,6 +18,7 @@
 
 use super::UdmaDevice;
 use crate::{
+    channel::Owner,
     kfac::{
         pci::{RawStop, Stop},
         trace,
@@ -40,17 +41,22 @@ impl UdmaDevice {
             }
             // A `QUEUE_INIT` checks the gate under this lock: its queue exists now and is
             // stopped below, or it fails.
-            self.bar.begin_reset();
+            self.bar.begin_reset(why);
         }
         if why != Stop::Shutdown {
             self.counters.add_device_reset();
         }
+        // The driver's queues first: a file's doorbell that waits, under its queue lock, for
+        // the H2T queue to move descriptors into device memory then sees that move fail and
+        // lets its lock go, which the file's queue's stop takes next.
         let mut stopped = 0u32;
-        for key in 0..self.queue_keys() {
-            let chan = self.queues.lock().get(key).map(Arc::from);
-            if let Some(c) = chan {
-                c.stop_for_reset();
-                stopped += 1;
+        for driver in [true, false] {
+            for key in 0..self.queue_keys() {
+                let chan = self.queues.lock().get(key).map(Arc::from);
+                if let Some(c) = chan.filter(|c| (c.owner == Owner::Driver) == driver) {
+                    c.stop_for_reset();
+                    stopped += 1;
+                }
             }
         }
         trace::device_reset(&self.pdev, why.name(), stopped, &Ok(()));
@@ -62,41 +68,48 @@ impl UdmaDevice {
         );
     }
 
-    /// Starts the device again after [`Self::stop`]: runs the init sequence of the engines in
-    /// use and programs every queue in use (empty rings, ring id 1), then accepts work again;
-    /// only the restart of the last stop pending does (stops nest: a function-level reset may
-    /// come inside PCI error recovery). Nothing happens after unbind.
+    /// Ends the stop of kind `why` ([`Stop::Reset`]: `reset_done`; [`Stop::Error`]: `resume`)
+    /// and, if no other stop is left (a function-level reset may come inside PCI error
+    /// recovery), starts the device again: runs the init sequence of the engines in use and
+    /// programs every queue in use (empty rings, ring id 1), then accepts work again. Nothing
+    /// happens after unbind, nor for a stop that was not begun (logged).
     ///
     /// # Errors
     ///
-    /// `ENODEV` if the registers are gone; the device then stays stopped (every
-    /// call that would touch the engines fails with `EIO` until it is unbound).
-    pub(crate) fn restart(&self) -> Result {
+    /// `ENODEV` if the registers are gone; the device then stays stopped (every call that
+    /// would touch the engines fails with `EIO`; a later reset may start it again).
+    pub(crate) fn restart(&self, why: Stop) -> Result {
         // Under the state lock: no queue is created or released meanwhile.
         let st = self.state.lock();
         if !st.alive {
             return Ok(());
         }
         let mut n = 0u32;
-        let mut r = Ok(());
-        if self.bar.last_reset() {
+        let programme = || {
             for key in 0..self.queue_keys() {
                 let chan = self.queues.lock().get(key).map(Arc::from);
                 if let Some(c) = chan {
-                    r = c.restart();
-                    if r.is_err() {
-                        break;
-                    }
+                    c.restart()?;
                     n += 1;
                 }
             }
-        }
-        // Another stop is still pending (a function-level reset inside PCI error recovery):
-        // its restart programs the queues.
-        if r.is_ok() {
-            self.bar.end_reset();
-        }
+            Ok(())
+        };
+        let ended = self.bar.end_reset(why, programme);
         drop(st);
+        let Some(r) = ended else {
+            dev_warn!(
+                self.pdev.as_ref(),
+                "{}: no such stop under way; nothing restarted\n",
+                why.name().to_str().unwrap_or("stop")
+            );
+            return Ok(());
+        };
+        let r = r.map(|started| {
+            if !started {
+                dev_info!(self.pdev.as_ref(), "still stopped for another reset\n");
+            }
+        });
         trace::device_reset(&self.pdev, c"restart", n, &r);
         match &r {
             Ok(()) => dev_info!(self.pdev.as_ref(), "restarted, {} queues programmed\n", n),
@@ -122,8 +135,9 @@ pub(crate) unsafe extern "C" fn neuron_udma_pci_stop(
     }
 }
 
-/// The PCI core's `reset_done` or `resume` of `dev` (C in `rust/kfac/pci.c`): starts its device
-/// again ([`UdmaDevice::restart`]); 0 or a negative errno.
+/// The PCI core's `reset_done` (`why`: reset) or `resume` (error) of `dev` (C in
+/// `rust/kfac/pci.c`): ends that stop and starts its device again ([`UdmaDevice::restart`]); 0 or
+/// a negative errno.
 ///
 /// # Safety
 ///
@@ -131,9 +145,12 @@ pub(crate) unsafe extern "C" fn neuron_udma_pci_stop(
 #[no_mangle]
 pub(crate) unsafe extern "C" fn neuron_udma_pci_restart(
     dev: *mut kernel::bindings::device,
+    why: RawStop,
 ) -> kernel::ffi::c_int {
     match Registry::by_device(dev) {
-        Some(d) => d.restart().map_or_else(|e| e.to_errno(), |()| 0),
+        Some(d) => d
+            .restart(Stop::from_raw(why))
+            .map_or_else(|e| e.to_errno(), |()| 0),
         None => 0,
     }
 }

@@ -41,7 +41,7 @@ static pci_ers_result_t neuron_udma_slot_reset(struct pci_dev *pdev)
 
 static void neuron_udma_resume(struct pci_dev *pdev)
 {
-	if (neuron_udma_pci_restart(&pdev->dev))
+	if (neuron_udma_pci_restart(&pdev->dev, NEURON_UDMA_PCI_STOP_ERROR))
 		pci_err(pdev, "not restarted after error recovery; unbind and bind it again\n");
 }
 
@@ -56,7 +56,7 @@ static void neuron_udma_reset_prepare(struct pci_dev *pdev)
 
 static void neuron_udma_reset_done(struct pci_dev *pdev)
 {
-	if (neuron_udma_pci_restart(&pdev->dev))
+	if (neuron_udma_pci_restart(&pdev->dev, NEURON_UDMA_PCI_STOP_RESET))
 		pci_err(pdev, "not restarted after reset; unbind and bind it again\n");
 }
 

@@ -35,9 +35,12 @@ void neuron_udma_pci_hooks(struct device *dev);
 int neuron_udma_pci_recover_frozen(struct device *dev);
 
 #ifndef __BINDGEN__
-/* Defined in Rust (rust/device/reset.rs): the PCI device @dev stops, or starts again. */
+/*
+ * Defined in Rust (rust/device/reset.rs): the PCI device @dev stops, or the stop of kind @why
+ * (RESET: reset_done, ERROR: resume) ends and the device starts again if no other is left.
+ */
 void neuron_udma_pci_stop(struct device *dev, enum neuron_udma_pci_stop why);
-int neuron_udma_pci_restart(struct device *dev);
+int neuron_udma_pci_restart(struct device *dev, enum neuron_udma_pci_stop why);
 #endif
 
 #endif /* NEURON_UDMA_KFAC_PCI_H */

@@ -137,6 +137,17 @@ impl Queue {
         if let Some(o) = &self.obs {
             o.fences_dropped(first, last, why);
         }
+        self.settled = last;
+        // The fence after the newest record, for the same reason (the work a reset dropped
+        // after its fences): one record.
+        if let Some(r) = self
+            .lost
+            .last_mut()
+            .filter(|r| r.last + 1 == first && r.why == why)
+        {
+            r.last = last;
+            return;
+        }
         if self.lost.len() == super::LOST_RANGES {
             // PANIC: the list is full, so not empty.
             self.expired_below = self.lost[0].last + 1;
@@ -146,7 +157,6 @@ impl Queue {
         let _ = self
             .lost
             .push_within_capacity(super::LostRange { first, last, why });
-        self.settled = last;
     }
 
     /// Fails the work no fence covered when the rings were emptied (prepared, or started
@@ -161,17 +171,18 @@ impl Queue {
         self.next_seq += 1;
         self.fences_failed += 1;
         self.record_lost(seq, seq, why);
-        self.lost_unfenced = true;
+        self.lost_unfenced = Some(why);
     }
 
-    /// `EIO`, once, if a reset dropped work no fence covered since the last call
-    /// ([`Self::fail_unfenced`]): the user's submission calls (prepare, start, submit, wait)
-    /// ask first, so the first of them after the reset fails and changes nothing.
+    /// The reset's reason (`EIO`, `ETIMEDOUT`), once, if a reset dropped work no fence covered
+    /// since the last call ([`Self::fail_unfenced`]): the user's submission calls (prepare,
+    /// start, submit, wait) ask first, so the first of them after the reset fails with it and
+    /// changes nothing.
     pub(crate) fn take_lost(&mut self) -> Result {
-        if core::mem::take(&mut self.lost_unfenced) {
-            return Err(EIO);
+        match self.lost_unfenced.take() {
+            Some(why) => Err(why),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Whether fence `seq` is no longer in flight (its marker arrived or a reset dropped it).

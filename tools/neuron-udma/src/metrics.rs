@@ -60,7 +60,7 @@ const METRICS: &[Metric] = &[
     Metric {
         name: "neuron_udma_fences_failed_total",
         kind: "counter",
-        help: "Fences a queue reset failed (engine error or timeout).",
+        help: "Fences a queue reset failed (engine error, timeout, device reset).",
         samples: |d| vec![("", d.activity.fences_failed)],
     },
     Metric {
