@@ -6,7 +6,7 @@
 #                        use inside the toolchain root), or against KDIR=/path/to/kernel/build
 #   make CLIPPY=1        the same, with clippy on every Rust object
 #   make check           the gate: shellcheck, parser and layout tests, cargo test, per model (trn1,
-#                        trn2) a main and a multi-device VM pass (KUnit + kselftests), DKMS
+#                        trn2) a main, a multi-device and a NUMA VM pass (KUnit + kselftests), DKMS
 #   make demo            boot the trn1 model; udmactl copies a 64 MiB file host -> HBM -> host, twice
 #   make bench           boot the trn1 model on the production-config bench kernel and print the
 #                        benchmark table (Documentation/benchmarks.rst); KERNEL=debug: the test kernel

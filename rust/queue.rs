@@ -377,9 +377,6 @@ impl Queue {
     /// init or pause): empty rings, ring id 1; every fence in flight is settled as failed for
     /// `why` and every submission's buffer holds are dropped.
     fn forget_inflight(&mut self, why: Error) {
-        // Work no fence covers is dropped with the rest; unless the queue ends (`ECANCELED`),
-        // its user must hear of it (`fail_unfenced`, `take_lost`).
-        let unfenced = why != ECANCELED && self.unfenced() != 0;
         self.holds.clear();
         self.holds_head = 0;
         self.tx_acked = self.tx_written();
@@ -398,9 +395,6 @@ impl Queue {
             self.record_lost(first, last, why);
         }
         self.fences.clear();
-        if unfenced {
-            self.fail_unfenced(why);
-        }
     }
 
     /// Stops the engine from using the rings: pauses both directions and resets the queue.
@@ -435,7 +429,11 @@ impl Queue {
         }
         self.retire();
         self.count_reset(why, cause);
+        let unfenced = self.unfenced() != 0;
         self.forget_inflight(why);
+        if unfenced {
+            self.fail_unfenced(why);
+        }
     }
 
     fn count_reset(&mut self, why: Error, cause: ResetCause) {

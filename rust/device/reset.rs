@@ -105,11 +105,14 @@ impl UdmaDevice {
             );
             return Ok(());
         };
-        let r = r.map(|started| {
-            if !started {
+        let r = match r {
+            Ok(true) => Ok(()),
+            Ok(false) => {
                 dev_info!(self.pdev.as_ref(), "still stopped for another reset\n");
+                return Ok(());
             }
-        });
+            Err(e) => Err(e),
+        };
         trace::device_reset(&self.pdev, c"restart", n, &r);
         match &r {
             Ok(()) => dev_info!(self.pdev.as_ref(), "restarted, {} queues programmed\n", n),

@@ -159,8 +159,8 @@ impl Queue {
             .push_within_capacity(super::LostRange { first, last, why });
     }
 
-    /// Fails the work no fence covered when the rings were emptied (prepared, or started
-    /// without a fence) as one more fence, numbered next and failed with `why` (what
+    /// Fails the work no fence covered when a device reset emptied the rings (prepared, or
+    /// started without a fence) as one more fence, numbered next and failed with `why` (what
     /// `FENCE_STATUS` of the newest fence and the queue's events then say), and has the next
     /// submission call report it ([`Self::take_lost`]): otherwise a `COPY_WAIT`, with nothing
     /// left to fence, or a fence of later work would answer success for work that never ran.
@@ -174,10 +174,10 @@ impl Queue {
         self.lost_unfenced = Some(why);
     }
 
-    /// The reset's reason (`EIO`, `ETIMEDOUT`), once, if a reset dropped work no fence covered
-    /// since the last call ([`Self::fail_unfenced`]): the user's submission calls (prepare,
-    /// start, submit, wait) ask first, so the first of them after the reset fails with it and
-    /// changes nothing.
+    /// The reset's reason (`EIO`), once, if a device reset dropped work no fence covered since
+    /// the last call ([`Self::fail_unfenced`]): the user's submission calls (prepare, start,
+    /// submit, wait) ask first, so the first of them after the reset fails with it and changes
+    /// nothing.
     pub(crate) fn take_lost(&mut self) -> Result {
         match self.lost_unfenced.take() {
             Some(why) => Err(why),

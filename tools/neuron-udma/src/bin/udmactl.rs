@@ -114,7 +114,7 @@ enum Cmd {
     /// device's counters could not be read).
     Top(top::TopArgs),
     /// Write every device's counters (sysfs: copies, bytes, fences completed and failed, queue
-    /// resets by cause, engine aborts, ring and buffer memory) in the Prometheus text format, for
+    /// resets by cause, device resets, engine aborts, ring and buffer memory) in the Prometheus text format, for
     /// node_exporter's textfile collector: to stdout, or with --output to a file written beside
     /// it and renamed into place. Needs only read access to the nodes.
     Metrics(metrics::MetricsArgs),
