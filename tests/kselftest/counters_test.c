@@ -35,22 +35,6 @@ static long long fdinfo(int fd, const char *key)
 	return v;
 }
 
-/* Counter @name of the device's sysfs group, or -1. */
-static long long usage(const char *bdf, const char *name)
-{
-	char path[256], buf[64] = "";
-	FILE *f;
-
-	snprintf(path, sizeof(path), PCI_DEVS_DIR "/%s/neuron_udma/%s", bdf, name);
-	f = fopen(path, "re");
-	if (!f)
-		return -1;
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = 0;
-	fclose(f);
-	return buf[0] ? strtoll(buf, NULL, 10) : -1;
-}
-
 /* A fixture only for the harness's per-test timeouts. */
 FIXTURE(cnt) {
 	int unused;
@@ -167,9 +151,9 @@ TEST_F_TIMEOUT(cnt, sysfs_usage_by_type, 120)
 	ASSERT_LE(0, fb);
 	ASSERT_EQ(0, udma_bdf(bdf, sizeof(bdf)));
 	ASSERT_EQ(0, udma_info(fa, &info));
-	EXPECT_EQ((long long)info.device_mem_size, usage(bdf, "mem_device_total_bytes"));
-	host0 = usage(bdf, "mem_host_bytes");
-	dev0 = usage(bdf, "mem_device_bytes");
+	EXPECT_EQ((long long)info.device_mem_size, udma_counter(bdf, "mem_device_total_bytes"));
+	host0 = udma_counter(bdf, "mem_host_bytes");
+	dev0 = udma_counter(bdf, "mem_device_bytes");
 	ASSERT_LE(0, host0);
 	ASSERT_LE(0, dev0);
 	ASSERT_EQ(0, ubuf_dev(fa, 1024 * KIB, &a));
@@ -177,18 +161,18 @@ TEST_F_TIMEOUT(cnt, sysfs_usage_by_type, 120)
 	ASSERT_EQ(0, ubuf_host(fb, 64 * KIB, &c));
 	/* A mapping holds its file open: closing fb below must release it. */
 	munmap(c.map, c.size);
-	EXPECT_EQ(dev0 + 1280 * (long long)KIB, usage(bdf, "mem_device_bytes"));
-	EXPECT_EQ(host0 + 64 * (long long)KIB, usage(bdf, "mem_host_bytes"));
-	peak = usage(bdf, "mem_device_peak_bytes");
+	EXPECT_EQ(dev0 + 1280 * (long long)KIB, udma_counter(bdf, "mem_device_bytes"));
+	EXPECT_EQ(host0 + 64 * (long long)KIB, udma_counter(bdf, "mem_host_bytes"));
+	peak = udma_counter(bdf, "mem_device_peak_bytes");
 	EXPECT_LE(dev0 + 1280 * (long long)KIB, peak);
-	EXPECT_LE(usage(bdf, "mem_host_bytes"), usage(bdf, "mem_host_peak_bytes"));
+	EXPECT_LE(udma_counter(bdf, "mem_host_bytes"), udma_counter(bdf, "mem_host_peak_bytes"));
 	ASSERT_EQ(0, ubuf_free(fa, &a));
-	EXPECT_EQ(dev0 + 256 * (long long)KIB, usage(bdf, "mem_device_bytes"));
+	EXPECT_EQ(dev0 + 256 * (long long)KIB, udma_counter(bdf, "mem_device_bytes"));
 	/* Closing a file gives back what it held; the peak stays. */
 	close(fb);
-	EXPECT_EQ(dev0, usage(bdf, "mem_device_bytes"));
-	EXPECT_EQ(host0, usage(bdf, "mem_host_bytes"));
-	EXPECT_EQ(peak, usage(bdf, "mem_device_peak_bytes"));
+	EXPECT_EQ(dev0, udma_counter(bdf, "mem_device_bytes"));
+	EXPECT_EQ(host0, udma_counter(bdf, "mem_host_bytes"));
+	EXPECT_EQ(peak, udma_counter(bdf, "mem_device_peak_bytes"));
 	close(fa);
 }
 
@@ -205,7 +189,7 @@ enum { COPIES, COPY_BYTES, FENCES_DONE, FENCES_FAILED, RESETS_EIO, RESETS_TIMEOU
 static void read_activity(const char *bdf, long long *v)
 {
 	for (int i = 0; i < NR_ACTIVITY; i++)
-		v[i] = usage(bdf, activity[i]);
+		v[i] = udma_counter(bdf, activity[i]);
 }
 
 /*

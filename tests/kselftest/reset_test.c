@@ -77,22 +77,6 @@ FIXTURE_TEARDOWN_PARENT(reset)
 	model_clear();
 }
 
-/* Counter @name of the device's sysfs group (as counters_test.c reads it), or -1. */
-static long long counter(const char *bdf, const char *name)
-{
-	char path[256], buf[64] = "";
-	FILE *f;
-
-	snprintf(path, sizeof(path), PCI_DEVS_DIR "/%s/neuron_udma/%s", bdf, name);
-	f = fopen(path, "re");
-	if (!f)
-		return -1;
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = 0;
-	fclose(f);
-	return buf[0] ? strtoll(buf, NULL, 10) : -1;
-}
-
 /* Copies of all of @src into each of the @n buffers @dst on (@eng, @q), one fence: 0 or -errno. */
 static int submit_copies(int fd, __u32 eng, __u32 q, const struct ubuf *src,
 			 const struct ubuf *dst, int n, __u64 *fence)
@@ -335,8 +319,8 @@ TEST_F_TIMEOUT(reset, reset_under_load, 120)
 	bool started;
 
 	ASSERT_NE(NULL, res);
-	dev0 = counter(self->bdf, "device_resets");
-	q0 = counter(self->bdf, "queue_resets_device");
+	dev0 = udma_counter(self->bdf, "device_resets");
+	q0 = udma_counter(self->bdf, "queue_resets_device");
 	ASSERT_LE(0, dev0) TH_LOG("no counter %s/neuron_udma/device_resets", self->bdf);
 	ASSERT_LE(0, q0) TH_LOG("no counter %s/neuron_udma/queue_resets_device", self->bdf);
 	ASSERT_EQ(0, pipe2(ready, O_CLOEXEC));
@@ -392,8 +376,8 @@ TEST_F_TIMEOUT(reset, reset_under_load, 120)
 	}
 	ASSERT_TRUE(started) TH_LOG("the workers did not all complete a fence");
 	EXPECT_LE(1, failed) TH_LOG("no fence was in flight at the reset: the test proved nothing");
-	EXPECT_EQ(dev0 + 1, counter(self->bdf, "device_resets"));
-	EXPECT_LE(q0 + WORKERS, counter(self->bdf, "queue_resets_device"));
+	EXPECT_EQ(dev0 + 1, udma_counter(self->bdf, "device_resets"));
+	EXPECT_LE(q0 + WORKERS, udma_counter(self->bdf, "queue_resets_device"));
 }
 
 /* ---- an idle queue; two resets in a row ---- */
@@ -413,8 +397,8 @@ TEST_F_TIMEOUT(reset, idle_reset_then_copy, 60)
 	ASSERT_EQ(0, ubuf_host(fd, BUF, &a));
 	ASSERT_EQ(0, ubuf_host(fd, BUF, &b));
 	fresh_copy(_metadata, fd, q, &a, &b, 1, &f1);
-	dev0 = counter(self->bdf, "device_resets");
-	q0 = counter(self->bdf, "queue_resets_device");
+	dev0 = udma_counter(self->bdf, "device_resets");
+	q0 = udma_counter(self->bdf, "queue_resets_device");
 	ASSERT_LE(0, dev0);
 	ASSERT_LE(0, q0);
 
@@ -435,8 +419,8 @@ TEST_F_TIMEOUT(reset, idle_reset_then_copy, 60)
 	EXPECT_LT(f2, f3);
 	EXPECT_FENCE(fd, ENG, q, f1, NEURON_UDMA_FENCE_DONE, 0);
 	EXPECT_FENCE(fd, ENG, q, f2, NEURON_UDMA_FENCE_DONE, 0);
-	EXPECT_EQ(dev0 + 3, counter(self->bdf, "device_resets"));
-	EXPECT_LE(q0 + 3, counter(self->bdf, "queue_resets_device"));
+	EXPECT_EQ(dev0 + 3, udma_counter(self->bdf, "device_resets"));
+	EXPECT_LE(q0 + 3, udma_counter(self->bdf, "queue_resets_device"));
 	close(fd);
 }
 

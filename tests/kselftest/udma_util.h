@@ -310,6 +310,22 @@ static inline int state_diff(const struct neuron_udma_queue_state *a,
 	return 0;
 }
 
+/* Counter @name of the device @bdf's sysfs group (neuron_udma/), or -1 if it cannot be read. */
+static inline long long udma_counter(const char *bdf, const char *name)
+{
+	char path[256], buf[64] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), PCI_DEVS_DIR "/%s/neuron_udma/%s", bdf, name);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	return buf[0] ? strtoll(buf, NULL, 10) : -1;
+}
+
 /* Writes @val to the sysfs attribute @path (bind, unbind, ...): 0 or -errno. */
 static inline int sysfs_write(const char *path, const char *val)
 {
