@@ -20,6 +20,8 @@
 //! the rest of a window as long as the mean (at least [`POLL_WINDOW_MIN`]), and only a member later
 //! than that (a slowed or stalled engine) backs off, doubling up to [`LATE_SLEEP_MAX`]. After a
 //! completion it looks again at once for [`SPIN`] (fences of a busy queue complete back to back).
+//! It spins only while no other task wants the CPU (`kfac::sched::cpu_wanted`), and sleeps
+//! [`POLL_INTERVAL`] instead: a listener it woke runs at once rather than after the spin.
 //! Each member's engine state is read every [`Member::check_every`] while it is busy (an engine
 //! error, or no progress for the default timeout, resets its queue and fails its fences).
 //!
@@ -31,7 +33,7 @@
 //! the engine. Data flows down: `device.rs`, `dmaengine.rs`, `file.rs` -> here -> `channel.rs`;
 //! a member is a trait object, so nothing here knows the dmaengine or the device.
 
-use crate::{channel::Channel, kfac::sched::cond_resched};
+use crate::{channel::Channel, kfac::sched::cpu_wanted};
 use kernel::{
     new_mutex, new_work,
     prelude::*,
@@ -310,17 +312,22 @@ impl Completer {
             };
             // Negative while the first busy member is not due yet.
             let late_by = now - due;
+            // Spinning keeps the CPU only while nobody else wants it (`cpu_wanted`): a listener
+            // this round woke is usually queued on this CPU, and under PREEMPT_LAZY it would
+            // wait for the spin to end. Otherwise a sleep of POLL_INTERVAL gives the CPU up.
             if spin_until.is_some_and(|t| (t - now).as_nanos() > 0) {
-                cpu_relax();
+                if cpu_wanted() {
+                    fsleep(POLL_INTERVAL);
+                } else {
+                    cpu_relax();
+                }
             } else if late_by.is_negative() {
                 fsleep((Delta::ZERO - late_by).min(SLEEP_MAX));
             } else if late_by < window {
                 // Due: look again without sleeping for the first POLL_SPIN of the window (a
                 // sleep's wake-up alone costs tens of microseconds, which a listener would wait
-                // for; the block layer's hybrid polling spins here too), giving the CPU up to
-                // anything that wants it; then at POLL_INTERVAL.
-                if late_by < POLL_SPIN {
-                    cond_resched();
+                // for; the block layer's hybrid polling spins here too); then at POLL_INTERVAL.
+                if late_by < POLL_SPIN && !cpu_wanted() {
                     cpu_relax();
                 } else {
                     fsleep(POLL_INTERVAL);

@@ -21,7 +21,8 @@
 //! - [`pci`]: PCI error recovery, function-level reset and shutdown, a device's NUMA node;
 //! - [`mm`]: VMA operations of buffer mappings, page insertion, the removal of user mappings,
 //!   pinned user pages, the locked-memory charge and the DMA segment boundary;
-//! - [`sched`]: `fatal_signal_pending()`, `cond_resched()` and `flush_work()`;
+//! - [`sched`]: `fatal_signal_pending()`, `cond_resched()`, whether another task wants the CPU
+//!   and `flush_work()`;
 //! - [`sysfs`]: the usage counters of a device and the module parameters;
 //! - [`trace`]: the tracepoints (`rust/kfac/trace_internal.h` defines them);
 //! - [`uring`]: the `uring_cmd`, `uring_cmd_iopoll` and `poll` file operations and io_uring

@@ -24,7 +24,7 @@ use crate::{
     counters::ResetCause,
     engine::{self, EngineErrors, EngineIo, QueueId},
     fence,
-    kfac::sched::fatal_signal_pending,
+    kfac::sched::{cpu_wanted, fatal_signal_pending},
     queue::{Copy, Doorbell, FenceState, Queue},
     split::{self, Cut, Job, Move},
 };
@@ -482,9 +482,11 @@ impl Backoff {
         *self = Self::new();
     }
 
-    /// Waits before the next look: a `cpu_relax()` while spinning, else a sleep.
+    /// Waits before the next look: a `cpu_relax()` while spinning, else a sleep. It spins only
+    /// while no other task wants the CPU ([`cpu_wanted`]): a waiter's spin must not keep the
+    /// completion engine or another waiter from running.
     fn pause(&mut self) {
-        if self.since.elapsed() < Self::SPIN {
+        if self.since.elapsed() < Self::SPIN && !cpu_wanted() {
             cpu_relax();
             return;
         }

@@ -5,6 +5,7 @@
  */
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
+#include <linux/sched/stat.h>
 
 #include "sched.h"
 
@@ -21,4 +22,19 @@ bool neuron_udma_fatal_signal_pending(void)
 void neuron_udma_cond_resched(void)
 {
 	cond_resched();
+}
+
+/*
+ * Whether another task wants this CPU: one is runnable here besides the current task, or the
+ * scheduler asked the current task to give the CPU up. Under PREEMPT_LAZY (the default on x86)
+ * a waking task of the fair class only sets the lazy flag, acted upon at the next tick or
+ * return to user space, which a polling loop in the kernel does not reach: it would keep a
+ * task it just woke waiting for the rest of its spin. A polling loop spins only while this is
+ * false, as KVM's halt polling (single_task_running()) and the block layer's polling
+ * (need_resched()) do.
+ */
+bool neuron_udma_cpu_wanted(void)
+{
+	return !single_task_running() || need_resched() ||
+	       tif_test_bit(TIF_NEED_RESCHED_LAZY);
 }

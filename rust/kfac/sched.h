@@ -13,5 +13,7 @@
 bool neuron_udma_fatal_signal_pending(void);
 /* No cond_resched() in Rust. */
 void neuron_udma_cond_resched(void);
+/* Whether another task wants this CPU (for polling loops; see sched.c). */
+bool neuron_udma_cpu_wanted(void);
 
 #endif /* NEURON_UDMA_KFAC_SCHED_H */

@@ -20,6 +20,15 @@ pub(crate) fn cond_resched() {
     unsafe { ffi::neuron_udma_cond_resched() }
 }
 
+/// Whether another task wants this CPU: one is runnable here, or the scheduler asked the
+/// current task to give the CPU up, also lazily (`PREEMPT_LAZY` acts on that only at the tick
+/// or the return to user space). A polling loop spins only while this is false and sleeps
+/// otherwise, so that a task it woke, or any other, is not kept waiting for its spin.
+pub(crate) fn cpu_wanted() -> bool {
+    // SAFETY: plain query of the current CPU's run queue and the current task's flags.
+    unsafe { ffi::neuron_udma_cpu_wanted() }
+}
+
 /// Waits until `work` is neither queued nor running (`flush_work()`).
 pub(crate) fn flush_work<T: ?Sized, const ID: u64>(work: &kernel::workqueue::Work<T, ID>) {
     // SAFETY: `work` is a valid, initialised work item for the duration of the call.

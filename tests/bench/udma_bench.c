@@ -72,6 +72,10 @@
 #define UCOPY_BATCH 2032U	/* user-copy row: entries of the failing COPY_PREPARE */
 #define UCOPY_REPS 2000U	/* user-copy row: failing calls of each size */
 #define UNOWNED_Q 3U		/* a queue of engine 0 that no file of this program takes */
+#define BATCH_REPS 7U		/* batch scale x2032: interleaved repetitions of its three parts */
+#define BATCH_UCOPY_CALLS 40U	/* ... failing calls of each size per repetition (user copy) */
+/* KUnit's debugfs file that runs the in-kernel bench suite again (prepare_one's ns/pair). */
+#define KUNIT_BENCH_RUN "/sys/kernel/debug/kunit/neuron_udma_bench/run"
 #define DR_ENG 0U		/* rings in device memory: the engine of the three queues */
 #define DR_FILL "/sys/module/neuron_udma/parameters/device_ring_fill"
 #define SMALL_BUF 4096U		/* the buffers of the lookup and open-buffer rows */
@@ -569,10 +573,128 @@ static int submit_scale(struct qctx *c, unsigned int batch, unsigned int n_subs,
 }
 
 /*
+ * The user copy of one entry now: @calls failing COPY_PREPARE calls of UCOPY_BATCH entries and
+ * @calls of 1 entry on the foreign queue (bench_user_copy), alternating; ns per entry.
+ */
+static double user_copy_now(struct qctx *c, double *one, double *many, unsigned int calls)
+{
+	unsigned int r, k;
+	int ret;
+
+	for (r = 0; r < calls; r++)
+		for (k = 0; k < 2; k++) {
+			unsigned int n = (r + k) % 2 ? UCOPY_BATCH : 1;
+			double t0 = now();
+
+			ret = prep(c->fd, 0, UNOWNED_Q, c->copies, n);
+			(n == 1 ? one : many)[r] = now() - t0;
+			if (ret != -ENOENT)
+				die("COPY_PREPARE on a foreign queue (expected ENOENT)", ret ? ret : -EPROTO);
+		}
+	return (median(many, calls) - median(one, calls)) * 1e9 / (UCOPY_BATCH - 1);
+}
+
+/*
+ * prepare_one's ns/pair now: the in-kernel bench suite run again through KUnit's debugfs
+ * (synchronously), its "prepare_one (in kernel)" line read from /dev/kmsg. Negative if the suite
+ * or the log cannot be reached (a module built without the bench suite).
+ */
+static double kunit_prepare_one(void)
+{
+	static const char key[] = "NU-BENCH {\"name\":\"prepare_one (in kernel)\",\"value\":";
+	double v = -1;
+	char rec[2048];
+	int log, run;
+	ssize_t n;
+
+	log = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (log < 0)
+		return -1;
+	lseek(log, 0, SEEK_END);
+	run = open(KUNIT_BENCH_RUN, O_WRONLY | O_CLOEXEC);
+	if (run < 0 || write(run, "1", 1) != 1) {
+		if (run >= 0)
+			close(run);
+		close(log);
+		return -1;
+	}
+	close(run);
+	/* One record per read; EPIPE: records were overwritten meanwhile, read on. */
+	while ((n = read(log, rec, sizeof(rec) - 1)) > 0 || (n < 0 && errno == EPIPE)) {
+		char *p;
+
+		if (n <= 0)
+			continue;
+		rec[n] = 0;
+		p = strstr(rec, key);
+		if (p)
+			v = strtod(p + strlen(key), NULL);
+	}
+	close(log);
+	return v;
+}
+
+/*
+ * The targeted batch-scale row, x2032, against (user copy + build) in the same phase:
+ * BATCH_REPS repetitions of three parts, their order rotating: @subs submissions of COPY_PREPARE
+ * x2032 (submit_scale: ns per pair inside the calls), the user copy of one entry
+ * (user_copy_now) and prepare_one's ns/pair (kunit_prepare_one); per repetition the ratio of
+ * the first to the sum of the other two. Left out (a note on stderr) without the bench suite.
+ */
+static void batch_scale_interleaved(struct qctx *c, double *one, double *many)
+{
+	double a[BATCH_REPS], u[BATCH_REPS], k[BATCH_REPS], base[BATCH_REPS], r[BATCH_REPS];
+	unsigned int i, part;
+	__u64 pairs = 0;
+	char how[900];
+	int ret;
+
+	for (i = 0; i < BATCH_REPS; i++)
+		for (part = 0; part < 3; part++)
+			switch ((i + part) % 3) {
+			case 0:
+				ret = submit_scale(c, 2032, subs, &pairs);
+				if (ret)
+					die("batch scale", ret);
+				a[i] = c->prep_secs * 1e9 / pairs;
+				break;
+			case 1:
+				u[i] = user_copy_now(c, one, many, BATCH_UCOPY_CALLS);
+				break;
+			default:
+				k[i] = kunit_prepare_one();
+				if (k[i] < 0) {
+					fprintf(stderr, "udma_bench: batch scale x2032: no in-kernel bench "
+						"suite (%s), no interleaved row\n", KUNIT_BENCH_RUN);
+					return;
+				}
+			}
+	for (i = 0; i < BATCH_REPS; i++) {
+		base[i] = u[i] + k[i];
+		r[i] = a[i] / base[i];
+	}
+	snprintf(how, sizeof(how),
+		 "%u repetitions, the order of their three parts rotating: the time inside COPY_PREPARE "
+		 "calls of 2032 entries (%u submissions of 2 calls on engine 0 queue 2, %u-slot rings, "
+		 "4 B host->host, each closed by an untimed COPY_WAIT), ns/pair; the user copy of one "
+		 "entry (%u failing calls of %u entries and of 1 on a foreign queue, the difference of "
+		 "the medians per entry); prepare_one ns/pair (the in-kernel bench suite run again "
+		 "through KUnit's debugfs); ratio per repetition: the first over the sum of the other "
+		 "two (user copy + build, the same phase); medians: COPY_PREPARE %.1f, user copy %.1f, "
+		 "prepare_one %.1f ns",
+		 BATCH_REPS, subs, SCALE_RING, BATCH_UCOPY_CALLS, UCOPY_BATCH,
+		 median(a, BATCH_REPS), median(u, BATCH_REPS), median(k, BATCH_REPS));
+	result_range("batch scale: COPY_PREPARE x2032 per pair", median(a, BATCH_REPS), "ns/pair",
+		     median(base, BATCH_REPS), r, BATCH_REPS, how, NULL);
+}
+
+/*
  * Per-pair cost of COPY_PREPARE against its batch size: one queue (engine 0, queue 2) with
  * SCALE_RING-slot rings, 4-byte host->host copies between two 1 MiB buffers, for each size of
  * scale_batches best of LOOKUP_REPS runs of @subs submissions. Before them, the user copy of one
- * entry (bench_user_copy), the other half of these rows' baseline.
+ * entry (bench_user_copy), the other half of these rows' baseline (with prepare_one). The
+ * targeted x2032 row instead comes from batch_scale_interleaved (unless --batch picks one size:
+ * the profile's run).
  */
 static void bench_batch(void)
 {
@@ -582,6 +704,11 @@ static void bench_batch(void)
 	struct qctx c;
 	int ret;
 
+	double *one = calloc(BATCH_UCOPY_CALLS, sizeof(double));
+	double *many = calloc(BATCH_UCOPY_CALLS, sizeof(double));
+
+	if (!one || !many)
+		die("calloc", -ENOMEM);
 	qctx_open_ring(&c, 0, 2, SCALE_RING, SCALE_PAIRS);
 	ret = udma_info(c.fd, &info);
 	if (ret)
@@ -608,6 +735,11 @@ static void bench_batch(void)
 		}
 		if (ret)
 			die("batch scale", ret);
+		if (batch == 2032 && only_batch == ~0U) {
+			/* The targeted row: interleaved, against its baseline in the same phase. */
+			batch_scale_interleaved(&c, one, many);
+			continue;
+		}
 		snprintf(name, sizeof(name), "batch scale: COPY_PREPARE x%u per pair", batch);
 		snprintf(how, sizeof(how),
 			 "time inside COPY_PREPARE calls of %u entries (ioctl, staging and user copy of the "
@@ -620,6 +752,8 @@ static void bench_batch(void)
 		fprintf(stderr, "udma_bench: batch scale x%u: %.1f ns/pair\n", batch, best * 1e9 / pairs);
 	}
 	qctx_close(&c);
+	free(one);
+	free(many);
 }
 
 static double pct(double *v, unsigned int n, unsigned int p)
