@@ -19,6 +19,12 @@
 #   make kernel          build only the test kernel (cached; its path is printed)
 #   make dkms-src [DKMS_SRC=DIR]   copy the DKMS source tree (dkms.conf and what the module build
 #                        needs) to /usr/src/neuron-udma-<version> (README: "Install on a Neuron host")
+#   make dkms-install [KVER=...] [BLACKLIST_NEURON=1] [UDEV=0] [LOAD=0]   on a Neuron host, as
+#                        root: the DKMS source tree, dkms add/build/install, the udev rule, with
+#                        BLACKLIST_NEURON=1 AWS's neuron driver blacklisted, then modprobe
+#                        (scripts/dkms-install; Documentation/operator.rst)
+#   make dkms-uninstall  undo all of it: unload, dkms remove, the source tree, the udev rule, the
+#                        blacklist and the CDI spec removed
 #   make dkms-check      build, install and load the module through DKMS against the test kernel,
 #                        then run the demo copy with it in a trn1 guest (Documentation/dkms.rst)
 #   make boot-soak [MODEL=trn1] [BOOTS=40] [LA57=1]   boot the debug kernel BOOTS times and count
@@ -48,7 +54,7 @@ KBUILD_ARGS := M=$(CURDIR) $(if $(filter 1,$(KUNIT)),NEURON_UDMA_KUNIT=y) $(if $
 	$(if $(filter y,$(NEURON_UDMA_BENCH)),NEURON_UDMA_BENCH=y)
 
 .PHONY: all modules clean check demo bench vm fuzz fmt fmt-check kernel toolchain dkms-src dkms-check \
-	boot-soak help
+	dkms-install dkms-uninstall boot-soak help
 
 all: modules
 
@@ -173,3 +179,18 @@ dkms-src:
 
 dkms-check:
 	scripts/dkms-check
+
+# The install on a Neuron host and its undoing (scripts/dkms-install --help). DESTDIR=DIR puts the
+# files under DIR and runs no modprobe or udevadm (scripts/dkms-check does so in the toolchain
+# root); DKMS still installs the module in /lib/modules.
+KVER ?=
+BLACKLIST_NEURON ?=
+UDEV ?= 1
+LOAD ?= 1
+DKMS_INSTALL_ARGS := $(if $(DESTDIR),--destdir $(DESTDIR))
+dkms-install:
+	scripts/dkms-install $(DKMS_INSTALL_ARGS) $(if $(KVER),--kernel $(KVER)) \
+	  $(if $(filter 1,$(BLACKLIST_NEURON)),--blacklist-neuron) $(if $(filter 0,$(UDEV)),--no-udev) \
+	  $(if $(filter 0,$(LOAD)),--no-load)
+dkms-uninstall:
+	scripts/dkms-install --uninstall $(DKMS_INSTALL_ARGS)
