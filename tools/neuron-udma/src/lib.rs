@@ -159,6 +159,24 @@ impl sys::neuron_udma_info {
         }
     }
 
+    /// The queues the driver's in-kernel dmaengine provider holds when it registered `channels`
+    /// channels (the `dma_channels` module parameter at probe; the channels are the PCI
+    /// device's `dma/dma*chan*` entries in sysfs): the highest free queues of the last H2T
+    /// engine (V2 engine 33, V3 engine 131), one per channel, at most 8. `QUEUE_INIT` of them
+    /// fails with `EBUSY` while the device is bound.
+    pub fn dmaengine_queues(&self, channels: u32) -> Vec<(u32, u32)> {
+        const MAX_CHANNELS: usize = 8;
+        let Some(&(engine, _)) = self.h2t_queues().last() else {
+            return Vec::new();
+        };
+        (0..self.queues_per_engine)
+            .rev()
+            .filter(|&q| !self.is_reserved_queue(engine, q))
+            .take((channels as usize).min(MAX_CHANNELS))
+            .map(|q| (engine, q))
+            .collect()
+    }
+
     /// Whether `QUEUE_INIT` of (`engine`, `queue`) is refused with `EBUSY` because the queue is
     /// reserved (hardware.rst §2.4): the H2T queues, and the queues kept for the NeuronCores and
     /// collectives (V2: queue 15 of engines 0..32 and queue 14 of engines whose id % 16 < 11;
@@ -1860,6 +1878,16 @@ mod tests {
         assert_eq!(info.user_engine(), Some(4));
         info.host_engines = [0; 3];
         assert_eq!(info.user_engine(), None);
+        // The dmaengine provider's queues: the highest free queues of the last H2T engine.
+        info.queues_per_engine = 16;
+        assert_eq!(info.dmaengine_queues(4), [(131, 15), (131, 14), (131, 13), (131, 12)]);
+        assert_eq!(info.dmaengine_queues(100).len(), 8);
+        assert!(info.dmaengine_queues(0).is_empty());
+        info.generation = 2;
+        assert_eq!(info.dmaengine_queues(2), [(33, 15), (33, 14)]);
+        assert_eq!(info.dmaengine_queues(16).last(), Some(&(33, 8)));
+        info.generation = 9;
+        assert!(info.dmaengine_queues(4).is_empty());
         info.generation = 9;
         assert_eq!(info.gen(), Generation::Unknown(9));
     }
