@@ -1354,6 +1354,55 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// The commands a documentation list names: the items of `text` from `start` to the first
+    /// `end` after it, separated by commas or "and", each one's first word in backquotes
+    /// (`` ``copy`` `` or `` `copy` ``); comments in parentheses are left out.
+    fn listed_commands(text: &str, start: &str, end: &str) -> Vec<String> {
+        let from = text.find(start).unwrap_or_else(|| panic!("no {start:?} in the document")) + start.len();
+        let to = from + text[from..].find(end).unwrap_or_else(|| panic!("no {end:?} after {start:?}"));
+        let mut list = String::new();
+        let mut depth = 0usize;
+        for c in text[from..to].chars() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth = depth.saturating_sub(1),
+                c if depth == 0 => list.push(c),
+                _ => {}
+            }
+        }
+        list.replace(" and ", ",")
+            .split(',')
+            .filter_map(|item| item.trim().strip_prefix('`'))
+            .map(|item| item.trim_start_matches('`').split('`').next().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn docs_list_every_command() {
+        let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut want = subcommands();
+        want.sort();
+        let docs = [
+            ("Documentation/userspace-api.rst", "``udmactl`` (", ")"),
+            ("tools/neuron-udma/README.md", "- `udmactl` (`src/bin/udmactl.rs`, `src/bin/udmactl/`):", "; see"),
+        ];
+        for (doc, start, end) in docs {
+            let text = std::fs::read_to_string(top.join(doc)).unwrap();
+            let mut got = listed_commands(&text, start, end);
+            got.sort();
+            assert_eq!(got, want, "{doc}: the udmactl commands it lists are not those of udmactl's definition");
+        }
+    }
+
+    #[test]
+    fn command_lists_are_read_item_by_item() {
+        let got = listed_commands("x ``udmactl`` (``list``, ``copy``, and ``man``) y", "``udmactl`` (", ")");
+        assert_eq!(got, ["list", "copy", "man"]);
+        let got =
+            listed_commands("- `udmactl` (a): `top` (per device, `--x`), `cdi` (CDI) and `man`; see", "(a):", "; see");
+        assert_eq!(got, ["top", "cdi", "man"]);
+    }
+
     #[test]
     fn parses_sizes() {
         assert_eq!(parse_size("4096"), Ok(4096));
