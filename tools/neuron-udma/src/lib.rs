@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! User-space access to the `neuron_udma` driver (AWS Neuron UDMA, memory-to-memory DMA).
 //!
 //! The ABI is `include/uapi/linux/neuron_udma.h`; its structs and constants are generated from

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! udmactl: inspect and exercise a neuron_udma device from the command line.
 //!
 //! Exit status: 0 on success, 1 on an error (the message on stderr names the errno and its

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! `udmactl copy`: host -> HBM -> host, every byte verified, with one progress bar (on a
 //! terminal) or a progress line on stderr every few seconds (a log, a pipe, TERM=dumb) while it
 //! runs, then one line about the copy and a verdict line (or, with --json, one JSON object):

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The `--json` output of `info`, `list`, `queue-state` and `top`: the fields of the text
 //! output as serde structs (numbers as JSON numbers).
 

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Errors that name the limit: engine and queue arguments checked against INFO, the smallest
 //! `--window`, and ENOMEM explained by `RLIMIT_MEMLOCK`.
 

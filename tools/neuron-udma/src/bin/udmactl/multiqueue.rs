@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! `udmactl multiqueue`: N queues driven by one thread against N threads, one per queue, on the
 //! same work (ABI 3).
 //!

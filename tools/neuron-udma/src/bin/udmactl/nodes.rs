@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Finding and opening the device nodes: `udmactl list`, and the one error message of a node
 //! that cannot be opened.
 

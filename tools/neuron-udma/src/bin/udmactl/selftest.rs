@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! `udmactl selftest`: every wrapper of the neuron_udma client crate against a real device, with
 //! the results as TAP (one test point per group), for the guest test plan of `make check`.
 //!
