@@ -65,8 +65,8 @@ impl Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// List every device node (/dev/neuron_udma*, in numeric order), one line each: model,
-    /// generation, engines, host-connected engines, device memory, max batch.
+    /// List every device node (/dev/neuron_udma*, in numeric order): a header row, then one row
+    /// each: model, generation, engines, host-connected engines, device memory, max batch.
     ///
     /// A node that cannot be opened or whose INFO fails is listed with the reason. Exit status 1
     /// if there is no node at all, or (after the listing) if any node could not be read. Needs
@@ -165,7 +165,8 @@ struct CompletionsArgs {
 
 #[derive(Args, Debug)]
 struct ManArgs {
-    /// Write udmactl.1 and udmactl-<command>.1 for every command into this directory instead.
+    /// Write udmactl.1 and udmactl-<command>.1 for every command into this directory (made if
+    /// missing) instead.
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
 }
@@ -366,7 +367,8 @@ fn run(cli: &Cli) -> Result<()> {
     }
     if let Cmd::Man(a) = &cli.cmd {
         return match &a.dir {
-            Some(dir) => clap_mangen::generate_to(Cli::command(), dir)
+            Some(dir) => std::fs::create_dir_all(dir)
+                .and_then(|()| clap_mangen::generate_to(Cli::command(), dir))
                 .with_context(|| format!("writing the manual pages to {}", dir.display())),
             None => {
                 use std::io::Write;
