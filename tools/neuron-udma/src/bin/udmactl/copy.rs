@@ -58,28 +58,26 @@ pub struct Outcome {
 /// not print the error again.
 pub fn run(path: &Path, a: &CopyArgs) -> Result<(), crate::Reported> {
     let r = crate::nodes::open(path, false).and_then(|(dev, info)| copy(&dev, &info, a));
-    let device = path.display().to_string();
-    let (out, ok) = match r {
-        Ok(o) if a.json => (serde_json::to_string(&CopyJson::ok(&device, &o, throughput_label())), true),
+    if a.json {
+        let device = path.display().to_string();
+        let out = match &r {
+            Ok(o) => CopyJson::ok(&device, o, throughput_label()),
+            Err(e) => CopyJson::failed(&device, e),
+        };
+        // Strings and numbers only: serialising cannot fail.
+        println!("{}", serde_json::to_string(&out).unwrap_or_default());
+        return r.map(drop).map_err(|_| crate::Reported);
+    }
+    match r {
         Ok(o) => {
             println!("{}", copy_line(&o, throughput_label()));
             println!("{}", verdict_ok(&o));
-            return Ok(());
+            Ok(())
         }
-        Err(e) if a.json => (serde_json::to_string(&CopyJson::failed(&device, &e)), false),
         Err(e) => {
             println!("verdict: FAILED: {e:#}");
-            return Err(crate::Reported);
+            Err(crate::Reported)
         }
-    };
-    match out {
-        Ok(text) => println!("{text}"),
-        Err(e) => println!("{{\"device\":{device:?},\"ok\":false,\"verdict\":\"verdict: FAILED: JSON: {e}\"}}"),
-    }
-    if ok {
-        Ok(())
-    } else {
-        Err(crate::Reported)
     }
 }
 
