@@ -394,6 +394,8 @@ fn run(cli: &Cli) -> Result<()> {
             let out = json::DeviceInfo {
                 device: dev.path().display().to_string(),
                 info: json::InfoJson::new(&info),
+                dmaengine_queues: dmaengine_queues(&info, pci.as_deref())
+                    .map(|q| q.into_iter().map(|(engine, queue)| json::QueueId { engine, queue }).collect()),
                 pci_device: pci,
                 usage: usage.as_ref().ok().map(Into::into),
                 usage_error: usage.as_ref().err().map(|e| error_text(e)),
@@ -404,6 +406,12 @@ fn run(cli: &Cli) -> Result<()> {
         Cmd::Info(_) => {
             print_info(&dev, &info);
             let (pci, usage) = device_usage(&dev);
+            let dma = match dmaengine_queues(&info, pci.as_deref()) {
+                Some(q) if q.is_empty() => "- (no dmaengine channels)".to_string(),
+                Some(q) => q.iter().map(|(e, q)| format!("{e}/{q}")).collect::<Vec<_>>().join(" "),
+                None => "unknown (the PCI device is not in sysfs)".to_string(),
+            };
+            println!("dmaengine queues:   {dma}");
             for line in usage_lines(pci.as_deref(), usage.as_ref()) {
                 println!("{line}");
             }
@@ -455,6 +463,11 @@ fn print_info(dev: &Device, i: &Info) {
         println!("device_ring_engines: {} ({} of {} engines)", engine_ranges(dr.iter().copied()), dr.len(), i.engines);
         println!("numa_node:          {}", if i.numa_node < 0 { "none".to_string() } else { i.numa_node.to_string() });
     }
+}
+
+/// The queues the dmaengine channels of PCI device `pci` hold (`None`: unknown).
+fn dmaengine_queues(info: &Info, pci: Option<&str>) -> Option<Vec<(u32, u32)>> {
+    Some(info.dmaengine_queues(limits::dmaengine_channels_of(pci?)?))
 }
 
 /// The PCI device of an open file (its fdinfo) and its device's usage counters (sysfs).

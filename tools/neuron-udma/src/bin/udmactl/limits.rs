@@ -3,6 +3,7 @@
 //! `--window`, and ENOMEM explained by `RLIMIT_MEMLOCK`.
 
 use std::fmt::Display;
+use std::path::Path;
 
 use anyhow::{anyhow, Result};
 use neuron_udma::{Device, Error, Info};
@@ -75,11 +76,19 @@ pub fn queue_init_error(dev: &Device, info: &Info, engine: u32, queue: u32, ring
     queue_init_error_with(info, &dma, engine, queue, ring, e)
 }
 
-/// How many channels the driver's dmaengine provider registered for the device of `dev`: its
-/// PCI device's `dma/dma<N>chan<M>` entries in sysfs (`None` if they cannot be read).
+/// How many channels the driver's dmaengine provider registered for the device of `dev`
+/// ([`dmaengine_channels_of`] its PCI device; `None` if they cannot be read).
 pub fn dmaengine_channels(dev: &Device) -> Option<u32> {
-    let pci = dev.usage().ok()?.device;
-    let dir = std::fs::read_dir(format!("/sys/bus/pci/devices/{pci}/dma")).ok()?;
+    dmaengine_channels_of(&dev.usage().ok()?.device)
+}
+
+/// How many dmaengine channels PCI device `pci` has: its `dma/dma<N>chan<M>` entries in sysfs
+/// (0 without a `dma` directory: no channel registered; `None` if the device is not in sysfs).
+pub fn dmaengine_channels_of(pci: &str) -> Option<u32> {
+    let dev = Path::new("/sys/bus/pci/devices").join(pci);
+    let Ok(dir) = std::fs::read_dir(dev.join("dma")) else {
+        return dev.exists().then_some(0);
+    };
     let n = dir.flatten().filter(|e| e.file_name().to_str().is_some_and(|n| n.contains("chan"))).count();
     u32::try_from(n).ok()
 }
@@ -380,6 +389,8 @@ mod tests {
             ) && e.contains("dma_channels"),
             "{e}"
         );
+        // A PCI device that sysfs does not have: the channels are unknown.
+        assert_eq!(dmaengine_channels_of("ffff:ff:1f.7"), None);
         // Without dmaengine channels the same queue is some other file's.
         let e = format!("{:#}", queue_init_error_with(&trn1(), &[], 33, 13, 4096, Error::Busy));
         assert!(e.contains("engine 33 queue 13 is in use: another open file of this device holds it"), "{e}");
