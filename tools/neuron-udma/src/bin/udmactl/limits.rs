@@ -113,7 +113,7 @@ pub fn queue_init_error_with(
 
 /// Why `QUEUE_INIT` of (`engine`, `queue`) was `EBUSY`, and what to do.
 pub fn busy_reason(info: &Info, dma: &[(u32, u32)], engine: u32, queue: u32) -> String {
-    const PICK: &str = "pick another --queue (queues 1..3 of engines 0..3 are never reserved)";
+    const PICK: &str = "pick another --queue (queues 1..3 of an engine other than the H2T engines are never reserved)";
     let h2t = info.h2t_queues();
     if h2t.first() == Some(&(engine, queue)) {
         return format!(
@@ -399,7 +399,12 @@ mod tests {
             e.starts_with("NEURON_UDMA_QUEUE_INIT engine 0 queue 1 ring 4096: busy (EBUSY): engine 0 queue 1"),
             "{e}"
         );
-        assert!(e.ends_with("pick another --queue (queues 1..3 of engines 0..3 are never reserved)"), "{e}");
+        assert!(
+            e.ends_with(
+                "pick another --queue (queues 1..3 of an engine other than the H2T engines are never reserved)"
+            ),
+            "{e}"
+        );
         let e = format!("{:#}", queue_init_error_with(&trn1(), &dma, 0, 1, 4096, Error::InvalidArgument));
         assert!(e.starts_with("NEURON_UDMA_QUEUE_INIT engine 0 queue 1 ring 4096: "), "{e}");
     }
