@@ -46,8 +46,8 @@ const DEFAULT_WINDOW: u64 = 4 << 20;
     about = "Inspect and exercise a neuron_udma (AWS Neuron UDMA) device",
     after_help = "`udmactl list` shows the device nodes. `info`, `list`, `copy`, `queue-state`, `multiqueue`, \
                   `top` and `selftest` print JSON with --json. `udmactl completions SHELL` and `udmactl man` \
-                  generate shell completions and manual pages.\nExit status: 0 ok, 1 error (the message names the errno; `copy` says it in its `verdict: FAILED: \
-                  ...` line), 2 usage error."
+                  generate shell completions and manual pages.\nExit status: 0 ok, 1 error (the message names the \
+                  errno; `copy` says it in its `verdict: FAILED: ...` line), 2 usage error."
 )]
 struct Cli {
     /// The device file [default: /dev/neuron_udma0]. `list` finds every node itself.
@@ -79,12 +79,13 @@ enum Cmd {
     /// verdict line.
     ///
     /// On a terminal (stderr a TTY, TERM not dumb) one progress bar; otherwise a progress line
-    /// on stderr every 5 s (bytes moved, rate, time left). Then one line about the copy (bytes, rounds, times, rates: labelled model or
-    /// emulator throughput when the device is a QEMU model or the CPU is emulated, so they do not
-    /// read as hardware figures) and the verdict, e.g. `verdict: OK: copied 64.0 MiB host -> HBM
-    /// -> host through a user queue (engine 0 queue 1), byte-exact (sha256 ...), 1.23 s`; on any
-    /// failure `verdict: FAILED: <reason>` instead (on stdout, exit status 1). --json prints
-    /// one JSON object instead of the two lines.
+    /// on stderr every 5 s (bytes moved, rate, time left). Then one line about the copy (bytes,
+    /// rounds, times, rates: labelled model or emulator throughput when the device is a QEMU
+    /// model or the CPU is emulated, so they do not read as hardware figures) and the verdict,
+    /// e.g. `verdict: OK: copied 64.0 MiB host -> HBM -> host through a user queue (engine 0
+    /// queue 1), byte-exact (sha256 ...), 1.23 s`; on any failure `verdict: FAILED: <reason>`
+    /// instead (on stdout, exit status 1). --json prints one JSON object instead of the two
+    /// lines.
     ///
     /// The default window (host buffers of up to 4 MiB) shrinks to fit the soft RLIMIT_MEMLOCK
     /// (ulimit -l, often 8 MiB) with the queue rings; a limit too low even for 64K, or a
