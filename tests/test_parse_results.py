@@ -687,7 +687,8 @@ class TestManifest(unittest.TestCase):
         self.assertLessEqual(set(fix.kselftest), set(self.m.kselftest))
 
 
-# The source layout rules run with these tests (make check, stage 2).
+# The source layout rules and the documentation's rule run with these tests (make check, stage 2).
+from test_docs import Docs  # noqa: E402,F401
 from test_layout import CallChains, KernelFragments, Layout, Sizes, Submission  # noqa: E402,F401
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Generates the ABI structs and constants from `include/uapi/linux/neuron_udma.h` with bindgen.
 //! The header is the single source of truth; nothing of it is written by hand here.
 

@@ -90,7 +90,7 @@ struct neuron_udma_info {
 
 /* Buffer types (struct neuron_udma_mem_alloc.type). */
 #define NEURON_UDMA_MEM_HOST 0		/* coherent host memory, mmap'able */
-#define NEURON_UDMA_MEM_DEVICE 1	/* device memory (HBM), not mmap'able */
+#define NEURON_UDMA_MEM_DEVICE 1	/* device memory (HBM); ABI 3: mmap'able (through BAR4) */
 
 /*
  * NEURON_UDMA_MEM_ALLOC: allocate a buffer of @size bytes (rounded up to 4 KiB). Host buffers

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Typed errors of the neuron_udma ioctls, one variant per errno the header documents.
 
 use std::io;

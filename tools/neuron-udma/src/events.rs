@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The async fence: a `Future` that is ready when a fence is done ([`Fence::completion`]),
 //! woken through the device file's readiness (`poll()` says `EPOLLIN` while a queue of the file
 //! has completed fences not reported yet, `EPOLLPRI | EPOLLERR` for a failure; `QUEUE_EVENTS`

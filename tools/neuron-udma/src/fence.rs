@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Fences as values (ABI 3): `COPY_SUBMIT`, `FENCE_STATUS`, `FENCE_WAIT`, and the completion
 //! events of a device file: `QUEUE_EVENTS` and `QUEUE_EVENTFD`.
 

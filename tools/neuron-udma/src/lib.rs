@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! User-space access to the `neuron_udma` driver (AWS Neuron UDMA, memory-to-memory DMA).
 //!
 //! The ABI is `include/uapi/linux/neuron_udma.h`; its structs and constants are generated from
@@ -157,6 +157,24 @@ impl sys::neuron_udma_info {
             Generation::V3 => &[(128, 0), (128, 1), (129, 0), (129, 1), (130, 0), (130, 1), (131, 0), (131, 1)],
             Generation::Unknown(_) => &[],
         }
+    }
+
+    /// The queues the driver's in-kernel dmaengine provider holds when it registered `channels`
+    /// channels (the `dma_channels` module parameter at probe; the channels are the PCI
+    /// device's `dma/dma*chan*` entries in sysfs): the highest free queues of the last H2T
+    /// engine (V2 engine 33, V3 engine 131), one per channel, at most 8. `QUEUE_INIT` of them
+    /// fails with `EBUSY` while the device is bound.
+    pub fn dmaengine_queues(&self, channels: u32) -> Vec<(u32, u32)> {
+        const MAX_CHANNELS: usize = 8;
+        let Some(&(engine, _)) = self.h2t_queues().last() else {
+            return Vec::new();
+        };
+        (0..self.queues_per_engine)
+            .rev()
+            .filter(|&q| !self.is_reserved_queue(engine, q))
+            .take((channels as usize).min(MAX_CHANNELS))
+            .map(|q| (engine, q))
+            .collect()
     }
 
     /// Whether `QUEUE_INIT` of (`engine`, `queue`) is refused with `EBUSY` because the queue is
@@ -1860,6 +1878,16 @@ mod tests {
         assert_eq!(info.user_engine(), Some(4));
         info.host_engines = [0; 3];
         assert_eq!(info.user_engine(), None);
+        // The dmaengine provider's queues: the highest free queues of the last H2T engine.
+        info.queues_per_engine = 16;
+        assert_eq!(info.dmaengine_queues(4), [(131, 15), (131, 14), (131, 13), (131, 12)]);
+        assert_eq!(info.dmaengine_queues(100).len(), 8);
+        assert!(info.dmaengine_queues(0).is_empty());
+        info.generation = 2;
+        assert_eq!(info.dmaengine_queues(2), [(33, 15), (33, 14)]);
+        assert_eq!(info.dmaengine_queues(16).last(), Some(&(33, 8)));
+        info.generation = 9;
+        assert!(info.dmaengine_queues(4).is_empty());
         info.generation = 9;
         assert_eq!(info.gen(), Generation::Unknown(9));
     }

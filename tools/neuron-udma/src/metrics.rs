@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The devices' counters in the Prometheus text exposition format (version 0.0.4, not
 //! OpenMetrics: a counter's TYPE line names it with its `_total`), as
 //! node_exporter's textfile collector, the OpenTelemetry collector's Prometheus receiver and

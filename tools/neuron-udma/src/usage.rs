@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The driver's usage counters (`Documentation/userspace-api.rst`, "Counters").
 //!
 //! * Per device, the sysfs group `neuron_udma/` of the PCI device

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! End to end against a stand-in of the driver: `tests/fake/fake_udma.c`, built here with the C
 //! compiler and loaded with LD_PRELOAD, answers the ioctls of an "/fake/neuron_udma0" whose file
 //! is an eventfd (readable while completions are not reported, as poll() on the real file). Not

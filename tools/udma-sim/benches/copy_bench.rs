@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! Two benchmarks (run: `cargo bench`; `cargo bench -- copy` or `-- cpu` runs one):
 //!
 //! * `copy`: copies 1 GiB in 64 KiB descriptor pairs through the model (in-memory guest RAM,

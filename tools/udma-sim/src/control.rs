@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! Model control: the JSON control protocol (Unix socket, newline-delimited; one
 //! [`Command`] per line, parsed by serde) and the in-band BAR2 control window. Both reach the same
 //! [`Device::inject`]/[`Device::clear`]/[`Device::counters`] entry points.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! Fault injection requests and statistics counters.
 //!
 //! Faults are requested through the control socket (`control.rs`) or the

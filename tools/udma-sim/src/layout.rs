@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! Per-generation facts: PCI identity, BAR sizes, engine block offsets and
 //! device-fabric address decoding (hardware.rst §1, §2.2, §1.3, §8.2 item 8).
 

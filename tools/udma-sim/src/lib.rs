@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! `udma-sim`: a software model of the AWS Neuron UDMA (M2M) engine.
 //!
 //! The [`Device`] is usable without QEMU: tests and benchmarks drive it through

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! `udma-sim`: vfio-user server exposing the UDMA device model to QEMU.
 //!
 //! Usage: `udma-sim --model trn1 --socket /abs/path.sock [--hbm-size 64M]

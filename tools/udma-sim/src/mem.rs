@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! Guest memory abstraction.
 //!
 //! The engine reaches two address spaces (hardware.rst §1.3): host memory (guest RAM,

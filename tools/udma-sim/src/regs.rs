@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! Register offsets and bit fields of one UDMA engine block.
 //!
 //! All offsets are *unit offsets*: bytes from the start of one engine's register

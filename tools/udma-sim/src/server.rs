@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! vfio-user server backend: PCI config space, BAR dispatch and the DMA map
 //! table (platform notes: crate `vfio_user` 0.1.7).
 

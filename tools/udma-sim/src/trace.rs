@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! Descriptor trace: one JSON object per consumed descriptor, one per line.
 //!
 //! Format (spec-independent, model-defined):

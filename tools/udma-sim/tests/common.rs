@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! Test rig: a device with in-memory guest RAM, driven like the driver does
 //! (hardware.rst §3.6 engine init, §3.7 queue init, §4.5 descriptor pairs, §3.8 doorbells).
 #![allow(dead_code)]

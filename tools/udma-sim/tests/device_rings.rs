@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! Queues whose rings and completion slot live in device memory (HBM): what the driver's
 //! `NEURON_UDMA_QUEUE_DEVICE_RINGS` queues need from the model (descriptor fetch from HBM on both
 //! rings, HBM-to-HBM copies and the completion marker written to HBM), on V3 engines without host

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! Engine semantics against in-memory guest RAM (no QEMU).
 
 mod common;

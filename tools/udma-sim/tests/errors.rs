@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! Strictness: every error class sets its cause bit, aborts only its engine,
 //! leaves heads and destination bytes untouched; recovery paths.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! Fault injection (control API, control socket, BAR2 window) and the trace file.
 
 mod common;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! End to end through the real binary over vfio-user (no QEMU): the test acts
 //! as the vfio-user client with `vfio_user::Client`, maps "guest RAM" (a
 //! memfd) with DMA_MAP, programs BAR0 and checks the copy, BAR2, BAR4 mmap,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! The strict rules (Documentation/udma-sim.rst, "Strictness"): one test per rule; each shows
 //! the wrong sequence failing with the right cause bits (or the data not landing), and the
 //! right one working.

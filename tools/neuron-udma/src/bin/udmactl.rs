@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! udmactl: inspect and exercise a neuron_udma device from the command line.
 //!
 //! Exit status: 0 on success, 1 on an error (the message on stderr names the errno and its
@@ -44,9 +44,10 @@ const DEFAULT_WINDOW: u64 = 4 << 20;
     name = "udmactl",
     version,
     about = "Inspect and exercise a neuron_udma (AWS Neuron UDMA) device",
-    after_help = "`udmactl list` shows the device nodes. `info`, `list`, `queue-state` and `top` print JSON \
-                  with --json.\nExit status: 0 ok, 1 error (the message names the errno; `copy` says it in its `verdict: FAILED: \
-                  ...` line), 2 usage error."
+    after_help = "`udmactl list` shows the device nodes. `info`, `list`, `copy`, `queue-state`, `multiqueue`, \
+                  `top` and `selftest` print JSON with --json. `udmactl completions SHELL` and `udmactl man` \
+                  generate shell completions and manual pages.\nExit status: 0 ok, 1 error (the message names the \
+                  errno; `copy` says it in its `verdict: FAILED: ...` line), 2 usage error."
 )]
 struct Cli {
     /// The device file [default: /dev/neuron_udma0]. `list` finds every node itself.
@@ -64,8 +65,8 @@ impl Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// List every device node (/dev/neuron_udma*, in numeric order), one line each: model,
-    /// generation, engines, host-connected engines, device memory, max batch.
+    /// List every device node (/dev/neuron_udma*, in numeric order): a header row, then one row
+    /// each: model, generation, engines, host-connected engines, device memory, max batch.
     ///
     /// A node that cannot be opened or whose INFO fails is listed with the reason. Exit status 1
     /// if there is no node at all, or (after the listing) if any node could not be read. Needs
@@ -77,12 +78,18 @@ enum Cmd {
     /// Copy a file (or generated data) host -> HBM -> host, verify every byte, and end with a
     /// verdict line.
     ///
-    /// On a terminal (stderr a TTY, TERM not dumb) one progress bar; otherwise nothing while it
-    /// runs. Then one line about the copy (bytes, rounds, times, rates: labelled model or
-    /// emulator throughput when the device is a QEMU model or the CPU is emulated, so they do not
-    /// read as hardware figures) and the verdict, e.g. `verdict: OK: copied 64.0 MiB host -> HBM
-    /// -> host through a user queue (engine 0 queue 1), byte-exact (sha256 ...), 1.23 s`; on any
-    /// failure `verdict: FAILED: <reason>` instead (on stdout, exit status 1).
+    /// On a terminal (stderr a TTY, TERM not dumb) one progress bar; otherwise a progress line
+    /// on stderr every 5 s (bytes moved, rate, time left). Then one line about the copy (bytes,
+    /// rounds, times, rates: labelled model or emulator throughput when the device is a QEMU
+    /// model or the CPU is emulated, so they do not read as hardware figures) and the verdict,
+    /// e.g. `verdict: OK: copied 64.0 MiB host -> HBM -> host through a user queue (engine 0
+    /// queue 1), byte-exact (sha256 ...), 1.23 s`; on any failure `verdict: FAILED: <reason>`
+    /// instead (on stdout, exit status 1). --json prints one JSON object instead of the two
+    /// lines.
+    ///
+    /// The default window (host buffers of up to 4 MiB) shrinks to fit the soft RLIMIT_MEMLOCK
+    /// (ulimit -l, often 8 MiB) with the queue rings; a limit too low even for 64K, or a
+    /// --window that does not fit, fails naming the limit and the size needed.
     Copy(CopyArgs),
     /// Take a queue, run copies on it and print its QUEUE_STATE.
     QueueState(QueueStateArgs),
@@ -126,7 +133,43 @@ enum Cmd {
     /// Exercise every call of the client library against the device and print TAP (exit 1 if
     /// any test fails). Uses queues 1..3 of the first engine that reaches host memory (0 on
     /// Trn1/Inf2, 4 on Trn2) and the driver's MEMCPY queue.
-    Selftest,
+    Selftest(SelftestArgs),
+    /// Print a shell completion script for udmactl (bash, zsh, fish, elvish, powershell) on
+    /// stdout, generated from its command-line definition.
+    ///
+    /// bash: `udmactl completions bash > /usr/share/bash-completion/completions/udmactl`;
+    /// zsh: `udmactl completions zsh > /usr/local/share/zsh/site-functions/_udmactl`; fish:
+    /// `udmactl completions fish > ~/.config/fish/completions/udmactl.fish`.
+    Completions(CompletionsArgs),
+    /// Print the manual page udmactl(1) (roff) on stdout, or with --dir write udmactl.1 and a page
+    /// per command (udmactl-copy.1, ...) into a directory, generated from the command-line
+    /// definition.
+    ///
+    /// E.g. `udmactl man --dir /usr/local/share/man/man1`, then `man udmactl-copy`; or `udmactl
+    /// man | man -l -`.
+    Man(ManArgs),
+}
+
+#[derive(Args, Debug)]
+struct SelftestArgs {
+    /// Print one JSON object instead of TAP: "device", "tests" (per group "name", "ok" and, for
+    /// a failure, "error"), "notes" (the TAP comments), "passed", "failed".
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct CompletionsArgs {
+    /// The shell.
+    shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug)]
+struct ManArgs {
+    /// Write udmactl.1 and udmactl-<command>.1 for every command into this directory (made if
+    /// missing) instead.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -197,9 +240,14 @@ struct CopyArgs {
     zero_copy: bool,
     /// Largest buffer used per round, at least 64K (default: min(4M, max host buffer, device
     /// memory / 2); with --zero-copy: min(max import size, device memory / 2)). A smaller window
-    /// pins less memory (RLIMIT_MEMLOCK).
+    /// pins less memory (RLIMIT_MEMLOCK); the default shrinks to fit the soft limit.
     #[arg(long, value_parser = limits::parse_window)]
     window: Option<u64>,
+    /// Print one JSON object instead of the copy's line and verdict: "device", "ok", "verdict",
+    /// and on success the figures ("bytes", "rounds", "window", "seconds", the rates in bytes
+    /// per second, "sha256", ...), on failure "error".
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     q: QueueOpts,
 }
@@ -314,10 +362,32 @@ fn run(cli: &Cli) -> Result<()> {
         refuse_device(cli, "cdi describes every /dev/neuron_udma* node: --device does not apply");
         return cdi::run(a);
     }
+    if let Cmd::Completions(a) = &cli.cmd {
+        print!("{}", completions(a.shell)?);
+        return Ok(());
+    }
+    if let Cmd::Man(a) = &cli.cmd {
+        return match &a.dir {
+            Some(dir) => std::fs::create_dir_all(dir)
+                .and_then(|()| clap_mangen::generate_to(Cli::command(), dir))
+                .with_context(|| format!("writing the manual pages to {}", dir.display())),
+            None => {
+                use std::io::Write;
+                std::io::stdout().write_all(&man_page()?).context("writing the manual page")
+            }
+        };
+    }
     // `info` only reads: a read-only open works for users who may not write the node.
     let (dev, info) = nodes::open(cli.device(), matches!(cli.cmd, Cmd::Info(_)))?;
     match &cli.cmd {
-        Cmd::List(_) | Cmd::Copy(_) | Cmd::Multiqueue(_) | Cmd::Top(_) | Cmd::Metrics(_) | Cmd::Cdi(_) => {
+        Cmd::List(_)
+        | Cmd::Copy(_)
+        | Cmd::Multiqueue(_)
+        | Cmd::Top(_)
+        | Cmd::Metrics(_)
+        | Cmd::Cdi(_)
+        | Cmd::Completions(_)
+        | Cmd::Man(_) => {
             unreachable!("handled above")
         }
         Cmd::Info(a) if a.json => {
@@ -325,6 +395,8 @@ fn run(cli: &Cli) -> Result<()> {
             let out = json::DeviceInfo {
                 device: dev.path().display().to_string(),
                 info: json::InfoJson::new(&info),
+                dmaengine_queues: dmaengine_queues(&info, pci.as_deref())
+                    .map(|q| q.into_iter().map(|(engine, queue)| json::QueueId { engine, queue }).collect()),
                 pci_device: pci,
                 usage: usage.as_ref().ok().map(Into::into),
                 usage_error: usage.as_ref().err().map(|e| error_text(e)),
@@ -335,6 +407,12 @@ fn run(cli: &Cli) -> Result<()> {
         Cmd::Info(_) => {
             print_info(&dev, &info);
             let (pci, usage) = device_usage(&dev);
+            let dma = match dmaengine_queues(&info, pci.as_deref()) {
+                Some(q) if q.is_empty() => "- (no dmaengine channels)".to_string(),
+                Some(q) => q.iter().map(|(e, q)| format!("{e}/{q}")).collect::<Vec<_>>().join(" "),
+                None => "unknown (the PCI device is not in sysfs)".to_string(),
+            };
+            println!("dmaengine queues:   {dma}");
             for line in usage_lines(pci.as_deref(), usage.as_ref()) {
                 println!("{line}");
             }
@@ -343,8 +421,22 @@ fn run(cli: &Cli) -> Result<()> {
         Cmd::QueueState(a) => cmd_state(&dev, &info, &a.s, if a.json { Show::Json } else { Show::Table }),
         Cmd::RingDump(a) => cmd_state(&dev, &info, a, Show::Decoded),
         Cmd::Bench(a) => cmd_bench(&dev, &info, a),
-        Cmd::Selftest => selftest::run(&dev, &info),
+        Cmd::Selftest(a) => selftest::run(&dev, &info, a.json),
     }
+}
+
+/// The completion script of udmactl for `shell`.
+fn completions(shell: clap_complete::Shell) -> Result<String> {
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "udmactl", &mut out);
+    String::from_utf8(out).context("the completion script is not UTF-8")
+}
+
+/// The manual page udmactl(1), roff.
+fn man_page() -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    clap_mangen::Man::new(Cli::command()).render(&mut out).context("rendering the manual page")?;
+    Ok(out)
 }
 
 fn print_info(dev: &Device, i: &Info) {
@@ -372,6 +464,11 @@ fn print_info(dev: &Device, i: &Info) {
         println!("device_ring_engines: {} ({} of {} engines)", engine_ranges(dr.iter().copied()), dr.len(), i.engines);
         println!("numa_node:          {}", if i.numa_node < 0 { "none".to_string() } else { i.numa_node.to_string() });
     }
+}
+
+/// The queues the dmaengine channels of PCI device `pci` hold (`None`: unknown).
+fn dmaengine_queues(info: &Info, pci: Option<&str>) -> Option<Vec<(u32, u32)>> {
+    Some(info.dmaengine_queues(limits::dmaengine_channels_of(pci?)?))
 }
 
 /// The PCI device of an open file (its fdinfo) and its device's usage counters (sysfs).
@@ -677,7 +774,8 @@ fn open_queue<'d>(dev: &'d Device, info: &Info, o: &QueueOpts) -> Result<Queue<'
         })?,
     };
     limits::check_user_queue(info, engine, o.queue).map_err(anyhow::Error::msg)?;
-    dev.queue(engine, o.queue, o.ring_size).map_err(|e| limits::queue_init_error(info, engine, o.queue, o.ring_size, e))
+    dev.queue(engine, o.queue, o.ring_size)
+        .map_err(|e| limits::queue_init_error(dev, info, engine, o.queue, o.ring_size, e))
 }
 
 /// How `cmd_state` prints the state.
@@ -861,8 +959,7 @@ fn cmd_bench(dev: &Device, info: &Info, a: &BenchArgs) -> Result<()> {
             bail!("size 0 in --sizes");
         }
         // One buffer of up to `size` bytes, reused until `size` bytes have moved.
-        let buf =
-            size.min(a.window.unwrap_or(DEFAULT_WINDOW)).min(info.max_host_buffer).min(info.device_mem_size / 2).max(1);
+        let buf = size.min(bench_window(info, a, size)?).min(info.max_host_buffer).min(info.device_mem_size / 2).max(1);
         let rounds = size.div_ceil(buf);
         let mut h1 = limits::or_memlock(dev.alloc_host(buf), "NEURON_UDMA_MEM_ALLOC host", limits::Remedy::Window)?;
         let h2 = limits::or_memlock(dev.alloc_host(buf), "NEURON_UDMA_MEM_ALLOC host", limits::Remedy::Window)?;
@@ -909,6 +1006,18 @@ fn cmd_bench(dev: &Device, info: &Info, a: &BenchArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The window of a bench size: --window, or the default shrunk until two host buffers of it and
+/// the queues' rings fit the soft RLIMIT_MEMLOCK (`limits::plan_window`).
+fn bench_window(info: &Info, a: &BenchArgs, size: u64) -> Result<u64> {
+    let queues = match (a.memcpy, a.q.pipeline) {
+        (true, _) => 0,
+        (false, pipeline) => (1 + u64::from(pipeline)) * limits::queue_charge(a.q.ring_size),
+    };
+    let want = DEFAULT_WINDOW.min(info.max_host_buffer).min(info.device_mem_size / 2).min(size);
+    let pinned = limits::Pinned { buffers: 2, fixed: queues };
+    limits::plan_window(a.window, want, limits::memlock_budget(), pinned).map_err(anyhow::Error::msg)
 }
 
 /// The median of `v` (sorted in place; the upper middle of an even count), 0 for none.
@@ -972,8 +1081,7 @@ fn bench_against_memcpy(dev: &Device, info: &Info, a: &BenchArgs, user: &Mover) 
         if size == 0 {
             bail!("size 0 in --sizes");
         }
-        let buf =
-            size.min(a.window.unwrap_or(DEFAULT_WINDOW)).min(info.max_host_buffer).min(info.device_mem_size / 2).max(1);
+        let buf = size.min(bench_window(info, a, size)?).min(info.max_host_buffer).min(info.device_mem_size / 2).max(1);
         let mut h1 = limits::or_memlock(dev.alloc_host(buf), "NEURON_UDMA_MEM_ALLOC host", limits::Remedy::Window)?;
         let h2 = limits::or_memlock(dev.alloc_host(buf), "NEURON_UDMA_MEM_ALLOC host", limits::Remedy::Window)?;
         let d = dev.alloc_device(buf).context("NEURON_UDMA_MEM_ALLOC device")?;
@@ -1202,6 +1310,113 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// Every subcommand of the definition (clap's own `help` aside).
+    fn subcommands() -> Vec<String> {
+        Cli::command().get_subcommands().map(|c| c.get_name().to_string()).collect()
+    }
+
+    #[test]
+    fn new_arguments_parse() {
+        let cli = Cli::try_parse_from(["udmactl", "copy", "--bytes", "8M", "--json"]).unwrap();
+        assert!(matches!(cli.cmd, Cmd::Copy(ref a) if a.json && a.bytes == Some(8 << 20) && a.window.is_none()));
+        let cli = Cli::try_parse_from(["udmactl", "-d", "/dev/neuron_udma1", "selftest", "--json"]).unwrap();
+        assert!(matches!(cli.cmd, Cmd::Selftest(SelftestArgs { json: true })));
+        assert!(matches!(
+            Cli::try_parse_from(["udmactl", "selftest"]).unwrap().cmd,
+            Cmd::Selftest(SelftestArgs { json: false })
+        ));
+        let cli = Cli::try_parse_from(["udmactl", "completions", "zsh"]).unwrap();
+        assert!(matches!(cli.cmd, Cmd::Completions(CompletionsArgs { shell: clap_complete::Shell::Zsh })));
+        assert!(Cli::try_parse_from(["udmactl", "completions"]).is_err());
+        assert!(Cli::try_parse_from(["udmactl", "completions", "tcsh"]).is_err());
+        let cli = Cli::try_parse_from(["udmactl", "man", "--dir", "/tmp/m"]).unwrap();
+        assert!(matches!(cli.cmd, Cmd::Man(ManArgs { dir: Some(ref d) }) if d == Path::new("/tmp/m")));
+        assert!(matches!(Cli::try_parse_from(["udmactl", "man"]).unwrap().cmd, Cmd::Man(ManArgs { dir: None })));
+    }
+
+    #[test]
+    fn completions_name_every_subcommand() {
+        let names = subcommands();
+        assert!(names.len() >= 13, "{names:?}");
+        for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh, clap_complete::Shell::Fish] {
+            let script = completions(shell).unwrap();
+            for name in &names {
+                assert!(script.contains(name.as_str()), "{shell} completions lack {name}");
+            }
+            assert!(script.contains("--zero-copy") && script.contains("--json"), "{shell}: no options");
+        }
+    }
+
+    #[test]
+    fn man_page_names_every_subcommand() {
+        let page = String::from_utf8(man_page().unwrap()).unwrap();
+        assert!(page.contains(".TH udmactl 1") && page.contains(".SH SUBCOMMANDS"), "{page}");
+        for name in subcommands() {
+            // roff escapes each hyphen: udmactl\-queue\-state(1).
+            let entry = format!("udmactl\\-{}(1)", name.replace('-', "\\-"));
+            assert!(page.contains(&entry), "the man page lacks {entry}");
+        }
+        // --dir: one page per command.
+        let dir = std::env::temp_dir().join(format!("udmactl-man-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        clap_mangen::generate_to(Cli::command(), &dir).unwrap();
+        for name in subcommands() {
+            let p = dir.join(format!("udmactl-{name}.1"));
+            assert!(std::fs::metadata(&p).is_ok_and(|m| m.len() > 0), "no {}", p.display());
+        }
+        assert!(dir.join("udmactl.1").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The commands a documentation list names: the items of `text` from `start` to the first
+    /// `end` after it, separated by commas or "and", each one's first word in backquotes
+    /// (`` ``copy`` `` or `` `copy` ``); comments in parentheses are left out.
+    fn listed_commands(text: &str, start: &str, end: &str) -> Vec<String> {
+        let from = text.find(start).unwrap_or_else(|| panic!("no {start:?} in the document")) + start.len();
+        let to = from + text[from..].find(end).unwrap_or_else(|| panic!("no {end:?} after {start:?}"));
+        let mut list = String::new();
+        let mut depth = 0usize;
+        for c in text[from..to].chars() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth = depth.saturating_sub(1),
+                c if depth == 0 => list.push(c),
+                _ => {}
+            }
+        }
+        list.replace(" and ", ",")
+            .split(',')
+            .filter_map(|item| item.trim().strip_prefix('`'))
+            .map(|item| item.trim_start_matches('`').split('`').next().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn docs_list_every_command() {
+        let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut want = subcommands();
+        want.sort();
+        let docs = [
+            ("Documentation/userspace-api.rst", "``udmactl`` (", ")"),
+            ("tools/neuron-udma/README.md", "- `udmactl` (`src/bin/udmactl.rs`, `src/bin/udmactl/`):", "; see"),
+        ];
+        for (doc, start, end) in docs {
+            let text = std::fs::read_to_string(top.join(doc)).unwrap();
+            let mut got = listed_commands(&text, start, end);
+            got.sort();
+            assert_eq!(got, want, "{doc}: the udmactl commands it lists are not those of udmactl's definition");
+        }
+    }
+
+    #[test]
+    fn command_lists_are_read_item_by_item() {
+        let got = listed_commands("x ``udmactl`` (``list``, ``copy``, and ``man``) y", "``udmactl`` (", ")");
+        assert_eq!(got, ["list", "copy", "man"]);
+        let got =
+            listed_commands("- `udmactl` (a): `top` (per device, `--x`), `cdi` (CDI) and `man`; see", "(a):", "; see");
+        assert_eq!(got, ["top", "cdi", "man"]);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 /*
  * An LD_PRELOAD stand-in for the neuron_udma driver, for end-to-end tests of the client crate
  * and udmactl without a device: opening $FAKE_UDMA_PATH gives an eventfd that plays the device

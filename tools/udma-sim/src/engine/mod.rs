@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! One UDMA engine (hardware.rst §3, §4, §8), split by job:
 //!
 //! * `regfile`: the register file: reset values, register read/write semantics,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! Packet processing: the checked descriptor fetch shared by the Tx and Rx rings, and the
 //! rules a packet must follow (hardware.rst §3.5, §4, §8.2).
 

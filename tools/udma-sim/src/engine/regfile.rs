@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! The register file of one engine: the registers' reset values, what reading and writing
 //! each one does (hardware.rst §3), queue gating and doorbells, and the error/abort state
 //! machine (hardware.rst §8.3).

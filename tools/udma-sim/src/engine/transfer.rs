@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! Moving the bytes of a checked packet, with its barriers: the writes unordered completion
 //! holds, the write-barrier fence, and the device-memory writes a queue has not published yet
 //! (hardware.rst §4.2, §4.3, §4.4, §5.1, §8.2).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! The worker thread of one engine: picks the next runnable queue (round robin, honouring
 //! stalls and queue gating), runs one packet on it outside the engine lock and applies the
 //! outcome (hardware.rst §3.4, §8.3).

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! `udmactl cdi`: a Container Device Interface spec of the device nodes present, for container
 //! runtimes (containerd, CRI-O, podman) and device plugins: one CDI device per node (`<N>` for
 //! `/dev/neuron_udma<N>`) and `all`, each adding its character device node(s) to the container.

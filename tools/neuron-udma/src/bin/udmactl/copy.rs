@@ -1,6 +1,7 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! `udmactl copy`: host -> HBM -> host, every byte verified, with one progress bar (on a
-//! terminal) or nothing while it runs, then one line about the copy and a verdict line:
+//! terminal) or a progress line on stderr every few seconds (a log, a pipe, TERM=dumb) while it
+//! runs, then one line about the copy and a verdict line (or, with --json, one JSON object):
 //!
 //! ```text
 //! /tmp/data.bin (64.0 MiB) host -> HBM -> host via queue 0/1 (ring 4096), 16 rounds of up to 4.0 MiB: 1.23 s ...
@@ -13,11 +14,13 @@
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use neuron_udma::{Device, Info};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::limits::{self, Remedy};
@@ -50,10 +53,21 @@ pub struct Outcome {
     pub sha256: String,
 }
 
-/// `udmactl copy`: opens `path`, copies, prints the copy's line and the verdict. The verdict
-/// line is the report of a failure too: the caller must not print the error again.
+/// `udmactl copy`: opens `path`, copies, prints the copy's line and the verdict (with --json,
+/// one [`CopyJson`] object). The verdict line is the report of a failure too: the caller must
+/// not print the error again.
 pub fn run(path: &Path, a: &CopyArgs) -> Result<(), crate::Reported> {
     let r = crate::nodes::open(path, false).and_then(|(dev, info)| copy(&dev, &info, a));
+    if a.json {
+        let device = path.display().to_string();
+        let out = match &r {
+            Ok(o) => CopyJson::ok(&device, o, throughput_label()),
+            Err(e) => CopyJson::failed(&device, e),
+        };
+        // Strings and numbers only: serialising cannot fail.
+        println!("{}", serde_json::to_string(&out).unwrap_or_default());
+        return r.map(drop).map_err(|_| crate::Reported);
+    }
     match r {
         Ok(o) => {
             println!("{}", copy_line(&o, throughput_label()));
@@ -63,6 +77,105 @@ pub fn run(path: &Path, a: &CopyArgs) -> Result<(), crate::Reported> {
         Err(e) => {
             println!("verdict: FAILED: {e:#}");
             Err(crate::Reported)
+        }
+    }
+}
+
+/// `copy --json`: the copy's line and verdict as one object. A failure has only "device", "ok"
+/// (false), "verdict" and "error".
+#[derive(Serialize, Debug)]
+pub struct CopyJson {
+    /// The device node.
+    pub device: String,
+    /// Whether every byte came back equal.
+    pub ok: bool,
+    /// The verdict line of the text output.
+    pub verdict: String,
+    /// Why it failed (the verdict's reason).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// What was copied and how, when it succeeded.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub copy: Option<CopyDone>,
+}
+
+/// The figures of a successful copy (times in seconds, rates in bytes per second).
+#[derive(Serialize, Debug)]
+pub struct CopyDone {
+    /// The file, or "generated data (seed N)".
+    pub source: String,
+    /// Bytes copied each way.
+    pub bytes: u64,
+    pub rounds: u64,
+    /// The largest round's bytes (the window).
+    pub window: u64,
+    pub via: String,
+    pub route: String,
+    /// With --zero-copy: what was imported as the source and the imports' contiguous runs.
+    pub zero_copy: Option<ZeroCopyJson>,
+    pub seconds: f64,
+    pub host_to_hbm_seconds: f64,
+    pub hbm_to_host_seconds: f64,
+    /// The rest of the loop's time, by what it was spent on.
+    pub other_seconds: std::collections::BTreeMap<&'static str, f64>,
+    pub host_to_hbm_bytes_per_second: f64,
+    pub hbm_to_host_bytes_per_second: f64,
+    /// What the rates measure ("model throughput (TCG emulation, not hardware)", ...).
+    pub throughput_label: &'static str,
+    /// sha256 of the bytes read back, lower-case hex.
+    pub sha256: String,
+}
+
+/// The imports of `copy --zero-copy`.
+#[derive(Serialize, Debug)]
+pub struct ZeroCopyJson {
+    pub imported: String,
+    pub source_runs: u64,
+    pub destination_runs: u64,
+}
+
+impl CopyJson {
+    /// The object of a copy that succeeded.
+    pub fn ok(device: &str, o: &Outcome, label: &'static str) -> Self {
+        let rate = |t: Duration| o.total as f64 / t.as_secs_f64().max(f64::MIN_POSITIVE);
+        CopyJson {
+            device: device.to_string(),
+            ok: true,
+            verdict: verdict_ok(o),
+            error: None,
+            copy: Some(CopyDone {
+                source: o.name.clone(),
+                bytes: o.total,
+                rounds: o.rounds,
+                window: o.window,
+                via: o.via.clone(),
+                route: o.route.clone(),
+                zero_copy: o.zero_copy.as_ref().map(|(from, src, dst)| ZeroCopyJson {
+                    imported: from.clone(),
+                    source_runs: *src,
+                    destination_runs: *dst,
+                }),
+                seconds: o.t_all.as_secs_f64(),
+                host_to_hbm_seconds: o.t_h2d.as_secs_f64(),
+                hbm_to_host_seconds: o.t_d2h.as_secs_f64(),
+                other_seconds: o.other.iter().map(|(what, t)| (*what, t.as_secs_f64())).collect(),
+                host_to_hbm_bytes_per_second: rate(o.t_h2d),
+                hbm_to_host_bytes_per_second: rate(o.t_d2h),
+                throughput_label: label,
+                sha256: o.sha256.clone(),
+            }),
+        }
+    }
+
+    /// The object of a copy that failed with `e`.
+    pub fn failed(device: &str, e: &anyhow::Error) -> Self {
+        let error = format!("{e:#}");
+        CopyJson {
+            device: device.to_string(),
+            ok: false,
+            verdict: format!("verdict: FAILED: {error}"),
+            error: Some(error),
+            copy: None,
         }
     }
 }
@@ -88,7 +201,12 @@ fn copy(dev: &Device, info: &Info, a: &CopyArgs) -> Result<Outcome> {
     if total == 0 {
         bail!("nothing to copy: {name} is empty");
     }
-    let cap = a.window.unwrap_or(DEFAULT_WINDOW).min(info.max_host_buffer).min(info.device_mem_size / 2);
+    // Two host buffers of the window (source, destination) and the queues' rings are pinned
+    // (RLIMIT_MEMLOCK): the default window is the largest that fits.
+    let want = DEFAULT_WINDOW.min(info.max_host_buffer).min(info.device_mem_size / 2).min(total);
+    let pinned = limits::Pinned { buffers: 2, fixed: queues_charge(a) };
+    let cap = limits::plan_window(a.window, want, limits::memlock_budget(), pinned).map_err(anyhow::Error::msg)?;
+    let cap = cap.min(info.max_host_buffer).min(info.device_mem_size / 2);
     let chunk = u64::from(info.max_copy_size.max(1));
     let window = if cap >= chunk { cap / chunk * chunk } else { cap }.min(total);
     if window == 0 {
@@ -100,7 +218,7 @@ fn copy(dev: &Device, info: &Info, a: &CopyArgs) -> Result<Outcome> {
     let hbm = dev.alloc_device(window).context("NEURON_UDMA_MEM_ALLOC device buffer")?;
     let dst = limits::or_memlock(dev.alloc_host(window), "NEURON_UDMA_MEM_ALLOC host destination", Remedy::Window)?;
 
-    let pb = progress(2 * total);
+    let pb = Progress::new(2 * total);
     let rounds = total.div_ceil(window);
     let (mut t_h2d, mut t_d2h, mut t_read, mut t_verify) =
         (Duration::ZERO, Duration::ZERO, Duration::ZERO, Duration::ZERO);
@@ -118,10 +236,10 @@ fn copy(dev: &Device, info: &Info, a: &CopyArgs) -> Result<Outcome> {
         }
         t_read += t.elapsed();
         let t = Instant::now();
-        mover.copy(&src, &hbm, n, &pb).with_context(|| format!("{}: host -> HBM", at()))?;
+        mover.copy(&src, &hbm, n, &pb.bar).with_context(|| format!("{}: host -> HBM", at()))?;
         t_h2d += t.elapsed();
         let t = Instant::now();
-        mover.copy(&hbm, &dst, n, &pb).with_context(|| format!("{}: HBM -> host", at()))?;
+        mover.copy(&hbm, &dst, n, &pb.bar).with_context(|| format!("{}: HBM -> host", at()))?;
         t_d2h += t.elapsed();
         let t = Instant::now();
         let got = &dst[..n as usize];
@@ -129,10 +247,10 @@ fn copy(dev: &Device, info: &Info, a: &CopyArgs) -> Result<Outcome> {
         sum.update(got);
         t_verify += t.elapsed();
         done += n;
-        pb.set_message(bar_rate(done, t_h2d + t_d2h));
+        pb.bar.set_message(bar_rate(done, t_h2d + t_d2h));
     }
     let t_all = t_all.elapsed();
-    pb.finish_and_clear();
+    pb.finish();
     Ok(Outcome {
         name,
         total,
@@ -168,7 +286,12 @@ fn copy_zero_copy(dev: &Device, info: &Info, a: &CopyArgs, path: &Path) -> Resul
     // If another process truncates the file meanwhile, reading the lost pages faults (SIGBUS);
     // the import pins the pages, so the device's view stays what was imported.
     let map = unsafe { memmap2::Mmap::map(&f) }.with_context(|| format!("mmap {name}"))?;
-    let window = a.window.unwrap_or(u64::MAX).min(info.max_import_size).min(info.device_mem_size / 2).min(total).max(1);
+    // One import of the window at a time (source, then destination) and the queues' rings are
+    // pinned (RLIMIT_MEMLOCK): the default window is the largest that fits.
+    let want = info.max_import_size.min(info.device_mem_size / 2).min(total).max(1);
+    let pinned = limits::Pinned { buffers: 1, fixed: queues_charge(a) };
+    let window = limits::plan_window(a.window, want, limits::memlock_budget(), pinned).map_err(anyhow::Error::msg)?;
+    let window = window.min(info.max_import_size).min(info.device_mem_size / 2).min(total).max(1);
     // The mapping's pages may be ones the kernel cannot pin long-term (EOPNOTSUPP): then the
     // bytes are read into process memory once, which is imported instead.
     let probe = (window as usize).min(len);
@@ -194,7 +317,7 @@ fn copy_zero_copy(dev: &Device, info: &Info, a: &CopyArgs, path: &Path) -> Resul
     let mut out = process_buffer(window as usize)?;
     out.fill(0xA5);
 
-    let pb = progress(2 * total);
+    let pb = Progress::new(2 * total);
     let rounds = total.div_ceil(window);
     let (mut t_h2d, mut t_d2h, mut t_pin, mut t_verify) =
         (Duration::ZERO, Duration::ZERO, Duration::ZERO, Duration::ZERO);
@@ -212,7 +335,7 @@ fn copy_zero_copy(dev: &Device, info: &Info, a: &CopyArgs, path: &Path) -> Resul
         t_pin += t.elapsed();
         segs_src += u64::from(src.segments());
         let t = Instant::now();
-        mover.copy(&src, &hbm, n, &pb).with_context(|| format!("{}: host -> HBM", at()))?;
+        mover.copy(&src, &hbm, n, &pb.bar).with_context(|| format!("{}: host -> HBM", at()))?;
         t_h2d += t.elapsed();
         let t = Instant::now();
         src.free().with_context(|| format!("{}: NEURON_UDMA_MEM_FREE source", at()))?;
@@ -221,7 +344,7 @@ fn copy_zero_copy(dev: &Device, info: &Info, a: &CopyArgs, path: &Path) -> Resul
         t_pin += t.elapsed();
         segs_dst += u64::from(dst.segments());
         let t = Instant::now();
-        mover.copy(&hbm, &dst, n, &pb).with_context(|| format!("{}: HBM -> host", at()))?;
+        mover.copy(&hbm, &dst, n, &pb.bar).with_context(|| format!("{}: HBM -> host", at()))?;
         t_d2h += t.elapsed();
         let t = Instant::now();
         dst.try_free().map_err(|(_, e)| e).with_context(|| format!("{}: NEURON_UDMA_MEM_FREE destination", at()))?;
@@ -232,10 +355,10 @@ fn copy_zero_copy(dev: &Device, info: &Info, a: &CopyArgs, path: &Path) -> Resul
         sum.update(got);
         t_verify += t.elapsed();
         done += n;
-        pb.set_message(bar_rate(done, t_h2d + t_d2h));
+        pb.bar.set_message(bar_rate(done, t_h2d + t_d2h));
     }
     let t_all = t_all.elapsed();
-    pb.finish_and_clear();
+    pb.finish();
     Ok(Outcome {
         name,
         total,
@@ -254,25 +377,95 @@ fn copy_zero_copy(dev: &Device, info: &Info, a: &CopyArgs, path: &Path) -> Resul
 
 /// Whether to draw a progress bar: only when stderr (where the bar is drawn) is a terminal that
 /// can move the cursor. A log, a pipe or TERM=dumb (e.g. a serial console captured to a file)
-/// gets no output while the copy runs, and the same lines after it.
+/// gets a progress line every [`LINE_INTERVAL`] instead.
 fn bar_wanted() -> bool {
     use std::io::IsTerminal;
     std::io::stderr().is_terminal() && std::env::var("TERM").is_ok_and(|t| !t.is_empty() && t != "dumb")
 }
 
-/// The copy's one progress bar over `total` bytes (both directions), or a hidden one. It shows
-/// no rate of its own: its clock would include the file reads and the verification; the DMA
-/// rate is set as its message.
-fn progress(total: u64) -> ProgressBar {
-    if !bar_wanted() {
-        return ProgressBar::hidden();
-    }
-    let pb = ProgressBar::new(total);
-    let style =
-        ProgressStyle::with_template("host -> HBM -> host {bar:40} {binary_bytes}/{binary_total_bytes} moved {msg}")
+/// How often a copy off a terminal prints its progress line on stderr.
+pub const LINE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The progress of a copy over `total` bytes (both directions): the bar on a terminal; off one,
+/// the same count (a hidden bar) and a thread that prints a [`progress_line`] on stderr every
+/// [`LINE_INTERVAL`] until [`Progress::finish`].
+struct Progress {
+    bar: ProgressBar,
+    /// The line printer: dropping the sender stops it.
+    lines: Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
+}
+
+impl Progress {
+    fn new(total: u64) -> Self {
+        if bar_wanted() {
+            let bar = ProgressBar::new(total);
+            let style = ProgressStyle::with_template(
+                "host -> HBM -> host {bar:40} {binary_bytes}/{binary_total_bytes} moved {msg}",
+            )
             .unwrap_or_else(|_| ProgressStyle::default_bar());
-    pb.set_style(style);
-    pb
+            bar.set_style(style);
+            return Progress { bar, lines: None };
+        }
+        let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
+        let (stop, stopped) = mpsc::channel::<()>();
+        let counted = bar.clone();
+        let start = Instant::now();
+        let printer = std::thread::spawn(move || {
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(LINE_INTERVAL) {
+                eprintln!("{}", progress_line(counted.position(), total, start.elapsed()));
+            }
+        });
+        Progress { bar, lines: Some((stop, printer)) }
+    }
+
+    /// Stops the line printer and clears the bar.
+    fn finish(self) {
+        if let Some((stop, printer)) = self.lines {
+            drop(stop);
+            let _ = printer.join();
+        }
+        self.bar.finish_and_clear();
+    }
+}
+
+/// The progress line of a copy off a terminal: bytes moved (both directions) of `total`, the
+/// share, the rate since the start (wall time: reading and verifying included) and an estimate
+/// of the time left.
+pub fn progress_line(done: u64, total: u64, elapsed: Duration) -> String {
+    let secs = elapsed.as_secs_f64();
+    let pct = if total == 0 { 100.0 } else { 100.0 * done as f64 / total as f64 };
+    let left = if done == 0 || secs <= 0.0 {
+        "time left unknown".to_string()
+    } else {
+        let rest = (total.saturating_sub(done)) as f64 * secs / done as f64;
+        format!("about {} left", duration_text(rest))
+    };
+    format!(
+        "udmactl copy: {} of {} moved ({pct:.1}%), {}, {} elapsed, {left}",
+        human_bytes(done),
+        human_bytes(total),
+        human_rate(done, elapsed),
+        duration_text(secs)
+    )
+}
+
+/// `s` seconds as "42 s", "3 min 05 s", "2 h 07 min".
+fn duration_text(s: f64) -> String {
+    let s = s.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {:02} s", s / 60, s % 60),
+        _ => format!("{} h {:02} min", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// Bytes the user queues of a copy are charged (none for --memcpy; two with --pipeline).
+fn queues_charge(a: &CopyArgs) -> u64 {
+    match (a.memcpy, a.q.pipeline) {
+        (true, _) => 0,
+        (false, false) => limits::queue_charge(a.q.ring_size),
+        (false, true) => 2 * limits::queue_charge(a.q.ring_size),
+    }
 }
 
 /// The bar's message: the DMA rate so far (both directions), with the short label.
@@ -436,6 +629,74 @@ mod tests {
         assert!(label_for(&[0], false, true).contains("QEMU virtual machine"));
         assert_eq!(label_for(&[0x01], false, false), "throughput");
         assert_eq!(label_for(&[], false, false), "throughput");
+    }
+
+    #[test]
+    fn progress_lines_off_a_terminal() {
+        assert_eq!(
+            progress_line(1 << 30, 4 << 30, Duration::from_secs(10)),
+            "udmactl copy: 1.0 GiB of 4.0 GiB moved (25.0%), 107.37 MB/s, 10 s elapsed, about 30 s left"
+        );
+        assert_eq!(
+            progress_line(0, 200 << 30, Duration::from_secs(5)),
+            "udmactl copy: 0 B of 200.0 GiB moved (0.0%), 0.00 kB/s, 5 s elapsed, time left unknown"
+        );
+        let l = progress_line(10 << 30, 200 << 30, Duration::from_secs(400));
+        assert!(l.ends_with("6 min 40 s elapsed, about 2 h 06 min left"), "{l}");
+        assert_eq!(duration_text(59.6), "1 min 00 s");
+    }
+
+    #[test]
+    fn copy_json_shape() {
+        let v = serde_json::to_value(CopyJson::ok("/dev/neuron_udma0", &outcome(), "throughput")).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "bytes",
+                "device",
+                "hbm_to_host_bytes_per_second",
+                "hbm_to_host_seconds",
+                "host_to_hbm_bytes_per_second",
+                "host_to_hbm_seconds",
+                "ok",
+                "other_seconds",
+                "rounds",
+                "route",
+                "seconds",
+                "sha256",
+                "source",
+                "throughput_label",
+                "verdict",
+                "via",
+                "window",
+                "zero_copy"
+            ]
+        );
+        assert_eq!(v["ok"], true);
+        assert_eq!(v["bytes"], 64 << 20);
+        assert_eq!(v["host_to_hbm_bytes_per_second"], (64u64 << 20) as f64 / 0.8);
+        assert_eq!(v["other_seconds"]["reading"], 0.01);
+        assert_eq!(v["zero_copy"], serde_json::Value::Null);
+        assert!(v["verdict"].as_str().unwrap().starts_with("verdict: OK: copied 64.0 MiB"));
+        let mut o = outcome();
+        o.zero_copy = Some(("the file's own mapping".into(), 17, 16));
+        let v = serde_json::to_value(CopyJson::ok("/dev/neuron_udma0", &o, "throughput")).unwrap();
+        assert_eq!(
+            v["zero_copy"],
+            serde_json::json!({"imported": "the file's own mapping", "source_runs": 17, "destination_runs": 16})
+        );
+        let e = anyhow::anyhow!("busy").context("NEURON_UDMA_QUEUE_INIT");
+        let v = serde_json::to_value(CopyJson::failed("/dev/neuron_udma1", &e)).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "device": "/dev/neuron_udma1",
+                "ok": false,
+                "verdict": "verdict: FAILED: NEURON_UDMA_QUEUE_INIT: busy",
+                "error": "NEURON_UDMA_QUEUE_INIT: busy"
+            })
+        );
     }
 
     #[test]

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The `--json` output of `info`, `list`, `queue-state` and `top`: the fields of the text
 //! output as serde structs (numbers as JSON numbers).
 
@@ -93,6 +93,9 @@ pub struct DeviceInfo {
     pub info: InfoJson,
     /// The PCI device (the file's fdinfo `neuron_udma-device`), null from an older driver.
     pub pci_device: Option<String>,
+    /// The queues the driver's in-kernel dmaengine channels hold (QUEUE_INIT of them is
+    /// EBUSY), from the channels in sysfs; null when they cannot be read.
+    pub dmaengine_queues: Option<Vec<QueueId>>,
     /// The device's usage counters (sysfs), null when they cannot be read.
     pub usage: Option<DeviceUsageJson>,
     /// Why `usage` is null.
@@ -250,6 +253,7 @@ mod tests {
             device: "/dev/neuron_udma0".into(),
             info: InfoJson::new(&trn1()),
             pci_device: Some("0000:00:03.0".into()),
+            dmaengine_queues: Some(vec![QueueId { engine: 33, queue: 15 }]),
             usage: Some((&usage).into()),
             usage_error: None,
         })
@@ -283,6 +287,7 @@ mod tests {
                 "device_ring_engines_bitmap": ["0x0000000000000000", "0x0000000000000000", "0x0000000000000000"],
                 "numa_node": 0,
                 "pci_device": "0000:00:03.0",
+                "dmaengine_queues": [{"engine": 33, "queue": 15}],
                 "usage": {
                     "mem_host_bytes": 4096,
                     "mem_device_bytes": 0,
@@ -302,11 +307,13 @@ mod tests {
             device: "/dev/neuron_udma0".into(),
             info: InfoJson::new(&trn1()),
             pci_device: None,
+            dmaengine_queues: None,
             usage: None,
             usage_error: Some("no neuron_udma usage counters".into()),
         })
         .unwrap();
         assert_eq!((&v["pci_device"], &v["usage"]), (&Value::Null, &Value::Null));
+        assert_eq!(v["dmaengine_queues"], Value::Null);
         assert_eq!(v["usage_error"], "no neuron_udma usage counters");
     }
 

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Test only: the subset of JSON Schema draft-07 that CDI's schema uses (`type`, `properties`,
 //! `required`, `items`, `$ref` to `#/definitions/...` and `defs.json#/definitions/...`,
 //! `minimum`, `maximum`, `patternProperties` with the pattern `.{1,}`), to validate `udmactl

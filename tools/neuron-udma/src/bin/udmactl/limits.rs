@@ -1,11 +1,12 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Errors that name the limit: engine and queue arguments checked against INFO, the smallest
 //! `--window`, and ENOMEM explained by `RLIMIT_MEMLOCK`.
 
 use std::fmt::Display;
+use std::path::Path;
 
 use anyhow::{anyhow, Result};
-use neuron_udma::{Error, Info};
+use neuron_udma::{Device, Error, Info};
 
 /// The smallest `--window`: one full copy (`max_copy_size` of INFO is 64 KiB on every
 /// generation). A smaller window would move the data in rounds of a few bytes.
@@ -64,24 +65,180 @@ pub fn check_user_queue(info: &Info, engine: u32, queue: u32) -> Result<(), Stri
     Ok(())
 }
 
-/// The error of a `QUEUE_INIT` of (`engine`, `queue`) that failed with `e`; for a queue the
-/// driver keeps for itself (`EBUSY`), which one and what it is kept for.
-pub fn queue_init_error(info: &Info, engine: u32, queue: u32, ring: u32, e: Error) -> anyhow::Error {
+/// The error of a `QUEUE_INIT` of (`engine`, `queue`) on `dev` that failed with `e`; for a
+/// queue that is busy (`EBUSY`), who holds it: the driver (which queue it keeps, and for what),
+/// its in-kernel dmaengine channels (counted in sysfs), or another open file.
+pub fn queue_init_error(dev: &Device, info: &Info, engine: u32, queue: u32, ring: u32, e: Error) -> anyhow::Error {
+    let dma = match e {
+        Error::Busy => dmaengine_channels(dev).map(|n| info.dmaengine_queues(n)).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    queue_init_error_with(info, &dma, engine, queue, ring, e)
+}
+
+/// How many channels the driver's dmaengine provider registered for the device of `dev`
+/// ([`dmaengine_channels_of`] its PCI device; `None` if they cannot be read).
+pub fn dmaengine_channels(dev: &Device) -> Option<u32> {
+    dmaengine_channels_of(&dev.usage().ok()?.device)
+}
+
+/// How many dmaengine channels PCI device `pci` has: its `dma/dma<N>chan<M>` entries in sysfs
+/// (0 without a `dma` directory: no channel registered; `None` if the device is not in sysfs).
+pub fn dmaengine_channels_of(pci: &str) -> Option<u32> {
+    let dev = Path::new("/sys/bus/pci/devices").join(pci);
+    let Ok(dir) = std::fs::read_dir(dev.join("dma")) else {
+        return dev.exists().then_some(0);
+    };
+    let n = dir.flatten().filter(|e| e.file_name().to_str().is_some_and(|n| n.contains("chan"))).count();
+    u32::try_from(n).ok()
+}
+
+/// [`queue_init_error`] with the queues the dmaengine provider holds (`dma`, from
+/// [`Info::dmaengine_queues`]).
+pub fn queue_init_error_with(
+    info: &Info,
+    dma: &[(u32, u32)],
+    engine: u32,
+    queue: u32,
+    ring: u32,
+    e: Error,
+) -> anyhow::Error {
     let what = format!("NEURON_UDMA_QUEUE_INIT engine {engine} queue {queue} ring {ring}");
     match e {
-        Error::Busy if info.is_reserved_queue(engine, queue) => {
-            let why = if info.h2t_queues().contains(&(engine, queue)) {
-                "the driver's own H2T queue (MEMCPY, dmaengine)"
-            } else {
-                "kept for the NeuronCores and collectives"
-            };
-            anyhow!(
-                "{what}: engine {engine} queue {queue} is reserved, {why}: pick another --queue (1..3 are never \
-                 reserved)"
-            )
-        }
+        Error::Busy => anyhow!("{what}: {}", busy_reason(info, dma, engine, queue)),
         Error::OutOfMemory => anyhow!("{what}: {}", memlock_message(&Remedy::Window)),
         e => anyhow::Error::new(e).context(what),
+    }
+}
+
+/// Why `QUEUE_INIT` of (`engine`, `queue`) was `EBUSY`, and what to do.
+pub fn busy_reason(info: &Info, dma: &[(u32, u32)], engine: u32, queue: u32) -> String {
+    const PICK: &str = "pick another --queue (queues 1..3 of an engine other than the H2T engines are never reserved)";
+    let h2t = info.h2t_queues();
+    if h2t.first() == Some(&(engine, queue)) {
+        return format!(
+            "busy (EBUSY): engine {engine} queue {queue} is reserved: the driver's own H2T queue (the MEMCPY and \
+             MEMSET ioctls, device-memory scrubs); {PICK}"
+        );
+    }
+    if h2t.contains(&(engine, queue)) {
+        return format!(
+            "busy (EBUSY): engine {engine} queue {queue} is reserved: a host-DMA (H2T) queue the driver keeps for \
+             itself (device-memory scrubs); {PICK}"
+        );
+    }
+    if let Some(i) = dma.iter().position(|&q| q == (engine, queue)) {
+        let held: Vec<String> = dma.iter().map(|&(e, q)| format!("{e}/{q}")).collect();
+        return format!(
+            "busy (EBUSY): engine {engine} queue {queue} is held by the driver's in-kernel dmaengine provider \
+             (channel {i} of {}, for kernel users of DMA_MEMCPY/DMA_MEMSET such as dmatest; it holds the queues {} \
+             while the device is bound, one per channel: module parameter dma_channels); {PICK}",
+            dma.len(),
+            held.join(" ")
+        );
+    }
+    if info.is_reserved_queue(engine, queue) {
+        return format!(
+            "busy (EBUSY): engine {engine} queue {queue} is reserved: kept for the NeuronCores and collectives \
+             (hardware.rst 2.4); {PICK}"
+        );
+    }
+    format!(
+        "busy (EBUSY): engine {engine} queue {queue} is in use: another open file of this device holds it \
+         (`udmactl top` shows the processes that have the device open); {PICK}"
+    )
+}
+
+/// The bytes of locked memory (`RLIMIT_MEMLOCK`) a user queue with rings of `ring_descs`
+/// descriptors is charged, as the driver counts them (`Queue::memory_bytes` in `rust/queue.rs`):
+/// both rings of 16-byte descriptors and the 256 completion slots of 8 bytes, each a
+/// power-of-two block of pages, and the 256 fence and 32 lost-range records (24 bytes each) in
+/// whole pages.
+pub fn queue_charge(ring_descs: u32) -> u64 {
+    const PAGE: u64 = 4096;
+    let block = |bytes: u64| bytes.max(PAGE).next_power_of_two();
+    let ring = block(u64::from(ring_descs) * 16);
+    2 * ring + block(256 * 8) + ((256 + 32) * 24u64).div_ceil(PAGE) * PAGE
+}
+
+/// The locked memory this process may pin through the driver: the soft `RLIMIT_MEMLOCK`, or
+/// `None` (no limit) when it is unlimited or the process has `CAP_IPC_LOCK`.
+pub fn memlock_budget() -> Option<u64> {
+    if has_cap_ipc_lock() {
+        return None;
+    }
+    memlock_soft_limit()
+}
+
+/// How a copy's pinned memory grows with its window: `buffers` host buffers (or imports) of the
+/// window at once, each charged as the next power of two of its size (a host buffer's charge),
+/// plus `fixed` bytes (the queues' rings: [`queue_charge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pinned {
+    /// Window-sized buffers held at once.
+    pub buffers: u64,
+    /// Bytes charged whatever the window (queues).
+    pub fixed: u64,
+}
+
+impl Pinned {
+    /// Bytes charged with a window of `w` bytes.
+    pub fn charge(&self, w: u64) -> u64 {
+        self.buffers.saturating_mul(w.next_power_of_two()).saturating_add(self.fixed)
+    }
+}
+
+/// The window of a copy that pins `p` under `budget` (from [`memlock_budget`]; `None`: no
+/// limit): `--window` (`explicit`) if its charge fits, else an error naming the limit, the
+/// size needed and what fits; without `--window`, `want` (the default) or, if its charge does
+/// not fit, the largest power of two below it that fits and is at least [`MIN_WINDOW`], else an
+/// error naming the limit, the size needed and the flags that change it.
+pub fn plan_window(explicit: Option<u64>, want: u64, budget: Option<u64>, p: Pinned) -> Result<u64, String> {
+    let Some(limit) = budget else {
+        return Ok(explicit.unwrap_or(want));
+    };
+    let fits = |w: u64| p.charge(w) <= limit;
+    let largest = |mut w: u64| {
+        w = if w.is_power_of_two() { w } else { w.next_power_of_two() / 2 };
+        while w >= MIN_WINDOW && !fits(w) {
+            w /= 2;
+        }
+        Some(w).filter(|&w| w >= MIN_WINDOW)
+    };
+    let limit_text = format!("RLIMIT_MEMLOCK (soft limit {}, ulimit -l {})", crate::human_bytes(limit), limit / 1024);
+    let raise = "raise the limit (ulimit -l, /etc/security/limits.d, LimitMEMLOCK= of a systemd unit) or run with \
+                 CAP_IPC_LOCK";
+    let needs = |w: u64| {
+        let mut t = format!("{} buffer(s) of {} pinned", p.buffers, crate::human_bytes(w.next_power_of_two()));
+        if p.fixed > 0 {
+            t.push_str(&format!(" and {} of queue rings", crate::human_bytes(p.fixed)));
+        }
+        t
+    };
+    match explicit {
+        Some(w) if fits(w) => Ok(w),
+        Some(w) => Err(format!(
+            "--window {} needs {} of locked memory ({}), more than {limit_text}: {}",
+            crate::human_size(w),
+            crate::human_bytes(p.charge(w)),
+            needs(w),
+            match largest(w) {
+                Some(f) => format!("use --window {} (or less), or {raise}", crate::human_size(f)),
+                None => format!("{raise}: even --window {} does not fit", crate::human_size(MIN_WINDOW)),
+            }
+        )),
+        None if fits(want) => Ok(want),
+        None => largest(want).ok_or_else(|| {
+            let w = want.min(MIN_WINDOW);
+            format!(
+                "the smallest window ({}) needs {} of locked memory ({}), more than {limit_text}: {raise} (to at \
+                 least ulimit -l {}); --window sets the window",
+                crate::human_size(w),
+                crate::human_bytes(p.charge(w)),
+                needs(w),
+                p.charge(w).div_ceil(1024)
+            )
+        }),
     }
 }
 
@@ -216,12 +373,87 @@ mod tests {
 
     #[test]
     fn reserved_queue_is_named() {
-        let e = queue_init_error(&trn1(), 32, 0, 4096, Error::Busy).to_string();
-        assert!(e.contains("engine 32 queue 0 is reserved, the driver's own H2T queue"), "{e}");
-        let e = queue_init_error(&trn1(), 0, 15, 4096, Error::Busy).to_string();
+        let dma = trn1().dmaengine_queues(4);
+        let err = |e, q| format!("{:#}", queue_init_error_with(&trn1(), &dma, e, q, 4096, Error::Busy));
+        let e = err(32, 0);
+        assert!(e.contains("engine 32 queue 0 is reserved: the driver's own H2T queue (the MEMCPY"), "{e}");
+        let e = err(33, 0);
+        assert!(e.contains("engine 33 queue 0 is reserved: a host-DMA (H2T) queue"), "{e}");
+        let e = err(0, 15);
         assert!(e.contains("kept for the NeuronCores"), "{e}");
-        let e = format!("{:#}", queue_init_error(&trn1(), 0, 1, 4096, Error::Busy));
-        assert!(e.starts_with("NEURON_UDMA_QUEUE_INIT engine 0 queue 1 ring 4096: busy"), "{e}");
+        let e = err(33, 13);
+        assert!(
+            e.contains(
+                "engine 33 queue 13 is held by the driver's in-kernel dmaengine provider (channel 2 of 4, for kernel \
+                 users of DMA_MEMCPY/DMA_MEMSET such as dmatest; it holds the queues 33/15 33/14 33/13 33/12 while"
+            ) && e.contains("dma_channels"),
+            "{e}"
+        );
+        // A PCI device that sysfs does not have: the channels are unknown.
+        assert_eq!(dmaengine_channels_of("ffff:ff:1f.7"), None);
+        // Without dmaengine channels the same queue is some other file's.
+        let e = format!("{:#}", queue_init_error_with(&trn1(), &[], 33, 13, 4096, Error::Busy));
+        assert!(e.contains("engine 33 queue 13 is in use: another open file of this device holds it"), "{e}");
+        let e = err(0, 1);
+        assert!(
+            e.starts_with("NEURON_UDMA_QUEUE_INIT engine 0 queue 1 ring 4096: busy (EBUSY): engine 0 queue 1"),
+            "{e}"
+        );
+        assert!(
+            e.ends_with(
+                "pick another --queue (queues 1..3 of an engine other than the H2T engines are never reserved)"
+            ),
+            "{e}"
+        );
+        let e = format!("{:#}", queue_init_error_with(&trn1(), &dma, 0, 1, 4096, Error::InvalidArgument));
+        assert!(e.starts_with("NEURON_UDMA_QUEUE_INIT engine 0 queue 1 ring 4096: "), "{e}");
+    }
+
+    #[test]
+    fn queue_charge_is_the_drivers() {
+        // 4096 descriptors: two 64 KiB rings, a 4 KiB block of completion slots, 8 KiB of records.
+        assert_eq!(queue_charge(4096), 2 * (64 << 10) + (4 << 10) + (8 << 10));
+        // The smallest ring still takes a page per ring.
+        assert_eq!(queue_charge(32), 2 * 4096 + 4096 + 8192);
+        assert_eq!(queue_charge(1 << 23), 2 * (128 << 20) + 4096 + 8192);
+    }
+
+    #[test]
+    fn default_window_fits_locked_memory() {
+        let one_queue = Pinned { buffers: 2, fixed: queue_charge(4096) };
+        // Unlimited (or CAP_IPC_LOCK): the default, or --window as given.
+        assert_eq!(plan_window(None, 4 << 20, None, one_queue), Ok(4 << 20));
+        assert_eq!(plan_window(Some(64 << 20), 4 << 20, None, one_queue), Ok(64 << 20));
+        // The usual 8 MiB: two 4 MiB buffers and the rings do not fit, two of 2 MiB do.
+        assert_eq!(plan_window(None, 4 << 20, Some(8 << 20), one_queue), Ok(2 << 20));
+        // MEMCPY (no queue): two 4 MiB buffers are exactly 8 MiB.
+        assert_eq!(plan_window(None, 4 << 20, Some(8 << 20), Pinned { buffers: 2, fixed: 0 }), Ok(4 << 20));
+        // A default that is no power of two is charged as the next one.
+        assert_eq!(plan_window(None, 3 << 20, Some(8 << 20), one_queue), Ok(2 << 20));
+        assert_eq!(plan_window(None, 3 << 20, Some(16 << 20), one_queue), Ok(3 << 20));
+        // A small copy's window (its size) fits as it is.
+        assert_eq!(plan_window(None, 8192, Some(1 << 20), one_queue), Ok(8192));
+        // --window that fits is kept; one that does not is refused with what fits.
+        assert_eq!(plan_window(Some(1 << 20), 4 << 20, Some(8 << 20), one_queue), Ok(1 << 20));
+        let e = plan_window(Some(4 << 20), 4 << 20, Some(8 << 20), one_queue).unwrap_err();
+        assert!(
+            e.starts_with(
+                "--window 4M needs 8.1 MiB of locked memory (2 buffer(s) of 4.0 MiB pinned and 140.0 KiB of queue \
+                 rings), more than RLIMIT_MEMLOCK (soft limit 8.0 MiB, ulimit -l 8192): use --window 2M (or less)"
+            ),
+            "{e}"
+        );
+        // Too little for the smallest window: the limit, the size needed, the flags.
+        let e = plan_window(None, 4 << 20, Some(256 << 10), one_queue).unwrap_err();
+        assert_eq!(
+            e,
+            "the smallest window (64K) needs 268.0 KiB of locked memory (2 buffer(s) of 64.0 KiB pinned and 140.0 \
+             KiB of queue rings), more than RLIMIT_MEMLOCK (soft limit 256.0 KiB, ulimit -l 256): raise the limit \
+             (ulimit -l, /etc/security/limits.d, LimitMEMLOCK= of a systemd unit) or run with CAP_IPC_LOCK (to at \
+             least ulimit -l 268); --window sets the window"
+        );
+        let e = plan_window(Some(64 << 10), 4 << 20, Some(256 << 10), one_queue).unwrap_err();
+        assert!(e.ends_with("even --window 64K does not fit"), "{e}");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! `udmactl metrics`: every device's counters in the Prometheus text format
 //! ([`neuron_udma::metrics`]), to stdout or to a file for node_exporter's textfile collector.
 

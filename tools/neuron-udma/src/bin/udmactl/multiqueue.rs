@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! `udmactl multiqueue`: N queues driven by one thread against N threads, one per queue, on the
 //! same work (ABI 3).
 //!
@@ -614,7 +614,9 @@ fn measure(dev: &Device, info: &Info, a: &MultiqueueArgs) -> Result<MultiqueueJs
     let n = ids.len();
     let queues = ids
         .iter()
-        .map(|&(e, q)| dev.queue(e, q, plan.ring).map_err(|err| limits::queue_init_error(info, e, q, plan.ring, err)))
+        .map(|&(e, q)| {
+            dev.queue(e, q, plan.ring).map_err(|err| limits::queue_init_error(dev, info, e, q, plan.ring, err))
+        })
         .collect::<Result<Vec<_>>>()?;
     // One source for all: queue i copies from 4 KiB * i on, so that no two destinations match.
     const STRIDE: u64 = 4096;

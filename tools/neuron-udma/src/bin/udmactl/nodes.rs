@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Finding and opening the device nodes: `udmactl list`, and the one error message of a node
 //! that cannot be opened.
 
@@ -112,12 +112,20 @@ pub fn model_name(info: &Info) -> String {
     info.model().map_or_else(|| format!("device {:#06x}", info.device_id), str::to_string)
 }
 
-/// One line of `list` for a node: model, generation, engines (host-connected), device memory,
-/// max batch; or the reason it could not be read.
+/// The header row of `list` for nodes `width` characters wide.
+pub fn list_header(width: usize) -> String {
+    format!(
+        "{:<width$}  {:<11} {:<3} {:>7} {:>14} {:>13} {:>9}",
+        "NODE", "MODEL", "GEN", "ENGINES", "HOST-CONNECTED", "DEVICE-MEMORY", "MAX-BATCH"
+    )
+}
+
+/// One row of `list` for a node, under [`list_header`]: model, generation, engines,
+/// host-connected engines, device memory, max batch; or the reason it could not be read.
 pub fn list_line(node: &str, width: usize, probe: &Probe) -> String {
     match probe {
         Ok(i) => format!(
-            "{node:<width$}  {:<4} {}  {} engines, {} host-connected  {} device memory  max batch {}",
+            "{node:<width$}  {:<11} {:<3} {:>7} {:>14} {:>13} {:>9}",
             model_name(i),
             gen_name(i),
             i.engines,
@@ -142,7 +150,8 @@ pub fn cmd_list(dir: &Path, json: bool) -> Result<()> {
             probes.iter().map(|(node, p)| crate::json::ListEntry::new(node, p)).collect();
         println!("{}", serde_json::to_string(&entries)?);
     } else {
-        let width = probes.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+        let width = probes.iter().map(|(n, _)| n.len()).max().unwrap_or(0).max("NODE".len());
+        println!("{}", list_header(width));
         for (node, p) in &probes {
             println!("{}", list_line(node, width, p));
         }
@@ -219,11 +228,25 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            list_line("/dev/neuron_udma0", 18, &Ok(info)),
-            "/dev/neuron_udma0   trn2 v3  132 engines, 68 host-connected  96.0 GiB device memory  max batch 4096"
+            list_header(17),
+            "NODE               MODEL       GEN ENGINES HOST-CONNECTED DEVICE-MEMORY MAX-BATCH"
         );
+        assert_eq!(
+            list_line("/dev/neuron_udma0", 17, &Ok(info)),
+            "/dev/neuron_udma0  trn2        v3      132             68      96.0 GiB      4096"
+        );
+        // The right-aligned columns end where their headers end.
+        let (h, l) = (list_header(17), list_line("/dev/neuron_udma0", 17, &Ok(info)));
+        assert_eq!(h.len(), l.len());
+        for (title, value) in [("ENGINES", "132"), ("HOST-CONNECTED", "68"), ("DEVICE-MEMORY", "GiB")] {
+            assert_eq!(h.find(title).unwrap() + title.len(), l.find(value).unwrap() + value.len(), "{title}");
+        }
         let unknown = Info { device_id: 0x1234, generation: 7, ..info };
-        assert!(list_line("n", 1, &Ok(unknown)).starts_with("n  device 0x1234 generation 7  "));
+        assert!(
+            list_line("n", 1, &Ok(unknown)).starts_with("n  device 0x1234 generation 7 "),
+            "{}",
+            list_line("n", 1, &Ok(unknown))
+        );
         let denied = Err(("cannot open: Permission denied (EACCES)".to_string(), libc::EACCES));
         assert_eq!(
             list_line("/dev/neuron_udma1", 17, &denied),

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! `udmactl selftest`: every wrapper of the neuron_udma client crate against a real device, with
 //! the results as TAP (one test point per group), for the guest test plan of `make check`.
 //!
@@ -546,7 +546,7 @@ fn usage_counters(dev: &Device, i: &Info) -> Result<()> {
         ensure!(ours["usage"] == want_usage, "top's device counters as uid 1001: {ours}");
         ensure!(!ours["processes"].as_array().is_some_and(|r| r.iter().any(|r| r["pid"] == me)), "uid 1001 saw us");
     } else {
-        println!("# not root: top as another user not tried");
+        note("not root: top as another user not tried");
     }
 
     drop((q, imp, d, h));
@@ -627,8 +627,52 @@ fn metrics(dev: &Device, _: &Info) -> Result<()> {
     Ok(())
 }
 
-/// Runs every group and prints TAP; the error lists the failed groups.
-pub fn run(dev: &Device, info: &Info) -> Result<()> {
+/// The TAP comments of the running groups (`# ...` lines): printed, or with --json collected for
+/// the object's "notes".
+static NOTES: std::sync::Mutex<Option<Vec<String>>> = std::sync::Mutex::new(None);
+
+/// A TAP comment: `# text` on stdout, or a note of the --json object.
+fn note(text: impl Into<String>) {
+    let text = text.into();
+    if let Ok(mut collected) = NOTES.lock() {
+        if let Some(notes) = collected.as_mut() {
+            notes.push(text);
+            return;
+        }
+    }
+    println!("# {text}");
+}
+
+/// One group's result in `selftest --json`.
+#[derive(serde::Serialize, Debug, PartialEq)]
+pub struct TestJson {
+    pub name: &'static str,
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `selftest --json`: the device, every group's result, the notes and the counts.
+#[derive(serde::Serialize, Debug)]
+pub struct SelftestJson {
+    pub device: String,
+    pub tests: Vec<TestJson>,
+    pub notes: Vec<String>,
+    pub passed: usize,
+    pub failed: usize,
+}
+
+impl SelftestJson {
+    /// The object of `tests` run on `device`.
+    pub fn new(device: String, tests: Vec<TestJson>, notes: Vec<String>) -> Self {
+        let failed = tests.iter().filter(|t| !t.ok).count();
+        SelftestJson { device, passed: tests.len() - failed, failed, tests, notes }
+    }
+}
+
+/// Runs every group and prints TAP (with `json`, one [`SelftestJson`] object); the error lists
+/// the failed groups.
+pub fn run(dev: &Device, info: &Info, json: bool) -> Result<()> {
     let engine = info.user_engine().context("INFO reports no engine that reaches host memory")?;
     let _ = ENG.set(engine);
     type Check = fn(&Device, &Info) -> Result<()>;
@@ -647,20 +691,36 @@ pub fn run(dev: &Device, info: &Info) -> Result<()> {
         ("usage_counters_and_top", usage_counters),
         ("activity_counters_metrics_cdi", metrics),
     ];
-    println!("TAP version 13");
-    println!("1..{}", checks.len());
-    let mut failed = Vec::new();
+    if json {
+        if let Ok(mut n) = NOTES.lock() {
+            *n = Some(Vec::new());
+        }
+    } else {
+        println!("TAP version 13");
+        println!("1..{}", checks.len());
+    }
+    let mut results = Vec::new();
     for (n, (name, f)) in checks.iter().enumerate() {
-        match f(dev, info).with_context(|| name.to_string()) {
-            Ok(()) => println!("ok {} {name}", n + 1),
-            Err(e) => {
-                println!("# {e:#}");
-                println!("not ok {} {name}", n + 1);
-                failed.push(*name);
+        let r = f(dev, info).with_context(|| name.to_string());
+        if !json {
+            match &r {
+                Ok(()) => println!("ok {} {name}", n + 1),
+                Err(e) => {
+                    println!("# {e:#}");
+                    println!("not ok {} {name}", n + 1);
+                }
             }
         }
+        results.push(TestJson { name, ok: r.is_ok(), error: r.err().map(|e| format!("{e:#}")) });
     }
-    println!("# Totals: pass:{} fail:{}", checks.len() - failed.len(), failed.len());
+    let failed: Vec<&str> = results.iter().filter(|t| !t.ok).map(|t| t.name).collect();
+    if json {
+        let notes = NOTES.lock().ok().and_then(|mut n| n.take()).unwrap_or_default();
+        let out = SelftestJson::new(dev.path().display().to_string(), results, notes);
+        println!("{}", serde_json::to_string(&out)?);
+    } else {
+        println!("# Totals: pass:{} fail:{}", checks.len() - failed.len(), failed.len());
+    }
     if !failed.is_empty() {
         bail!("selftest failed: {}", failed.join(", "));
     }
@@ -838,7 +898,7 @@ fn abi3_memory(dev: &Device, i: &Info) -> Result<()> {
             expect_errno(dev.memcpy(&h, 0, &imp, 0, 16, None), libc::EPERM, "copy into a read-only dma-buf import")?;
         }
         // The device may not reach its own memory through a dma-buf: the header allows it.
-        Err(Error::NotSupported) => println!("# dma-buf import of our own device memory: EOPNOTSUPP"),
+        Err(Error::NotSupported) => note("dma-buf import of our own device memory: EOPNOTSUPP"),
         Err(e) => return Err(e).context("DMABUF_IMPORT of our own export"),
     }
     drop(fd);
@@ -853,7 +913,7 @@ fn abi3_memory(dev: &Device, i: &Info) -> Result<()> {
         dev.memcpy(&d2, 0, &h, 0, 4096, None)?;
         ensure!(h[..4096] == want[..], "device -> device on a queue with device rings");
     } else {
-        println!("# engine {} has no device rings (device_ring_engines of INFO)", eng());
+        note(format!("engine {} has no device rings (device_ring_engines of INFO)", eng()));
     }
     Ok(())
 }
@@ -861,6 +921,26 @@ fn abi3_memory(dev: &Device, i: &Info) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_shape() {
+        let tests = vec![
+            TestJson { name: "info", ok: true, error: None },
+            TestJson { name: "memcpy", ok: false, error: Some("memcpy: timed out".into()) },
+        ];
+        let v =
+            serde_json::to_value(SelftestJson::new("/dev/neuron_udma0".into(), tests, vec!["a note".into()])).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "device": "/dev/neuron_udma0",
+                "tests": [{"name": "info", "ok": true}, {"name": "memcpy", "ok": false, "error": "memcpy: timed out"}],
+                "notes": ["a note"],
+                "passed": 1,
+                "failed": 1,
+            })
+        );
+    }
 
     /// The runner of `udmactl` subcommands, on this test binary (current_exe): `--list` lists
     /// the tests and exits 0; an unknown option fails with the harness's message.

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! `udmactl top`: the driver's usage counters per device (sysfs) and per process holding a
 //! device open (fdinfo), refreshed every `--interval`.
 //!
