@@ -92,3 +92,34 @@ nu_kernel_input_versions() {
 		grep -m1 "^$p " "$1" || echo "$p (not in the root)"
 	done
 }
+
+# Dies unless FILE can run in the test guest (busybox, no C library): a static ELF executable (no
+# program interpreter: static or static-pie) or a script run by /bin/sh. Says how to build one.
+nu_guest_program() {
+	local f=$1 magic phoff phentsize phnum i type interp
+	[ -f "$f" ] || nu_die "--bin $f: no such file"
+	[ -r "$f" ] || nu_die "--bin $f: not readable"
+	magic=$(head -c 4 "$f" | od -An -c | tr -d ' ')
+	case "$magic" in
+	'#!'*)
+		case "$(head -n1 "$f")" in
+		'#!/bin/sh'* | '#!/bin/busybox'*) return 0 ;;
+		*) nu_die "--bin $f: a script for $(head -n1 "$f" | cut -c3-); the guest has only busybox: use #!/bin/sh" ;;
+		esac
+		;;
+	'177ELF') ;;
+	*) nu_die "--bin $f: not an executable (neither ELF nor a #!/bin/sh script)" ;;
+	esac
+	[ "$(od -An -t u1 -j 4 -N 1 "$f" | tr -d ' ')" = 2 ] ||
+		nu_die "--bin $f: a 32-bit ELF file; the guest is x86-64"
+	phoff=$(od -An -t u8 -j 32 -N 8 "$f" | tr -d ' ')
+	phentsize=$(od -An -t u2 -j 54 -N 2 "$f" | tr -d ' ')
+	phnum=$(od -An -t u2 -j 56 -N 2 "$f" | tr -d ' ')
+	for ((i = 0; i < phnum; i++)); do
+		type=$(od -An -t u4 -j $((phoff + i * phentsize)) -N 4 "$f" | tr -d ' ')
+		if [ "$type" = 3 ]; then # PT_INTERP: dynamically linked
+			interp=$(grep -a -o -m1 '/lib[a-z0-9_/]*/ld-[a-zA-Z0-9_.-]*' "$f" | head -n1 || true)
+			nu_die "--bin $f: dynamically linked (it asks for ${interp:-a dynamic loader}); the guest has no C library: build it statically, C: gcc -static -I include/uapi -o PROG PROG.c; Rust: RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target x86_64-unknown-linux-gnu"
+		fi
+	done
+}
