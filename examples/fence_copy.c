@@ -7,7 +7,8 @@
  *   2. MEM_ALLOC a host source and destination (mmap'ed) and a device (HBM) buffer;
  *   3. QUEUE_INIT a queue on the first engine that reaches host memory;
  *   4. COPY_PREPARE the copies host -> HBM, then HBM -> host (the first of those with a DMB
- *      barrier: it waits for the writes to HBM before it reads HBM);
+ *      barrier: it waits for the writes to HBM before it reads HBM; the last with a WRITE
+ *      barrier, as the driver's own submissions end);
  *   5. COPY_SUBMIT: ring the doorbells and get the fence, without waiting;
  *   6. poll() on the device file until it is readable, QUEUE_EVENTS to read what completed
  *      (EPOLLPRI / EPOLLERR and a FAILED event say a fence failed);
@@ -193,8 +194,12 @@ int main(int argc, char **argv)
 			c->src_offset = c->dst_offset = off;
 			c->size = size - off < chunk ? size - off : chunk;
 			/* The engine may run a queue's copies overlapped: the first read of HBM waits
-			 * for every earlier transfer of the queue (all the writes to HBM). */
-			c->barrier = leg == 1 && off == 0 ? NEURON_UDMA_BARRIER_DMB : NEURON_UDMA_BARRIER_NONE;
+			 * for every earlier transfer of the queue (all the writes to HBM), and the last
+			 * copy makes its writes visible before the completion marker's. */
+			if (leg == 1 && off == 0)
+				c->barrier = NEURON_UDMA_BARRIER_DMB;
+			else if (leg == 1 && off + chunk >= size)
+				c->barrier = NEURON_UDMA_BARRIER_WRITE;
 		}
 	}
 	struct neuron_udma_copy_prepare prep = {

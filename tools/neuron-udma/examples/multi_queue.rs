@@ -83,7 +83,7 @@ fn run() -> Result<()> {
         threads.into_iter().map(|t| t.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the thread panicked")))).collect()
     });
 
-    let mut failed = 0;
+    let mut failed = Vec::new();
     for (i, (r, &engine)) in results.into_iter().zip(&engines).enumerate() {
         let base = i * SLICE as usize;
         let what = match r {
@@ -93,10 +93,12 @@ fn run() -> Result<()> {
                 None => format!("fence {fence} done, {} KiB byte-exact", SLICE >> 10),
             },
         };
-        failed += usize::from(what.starts_with("FAILED"));
         println!("queue {engine}/{QUEUE}: {what}");
+        if let Some(why) = what.strip_prefix("FAILED: ") {
+            failed.push(format!("queue {engine}/{QUEUE}: {why}"));
+        }
     }
-    ensure!(failed == 0, "{failed} of {want} queues failed (above)");
+    ensure!(failed.is_empty(), "{} of {want} queues failed, the first: {}", failed.len(), failed[0]);
     println!(
         "multi_queue: OK: {want} queues on engines {engines:?} copied {} KiB each side by side, one thread in FENCE_WAIT per queue, byte-exact",
         SLICE >> 10
