@@ -29,7 +29,7 @@
 #                        then run the demo copy with it in a trn1 guest (Documentation/dkms.rst)
 #   make boot-soak [MODEL=trn1] [BOOTS=40] [LA57=1]   boot the debug kernel BOOTS times and count
 #                        kernel splats (Documentation/test-platform.rst)
-#   make clean           remove the module objects, build/kselftests, build/demo, build/dkms
+#   make clean           remove the module objects, build/kselftests, build/examples, build/demo, build/dkms
 #   make help            list these targets
 
 # Build against this kernel build tree. Empty: the project's test kernel (scripts/build-kernel).
@@ -71,7 +71,7 @@ clean:
 	  echo "no test kernel in the cache: removing the module's build outputs directly"; \
 	  $(MODULE_CLEAN); \
 	fi
-	rm -rf build/kselftests build/demo build/dkms
+	rm -rf build/kselftests build/examples build/demo build/dkms
 else
 # An external kernel build tree (e.g. /lib/modules/$(uname -r)/build on a Neuron host, or DKMS's
 # MAKE line). LLVM=1 when that kernel's config says it was built with clang (the module must be

@@ -56,9 +56,14 @@ nu_hash() {
 	} | sha256sum | cut -c1-16
 }
 
-# The Debian mirror the host's apt already uses (never written into the repo).
+# The Debian mirror the host's apt already uses (never written into the repo), or
+# $NEURON_UDMA_MIRROR when set (a URL such as http://deb.debian.org/debian).
 nu_mirror() {
-	local uri=""
+	local uri=${NEURON_UDMA_MIRROR:-}
+	if [ -n "$uri" ]; then
+		printf '%s\n' "${uri%/}"
+		return 0
+	fi
 	if [ -r /etc/apt/sources.list.d/debian.sources ]; then
 		uri=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }' \
 			/etc/apt/sources.list.d/debian.sources)
@@ -91,4 +96,140 @@ nu_kernel_input_versions() {
 	for p in $NU_KERNEL_INPUTS; do
 		grep -m1 "^$p " "$1" || echo "$p (not in the root)"
 	done
+}
+
+# Dies unless FILE can run in the test guest (busybox, no C library): a static ELF executable (no
+# program interpreter: static or static-pie) or a script run by /bin/sh. Says how to build one.
+nu_guest_program() {
+	local f=$1 magic phoff phentsize phnum i type interp
+	[ -f "$f" ] || nu_die "--bin $f: no such file"
+	[ -r "$f" ] || nu_die "--bin $f: not readable"
+	magic=$(head -c 4 "$f" | od -An -c | tr -d ' ')
+	case "$magic" in
+	'#!'*)
+		case "$(head -n1 "$f")" in
+		'#!/bin/sh'* | '#!/bin/busybox'*) return 0 ;;
+		*) nu_die "--bin $f: a script for $(head -n1 "$f" | cut -c3-); the guest has only busybox: use #!/bin/sh" ;;
+		esac
+		;;
+	'177ELF') ;;
+	*) nu_die "--bin $f: not an executable (neither ELF nor a #!/bin/sh script)" ;;
+	esac
+	[ "$(od -An -t u1 -j 4 -N 1 "$f" | tr -d ' ')" = 2 ] ||
+		nu_die "--bin $f: a 32-bit ELF file; the guest is x86-64"
+	phoff=$(od -An -t u8 -j 32 -N 8 "$f" | tr -d ' ')
+	phentsize=$(od -An -t u2 -j 54 -N 2 "$f" | tr -d ' ')
+	phnum=$(od -An -t u2 -j 56 -N 2 "$f" | tr -d ' ')
+	for ((i = 0; i < phnum; i++)); do
+		type=$(od -An -t u4 -j $((phoff + i * phentsize)) -N 4 "$f" | tr -d ' ')
+		if [ "$type" = 3 ]; then # PT_INTERP: dynamically linked
+			interp=$(grep -a -o -m1 '/lib[a-z0-9_/]*/ld-[a-zA-Z0-9_.-]*' "$f" | head -n1 || true)
+			nu_die "--bin $f: dynamically linked (it asks for ${interp:-a dynamic loader}); the guest has no C library: build it statically, C: gcc -static -I include/uapi -o PROG PROG.c; Rust: RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target x86_64-unknown-linux-gnu"
+		fi
+	done
+}
+
+# The sudo line of the README's quick start: root, keeping the caller's cargo.
+# shellcheck disable=SC2016 # printed for the user to run, not expanded here
+NU_SUDO_LINE='sudo env PATH="$PATH" RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}" bash'
+
+# PATH, or its nearest existing parent.
+nu_existing() {
+	local d=$1
+	while [ ! -e "$d" ]; do d=$(dirname "$d"); done
+	echo "$d"
+}
+
+# Free space (MiB) of the file system holding PATH (or its nearest existing parent).
+nu_free_mb() {
+	df -Pm "$(nu_existing "$1")" | awk 'NR == 2 { print $4 }'
+}
+
+# Before anything is downloaded or built, what make demo, make check and scripts/vm-run need of
+# the host; the first unmet need prints one verdict line `PREFIX FAILED: <what>; <the fix>` on
+# stdout and exits 1 (PREFIX: "demo:" for make demo, else empty). Checked, in order:
+#   - root: the toolchain root is made with mmdebstrap (as another user it falls back to its
+#     fakechroot mode, which fails on trixie's glibc after downloading the packages) and every
+#     build and guest enters it with unshare --mount and chroot (CAP_SYS_ADMIN, CAP_SYS_CHROOT);
+#   - cargo, at least the rust-version of tools/neuron-udma/Cargo.toml (the host's cargo builds
+#     the tools workspace; under sudo a rustup cargo needs PATH and RUSTUP_HOME kept);
+#   - free disk where the cache and the clone live, for what is missing (measured: the
+#     toolchain root 4.6 GB and its packages while it is built, the test kernel 0.7 GB; the
+#     clone's build/ and tools/target 2 GB), plus 1 GB; NU_PREFLIGHT_FREE_MB=N pretends N MiB
+#     are free (to try the check);
+#   - the Debian mirror (nu_mirror) answering within NU_PREFLIGHT_MIRROR_TIMEOUT seconds (10),
+#     through the host's apt (its proxies), only when there is no complete toolchain root yet:
+#     a warm cache needs no network.
+# Passes once per run: it exports NU_PREFLIGHT_DONE=1 for the scripts it starts.
+nu_preflight() {
+	local prefix=${1:+$1 } need want have root_ok=1 kernel_ok=1 cache_mb clone_mb cache_free clone_free
+	local mirror tmp timeout=${NU_PREFLIGHT_MIRROR_TIMEOUT:-10}
+	[ -z "${NU_PREFLIGHT_DONE:-}" ] || return 0
+	nu_verdict() { printf '%sFAILED: %s\n' "$prefix" "$*"; exit 1; }
+
+	[ "$(id -u)" = 0 ] || nu_verdict "running as $(id -un 2>/dev/null || id -u) (uid $(id -u)), not root:" \
+		"the toolchain root is built with mmdebstrap and entered with unshare and chroot, which need" \
+		"root; become root keeping your cargo, then run the command again: $NU_SUDO_LINE"
+
+	want=$(sed -n 's/^rust-version *= *"\(.*\)"/\1/p' "$NU_TOP/tools/neuron-udma/Cargo.toml")
+	command -v cargo >/dev/null || nu_verdict "no cargo in PATH ($PATH): install a Rust toolchain" \
+		"(cargo ${want:-1.95} or newer, e.g. rustup: https://rustup.rs); under sudo keep your PATH" \
+		"and RUSTUP_HOME: $NU_SUDO_LINE"
+	have=$(cargo --version 2>/dev/null | sed -n 's/^cargo \([0-9][0-9.]*\).*/\1/p' | head -n1 || true)
+	[ -n "$have" ] || nu_verdict "cargo --version failed ($(cargo --version 2>&1 | head -n1)):" \
+		"a rustup cargo without its toolchain? under sudo keep RUSTUP_HOME: $NU_SUDO_LINE"
+	if [ -n "$want" ] && [ "$(printf '%s\n%s\n' "$want" "$have" | sort -V | head -n1)" != "$want" ]; then
+		nu_verdict "cargo $have is older than $want (rust-version of tools/neuron-udma/Cargo.toml):" \
+			"update the Rust toolchain (rustup update stable)"
+	fi
+
+	nu_current_root >/dev/null || root_ok=0
+	"$NU_TOP/scripts/build-kernel" --existing >/dev/null 2>&1 || kernel_ok=0
+	cache_mb=$((1000 + (1 - root_ok) * 5500 + (1 - kernel_ok) * 1000))
+	clone_mb=1000
+	[ -d "$NU_TOP/tools/target/release" ] || clone_mb=2000
+	cache_free=${NU_PREFLIGHT_FREE_MB:-$(nu_free_mb "$NU_CACHE")}
+	clone_free=${NU_PREFLIGHT_FREE_MB:-$(nu_free_mb "$NU_TOP")}
+	if [ "$(stat -c %d "$(nu_existing "$NU_CACHE")")" = "$(stat -c %d "$NU_TOP")" ]; then
+		need=$((cache_mb + clone_mb))
+		[ "$cache_free" -ge "$need" ] || nu_verdict "$cache_free MiB free on the file system of $NU_CACHE" \
+			"and $NU_TOP, $need MiB needed ($(nu_need_text "$root_ok" "$kernel_ok"), build products" \
+			"of the clone, 1 GB margin): free space there, or put the cache elsewhere with" \
+			"NEURON_UDMA_CACHE=DIR"
+	else
+		[ "$cache_free" -ge "$cache_mb" ] || nu_verdict "$cache_free MiB free for $NU_CACHE, $cache_mb MiB" \
+			"needed ($(nu_need_text "$root_ok" "$kernel_ok"), 1 GB margin): free space there, or put" \
+			"the cache elsewhere with NEURON_UDMA_CACHE=DIR"
+		[ "$clone_free" -ge "$clone_mb" ] || nu_verdict "$clone_free MiB free for the clone $NU_TOP," \
+			"$clone_mb MiB needed (build/, tools/target, 1 GB margin): free space there"
+	fi
+
+	if [ "$root_ok" = 0 ]; then
+		mirror=$(nu_mirror)
+		tmp=$(mktemp -d "${TMPDIR:-/tmp}/nu-preflight.XXXXXX")
+		if ! timeout "$((timeout + 5))" /usr/lib/apt/apt-helper -o APT::Sandbox::User=root \
+			-o Acquire::http::Timeout="$timeout" -o Acquire::https::Timeout="$timeout" \
+			-o Acquire::Retries=0 download-file "$mirror/dists/trixie/InRelease" "$tmp/InRelease" \
+			>"$tmp/log" 2>&1; then
+			local why
+			why=$(sed -n 's/^E: Failed to fetch [^ ]* *//p' "$tmp/log" | head -n1 | cut -c1-160)
+			rm -rf "$tmp"
+			nu_verdict "the Debian mirror $mirror gave no trixie index within $timeout s (${why:-no answer})," \
+				"and there is no toolchain root yet to build without it: check the network or the" \
+				"host's apt proxy, or name a reachable mirror with NEURON_UDMA_MIRROR=URL"
+		fi
+		rm -rf "$tmp"
+	fi
+	export NU_PREFLIGHT_DONE=1
+}
+
+# What a cold cache still needs, for nu_preflight's message: nu_need_text ROOT_OK KERNEL_OK.
+nu_need_text() {
+	local parts=()
+	[ "$1" = 1 ] || parts+=("the toolchain root: 5.5 GB while it is built")
+	[ "$2" = 1 ] || parts+=("the test kernel: 1 GB")
+	[ ${#parts[@]} != 0 ] || parts+=("nothing more for the cache")
+	local IFS=,
+	local joined="${parts[*]}"
+	echo "${joined//,/, }"
 }

@@ -7,18 +7,21 @@ usage: parse-results.py [--manifest TOML] [--lint LOG] [--unittest LOG] [--cargo
        parse-results.py --boot-splat DIR     exit 0 if the kernel splatted before the module loaded
        parse-results.py --splats DIR         print the splat lines of DIR's console.log and
                                                  output.log; exit 1 if there is one
-       parse-results.py --list kunit|kselftest|guest-commands|passes [--pass PASS]
+       parse-results.py --list kunit|kselftest|guest-commands|examples|passes [--pass PASS]
                                                  what the manifest requires, one a line (kselftest:
-                                                 the programs; guest-commands: NAME COMMAND; passes:
-                                                 NAME DEVICES [numa] of each extra pass); with --pass only
-                                                 that pass's (main: the one-device pass)
+                                                 the programs; guest-commands and examples: NAME
+                                                 COMMAND; passes: NAME DEVICES [numa] of each extra
+                                                 pass); with --pass only that pass's (main: the
+                                                 one-device pass)
 
 Each DIR holds the console.log (kernel console) and output.log (the guest test plan's output, see
 tests/guest/run-tests) of one VM run on MODEL (trn1, trn2): MODEL=DIR is its main pass (one device,
 the KUnit suites and the kselftests without a `pass` in the manifest), MODEL:PASS=DIR a pass of
 the manifest's [passes] (its `devices` devices, its kselftests). Every pass of the manifest must be
 given for each model given. A model fails when:
-  - a KUnit suite or kselftest named in the manifest did not run, or one not named there ran;
+  - a KUnit suite, kselftest or example named in the manifest did not run, or one not named there ran;
+  - an example ([example.NAME]: a command of the guest image, examples/ and the client crate's
+    examples/) exited non-zero, lost its end marker, or did not print its `expect` line;
   - a suite's or binary's plan line (1..N) disagrees with its reported cases, has fewer cases than
     the manifest's min_cases, its own verdict is `not ok`, or a block lost its end marker;
   - a KUnit suite's results in debugfs and on the console (where KUnit printed them at load) differ
@@ -164,6 +167,7 @@ class Manifest:
         self.models = {m: v["pci_id"].lower() for m, v in data.get("models", {}).items()}
         self.kunit = data.get("kunit", {})
         self.kselftest = data.get("kselftest", {})
+        self.example = data.get("example", {})
         self.skips = data.get("skip", [])
         self.passes = data.get("passes", {})
         self.dkms = data.get("dkms", {})
@@ -176,9 +180,15 @@ class Manifest:
                                  f"(and `main` is the one-device pass's name)")
             if not isinstance(entry.get("numa", False), bool):
                 raise ValueError(f"{self.path}: passes.{name}: numa must be true or false")
-        for name, entry in self.kselftest.items():
-            if entry.get("pass", "main") not in ("main", *self.passes):
-                raise ValueError(f"{self.path}: kselftest.{name}: pass {entry['pass']!r} is not in [passes]")
+        for kind in ("kselftest", "example"):
+            for name, entry in self.table(kind).items():
+                if entry.get("pass", "main") not in ("main", *self.passes):
+                    raise ValueError(f"{self.path}: {kind}.{name}: pass {entry['pass']!r} is not in [passes]")
+        for name, entry in self.example.items():
+            if not isinstance(entry.get("command"), str) or not entry["command"].strip():
+                raise ValueError(f"{self.path}: example.{name}: needs command = the guest command that runs it")
+            if not isinstance(entry.get("expect", ""), str):
+                raise ValueError(f"{self.path}: example.{name}: expect must be a string (a line of its output)")
         for kind, table in (("kunit", self.kunit), ("kselftest", self.kselftest)):
             for name, entry in table.items():
                 if not isinstance(entry.get("min_cases", 0), int) or entry.get("min_cases", 0) < 0:
@@ -188,18 +198,21 @@ class Manifest:
                 if key not in s:
                     raise ValueError(f"{self.path}: a [[skip]] entry has no {key}: {s}")
 
+    def table(self, kind):
+        """The manifest's table of `kind`: kunit, kselftest or example."""
+        return {"kunit": self.kunit, "kselftest": self.kselftest, "example": self.example}[kind]
+
     def required(self, kind, pass_=None):
         """What must run: in pass `pass_` (KUnit only in "main"), or in any pass (None)."""
-        table = self.kunit if kind == "kunit" else self.kselftest
-        names = [n for n, e in table.items() if not e.get("optional", False)]
+        names = [n for n, e in self.table(kind).items() if not e.get("optional", False)]
         if pass_ is None:
             return names
         if kind == "kunit":
             return names if pass_ == "main" else []
-        return [n for n in names if self.pass_of(n) == pass_]
+        return [n for n in names if self.pass_of(n, kind) == pass_]
 
-    def pass_of(self, kselftest):
-        return self.kselftest[kselftest].get("pass", "main")
+    def pass_of(self, name, kind="kselftest"):
+        return self.table(kind)[name].get("pass", "main")
 
     def binaries(self, pass_=None):
         """The kselftests that are programs built from tests/kselftest/NAME.c."""
@@ -210,8 +223,12 @@ class Manifest:
         return [f"{n} {self.kselftest[n]['command']}" for n in self.required("kselftest", pass_)
                 if "command" in self.kselftest[n]]
 
+    def examples(self, pass_=None):
+        """`NAME COMMAND...` of the examples (examples/*.c, the client crate's examples/)."""
+        return [f"{n} {self.example[n]['command']}" for n in self.required("example", pass_)]
+
     def entry(self, kind, name):
-        return (self.kunit if kind == "kunit" else self.kselftest).get(name)
+        return self.table(kind).get(name)
 
     def skip_allowed(self, test, case, model):
         for s in self.skips:
@@ -396,9 +413,10 @@ class Run:
         self.output = self.read("output.log")
         self.clines = strip_console(self.console)
         self.olines = [ln.rstrip("\r") for ln in self.output.splitlines()]
-        self.cases = {"kunit": 0, "kselftest": 0}
-        self.ran = {"kunit": set(), "kselftest": set()}
+        self.cases = {"kunit": 0, "kselftest": 0, "example": 0}
+        self.ran = {"kunit": set(), "kselftest": set(), "example": set()}
         self.seconds = {}  # kselftest name -> seconds it ran (NU-SECONDS)
+        self.example_seconds = {}  # example name -> seconds it ran
         self.uptime = {}  # "start"/"end" -> seconds since boot (NU-UPTIME)
 
     def read(self, name):
@@ -494,18 +512,49 @@ class Run:
         self.check(rc == 0, f"kselftest {name}: exit status {rc if rc is not None else 'missing'}")
         self.plan_checks("kselftest", name, plan, ncases, True, "its TAP output")
 
+    def example_block(self, name, lines, complete):
+        """One example: a program, not a TAP test; one case, passed when it ran to its end,
+        exited 0 and printed its `expect` line (if the manifest gives one)."""
+        self.ran["example"].add(name)
+        self.cases["example"] += 1
+        rc = None
+        for line in lines:
+            if line.startswith("NU-RC "):
+                rc = int(line.split()[1])
+            elif line.startswith("NU-SECONDS "):
+                try:
+                    self.example_seconds[name] = int(line.split()[1])
+                except (IndexError, ValueError):
+                    pass
+        out = [ln for ln in lines if not ln.startswith(("NU-RC ", "NU-SECONDS "))]
+        last = next((ln.strip() for ln in reversed(out) if ln.strip()), "no output")
+        entry = self.m.entry("example", name) or {}
+        expect = entry.get("expect", "")
+        problems = []
+        if not complete:
+            problems.append("its output ends early (no NU-END marker: it crashed or hung?)")
+        if rc != 0:
+            problems.append(f"exit status {rc if rc is not None else 'missing'}")
+        if expect and not any(expect in ln for ln in out):
+            problems.append(f"no line with {expect!r} in its output")
+        self.check(not problems, f"example {name}: {'; '.join(problems)}; its last line: {last}")
+
     def check_all(self):
         for kind, name, lines, complete in blocks(self.olines):
             if kind == "kunit":
                 self.kunit_block(name, lines, complete)
             elif kind == "kselftest":
                 self.kselftest_block(name, lines, complete)
+            elif kind == "example":
+                self.example_block(name, lines, complete)
         # Every suite and binary the manifest requires ran; nothing ran that it does not name.
         console = {}
         for c in ktap_suites(self.clines):
             console.setdefault(c.name, []).append(c)
-        for kind in ("kunit", "kselftest"):
+        for kind in ("kunit", "kselftest", "example"):
             required = set(self.m.required(kind, self.pass_))
+            if kind == "example" and not self.m.example and not self.ran[kind]:
+                continue  # a manifest without examples (older runs): nothing to count
             missing = required - self.ran[kind]
             reported = {ln.split()[2] for ln in self.olines
                         if re.match(rf"^NU-(MISSING|NOT-EXECUTABLE) {kind} \S+", ln)}
@@ -516,7 +565,7 @@ class Run:
                 self.fail(f"{kind} {n}: {how} (tests/expected.toml requires it)")
             if not missing:
                 self.t.ok()
-            unknown = self.ran[kind] - set(self.m.kunit if kind == "kunit" else self.m.kselftest)
+            unknown = self.ran[kind] - set(self.m.table(kind))
             self.check(not unknown, f"{kind} {fmt_list(unknown)}: ran but not named in tests/expected.toml "
                                     f"(add it there)")
             elsewhere = self.ran[kind] - required - unknown
@@ -628,9 +677,11 @@ class Run:
             return ""
         start, end = self.uptime["start"], self.uptime["end"]
         tests = sum(self.seconds.values())
+        examples = sum(self.example_seconds.values())
+        ex = f"examples {examples} s, " if self.example_seconds else ""
         return (f"guest time: {start:.0f} s before the test plan ({self.boot_parts()}), "
-                f"kselftests {tests} s, the rest of the plan (unload, reload, leak scans) "
-                f"{max(0.0, end - start - tests):.0f} s")
+                f"kselftests {tests} s, {ex}the rest of the plan (unload, reload, leak scans) "
+                f"{max(0.0, end - start - tests - examples):.0f} s")
 
     def boot_parts(self):
         return "boot, module load" + (", KUnit" if self.ran["kunit"] else "")
@@ -643,11 +694,14 @@ class Run:
                 f.write(f"{self.label} ({self.boot_parts()}) {self.uptime['start']:.0f}\n")
             for n, sec in sorted(self.seconds.items(), key=lambda kv: -kv[1]):
                 f.write(f"{self.label} {n} {sec}\n")
+            for n, sec in sorted(self.example_seconds.items(), key=lambda kv: -kv[1]):
+                f.write(f"{self.label} example {n} {sec}\n")
 
     def summary(self):
+        examples = f"{len(self.ran['example'])} examples, " if self.m.example or self.ran["example"] else ""
         print(f"{self.label}: {len(self.ran['kunit'])} KUnit suites ({self.cases['kunit']} cases), "
               f"{len(self.ran['kselftest'])} kselftests ({self.cases['kselftest']} cases), "
-              f"{boots_text(self.d)}")
+              f"{examples}{boots_text(self.d)}")
         slow = sorted(self.seconds.items(), key=lambda kv: -kv[1])[:3]
         if slow:
             print(f"{self.label}:   slowest kselftests: "
@@ -793,7 +847,7 @@ def run(argv):
     ap.add_argument("--manifest", default=str(MANIFEST))
     ap.add_argument("--boot-splat", metavar="DIR")
     ap.add_argument("--splats", metavar="DIR")
-    ap.add_argument("--list", choices=("kunit", "kselftest", "guest-commands", "passes", "splats"))
+    ap.add_argument("--list", choices=("kunit", "kselftest", "guest-commands", "examples", "passes", "splats"))
     ap.add_argument("--pass", dest="pass_", metavar="PASS")
     ap.add_argument("--lint")
     ap.add_argument("--unittest")
@@ -819,6 +873,7 @@ def run(argv):
         names = {"kunit": lambda: manifest.required("kunit", args.pass_),
                  "kselftest": lambda: manifest.binaries(args.pass_),
                  "guest-commands": lambda: manifest.commands(args.pass_),
+                 "examples": lambda: manifest.examples(args.pass_),
                  "passes": lambda: [f"{n} {e['devices']}" + (" numa" if e.get("numa") else "")
                                     for n, e in manifest.passes.items()],
                  # For the guest's `grep -E -f` (tests/guest/init): POSIX ERE with GNU's \b.

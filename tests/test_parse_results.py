@@ -568,6 +568,84 @@ steps = ["add", "build", "copy"]
 """
 
 
+EXAMPLES = """
+[example.fence_copy_c]
+command = "fence_copy_c"
+expect = "fence_copy: OK:"
+
+[example.multi_queue_rs]
+command = "multi_queue_rs"
+"""
+
+
+def example_block(name, body, rc=0, end=True):
+    out = f"NU-BEGIN example {name}\n{body}NU-RC {rc}\nNU-SECONDS 2\n"
+    return out + (f"NU-END example {name}\n" if end else "")
+
+
+class TestExamples(GateTest):
+    """[example.NAME] of the manifest: programs run by the main pass, one case each, passed when
+    they exit 0 and print their `expect` line."""
+
+    def setUp(self):
+        super().setUp()
+        self.manifest.write_text(self.manifest.read_text() + EXAMPLES)
+        self.fence_ok = "device /dev/neuron_udma0: ABI 3\nfence_copy: OK: 1024 KiB host -> HBM -> host\n"
+
+    def add(self, model, *blocks):
+        self.edit(model, "output.log", lambda t: sub1(r"^NU-RMMOD", "".join(blocks) + "NU-RMMOD", t))
+
+    def both_pass(self):
+        for m in ("trn1", "trn2"):
+            self.add(m, example_block("fence_copy_c", self.fence_ok), example_block("multi_queue_rs", "done\n"))
+
+    def test_examples_pass_and_count(self):
+        rc0, before = self.gate()
+        self.both_pass()
+        rc, out = self.gate()
+        self.assertEqual(rc, 0, out)
+        self.assertRegex(out, r"(?m)^trn1: \d+ KUnit suites \(\d+ cases\), \d+ kselftests \(\d+ cases\), 2 examples, boots")
+        passed = lambda text: int(re.search(r"^(\d+) passed", text.splitlines()[-1]).group(1))
+        self.assertEqual(rc0, 1, before)  # the fixtures have no examples: missing
+        self.assertIn("example fence_copy_c: did not run", before)
+        self.assertEqual(passed(out), passed(before) + 4 + 2)  # 4 examples, 2 "none missing"
+
+    def test_nonzero_exit_fails_with_the_last_line(self):
+        self.both_pass()
+        self.edit("trn2", "output.log", lambda t: sub1(
+            r"^fence_copy: OK: .*\nNU-RC 0", "fence_copy: FAILED: FENCE_STATUS: EIO\nNU-RC 1", t))
+        self.assertFails("trn2: example fence_copy_c: exit status 1; no line with 'fence_copy: OK:' in its "
+                         "output; its last line: fence_copy: FAILED: FENCE_STATUS: EIO")
+
+    def test_missing_expect_line_fails(self):
+        self.both_pass()
+        self.edit("trn1", "output.log", lambda t: sub1(r"^fence_copy: OK: .*\n", "", t))
+        self.assertFails("trn1: example fence_copy_c: no line with 'fence_copy: OK:'")
+
+    def test_lost_end_marker_fails(self):
+        for m in ("trn1", "trn2"):
+            self.add(m, example_block("multi_queue_rs", "done\n"),
+                     example_block("fence_copy_c", "device /dev/neuron_udma0\n", rc=0, end=False))
+        self.assertFails("example fence_copy_c: its output ends early")
+
+    def test_missing_and_unnamed_examples_fail(self):
+        for m in ("trn1", "trn2"):
+            self.add(m, example_block("fence_copy_c", self.fence_ok), example_block("stray_rs", "x\n"))
+        self.assertFails("trn1: example multi_queue_rs: did not run",
+                         "trn1: example stray_rs: ran but not named in tests/expected.toml")
+
+    def test_list_examples(self):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            pr.run(["--manifest", str(self.manifest), "--list", "examples", "--pass", "main"])
+        self.assertEqual(out.getvalue().splitlines(), ["fence_copy_c fence_copy_c", "multi_queue_rs multi_queue_rs"])
+
+    def test_example_needs_a_command(self):
+        self.manifest.write_text(self.manifest.read_text() + "\n[example.bare]\nexpect = \"x\"\n")
+        with self.assertRaisesRegex(ValueError, "example.bare: needs command"):
+            pr.Manifest(self.manifest)
+
+
 class TestDkms(GateTest):
     """The DKMS stage (--dkms LOG: scripts/dkms-check's output and scripts/check's NU-DKMS-EXIT and
     NU-DKMS-SECONDS lines), on top of a passing run (the trn1 main and multi passes)."""
@@ -660,6 +738,17 @@ class TestManifest(unittest.TestCase):
         sources = {f.stem for f in (TOP / "tests" / "kselftest").glob("*.c")}
         self.assertTrue(sources)
         self.assertEqual(sources - set(self.m.kselftest), set(), "kselftests missing from tests/expected.toml")
+
+    def test_every_example_is_named(self):
+        # examples/NAME.c runs as NAME_c, tools/neuron-udma/examples/NAME.rs as NAME_rs, in the main pass.
+        sources = {f"{f.stem}_c" for f in (TOP / "examples").glob("*.c")}
+        sources |= {f"{f.stem}_rs" for f in (TOP / "tools" / "neuron-udma" / "examples").glob("*.rs")}
+        self.assertIn("fence_copy_c", sources)
+        self.assertEqual(sources, set(self.m.example), "examples/ and tools/neuron-udma/examples/ against "
+                                                       "tests/expected.toml [example.*]")
+        for n in sources:
+            self.assertEqual(self.m.pass_of(n, "example"), "main")
+            self.assertEqual(self.m.example[n]["command"].split()[0], n)
 
     def test_every_model_has_an_id(self):
         self.assertEqual(self.m.models, {"trn1": "1d0f:7164", "trn2": "1d0f:7364"})

@@ -35,9 +35,9 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::{Device, Error, Fence, Result};
 
-/// Where the readiness of the device file comes from: a reactor (tokio's [`TokioReadiness`]),
-/// a helper thread ([`ThreadReadiness`]), or any other. It is polled only by its
-/// [`DeviceEvents`], one call at a time.
+/// Where the readiness of the device file comes from: a reactor (tokio's `TokioReadiness`, with
+/// the feature `tokio`), a helper thread ([`ThreadReadiness`]), or any other. It is polled only
+/// by its [`DeviceEvents`], one call at a time.
 pub trait Readiness {
     /// `Ready(Ok(()))`: the file may have become readable (`EPOLLIN`, `EPOLLPRI`, `EPOLLERR`)
     /// since the previous `Ready`. That readiness is consumed: the caller drains `QUEUE_EVENTS`

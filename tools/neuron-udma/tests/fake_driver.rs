@@ -282,3 +282,58 @@ fn child_tokio_completions() {
         println!("{polls} polls for 12 fences (tokio)");
     });
 }
+
+/// The path of example `name` of this package, which `cargo test` (without `--test`: that
+/// builds only the test named) builds beside this test binary, in `target/<profile>/examples/`.
+fn example_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().and_then(Path::parent).unwrap().join("examples").join(name);
+    assert!(bin.exists(), "{} is not built: run cargo test without --test (it builds the examples)", bin.display());
+    bin
+}
+
+/// Runs `bin` against the fake with `env`: (exit status 0, stdout + stderr).
+fn run_example(shim: &Path, bin: &Path, env: &[(&str, &str)]) -> (bool, String) {
+    let mut cmd = Command::new(bin);
+    cmd.arg(FAKE_PATH).envs(env.iter().copied());
+    let o = fake(&mut cmd, shim);
+    (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}
+
+/// An example ends with its `NAME: OK:` line, and with a fence the fake fails, with one
+/// `NAME: FAILED: ...` line naming the failure and exit status 1.
+fn example_ok_and_failed(shim: &Path, bin: &Path, name: &str) {
+    let (ok, out) = run_example(shim, bin, &[]);
+    assert!(ok && out.trim_end().lines().last().unwrap_or("").starts_with(&format!("{name}: OK: ")), "{out}");
+    let (ok, out) = run_example(shim, bin, &[("FAKE_UDMA_FAIL_FENCE", "1")]);
+    let last = out.trim_end().lines().last().unwrap_or("").to_string();
+    assert!(!ok && last.starts_with(&format!("{name}: FAILED: ")) && last.contains("EIO"), "{out}");
+}
+
+#[test]
+fn rust_examples_against_the_fake() {
+    let Some(shim) = shim() else { return };
+    for name in ["fence_copy", "multi_queue"] {
+        example_ok_and_failed(shim, &example_bin(name), name);
+    }
+    #[cfg(feature = "tokio")]
+    example_ok_and_failed(shim, &example_bin("async_fence"), "async_fence");
+}
+
+#[test]
+fn c_example_against_the_fake() {
+    let Some(shim) = shim() else { return };
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bin = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fence_copy_c_{}", std::process::id()));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&bin)
+        .arg(manifest.join("../../examples/fence_copy.c"))
+        .arg("-I")
+        .arg(manifest.join("../../include/uapi"))
+        .status()
+        .expect("the C compiler ran for the shim already");
+    assert!(status.success(), "{cc} failed to build examples/fence_copy.c: {status}");
+    example_ok_and_failed(shim, &bin, "fence_copy");
+}

@@ -206,8 +206,8 @@ impl Gen {
 
     /// Whether engine `id` can reach host memory (hardware.rst §2.5): every V2 engine; on V3 the
     /// H2T engines 128-131 and the SENG engines 32i + {4-7, 12-15, 20-23, 28-31}. hardware.rst
-    /// lists the engines the driver gives host addresses to [D] and assumes the others cannot reach
-    /// the host [I]; [`crate::Options::host_connectivity`] turns the rule off.
+    /// lists the engines the driver gives host addresses to \[D\] and assumes the others cannot reach
+    /// the host \[I\]; [`crate::Options::host_connectivity`] turns the rule off.
     pub fn has_host_connectivity(self, id: u32) -> bool {
         match self {
             Gen::V2 => id < 34,

@@ -38,11 +38,11 @@ pub struct Config {
     pub hbm_size: u64,
     /// Descriptor trace file, if any.
     pub trace: Option<PathBuf>,
-    /// Behaviour where hardware.rst only infers what the silicon does ([I] rules).
+    /// Behaviour where hardware.rst only infers what the silicon does (\[I\] rules).
     pub options: Options,
 }
 
-/// Model choices for the rules hardware.rst marks as inference [I]; [`Options::default`] is the
+/// Model choices for the rules hardware.rst marks as inference \[I\]; [`Options::default`] is the
 /// strict setting (as strict as the silicon may be), [`Options::lenient`] the old model.
 /// `Documentation/udma-sim.rst` ("Strictness") lists every rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,24 +53,24 @@ pub struct Options {
     /// while later packets' writes land. `None`: every packet lands in order at once.
     pub unordered_delay: Option<Duration>,
     /// V3 SENG engines outside 32i + {4-7, 12-15, 20-23, 28-31} cannot reach host memory
-    /// (hardware.rst §2.5: "assume they cannot [I]"). `false`: every engine reaches host memory.
+    /// (hardware.rst §2.5: "assume they cannot \[I\]"). `false`: every engine reaches host memory.
     pub host_connectivity: bool,
     /// Registers the driver must program reset to values that do not help it (hardware.rst §8.1
-    /// [I]): `cfg_len` 0 (no 64 KiB encoding, maximum packet 0), `desc_pref_cfg_2` 0, IOFIC masks
+    /// \[I\]): `cfg_len` 0 (no 64 KiB encoding, maximum packet 0), `desc_pref_cfg_2` 0, IOFIC masks
     /// and abort masks all ones. `false`: driver-like values.
     pub strict_reset: bool,
     /// An abort ends only by change_state NORMAL, and cause bits stay until software clears
-    /// them (hardware.rst §3.5, §8.3 [I]). `false`: a queue reset plus re-enable also clears the
+    /// them (hardware.rst §3.5, §8.3 \[I\]). `false`: a queue reset plus re-enable also clears the
     /// abort and that error's cause bits.
     pub sticky_errors: bool,
     /// Device-memory reads pass the queue's unordered writes (hardware.rst §4.2 bit 30, §8.2
-    /// [I]): a packet without DMB reads, for device bytes an earlier packet of the queue wrote
+    /// \[I\]): a packet without DMB reads, for device bytes an earlier packet of the queue wrote
     /// since its last DMB (within the unordered delay), what was there before. `false`: such a
     /// read lands the held writes it overlaps first, as a host-memory read does, and sees the
     /// queue's unpublished device writes ([`Options::private_device_writes`]).
     pub unordered_device_reads: bool,
     /// A queue's device-memory writes are its own until it publishes them (hardware.rst §4.2
-    /// bit 30: DMB orders a queue's own transfers only, §5.1 [I]): other queues and engines, and
+    /// bit 30: DMB orders a queue's own transfers only, §5.1 \[I\]): other queues and engines, and
     /// the CPU through BAR4, read the old bytes until a later DMB packet of the queue (the
     /// driver's fence marker), the queue going idle, or the unordered-completion delay. `false`:
     /// a device-memory write is visible to every reader once it lands, the writing queue's own

@@ -28,11 +28,11 @@ pub const M2S_STATE: u32 = 0x200;
 pub const M2S_CHANGE_STATE: u32 = 0x204;
 /// `m2s.err_log_mask` (hardware.rst §3.2).
 pub const M2S_ERR_LOG_MASK: u32 = 0x20C;
-/// `m2s.cfg_len`: [19:0] max packet bytes, [24] length 0 means 64 KiB (hardware.rst §3.2).
+/// `m2s.cfg_len`: \[19:0\] max packet bytes, \[24\] length 0 means 64 KiB (hardware.rst §3.2).
 pub const M2S_CFG_LEN: u32 = 0x254;
-/// `m2s.stream_cfg`: [0] disable (hardware.rst §3.2); the M2S stream stops while set.
+/// `m2s.stream_cfg`: \[0\] disable (hardware.rst §3.2); the M2S stream stops while set.
 pub const M2S_STREAM_CFG: u32 = 0x258;
-/// `m2s_rd.desc_pref_cfg_2`: [7:0] max descriptors per packet (hardware.rst §3.2).
+/// `m2s_rd.desc_pref_cfg_2`: \[7:0\] max descriptors per packet (hardware.rst §3.2).
 pub const M2S_DESC_PREF_CFG_2: u32 = 0x304;
 
 // ---- engine-level S2M registers (hardware.rst §3.3) ----
@@ -41,7 +41,7 @@ pub const S2M_STATE: u32 = 0x20200;
 /// `s2m.change_state` (hardware.rst §3.3).
 pub const S2M_CHANGE_STATE: u32 = 0x20204;
 
-/// `s2m.stream_cfg`: [0] disable, [4] flush, [8] stop prefetch (hardware.rst §3.3); the S2M stream
+/// `s2m.stream_cfg`: \[0\] disable, \[4\] flush, \[8\] stop prefetch (hardware.rst §3.3); the S2M stream
 /// stops while bit 0 is set.
 pub const S2M_STREAM_CFG: u32 = 0x20250;
 /// `stream_cfg` bit 0: stream disabled.
@@ -49,9 +49,9 @@ pub const STREAM_DISABLE: u32 = 1 << 0;
 
 /// `cfg_len` bit 24: a descriptor length of 0 encodes 65536 bytes (hardware.rst §3.2).
 pub const CFG_LEN_64K: u32 = 1 << 24;
-/// `cfg_len` [19:0]: maximum packet length in bytes (hardware.rst §3.2).
+/// `cfg_len` \[19:0\]: maximum packet length in bytes (hardware.rst §3.2).
 pub const CFG_LEN_MAX_MASK: u32 = 0x000F_FFFF;
-/// `desc_pref_cfg_2` [7:0]: maximum descriptors per packet (hardware.rst §3.2).
+/// `desc_pref_cfg_2` \[7:0\]: maximum descriptors per packet (hardware.rst §3.2).
 pub const MAX_DESCS_MASK: u32 = 0xFF;
 /// Max descriptors per packet if 0x304 was never written (V2/V3 driver value, hardware.rst
 /// §3.6 step 19).
@@ -71,27 +71,27 @@ pub const STATE_NORMAL: u32 = 0x1111;
 pub const STATE_ABORT: u32 = 0x2222;
 
 // ---- per-queue bank registers (offsets inside a bank, hardware.rst §3.4) ----
-/// Queue cfg: [16] prefetch enable, [17] scheduling/stream enable.
+/// Queue cfg: \[16\] prefetch enable, \[17\] scheduling/stream enable.
 pub const Q_CFG: u32 = 0x20;
 /// Queue status (raw, reported as `hw_status`).
 pub const Q_STATUS: u32 = 0x24;
-/// Ring base address bits [31:0].
+/// Ring base address bits \[31:0\].
 pub const Q_BASE_LO: u32 = 0x28;
-/// Ring base address bits [63:32].
+/// Ring base address bits \[63:32\].
 pub const Q_BASE_HI: u32 = 0x2C;
-/// Ring length in descriptors, [23:0].
+/// Ring length in descriptors, \[23:0\].
 pub const Q_LEN: u32 = 0x30;
-/// Head pointer (RO): [23:0] index, [31:30] ring id.
+/// Head pointer (RO): \[23:0\] index, \[31:30\] ring id.
 pub const Q_HEAD: u32 = 0x34;
-/// Doorbell (`tdrtp_inc` / `rdrtp_inc`): [23:0] descriptors to add to the tail.
+/// Doorbell (`tdrtp_inc` / `rdrtp_inc`): \[23:0\] descriptors to add to the tail.
 pub const Q_DOORBELL: u32 = 0x38;
-/// Tail pointer (RO): [23:0] index, [31:30] ring id.
+/// Tail pointer (RO): \[23:0\] index, \[31:30\] ring id.
 pub const Q_TAIL: u32 = 0x3C;
 /// Completion ring base low (stored only).
 pub const Q_COMP_BASE_LO: u32 = 0x44;
 /// Completion ring base high (stored only).
 pub const Q_COMP_BASE_HI: u32 = 0x48;
-/// Completion head (RO): [23:0] completed descriptors mod length, [31:30] ring id
+/// Completion head (RO): \[23:0\] completed descriptors mod length, \[31:30\] ring id
 /// (hardware.rst §8.4).
 pub const Q_COMP_HEAD: u32 = 0x4C;
 /// S2M comp_cfg (stored only).
@@ -117,9 +117,9 @@ pub const Q_CFG_RESET: u32 = 0x0300_0000;
 pub const RLIMIT_MASK_RESET: u32 = 0x7;
 /// q_sw_ctrl bit 8: queue reset.
 pub const Q_SW_CTRL_RESET: u32 = 1 << 8;
-/// Pointer registers: index field [23:0].
+/// Pointer registers: index field \[23:0\].
 pub const PTR_INDEX_MASK: u32 = 0x00FF_FFFF;
-/// Pointer registers: ring id field shift ([31:30]).
+/// Pointer registers: ring id field shift (\[31:30\]).
 pub const PTR_RING_ID_SHIFT: u32 = 30;
 
 // ---- IOFIC groups (hardware.rst §3.5) ----
@@ -195,29 +195,29 @@ pub mod s2m_cause {
 pub mod desc {
     /// Size of one descriptor in bytes.
     pub const SIZE: u64 = 16;
-    /// [15:0] length in bytes (0 = 65536).
+    /// \[15:0\] length in bytes (0 = 65536).
     pub const LEN_MASK: u32 = 0xFFFF;
-    /// [23] META descriptor (userspace HAL only; unsupported by the model).
+    /// \[23\] META descriptor (userspace HAL only; unsupported by the model).
     pub const META: u32 = 1 << 23;
-    /// [25:24] ring id shift.
+    /// \[25:24\] ring id shift.
     pub const RING_ID_SHIFT: u32 = 24;
-    /// [25:24] ring id mask (after shift).
+    /// \[25:24\] ring id mask (after shift).
     pub const RING_ID_MASK: u32 = 0x3;
-    /// [26] FIRST descriptor of a packet.
+    /// \[26\] FIRST descriptor of a packet.
     pub const FIRST: u32 = 1 << 26;
-    /// [27] LAST descriptor of a packet.
+    /// \[27\] LAST descriptor of a packet.
     pub const LAST: u32 = 1 << 27;
-    /// [28] interrupt on completion (no interrupt is modelled).
+    /// \[28\] interrupt on completion (no interrupt is modelled).
     pub const INT_EN: u32 = 1 << 28;
-    /// Tx `len_ctrl` bits with no meaning for M2M (hardware.rst §4.2: [22:16] unused, [29]
+    /// Tx `len_ctrl` bits with no meaning for M2M (hardware.rst §4.2: \[22:16\] unused, \[29\]
     /// undefined).
     pub const TX_UNDEFINED: u32 = 0x007F_0000 | 1 << 29;
     /// Rx `len_ctrl` bits with no meaning (hardware.rst §4.2: only length, ring id and INT_EN are
     /// defined for S2M).
     pub const RX_UNDEFINED: u32 = !(LEN_MASK | RING_ID_MASK << RING_ID_SHIFT | INT_EN);
-    /// [30] DMB barrier.
+    /// \[30\] DMB barrier.
     pub const DMB: u32 = 1 << 30;
-    /// [31] CONCAT (userspace HAL only; unsupported by the model).
+    /// \[31\] CONCAT (userspace HAL only; unsupported by the model).
     pub const CONCAT: u32 = 1 << 31;
     /// meta_ctrl bit 26: write barrier.
     pub const META_WB: u32 = 1 << 26;

@@ -80,7 +80,7 @@ pub enum ErrorKind {
     Unsupported = 11,
     /// Doorbell increment >= ring length or making the tail catch up with the head.
     Overrun = 12,
-    /// Packet longer than cfg_len [19:0].
+    /// Packet longer than cfg_len \[19:0\].
     PktTooLong = 13,
     /// Injected bad address (fail_nth).
     InjectedFail = 14,
