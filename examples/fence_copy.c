@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 /*
  * fence_copy: the ABI 3 path of neuron_udma, from open() to the last byte checked, with nothing
  * but <linux/neuron_udma.h> (include/uapi/) and libc.

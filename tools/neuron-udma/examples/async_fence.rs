@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Fences awaited as futures on tokio (feature `tokio`): [`DeviceEvents::with_tokio`] registers
 //! the device file with tokio's reactor ([`neuron_udma::TokioReadiness`]), and
 //! [`Fence::completion`](neuron_udma::Fence::completion) is a future that is ready when its

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! The ABI 3 path of `examples/fence_copy.c` through the client crate: open the device, a host
 //! source and destination and a device (HBM) buffer, one queue, the copies host -> HBM -> host
 //! prepared in one batch, [`Queue::submit`] for a fence, `poll()` on the device file and

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT OR Apache-2.0
 //! Several queues of one device file at once: one queue per engine that reaches host memory (up
 //! to `QUEUES`), each with its own slice of one host source, copied into its own host
 //! destination by a thread of its own that submits a fence ([`Queue::submit`]) and blocks in
