@@ -33,10 +33,7 @@
 //! the engine. Data flows down: `device.rs`, `dmaengine.rs`, `file.rs` -> here -> `channel.rs`;
 //! a member is a trait object, so nothing here knows the dmaengine or the device.
 
-use crate::{
-    channel::Channel,
-    kfac::sched::{cpu_wanted, resched_now},
-};
+use crate::{channel::Channel, kfac::sched::cpu_wanted};
 use kernel::{
     new_mutex, new_work,
     prelude::*,
@@ -362,10 +359,6 @@ impl Completer {
             };
             let look = member.look(check);
             progress |= look.progress;
-            if look.progress {
-                // A listener it woke may be queued on this CPU: it runs first.
-                resched_now();
-            }
             let now = Instant::now();
             let mut l = self.list.lock();
             let Some(pos) = l.entries.iter().position(|e| same(&e.member, &member)) else {

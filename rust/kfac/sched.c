@@ -38,16 +38,3 @@ bool neuron_udma_cpu_wanted(void)
 	return !single_task_running() || need_resched() ||
 	       tif_test_bit(TIF_NEED_RESCHED_LAZY);
 }
-
-/*
- * Gives the CPU up now if the scheduler asked the current task to, also lazily (see
- * neuron_udma_cpu_wanted()): a task just woken on this CPU runs before the caller goes on.
- * Returns whether it was asked.
- */
-bool neuron_udma_resched_now(void)
-{
-	if (!need_resched() && !tif_test_bit(TIF_NEED_RESCHED_LAZY))
-		return false;
-	schedule();
-	return true;
-}

@@ -15,7 +15,5 @@ bool neuron_udma_fatal_signal_pending(void);
 void neuron_udma_cond_resched(void);
 /* Whether another task wants this CPU (for polling loops; see sched.c). */
 bool neuron_udma_cpu_wanted(void);
-/* Gives the CPU up if the scheduler asked for it, also lazily (see sched.c). */
-bool neuron_udma_resched_now(void);
 
 #endif /* NEURON_UDMA_KFAC_SCHED_H */

@@ -29,15 +29,6 @@ pub(crate) fn cpu_wanted() -> bool {
     unsafe { ffi::neuron_udma_cpu_wanted() }
 }
 
-/// Gives the CPU up now if the scheduler asked the current task to, also lazily: a task just
-/// woken on this CPU (a listener the completion engine told) runs before the caller goes on,
-/// rather than at the next tick. Returns whether it was asked. Process context only.
-pub(crate) fn resched_now() -> bool {
-    // SAFETY: called from process context (the completion engine's work item) with no lock
-    // held, where `schedule()` may be called.
-    unsafe { ffi::neuron_udma_resched_now() }
-}
-
 /// Waits until `work` is neither queued nor running (`flush_work()`).
 pub(crate) fn flush_work<T: ?Sized, const ID: u64>(work: &kernel::workqueue::Work<T, ID>) {
     // SAFETY: `work` is a valid, initialised work item for the duration of the call.
