@@ -149,6 +149,9 @@ int main(int argc, char **argv)
 		fail("%s has %" PRIu64 " bytes of device memory, %" PRIu64 " needed",
 		     dev_path, (uint64_t)info.device_mem_size, (uint64_t)size);
 	__u32 chunk = info.max_copy_size;	/* one copy (descriptor pair) moves at most this */
+
+	if (chunk == 0)
+		fail("%s reports max_copy_size 0", dev_path);
 	__u32 ncopies = 2 * ((size + chunk - 1) / chunk);
 
 	if (ncopies > info.max_batch || ncopies + 1 + info.ring_reserve_descs > RING_DESCS)
@@ -194,12 +197,11 @@ int main(int argc, char **argv)
 			c->src_offset = c->dst_offset = off;
 			c->size = size - off < chunk ? size - off : chunk;
 			/* The engine may run a queue's copies overlapped: the first read of HBM waits
-			 * for every earlier transfer of the queue (all the writes to HBM), and the last
-			 * copy makes its writes visible before the completion marker's. */
+			 * for every earlier transfer of the queue (all the writes to HBM). No barrier
+			 * is needed at the end: the fence's completion marker, which the driver
+			 * appends, waits for every transfer before it (a DMB of its own). */
 			if (leg == 1 && off == 0)
 				c->barrier = NEURON_UDMA_BARRIER_DMB;
-			else if (leg == 1 && off + chunk >= size)
-				c->barrier = NEURON_UDMA_BARRIER_WRITE;
 		}
 	}
 	struct neuron_udma_copy_prepare prep = {

@@ -260,15 +260,27 @@ pub fn memlock_soft_limit() -> Option<u64> {
     Some(r.rlim_cur)
 }
 
-/// Whether this process has `CAP_IPC_LOCK` (effective), which exempts it from `RLIMIT_MEMLOCK`.
+/// Whether `uid_map` (the text of `/proc/self/uid_map`) is the initial user namespace's: the
+/// identity map of every uid. Capabilities held in another namespace do not count for the
+/// driver, whose `capable()` checks the initial one.
+pub fn is_initial_uid_map(uid_map: &str) -> bool {
+    let fields: Vec<&str> = uid_map.split_whitespace().collect();
+    fields == ["0", "0", "4294967295"]
+}
+
+/// Whether this process has `CAP_IPC_LOCK` (effective) in the initial user namespace, which
+/// exempts it from `RLIMIT_MEMLOCK` (in a user namespace of its own, a rootless container, the
+/// bit in `CapEff` does not).
 pub fn has_cap_ipc_lock() -> bool {
     const CAP_IPC_LOCK: u32 = 14;
-    std::fs::read_to_string("/proc/self/status").ok().is_some_and(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("CapEff:"))
-            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-            .is_some_and(|caps| caps >> CAP_IPC_LOCK & 1 == 1)
-    })
+    let initial = std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|m| is_initial_uid_map(&m));
+    initial
+        && std::fs::read_to_string("/proc/self/status").ok().is_some_and(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                .is_some_and(|caps| caps >> CAP_IPC_LOCK & 1 == 1)
+        })
 }
 
 /// Why an allocation, import or queue of the driver failed with ENOMEM, for this process.
@@ -318,6 +330,15 @@ pub fn or_memlock<T>(r: neuron_udma::Result<T>, what: impl Display, remedy: Reme
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_initial_user_namespace_counts_for_cap_ipc_lock() {
+        assert!(is_initial_uid_map("         0          0 4294967295\n"));
+        // A rootless container: root inside, a normal user outside.
+        assert!(!is_initial_uid_map("         0       1000          1\n"));
+        assert!(!is_initial_uid_map("0 0 1000\n1000 100000 65536\n"));
+        assert!(!is_initial_uid_map(""));
+    }
 
     fn trn1() -> Info {
         Info {
