@@ -233,3 +233,70 @@ nu_need_text() {
 	local joined="${parts[*]}"
 	echo "${joined//,/, }"
 }
+
+# The DKMS source trees of the package (make dkms-src makes them, make dkms-uninstall removes
+# them). Only a tree carrying the marker file NU_DKMS_MARKER, which make dkms-src writes into every
+# tree it makes, is ever removed, and never one where a clone could be: not this clone, nor a
+# directory holding it or inside it (but its build/: scripts/dkms-check's trees), nor one holding
+# a .git at any depth (a clone or work tree).
+NU_DKMS_MARKER=.neuron-udma-dkms-src
+
+# nu_dkms_src_unsafe DIR: prints why DIR must not be made or removed as a DKMS source tree and
+# succeeds; fails, printing nothing, when it may be.
+nu_dkms_src_unsafe() {
+	local d top git
+	d=$(realpath -m -- "$1")
+	top=$(realpath -- "$NU_TOP")
+	if [ "$d" = "$top" ]; then
+		echo "it is this clone"
+	elif [ "$d" = / ] || [ "${top#"$d"/}" != "$top" ]; then
+		echo "it holds this clone ($top)"
+	elif [ "${d#"$top"/}" != "$d" ] && [ "${d#"$top"/build/}" = "$d" ]; then
+		echo "it is inside this clone ($top), not in its build/"
+	elif git=$(find "$d" -name .git -print -quit 2>/dev/null) && [ -n "$git" ]; then
+		echo "it holds $git (a clone or work tree)"
+	else
+		return 1
+	fi
+}
+
+# nu_dkms_src_ours DIR: whether DIR is a DKMS source tree make dkms-src made (its marker) and may
+# be removed; prints why not when not.
+nu_dkms_src_ours() {
+	local why
+	if why=$(nu_dkms_src_unsafe "$1"); then
+		echo "$why"
+		return 1
+	fi
+	if [ -L "$1" ]; then
+		echo "it is a symbolic link"
+		return 1
+	fi
+	if ! grep -qs '^neuron-udma .*DKMS source tree' "$1/$NU_DKMS_MARKER"; then
+		echo "it has no $NU_DKMS_MARKER (make dkms-src writes it into every tree it makes)"
+		return 1
+	fi
+}
+
+# nu_dkms_src DIR VERSION FILE...: make dkms-src: copies FILE... (paths in the clone) to DIR with
+# their paths, and the marker. DIR must be missing, empty or a tree make dkms-src made (which is
+# replaced).
+nu_dkms_src() {
+	local dir=$1 ver=$2 why rev
+	shift 2
+	[ -n "$ver" ] || nu_die "dkms.conf has no PACKAGE_VERSION=\"...\" line"
+	if why=$(nu_dkms_src_unsafe "$dir"); then
+		nu_die "refusing to make the DKMS source tree $dir: $why"
+	fi
+	if [ -n "$(ls -A "$dir" 2>/dev/null)" ]; then
+		why=$(nu_dkms_src_ours "$dir") ||
+			nu_die "$dir is not empty and not a tree make dkms-src made ($why): not overwriting it (remove it yourself if it is an old tree of the package)"
+		rm -rf "$dir"
+	fi
+	mkdir -p "$dir"
+	(cd "$NU_TOP" && cp --parents "$@" "$dir/")
+	rev=$(git -C "$NU_TOP" describe --always --dirty 2>/dev/null) || rev="no git revision"
+	printf '%s\n' "neuron-udma $ver DKMS source tree, made by make dkms-src from $NU_TOP ($rev) on $(date -u +%FT%TZ)." \
+		"make dkms-uninstall removes this directory; nothing removes a tree without this file." >"$dir/$NU_DKMS_MARKER"
+	echo "neuron-udma $ver: DKMS source tree in $dir"
+}
