@@ -154,15 +154,18 @@ nu_free_mb() {
 #   - cargo, at least the rust-version of tools/neuron-udma/Cargo.toml (the host's cargo builds
 #     the tools workspace; under sudo a rustup cargo needs PATH and RUSTUP_HOME kept);
 #   - free disk where the cache and the clone live, for what is missing (measured: the
-#     toolchain root 4.6 GB and its packages while it is built, the test kernel 0.7 GB; the
-#     clone's build/ and tools/target 2 GB), plus 1 GB; NU_PREFLIGHT_FREE_MB=N pretends N MiB
-#     are free (to try the check);
-#   - the Debian mirror (nu_mirror) answering within NU_PREFLIGHT_MIRROR_TIMEOUT seconds (10),
-#     through the host's apt (its proxies), only when there is no complete toolchain root yet:
-#     a warm cache needs no network.
+#     toolchain root 4.6 GB and its packages while it is built, the test kernel 0.7 GB, the
+#     clone's tools/target 0.45-0.55 GB), plus 500 MB on each file system for what every run
+#     writes (a warm make check: build/ about 50 MB, build/dkms, logs); a warm cache and built
+#     tools need only the 500 MB; NU_PREFLIGHT_FREE_MB=N pretends N MiB are free (to try the
+#     check);
+#   - the Debian mirror (nu_mirror; a host whose apt names none fails here too) answering within
+#     NU_PREFLIGHT_MIRROR_TIMEOUT seconds (10), through the host's apt (its proxies), only when
+#     there is no complete toolchain root yet: a warm cache needs no network.
 # Passes once per run: it exports NU_PREFLIGHT_DONE=1 for the scripts it starts.
 nu_preflight() {
 	local prefix=${1:+$1 } need want have root_ok=1 kernel_ok=1 cache_mb clone_mb cache_free clone_free
+	local margin=500
 	local mirror tmp timeout=${NU_PREFLIGHT_MIRROR_TIMEOUT:-10}
 	[ -z "${NU_PREFLIGHT_DONE:-}" ] || return 0
 	nu_verdict() { printf '%sFAILED: %s\n' "$prefix" "$*"; exit 1; }
@@ -185,27 +188,30 @@ nu_preflight() {
 
 	nu_current_root >/dev/null || root_ok=0
 	"$NU_TOP/scripts/build-kernel" --existing >/dev/null 2>&1 || kernel_ok=0
-	cache_mb=$((1000 + (1 - root_ok) * 5500 + (1 - kernel_ok) * 1000))
-	clone_mb=1000
-	[ -d "$NU_TOP/tools/target/release" ] || clone_mb=2000
+	# What is missing, and a margin per file system for what every run writes.
+	cache_mb=$(((1 - root_ok) * 5500 + (1 - kernel_ok) * 1000))
+	clone_mb=0
+	[ -d "$NU_TOP/tools/target/release" ] || clone_mb=1000
 	cache_free=${NU_PREFLIGHT_FREE_MB:-$(nu_free_mb "$NU_CACHE")}
 	clone_free=${NU_PREFLIGHT_FREE_MB:-$(nu_free_mb "$NU_TOP")}
 	if [ "$(stat -c %d "$(nu_existing "$NU_CACHE")")" = "$(stat -c %d "$NU_TOP")" ]; then
-		need=$((cache_mb + clone_mb))
+		need=$((cache_mb + clone_mb + margin))
 		[ "$cache_free" -ge "$need" ] || nu_verdict "$cache_free MiB free on the file system of $NU_CACHE" \
-			"and $NU_TOP, $need MiB needed ($(nu_need_text "$root_ok" "$kernel_ok"), build products" \
-			"of the clone, 1 GB margin): free space there, or put the cache elsewhere with" \
-			"NEURON_UDMA_CACHE=DIR"
+			"and $NU_TOP, $need MiB needed ($(nu_need_text "$root_ok" "$kernel_ok"), $(nu_clone_text "$clone_mb")," \
+			"$margin MB margin): free space there, or put the cache elsewhere with NEURON_UDMA_CACHE=DIR"
 	else
-		[ "$cache_free" -ge "$cache_mb" ] || nu_verdict "$cache_free MiB free for $NU_CACHE, $cache_mb MiB" \
-			"needed ($(nu_need_text "$root_ok" "$kernel_ok"), 1 GB margin): free space there, or put" \
-			"the cache elsewhere with NEURON_UDMA_CACHE=DIR"
-		[ "$clone_free" -ge "$clone_mb" ] || nu_verdict "$clone_free MiB free for the clone $NU_TOP," \
-			"$clone_mb MiB needed (build/, tools/target, 1 GB margin): free space there"
+		[ "$cache_free" -ge "$((cache_mb + margin))" ] || nu_verdict "$cache_free MiB free for $NU_CACHE," \
+			"$((cache_mb + margin)) MiB needed ($(nu_need_text "$root_ok" "$kernel_ok"), $margin MB margin):" \
+			"free space there, or put the cache elsewhere with NEURON_UDMA_CACHE=DIR"
+		[ "$clone_free" -ge "$((clone_mb + margin))" ] || nu_verdict "$clone_free MiB free for the clone" \
+			"$NU_TOP, $((clone_mb + margin)) MiB needed ($(nu_clone_text "$clone_mb"), $margin MB margin):" \
+			"free space there"
 	fi
 
 	if [ "$root_ok" = 0 ]; then
-		mirror=$(nu_mirror)
+		mirror=$(nu_mirror 2>/dev/null) || nu_verdict "no Debian mirror in the host's apt configuration" \
+			"(/etc/apt/sources.list.d/debian.sources, /etc/apt/sources.list), and there is no toolchain" \
+			"root yet to build without one: name a mirror with NEURON_UDMA_MIRROR=URL"
 		tmp=$(mktemp -d "${TMPDIR:-/tmp}/nu-preflight.XXXXXX")
 		if ! timeout "$((timeout + 5))" /usr/lib/apt/apt-helper -o APT::Sandbox::User=root \
 			-o Acquire::http::Timeout="$timeout" -o Acquire::https::Timeout="$timeout" \
@@ -232,6 +238,11 @@ nu_need_text() {
 	local IFS=,
 	local joined="${parts[*]}"
 	echo "${joined//,/, }"
+}
+
+# What the clone still needs, for nu_preflight's message: nu_clone_text CLONE_MB.
+nu_clone_text() {
+	if [ "$1" = 0 ]; then echo "the tools built already"; else echo "tools/target: 1 GB"; fi
 }
 
 # The DKMS source trees of the package (make dkms-src makes them, make dkms-uninstall removes
