@@ -164,25 +164,18 @@ DKMS_SRC ?= /usr/src/neuron-udma-$(PKG_VERSION)
 DKMS_FILES := dkms.conf Makefile Kbuild $(RUST_SRCS) $(wildcard rust/*.c rust/*.h rust/*/*.c rust/*/*.h) \
 	$(wildcard include/uapi/linux/*.h) udev/60-neuron-udma.rules
 
-# An older tree of this package at DKMS_SRC is replaced; any other non-empty directory is refused.
+# A tree make dkms-src made before (its marker, .neuron-udma-dkms-src) at DKMS_SRC is replaced; any
+# other non-empty directory is refused, and so are this clone, a directory holding it or inside it
+# (but build/), and a directory holding a .git (scripts/lib.sh, nu_dkms_src).
 dkms-src:
-	@set -e; \
-	[ -n "$(PKG_VERSION)" ] || { echo "dkms.conf has no PACKAGE_VERSION=\"...\" line" >&2; exit 1; }; \
-	if grep -qsx 'PACKAGE_NAME="neuron-udma"' "$(DKMS_SRC)/dkms.conf"; then \
-	  rm -rf "$(DKMS_SRC)"; \
-	elif [ -n "$$(ls -A "$(DKMS_SRC)" 2>/dev/null)" ]; then \
-	  echo "$(DKMS_SRC) is not empty and holds no neuron-udma tree: not overwriting it" >&2; exit 1; \
-	fi; \
-	mkdir -p "$(DKMS_SRC)"; \
-	cp --parents $(DKMS_FILES) "$(DKMS_SRC)/"; \
-	echo "neuron-udma $(PKG_VERSION): DKMS source tree in $(DKMS_SRC)"
+	@bash -c 'set -euo pipefail; . "$(CURDIR)/scripts/lib.sh"; nu_dkms_src "$$@"' dkms-src "$(DKMS_SRC)" "$(PKG_VERSION)" $(DKMS_FILES)
 
 dkms-check:
 	scripts/dkms-check
 
-# The install on a Neuron host and its undoing (scripts/dkms-install --help). DESTDIR=DIR puts the
-# files under DIR and runs no modprobe or udevadm (scripts/dkms-check does so in the toolchain
-# root); DKMS still installs the module in /lib/modules.
+# The install on a Neuron host and its undoing (scripts/dkms-install --help). DESTDIR=DIR puts
+# everything under DIR, DKMS's tree (DIR/var/lib/dkms) and the module (DIR/lib/modules) included,
+# and runs no modprobe, depmod or udevadm (scripts/dkms-check does so in the toolchain root).
 KVER ?=
 BLACKLIST_NEURON ?=
 UDEV ?= 1

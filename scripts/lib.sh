@@ -154,15 +154,18 @@ nu_free_mb() {
 #   - cargo, at least the rust-version of tools/neuron-udma/Cargo.toml (the host's cargo builds
 #     the tools workspace; under sudo a rustup cargo needs PATH and RUSTUP_HOME kept);
 #   - free disk where the cache and the clone live, for what is missing (measured: the
-#     toolchain root 4.6 GB and its packages while it is built, the test kernel 0.7 GB; the
-#     clone's build/ and tools/target 2 GB), plus 1 GB; NU_PREFLIGHT_FREE_MB=N pretends N MiB
-#     are free (to try the check);
-#   - the Debian mirror (nu_mirror) answering within NU_PREFLIGHT_MIRROR_TIMEOUT seconds (10),
-#     through the host's apt (its proxies), only when there is no complete toolchain root yet:
-#     a warm cache needs no network.
+#     toolchain root 4.6 GB and its packages while it is built, the test kernel 0.7 GB, the
+#     clone's tools/target 0.45-0.55 GB), plus 500 MB on each file system for what every run
+#     writes (a warm make check: build/ about 50 MB, build/dkms, logs); a warm cache and built
+#     tools need only the 500 MB; NU_PREFLIGHT_FREE_MB=N pretends N MiB are free (to try the
+#     check);
+#   - the Debian mirror (nu_mirror; a host whose apt names none fails here too) answering within
+#     NU_PREFLIGHT_MIRROR_TIMEOUT seconds (10), through the host's apt (its proxies), only when
+#     there is no complete toolchain root yet: a warm cache needs no network.
 # Passes once per run: it exports NU_PREFLIGHT_DONE=1 for the scripts it starts.
 nu_preflight() {
 	local prefix=${1:+$1 } need want have root_ok=1 kernel_ok=1 cache_mb clone_mb cache_free clone_free
+	local margin=500
 	local mirror tmp timeout=${NU_PREFLIGHT_MIRROR_TIMEOUT:-10}
 	[ -z "${NU_PREFLIGHT_DONE:-}" ] || return 0
 	nu_verdict() { printf '%sFAILED: %s\n' "$prefix" "$*"; exit 1; }
@@ -185,27 +188,30 @@ nu_preflight() {
 
 	nu_current_root >/dev/null || root_ok=0
 	"$NU_TOP/scripts/build-kernel" --existing >/dev/null 2>&1 || kernel_ok=0
-	cache_mb=$((1000 + (1 - root_ok) * 5500 + (1 - kernel_ok) * 1000))
-	clone_mb=1000
-	[ -d "$NU_TOP/tools/target/release" ] || clone_mb=2000
+	# What is missing, and a margin per file system for what every run writes.
+	cache_mb=$(((1 - root_ok) * 5500 + (1 - kernel_ok) * 1000))
+	clone_mb=0
+	[ -d "$NU_TOP/tools/target/release" ] || clone_mb=1000
 	cache_free=${NU_PREFLIGHT_FREE_MB:-$(nu_free_mb "$NU_CACHE")}
 	clone_free=${NU_PREFLIGHT_FREE_MB:-$(nu_free_mb "$NU_TOP")}
 	if [ "$(stat -c %d "$(nu_existing "$NU_CACHE")")" = "$(stat -c %d "$NU_TOP")" ]; then
-		need=$((cache_mb + clone_mb))
+		need=$((cache_mb + clone_mb + margin))
 		[ "$cache_free" -ge "$need" ] || nu_verdict "$cache_free MiB free on the file system of $NU_CACHE" \
-			"and $NU_TOP, $need MiB needed ($(nu_need_text "$root_ok" "$kernel_ok"), build products" \
-			"of the clone, 1 GB margin): free space there, or put the cache elsewhere with" \
-			"NEURON_UDMA_CACHE=DIR"
+			"and $NU_TOP, $need MiB needed ($(nu_need_text "$root_ok" "$kernel_ok"), $(nu_clone_text "$clone_mb")," \
+			"$margin MB margin): free space there, or put the cache elsewhere with NEURON_UDMA_CACHE=DIR"
 	else
-		[ "$cache_free" -ge "$cache_mb" ] || nu_verdict "$cache_free MiB free for $NU_CACHE, $cache_mb MiB" \
-			"needed ($(nu_need_text "$root_ok" "$kernel_ok"), 1 GB margin): free space there, or put" \
-			"the cache elsewhere with NEURON_UDMA_CACHE=DIR"
-		[ "$clone_free" -ge "$clone_mb" ] || nu_verdict "$clone_free MiB free for the clone $NU_TOP," \
-			"$clone_mb MiB needed (build/, tools/target, 1 GB margin): free space there"
+		[ "$cache_free" -ge "$((cache_mb + margin))" ] || nu_verdict "$cache_free MiB free for $NU_CACHE," \
+			"$((cache_mb + margin)) MiB needed ($(nu_need_text "$root_ok" "$kernel_ok"), $margin MB margin):" \
+			"free space there, or put the cache elsewhere with NEURON_UDMA_CACHE=DIR"
+		[ "$clone_free" -ge "$((clone_mb + margin))" ] || nu_verdict "$clone_free MiB free for the clone" \
+			"$NU_TOP, $((clone_mb + margin)) MiB needed ($(nu_clone_text "$clone_mb"), $margin MB margin):" \
+			"free space there"
 	fi
 
 	if [ "$root_ok" = 0 ]; then
-		mirror=$(nu_mirror)
+		mirror=$(nu_mirror 2>/dev/null) || nu_verdict "no Debian mirror in the host's apt configuration" \
+			"(/etc/apt/sources.list.d/debian.sources, /etc/apt/sources.list), and there is no toolchain" \
+			"root yet to build without one: name a mirror with NEURON_UDMA_MIRROR=URL"
 		tmp=$(mktemp -d "${TMPDIR:-/tmp}/nu-preflight.XXXXXX")
 		if ! timeout "$((timeout + 5))" /usr/lib/apt/apt-helper -o APT::Sandbox::User=root \
 			-o Acquire::http::Timeout="$timeout" -o Acquire::https::Timeout="$timeout" \
@@ -232,4 +238,76 @@ nu_need_text() {
 	local IFS=,
 	local joined="${parts[*]}"
 	echo "${joined//,/, }"
+}
+
+# What the clone still needs, for nu_preflight's message: nu_clone_text CLONE_MB.
+nu_clone_text() {
+	if [ "$1" = 0 ]; then echo "the tools built already"; else echo "tools/target: 1 GB"; fi
+}
+
+# The DKMS source trees of the package (make dkms-src makes them, make dkms-uninstall removes
+# them). Only a tree carrying the marker file NU_DKMS_MARKER, which make dkms-src writes into every
+# tree it makes, is ever removed, and never one where a clone could be: not this clone, nor a
+# directory holding it or inside it (but its build/: scripts/dkms-check's trees), nor one holding
+# a .git at any depth (a clone or work tree).
+NU_DKMS_MARKER=.neuron-udma-dkms-src
+
+# nu_dkms_src_unsafe DIR: prints why DIR must not be made or removed as a DKMS source tree and
+# succeeds; fails, printing nothing, when it may be.
+nu_dkms_src_unsafe() {
+	local d top git
+	d=$(realpath -m -- "$1")
+	top=$(realpath -- "$NU_TOP")
+	if [ "$d" = "$top" ]; then
+		echo "it is this clone"
+	elif [ "$d" = / ] || [ "${top#"$d"/}" != "$top" ]; then
+		echo "it holds this clone ($top)"
+	elif [ "${d#"$top"/}" != "$d" ] && [ "${d#"$top"/build/}" = "$d" ]; then
+		echo "it is inside this clone ($top), not in its build/"
+	elif git=$(find "$d" -name .git -print -quit 2>/dev/null) && [ -n "$git" ]; then
+		echo "it holds $git (a clone or work tree)"
+	else
+		return 1
+	fi
+}
+
+# nu_dkms_src_ours DIR: whether DIR is a DKMS source tree make dkms-src made (its marker) and may
+# be removed; prints why not when not.
+nu_dkms_src_ours() {
+	local why
+	if why=$(nu_dkms_src_unsafe "$1"); then
+		echo "$why"
+		return 1
+	fi
+	if [ -L "$1" ]; then
+		echo "it is a symbolic link"
+		return 1
+	fi
+	if ! grep -qs '^neuron-udma .*DKMS source tree' "$1/$NU_DKMS_MARKER"; then
+		echo "it has no $NU_DKMS_MARKER (make dkms-src writes it into every tree it makes)"
+		return 1
+	fi
+}
+
+# nu_dkms_src DIR VERSION FILE...: make dkms-src: copies FILE... (paths in the clone) to DIR with
+# their paths, and the marker. DIR must be missing, empty or a tree make dkms-src made (which is
+# replaced).
+nu_dkms_src() {
+	local dir=$1 ver=$2 why rev
+	shift 2
+	[ -n "$ver" ] || nu_die "dkms.conf has no PACKAGE_VERSION=\"...\" line"
+	if why=$(nu_dkms_src_unsafe "$dir"); then
+		nu_die "refusing to make the DKMS source tree $dir: $why"
+	fi
+	if [ -n "$(ls -A "$dir" 2>/dev/null)" ]; then
+		why=$(nu_dkms_src_ours "$dir") ||
+			nu_die "$dir is not empty and not a tree make dkms-src made ($why): not overwriting it (remove it yourself if it is an old tree of the package)"
+		rm -rf "$dir"
+	fi
+	mkdir -p "$dir"
+	(cd "$NU_TOP" && cp --parents "$@" "$dir/")
+	rev=$(git -C "$NU_TOP" describe --always --dirty 2>/dev/null) || rev="no git revision"
+	printf '%s\n' "neuron-udma $ver DKMS source tree, made by make dkms-src from $NU_TOP ($rev) on $(date -u +%FT%TZ)." \
+		"make dkms-uninstall removes this directory; nothing removes a tree without this file." >"$dir/$NU_DKMS_MARKER"
+	echo "neuron-udma $ver: DKMS source tree in $dir"
 }
