@@ -167,23 +167,36 @@ nu_preflight() {
 	local prefix=${1:+$1 } need want have root_ok=1 kernel_ok=1 cache_mb clone_mb cache_free clone_free
 	local margin=500
 	local mirror tmp timeout=${NU_PREFLIGHT_MIRROR_TIMEOUT:-10}
+	local -a fails=()
 	[ -z "${NU_PREFLIGHT_DONE:-}" ] || return 0
-	nu_verdict() { printf '%sFAILED: %s\n' "$prefix" "$*"; exit 1; }
+	# Every unmet need is one FAILED line; they are printed together (a user who is neither root
+	# nor has cargo learns both at once), and the run stops.
+	nu_verdict() { fails+=("${prefix}FAILED: $*"); }
+	nu_preflight_stop() {
+		[ ${#fails[@]} = 0 ] || {
+			printf '%s\n' "${fails[@]}"
+			exit 1
+		}
+	}
 
 	[ "$(id -u)" = 0 ] || nu_verdict "running as $(id -un 2>/dev/null || id -u) (uid $(id -u)), not root:" \
 		"the toolchain root is built with mmdebstrap and entered with unshare and chroot, which need" \
 		"root; become root keeping your cargo, then run the command again: $NU_SUDO_LINE"
 
 	want=$(sed -n 's/^rust-version *= *"\(.*\)"/\1/p' "$NU_TOP/tools/neuron-udma/Cargo.toml")
-	command -v cargo >/dev/null || nu_verdict "no cargo in PATH ($PATH): install a Rust toolchain" \
-		"(cargo ${want:-1.95} or newer, e.g. rustup: https://rustup.rs); under sudo keep your PATH" \
-		"and RUSTUP_HOME: $NU_SUDO_LINE"
-	have=$(cargo --version 2>/dev/null | sed -n 's/^cargo \([0-9][0-9.]*\).*/\1/p' | head -n1 || true)
-	[ -n "$have" ] || nu_verdict "cargo --version failed ($(cargo --version 2>&1 | head -n1)):" \
-		"a rustup cargo without its toolchain? under sudo keep RUSTUP_HOME: $NU_SUDO_LINE"
-	if [ -n "$want" ] && [ "$(printf '%s\n%s\n' "$want" "$have" | sort -V | head -n1)" != "$want" ]; then
-		nu_verdict "cargo $have is older than $want (rust-version of tools/neuron-udma/Cargo.toml):" \
-			"update the Rust toolchain (rustup update stable)"
+	if ! command -v cargo >/dev/null; then
+		nu_verdict "no cargo in PATH ($PATH): install a Rust toolchain" \
+			"(cargo ${want:-1.95} or newer, e.g. rustup: https://rustup.rs); under sudo keep your PATH" \
+			"and RUSTUP_HOME: $NU_SUDO_LINE"
+	else
+		have=$(cargo --version 2>/dev/null | sed -n 's/^cargo \([0-9][0-9.]*\).*/\1/p' | head -n1 || true)
+		if [ -z "$have" ]; then
+			nu_verdict "cargo --version failed ($(cargo --version 2>&1 | head -n1)):" \
+				"a rustup cargo without its toolchain? under sudo keep RUSTUP_HOME: $NU_SUDO_LINE"
+		elif [ -n "$want" ] && [ "$(printf '%s\n%s\n' "$want" "$have" | sort -V | head -n1)" != "$want" ]; then
+			nu_verdict "cargo $have is older than $want (rust-version of tools/neuron-udma/Cargo.toml):" \
+				"update the Rust toolchain (rustup update stable)"
+		fi
 	fi
 
 	nu_current_root >/dev/null || root_ok=0
@@ -208,10 +221,15 @@ nu_preflight() {
 			"free space there"
 	fi
 
+	# The mirror only once the rest holds (its check downloads).
+	nu_preflight_stop
 	if [ "$root_ok" = 0 ]; then
-		mirror=$(nu_mirror 2>/dev/null) || nu_verdict "no Debian mirror in the host's apt configuration" \
-			"(/etc/apt/sources.list.d/debian.sources, /etc/apt/sources.list), and there is no toolchain" \
-			"root yet to build without one: name a mirror with NEURON_UDMA_MIRROR=URL"
+		if ! mirror=$(nu_mirror 2>/dev/null); then
+			nu_verdict "no Debian mirror in the host's apt configuration" \
+				"(/etc/apt/sources.list.d/debian.sources, /etc/apt/sources.list), and there is no toolchain" \
+				"root yet to build without one: name a mirror with NEURON_UDMA_MIRROR=URL"
+			nu_preflight_stop
+		fi
 		tmp=$(mktemp -d "${TMPDIR:-/tmp}/nu-preflight.XXXXXX")
 		if ! timeout "$((timeout + 5))" /usr/lib/apt/apt-helper -o APT::Sandbox::User=root \
 			-o Acquire::http::Timeout="$timeout" -o Acquire::https::Timeout="$timeout" \
@@ -226,6 +244,7 @@ nu_preflight() {
 		fi
 		rm -rf "$tmp"
 	fi
+	nu_preflight_stop
 	export NU_PREFLIGHT_DONE=1
 }
 
