@@ -18,13 +18,15 @@
 #                        (scripts/toolchain-root; its path is printed)
 #   make kernel          build only the test kernel (cached; its path is printed)
 #   make dkms-src [DKMS_SRC=DIR]   copy the DKMS source tree (dkms.conf and what the module build
-#                        needs) to /usr/src/neuron-udma-<version> (README: "Install on a Neuron host")
-#   make dkms-install [KVER=...] [BLACKLIST_NEURON=1] [UDEV=0] [LOAD=0]   on a Neuron host, as
-#                        root: the DKMS source tree, dkms add/build/install, the udev rule, with
-#                        BLACKLIST_NEURON=1 AWS's neuron driver blacklisted, then modprobe
-#                        (scripts/dkms-install; Documentation/operator.rst)
-#   make dkms-uninstall  undo all of it: unload, dkms remove, the source tree, the udev rule, the
-#                        blacklist and the CDI spec removed
+#                        needs) to DIR, by default /usr/src/neuron-udma-<version> (as root: it
+#                        writes the host's /usr/src; README: "Install on a Neuron host")
+#   make dkms-install [KVER=...] [BLACKLIST_NEURON=1] [UDEV=0] [LOAD=0] [DESTDIR=DIR]   on a Neuron
+#                        host, as root: the DKMS source tree, dkms add/build/install, the udev rule,
+#                        with BLACKLIST_NEURON=1 AWS's neuron driver blacklisted, then modprobe; with
+#                        DESTDIR everything under DIR, nothing of the host touched (scripts/dkms-install;
+#                        Documentation/operator.rst). Elsewhere make dkms-check tries it safely
+#   make dkms-uninstall [DESTDIR=DIR]   undo all of it: unload, dkms remove, the source tree, the
+#                        udev rule, the blacklist and the CDI spec removed
 #   make dkms-check      build, install and load the module through DKMS against the test kernel,
 #                        then run the demo copy with it in a trn1 guest (Documentation/dkms.rst)
 #   make boot-soak [MODEL=trn1] [BOOTS=40] [LA57=1]   boot the debug kernel BOOTS times and count
