@@ -485,6 +485,38 @@ out:
 
 
 /*
+ * The user copy of one entry now: @calls failing COPY_PREPARE calls of UCOPY_BATCH entries and
+ * @calls of 1 entry on a queue this file does not own, alternating (@one and @many get their
+ * times); ns per entry. *@m1 and *@mn, if set, get the two medians in seconds.
+ */
+static double user_copy_now(struct qctx *c, double *one, double *many, unsigned int calls,
+			    double *m1, double *mn)
+{
+	double a, b;
+
+	unsigned int r, k;
+	int ret;
+
+	for (r = 0; r < calls; r++)
+		for (k = 0; k < 2; k++) {
+			unsigned int n = (r + k) % 2 ? UCOPY_BATCH : 1;
+			double t0 = now();
+
+			ret = prep(c->fd, 0, UNOWNED_Q, c->copies, n);
+			(n == 1 ? one : many)[r] = now() - t0;
+			if (ret != -ENOENT)
+				die("COPY_PREPARE on a foreign queue (expected ENOENT)", ret ? ret : -EPROTO);
+		}
+	a = median(one, calls);
+	b = median(many, calls);
+	if (m1)
+		*m1 = a;
+	if (mn)
+		*mn = b;
+	return (b - a) * 1e9 / (UCOPY_BATCH - 1);
+}
+
+/*
  * The user copy of one entry: COPY_PREPARE of UCOPY_BATCH entries and of 1 entry, both on a queue
  * this file does not own (engine 0, queue UNOWNED_Q), UCOPY_REPS calls each, alternating. The
  * driver reads the whole entry array (for more than 16 entries into a heap array it allocates and
@@ -499,7 +531,6 @@ static double bench_user_copy(struct qctx *c)
 	double *one = calloc(UCOPY_REPS, sizeof(double));
 	double *many = calloc(UCOPY_REPS, sizeof(double));
 	double m1, mn, per;
-	unsigned int r, k;
 	char how[640];
 	int ret;
 
@@ -514,19 +545,7 @@ static double bench_user_copy(struct qctx *c)
 		free(many);
 		return -1;
 	}
-	for (r = 0; r < UCOPY_REPS; r++)
-		for (k = 0; k < 2; k++) {
-			unsigned int n = (r + k) % 2 ? UCOPY_BATCH : 1;
-			double t0 = now();
-
-			ret = prep(c->fd, 0, UNOWNED_Q, c->copies, n);
-			(n == 1 ? one : many)[r] = now() - t0;
-			if (ret != -ENOENT)
-				die("COPY_PREPARE on a foreign queue (expected ENOENT)", ret ? ret : -EPROTO);
-		}
-	m1 = median(one, UCOPY_REPS);
-	mn = median(many, UCOPY_REPS);
-	per = (mn - m1) * 1e9 / (UCOPY_BATCH - 1);
+	per = user_copy_now(c, one, many, UCOPY_REPS, &m1, &mn);
 	snprintf(how, sizeof(how),
 		 "%u COPY_PREPARE calls of %u entries and %u of 1 entry, alternating, on a queue this "
 		 "file does not own (engine 0 queue %u): the driver reads the entry array (above 16 "
@@ -570,28 +589,6 @@ static int submit_scale(struct qctx *c, unsigned int batch, unsigned int n_subs,
 			return ret;
 	}
 	return 0;
-}
-
-/*
- * The user copy of one entry now: @calls failing COPY_PREPARE calls of UCOPY_BATCH entries and
- * @calls of 1 entry on the foreign queue (bench_user_copy), alternating; ns per entry.
- */
-static double user_copy_now(struct qctx *c, double *one, double *many, unsigned int calls)
-{
-	unsigned int r, k;
-	int ret;
-
-	for (r = 0; r < calls; r++)
-		for (k = 0; k < 2; k++) {
-			unsigned int n = (r + k) % 2 ? UCOPY_BATCH : 1;
-			double t0 = now();
-
-			ret = prep(c->fd, 0, UNOWNED_Q, c->copies, n);
-			(n == 1 ? one : many)[r] = now() - t0;
-			if (ret != -ENOENT)
-				die("COPY_PREPARE on a foreign queue (expected ENOENT)", ret ? ret : -EPROTO);
-		}
-	return (median(many, calls) - median(one, calls)) * 1e9 / (UCOPY_BATCH - 1);
 }
 
 /*
@@ -659,7 +656,7 @@ static void batch_scale_interleaved(struct qctx *c, double *one, double *many)
 				a[i] = c->prep_secs * 1e9 / pairs;
 				break;
 			case 1:
-				u[i] = user_copy_now(c, one, many, BATCH_UCOPY_CALLS);
+				u[i] = user_copy_now(c, one, many, BATCH_UCOPY_CALLS, NULL, NULL);
 				break;
 			default:
 				k[i] = kunit_prepare_one();
