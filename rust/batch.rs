@@ -143,6 +143,44 @@ pub(crate) struct Batch {
     pub(crate) flags: u32,
     /// Handle -> hold index.
     handles: Handles,
+    /// The buffers of the last copy added, when both are contiguous and the destination
+    /// writable: a copy naming the same two handles (most entries of a batch) is checked
+    /// against them without a lookup.
+    last: Option<Last>,
+    /// Bytes of all copies.
+    pub(crate) bytes: u64,
+}
+
+/// One side of [`Last`]: a held, contiguous buffer.
+#[derive(Clone, Copy)]
+struct Side {
+    handle: u64,
+    /// Bytes.
+    size: u64,
+    /// Device-fabric address of byte 0 (route applied).
+    base: u64,
+}
+
+impl Side {
+    /// The address of bytes `[offset, offset + len)` ([`Buffer::check_range`]).
+    ///
+    /// # Errors
+    ///
+    /// `ERANGE` if they do not lie inside the buffer.
+    #[inline(always)]
+    fn at(&self, offset: u64, len: u32) -> Result<u64> {
+        match offset.checked_add(u64::from(len)) {
+            Some(end) if end <= self.size => Ok(self.base + offset),
+            _ => Err(ERANGE),
+        }
+    }
+}
+
+/// The source and destination of the last copy of a [`Batch`] (see `Batch::last`).
+#[derive(Clone, Copy)]
+struct Last {
+    src: Side,
+    dst: Side,
 }
 
 /// A copy that names nothing (an unused inline slot).
@@ -168,6 +206,8 @@ impl Batch {
             holds: Holds::default(),
             flags: 0,
             handles: Handles::new(),
+            last: None,
+            bytes: 0,
         };
         // Sized by the batch: a pair per entry unless a copy is split. The buffer records and
         // the handle table grow with the distinct buffers named.
@@ -179,7 +219,7 @@ impl Batch {
 
     /// The pairs, in order.
     pub(crate) fn copies(&self) -> &[Copy] {
-        if self.heap.is_empty() {
+        if self.heap.capacity() == 0 {
             &self.inline[..self.n_inline]
         } else {
             &self.heap
@@ -203,15 +243,29 @@ impl Batch {
         self.holds.get(i).ok_or(EINVAL)
     }
 
+    /// Appends pair `c`: into the inline array while the batch is small, else into the heap
+    /// array (reserved for a pair per entry by [`Self::new`], so it grows only for split
+    /// copies).
+    #[inline(always)]
     fn push(&mut self, c: Copy) -> Result {
-        if self.heap.is_empty() && self.n_inline < INLINE_PAIRS {
-            // PANIC: `n_inline` is below INLINE_PAIRS.
-            self.inline[self.n_inline] = c;
+        if self.heap.capacity() != 0 {
+            return match self.heap.push_within_capacity(c) {
+                Ok(()) => Ok(()),
+                Err(e) => self.push_grow(e.0),
+            };
+        }
+        if let Some(slot) = self.inline.get_mut(self.n_inline) {
+            *slot = c;
             self.n_inline += 1;
             return Ok(());
         }
-        if self.heap.is_empty() {
-            // The inline array is full: move it to the heap first.
+        self.push_grow(c)
+    }
+
+    /// [`Self::push`] when the array in use is full: the inline pairs move to the heap first.
+    #[inline(never)]
+    fn push_grow(&mut self, c: Copy) -> Result {
+        if self.heap.capacity() == 0 {
             self.heap.reserve(INLINE_PAIRS * 2, GFP_KERNEL_ACCOUNT)?;
             for x in &self.inline[..self.n_inline] {
                 self.heap.push(*x, GFP_KERNEL_ACCOUNT)?;
@@ -241,7 +295,11 @@ impl Batch {
 
     /// Validates copy `c` of the open file `owner` (buffers in `pool`, host route `route`) and
     /// appends its pair, or with `NEURON_UDMA_COPY_SPLIT` one pair per piece of a copy that
-    /// crosses runs of an imported buffer (each with the copy's barrier; `DST_INT` on the last).
+    /// crosses runs of an imported buffer (each with the copy's barrier).
+    ///
+    /// A copy naming the same two handles as the one before, both contiguous, is checked
+    /// against that copy's buffers ([`Last`]) in line: the same checks in the same order, so
+    /// the same errors, without a lookup.
     ///
     /// # Errors
     ///
@@ -249,6 +307,7 @@ impl Batch {
     /// `ENOENT` (unknown handle, or a buffer whose `MEM_FREE` is under way), `ERANGE` (range
     /// outside a buffer), `EPERM` (a destination the engine may not write), `EXDEV` (a copy
     /// that needs several pairs without `NEURON_UDMA_COPY_SPLIT`), `ENODEV`, `ENOMEM`.
+    #[inline(always)]
     pub(crate) fn add(
         &mut self,
         pool: &BufferPool,
@@ -264,6 +323,36 @@ impl Batch {
         // EINVAL for size 0 or above one pair, before any lookup.
         let len = split::copy_len(c.size)?;
         let barrier = Barrier::try_from(c.barrier)?;
+        self.bytes += u64::from(c.size);
+        if let Some(last) = &self.last {
+            if last.src.handle == c.src_handle && last.dst.handle == c.dst_handle {
+                let src = last.src.at(c.src_offset, c.size)?;
+                let dst = last.dst.at(c.dst_offset, c.size)?;
+                self.flags |= c.flags;
+                return self.push(Copy {
+                    src,
+                    dst,
+                    len,
+                    barrier,
+                });
+            }
+        }
+        self.add_looked_up(pool, owner, route, c, len, barrier)
+    }
+
+    /// [`Self::add`] for a copy that names other buffers than the one before: both looked up
+    /// (once per call, [`Self::resolve`]) and checked.
+    #[inline(never)]
+    fn add_looked_up(
+        &mut self,
+        pool: &BufferPool,
+        owner: u64,
+        route: u64,
+        c: &uapi::neuron_udma_copy,
+        len: DescLen,
+        barrier: Barrier,
+    ) -> Result {
+        use uapi::NEURON_UDMA_COPY_SPLIT as SPLIT;
         let s = self.resolve(pool, owner, c.src_handle)?;
         self.get(s)?.check_range(c.src_offset, u64::from(c.size))?;
         let d = self.resolve(pool, owner, c.dst_handle)?;
@@ -279,7 +368,20 @@ impl Batch {
             barrier,
         );
         if let UserPairs::One(Some(pair)) = pairs {
-            // Copies between driver-allocated (contiguous) buffers are always one pair.
+            // Copies between driver-allocated (contiguous) buffers are always one pair: the
+            // next copy between the same two is checked against them in line.
+            self.last = Some(Last {
+                src: Side {
+                    handle: c.src_handle,
+                    size: src.size,
+                    base: sbase,
+                },
+                dst: Side {
+                    handle: c.dst_handle,
+                    size: dst.size,
+                    base: dbase,
+                },
+            });
             self.flags |= c.flags;
             return self.push(pair);
         }

@@ -130,9 +130,10 @@ impl OpenFile {
             chan.prepare(batch.copies(), batch.largest, holds)?;
             0
         };
-        let bytes: u64 = copies.iter().map(|c| u64::from(c.size)).sum();
-        self.copy_bytes.fetch_add(bytes, Relaxed);
-        self.dev.counters.add_copies(copies.len() as u64, bytes);
+        self.copy_bytes.fetch_add(batch.bytes, Relaxed);
+        self.dev
+            .counters
+            .add_copies(copies.len() as u64, batch.bytes);
         let (flags, pairs) = (batch.flags, batch.pairs());
         Ok((split_result(flags, pairs), seq))
     }
