@@ -25,6 +25,7 @@ use crate::{
     dram::{DramAllocator, DRAM_RESERVED},
     engine::QueueId,
     h2t::{H2t, H2T_RING_DESCS, SCRUB_BYTES, SCRUB_RING_DESCS},
+    kfac::dmem::DmemRegion,
     pattern::Patterns,
     pool::BufferPool,
 };
@@ -33,6 +34,7 @@ use kernel::{
     dma::Coherent,
     new_mutex, pci,
     prelude::*,
+    str::CString,
     sync::{
         aref::ARef,
         atomic::{Atomic, Full, Relaxed, Release},
@@ -121,7 +123,12 @@ impl UdmaDevice {
         bar4_phys: u64,
         #[cfg(neuron_udma_kunit)] model: Option<crate::testing::ModelCtl>,
     ) -> Result<Arc<Self>> {
-        let dram = DramAllocator::new(DRAM_RESERVED, dram_size)?;
+        // The device memory users allocate from, a dmem cgroup region of its own
+        // ("neuron_udma/<PCI name>" in dmem.capacity and dmem.max).
+        let name = CString::try_from_fmt(fmt!("neuron_udma/{}", pdev.as_ref().name()))?;
+        let user_bytes = dram_size.saturating_sub(DRAM_RESERVED);
+        let region = DmemRegion::register(user_bytes, &name)?;
+        let dram = DramAllocator::new(DRAM_RESERVED, dram_size, region)?;
         let bar = Arc::pin_init(Bar0::new(pdev.into(), arch, bar0), GFP_KERNEL)?;
         let patterns = Patterns::new(pdev.into(), arch)?;
         let pool_dev: ARef<pci::Device> = pdev.into();

@@ -3,6 +3,7 @@
 //! The device-memory (HBM) allocator: ranges of the device's memory handed out to device
 //! buffers, in units of [`BUF_ALIGN`](crate::buffer::BUF_ALIGN) bytes.
 
+use crate::kfac::dmem::{DmemCharge, DmemRegion};
 use kernel::{
     prelude::*,
     rbtree::{RBTree, RBTreeNode, RBTreeNodeReservation},
@@ -12,12 +13,14 @@ use kernel::{
 /// for firmware, hardware.rst §1.3); the driver's own tests use it.
 pub(crate) const DRAM_RESERVED: u64 = 16 << 20;
 
-/// An allocated range: its length, and the two tree nodes its free will need, allocated with it
-/// (and charged to its caller), so that freeing never allocates and never fails.
+/// An allocated range: its length, the two tree nodes its free will need, allocated with it
+/// (and charged to its caller), so that freeing never allocates and never fails, and its charge
+/// to the caller's dmem cgroup, given back when the range is.
 struct Used {
     len: u64,
     free_node: RBTreeNodeReservation<u64, u64>,
     size_node: RBTreeNodeReservation<(u64, u64), ()>,
+    _charge: Option<DmemCharge>,
 }
 
 /// Best-fit allocator of device-memory ranges. The free ranges (coalesced) are indexed twice,
@@ -33,15 +36,19 @@ pub(crate) struct DramAllocator {
     used: RBTree<u64, Used>,
     start: u64,
     end: u64,
+    /// The device's memory as a dmem cgroup region (`None` without the controller, and after
+    /// [`Self::release_all`]): every range allocated is charged to the allocating task's cgroup.
+    region: Option<DmemRegion>,
 }
 
 impl DramAllocator {
-    /// Manages device addresses `start..end` (bytes).
+    /// Manages device addresses `start..end` (bytes), charging allocations to `region` (the
+    /// device's dmem region, if any).
     ///
     /// # Errors
     ///
     /// `ENOMEM` if the first free-range records cannot be allocated.
-    pub(crate) fn new(start: u64, end: u64) -> Result<Self> {
+    pub(crate) fn new(start: u64, end: u64, region: Option<DmemRegion>) -> Result<Self> {
         let mut free = RBTree::new();
         let mut by_size = RBTree::new();
         if end > start {
@@ -54,6 +61,7 @@ impl DramAllocator {
             used: RBTree::new(),
             start,
             end,
+            region,
         })
     }
 
@@ -64,12 +72,13 @@ impl DramAllocator {
 
     /// Allocates `len` bytes ([`BUF_ALIGN`](crate::buffer::BUF_ALIGN)-aligned) from the
     /// smallest free range that holds them, at its start. The records are charged to the
-    /// calling task's memory cgroup.
+    /// calling task's memory cgroup, the `len` bytes to its dmem cgroup until [`Self::free`].
     ///
     /// # Errors
     ///
-    /// `ENOMEM` if no free range is large enough (or a record cannot be allocated); nothing
-    /// changes then.
+    /// `ENOMEM` if no free range is large enough (or a record cannot be allocated), `EDQUOT`
+    /// if the bytes would take the calling task's cgroup past its `dmem.max` for this device;
+    /// nothing changes then.
     pub(crate) fn alloc(&mut self, len: u64) -> Result<u64> {
         let (flen, at) = *self
             .by_size
@@ -77,12 +86,17 @@ impl DramAllocator {
             .ok_or(ENOMEM)?
             .current()
             .0;
+        let charge = match &self.region {
+            Some(r) => Some(r.try_charge(len)?),
+            None => None,
+        };
         let used = RBTreeNode::new(
             at,
             Used {
                 len,
                 free_node: RBTreeNodeReservation::new(GFP_KERNEL_ACCOUNT)?,
                 size_node: RBTreeNodeReservation::new(GFP_KERNEL_ACCOUNT)?,
+                _charge: charge,
             },
             GFP_KERNEL_ACCOUNT,
         )?;
@@ -140,6 +154,14 @@ impl DramAllocator {
         self.by_size.insert(u.size_node.into_node((e - s, s), ()));
     }
 
+    /// Forgets every allocated range and unregisters the dmem region: the device is gone (its
+    /// memory unreachable by any engine or mapping), so the ranges' charges are given back now,
+    /// not when the last buffer record is dropped. Later [`Self::free`]s do nothing.
+    pub(crate) fn release_all(&mut self) {
+        drop(core::mem::replace(&mut self.used, RBTree::new()));
+        self.region = None;
+    }
+
     /// Number of free ranges (the holes of a fragmented memory).
     #[cfg(neuron_udma_kunit)]
     fn holes(&self) -> usize {
@@ -155,7 +177,7 @@ mod tests {
 
     #[test]
     fn best_fit_and_coalescing() -> Result {
-        let mut d = DramAllocator::new(0x1000, 0x11000)?;
+        let mut d = DramAllocator::new(0x1000, 0x11000, None)?;
         assert_eq!(d.capacity(), 0x10000);
         let a = d.alloc(0x4000)?;
         let b = d.alloc(0x4000)?;
@@ -221,10 +243,10 @@ mod tests {
             err?;
             Ok((fail, ok))
         };
-        let mut flat = DramAllocator::new(0, 2 * HOLES * PAGE)?;
+        let mut flat = DramAllocator::new(0, 2 * HOLES * PAGE, None)?;
         let (fail1, ok1) = time(&mut flat)?;
         // Every other page allocated: 8,192 holes of one page each.
-        let mut holey = DramAllocator::new(0, 2 * HOLES * PAGE)?;
+        let mut holey = DramAllocator::new(0, 2 * HOLES * PAGE, None)?;
         let mut v = KVVec::new();
         for _ in 0..2 * HOLES {
             v.push(holey.alloc(PAGE)?, GFP_KERNEL)?;

@@ -17,6 +17,7 @@
 //!
 //! - [`dmabuf`]: the dma-buf exporter of device memory and the importer of other dma-bufs;
 //! - [`dmaengine`]: the `dma_device` of the dmaengine provider, its cookies and descriptors;
+//! - [`dmem`]: the device-memory cgroup controller: a device's HBM as a region, charges of it;
 //! - [`eventfd`]: eventfd references (no C);
 //! - [`pci`]: PCI error recovery, function-level reset and shutdown, a device's NUMA node;
 //! - [`mm`]: VMA operations of buffer mappings, page insertion, the removal of user mappings,
@@ -30,6 +31,7 @@
 
 pub(crate) mod dmabuf;
 pub(crate) mod dmaengine;
+pub(crate) mod dmem;
 pub(crate) mod eventfd;
 pub(crate) mod mm;
 pub(crate) mod pci;

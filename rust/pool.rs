@@ -347,6 +347,9 @@ impl BufferPool {
         let table = {
             let mut st = self.state.lock();
             st.alive = false;
+            // No engine, importer or mapping reaches the device memory any more: every range's
+            // dmem charge goes back now, not when the last record of a buffer is dropped.
+            st.dram.release_all();
             for b in st.table.iter() {
                 self.usage.sub(b.kind, b.size);
                 self.trace(BufferEvent::Free, b);

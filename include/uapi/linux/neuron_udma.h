@@ -98,7 +98,8 @@ struct neuron_udma_info {
  * small CPU reads and writes).
  * Errors: EINVAL (size 0, unknown type, flags or reserved set), ENOMEM (no memory of that type,
  * or the memory cgroup's limit on the kernel memory of the buffer's record), EMFILE (the file
- * holds max_buffers buffers already).
+ * holds max_buffers buffers already), EDQUOT (a device buffer past the caller's cgroup's
+ * dmem.max for the device's region "neuron_udma/<PCI address>"; nothing is allocated).
  */
 struct neuron_udma_mem_alloc {
 	__u64 size;			/* in */
@@ -165,7 +166,8 @@ struct neuron_udma_mem_free {
  * EBUSY (the queue is taken by any file, or reserved for the driver), ENOMEM, EOPNOTSUPP (the
  * rings are in host memory and the engine cannot reach it: on Trainium2 only engines 32i +
  * 4..7, 12..15, 20..23, 28..31 and 128..131 can; every Trainium1/Inferentia2 engine can; or
- * DEVICE_RINGS without device memory).
+ * DEVICE_RINGS without device memory), EDQUOT (DEVICE_RINGS past the caller's cgroup's
+ * dmem.max for the device's region).
  */
 struct neuron_udma_queue_init {
 	__u32 engine;

@@ -88,6 +88,12 @@ pub enum Error {
     /// also `RLIMIT_MEMLOCK` exceeded (nothing stays pinned).
     #[error("out of memory or RLIMIT_MEMLOCK exceeded (ENOMEM)")]
     OutOfMemory,
+    /// `EDQUOT`: device memory (a device buffer, or rings with
+    /// [`QueueOptions::device_rings`](crate::QueueOptions::device_rings)) past the `dmem.max`
+    /// of the caller's cgroup for this device's region (`neuron_udma/<PCI address>`); nothing
+    /// was allocated.
+    #[error("device memory past the cgroup's dmem.max for this device (EDQUOT)")]
+    QuotaExceeded,
     /// `EPERM`: the destination of a copy is an imported buffer without write access
     /// ([`Device::import`](crate::Device::import) instead of
     /// [`Device::import_mut`](crate::Device::import_mut)).
@@ -138,6 +144,7 @@ impl Error {
             libc::EMFILE => Error::TooMany,
             libc::EBADF => Error::BadFd,
             libc::E2BIG => Error::TooBig,
+            libc::EDQUOT => Error::QuotaExceeded,
             e => Error::Other(e),
         }
     }
@@ -165,6 +172,7 @@ impl Error {
             Error::TooMany => libc::EMFILE,
             Error::BadFd => libc::EBADF,
             Error::TooBig => libc::E2BIG,
+            Error::QuotaExceeded => libc::EDQUOT,
             Error::Other(e) => *e,
             Error::Open { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
@@ -207,6 +215,7 @@ pub fn errno_name(errno: i32) -> String {
         libc::EMFILE => "EMFILE",
         libc::EBADF => "EBADF",
         libc::E2BIG => "E2BIG",
+        libc::EDQUOT => "EDQUOT",
         libc::EAGAIN => "EAGAIN",
         libc::EACCES => "EACCES",
         _ => return format!("errno {errno}"),

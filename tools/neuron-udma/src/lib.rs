@@ -1782,6 +1782,7 @@ mod tests {
             (libc::EMFILE, "EMFILE"),
             (libc::EBADF, "EBADF"),
             (libc::E2BIG, "E2BIG"),
+            (libc::EDQUOT, "EDQUOT"),
         ];
         for (errno, name) in cases {
             let e = Error::from_errno(errno);
