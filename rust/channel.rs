@@ -739,10 +739,14 @@ impl Channel {
 
     /// Runs the jobs of `parts`, each on its own queue, at the same time
     /// ([`submit::run`]'s rules: `policy`'s timeout per wait, a full ring waited for and reset
-    /// when stuck; a failure stops new submissions; an early end returns the fences in flight).
-    /// At most [`MAX_SPLIT`] parts.
-    pub(crate) fn transfer_split(parts: &[(&Channel, Job<'_>)], policy: &Policy) -> SplitFinish {
-        submit::transfer_split(parts, policy)
+    /// when stuck; a failure, or an error `stop` returns before a submission, stops new
+    /// submissions; an early end returns the fences in flight). At most [`MAX_SPLIT`] parts.
+    pub(crate) fn transfer_split(
+        parts: &[(&Channel, Job<'_>)],
+        policy: &Policy,
+        stop: impl Fn() -> Option<Error>,
+    ) -> SplitFinish {
+        submit::transfer_split(parts, policy, stop)
     }
 
     /// Makes the moves `moves` (device-fabric addresses) in order, nothing of them in flight

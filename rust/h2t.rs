@@ -38,17 +38,28 @@ pub(crate) const SCRUB_BYTES: usize = REPEAT_BYTES;
 ///
 /// [`Arch::scrub_queues`]: crate::arch::Arch::scrub_queues
 pub(crate) const SCRUB_RING_DESCS: u32 = 2048;
-/// Scrubs of at least this many bytes run on every H2T engine at once (smaller ones are not
-/// worth the extra doorbells and waits).
-pub(crate) const SPLIT_SCRUB_BYTES: u64 = 4 << 20;
+/// Copies (`MEMCPY`, `MEMSET`, scrubs) of at least this many bytes run on every H2T engine at
+/// once, striped (smaller ones are not worth the extra doorbells and waits).
+pub(crate) const STRIPE_BYTES: u64 = 4 << 20;
 /// Sleep between two looks at a file's orphan that its next `MEMCPY` waits for.
 const ORPHAN_SLEEP: Delta = Delta::from_micros(200);
+
+/// How a copy on the H2T engines ended ([`H2t::run`]).
+enum Ran {
+    /// Every byte moved.
+    Done,
+    /// It failed with nothing of it in flight (what it held is released).
+    Failed(Error),
+    /// It ended early with submissions in flight: what it held is an orphan now.
+    Orphaned(Error),
+}
 
 /// The shared H2T queue, the zeroed source of scrubs, and the orphans its copies leave.
 #[pin_data]
 pub(crate) struct H2t {
     chan: Arc<Channel>,
-    /// The other H2T engines' scrub queues (driver-owned, used only by scrubs).
+    /// The other H2T engines' queues (driver-owned), on which large copies and scrubs run
+    /// their other stripes ([`STRIPE_BYTES`]).
     scrubbers: KVec<Arc<Channel>>,
     /// Zeroed host memory ([`SCRUB_BYTES`]) and its device-fabric address; `None` after
     /// [`Self::shutdown`] (freed while the device is still bound).
@@ -168,14 +179,68 @@ impl H2t {
         }
         let slot = self.orphans.reserve()?;
         let left = timeout - start.elapsed();
+        match self.run(job, &Self::policy(left), file, hold, slot) {
+            Ran::Done => Ok(()),
+            Ran::Failed(e) | Ran::Orphaned(e) => Err(e),
+        }
+    }
+
+    /// Runs `job` for `file` (0: the driver) with `hold` keeping what it reads and writes: on
+    /// the shared queue, or, from [`STRIPE_BYTES`] on, striped over every H2T engine (one part
+    /// per queue, whole pairs, [`split::share`]; all parts at once, [`Channel::transfer_split`];
+    /// a part that fails fails the whole job). Asks `hold` before each submission whether an
+    /// imported dma-buf was revoked (`ENXIO`). When it ends early with submissions in flight,
+    /// `hold` stays in `slot` (an orphan) until every queue's fence that covers them is settled.
+    fn run(&self, job: Job<'_>, policy: &Policy, file: u64, hold: Hold, slot: OrphanSlot<'_>) -> Ran {
         let revoked = || hold.revoked().then_some(ENXIO);
-        match self.chan.transfer_until(job, &Self::policy(left), revoked) {
-            Finish::InFlight { err, seq } => {
-                self.orphans
-                    .adopt(slot, Orphan::new(self.chan.clone(), seq, file, hold));
-                Err(err)
+        let chans =
+            || Iterator::chain(core::iter::once(&self.chan), self.scrubbers.iter()).take(MAX_SPLIT);
+        if job.size < STRIPE_BYTES || self.scrubbers.is_empty() {
+            return match self.chan.transfer_until(job, policy, revoked) {
+                Finish::Done => Ran::Done,
+                Finish::Failed(e) => Ran::Failed(e),
+                Finish::InFlight { err, seq } => {
+                    self.orphans
+                        .adopt(slot, Orphan::new(self.chan.clone(), seq, file, hold));
+                    Ran::Orphaned(err)
+                }
+            };
+        }
+        // CAST: at most MAX_SPLIT.
+        let per = split::share(job.size, chans().count() as u64);
+        let mut list: [(&Channel, Job<'_>); MAX_SPLIT] = [(&*self.chan, Job::EMPTY); MAX_SPLIT];
+        let mut k = 0;
+        for (i, ch) in chans().enumerate() {
+            // CAST: at most MAX_SPLIT.
+            let off = per * i as u64;
+            if off >= job.size {
+                break;
             }
-            done => done.result(),
+            list[k] = (&**ch, job.part(off, per.min(job.size - off)));
+            k += 1;
+        }
+        match Channel::transfer_split(&list[..k], policy, revoked) {
+            SplitFinish::Done => Ran::Done,
+            SplitFinish::Failed(e) => Ran::Failed(e),
+            SplitFinish::InFlight { err, fences } => {
+                let chan_of = |i: usize| -> Arc<Channel> {
+                    match i.checked_sub(1) {
+                        Some(j) => self.scrubbers[j].clone(),
+                        None => self.chan.clone(),
+                    }
+                };
+                let mut left = fences.iter().flatten();
+                // Not empty: a wait ended early on a fence in flight.
+                let Some(&(i0, s0)) = left.next() else {
+                    return Ran::Failed(err);
+                };
+                let mut orphan = Orphan::new(chan_of(i0), s0, file, hold);
+                for (m, &(i, s)) in orphan.more.iter_mut().zip(left) {
+                    *m = Some((chan_of(i), s));
+                }
+                self.orphans.adopt(slot, orphan);
+                Ran::Orphaned(err)
+            }
         }
     }
 
@@ -189,11 +254,10 @@ impl H2t {
     ///
     /// `EIO`, `ETIMEDOUT`, `EINTR` (SIGKILL), `ENOMEM`, `ENODEV`.
     pub(crate) fn scrub(&self, pool: &BufferPool, addr: u64, size: u64) -> Result {
-        let split = size >= SPLIT_SCRUB_BYTES && !self.scrubbers.is_empty();
-        let r = self.scrub_range(pool, addr, size, split);
+        let r = self.scrub_range(pool, addr, size);
         // CAST: a few engines.
-        let engines = if split {
-            self.scrubbers.len() as u32 + 1
+        let engines = if size >= STRIPE_BYTES {
+            (self.scrubbers.len() + 1).min(MAX_SPLIT) as u32
         } else {
             1
         };
@@ -201,8 +265,8 @@ impl H2t {
         r
     }
 
-    /// [`Self::scrub`], on every H2T engine if `split`.
-    fn scrub_range(&self, pool: &BufferPool, addr: u64, size: u64, split: bool) -> Result {
+    /// [`Self::scrub`]: zeros from the zeroed block, striped from [`STRIPE_BYTES`] on.
+    fn scrub_range(&self, pool: &BufferPool, addr: u64, size: u64) -> Result {
         let give_back = |e| {
             pool.free_dram(addr);
             Err(e)
@@ -215,86 +279,17 @@ impl H2t {
             Ok(s) => s,
             Err(e) => return give_back(e),
         };
-        if split {
-            return self.scrub_split(pool, zeros, addr, size, slot);
-        }
         let job = Job {
             src: Span::Repeat(zeros),
             dst: Span::Linear(addr),
             size,
         };
-        match self.chan.transfer(job, &Self::policy(DEFAULT_TIMEOUT)) {
-            Finish::Done => Ok(()),
-            Finish::Failed(e) => give_back(e),
-            Finish::InFlight { err, seq } => {
-                self.orphans.adopt(
-                    slot,
-                    Orphan::new(self.chan.clone(), seq, 0, Hold::Dram(addr)),
-                );
-                Err(err)
-            }
-        }
-    }
-
-    /// [`Self::scrub`] of a large range on every H2T engine at once: the range is cut into
-    /// one part per queue (whole pairs, [`split::share`]), and all parts run together
-    /// ([`Channel::transfer_split`]). The range comes back only once no part is in flight.
-    fn scrub_split(
-        &self,
-        pool: &BufferPool,
-        zeros: u64,
-        addr: u64,
-        size: u64,
-        slot: OrphanSlot<'_>,
-    ) -> Result {
-        let chans =
-            || Iterator::chain(core::iter::once(&self.chan), self.scrubbers.iter()).take(MAX_SPLIT);
-        let per = split::share(size, chans().count() as u64);
-        let mut list: [(&Channel, Job<'_>); MAX_SPLIT] = [(&*self.chan, Job::EMPTY); MAX_SPLIT];
-        let mut k = 0;
-        for (i, ch) in chans().enumerate() {
-            // CAST: at most MAX_SPLIT.
-            let off = per * i as u64;
-            if off >= size {
-                break;
-            }
-            list[k] = (
-                &**ch,
-                Job {
-                    src: Span::Repeat(zeros),
-                    dst: Span::Linear(addr + off),
-                    size: per.min(size - off),
-                },
-            );
-            k += 1;
-        }
-        match Channel::transfer_split(&list[..k], &Self::policy(DEFAULT_TIMEOUT)) {
-            SplitFinish::Done => Ok(()),
-            SplitFinish::Failed(e) => {
-                pool.free_dram(addr);
-                Err(e)
-            }
-            SplitFinish::InFlight { err, fences } => {
-                let chan_of = |i: usize| -> Arc<Channel> {
-                    if i == 0 {
-                        self.chan.clone()
-                    } else {
-                        self.scrubbers[i - 1].clone()
-                    }
-                };
-                let mut left = fences.iter().flatten();
-                // Not empty: a wait ended early on a fence in flight.
-                let Some(&(i0, s0)) = left.next() else {
-                    pool.free_dram(addr);
-                    return Err(err);
-                };
-                let mut orphan = Orphan::new(chan_of(i0), s0, 0, Hold::Dram(addr));
-                for (m, &(i, s)) in orphan.more.iter_mut().zip(left) {
-                    *m = Some((chan_of(i), s));
-                }
-                self.orphans.adopt(slot, orphan);
-                Err(err)
-            }
+        match self.run(job, &Self::policy(DEFAULT_TIMEOUT), 0, Hold::Dram(addr), slot) {
+            Ran::Done => Ok(()),
+            // Nothing of it in flight: the range goes back now.
+            Ran::Failed(e) => give_back(e),
+            // The orphan gives the range back when the engine is done.
+            Ran::Orphaned(e) => Err(e),
         }
     }
 

@@ -77,6 +77,20 @@ pub(crate) enum Span<'a> {
 }
 
 impl Span<'_> {
+    /// The span from its byte `off` on: for a [`Span::Repeat`] block the same block (`off` a
+    /// whole number of pairs, as [`split::share`](crate::split::share) cuts).
+    pub(crate) fn skip(self, off: u64) -> Self {
+        match self {
+            Span::Linear(a) => Span::Linear(a + off),
+            Span::Repeat(a) => Span::Repeat(a),
+            Span::Runs { segs, start, route } => Span::Runs {
+                segs,
+                start: start + off,
+                route,
+            },
+        }
+    }
+
     /// Device-fabric address of byte `off` of the span, and how many bytes from there are
     /// contiguous (`u64::MAX`: no limit). `None` past the end of a [`Span::Runs`] buffer (the
     /// callers checked the range before).

@@ -40,6 +40,17 @@ pub(crate) struct Job<'a> {
     pub(crate) size: u64,
 }
 
+impl<'a> Job<'a> {
+    /// Bytes `[off, off + size)` of the job (both sides from `off` on, [`Span::skip`]).
+    pub(crate) fn part(&self, off: u64, size: u64) -> Job<'a> {
+        Job {
+            src: self.src.skip(off),
+            dst: self.dst.skip(off),
+            size,
+        }
+    }
+}
+
 impl Job<'static> {
     /// Nothing to move (a placeholder in arrays of jobs).
     pub(crate) const EMPTY: Self = Self {

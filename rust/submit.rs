@@ -284,9 +284,13 @@ pub(crate) fn transfer<D: Door>(
     }
 }
 
-/// Runs the jobs of `parts`, each on its own queue, at the same time ([`run`]); at most
-/// [`MAX_SPLIT`] parts.
-pub(crate) fn transfer_split<D: Door>(parts: &[(&D, Job<'_>)], policy: &Policy) -> SplitFinish {
+/// Runs the jobs of `parts`, each on its own queue, at the same time ([`run`]), asking `stop`
+/// before each submission; at most [`MAX_SPLIT`] parts.
+pub(crate) fn transfer_split<D: Door>(
+    parts: &[(&D, Job<'_>)],
+    policy: &Policy,
+    stop: impl Fn() -> Option<Error>,
+) -> SplitFinish {
     let n = parts.len().min(MAX_SPLIT);
     let Some(&(first, _)) = parts.first() else {
         return SplitFinish::Done;
@@ -295,7 +299,7 @@ pub(crate) fn transfer_split<D: Door>(parts: &[(&D, Job<'_>)], policy: &Policy) 
         Some((door, job)) => (*door, Cut::job(job)),
         None => (first, Cut::EMPTY),
     });
-    run(&mut cuts[..n], policy, || None)
+    run(&mut cuts[..n], policy, stop)
 }
 
 /// Makes the moves `moves` (device-fabric addresses) in order on `door`'s queue, in as few

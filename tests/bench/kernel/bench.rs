@@ -18,7 +18,7 @@
 use crate::{
     channel::{Finish, Job, OnTimeout, Owner, Policy, WaitMode, DEFAULT_TIMEOUT},
     desc::{Barrier, DescLen},
-    h2t::SPLIT_SCRUB_BYTES,
+    h2t::STRIPE_BYTES,
     queue::{Copy, Queue},
     regs,
     ring::Ring,
@@ -137,10 +137,10 @@ const MMIO_WRITES: usize = 1000;
 /// (back-to-back writes would measure how fast the model drains a queue of them).
 const MMIO_GAP: Delta = Delta::from_micros(200);
 
-/// Bytes of device memory the scrub rows zero (at least [`SPLIT_SCRUB_BYTES`], so that the
+/// Bytes of device memory the scrub rows zero (at least [`STRIPE_BYTES`], so that the
 /// production scrub splits it).
 const SCRUB_SIZE: u64 = 64 << 20;
-const _: () = assert!(SCRUB_SIZE >= SPLIT_SCRUB_BYTES);
+const _: () = assert!(SCRUB_SIZE >= STRIPE_BYTES);
 /// Scrubs of each kind, alternating; the fastest of each counts.
 const SCRUB_REPS: u32 = 5;
 
@@ -521,7 +521,7 @@ mod scrub_tests {
         let zeros = zeros.ok_or(ENODEV)?;
         let addr = dev.pool.alloc_dram(SCRUB_SIZE)?;
         // The shared queue's own submission loop over the whole range, as `H2t::scrub` runs a
-        // range below SPLIT_SCRUB_BYTES; a timeout resets the queue, so nothing stays in flight.
+        // range below STRIPE_BYTES; a timeout resets the queue, so nothing stays in flight.
         let policy = Policy {
             signals: WaitMode::Uninterruptible,
             timeout: DEFAULT_TIMEOUT,
