@@ -609,6 +609,7 @@ impl InFlight {
     /// # Errors
     ///
     /// `ENOENT` if a `MEM_FREE` freed the buffer.
+    #[cfg(neuron_udma_kunit)]
     pub(crate) fn new(buf: &Arc<Buffer>) -> Result<Self> {
         Self::take(buf.clone())
     }
@@ -650,6 +651,7 @@ impl Holds {
     /// # Errors
     ///
     /// `ENOENT` if a `MEM_FREE` freed the buffer, `ENOMEM`.
+    #[cfg(neuron_udma_kunit)]
     pub(crate) fn add(&mut self, buf: &Arc<Buffer>) -> Result {
         self.take(buf.clone()).map(|_| ())
     }

@@ -720,7 +720,9 @@ impl Channel {
 
     /// Copies `job` with `policy` ([`submit::transfer`]): splits it into pairs, writes a
     /// submission, waits for it, and so on; a full ring is waited for within the timeout, and
-    /// reset when stuck.
+    /// reset when stuck. (The driver's own copies go through [`Self::transfer_until`] and
+    /// [`Self::transfer_split`]; this is the tests' and benchmarks' one-queue path.)
+    #[cfg(any(neuron_udma_kunit, neuron_udma_bench))]
     pub(crate) fn transfer(&self, job: Job<'_>, policy: &Policy) -> Finish {
         submit::transfer(self, &job, policy, || None)
     }

@@ -154,12 +154,13 @@ impl DramAllocator {
         self.by_size.insert(u.size_node.into_node((e - s, s), ()));
     }
 
-    /// Forgets every allocated range and unregisters the dmem region: the device is gone (its
-    /// memory unreachable by any engine or mapping), so the ranges' charges are given back now,
-    /// not when the last buffer record is dropped. Later [`Self::free`]s do nothing.
-    pub(crate) fn release_all(&mut self) {
+    /// Forgets every allocated range and hands the dmem region over, for the caller to drop
+    /// (unregister) outside its locks: the device is gone (its memory unreachable by any engine
+    /// or mapping), so the ranges' charges are given back now, not when the last buffer record
+    /// is dropped. Later [`Self::alloc`]s charge nothing and [`Self::free`]s do nothing.
+    pub(crate) fn release_all(&mut self) -> Option<DmemRegion> {
         drop(core::mem::replace(&mut self.used, RBTree::new()));
-        self.region = None;
+        self.region.take()
     }
 
     /// Number of free ranges (the holes of a fragmented memory).

@@ -191,7 +191,14 @@ impl H2t {
     /// a part that fails fails the whole job). Asks `hold` before each submission whether an
     /// imported dma-buf was revoked (`ENXIO`). When it ends early with submissions in flight,
     /// `hold` stays in `slot` (an orphan) until every queue's fence that covers them is settled.
-    fn run(&self, job: Job<'_>, policy: &Policy, file: u64, hold: Hold, slot: OrphanSlot<'_>) -> Ran {
+    fn run(
+        &self,
+        job: Job<'_>,
+        policy: &Policy,
+        file: u64,
+        hold: Hold,
+        slot: OrphanSlot<'_>,
+    ) -> Ran {
         let revoked = || hold.revoked().then_some(ENXIO);
         let chans =
             || Iterator::chain(core::iter::once(&self.chan), self.scrubbers.iter()).take(MAX_SPLIT);
@@ -284,7 +291,13 @@ impl H2t {
             dst: Span::Linear(addr),
             size,
         };
-        match self.run(job, &Self::policy(DEFAULT_TIMEOUT), 0, Hold::Dram(addr), slot) {
+        match self.run(
+            job,
+            &Self::policy(DEFAULT_TIMEOUT),
+            0,
+            Hold::Dram(addr),
+            slot,
+        ) {
             Ran::Done => Ok(()),
             // Nothing of it in flight: the range goes back now.
             Ran::Failed(e) => give_back(e),

@@ -344,18 +344,20 @@ impl BufferPool {
     /// buffer's memory (the records stay with open files and mappings); nothing is allocated
     /// after.
     pub(crate) fn shutdown(&self) {
-        let table = {
+        let (table, region) = {
             let mut st = self.state.lock();
             st.alive = false;
             // No engine, importer or mapping reaches the device memory any more: every range's
-            // dmem charge goes back now, not when the last record of a buffer is dropped.
-            st.dram.release_all();
+            // dmem charge goes back now, not when the last record of a buffer is dropped. The
+            // region is unregistered below, outside the lock (it waits for an SRCU grace period).
+            let region = st.dram.release_all();
             for b in st.table.iter() {
                 self.usage.sub(b.kind, b.size);
                 self.trace(BufferEvent::Free, b);
             }
-            core::mem::replace(&mut st.table, KVVec::new())
+            (core::mem::replace(&mut st.table, KVVec::new()), region)
         };
+        drop(region);
         for b in table.iter() {
             // Freed while still in its shard: a close racing this finds it there, marks it
             // released and frees it too (the second free does nothing), so its `struct file`

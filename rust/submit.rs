@@ -173,6 +173,7 @@ pub(crate) enum Finish {
 
 impl Finish {
     /// The call's result.
+    #[cfg(neuron_udma_kunit)]
     pub(crate) fn result(&self) -> Result {
         match self {
             Finish::Done => Ok(()),

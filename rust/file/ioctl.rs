@@ -163,7 +163,7 @@ static COMMANDS: [Command; 20] = commands! {
         |me, arg| me.new_buffer(arg, OpenFile::mem_alloc);
     IOC_MEM_FREE           neuron_udma_mem_free           In        Write
         unit!(mem_free);
-    IOC_QUEUE_INIT         neuron_udma_queue_init         In        Write
+    IOC_QUEUE_INIT         neuron_udma_queue_init         In        WriteReap
         unit!(queue_init);
     IOC_QUEUE_RELEASE      neuron_udma_queue_id           In        Write
         unit!(queue_release);

@@ -38,6 +38,7 @@ pub(crate) fn flush_work<T: ?Sized, const ID: u64>(work: &kernel::workqueue::Wor
 /// The default unbound workqueue (`system_dfl_wq`). Linux 7.3 marks `system_unbound_wq`, which
 /// the kernel crate's `workqueue::system_unbound()` returns, deprecated (a warning in the log at
 /// the first work queued on it) in favour of this one, which the crate does not offer yet.
+#[cfg(neuron_udma_kunit)]
 pub(crate) fn system_dfl() -> &'static kernel::workqueue::Queue {
     // SAFETY: `system_dfl_wq` is a C global set up before any module loads and never freed.
     unsafe { kernel::workqueue::Queue::from_raw(kernel::bindings::system_dfl_wq) }

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 
 #include "kselftest_harness.h"
-#include "udma_util.h"
+#include "udma_sec.h"
 
 #define KIB 1024LL
 #define MIB (1024LL * 1024)
@@ -257,6 +257,50 @@ TEST_F(dmem, export_keeps_the_charge_until_released)
 	usleep(100000);
 	EXPECT_EQ(MIB, dmem_current(self->region));
 	ASSERT_EQ(0, close(e.fd));
+	EXPECT_EQ(0, dmem_settle(self->region, 0));
+}
+
+/* The child of killed_scrub_charge_comes_back_at_the_next_allocation: MEM_ALLOC on @arg's fd. */
+static int alloc_child(void *arg)
+{
+	struct ubuf b;
+
+	return ubuf_dev(*(int *)arg, MIB, &b) ? 1 : 0;
+}
+
+/*
+ * A MEM_ALLOC killed during its scrub leaves the range (and its charge) to the driver until the
+ * engine is done; the next allocating call of any file (here QUEUE_INIT with device rings, in a
+ * cgroup whose dmem.max the stale charge would fill) finds the engine done and gives it back
+ * first. The killed task's file stays open in this process, so no close reaps it.
+ */
+TEST_F_TIMEOUT(dmem, killed_scrub_charge_comes_back_at_the_next_allocation, 120)
+{
+	__u32 h2t = self->info.generation == NEURON_UDMA_GEN_V2 ? 32 : 128;
+	struct ubar2 bar2;
+	pid_t pid;
+
+	ASSERT_EQ(0, dmem_set_max(self->region, MIB));
+	ASSERT_EQ(0, bar2_open(&bar2));
+	/* The shared H2T queue stalls 1.5 s: the child's scrub waits there. */
+	ASSERT_EQ(0, bar2_fault(&bar2, FAULT_STALL, h2t, 0, 1500));
+	pid = sec_spawn(0, alloc_child, &self->fd);
+	ASSERT_LT(0, pid);
+	sleep_ms(500);
+	EXPECT_EQ(MIB, dmem_current(self->region));
+	kill(pid, SIGKILL);
+	EXPECT_EQ(128 + SIGKILL, sec_reap(pid));
+	/* The scrub is still in flight: the range and its charge stay. */
+	EXPECT_EQ(MIB, dmem_current(self->region));
+	sleep_ms(2500);
+	bar2_write(&bar2, BAR2_CLEAR, 1);
+	bar2_close(&bar2);
+	/* Nothing reaped yet (no file was closed, nothing allocated) ... */
+	EXPECT_EQ(MIB, dmem_current(self->region));
+	/* ... until the next allocation, which reaps first and fits. */
+	ASSERT_EQ(0, qinit(self->fd, DR));
+	EXPECT_EQ(36 * KIB, dmem_current(self->region));
+	ASSERT_EQ(0, queue_release(self->fd, ENG, QID));
 	EXPECT_EQ(0, dmem_settle(self->region, 0));
 }
 
