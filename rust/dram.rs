@@ -13,15 +13,16 @@ use kernel::{
 /// for firmware, hardware.rst §1.3); the driver's own tests use it.
 pub(crate) const DRAM_RESERVED: u64 = 16 << 20;
 
-/// An allocated range: its length, the two tree nodes its free will need, allocated with it
-/// (and charged to its caller), so that freeing never allocates and never fails, and its charge
-/// to the caller's dmem cgroup, given back when the range is.
+/// An allocated range: the two tree nodes its free will need, allocated with it (and charged to
+/// its caller), so that freeing never allocates and never fails, and its length with its charge
+/// to the caller's dmem cgroup, given back when the range is. (32 bytes: its tree node stays in
+/// a 64-byte slab object, part of the kernel memory a device buffer costs.)
 struct Used {
-    len: u64,
     free_node: RBTreeNodeReservation<u64, u64>,
     size_node: RBTreeNodeReservation<(u64, u64), ()>,
-    _charge: Option<DmemCharge>,
+    charge: DmemCharge,
 }
+const _: () = assert!(core::mem::size_of::<Used>() == 32);
 
 /// Best-fit allocator of device-memory ranges. The free ranges (coalesced) are indexed twice,
 /// by start address and by `(length, start)`, and the allocated ones by start address, all in
@@ -87,16 +88,15 @@ impl DramAllocator {
             .current()
             .0;
         let charge = match &self.region {
-            Some(r) => Some(r.try_charge(len)?),
-            None => None,
+            Some(r) => r.try_charge(len)?,
+            None => DmemCharge::none(len),
         };
         let used = RBTreeNode::new(
             at,
             Used {
-                len,
                 free_node: RBTreeNodeReservation::new(GFP_KERNEL_ACCOUNT)?,
                 size_node: RBTreeNodeReservation::new(GFP_KERNEL_ACCOUNT)?,
-                _charge: charge,
+                charge,
             },
             GFP_KERNEL_ACCOUNT,
         )?;
@@ -128,7 +128,7 @@ impl DramAllocator {
             return;
         };
         let mut s = start;
-        let mut e = s + u.len;
+        let mut e = s + u.charge.bytes();
         // The free neighbour before this range (the last one starting below it) and the one
         // that starts where it ends.
         let prev = match self.free.cursor_lower_bound(&s) {

@@ -38,8 +38,11 @@ pub(crate) const SCRUB_BYTES: usize = REPEAT_BYTES;
 ///
 /// [`Arch::scrub_queues`]: crate::arch::Arch::scrub_queues
 pub(crate) const SCRUB_RING_DESCS: u32 = 2048;
-/// Copies (`MEMCPY`, `MEMSET`, scrubs) of at least this many bytes run on every H2T engine at
-/// once, striped (smaller ones are not worth the extra doorbells and waits).
+/// Scrubs of at least this many bytes run on every H2T engine at once, striped (smaller ones are
+/// not worth the extra doorbells and waits). `MEMCPY` and `MEMSET` are not striped (yet): an
+/// early end of such a call would have to look at every part's queue for an engine error, and a
+/// dma-buf revocation would have to drain every H2T queue (Documentation/neuron-udma.rst,
+/// "Known gaps").
 pub(crate) const STRIPE_BYTES: u64 = 4 << 20;
 /// Sleep between two looks at a file's orphan that its next `MEMCPY` waits for.
 const ORPHAN_SLEEP: Delta = Delta::from_micros(200);
@@ -58,8 +61,8 @@ enum Ran {
 #[pin_data]
 pub(crate) struct H2t {
     chan: Arc<Channel>,
-    /// The other H2T engines' queues (driver-owned), on which large copies and scrubs run
-    /// their other stripes ([`STRIPE_BYTES`]).
+    /// The other H2T engines' queues (driver-owned), on which large scrubs run their other
+    /// stripes ([`STRIPE_BYTES`]).
     scrubbers: KVec<Arc<Channel>>,
     /// Zeroed host memory ([`SCRUB_BYTES`]) and its device-fabric address; `None` after
     /// [`Self::shutdown`] (freed while the device is still bound).
@@ -179,18 +182,19 @@ impl H2t {
         }
         let slot = self.orphans.reserve()?;
         let left = timeout - start.elapsed();
-        match self.run(job, &Self::policy(left), file, hold, slot) {
+        match self.run(job, &Self::policy(left), file, hold, slot, false) {
             Ran::Done => Ok(()),
             Ran::Failed(e) | Ran::Orphaned(e) => Err(e),
         }
     }
 
     /// Runs `job` for `file` (0: the driver) with `hold` keeping what it reads and writes: on
-    /// the shared queue, or, from [`STRIPE_BYTES`] on, striped over every H2T engine (one part
-    /// per queue, whole pairs, [`split::share`]; all parts at once, [`Channel::transfer_split`];
-    /// a part that fails fails the whole job). Asks `hold` before each submission whether an
-    /// imported dma-buf was revoked (`ENXIO`). When it ends early with submissions in flight,
-    /// `hold` stays in `slot` (an orphan) until every queue's fence that covers them is settled.
+    /// the shared queue, or, with `stripe` and from [`STRIPE_BYTES`] on, striped over every H2T
+    /// engine (one part per queue, whole pairs, [`split::share`]; all parts at once,
+    /// [`Channel::transfer_split`]; a part that fails fails the whole job). Asks `hold` before
+    /// each submission whether an imported dma-buf was revoked (`ENXIO`). When it ends early
+    /// with submissions in flight, `hold` stays in `slot` (an orphan) until every queue's fence
+    /// that covers them is settled.
     fn run(
         &self,
         job: Job<'_>,
@@ -198,11 +202,12 @@ impl H2t {
         file: u64,
         hold: Hold,
         slot: OrphanSlot<'_>,
+        stripe: bool,
     ) -> Ran {
         let revoked = || hold.revoked().then_some(ENXIO);
         let chans =
             || Iterator::chain(core::iter::once(&self.chan), self.scrubbers.iter()).take(MAX_SPLIT);
-        if job.size < STRIPE_BYTES || self.scrubbers.is_empty() {
+        if !stripe || job.size < STRIPE_BYTES || self.scrubbers.is_empty() {
             return match self.chan.transfer_until(job, policy, revoked) {
                 Finish::Done => Ran::Done,
                 Finish::Failed(e) => Ran::Failed(e),
@@ -297,6 +302,7 @@ impl H2t {
             0,
             Hold::Dram(addr),
             slot,
+            true,
         ) {
             Ran::Done => Ok(()),
             // Nothing of it in flight: the range goes back now.

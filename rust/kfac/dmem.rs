@@ -51,7 +51,10 @@ impl DmemRegion {
         // SAFETY: `self.0` is a registered region (unregistered only by `drop`); `pool` is a
         // valid out pointer.
         to_result(unsafe { ffi::neuron_udma_dmem_try_charge(self.0.as_ptr(), bytes, &mut pool) })?;
-        Ok(DmemCharge { pool, bytes })
+        Ok(DmemCharge {
+            pool: NonNull::new(pool),
+            bytes,
+        })
     }
 }
 
@@ -62,10 +65,12 @@ impl Drop for DmemRegion {
     }
 }
 
-/// Bytes of a region charged to a cgroup (`struct dmem_cgroup_pool_state` and a size), given
-/// back on drop. Holds a reference to the pool (and through it to the region).
+/// Bytes of device memory and, unless the device has no region, their charge to a cgroup
+/// (`struct dmem_cgroup_pool_state`), given back on drop. Holds a reference to the pool (and
+/// through it to the region).
 pub(crate) struct DmemCharge {
-    pool: *mut c_void,
+    /// The charged pool; `None` for bytes charged to nothing ([`Self::none`]).
+    pool: Option<NonNull<c_void>>,
     bytes: u64,
 }
 
@@ -74,10 +79,24 @@ unsafe impl Send for DmemCharge {}
 // SAFETY: a shared `DmemCharge` offers nothing but its size.
 unsafe impl Sync for DmemCharge {}
 
+impl DmemCharge {
+    /// `bytes` charged to no cgroup (a device without a dmem region).
+    pub(crate) fn none(bytes: u64) -> Self {
+        Self { pool: None, bytes }
+    }
+
+    /// Bytes charged.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
 impl Drop for DmemCharge {
     fn drop(&mut self) {
-        // SAFETY: `pool` (or NULL) and `bytes` are those of the successful charge, given back
-        // once, here.
-        unsafe { ffi::neuron_udma_dmem_uncharge(self.pool, self.bytes) };
+        if let Some(pool) = self.pool {
+            // SAFETY: `pool` and `bytes` are those of the successful charge, given back once,
+            // here.
+            unsafe { ffi::neuron_udma_dmem_uncharge(pool.as_ptr(), self.bytes) };
+        }
     }
 }
