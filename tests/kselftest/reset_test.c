@@ -77,9 +77,12 @@ FIXTURE_TEARDOWN_PARENT(reset)
 	model_clear();
 }
 
-/* Copies of all of @src into each of the @n buffers @dst on (@eng, @q), one fence: 0 or -errno. */
-static int submit_copies(int fd, __u32 eng, __u32 q, const struct ubuf *src,
-			 const struct ubuf *dst, int n, __u64 *fence)
+/*
+ * Copies of all of @src into each of the @n buffers @dst on (@eng, @q), one fence: 0 or -errno.
+ * *@prepared (if set) tells whether COPY_PREPARE succeeded (an error then came from COPY_SUBMIT).
+ */
+static int submit_copies_at(int fd, __u32 eng, __u32 q, const struct ubuf *src,
+			    const struct ubuf *dst, int n, __u64 *fence, bool *prepared)
 {
 	struct neuron_udma_copy c[FENCE_BUFS * (BUF / CHUNK)];
 	int b, k, nc = 0, ret;
@@ -88,7 +91,15 @@ static int submit_copies(int fd, __u32 eng, __u32 q, const struct ubuf *src,
 		for (k = 0; k < (int)(BUF / CHUNK); k++)
 			c[nc++] = ucopy(src, k * CHUNK, &dst[b], k * CHUNK, CHUNK);
 	ret = prep(fd, eng, q, c, nc);
+	if (prepared)
+		*prepared = !ret;
 	return ret ? ret : copy_submit(fd, eng, q, fence);
+}
+
+static int submit_copies(int fd, __u32 eng, __u32 q, const struct ubuf *src,
+			 const struct ubuf *dst, int n, __u64 *fence)
+{
+	return submit_copies_at(fd, eng, q, src, dst, n, fence, NULL);
 }
 
 /* New bytes (@seed) in @a copied to a cleared @b on (ENG, @q) with one fence, waited for. */
@@ -182,9 +193,9 @@ static int load_worker(struct worker *w, int ready_fd, int go_fd)
 	struct pollfd go = { .fd = go_fd, .events = POLLIN };
 	struct neuron_udma_fence_status fs;
 	struct neuron_udma_queue_event ev[4];
-	__u64 f, newest = 0, last_done = 0, last_failed = 0;
+	__u64 f, newest = 0, last_done = 0, last_failed = 0, lost = 0;
 	int head = 0, inflight = 0, s, b, k, ret;
-	bool stop = false, told = false, heard = false;
+	bool stop = false, told = false, heard = false, prepared;
 	struct wres *r = w->r;
 	__u32 n = 0;
 	double t;
@@ -198,10 +209,18 @@ static int load_worker(struct worker *w, int ready_fd, int go_fd)
 			for (b = 0; b < FENCE_BUFS; b++)
 				memset(w->dst[s][b].map, 0, BUF);
 			t = now_ms();
-			ret = submit_copies(w->fd, w->eng, LOAD_Q, &w->src, w->dst[s], FENCE_BUFS,
-					    &w->fence[s]);
+			ret = submit_copies_at(w->fd, w->eng, LOAD_Q, &w->src, w->dst[s], FENCE_BUFS,
+					       &w->fence[s], &prepared);
 			if (ret == -EIO) {
-				/* The reset is running: no fence, nothing to check. */
+				/*
+				 * The reset is running: no fence, nothing to check. Refused by
+				 * COPY_SUBMIT, the pairs COPY_PREPARE had written were dropped by
+				 * the reset with no fence over them: the reset gave them the next
+				 * fence number, failed (userspace-api.rst, device reset: "the
+				 * queue's newest fence reads FAILED/EIO").
+				 */
+				if (prepared)
+					lost = newest + 1;
 				r->refused++;
 				r->late_ms = t;
 				r->eio_ms = r->eio_ms ? r->eio_ms : now_ms();
@@ -278,6 +297,9 @@ static int load_worker(struct worker *w, int ready_fd, int go_fd)
 				     (unsigned long long)w->fence[s], err_name(ret),
 				     fence_state_name(fs.state), fs.error);
 	}
+	/* The newest failed fence: a waited one, or the one the reset gave to unfenced pairs. */
+	if (lost > last_failed)
+		last_failed = lost;
 	if (last_failed) {
 		ret = queue_events(w->fd, ev, 4, &n);
 		if (ret || n != 1 || ev[0].engine != w->eng || ev[0].queue != LOAD_Q ||
