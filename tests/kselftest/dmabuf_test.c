@@ -185,19 +185,6 @@ static long module_refcnt(void)
 	return n;
 }
 
-static int wait_for_dev(void)
-{
-	int i, fd;
-
-	for (i = 0; i < 100; i++) {
-		fd = udma_open();
-		if (fd >= 0)
-			return fd;
-		usleep(100000);
-	}
-	return -ENOENT;
-}
-
 FIXTURE(db) {
 	int fd;
 	struct neuron_udma_info info;
@@ -714,7 +701,7 @@ TEST_F_TIMEOUT(db, unbind_with_live_export_and_import, 180)
 
 	ret = sysfs_write(UDMA_DRV_DIR "/bind", bdf);
 	ASSERT_EQ(0, ret) TH_LOG("bind %s: %s", bdf, strerror(-ret));
-	fd2 = wait_for_dev();
+	fd2 = udma_open_wait();
 	ASSERT_LE(0, fd2);
 	/* The revoked export attaches to nothing, not even to the device bound anew. */
 	EXPECT_EQ(-EOPNOTSUPP, db_import(fd2, dbfd, 0, &im, NULL));

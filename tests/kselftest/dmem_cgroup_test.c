@@ -89,18 +89,6 @@ static int qinit(int fd, __u32 flags)
 	return udma_ioc(fd, NEURON_UDMA_QUEUE_INIT, &i);
 }
 
-static int wait_for_dev(void)
-{
-	for (int i = 0; i < 100; i++) {
-		int fd = udma_open();
-
-		if (fd >= 0)
-			return fd;
-		usleep(100000);
-	}
-	return -ENOENT;
-}
-
 FIXTURE(dmem) {
 	int fd;
 	char bdf[64];
@@ -335,7 +323,7 @@ TEST_F(dmem, unbind_gives_the_charge_back)
 	ASSERT_EQ(0, ret) {
 		TH_LOG("bind %s: %s", self->bdf, strerror(-ret));
 	}
-	fd2 = wait_for_dev();
+	fd2 = udma_open_wait();
 	ASSERT_LE(0, fd2);
 	EXPECT_EQ((long long)self->info.device_mem_size,
 		  dmem_read(CG_ROOT "/dmem.capacity", self->region));

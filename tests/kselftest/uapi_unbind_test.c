@@ -9,19 +9,6 @@
 #include "kselftest_harness.h"
 #include "udma_util.h"
 
-static int wait_for_dev(void)
-{
-	int i, fd;
-
-	for (i = 0; i < 100; i++) {
-		fd = udma_open();
-		if (fd >= 0)
-			return fd;
-		usleep(100000);
-	}
-	return -ENOENT;
-}
-
 TEST(unbound_file_enodev)
 {
 	struct neuron_udma_queue_state st;
@@ -76,7 +63,7 @@ TEST(unbound_file_enodev)
 	ASSERT_EQ(0, ret) {
 		TH_LOG("bind %s: %s", bdf, strerror(-ret));
 	}
-	fd2 = wait_for_dev();
+	fd2 = udma_open_wait();
 	ASSERT_LE(0, fd2);
 	ASSERT_EQ(0, udma_info(fd2, &info));
 	ASSERT_EQ(0, queue_init(fd2, 5, 1, 64, 64));

@@ -83,6 +83,19 @@ static inline int udma_open(void)
 	return open(UDMA_DEV, O_RDWR | O_CLOEXEC);
 }
 
+/* udma_open(), retried every 100 ms for up to 10 s: the node of a device just (re)bound. */
+static inline int udma_open_wait(void)
+{
+	for (int i = 0; i < 100; i++) {
+		int fd = udma_open();
+
+		if (fd >= 0)
+			return fd;
+		usleep(100000);
+	}
+	return -ENOENT;
+}
+
 static inline int udma_info(int fd, struct neuron_udma_info *info)
 {
 	memset(info, 0, sizeof(*info));
