@@ -188,6 +188,16 @@ impl H2t {
         }
     }
 
+    /// How many queues a striped job of `size` bytes runs on: from [`STRIPE_BYTES`] on, the
+    /// shared queue and every other H2T engine's (at most [`MAX_SPLIT`]); 1 below.
+    fn stripes(&self, size: u64) -> usize {
+        if size < STRIPE_BYTES {
+            1
+        } else {
+            (1 + self.scrubbers.len()).min(MAX_SPLIT)
+        }
+    }
+
     /// Runs `job` for `file` (0: the driver) with `hold` keeping what it reads and writes: on
     /// the shared queue, or, with `stripe` and from [`STRIPE_BYTES`] on, striped over every H2T
     /// engine (one part per queue, whole pairs, [`split::share`]; all parts at once,
@@ -205,9 +215,8 @@ impl H2t {
         stripe: bool,
     ) -> Ran {
         let revoked = || hold.revoked().then_some(ENXIO);
-        let chans =
-            || Iterator::chain(core::iter::once(&self.chan), self.scrubbers.iter()).take(MAX_SPLIT);
-        if !stripe || job.size < STRIPE_BYTES || self.scrubbers.is_empty() {
+        let parts = if stripe { self.stripes(job.size) } else { 1 };
+        if parts == 1 {
             return match self.chan.transfer_until(job, policy, revoked) {
                 Finish::Done => Ran::Done,
                 Finish::Failed(e) => Ran::Failed(e),
@@ -219,10 +228,11 @@ impl H2t {
             };
         }
         // CAST: at most MAX_SPLIT.
-        let per = split::share(job.size, chans().count() as u64);
+        let per = split::share(job.size, parts as u64);
         let mut list: [(&Channel, Job<'_>); MAX_SPLIT] = [(&*self.chan, Job::EMPTY); MAX_SPLIT];
         let mut k = 0;
-        for (i, ch) in chans().enumerate() {
+        let chans = Iterator::chain(core::iter::once(&self.chan), self.scrubbers.iter());
+        for (i, ch) in chans.take(parts).enumerate() {
             // CAST: at most MAX_SPLIT.
             let off = per * i as u64;
             if off >= job.size {
@@ -267,13 +277,8 @@ impl H2t {
     /// `EIO`, `ETIMEDOUT`, `EINTR` (SIGKILL), `ENOMEM`, `ENODEV`.
     pub(crate) fn scrub(&self, pool: &BufferPool, addr: u64, size: u64) -> Result {
         let r = self.scrub_range(pool, addr, size);
-        // CAST: a few engines.
-        let engines = if size >= STRIPE_BYTES {
-            (self.scrubbers.len() + 1).min(MAX_SPLIT) as u32
-        } else {
-            1
-        };
-        pool.trace_scrub(addr, size, engines, &r);
+        // CAST: at most MAX_SPLIT.
+        pool.trace_scrub(addr, size, self.stripes(size) as u32, &r);
         r
     }
 
@@ -319,8 +324,7 @@ impl H2t {
     #[cfg(neuron_udma_bench)]
     pub(crate) fn scrub_parts(&self) -> (&Arc<Channel>, Option<u64>, usize) {
         let zeros = self.zeros.lock().as_ref().map(|(_, a)| *a);
-        let engines = (1 + self.scrubbers.len()).min(MAX_SPLIT);
-        (&self.chan, zeros, engines)
+        (&self.chan, zeros, self.stripes(STRIPE_BYTES))
     }
 
     /// Gives back what settled orphans held ([`Orphans::reap`]); returns the orphans left.
