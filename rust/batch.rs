@@ -217,6 +217,18 @@ impl Batch {
         Ok(b)
     }
 
+    /// Holds `buf` as the buffer the copies name as `NEURON_UDMA_FIXED_BUFFER` (an io_uring
+    /// command's registered buffer range, in no file's table). Called before any copy is added.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn hold_fixed(&mut self, buf: Arc<Buffer>) -> Result {
+        // Its only references are the submission's: released in process context.
+        let index = self.holds.take_released(buf)?;
+        self.handles.insert(uapi::FIXED_BUFFER, index)
+    }
+
     /// The pairs, in order.
     pub(crate) fn copies(&self) -> &[Copy] {
         if self.heap.capacity() == 0 {

@@ -15,19 +15,21 @@ use crate::{
     kfac::{
         dmabuf::DmaBufImport,
         mm::{MappedFile, PinnedPages, VmFault},
+        sched::ReleaseQueue,
     },
     span::{Segment, Span},
 };
 use kernel::{
     dma::Coherent,
-    new_mutex,
+    impl_has_work, new_mutex, new_work,
     page::{PAGE_SHIFT, PAGE_SIZE},
     prelude::*,
     processor::cpu_relax,
     sync::{
-        atomic::{Atomic, Full, Relaxed, Release},
+        atomic::{self, Atomic, Full, Relaxed},
         Arc, Mutex,
     },
+    workqueue::{Work, WorkItem},
 };
 
 /// Granularity and alignment of every buffer, in bytes.
@@ -341,10 +343,10 @@ impl Buffer {
         }
         // Nothing between the mark and its outcome may sleep: claims wait for the outcome.
         if self.is_busy() {
-            self.freeing.store(FREE_NONE, Release);
+            self.freeing.store(FREE_NONE, atomic::Release);
             return Err(EBUSY);
         }
-        self.freeing.store(FREE_DONE, Release);
+        self.freeing.store(FREE_DONE, atomic::Release);
         Ok(())
     }
 
@@ -637,12 +639,53 @@ impl Drop for InFlight {
 const HOLDS_INLINE: usize = 4;
 
 /// The [`InFlight`] references of one submission, one per distinct buffer (the caller adds
-/// each buffer once).
+/// each buffer once), and at most one buffer released in process context ([`Release`]).
 #[derive(Default)]
 pub(crate) struct Holds {
     few: [Option<InFlight>; HOLDS_INLINE],
     n: usize,
     more: KVec<InFlight>,
+    release: Option<Arc<Release>>,
+}
+
+/// The last reference of a buffer whose memory is released in process context: an io_uring
+/// command's registered buffer range (`file/uring.rs`), whose release unmaps it and dirties
+/// and drops its pages, which may sleep. The submission that holds it lets go of it where
+/// sleeping may not be allowed (`queue.rs` drops holds under its engine's register access, an
+/// RCU read-side section), so [`Holds`] hands it to the driver's release workqueue instead
+/// (`kfac::sched::ReleaseQueue`), whose work drops it.
+#[pin_data]
+pub(crate) struct Release {
+    buf: Arc<Buffer>,
+    #[pin]
+    work: Work<Release>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Release { self.work }
+}
+
+impl WorkItem for Release {
+    type Pointer = Arc<Release>;
+
+    fn run(this: Arc<Release>) {
+        // The buffer's last reference, in process context.
+        drop(this);
+    }
+}
+
+impl Drop for Holds {
+    fn drop(&mut self) {
+        let Some(release) = self.release.take() else {
+            return;
+        };
+        // The submission's own references go first: the release's is the buffer's last.
+        self.few = [const { None }; HOLDS_INLINE];
+        self.n = 0;
+        self.more.clear();
+        // Never fails: a release is queued once, here (a failure would drop it right here).
+        let _ = ReleaseQueue::get().enqueue(release);
+    }
 }
 
 impl Holds {
@@ -673,6 +716,30 @@ impl Holds {
         self.more.reserve(1, GFP_KERNEL_ACCOUNT)?;
         // Cannot fail: capacity was reserved.
         let _ = self.more.push_within_capacity(InFlight::take(buf)?);
+        Ok(i)
+    }
+
+    /// Holds `buf` as [`Self::take`] does, and makes the hold its last reference, released in
+    /// process context when the submission lets go of it ([`Release`]). At most one such
+    /// buffer per submission. Returns the hold's index.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`, `EBUSY` if the submission holds such a buffer already; nothing is held then.
+    pub(crate) fn take_released(&mut self, buf: Arc<Buffer>) -> Result<usize> {
+        if self.release.is_some() {
+            return Err(EBUSY);
+        }
+        let last = buf.clone();
+        let release = Arc::pin_init(
+            pin_init!(Release {
+                buf: last,
+                work <- new_work!("Release::work"),
+            }),
+            GFP_KERNEL_ACCOUNT,
+        )?;
+        let i = self.take(buf)?;
+        self.release = Some(release);
         Ok(i)
     }
 

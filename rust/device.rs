@@ -325,7 +325,8 @@ impl UdmaDevice {
                 [0; 3]
             },
             numa_node: self.node,
-            reserved0: 0,
+            // io_uring registered buffers as copies' host side (`file/uring.rs`).
+            features: crate::uapi::NEURON_UDMA_FEATURE_URING_FIXED,
             reserved: [0; 3],
         }
     }
@@ -369,6 +370,9 @@ impl UdmaDevice {
             }
         }
         self.completer.shutdown();
+        // The queues let go of every hold: what their release workqueue frees (the mappings of
+        // io_uring registered ranges, `buffer::Release`) is unmapped while the device is bound.
+        crate::kfac::sched::ReleaseQueue::flush();
         // After the queues: no engine uses what the orphans hold, nor the buffers. The
         // coherent memory is freed now, while the device is bound; open files and mappings keep
         // only the records.

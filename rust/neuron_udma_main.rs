@@ -190,6 +190,8 @@ struct NeuronUdmaModule {
     _registry: RegistryCleanup,
     /// Frees the released dmaengine devices, after the driver.
     _dma: dmaengine::ReleasedGuard,
+    /// Dropped last: its drop waits for the releases the devices queued.
+    _release: kfac::sched::ReleaseQueue,
 }
 
 impl InPlaceModule for NeuronUdmaModule {
@@ -199,7 +201,10 @@ impl InPlaceModule for NeuronUdmaModule {
         // SAFETY: Called once, before the driver that creates the devices' directories is
         // registered; the guard is dropped after the driver is unregistered.
         let debugfs = unsafe { debugfs::RootGuard::create() };
+        let release = kfac::sched::ReleaseQueue::create();
         try_pin_init!(Self {
+            // First: the driver's devices use it from their probe on.
+            _release: release?,
             _driver <- Registration::new(<LocalModule as kernel::ModuleMetadata>::NAME, module),
             _debugfs: debugfs,
             _registry: RegistryCleanup,

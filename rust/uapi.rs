@@ -22,6 +22,11 @@ use kernel::ioctl::{_IOR, _IOW, _IOWR};
 
 const M: u32 = NEURON_UDMA_IOC_MAGIC;
 
+/// `NEURON_UDMA_FIXED_BUFFER`, the handle of an io_uring command's registered buffer range, as
+/// the `u64` it is (bindgen types the all-ones macro `i32`, -1).
+pub(crate) const FIXED_BUFFER: u64 = u64::MAX;
+const _: () = assert!(NEURON_UDMA_FIXED_BUFFER as i64 as u64 == FIXED_BUFFER);
+
 /// `NEURON_UDMA_INFO`.
 pub(crate) const IOC_INFO: u32 = _IOR::<neuron_udma_info>(M, 0x00);
 /// `NEURON_UDMA_MEM_ALLOC`.

@@ -24,6 +24,11 @@ use kernel::{
 /// handle can never name another buffer.
 static NEXT_HANDLE: Atomic<u64> = Atomic::new(1);
 
+/// A new buffer handle ([`NEXT_HANDLE`]).
+pub(super) fn next_handle() -> u64 {
+    NEXT_HANDLE.fetch_add(1, Relaxed)
+}
+
 impl OpenFile {
     /// `MEM_ALLOC` and `MEM_IMPORT`: `make` makes the buffer and fills in the result. The buffer
     /// joins the file's table only once its handle reached user space, so a failing copy-out
@@ -53,7 +58,7 @@ impl OpenFile {
             uapi::NEURON_UDMA_MEM_DEVICE => false,
             _ => return Err(EINVAL),
         };
-        let handle = NEXT_HANDLE.fetch_add(1, Relaxed);
+        let handle = next_handle();
         // Outside the file lock: a device buffer is scrubbed by the engine first.
         let buf = self
             .dev
@@ -73,7 +78,7 @@ impl OpenFile {
             a.reserved[1],
             u64::from(a.flags & !uapi::NEURON_UDMA_IMPORT_WRITE),
         ])?;
-        let handle = NEXT_HANDLE.fetch_add(1, Relaxed);
+        let handle = next_handle();
         let buf = self
             .dev
             .import_buffer(a.addr, a.size, write, handle, self.id, self.file)?;
@@ -153,7 +158,7 @@ impl OpenFile {
     pub(super) fn dmabuf_import(&self, arg: Arg<uapi::neuron_udma_dmabuf_import>) -> Result<isize> {
         let mut published = None;
         let r = arg.run(|a| {
-            let handle = NEXT_HANDLE.fetch_add(1, Relaxed);
+            let handle = next_handle();
             let (b, bound) = dmabuf::import_ioctl(&self.dev, self.id, self.file, handle, a)?;
             self.mem_alloc_publish(b, true)?;
             drop(bound);

@@ -10,13 +10,14 @@
 use super::{reserved_zero, timeout, OpenFile, MAX_BATCH};
 use crate::{
     batch::Batch,
+    buffer::Buffer,
     channel::{Channel, Owner, QueueId, Wait},
     completion::Completer,
     fence, uapi,
 };
 use kernel::{
     prelude::*,
-    sync::atomic::Relaxed,
+    sync::{atomic::Relaxed, Arc},
     transmute::AsBytes,
     uaccess::{UserPtr, UserSlice},
 };
@@ -106,19 +107,25 @@ impl OpenFile {
         copies: &[uapi::neuron_udma_copy],
     ) -> Result<isize> {
         let chan = self.queue(eng, qid)?;
-        self.prepare_on(&chan, copies, None).map(|(r, _)| r)
+        self.prepare_on(&chan, copies, None, None).map(|(r, _)| r)
     }
 
     /// [`Self::prepare`] on the queue instance `chan`, and with `fenced` (`Some`, how to wait
     /// for the queue lock) a fence after the pairs under the same queue lock
-    /// ([`Channel::prepare_fenced`]), returned second (0 without).
+    /// ([`Channel::prepare_fenced`]), returned second (0 without). `fixed` is the buffer the
+    /// copies may name as `NEURON_UDMA_FIXED_BUFFER` (an io_uring command's registered buffer
+    /// range), held with the copies' other buffers.
     pub(super) fn prepare_on(
         &self,
         chan: &Channel,
         copies: &[uapi::neuron_udma_copy],
         fenced: Option<Wait>,
+        fixed: Option<Arc<Buffer>>,
     ) -> Result<(isize, u64)> {
         let mut batch = Batch::new(copies.len())?;
+        if let Some(buf) = fixed {
+            batch.hold_fixed(buf)?;
+        }
         let route = self.dev.arch.host_route;
         for c in copies {
             batch.add(&self.dev.pool, self.id, route, c)?;

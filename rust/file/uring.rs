@@ -11,15 +11,21 @@
 
 use super::{OpenFile, MAX_BATCH};
 use crate::{
+    buffer::{Buffer, MAX_IMPORT_SIZE},
     channel::Wait,
+    charge::Charge,
     completion::Completer,
     events::UringCmd,
     fence,
-    kfac::uring::{self as kuring, RawUringCmd},
-    uapi,
+    kfac::{
+        sched::ReleaseQueue,
+        uring::{self as kuring, RawUringCmd, UringIssue},
+    },
+    uapi::{self, FIXED_BUFFER},
 };
 use kernel::{
     prelude::*,
+    sync::Arc,
     transmute::AsBytes,
     uaccess::{UserPtr, UserSlice},
 };
@@ -34,23 +40,34 @@ impl OpenFile {
     /// copies still run, their buffers held until done. With [`Wait::Never`] (a non-blocking
     /// issue), `EAGAIN` where the call would wait for the queue, nothing prepared: io_uring
     /// issues it again from a worker.
-    fn uring_submit(
-        &self,
-        cmd: *mut RawUringCmd,
-        (eng, qid): (u32, u32),
-        count: u32,
-        copies: u64,
-        iopoll: bool,
-        wait: Wait,
-    ) -> Result<i32> {
+    ///
+    /// With `IORING_URING_CMD_FIXED` the copies may name the SQE's registered buffer range as
+    /// `NEURON_UDMA_FIXED_BUFFER` ([`Self::uring_fixed`]).
+    ///
+    /// # Safety
+    ///
+    /// `cmd` is the command being issued, as `issue` describes it.
+    unsafe fn uring_submit(&self, cmd: *mut RawUringCmd, issue: &UringIssue) -> Result<i32> {
+        let (eng, qid, iopoll) = (issue.engine, issue.queue, issue.iopoll);
+        let wait = if issue.nonblock {
+            Wait::Never
+        } else {
+            Wait::Block
+        };
         if !self.dev.is_alive() {
             return Err(ENODEV);
         }
-        if count == 0 || count > MAX_BATCH {
+        if issue.count == 0 || issue.count > MAX_BATCH {
             return Err(EINVAL);
         }
         let chan = self.queue(eng, qid)?;
-        let staged = read_copies(copies, count)?;
+        let staged = read_copies(issue.copies, issue.count)?;
+        let fixed = if issue.fixed {
+            // SAFETY: per the function's contract.
+            Some(unsafe { self.uring_fixed(cmd, issue, &staged) }?)
+        } else {
+            None
+        };
         // The pairs and their fence under one queue lock: a fence slot taken meanwhile by
         // another thread of the file fails the command with nothing prepared.
         // On the instance looked up above: a release and re-init of the id meanwhile fails
@@ -58,7 +75,8 @@ impl OpenFile {
         // A non-blocking issue (`Wait::Never`) gets `EAGAIN` from the queue, with nothing
         // prepared, where the call would wait for the queue: a contended queue lock, or rings
         // in device memory the H2T queue fills.
-        let (_, seq) = self.prepare_on(&chan, &staged, Some(wait))?;
+        // The registered range's buffer is held by the submission (until the engine is done).
+        let (_, seq) = self.prepare_on(&chan, &staged, Some(wait), fixed)?;
         // SAFETY: `cmd` is the command being issued; the driver's `uring_cmd` owns its bytes.
         unsafe { kuring::uring_pdu_set(cmd, eng, qid, chan.instance, seq) };
         let queued = (!iopoll).then(|| {
@@ -79,6 +97,55 @@ impl OpenFile {
             }
             None | Some(Some(Ok(()))) => Ok(EIOCBQUEUED.to_errno()),
         }
+    }
+
+    /// The registered buffer range `[issue.fixed_addr, + issue.fixed_len)` of the command
+    /// `cmd`, as a buffer of this file that only this command's copies can name
+    /// (`NEURON_UDMA_FIXED_BUFFER`: never in the file's table): its pages held by references,
+    /// mapped for the device, charged to `RLIMIT_MEMLOCK` as a `MEM_IMPORT` of the range; the
+    /// engine may write it if a copy of `staged` does. It goes when the submission's holds
+    /// drop: once the engine is done with the copies, however the command ends.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` (an empty range, or one above [`MAX_IMPORT_SIZE`]), `EFAULT` (no such buffer,
+    /// the range not inside it), `ENOMEM` (`RLIMIT_MEMLOCK`, memory), `EOPNOTSUPP` (pages the
+    /// device reaches only through bounce buffers, or a buffer that is not page-contiguous),
+    /// `ENODEV`.
+    ///
+    /// # Safety
+    ///
+    /// `cmd` is the command being issued, with `IORING_URING_CMD_FIXED`, as `issue` describes.
+    unsafe fn uring_fixed(
+        &self,
+        cmd: *mut RawUringCmd,
+        issue: &UringIssue,
+        staged: &[uapi::neuron_udma_copy],
+    ) -> Result<Arc<Buffer>> {
+        let (addr, len) = (issue.fixed_addr, u64::from(issue.fixed_len));
+        if len == 0 || len > MAX_IMPORT_SIZE {
+            return Err(EINVAL);
+        }
+        let write = staged.iter().any(|c| c.dst_handle == FIXED_BUFFER);
+        let end = addr.checked_add(len).ok_or(EFAULT)?;
+        let page = kernel::page::PAGE_SIZE as u64;
+        // Charged first, as MEM_IMPORT: every page the range touches. An earlier command's
+        // range is given back by the release workqueue (`buffer::Release`) once the engine
+        // is done with it, before its CQE: past the limit, those pending go first.
+        let bytes = (end.div_ceil(page) - addr / page) * page;
+        let charge = Charge::new(bytes).or_else(|e| {
+            if e != ENOMEM {
+                return Err(e);
+            }
+            ReleaseQueue::flush();
+            Charge::new(bytes)
+        })?;
+        // SAFETY: per the function's contract.
+        let mut pages =
+            unsafe { kuring::fixed_pages(cmd, addr, issue.fixed_len, write, issue.issue_flags) }?;
+        self.dev.with_bound(|dev| pages.map(dev))?;
+        let handle = super::buffers::next_handle();
+        Buffer::imported(handle, len, self.id, self.file, pages, charge, write)
     }
 
     /// Completes the IOPOLL command `cmd` if its fence settled, or with `-ECANCELED` if its
@@ -117,27 +184,22 @@ fn cancelled_if_gone(e: Error) -> Error {
 ///
 /// # Safety
 ///
-/// `file` is the private data of the command's open file, `cmd` the command being issued.
+/// `file` is the private data of the command's open file, `cmd` the command being issued and
+/// `issue` its SQE's fields.
 #[no_mangle]
 unsafe extern "C" fn neuron_udma_uring_submit(
     file: *const OpenFile,
     cmd: *mut RawUringCmd,
-    engine: u32,
-    queue: u32,
-    count: u32,
-    copies: u64,
-    iopoll: bool,
-    nonblock: bool,
-    writable: bool,
+    issue: *const UringIssue,
 ) -> c_int {
-    // SAFETY: per the function's contract the file is open (io_uring holds it).
-    let me = unsafe { &*file };
-    if !writable {
+    // SAFETY: per the function's contract the file is open (io_uring holds it), and `issue`
+    // is the command's, read from its SQE by the caller.
+    let (me, issue) = unsafe { (&*file, &*issue) };
+    if !issue.writable {
         return EBADF.to_errno();
     }
-    let wait = if nonblock { Wait::Never } else { Wait::Block };
-    me.uring_submit(cmd, (engine, queue), count, copies, iopoll, wait)
-        .unwrap_or_else(|e| e.to_errno())
+    // SAFETY: `cmd` is the command being issued, as `issue` describes.
+    unsafe { me.uring_submit(cmd, issue) }.unwrap_or_else(|e| e.to_errno())
 }
 
 /// `uring_cmd_iopoll` of an open file: 1 if the IOPOLL command `cmd` completed now.

@@ -118,6 +118,21 @@ void neuron_udma_uncharge(struct user_struct *user, unsigned long pages)
 }
 
 /*
+ * Drop the page references of @n pages (taken with get_page(), as neuron_udma_uring_fixed_pages()
+ * does: no Rust for either), marking each dirty first if @dirty (the device may have written it).
+ */
+void neuron_udma_put_pages(struct page **pages, unsigned long n, bool dirty)
+{
+	unsigned long i;
+
+	for (i = 0; i < n; i++) {
+		if (dirty)
+			set_page_dirty_lock(pages[i]);
+		put_page(pages[i]);
+	}
+}
+
+/*
  * No dma_set_seg_boundary() in Rust: the engine takes 64-bit addresses and the driver splits
  * copies itself (rust/span.rs), so a mapped segment may cross any boundary (the segment length
  * is lifted in Rust, dma_set_max_seg_size()). Called at probe, before any mapping.

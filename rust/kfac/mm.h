@@ -18,6 +18,7 @@ typedef unsigned int vm_fault_t;
 #endif
 
 struct device;
+struct page;
 struct user_struct;
 struct vm_area_struct;
 struct vm_fault;
@@ -36,6 +37,8 @@ vm_fault_t neuron_udma_insert_pfn(struct vm_fault *vmf, u64 pfn);
 /* No locked-memory (user_struct::locked_vm) accounting in Rust. */
 int neuron_udma_charge(unsigned long pages, struct user_struct **userp);
 void neuron_udma_uncharge(struct user_struct *user, unsigned long pages);
+/* No get_page()/put_page() in Rust: the references of neuron_udma_uring_fixed_pages(). */
+void neuron_udma_put_pages(struct page **pages, unsigned long n, bool dirty);
 /* No dma_set_seg_boundary() in Rust. */
 void neuron_udma_dma_no_seg_boundary(struct device *dev);
 

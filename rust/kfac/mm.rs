@@ -192,17 +192,23 @@ const PIN_DMA_ATTRS: c_ulong = bindings::DMA_ATTR_REQUIRE_COHERENT as c_ulong;
 /// the pages (marked dirty if the device may have written them) and frees it: the owner makes
 /// sure no descriptor can reach the pages any more.
 ///
+/// The same type holds pages that something else keeps pinned, with a page reference of its
+/// own each ([`PinnedPages::referenced`]: an io_uring registered buffer's).
+///
 /// # Invariants
 ///
-/// `pages` are pinned (`FOLL_LONGTERM`, and `FOLL_WRITE` if `write`) by this value; `sgt` is
-/// their table of exactly the pinned bytes (`sg_alloc_table_from_pages_segment()`), mapped
-/// for `dev` while `dev` is `Some`.
+/// `pages` are pinned (`FOLL_LONGTERM`, and `FOLL_WRITE` if `write`) by this value, or, if
+/// `referenced`, each holds a page reference of this value's (`get_page()`); `sgt` is their
+/// table of exactly the pinned bytes (`sg_alloc_table_from_pages_segment()`), mapped for `dev`
+/// while `dev` is `Some`.
 pub(crate) struct PinnedPages {
     sgt: KBox<Opaque<bindings::sg_table>>,
     pages: KVVec<*mut bindings::page>,
     /// The device the table is mapped for, `None` while unmapped.
     dev: Option<ARef<kernel::device::Device>>,
     write: bool,
+    /// Held by page references rather than pins.
+    referenced: bool,
 }
 
 // SAFETY: the pages and the table are owned by this value; pins are released and tables
@@ -262,30 +268,9 @@ impl PinnedPages {
             done += ret as usize;
             super::sched::cond_resched();
         };
-        let table = pinned.and_then(|()| {
-            // CAST: the arguments' C types, converted as C converts them (the page count to
-            // `unsigned int`, the offset in the first page below `PAGE_SIZE`, the byte count to
-            // `unsigned long`).
-            let (n, offset, bytes) = (
-                npages as c_uint,
-                (addr as usize % PAGE_SIZE) as c_uint,
-                size as c_ulong,
-            );
-            // SAFETY: `sgt` is a zeroed table of this value, `pages` holds `npages` pinned
-            // pages.
-            kernel::error::to_result(unsafe {
-                bindings::sg_alloc_table_from_pages_segment(
-                    sgt.get(),
-                    pages.as_mut_ptr(),
-                    n,
-                    offset,
-                    bytes,
-                    // CAST: `UINT_MAX & PAGE_MASK`, the largest segment of whole pages.
-                    PAGE_MASK as u32,
-                    bindings::GFP_KERNEL_ACCOUNT,
-                )
-            })
-        });
+        // CAST: the offset in the first page, below `PAGE_SIZE`.
+        let table =
+            pinned.and_then(|()| table(&sgt, &mut pages, (addr as usize % PAGE_SIZE) as u32, size));
         if let Err(e) = table {
             // SAFETY: the first `done` pages were pinned above, and nothing refers to them.
             unsafe { bindings::unpin_user_pages(pages.as_mut_ptr(), done) };
@@ -297,7 +282,56 @@ impl PinnedPages {
             pages,
             dev: None,
             write,
+            referenced: false,
         })
+    }
+
+    /// Takes over `pages`, each with a page reference of the caller's (`get_page()`), that
+    /// something else keeps pinned (an io_uring registered buffer's), and builds the table of
+    /// `size` bytes from `offset` in the first (as [`Self::new`]); the device may write them if
+    /// `write`. Dropping it drops the references.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if `size` bytes from `offset` do not fill the pages' last one, `ENOMEM`; the
+    /// references are dropped then.
+    ///
+    /// # Safety
+    ///
+    /// Every entry of `pages` is a page with a reference the caller gives to this value.
+    pub(crate) unsafe fn referenced(
+        mut pages: KVVec<*mut bindings::page>,
+        offset: u32,
+        size: u64,
+        write: bool,
+    ) -> Result<Self> {
+        let fits = u64::from(offset)
+            .checked_add(size)
+            .map(|end| end.div_ceil(PAGE_SIZE as u64) == pages.len() as u64);
+        let table = KBox::new(Opaque::zeroed(), GFP_KERNEL_ACCOUNT)
+            .map_err(Error::from)
+            .and_then(|sgt| {
+                if size == 0 || fits != Some(true) || offset as usize >= PAGE_SIZE {
+                    return Err(EINVAL);
+                }
+                table(&sgt, &mut pages, offset, size).map(|()| sgt)
+            });
+        match table {
+            // INVARIANT: the caller's references, `sgt` their table, not mapped.
+            Ok(sgt) => Ok(Self {
+                sgt,
+                pages,
+                dev: None,
+                write,
+                referenced: true,
+            }),
+            Err(e) => {
+                // SAFETY: per the function's contract each page has a reference of ours, and
+                // the device never saw them.
+                unsafe { ffi::neuron_udma_put_pages(pages.as_mut_ptr(), pages.len(), false) };
+                Err(e)
+            }
+        }
     }
 
     fn dir(&self) -> bindings::dma_data_direction {
@@ -359,16 +393,47 @@ impl Drop for PinnedPages {
         }
         // SAFETY: the table was built by `new` and is no longer mapped.
         unsafe { bindings::sg_free_table(self.sgt.get()) };
-        // SAFETY: by the type invariant every page is pinned by this value; dirtied if the
-        // device may have written them.
-        unsafe {
-            bindings::unpin_user_pages_dirty_lock(
-                self.pages.as_mut_ptr(),
-                self.pages.len(),
-                self.write,
-            )
-        };
+        let (pages, n) = (self.pages.as_mut_ptr(), self.pages.len());
+        if self.referenced {
+            // SAFETY: by the type invariant every page has a reference of this value's;
+            // dirtied if the device may have written them.
+            unsafe { ffi::neuron_udma_put_pages(pages, n, self.write) };
+        } else {
+            // SAFETY: by the type invariant every page is pinned by this value; dirtied if the
+            // device may have written them.
+            unsafe { bindings::unpin_user_pages_dirty_lock(pages, n, self.write) };
+        }
     }
+}
+
+/// Builds `sgt`, the scatter-gather table of `size` bytes from `offset` in `pages[0]`
+/// (physically contiguous pages share an entry, segments of whole pages up to 4 GiB).
+///
+/// # Errors
+///
+/// `ENOMEM`; `sgt` holds nothing then.
+fn table(
+    sgt: &Opaque<bindings::sg_table>,
+    pages: &mut KVVec<*mut bindings::page>,
+    offset: u32,
+    size: u64,
+) -> Result {
+    // CAST: the arguments' C types, converted as C converts them (the page count to `unsigned
+    // int`, the byte count to `unsigned long`).
+    let (n, bytes) = (pages.len() as c_uint, size as c_ulong);
+    // SAFETY: `sgt` is a zeroed table the caller owns, `pages` holds `n` pages the caller holds.
+    kernel::error::to_result(unsafe {
+        bindings::sg_alloc_table_from_pages_segment(
+            sgt.get(),
+            pages.as_mut_ptr(),
+            n,
+            offset,
+            bytes,
+            // CAST: `UINT_MAX & PAGE_MASK`, the largest segment of whole pages.
+            PAGE_MASK as u32,
+            bindings::GFP_KERNEL_ACCOUNT,
+        )
+    })
 }
 
 /// Lifts the DMA API's segment boundary of `dev` (4 GiB by default; the length limit is lifted

@@ -6,6 +6,7 @@
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
 #include <linux/sched/stat.h>
+#include <linux/workqueue.h>
 
 #include "sched.h"
 
@@ -37,4 +38,35 @@ bool neuron_udma_cpu_wanted(void)
 {
 	return !single_task_running() || need_resched() ||
 	       tif_test_bit(TIF_NEED_RESCHED_LAZY);
+}
+
+/*
+ * The driver's own workqueue for what must be released in process context but may be let go of
+ * where sleeping is not allowed (rust/buffer.rs: an io_uring command's registered buffer range,
+ * whose last hold may drop under a queue's register access). A workqueue of the module's, not a
+ * system one: destroying it at unload waits for every release queued, so no work of this
+ * module's runs after its code is gone.
+ */
+static struct workqueue_struct *neuron_udma_release;
+
+int neuron_udma_release_wq_init(void)
+{
+	neuron_udma_release = alloc_workqueue("neuron_udma_release", WQ_UNBOUND, 0);
+	return neuron_udma_release ? 0 : -ENOMEM;
+}
+
+void neuron_udma_release_wq_exit(void)
+{
+	destroy_workqueue(neuron_udma_release);
+}
+
+struct workqueue_struct *neuron_udma_release_wq(void)
+{
+	return neuron_udma_release;
+}
+
+/* Waits until every release queued so far has run. */
+void neuron_udma_release_wq_flush(void)
+{
+	flush_workqueue(neuron_udma_release);
 }

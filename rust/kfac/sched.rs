@@ -3,7 +3,8 @@
 //! The current task's fatal signals, voluntary rescheduling, the waiting for a work item and the
 //! default unbound workqueue: `fatal_signal_pending()` and `cond_resched()` (a static inline and
 //! a macro: C in `rust/kfac/sched.c`), `flush_work()` and `system_dfl_wq` (exported: used
-//! directly) and `queue_work_node()`, which Linux 7.3's Rust does not wrap.
+//! directly) and `queue_work_node()`, which Linux 7.3's Rust does not wrap; and the driver's
+//! release workqueue (`alloc_workqueue()` and `flush_workqueue()` are macros: C).
 
 super::generated! { include!("sched_generated.rs"); }
 
@@ -58,4 +59,45 @@ where
     // it valid (during the call, and until the work runs if it was queued). `system_dfl_wq`
     // is unbound, as `queue_work_node()` requires.
     unsafe { w.__enqueue(move |work| kernel::bindings::queue_work_node(node, queue, work)) }
+}
+
+/// The driver's release workqueue, from module load to unload (`rust/kfac/sched.c`): for what
+/// must be released in process context but may be let go of where sleeping is not allowed.
+/// Dropping the guard (at unload, after the driver is unregistered) waits for every release
+/// queued and destroys the queue.
+pub(crate) struct ReleaseQueue(());
+
+impl ReleaseQueue {
+    /// Creates the queue (once, at module load, before the driver is registered).
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn create() -> kernel::error::Result<Self> {
+        // SAFETY: called once, at module load, before anything can queue work on it.
+        kernel::error::to_result(unsafe { ffi::neuron_udma_release_wq_init() })?;
+        Ok(Self(()))
+    }
+
+    /// The queue.
+    pub(crate) fn get() -> &'static kernel::workqueue::Queue {
+        // SAFETY: the queue exists from `create` (module load, before the driver is
+        // registered) to the guard's drop (unload, after it is unregistered and every file is
+        // closed), and only the driver's objects queue work on it.
+        unsafe { kernel::workqueue::Queue::from_raw(ffi::neuron_udma_release_wq()) }
+    }
+
+    /// Waits until every release queued so far has run.
+    pub(crate) fn flush() {
+        // SAFETY: as in `get`.
+        unsafe { ffi::neuron_udma_release_wq_flush() }
+    }
+}
+
+impl Drop for ReleaseQueue {
+    fn drop(&mut self) {
+        // SAFETY: the driver is unregistered and no file is open: nothing queues work any
+        // more; destroying the queue runs what is queued first.
+        unsafe { ffi::neuron_udma_release_wq_exit() }
+    }
 }

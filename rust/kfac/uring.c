@@ -6,6 +6,8 @@
  */
 #include <linux/fs.h>
 #include <linux/io_uring/cmd.h>
+#include <linux/mm.h>
+#include <linux/uio.h>
 #include <linux/poll.h>
 
 #include "uring.h"
@@ -64,20 +66,75 @@ void neuron_udma_uring_pdu_get(struct io_uring_cmd *cmd, u32 *engine, u32 *queue
 int neuron_udma_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
 {
 	const struct neuron_udma_uring_copy *c;
-	u32 engine, queue, count;
-	u64 copies;
+	struct neuron_udma_uring_issue issue = {
+		.issue_flags = issue_flags,
+		.fixed = cmd->flags & IORING_URING_CMD_FIXED,
+		.iopoll = issue_flags & IO_URING_F_IOPOLL,
+		.nonblock = issue_flags & IO_URING_F_NONBLOCK,
+		.writable = cmd->file->f_mode & FMODE_WRITE,
+	};
 
 	if (cmd->cmd_op != NEURON_UDMA_URING_COPY)
 		return -ENOTTY;
 	c = io_uring_sqe_cmd(cmd->sqe, struct neuron_udma_uring_copy);
-	engine = READ_ONCE(c->engine);
-	queue = READ_ONCE(c->queue);
-	count = READ_ONCE(c->count);
-	copies = READ_ONCE(c->copies);
-	return neuron_udma_uring_submit(cmd->file->private_data, cmd, engine, queue, count, copies,
-					issue_flags & IO_URING_F_IOPOLL,
-					issue_flags & IO_URING_F_NONBLOCK,
-					cmd->file->f_mode & FMODE_WRITE);
+	issue.engine = READ_ONCE(c->engine);
+	issue.queue = READ_ONCE(c->queue);
+	issue.count = READ_ONCE(c->count);
+	issue.copies = READ_ONCE(c->copies);
+	/* io_uring leaves a command's addr and len to its driver. */
+	if (issue.fixed) {
+		issue.fixed_addr = READ_ONCE(cmd->sqe->addr);
+		issue.fixed_len = READ_ONCE(cmd->sqe->len);
+	}
+	return neuron_udma_uring_submit(cmd->file->private_data, cmd, &issue);
+}
+
+/*
+ * io_uring_cmd_import_fixed() gives the range as a bio_vec iterator over the registered pages,
+ * which io_uring keeps pinned only while the buffer is registered or this command runs; the
+ * engine may outlive both (a command cancelled with its copies still running), so each page
+ * gets a reference of the driver's (dropped by neuron_udma_put_pages()).
+ */
+int neuron_udma_uring_fixed_pages(struct io_uring_cmd *cmd, u64 addr, u32 len, bool write,
+				  unsigned int issue_flags, struct page **pages, u32 max,
+				  u32 *offset)
+{
+	struct iov_iter iter;
+	u32 done = 0, i;
+	int ret;
+
+	ret = io_uring_cmd_import_fixed(addr, len, write ? ITER_DEST : ITER_SOURCE, &iter, cmd,
+					issue_flags);
+	if (ret)
+		return ret;
+	while (iov_iter_count(&iter)) {
+		struct page **p = pages + done;
+		size_t off = 0;
+		ssize_t got;
+		u32 n;
+
+		got = iov_iter_extract_pages(&iter, &p, iov_iter_count(&iter), max - done, 0, &off);
+		if (got <= 0) {
+			ret = got ? got : -EFAULT;
+			goto fail;
+		}
+		/* One table of whole pages: only the first may start, only the last end, inside. */
+		if ((done && off) || ((off + got) % PAGE_SIZE && iov_iter_count(&iter))) {
+			ret = -EOPNOTSUPP;
+			goto fail;
+		}
+		if (!done)
+			*offset = off;
+		n = DIV_ROUND_UP(off + got, PAGE_SIZE);
+		for (i = 0; i < n; i++)
+			get_page(pages[done + i]);
+		done += n;
+	}
+	return done;
+fail:
+	for (i = 0; i < done; i++)
+		put_page(pages[i]);
+	return ret;
 }
 
 /* The uring_cmd_iopoll file operation: 1 if @cmd completed. */

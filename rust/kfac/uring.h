@@ -13,7 +13,33 @@
 struct file;
 struct io_comp_batch;
 struct io_uring_cmd;
+struct page;
 struct poll_table_struct;
+
+/*
+ * A NEURON_UDMA_URING_COPY being issued: the SQE's fields (read once: the SQE is user-shared
+ * memory) and how io_uring issues it.
+ */
+struct neuron_udma_uring_issue {
+	u32 engine;
+	u32 queue;
+	u32 count;
+	/* The SQE's len: bytes of the registered buffer range, with @fixed. */
+	u32 fixed_len;
+	u64 copies;
+	/* The SQE's addr: start of the registered buffer range, with @fixed. */
+	u64 fixed_addr;
+	/* The io_uring issue flags (IO_URING_F_*), for io_uring_cmd_import_fixed(). */
+	u32 issue_flags;
+	/* IORING_URING_CMD_FIXED: the copies may name the SQE's registered buffer range. */
+	bool fixed;
+	/* The ring reaps by polling (the command is completed by neuron_udma_uring_poll()). */
+	bool iopoll;
+	/* A non-blocking issue: -EAGAIN, with nothing prepared, where the call would sleep. */
+	bool nonblock;
+	/* The file is open for writing (a read-only file may not start DMA: EBADF). */
+	bool writable;
+};
 
 /* rust/file.rs: OpenFile (the file's private data); opaque to C. */
 struct neuron_udma_file;
@@ -32,6 +58,15 @@ void neuron_udma_uring_pdu_set(struct io_uring_cmd *cmd, u32 engine, u32 queue, 
 			       u64 fence);
 void neuron_udma_uring_pdu_get(struct io_uring_cmd *cmd, u32 *engine, u32 *queue, u64 *instance,
 			       u64 *fence);
+/*
+ * The pages under [@addr, @addr + @len) of the registered buffer @cmd names (its buf_index):
+ * at most @max into @pages, each with a page reference of the caller's; *@offset is the range's
+ * offset in the first. The number of pages, or -EFAULT (no such buffer, the range not inside
+ * it, or not in direction @write), -EOPNOTSUPP (the buffer is not page-contiguous), -ENOMEM.
+ */
+int neuron_udma_uring_fixed_pages(struct io_uring_cmd *cmd, u64 addr, u32 len, bool write,
+				  unsigned int issue_flags, struct page **pages, u32 max,
+				  u32 *offset);
 
 /*
  * ---- implemented in Rust, called from rust/kfac/uring.c ----
@@ -39,16 +74,12 @@ void neuron_udma_uring_pdu_get(struct io_uring_cmd *cmd, u32 *engine, u32 *queue
  */
 #ifndef __BINDGEN__
 /*
- * rust/file.rs: an io_uring NEURON_UDMA_URING_COPY of @file: @engine/@queue/@count/@copies from
- * the SQE; returns -EIOCBQUEUED once queued (the command then completes through
- * neuron_udma_uring_cmd_complete()), or a negative errno (the command completes with it at once).
- * @iopoll: the ring reaps by polling (the command is completed by neuron_udma_uring_poll()).
- * @nonblock: a non-blocking issue: -EAGAIN, with nothing prepared, where the call would sleep.
- * @writable: the file is open for writing (a read-only file may not start DMA: EBADF).
+ * rust/file/uring.rs: the io_uring NEURON_UDMA_URING_COPY @cmd of @file, as @issue says; returns
+ * -EIOCBQUEUED once queued (the command then completes through neuron_udma_uring_cmd_complete()),
+ * or a negative errno (the command completes with it at once).
  */
 int neuron_udma_uring_submit(const struct neuron_udma_file *file, struct io_uring_cmd *cmd,
-			     u32 engine, u32 queue, u32 count, u64 copies, bool iopoll,
-			     bool nonblock, bool writable);
+			     const struct neuron_udma_uring_issue *issue);
 /* rust/file.rs: 1 if the IOPOLL command @cmd of @file completed now, else 0. */
 int neuron_udma_uring_poll(const struct neuron_udma_file *file, struct io_uring_cmd *cmd);
 /* rust/file.rs: the events poll() reports for @file (EPOLLIN, EPOLLPRI, EPOLLERR bits). */

@@ -107,3 +107,56 @@ pub(crate) unsafe fn uring_pdu_get(cmd: *mut RawUringCmd) -> (u32, u32, u64, u64
     unsafe { ffi::neuron_udma_uring_pdu_get(cmd, &mut e, &mut q, &mut i, &mut f) };
     (e, q, i, f)
 }
+
+/// A `NEURON_UDMA_URING_COPY` being issued, as `rust/kfac/uring.c` read it from its SQE.
+pub(crate) use ffi::neuron_udma_uring_issue as UringIssue;
+
+/// The pages of the registered buffer range `[addr, addr + len)` (bytes) that the command `cmd`
+/// names (its `buf_index`), held by page references of the returned value and tabled (not
+/// mapped for a device yet); the device may write them if `write`. The pages stay held however
+/// long the engine needs them, after the buffer is unregistered or the command completed.
+///
+/// # Errors
+///
+/// `EINVAL` (`len` 0), `EFAULT` (no such buffer, or the range not inside it), `EOPNOTSUPP` (a
+/// registered buffer that is not page-contiguous), `ENOMEM`.
+///
+/// # Safety
+///
+/// `cmd` is the command being issued (`uring_cmd`), with `IORING_URING_CMD_FIXED`, and
+/// `issue_flags` its issue flags.
+pub(crate) unsafe fn fixed_pages(
+    cmd: *mut RawUringCmd,
+    addr: u64,
+    len: u32,
+    write: bool,
+    issue_flags: u32,
+) -> Result<super::mm::PinnedPages> {
+    use kernel::page::PAGE_SIZE;
+    if len == 0 {
+        return Err(EINVAL);
+    }
+    // The range's pages, plus one for a start inside a page.
+    let max = len / PAGE_SIZE as u32 + 2;
+    // CAST: a `u32`.
+    let mut pages = KVVec::from_elem(core::ptr::null_mut(), max as usize, GFP_KERNEL_ACCOUNT)?;
+    let mut offset = 0;
+    // SAFETY: `cmd` per the function's contract; `pages` has room for `max` entries.
+    let n = unsafe {
+        ffi::neuron_udma_uring_fixed_pages(
+            cmd,
+            addr,
+            len,
+            write,
+            issue_flags,
+            pages.as_mut_ptr(),
+            max,
+            &mut offset,
+        )
+    };
+    kernel::error::to_result(n)?;
+    // CAST: non-negative, at most `max`.
+    pages.truncate(n as usize);
+    // SAFETY: the first `n` entries each have a page reference that is ours.
+    unsafe { super::mm::PinnedPages::referenced(pages, offset, u64::from(len), write) }
+}

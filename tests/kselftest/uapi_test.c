@@ -102,7 +102,7 @@ TEST_F(dev, info_numa_node)
 	ASSERT_EQ(1, fscanf(f, "%d", &node));
 	fclose(f);
 	EXPECT_EQ(node, self->info.numa_node);
-	EXPECT_EQ(0U, self->info.reserved0);
+	EXPECT_EQ(NEURON_UDMA_FEATURE_URING_FIXED, self->info.features);
 	EXPECT_EQ(0ULL, self->info.reserved[0] | self->info.reserved[1] | self->info.reserved[2]);
 }
 

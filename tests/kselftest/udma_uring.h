@@ -31,10 +31,12 @@ static inline double uring_now_ms(void)
 /*
  * Queues one NEURON_UDMA_URING_COPY (or @cmd_op) SQE on @ring for file @fd: @count copies at
  * @copies (which must stay valid until its CQE: the driver may read them from io_uring's worker
- * after the submission returned). 0, or -EBUSY when the SQ is full.
+ * after the submission returned). The SQE, or NULL when the SQ is full.
  */
-static inline int sqe_copy(struct io_uring *ring, int fd, __u32 cmd_op, __u32 eng, __u32 q,
-		    const struct neuron_udma_copy *copies, __u32 count, __u64 data)
+static inline struct io_uring_sqe *sqe_copy_get(struct io_uring *ring, int fd, __u32 cmd_op,
+						__u32 eng, __u32 q,
+						const struct neuron_udma_copy *copies,
+						__u32 count, __u64 data)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 	struct neuron_udma_uring_copy uc = {
@@ -45,14 +47,21 @@ static inline int sqe_copy(struct io_uring *ring, int fd, __u32 cmd_op, __u32 en
 	};
 
 	if (!sqe)
-		return -EBUSY;
+		return NULL;
 	memset(sqe, 0, sizeof(*sqe));
 	sqe->opcode = IORING_OP_URING_CMD;
 	sqe->fd = fd;
 	sqe->cmd_op = cmd_op;
 	memcpy((char *)sqe + offsetof(struct io_uring_sqe, addr3), &uc, sizeof(uc));
 	sqe->user_data = data;
-	return 0;
+	return sqe;
+}
+
+/* sqe_copy_get(): 0, or -EBUSY when the SQ is full. */
+static inline int sqe_copy(struct io_uring *ring, int fd, __u32 cmd_op, __u32 eng, __u32 q,
+		    const struct neuron_udma_copy *copies, __u32 count, __u64 data)
+{
+	return sqe_copy_get(ring, fd, cmd_op, eng, q, copies, count, data) ? 0 : -EBUSY;
 }
 
 /* One SQE, submitted. 0 or -errno. */

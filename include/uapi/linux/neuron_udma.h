@@ -84,9 +84,17 @@ struct neuron_udma_info {
 	 * knows none; the driver's completion work runs there. Earlier ABI 3 drivers leave it 0.
 	 */
 	__s32 numa_node;
-	__u32 reserved0;
+	/* NEURON_UDMA_FEATURE_* the driver has; earlier ABI 3 drivers leave it 0. */
+	__u32 features;
 	__u64 reserved[3];
 };
+
+/*
+ * Features (struct neuron_udma_info.features) added within ABI 3.
+ * URING_FIXED: a NEURON_UDMA_URING_COPY may name a range of an io_uring registered buffer as
+ * NEURON_UDMA_FIXED_BUFFER (see struct neuron_udma_uring_copy).
+ */
+#define NEURON_UDMA_FEATURE_URING_FIXED	(1U << 0)
 
 /* Buffer types (struct neuron_udma_mem_alloc.type). */
 #define NEURON_UDMA_MEM_HOST 0		/* coherent host memory, mmap'able */
@@ -463,6 +471,23 @@ struct neuron_udma_eventfd {
  * still run). SQEs are not ordered against each other (link them, IOSQE_IO_LINK, for order); the
  * copies array must stay valid until the CQE. Rings set up with IORING_SETUP_IOPOLL reap by
  * polling the marker.
+ *
+ * Registered buffers (INFO features NEURON_UDMA_FEATURE_URING_FIXED): with IORING_URING_CMD_FIXED
+ * in the SQE's uring_cmd_flags, the SQE's buf_index names a buffer registered with the ring
+ * (io_uring_register_buffers), and its addr and len (bytes) a range of it, by the user address it
+ * was registered at. The copies may then name that range as the handle NEURON_UDMA_FIXED_BUFFER,
+ * at offsets from addr, as source or destination: the copy's host side is the registered pages
+ * themselves, as zero-copy as a MEM_IMPORT'ed buffer and with its rules (physically contiguous
+ * runs, NEURON_UDMA_COPY_SPLIT). The driver holds the range's pages, maps them for the device
+ * and charges them to RLIMIT_MEMLOCK (as MEM_IMPORT) from the issue until the engine is done
+ * with the copies, however the command ends: unregistering the buffer, unmapping its memory or
+ * closing the ring meanwhile is safe.
+ * Further CQE errors: EINVAL (len 0 or above INFO max_import_size), EFAULT (buf_index not
+ * registered, or the range not inside that buffer), ENOMEM (RLIMIT_MEMLOCK), EOPNOTSUPP (the
+ * pages are not reachable by the device without bounce buffers, or the registered buffer is not
+ * page-contiguous), ERANGE (a copy outside the range), EXDEV (a copy across runs without
+ * NEURON_UDMA_COPY_SPLIT). Without IORING_URING_CMD_FIXED, NEURON_UDMA_FIXED_BUFFER is an
+ * unknown handle (ENOENT), as it is in every other call.
  */
 struct neuron_udma_uring_copy {
 	__u16 engine;
@@ -470,6 +495,9 @@ struct neuron_udma_uring_copy {
 	__u32 count;
 	__u64 copies;			/* user pointer to count x struct neuron_udma_copy */
 };
+
+/* The handle of the registered buffer range of a NEURON_UDMA_URING_COPY (never a buffer's). */
+#define NEURON_UDMA_FIXED_BUFFER	0xffffffffffffffffULL
 
 /*
  * NEURON_UDMA_MEMSET (ABI 3): fill @size bytes at @offset of a buffer of this file (host, device,
