@@ -297,7 +297,9 @@ impl<'d> Queue<'d> {
     /// The command holds the address of `copies`, which must stay alive and unchanged until
     /// its CQE (the driver may read them from io_uring's worker, after `io_uring_enter`
     /// returned); the borrow of the returned value only covers its own life. SQEs are not
-    /// ordered against each other: link them (`IOSQE_IO_LINK`) for order. [`Error::Argument`] (before anything is submitted): an empty batch,
+    /// ordered against each other: link them (`IOSQE_IO_LINK`) for order. The copies may name a
+    /// range of an io_uring registered buffer ([`RegisteredRange`], whose fields the SQE then
+    /// carries). [`Error::Argument`] (before anything is submitted): an empty batch,
     /// more than `max_batch` copies, a copy above `max_copy_size`, or an engine or queue above
     /// 65535 (the command's fields are 16 bits).
     pub fn uring_copy<'c>(&self, copies: &'c [Copy]) -> Result<UringCopy<'c>> {
@@ -349,6 +351,55 @@ impl UringCopy<'_> {
         b[4..8].copy_from_slice(&self.raw.count.to_ne_bytes());
         b[8..16].copy_from_slice(&self.raw.copies.to_ne_bytes());
         b
+    }
+}
+
+/// A range of an io_uring registered buffer (`io_uring_register_buffers`) as a side of the
+/// copies of one io_uring copy ([`Queue::uring_copy`]; the driver has it when INFO's `features`
+/// has `NEURON_UDMA_FEATURE_URING_FIXED`, [`RegisteredRange::supported`]): the copies name it as
+/// any [`Buffer`], at offsets from `addr`, and the SQE carries it: `IORING_URING_CMD_FIXED` in
+/// `uring_cmd_flags`, `buf_index` = `index`, `addr` and `len` ([`RegisteredRange::sqe_fields`]).
+/// The engine then reads or writes the registered pages themselves; the driver holds them until
+/// it is done, also if the buffer is unregistered meanwhile. Its physically contiguous runs are
+/// unknown here, so copies naming it carry `NEURON_UDMA_COPY_SPLIT` ([`Copy::new`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegisteredRange {
+    /// The registered buffer's index (the SQE's `buf_index`).
+    pub index: u16,
+    /// User address of the range's byte 0, inside the registered buffer.
+    pub addr: u64,
+    /// Bytes.
+    pub len: u32,
+}
+
+impl RegisteredRange {
+    /// The handle copies name the range by (`NEURON_UDMA_FIXED_BUFFER`; bindgen types the
+    /// all-ones macro as -1).
+    pub const HANDLE: u64 = u64::MAX;
+    /// `IORING_URING_CMD_FIXED`, the SQE's `uring_cmd_flags` bit (`linux/io_uring.h`).
+    pub const URING_CMD_FIXED: u32 = 1 << 0;
+
+    /// Whether the driver of `dev` takes registered buffers in io_uring copies (INFO
+    /// `features`); a driver without them answers the handle with `ENOENT`.
+    pub fn supported(dev: &Device) -> Result<bool> {
+        Ok(dev.limits()?.features & sys::NEURON_UDMA_FEATURE_URING_FIXED != 0)
+    }
+
+    /// The SQE's fields for the range: `(uring_cmd_flags, buf_index, addr, len)`.
+    pub fn sqe_fields(&self) -> (u32, u16, u64, u32) {
+        (Self::URING_CMD_FIXED, self.index, self.addr, self.len)
+    }
+}
+
+impl crate::Buffer for RegisteredRange {
+    fn handle(&self) -> u64 {
+        Self::HANDLE
+    }
+    fn size(&self) -> u64 {
+        self.len.into()
+    }
+    fn import_layout(&self) -> Option<crate::ImportLayout> {
+        Some(crate::ImportLayout { addr: self.addr, segments: u32::MAX })
     }
 }
 
@@ -693,6 +744,25 @@ mod tests {
         assert!(matches!(q.uring_copy(&[big]), Err(Error::Argument(_))));
         let wide = Queue::new(&dev, 70_000, 1, QueueOptions::new(64));
         assert!(matches!(wide.uring_copy(&copies), Err(Error::Argument(_))));
+    }
+
+    #[test]
+    fn registered_range_copies() {
+        let dev = fake_device(Info { abi_version: 3, max_batch: 4, max_copy_size: 65536, ..Default::default() });
+        assert!(!RegisteredRange::supported(&dev).unwrap());
+        let b = Fake(1, 1 << 20);
+        let r = RegisteredRange { index: 2, addr: 0x7000_0000_1003, len: 3 * 4096 };
+        let c = Copy::new(&b, 0, &r, 5, 4096).unwrap();
+        assert_eq!(c.raw().dst_handle, u64::MAX);
+        assert_eq!(c.raw().dst_handle as i64, sys::NEURON_UDMA_FIXED_BUFFER as i64);
+        assert_eq!(c.raw().flags, sys::NEURON_UDMA_COPY_SPLIT);
+        // The range's end is checked here; the pages crossed bound the pairs.
+        assert!(matches!(Copy::new(&r, 3 * 4096 - 10, &b, 0, 11), Err(Error::Argument(_))));
+        assert_eq!(Copy::max_pairs(&r, 0, &b, 0, 4096), 2);
+        assert_eq!(r.sqe_fields(), (1, 2, 0x7000_0000_1003, 3 * 4096));
+        let dev =
+            fake_device(Info { abi_version: 3, features: sys::NEURON_UDMA_FEATURE_URING_FIXED, ..Default::default() });
+        assert!(RegisteredRange::supported(&dev).unwrap());
     }
 
     #[test]

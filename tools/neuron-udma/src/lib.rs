@@ -98,7 +98,9 @@ pub use error::{errno_name, Error, Result};
 #[cfg(feature = "tokio")]
 pub use events::TokioReadiness;
 pub use events::{DeviceEvents, FenceCompletion, Readiness, ThreadReadiness};
-pub use fence::{EventFdRegistration, Fence, FenceId, FenceReport, FenceStatus, QueueEvent, QueueEventFd, UringCopy};
+pub use fence::{
+    EventFdRegistration, Fence, FenceId, FenceReport, FenceStatus, QueueEvent, QueueEventFd, RegisteredRange, UringCopy,
+};
 pub use usage::{DeviceActivity, DeviceUsage, FileUsage, UsageError};
 
 /// Facts about a device and its driver (`NEURON_UDMA_INFO`).
