@@ -130,8 +130,9 @@ impl OpenFile {
         let end = addr.checked_add(len).ok_or(EFAULT)?;
         let page = kernel::page::PAGE_SIZE as u64;
         // Charged first, as MEM_IMPORT: every page the range touches. An earlier command's
-        // range is given back by the release workqueue (`buffer::Release`) once the engine
-        // is done with it, before its CQE: past the limit, those pending go first.
+        // range is given back by the release workqueue (`buffer::Release`), where it is queued
+        // once the engine is done with it (before that command's CQE): past the limit, the
+        // releases queued go first.
         let bytes = (end.div_ceil(page) - addr / page) * page;
         let charge = Charge::new(bytes).or_else(|e| {
             if e != ENOMEM {
