@@ -32,6 +32,24 @@ impl Charge {
         })
     }
 
+    /// As [`Self::new`], but past the limit it first waits for the releases queued on the
+    /// driver's release workqueue (`kfac::sched::ReleaseQueue`) and tries again: the registered
+    /// buffer range of a finished io_uring command is given back there, which a CQE does not
+    /// wait for. Process context, no driver lock held (the releases take none).
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::new`].
+    pub(crate) fn new_after_releases(bytes: u64) -> Result<Self> {
+        Self::new(bytes).or_else(|e| {
+            if e != ENOMEM {
+                return Err(e);
+            }
+            crate::kfac::sched::ReleaseQueue::flush();
+            Self::new(bytes)
+        })
+    }
+
     /// Bytes charged (whole pages).
     pub(crate) fn bytes(&self) -> u64 {
         self.bytes

@@ -45,7 +45,8 @@ impl UdmaDevice {
             }
             // Charged before anything is allocated, for what the allocation really pins:
             // coherent memory comes in power-of-two blocks of pages.
-            let charge = Charge::new(size.checked_next_power_of_two().ok_or(EINVAL)?)?;
+            let charge =
+                Charge::new_after_releases(size.checked_next_power_of_two().ok_or(EINVAL)?)?;
             // CAST: at most MAX_HOST_BUFFER.
             Backing::Host(self.alloc_coherent(size as usize)?, Some(charge))
         } else {
@@ -100,7 +101,7 @@ impl UdmaDevice {
         let page = kernel::page::PAGE_SIZE as u64;
         // What pinning really holds: every page the range touches.
         let pinned = end.div_ceil(page) - addr / page;
-        let charge = Charge::new(pinned * page)?;
+        let charge = Charge::new_after_releases(pinned * page)?;
         // Pinned outside the state lock (it may fault pages in); mapped while certainly bound.
         let mut pages = PinnedPages::new(addr, size, write)?;
         self.with_bound(|dev| pages.map(dev))?;

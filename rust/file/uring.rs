@@ -17,10 +17,7 @@ use crate::{
     completion::Completer,
     events::UringCmd,
     fence,
-    kfac::{
-        sched::ReleaseQueue,
-        uring::{self as kuring, RawUringCmd, UringIssue},
-    },
+    kfac::uring::{self as kuring, RawUringCmd, UringIssue},
     uapi::{self, FIXED_BUFFER},
 };
 use kernel::{
@@ -62,11 +59,19 @@ impl OpenFile {
         }
         let chan = self.queue(eng, qid)?;
         let staged = read_copies(issue.copies, issue.count)?;
-        let fixed = if issue.fixed {
-            // SAFETY: per the function's contract.
-            Some(unsafe { self.uring_fixed(cmd, issue, &staged) }?)
+        // A registered range is mapped for the device inside a section that keeps it bound
+        // until the submission holds the range or has let go of it: unbind waits for the
+        // section before it stops the queues and flushes the release queue, so no mapping of
+        // a range outlives the binding.
+        let entered = if issue.fixed {
+            Some(self.dev.enter()?)
         } else {
             None
+        };
+        let fixed = match &entered {
+            // SAFETY: per the function's contract.
+            Some(e) => Some(unsafe { self.uring_fixed(cmd, issue, &staged, e.bound()) }?),
+            None => None,
         };
         // The pairs and their fence under one queue lock: a fence slot taken meanwhile by
         // another thread of the file fails the command with nothing prepared.
@@ -76,7 +81,9 @@ impl OpenFile {
         // prepared, where the call would wait for the queue: a contended queue lock, or rings
         // in device memory the H2T queue fills.
         // The registered range's buffer is held by the submission (until the engine is done).
-        let (_, seq) = self.prepare_on(&chan, &staged, Some(wait), fixed)?;
+        let prepared = self.prepare_on(&chan, &staged, Some(wait), fixed);
+        drop(entered);
+        let (_, seq) = prepared?;
         // SAFETY: `cmd` is the command being issued; the driver's `uring_cmd` owns its bytes.
         unsafe { kuring::uring_pdu_set(cmd, eng, qid, chan.instance, seq) };
         let queued = (!iopoll).then(|| {
@@ -102,16 +109,17 @@ impl OpenFile {
     /// The registered buffer range `[issue.fixed_addr, + issue.fixed_len)` of the command
     /// `cmd`, as a buffer of this file that only this command's copies can name
     /// (`NEURON_UDMA_FIXED_BUFFER`: never in the file's table): its pages held by references,
-    /// mapped for the device, charged to `RLIMIT_MEMLOCK` as a `MEM_IMPORT` of the range; the
+    /// mapped for `dev`, charged to `RLIMIT_MEMLOCK` as a `MEM_IMPORT` of the range; the
     /// engine may write it if a copy of `staged` does. It goes when the submission's holds
     /// drop: once the engine is done with the copies, however the command ends.
     ///
     /// # Errors
     ///
     /// `EINVAL` (an empty range, or one above [`MAX_IMPORT_SIZE`]), `EFAULT` (no such buffer,
-    /// the range not inside it), `ENOMEM` (`RLIMIT_MEMLOCK`, memory), `EOPNOTSUPP` (pages the
-    /// device reaches only through bounce buffers, or a buffer that is not page-contiguous),
-    /// `ENODEV`.
+    /// the range not inside it), `ENOMEM` (`RLIMIT_MEMLOCK`, memory), `EAGAIN` (a non-blocking
+    /// issue past `RLIMIT_MEMLOCK`: the worker's issue waits for the releases queued),
+    /// `EOPNOTSUPP` (pages the device reaches only through bounce buffers, or a buffer that is
+    /// not page-contiguous).
     ///
     /// # Safety
     ///
@@ -121,6 +129,7 @@ impl OpenFile {
         cmd: *mut RawUringCmd,
         issue: &UringIssue,
         staged: &[uapi::neuron_udma_copy],
+        dev: &kernel::device::Device<kernel::device::Bound>,
     ) -> Result<Arc<Buffer>> {
         let (addr, len) = (issue.fixed_addr, u64::from(issue.fixed_len));
         if len == 0 || len > MAX_IMPORT_SIZE {
@@ -129,22 +138,18 @@ impl OpenFile {
         let write = staged.iter().any(|c| c.dst_handle == FIXED_BUFFER);
         let end = addr.checked_add(len).ok_or(EFAULT)?;
         let page = kernel::page::PAGE_SIZE as u64;
-        // Charged first, as MEM_IMPORT: every page the range touches. An earlier command's
-        // range is given back by the release workqueue (`buffer::Release`), where it is queued
-        // once the engine is done with it (before that command's CQE): past the limit, the
-        // releases queued go first.
+        // Charged first, as MEM_IMPORT: every page the range touches. Past the limit, the
+        // releases queued go first (a non-blocking issue does not wait for them: `EAGAIN`).
         let bytes = (end.div_ceil(page) - addr / page) * page;
-        let charge = Charge::new(bytes).or_else(|e| {
-            if e != ENOMEM {
-                return Err(e);
-            }
-            ReleaseQueue::flush();
-            Charge::new(bytes)
-        })?;
+        let charge = if issue.nonblock {
+            Charge::new(bytes).map_err(|e| if e == ENOMEM { EAGAIN } else { e })?
+        } else {
+            Charge::new_after_releases(bytes)?
+        };
         // SAFETY: per the function's contract.
         let mut pages =
             unsafe { kuring::fixed_pages(cmd, addr, issue.fixed_len, write, issue.issue_flags) }?;
-        self.dev.with_bound(|dev| pages.map(dev))?;
+        pages.map(dev)?;
         let handle = super::buffers::next_handle();
         Buffer::imported(handle, len, self.id, self.file, pages, charge, write)
     }

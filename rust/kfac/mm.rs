@@ -391,7 +391,7 @@ impl Drop for PinnedPages {
                 )
             };
         }
-        // SAFETY: the table was built by `new` and is no longer mapped.
+        // SAFETY: the table was built by `new` or `referenced` and is no longer mapped.
         unsafe { bindings::sg_free_table(self.sgt.get()) };
         let (pages, n) = (self.pages.as_mut_ptr(), self.pages.len());
         if self.referenced {

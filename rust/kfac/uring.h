@@ -62,7 +62,8 @@ void neuron_udma_uring_pdu_get(struct io_uring_cmd *cmd, u32 *engine, u32 *queue
  * The pages under [@addr, @addr + @len) of the registered buffer @cmd names (its buf_index):
  * at most @max into @pages, each with a page reference of the caller's; *@offset is the range's
  * offset in the first. The number of pages, or -EFAULT (no such buffer, the range not inside
- * it, or not in direction @write), -EOPNOTSUPP (the buffer is not page-contiguous), -ENOMEM.
+ * it, or not in direction @write), -EOPNOTSUPP (the buffer is not page-contiguous), or another
+ * error of io_uring_cmd_import_fixed() or iov_iter_extract_pages() (-ENOMEM).
  */
 int neuron_udma_uring_fixed_pages(struct io_uring_cmd *cmd, u64 addr, u32 len, bool write,
 				  unsigned int issue_flags, struct page **pages, u32 max,

@@ -18,6 +18,7 @@
  * cleared by the harness's parent after every test.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stddef.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -496,7 +497,8 @@ static int memlock_child(__u32 q)
 /*
  * A registered range is charged to RLIMIT_MEMLOCK while its command runs, as a MEM_IMPORT of it
  * (on top of io_uring's own charge of the registration): past the limit the CQE is ENOMEM, a
- * range exactly up to it works, and the charge comes back with the CQE.
+ * range exactly up to it works, and the charge comes back once the engine is done (the release
+ * workqueue gives it back; a command past the limit waits for the releases queued first).
  */
 TEST(memlock_charged)
 {
@@ -518,6 +520,120 @@ TEST(memlock_charged)
 	EXPECT_EQ(0, WEXITSTATUS(status)) {
 		TH_LOG("the child stopped at: %s", what[WEXITSTATUS(status) % ARRAY_SIZE(what)]);
 	}
+}
+
+/* ---- unbind while registered ranges are being mapped ---- */
+
+#define RACE_LEN (32U << 20)
+#define RACE_COPIES 4096
+
+/* One thread's SQEs: each maps a 32 MiB range and fails (too many pairs for its ring). */
+struct racer {
+	int fd;
+	__u32 q;
+	volatile int stop;
+	unsigned char *mem;
+	long sqes, bad;		/* CQEs, and those with an unexpected res */
+	int last_bad;
+};
+
+static void *race_thread(void *arg)
+{
+	struct racer *r = arg;
+	struct neuron_udma_copy *c = calloc(RACE_COPIES, sizeof(*c));
+	struct io_uring ring;
+	int i;
+
+	if (!c || io_uring_queue_init(8, &ring, 0) || register_one(&ring, r->mem, RACE_LEN)) {
+		r->bad = -1;
+		return NULL;
+	}
+	for (i = 0; i < RACE_COPIES; i++)
+		c[i] = fcopy(FIXED, (__u64)i * PAGE + 100, FIXED, (__u64)i * PAGE + 7, 65536);
+	while (!r->stop) {
+		struct cqe_out out;
+
+		if (submit_fixed(&ring, r->fd, r->q, c, RACE_COPIES, 0, r->mem, RACE_LEN, 1) ||
+		    cqe_next(&ring, false, SOON_MS, &out))
+			break;
+		r->sqes++;
+		/* E2BIG: more pairs than the ring holds; the rest: the device went. */
+		if (out.res != -E2BIG && out.res != -ENOSPC && out.res != -ENODEV &&
+		    out.res != -ECANCELED) {
+			r->bad++;
+			r->last_bad = out.res;
+		}
+		if (out.res == -ENODEV || out.res == -ECANCELED)
+			usleep(1000);
+	}
+	io_uring_queue_exit(&ring);
+	free(c);
+	return NULL;
+}
+
+/*
+ * Two threads issue SQEs whose 32 MiB ranges (8192 pages, not physically contiguous) the driver
+ * maps and lets go of, while the device is unbound and bound again 6 times. Every CQE is one of
+ * the expected errors, and no mapping of a range outlives the binding (DMA-API debugging would
+ * report the driver's mappings pending at unbind: the gate fails on it).
+ */
+FIXTURE(unbind) {
+	int unused;
+};
+
+FIXTURE_SETUP(unbind)
+{
+}
+
+FIXTURE_TEARDOWN(unbind)
+{
+}
+
+TEST_F_TIMEOUT(unbind, while_mapping, 120)
+{
+	char bdf[64];
+	int round, fd;
+
+	ASSERT_EQ(0, udma_bdf(bdf, sizeof(bdf)));
+	for (round = 0; round < 6; round++) {
+		struct racer r[2] = { 0 };
+		pthread_t t[2];
+		int i;
+
+		fd = udma_open_wait();
+		ASSERT_LE(0, fd);
+		for (i = 0; i < 2; i++) {
+			r[i].fd = fd;
+			r[i].q = 5 + i;
+			r[i].mem = mmap(NULL, RACE_LEN, PROT_READ | PROT_WRITE,
+					MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			ASSERT_NE(MAP_FAILED, r[i].mem);
+			/* Small pages touched backwards: many runs, a long mapping. */
+			madvise(r[i].mem, RACE_LEN, MADV_NOHUGEPAGE);
+			for (long o = RACE_LEN - PAGE; o >= 0; o -= PAGE)
+				r[i].mem[o] = 1;
+			ASSERT_EQ(0, queue_init(fd, ENG, r[i].q, 64, 64));
+			ASSERT_EQ(0, pthread_create(&t[i], NULL, race_thread, &r[i]));
+		}
+		usleep(300000 + round * 37000);
+		ASSERT_EQ(0, sysfs_write(UDMA_DRV_DIR "/unbind", bdf));
+		usleep(200000);
+		for (i = 0; i < 2; i++) {
+			r[i].stop = 1;
+			pthread_join(t[i], NULL);
+			EXPECT_EQ(0, r[i].bad) {
+				TH_LOG("round %d thread %d: %ld SQEs, %ld unexpected (last %s)", round,
+				       i, r[i].sqes, r[i].bad, err_name(r[i].last_bad));
+			}
+			munmap(r[i].mem, RACE_LEN);
+		}
+		close(fd);
+		ASSERT_EQ(0, sysfs_write(UDMA_DRV_DIR "/bind", bdf));
+	}
+	/* Bound again for the tests after this one. */
+	fd = udma_open_wait();
+	ASSERT_LE(0, fd);
+	close(fd);
 }
 
 TEST_HARNESS_MAIN
