@@ -106,20 +106,21 @@ impl OpenFile {
         }
     }
 
-    /// The registered buffer range `[issue.fixed_addr, + issue.fixed_len)` of the command
-    /// `cmd`, as a buffer of this file that only this command's copies can name
-    /// (`NEURON_UDMA_FIXED_BUFFER`: never in the file's table): its pages held by references,
-    /// mapped for `dev`, charged to `RLIMIT_MEMLOCK` as a `MEM_IMPORT` of the range; the
-    /// engine may write it if a copy of `staged` does. It goes when the submission's holds
-    /// drop: once the engine is done with the copies, however the command ends.
+    /// The registered buffer range of the command `cmd`: from `issue.fixed_addr` to the
+    /// furthest byte a copy of `staged` names as `NEURON_UDMA_FIXED_BUFFER` (offsets from that
+    /// address), as a buffer of this file that only this command's copies can name (never in
+    /// the file's table): its pages held by references, mapped for `dev`, charged to
+    /// `RLIMIT_MEMLOCK` as a `MEM_IMPORT` of the range; the engine may write it if a copy of
+    /// `staged` does. It goes when the submission's holds drop: once the engine is done with
+    /// the copies, however the command ends.
     ///
     /// # Errors
     ///
-    /// `EINVAL` (an empty range, or one above [`MAX_IMPORT_SIZE`]), `EFAULT` (no such buffer,
-    /// the range not inside it), `ENOMEM` (`RLIMIT_MEMLOCK`, memory), `EAGAIN` (a non-blocking
-    /// issue past `RLIMIT_MEMLOCK`: the worker's issue waits for the releases queued),
-    /// `EOPNOTSUPP` (pages the device reaches only through bounce buffers, or a buffer that is
-    /// not page-contiguous).
+    /// `EINVAL` (the SQE's `len` set: reserved; no copy names the range), `EFAULT` (no such
+    /// buffer, the range not inside it), `ENOMEM` (`RLIMIT_MEMLOCK`, memory), `EAGAIN` (a
+    /// non-blocking issue past `RLIMIT_MEMLOCK`: the worker's issue waits for the releases
+    /// queued), `EOPNOTSUPP` (pages the device reaches only through bounce buffers, or a buffer
+    /// that is not page-contiguous).
     ///
     /// # Safety
     ///
@@ -131,11 +132,11 @@ impl OpenFile {
         staged: &[uapi::neuron_udma_copy],
         dev: &kernel::device::Device<kernel::device::Bound>,
     ) -> Result<Arc<Buffer>> {
-        let (addr, len) = (issue.fixed_addr, u64::from(issue.fixed_len));
-        if len == 0 || len > MAX_IMPORT_SIZE {
+        if issue.fixed_len != 0 {
             return Err(EINVAL);
         }
-        let write = staged.iter().any(|c| c.dst_handle == FIXED_BUFFER);
+        let (len, write) = fixed_extent(staged)?;
+        let addr = issue.fixed_addr;
         let end = addr.checked_add(len).ok_or(EFAULT)?;
         let page = kernel::page::PAGE_SIZE as u64;
         // Charged first, as MEM_IMPORT: every page the range touches. Past the limit, the
@@ -146,9 +147,10 @@ impl OpenFile {
         } else {
             Charge::new_after_releases(bytes)?
         };
+        // CAST: at most MAX_IMPORT_SIZE (`fixed_extent`).
+        let len32 = len as u32;
         // SAFETY: per the function's contract.
-        let mut pages =
-            unsafe { kuring::fixed_pages(cmd, addr, issue.fixed_len, write, issue.issue_flags) }?;
+        let mut pages = unsafe { kuring::fixed_pages(cmd, addr, len32, write, issue.issue_flags) }?;
         pages.map(dev)?;
         let handle = super::buffers::next_handle();
         Buffer::imported(handle, len, self.id, self.file, pages, charge, write)
@@ -172,6 +174,34 @@ impl OpenFile {
         // SAFETY: queued and not completed (it completes only here, once its fence settled).
         unsafe { kuring::uring_cmd_done(cmd, res) };
         true
+    }
+}
+
+/// The bytes of an io_uring command's registered range that its copies `staged` name as
+/// `NEURON_UDMA_FIXED_BUFFER` (up to the furthest, from offset 0), and whether one writes it.
+///
+/// # Errors
+///
+/// `EINVAL` if no copy names it, `EFAULT` if a copy reaches past [`MAX_IMPORT_SIZE`] (the
+/// largest registered buffer io_uring takes is 1 GiB: no range of one reaches that far).
+fn fixed_extent(staged: &[uapi::neuron_udma_copy]) -> Result<(u64, bool)> {
+    let (mut len, mut write) = (0u64, false);
+    for c in staged {
+        for (handle, offset, dst) in [
+            (c.src_handle, c.src_offset, false),
+            (c.dst_handle, c.dst_offset, true),
+        ] {
+            if handle == FIXED_BUFFER {
+                let end = offset.checked_add(u64::from(c.size)).ok_or(EFAULT)?;
+                len = len.max(end);
+                write |= dst;
+            }
+        }
+    }
+    match len {
+        0 => Err(EINVAL),
+        n if n > MAX_IMPORT_SIZE => Err(EFAULT),
+        n => Ok((n, write)),
     }
 }
 

@@ -24,10 +24,10 @@ struct neuron_udma_uring_issue {
 	u32 engine;
 	u32 queue;
 	u32 count;
-	/* The SQE's len: bytes of the registered buffer range, with @fixed. */
+	/* The SQE's len, with @fixed: reserved (must be 0). */
 	u32 fixed_len;
 	u64 copies;
-	/* The SQE's addr: start of the registered buffer range, with @fixed. */
+	/* The SQE's addr, with @fixed: the start of the registered buffer range. */
 	u64 fixed_addr;
 	/* The io_uring issue flags (IO_URING_F_*), for io_uring_cmd_import_fixed(). */
 	u32 issue_flags;

@@ -2,16 +2,18 @@
 /*
  * io_uring registered buffers as a copy's host side (INFO features
  * NEURON_UDMA_FEATURE_URING_FIXED, include/uapi/linux/neuron_udma.h): a NEURON_UDMA_URING_COPY
- * SQE with IORING_URING_CMD_FIXED names a range of a registered buffer (buf_index, addr, len),
- * which its copies name as NEURON_UDMA_FIXED_BUFFER. On a normal and an IOPOLL ring, a range at
- * an odd address is copied to device memory, back into another range, to a host buffer and onto
- * itself, byte-exact, nothing else written. Bad SQEs (the handle without the flag, an index
- * nobody registered, a range outside the buffer, len 0, a copy past the range) complete with
- * their errno and prepare nothing. A copy whose registered buffer is unregistered and unmapped
- * while the copy waits on a stalled queue still moves its bytes: into a memfd's pages (read back
- * through a new mapping), and out of anonymous pages the process gave back (and then churned
- * 64 MiB of fresh memory) into a host buffer. A range is charged to RLIMIT_MEMLOCK while its
- * command runs, as a MEM_IMPORT of it: ENOMEM past the limit, the charge back with the CQE.
+ * SQE with IORING_URING_CMD_FIXED names a range of a registered buffer (buf_index, addr; it ends
+ * at the furthest byte its copies name), which its copies name as NEURON_UDMA_FIXED_BUFFER. On
+ * a normal and an IOPOLL ring, a range at an odd address is copied to device memory, back into
+ * another range, to a host buffer and onto itself, byte-exact, nothing else written. Bad SQEs
+ * (the handle without the flag, an index nobody registered, a range outside the buffer, past
+ * 1 GiB or wrapping, len set, no copy naming the range) complete with their errno and prepare
+ * nothing. A copy whose registered buffer is unregistered and unmapped while the copy waits on
+ * a stalled queue still moves its bytes: into a memfd's pages (read back through a new
+ * mapping), and out of anonymous pages the process gave back (and then churned 64 MiB of fresh
+ * memory) into a host buffer. A range is charged to RLIMIT_MEMLOCK while its command runs, as a
+ * MEM_IMPORT of it: ENOMEM past the limit, the charge back once the engine is done. Unbind and
+ * rebind while ranges are being mapped leave no mapping behind.
  *
  * Built with liburing (LDLIBS_uring_fixed_test in the Makefile). Engine 15 (host-connected on
  * v2 and v3), one queue number per test; stalls come from the device model's BAR2 window,
@@ -57,8 +59,9 @@ static struct neuron_udma_copy fcopy(__u64 src, __u64 src_off, __u64 dst, __u64 
 #define FIXED NEURON_UDMA_FIXED_BUFFER
 
 /*
- * One NEURON_UDMA_URING_COPY SQE whose copies may name the range [@addr, @addr + @len) of the
- * registered buffer @index (IORING_URING_CMD_FIXED), submitted. 0 or -errno.
+ * One NEURON_UDMA_URING_COPY SQE whose copies may name the range at @addr of the registered
+ * buffer @index (IORING_URING_CMD_FIXED; the range ends at the furthest byte they name), with
+ * the SQE's len @len (reserved: 0), submitted. 0 or -errno.
  */
 static int submit_fixed(struct io_uring *ring, int fd, __u32 q, const struct neuron_udma_copy *c,
 			__u32 count, __u16 index, const void *addr, __u32 len, __u64 data)
@@ -156,17 +159,16 @@ FIXTURE_TEARDOWN_PARENT(fixed)
 })
 
 /*
- * A range at an odd address (12 KiB + 7, 128 KiB) to device memory (64 KiB and 5000 bytes, each
- * copy across pages: SPLIT), back into another range (160 KiB + 1, 80 KiB), then a copy of the
- * first range to a host buffer and one from the first range into the second in one SQE (both
- * sides the registered buffer). Every CQE 0; the registered memory and the host buffer hold
+ * A range at an odd address (12 KiB + 7) to device memory (64 KiB and 5000 bytes, each copy
+ * across pages: SPLIT), back into another range (at 160 KiB + 1), then a copy of the first
+ * range to a host buffer and one from the first range into the second in one SQE (both sides
+ * the registered buffer, one range from r1 past r2). Every CQE 0; the registered memory and the host buffer hold
  * exactly what the copies wrote; one fence per SQE.
  */
 TEST_F_TIMEOUT(fixed, round_trip, 60)
 {
 	const __u32 q = variant->q;
 	unsigned char *r1 = self->reg + 12 * KIB + 7, *r2 = self->reg + 160 * KIB + 1;
-	const __u32 l1 = 128 * KIB, l2 = 80 * KIB;
 	struct neuron_udma_copy in[2] = {
 		fcopy(FIXED, 100, self->dev.handle, 0, 65536),
 		fcopy(FIXED, 70000, self->dev.handle, 65536, 5000),
@@ -175,7 +177,7 @@ TEST_F_TIMEOUT(fixed, round_trip, 60)
 		fcopy(self->dev.handle, 0, FIXED, 0, 65536),
 		fcopy(self->dev.handle, 65536, FIXED, 70000, 5000),
 	};
-	/* Offsets from r2 in the second range, from r1 in the first (r2 is l1 + ... past r1). */
+	/* r2's offset in a range that starts at r1. */
 	const __u64 r12 = (__u64)(r2 - r1);
 	struct neuron_udma_copy mixed[2] = {
 		fcopy(FIXED, 3, self->host.handle, 9, 20000),
@@ -191,12 +193,12 @@ TEST_F_TIMEOUT(fixed, round_trip, 60)
 	memcpy(want, self->save, REG);
 	memcpy(want_host, self->host.map, 64 * KIB);
 
-	ASSERT_EQ(0, submit_fixed(&self->ring, self->fd, q, in, 2, 0, r1, l1, 1));
+	ASSERT_EQ(0, submit_fixed(&self->ring, self->fd, q, in, 2, 0, r1, 0, 1));
 	res = CQE_RES(self, 1);
 	ASSERT_EQ(0, res) {
 		TH_LOG("registered -> device: CQE res %d (%s)", res, err_name(res));
 	}
-	ASSERT_EQ(0, submit_fixed(&self->ring, self->fd, q, out, 2, 0, r2, l2, 2));
+	ASSERT_EQ(0, submit_fixed(&self->ring, self->fd, q, out, 2, 0, r2, 0, 2));
 	res = CQE_RES(self, 2);
 	ASSERT_EQ(0, res) {
 		TH_LOG("device -> registered: CQE res %d (%s)", res, err_name(res));
@@ -205,8 +207,8 @@ TEST_F_TIMEOUT(fixed, round_trip, 60)
 	memcpy(want + (r2 - self->reg) + 70000, self->save + (r1 - self->reg) + 70000, 5000);
 	ASSERT_BYTES(self->reg, want, REG);
 
-	/* One range covering both: r1 .. r2 + l2. */
-	ASSERT_EQ(0, submit_fixed(&self->ring, self->fd, q, mixed, 2, 0, r1, r12 + l2, 3));
+	/* One range covering both: from r1 to the last byte the second copy writes. */
+	ASSERT_EQ(0, submit_fixed(&self->ring, self->fd, q, mixed, 2, 0, r1, 0, 3));
 	res = CQE_RES(self, 3);
 	ASSERT_EQ(0, res) {
 		TH_LOG("registered -> host, registered -> registered: CQE res %d (%s)", res,
@@ -232,16 +234,21 @@ TEST_F_TIMEOUT(fixed, bad_sqes, 60)
 		const char *what;
 		bool fixed;		/* IORING_URING_CMD_FIXED */
 		__u16 index;
-		__u64 at, len;		/* the range: offset in the registered buffer, bytes */
-		__u64 off;		/* the copy's offset in the range */
+		__u64 at;		/* the range's offset in the registered buffer */
+		__u32 len;		/* the SQE's len */
+		__u64 off;		/* the second copy's offset in the range */
+		__u64 handle;		/* the second copy's destination */
 		int want;
 	} cases[] = {
-		{ "the handle without IORING_URING_CMD_FIXED", false, 0, 0, REG, 0, -ENOENT },
-		{ "an index nobody registered", true, 3, 0, REG, 0, -EFAULT },
-		{ "a range past the buffer's end", true, 0, REG - 100, 4096, 0, -EFAULT },
-		{ "a range before the buffer", true, 0, (__u64)-4096, 8192, 0, -EFAULT },
-		{ "len 0", true, 0, 0, 0, 0, -EINVAL },
-		{ "a copy past the range", true, 0, 4096, 8192, 8192 - 100, -ERANGE },
+		{ "the handle without IORING_URING_CMD_FIXED", false, 0, 0, 0, 0, FIXED, -ENOENT },
+		{ "an index nobody registered", true, 3, 0, 0, 0, FIXED, -EFAULT },
+		{ "a copy past the buffer's end", true, 0, REG - 8192, 0, 8192 - 100, FIXED,
+		  -EFAULT },
+		{ "a range before the buffer", true, 0, (__u64)-4096, 0, 0, FIXED, -EFAULT },
+		{ "a copy past 1 GiB", true, 0, 0, 0, 1ULL << 30, FIXED, -EFAULT },
+		{ "an offset that wraps", true, 0, 0, 0, ~0ULL - 100, FIXED, -EFAULT },
+		{ "len set (reserved)", true, 0, 0, 4096, 0, FIXED, -EINVAL },
+		{ "no copy names the range", true, 0, 0, 0, 4096, 0, -EINVAL },
 	};
 	struct neuron_udma_queue_state st0;
 	struct neuron_udma_fence_status fs;
@@ -256,13 +263,14 @@ TEST_F_TIMEOUT(fixed, bad_sqes, 60)
 	for (i = 0; i < ARRAY_SIZE(cases); i++) {
 		struct neuron_udma_copy c[2] = {
 			fcopy(self->host.handle, 0, self->dev.handle, 0, 4096),
-			fcopy(self->host.handle, 0, FIXED, cases[i].off, 4096),
+			fcopy(self->host.handle, 0, cases[i].handle ? cases[i].handle :
+			      self->dev.handle, cases[i].off, 4096),
 		};
 		void *addr = (void *)((uintptr_t)self->reg + cases[i].at);
 
 		if (cases[i].fixed) {
 			ASSERT_EQ(0, submit_fixed(&self->ring, self->fd, q, c, 2, cases[i].index,
-						  addr, (__u32)cases[i].len, 10 + i));
+						  addr, cases[i].len, 10 + i));
 		} else {
 			ASSERT_EQ(0, submit_copy(&self->ring, self->fd, NEURON_UDMA_URING_COPY,
 						 ENG, q, c, 2, 10 + i));
@@ -285,7 +293,7 @@ TEST_F_TIMEOUT(fixed, bad_sqes, 60)
 		struct neuron_udma_copy c = fcopy(self->host.handle, 5, FIXED, 1, 9000);
 
 		ASSERT_EQ(0, submit_fixed(&self->ring, self->fd, q, &c, 1, 0, self->reg + PAGE,
-					  3 * PAGE, 99));
+					  0, 99));
 		res = CQE_RES(self, 99);
 		ASSERT_EQ(0, res) {
 			TH_LOG("the good SQE: CQE res %d (%s)", res, err_name(res));
@@ -373,7 +381,7 @@ TEST_F_TIMEOUT(fixed_gone, unregister_in_flight, 60)
 	}
 	ASSERT_EQ(0, register_one(&self->ring, mem, len));
 	ASSERT_EQ(0, bar2_fault(&self->bar2, FAULT_STALL, ENG, q, STALL_MS));
-	ASSERT_EQ(0, submit_fixed(&self->ring, self->fd, q, &c, 1, 0, mem, len, 7));
+	ASSERT_EQ(0, submit_fixed(&self->ring, self->fd, q, &c, 1, 0, mem, 0, 7));
 	/* Issued: its fence exists. */
 	t0 = now_ms();
 	while (now_ms() - t0 < SOON_MS && (ret = fence_status(self->fd, ENG, q, 1, &fs)))
@@ -440,15 +448,18 @@ static int drop_ipc_lock(void)
 	return syscall(SYS_capset, &hdr, data) ? -errno : 0;
 }
 
-/* One SQE of one copy (device -> the range [@p, @p + @len)) on a normal ring: its CQE res. */
+/*
+ * One SQE of one copy (device -> the last page of the range [@p, @p + @len), so the range is
+ * @len bytes) on a normal ring: its CQE res.
+ */
 static int fixed_res(struct io_uring *ring, int fd, __u32 q, __u64 dev, unsigned char *p,
 		     __u32 len)
 {
-	struct neuron_udma_copy c = fcopy(dev, 0, FIXED, 0, 4096);
+	struct neuron_udma_copy c = fcopy(dev, 0, FIXED, len - 4096, 4096);
 	struct cqe_out out;
 	int ret;
 
-	ret = submit_fixed(ring, fd, q, &c, 1, 0, p, len, 1);
+	ret = submit_fixed(ring, fd, q, &c, 1, 0, p, 0, 1);
 	if (!ret)
 		ret = cqe_next(ring, false, SOON_MS, &out);
 	return ret ? -10000 + ret : out.res;
@@ -553,7 +564,7 @@ static void *race_thread(void *arg)
 	while (!r->stop) {
 		struct cqe_out out;
 
-		if (submit_fixed(&ring, r->fd, r->q, c, RACE_COPIES, 0, r->mem, RACE_LEN, 1) ||
+		if (submit_fixed(&ring, r->fd, r->q, c, RACE_COPIES, 0, r->mem, 0, 1) ||
 		    cqe_next(&ring, false, SOON_MS, &out))
 			break;
 		r->sqes++;

@@ -474,18 +474,19 @@ struct neuron_udma_eventfd {
  *
  * Registered buffers (INFO features NEURON_UDMA_FEATURE_URING_FIXED): with IORING_URING_CMD_FIXED
  * in the SQE's uring_cmd_flags, the SQE's buf_index names a buffer registered with the ring
- * (io_uring_register_buffers), and its addr and len (bytes) a range of it, by the user address it
- * was registered at. The copies may then name that range as the handle NEURON_UDMA_FIXED_BUFFER,
- * at offsets from addr, as source or destination: the copy's host side is the registered pages
+ * (io_uring_register_buffers) and its addr a user address inside it, where a range starts (the
+ * SQE's len is reserved: 0). The copies may then name that range as the handle
+ * NEURON_UDMA_FIXED_BUFFER, at offsets from addr, as source or destination; the range ends at
+ * the furthest byte they name. The copy's host side is then the registered pages
  * themselves, as zero-copy as a MEM_IMPORT'ed buffer and with its rules (physically contiguous
  * runs, NEURON_UDMA_COPY_SPLIT). The driver holds the range's pages, maps them for the device
  * and charges them to RLIMIT_MEMLOCK (as MEM_IMPORT) from the issue until the engine is done
  * with the copies, however the command ends: unregistering the buffer, unmapping its memory or
  * closing the ring meanwhile is safe.
- * Further CQE errors: EINVAL (len 0 or above INFO max_import_size), EFAULT (buf_index not
- * registered, or the range not inside that buffer), ENOMEM (RLIMIT_MEMLOCK), EOPNOTSUPP (the
- * pages are not reachable by the device without bounce buffers, or the registered buffer is not
- * page-contiguous), ERANGE (a copy outside the range), EXDEV (a copy across runs without
+ * Further CQE errors: EINVAL (len set, or no copy names NEURON_UDMA_FIXED_BUFFER), EFAULT
+ * (buf_index not registered, or the range not inside that buffer), ENOMEM (RLIMIT_MEMLOCK),
+ * EOPNOTSUPP (the pages are not reachable by the device without bounce buffers, or a buffer a
+ * kernel driver registered is not page-contiguous), EXDEV (a copy across runs without
  * NEURON_UDMA_COPY_SPLIT). Without IORING_URING_CMD_FIXED, NEURON_UDMA_FIXED_BUFFER is an
  * unknown handle (ENOENT), as it is in every other call.
  */

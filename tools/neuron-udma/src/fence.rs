@@ -357,10 +357,13 @@ impl UringCopy<'_> {
 /// A range of an io_uring registered buffer (`io_uring_register_buffers`) as a side of the
 /// copies of one io_uring copy ([`Queue::uring_copy`]; the driver has it when INFO's `features`
 /// has `NEURON_UDMA_FEATURE_URING_FIXED`, [`RegisteredRange::supported`]): the copies name it as
-/// any [`Buffer`], at offsets from `addr`, and the SQE carries it: `IORING_URING_CMD_FIXED` in
-/// `uring_cmd_flags`, `buf_index` = `index`, `addr` and `len` ([`RegisteredRange::sqe_fields`]).
-/// The engine then reads or writes the registered pages themselves; the driver holds them until
-/// it is done, also if the buffer is unregistered meanwhile. Its physically contiguous runs are
+/// any [`Buffer`], at offsets from `addr`, and the SQE carries where it starts:
+/// `IORING_URING_CMD_FIXED` in `uring_cmd_flags`, `buf_index` = `index` and `addr`
+/// ([`RegisteredRange::sqe_fields`]; with the `io-uring` crate,
+/// `UringCmd16::new(..).buf_index(Some(index)).addr(Some(addr))`). The driver maps from `addr`
+/// to the furthest byte the copies name; the engine then reads or writes the registered pages
+/// themselves, and the driver holds them until it is done, also if the buffer is unregistered
+/// meanwhile. Its physically contiguous runs are
 /// unknown here, so copies naming it carry `NEURON_UDMA_COPY_SPLIT` ([`Copy::new`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegisteredRange {
@@ -368,7 +371,8 @@ pub struct RegisteredRange {
     pub index: u16,
     /// User address of the range's byte 0, inside the registered buffer.
     pub addr: u64,
-    /// Bytes.
+    /// Bytes the copies may reach from `addr` (checked by [`Copy::new`] here; the driver
+    /// checks the registered buffer's end).
     pub len: u32,
 }
 
@@ -385,9 +389,10 @@ impl RegisteredRange {
         Ok(dev.limits()?.features & sys::NEURON_UDMA_FEATURE_URING_FIXED != 0)
     }
 
-    /// The SQE's fields for the range: `(uring_cmd_flags, buf_index, addr, len)`.
-    pub fn sqe_fields(&self) -> (u32, u16, u64, u32) {
-        (Self::URING_CMD_FIXED, self.index, self.addr, self.len)
+    /// The SQE's fields for the range: `(uring_cmd_flags, buf_index, addr)` (its `len` stays
+    /// 0).
+    pub fn sqe_fields(&self) -> (u32, u16, u64) {
+        (Self::URING_CMD_FIXED, self.index, self.addr)
     }
 }
 
@@ -759,7 +764,7 @@ mod tests {
         // The range's end is checked here; the pages crossed bound the pairs.
         assert!(matches!(Copy::new(&r, 3 * 4096 - 10, &b, 0, 11), Err(Error::Argument(_))));
         assert_eq!(Copy::max_pairs(&r, 0, &b, 0, 4096), 2);
-        assert_eq!(r.sqe_fields(), (1, 2, 0x7000_0000_1003, 3 * 4096));
+        assert_eq!(r.sqe_fields(), (1, 2, 0x7000_0000_1003));
         let dev =
             fake_device(Info { abi_version: 3, features: sys::NEURON_UDMA_FEATURE_URING_FIXED, ..Default::default() });
         assert!(RegisteredRange::supported(&dev).unwrap());

@@ -43,6 +43,10 @@ const ISSUE_LIMIT: Duration = Duration::from_secs(10);
 const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 /// How long a closed (or exited) file may hold its queue id after its commands completed.
 const FREE_LIMIT: Duration = Duration::from_secs(10);
+/// Slots of each ring's registered buffer table: one per region (`import.rs`), by index.
+const FIXED_SLOTS: u32 = 6;
+/// `NEURON_UDMA_FIXED_BUFFER` (bindgen types the all-ones macro as -1).
+const FIXED_BUFFER: u64 = u64::MAX;
 /// The queue of the forked child's file (engine `engines[3]`; the second process uses 2).
 const CHILD_QUEUE: u32 = 3;
 /// `_IOW(0xB9, 0x21, struct neuron_udma_uring_copy)`: a `cmd_op` the driver does not know.
@@ -323,7 +327,14 @@ impl Sut {
         let mut ring_sqes = vec![];
         let parts: Vec<&[CopyOp]> = copies.chunks(per).collect();
         for part in &parts {
-            let e = self.entries(f, part);
+            let mut e = self.entries(f, part);
+            // Sometimes a valid SQE names one of its imports as a registered buffer range
+            // instead (the same pages: the model, runs and errors do not change).
+            let fixed = if stall >= 128 && owned && matches!(how, 0 | 7) && e.errs.is_none() {
+                self.fixed_range(r, f, &mut e)
+            } else {
+                None
+            };
             let mut count = e.raw.len() as u32;
             let mut ptr = e.raw.as_ptr() as u64;
             let mut op = sys::NEURON_UDMA_URING_COPY;
@@ -364,10 +375,11 @@ impl Sut {
             if self.uring.first == 0 {
                 self.uring.first = id;
             }
-            let sqe = opcode::UringCmd16::new(types::Fd(fd), op)
-                .cmd(command(engine, queue, count, ptr))
-                .build()
-                .user_data(id);
+            let mut cmd = opcode::UringCmd16::new(types::Fd(fd), op).cmd(command(engine, queue, count, ptr));
+            if let Some((index, addr)) = fixed {
+                cmd = cmd.buf_index(Some(index)).addr(Some(addr));
+            }
+            let sqe = cmd.build().user_data(id);
             ring_sqes.push(sqe);
             sqes.push(Sqe { id, entries: e, ok, errs, refused: None });
         }
@@ -393,6 +405,51 @@ impl Sut {
             fact("io_uring: submissions followed by a release and a QUEUE_INIT of the id", 1);
             self.queue_release(0, q, 3);
         }
+    }
+
+    /// For an SQE of file `f` on ring `r` with the valid entries `e`: names the first import
+    /// of `e` that views a registrable region (anonymous, THP, memfd) as the SQE's registered
+    /// buffer range (`IORING_URING_CMD_FIXED`, handle `NEURON_UDMA_FIXED_BUFFER`, the range
+    /// starting where the import does) in every entry, registers that region's current pages
+    /// in its slot of the ring's table, and returns `(buf_index, addr)` for the SQE. The
+    /// import's bytes, runs and pair counts are the range's (the same pages), so the model does
+    /// not change; `None` without such an import or on a driver without the feature.
+    fn fixed_range(&mut self, r: usize, f: usize, e: &mut Entries) -> Option<(u16, u64)> {
+        if ctx().info.features & sys::NEURON_UDMA_FEATURE_URING_FIXED == 0 {
+            return None;
+        }
+        let (handle, ri, off) = e.raw.iter().flat_map(|c| [c.src_handle, c.dst_handle]).find_map(|h| {
+            let b = self.files[f].by_handle(h)?;
+            let Kind::Import { region, .. } = b.kind else { return None };
+            let kind = self.regions.get(region)?.kind;
+            matches!(kind, RegionKind::Anon | RegionKind::Thp | RegionKind::Memfd).then_some((h, region, b.at.1))
+        })?;
+        let iov =
+            libc::iovec { iov_base: self.regions[ri].addr(0) as *mut libc::c_void, iov_len: self.regions[ri].len };
+        let ring = self.ring_mut(r);
+        // SAFETY: the region stays mapped while the slot names it (it is registered again,
+        // with the region's current pages, before each SQE that names it).
+        let mut res = unsafe { ring.submitter().register_buffers_update(ri as u32, &[iov], None) };
+        if res.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::ENXIO) {
+            if let Err(e) = ring.submitter().register_buffers_sparse(FIXED_SLOTS) {
+                fail!("io_uring ({} ring): a sparse buffer table: {e}", RING[r]);
+            }
+            // SAFETY: as above.
+            res = unsafe { ring.submitter().register_buffers_update(ri as u32, &[iov], None) };
+        }
+        if let Err(e) = res {
+            fail!("io_uring ({} ring): registering region {ri} ({} bytes): {e}", RING[r], iov.iov_len);
+        }
+        for c in &mut e.raw {
+            if c.src_handle == handle {
+                c.src_handle = FIXED_BUFFER;
+            }
+            if c.dst_handle == handle {
+                c.dst_handle = FIXED_BUFFER;
+            }
+        }
+        fact(&format!("io_uring: SQEs naming a registered buffer range ({} ring)", RING[r]), 1);
+        Some((ri as u16, self.regions[ri].addr(off)))
     }
 
     /// Ring space for a fenced write of `e` on queue slot `q` (pairs and a marker) with
