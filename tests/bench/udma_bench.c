@@ -26,7 +26,9 @@
  *   io_uring: the time per pair of submitting 2032 copies as NEURON_UDMA_URING_COPY SQEs (one of
  *       2032, eight of 254 on eight queues, in one io_uring_enter) until their fences are
  *       submitted, against COPY_PREPARE of the same batches, and against COPY_PREPARE +
- *       COPY_SUBMIT (raw io_uring system calls: no library linked);
+ *       COPY_SUBMIT (raw io_uring system calls: no library linked); and one SQE of 4 KiB or
+ *       16 x 64 KiB host->HBM at a time from an io_uring registered buffer against the same from
+ *       an import of that memory;
  *   wake-up: the time from COPY_SUBMIT (io_uring: from the URING_COPY issue), and from a copy's
  *       bytes landing (a thread spins on the destination), to the wake-up of its waiter, epoll +
  *       QUEUE_EVENTS, an eventfd read and an io_uring CQE wait against COPY_WAIT;
@@ -1744,6 +1746,130 @@ static void ioctl_run(struct qctx *c, const __u32 *engs, unsigned int sqes, unsi
  * io_uring_enter returned), so the io_uring figure runs until every SQE's fence is submitted
  * (where COPY_SUBMIT returns, for the ioctls).
  */
+#define FIXED_REPS 7U		/* registered-buffer row: runs of each side, alternating */
+#define FIXED_SQES 20U		/* ... SQEs per run, one at a time (submit, then its CQE) */
+#define FIXED_MEM (1U << 20)	/* ... the host memory: imported, and registered with the ring */
+
+/*
+ * @FIXED_SQES NEURON_UDMA_URING_COPY SQEs of @n copies of @size bytes each from host memory to
+ * the device buffer @dev, one at a time: with @fixed, from the ring's registered buffer 0 at
+ * @mem (IORING_URING_CMD_FIXED, NEURON_UDMA_FIXED_BUFFER), else from the import @imp of the same
+ * memory. Seconds per SQE (submit to CQE).
+ */
+static double fixed_run(int fd, __u32 eng, struct uring *u, unsigned char *mem, __u64 imp,
+			__u64 dev, bool fixed, unsigned int n, __u32 size)
+{
+	struct neuron_udma_copy c[16];
+	unsigned int i, k;
+	double t0;
+	int ret;
+
+	for (k = 0; k < n; k++)
+		c[k] = (struct neuron_udma_copy){
+			.src_handle = fixed ? NEURON_UDMA_FIXED_BUFFER : imp,
+			.src_offset = (__u64)k * size,
+			.dst_handle = dev,
+			.dst_offset = (__u64)k * size,
+			.size = size,
+			.flags = NEURON_UDMA_COPY_SPLIT,
+		};
+	t0 = now();
+	for (i = 0; i < FIXED_SQES; i++) {
+		unsigned int idx = *u->sq_tail & *u->sq_mask;
+
+		uring_queue_copy(u, fd, eng, 2, c, n);
+		if (fixed) {
+			u->sqes[idx].uring_cmd_flags = IORING_URING_CMD_FIXED;
+			u->sqes[idx].buf_index = 0;
+			u->sqes[idx].addr = (uintptr_t)mem;
+		}
+		ret = uring_submit(u, 1);
+		if (ret != 1)
+			die("io_uring_enter (registered-buffer row)", ret < 0 ? ret : -EIO);
+		ret = uring_reap(u, 1);
+		if (ret)
+			die("URING_COPY (registered-buffer row)", ret);
+	}
+	return (now() - t0) / FIXED_SQES;
+}
+
+/*
+ * The registered-buffer rows: URING_COPY from an io_uring registered buffer (mapped for the
+ * device per command) against the same from a MEM_IMPORT of the same memory (mapped once), one
+ * 4 KiB copy per SQE and 16 x 64 KiB; interleaved runs, which side first alternating.
+ */
+static void bench_uring_fixed(__u32 eng)
+{
+	static const struct { unsigned int n; __u32 size; const char *what; } kinds[] = {
+		{ 1, 4096, "4 KiB" }, { 16, 65536, "16 x 64 KiB" },
+	};
+	double fx[FIXED_REPS], im[FIXED_REPS], rr[FIXED_REPS];
+	struct iovec iov;
+	struct ubuf dev;
+	struct uring ur;
+	unsigned char *mem;
+	unsigned int k, r;
+	char name[128], how[400];
+	__u64 imp;
+	int fd, ret;
+
+	fd = udma_open();
+	if (fd < 0)
+		die("open (registered-buffer rows)", -errno);
+	mem = mmap(NULL, FIXED_MEM, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (mem == MAP_FAILED)
+		die("mmap (registered-buffer rows)", -errno);
+	fill_pattern(mem, FIXED_MEM, 77);
+	ret = queue_init(fd, eng, 2, RING, RING);
+	if (!ret)
+		ret = ubuf_dev(fd, FIXED_MEM, &dev);
+	if (!ret)
+		ret = udma_import(fd, mem, FIXED_MEM, 0, &imp, NULL);
+	if (ret)
+		die("setup (registered-buffer rows)", ret);
+	ret = uring_open(&ur, 16);
+	if (ret)
+		die("io_uring_setup (registered-buffer rows)", ret);
+	iov = (struct iovec){ .iov_base = mem, .iov_len = FIXED_MEM };
+	if (syscall(__NR_io_uring_register, ur.fd, IORING_REGISTER_BUFFERS, &iov, 1) < 0)
+		die("IORING_REGISTER_BUFFERS", -errno);
+	for (k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+		fixed_run(fd, eng, &ur, mem, imp, dev.handle, true, kinds[k].n, kinds[k].size);
+		fixed_run(fd, eng, &ur, mem, imp, dev.handle, false, kinds[k].n, kinds[k].size);
+		for (r = 0; r < FIXED_REPS; r++) {
+			bool first = r % 2;
+
+			fx[r] = fixed_run(fd, eng, &ur, mem, imp, dev.handle, first, kinds[k].n,
+					  kinds[k].size);
+			im[r] = fixed_run(fd, eng, &ur, mem, imp, dev.handle, !first, kinds[k].n,
+					  kinds[k].size);
+			if (!first) {
+				double t = fx[r];
+
+				fx[r] = im[r];
+				im[r] = t;
+			}
+			rr[r] = fx[r] / im[r];
+		}
+		snprintf(name, sizeof(name), "io_uring: URING_COPY %s from a registered buffer",
+			 kinds[k].what);
+		snprintf(how, sizeof(how),
+			 "us per SQE, submit to CQE, host->HBM on engine %u, one SQE at a time: the "
+			 "copies' source an io_uring registered buffer (IORING_URING_CMD_FIXED: its "
+			 "pages referenced, mapped and charged per command) against a MEM_IMPORT of "
+			 "the same memory (mapped once); %u runs of %u SQEs each side, interleaved",
+			 eng, FIXED_REPS, FIXED_SQES);
+		result_range(name, median(fx, FIXED_REPS) * 1e6, "us", median(im, FIXED_REPS) * 1e6,
+			     rr, FIXED_REPS, how, NULL);
+	}
+	uring_close(&ur);
+	queue_release(fd, eng, 2);
+	mem_free(fd, imp);
+	ubuf_free(fd, &dev);
+	munmap(mem, FIXED_MEM);
+	close(fd);
+}
+
 static void bench_uring(void)
 {
 	struct uring_kind kinds[] = { { .sqes = 1 }, { .sqes = URING_SQES } };
@@ -1808,6 +1934,7 @@ static void bench_uring(void)
 	for (k = 1; k < URING_SQES; k++)
 		queue_release(c.fd, engs[k], 1);
 	qctx_close(&c);
+	bench_uring_fixed(engs[0]);
 	snprintf(extra, sizeof(extra), "\"load_start\":\"%s\",\"load_end\":\"%s\"", l0, l1);
 	for (k = 0; k < nk; k++) {
 		struct uring_kind *kd = &kinds[k];
