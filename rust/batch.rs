@@ -169,10 +169,8 @@ impl Side {
     /// `ERANGE` if they do not lie inside the buffer.
     #[inline(always)]
     fn at(&self, offset: u64, len: u32) -> Result<u64> {
-        match offset.checked_add(u64::from(len)) {
-            Some(end) if end <= self.size => Ok(self.base + offset),
-            _ => Err(ERANGE),
-        }
+        crate::buffer::in_range(self.size, offset, u64::from(len))?;
+        Ok(self.base + offset)
     }
 }
 

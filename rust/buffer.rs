@@ -406,11 +406,7 @@ impl Buffer {
     ///
     /// `ERANGE` if they do not.
     pub(crate) fn check_range(&self, offset: u64, len: u64) -> Result {
-        let end = offset.checked_add(len).ok_or(ERANGE)?;
-        if end > self.size {
-            return Err(ERANGE);
-        }
-        Ok(())
+        in_range(self.size, offset, len)
     }
 
     /// Device-fabric address of byte 0 (see [`Self::span`]); for an imported buffer, whose
@@ -631,6 +627,20 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.inflight.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Checks that bytes `[offset, offset + len)` lie inside `size` bytes (a buffer's,
+/// [`Buffer::check_range`]; `batch.rs` checks a cached buffer's the same way).
+///
+/// # Errors
+///
+/// `ERANGE` if they do not.
+#[inline(always)]
+pub(crate) fn in_range(size: u64, offset: u64, len: u64) -> Result {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(ERANGE),
     }
 }
 
