@@ -7,7 +7,7 @@
 //! array for the submission engine to write (`Channel::prepare`). Nothing here touches a queue.
 
 use crate::{
-    buffer::{Buffer, Holds},
+    buffer::{Buffer, Holds, MAX_IMPORT_SIZE},
     desc::{Barrier, DescLen},
     pool::BufferPool,
     queue::Copy,
@@ -418,10 +418,65 @@ impl Batch {
     }
 }
 
+/// The bytes of an io_uring command's registered range that its copies `staged` name as
+/// `NEURON_UDMA_FIXED_BUFFER` (up to the furthest, from offset 0), and whether one writes it.
+///
+/// # Errors
+///
+/// `EINVAL` if no copy names it, `EFAULT` if a copy reaches past [`MAX_IMPORT_SIZE`] (the
+/// largest registered buffer io_uring takes is 1 GiB: no range of one reaches that far).
+pub(crate) fn fixed_extent(staged: &[uapi::neuron_udma_copy]) -> Result<(u64, bool)> {
+    let (mut len, mut write) = (0u64, false);
+    for c in staged {
+        for (handle, offset, dst) in [
+            (c.src_handle, c.src_offset, false),
+            (c.dst_handle, c.dst_offset, true),
+        ] {
+            if handle == uapi::FIXED_BUFFER {
+                let end = offset.checked_add(u64::from(c.size)).ok_or(EFAULT)?;
+                len = len.max(end);
+                write |= dst;
+            }
+        }
+    }
+    match len {
+        0 => Err(EINVAL),
+        n if n > MAX_IMPORT_SIZE => Err(EFAULT),
+        n => Ok((n, write)),
+    }
+}
+
 #[cfg(neuron_udma_kunit)]
 #[kunit_tests(neuron_udma_batch)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fixed_extent_is_the_furthest_byte_named() -> Result {
+        use uapi::FIXED_BUFFER as F;
+        let c = |src_handle, src_offset, dst_handle, dst_offset, size| uapi::neuron_udma_copy {
+            src_handle,
+            src_offset,
+            dst_handle,
+            dst_offset,
+            size,
+            ..Default::default()
+        };
+        // Read only: the furthest source byte; written: a destination names it.
+        assert_eq!(fixed_extent(&[c(F, 100, 7, 0, 4096)])?, (4196, false));
+        let both = [c(F, 0, 7, 0, 10), c(7, 0, F, 65536, 1), c(F, 5000, 7, 0, 3)];
+        assert_eq!(fixed_extent(&both)?, (65537, true));
+        // Up to 1 GiB exactly; past it, or wrapping: EFAULT; not named at all: EINVAL.
+        let gib = MAX_IMPORT_SIZE;
+        assert_eq!(fixed_extent(&[c(7, 0, F, gib - 4096, 4096)])?, (gib, true));
+        assert_eq!(fixed_extent(&[c(F, gib, 7, 0, 1)]), Err(EFAULT));
+        assert_eq!(
+            fixed_extent(&[c(F, u64::MAX - 10, 7, 0, 4096)]),
+            Err(EFAULT)
+        );
+        assert_eq!(fixed_extent(&[c(7, 0, 8, 0, 4096)]), Err(EINVAL));
+        Ok(())
+    }
 
     #[test]
     fn handle_table_grows_with_the_buffers_not_the_entries() -> Result {

@@ -11,14 +11,14 @@
 
 use super::{OpenFile, MAX_BATCH};
 use crate::{
-    buffer::{Buffer, MAX_IMPORT_SIZE},
+    buffer::Buffer,
     channel::Wait,
     charge::Charge,
     completion::Completer,
     events::UringCmd,
     fence,
     kfac::uring::{self as kuring, RawUringCmd, UringIssue},
-    uapi::{self, FIXED_BUFFER},
+    uapi,
 };
 use kernel::{
     prelude::*,
@@ -135,7 +135,7 @@ impl OpenFile {
         if issue.fixed_len != 0 {
             return Err(EINVAL);
         }
-        let (len, write) = fixed_extent(staged)?;
+        let (len, write) = crate::batch::fixed_extent(staged)?;
         let addr = issue.fixed_addr;
         let end = addr.checked_add(len).ok_or(EFAULT)?;
         let page = kernel::page::PAGE_SIZE as u64;
@@ -147,7 +147,7 @@ impl OpenFile {
         } else {
             Charge::new_after_releases(bytes)?
         };
-        // CAST: at most MAX_IMPORT_SIZE (`fixed_extent`).
+        // CAST: at most MAX_IMPORT_SIZE (`batch::fixed_extent`).
         let len32 = len as u32;
         // SAFETY: per the function's contract.
         let mut pages = unsafe { kuring::fixed_pages(cmd, addr, len32, write, issue.issue_flags) }?;
@@ -174,34 +174,6 @@ impl OpenFile {
         // SAFETY: queued and not completed (it completes only here, once its fence settled).
         unsafe { kuring::uring_cmd_done(cmd, res) };
         true
-    }
-}
-
-/// The bytes of an io_uring command's registered range that its copies `staged` name as
-/// `NEURON_UDMA_FIXED_BUFFER` (up to the furthest, from offset 0), and whether one writes it.
-///
-/// # Errors
-///
-/// `EINVAL` if no copy names it, `EFAULT` if a copy reaches past [`MAX_IMPORT_SIZE`] (the
-/// largest registered buffer io_uring takes is 1 GiB: no range of one reaches that far).
-fn fixed_extent(staged: &[uapi::neuron_udma_copy]) -> Result<(u64, bool)> {
-    let (mut len, mut write) = (0u64, false);
-    for c in staged {
-        for (handle, offset, dst) in [
-            (c.src_handle, c.src_offset, false),
-            (c.dst_handle, c.dst_offset, true),
-        ] {
-            if handle == FIXED_BUFFER {
-                let end = offset.checked_add(u64::from(c.size)).ok_or(EFAULT)?;
-                len = len.max(end);
-                write |= dst;
-            }
-        }
-    }
-    match len {
-        0 => Err(EINVAL),
-        n if n > MAX_IMPORT_SIZE => Err(EFAULT),
-        n => Ok((n, write)),
     }
 }
 
