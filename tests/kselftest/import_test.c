@@ -91,20 +91,6 @@ static int two_runs(int fd, unsigned char **out)
 	return 0;
 }
 
-/* Drops CAP_IPC_LOCK from this process (root keeps its uid: /proc/sys/vm is still writable). */
-static int drop_ipc_lock(void)
-{
-	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
-	struct __user_cap_data_struct data[2];
-
-	if (syscall(SYS_capget, &hdr, data))
-		return -errno;
-	data[CAP_IPC_LOCK / 32].effective &= ~(1U << (CAP_IPC_LOCK % 32));
-	data[CAP_IPC_LOCK / 32].permitted &= ~(1U << (CAP_IPC_LOCK % 32));
-	data[CAP_IPC_LOCK / 32].inheritable &= ~(1U << (CAP_IPC_LOCK % 32));
-	return syscall(SYS_capset, &hdr, data) ? -errno : 0;
-}
-
 FIXTURE(imp) {
 	int fd;
 	long pins0;

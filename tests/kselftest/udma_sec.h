@@ -2,16 +2,18 @@
 /*
  * Helpers of the neuron_udma security kselftests: the guest set up for unprivileged users,
  * children running as another uid, memory shared with them, clocks, and probes of a mapping
- * that may raise SIGBUS.
+ * that may raise SIGBUS, and dropping CAP_IPC_LOCK.
  */
 #ifndef _UDMA_SEC_H
 #define _UDMA_SEC_H
 
 #include <grp.h>
+#include <linux/capability.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -37,6 +39,23 @@ static inline int sec_drop(uid_t uid)
 	if (setgroups(0, NULL) || setresgid(uid, uid, uid) || setresuid(uid, uid, uid))
 		return -errno;
 	return geteuid() == uid && getegid() == uid ? 0 : -EPERM;
+}
+
+/*
+ * Drops CAP_IPC_LOCK from this process (its uids stay as they are: an effective uid 0 can still
+ * write /proc/sys/vm), so that RLIMIT_MEMLOCK limits it. 0 or -errno.
+ */
+static inline int drop_ipc_lock(void)
+{
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct data[2];
+
+	if (syscall(SYS_capget, &hdr, data))
+		return -errno;
+	data[CAP_IPC_LOCK / 32].effective &= ~(1U << (CAP_IPC_LOCK % 32));
+	data[CAP_IPC_LOCK / 32].permitted &= ~(1U << (CAP_IPC_LOCK % 32));
+	data[CAP_IPC_LOCK / 32].inheritable &= ~(1U << (CAP_IPC_LOCK % 32));
+	return syscall(SYS_capset, &hdr, data) ? -errno : 0;
 }
 
 /*

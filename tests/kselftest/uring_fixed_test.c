@@ -23,9 +23,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
-#include <linux/capability.h>
 #include <liburing.h>
 
 #include "kselftest_harness.h"
@@ -433,20 +431,6 @@ TEST_F_TIMEOUT(fixed_gone, unregister_in_flight, 60)
 /* A user no other test pins for: its locked-memory budget is exactly the limit. */
 #define UID_FIXED 1003
 #define LOCK_LIMIT (256U * KIB)
-
-/* Drops CAP_IPC_LOCK from this process (its effective uid stays 0). 0 or -errno. */
-static int drop_ipc_lock(void)
-{
-	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
-	struct __user_cap_data_struct data[2];
-
-	if (syscall(SYS_capget, &hdr, data))
-		return -errno;
-	data[CAP_IPC_LOCK / 32].effective &= ~(1U << (CAP_IPC_LOCK % 32));
-	data[CAP_IPC_LOCK / 32].permitted &= ~(1U << (CAP_IPC_LOCK % 32));
-	data[CAP_IPC_LOCK / 32].inheritable &= ~(1U << (CAP_IPC_LOCK % 32));
-	return syscall(SYS_capset, &hdr, data) ? -errno : 0;
-}
 
 /*
  * One SQE of one copy (device -> the last page of the range [@p, @p + @len), so the range is

@@ -28,7 +28,7 @@ use crate::model::*;
 use crate::workers::Child;
 use io_uring::{opcode, types, IoUring};
 use libc::{E2BIG, EBADF, EBUSY, ECANCELED, EFAULT, EINVAL, EIO, ENODEV, ENOENT, ENOSPC, ENOTTY, ESTALE};
-use neuron_udma::sys;
+use neuron_udma::{sys, RegisteredRange};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -45,8 +45,6 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 const FREE_LIMIT: Duration = Duration::from_secs(10);
 /// Slots of each ring's registered buffer table: one per region (`import.rs`), by index.
 const FIXED_SLOTS: u32 = 6;
-/// `NEURON_UDMA_FIXED_BUFFER` (bindgen types the all-ones macro as -1).
-const FIXED_BUFFER: u64 = u64::MAX;
 /// The queue of the forked child's file (engine `engines[3]`; the second process uses 2).
 const CHILD_QUEUE: u32 = 3;
 /// `_IOW(0xB9, 0x21, struct neuron_udma_uring_copy)`: a `cmd_op` the driver does not know.
@@ -442,10 +440,10 @@ impl Sut {
         }
         for c in &mut e.raw {
             if c.src_handle == handle {
-                c.src_handle = FIXED_BUFFER;
+                c.src_handle = RegisteredRange::HANDLE;
             }
             if c.dst_handle == handle {
-                c.dst_handle = FIXED_BUFFER;
+                c.dst_handle = RegisteredRange::HANDLE;
             }
         }
         fact(&format!("io_uring: SQEs naming a registered buffer range ({} ring)", RING[r]), 1);
