@@ -485,8 +485,28 @@ impl Sut {
             || revents & libc::POLLHUP != 0
             || (got_in && revents & libc::POLLRDNORM == 0);
         if bad {
+            // Each queue of the file as the model and the driver (`FENCE_STATUS`) see it.
+            let queues: Vec<String> = owned
+                .iter()
+                .map(|&q| {
+                    let m = self.queues[q].as_ref().expect("queue");
+                    let (engine, queue, _) = slot_queue(q);
+                    let mut a = sys::neuron_udma_fence_status { engine, queue, fence: m.first, ..Default::default() };
+                    let driver = match ioctl_ret(self.devs[f].raw(), abi3::FENCE_STATUS, &mut a) {
+                        Ok(_) => format!("completed {} submitted {}", a.completed, a.submitted),
+                        Err(e) => format!("FENCE_STATUS {}", name(e)),
+                    };
+                    format!(
+                        "slot {q}: fences {}..={} done {} reported {:?}, driver: {driver}",
+                        m.newest.0,
+                        m.newest.1,
+                        m.done_floor(),
+                        m.reported
+                    )
+                })
+                .collect();
             fail!(
-                "poll{}: revents {revents:#x} after {:?}; the model says EPOLLIN {}, EPOLLPRI|EPOLLERR {}",
+                "poll{}: revents {revents:#x} after {:?}; the model says EPOLLIN {}, EPOLLPRI|EPOLLERR {} ({})",
                 if block { " (blocking, a fence in flight must complete)" } else { "" },
                 t.elapsed(),
                 if must_in {
@@ -502,7 +522,8 @@ impl Sut {
                     "either"
                 } else {
                     "clear"
-                }
+                },
+                queues.join("; ")
             );
         }
         if block {

@@ -686,6 +686,22 @@ impl Sut {
         m.learn_newest(n);
     }
 
+    /// For `--trace`: each queue's fences as the model sees them (newest, done, reported).
+    fn fence_views(&self) -> Vec<String> {
+        (0..self.queues.len())
+            .filter_map(|q| {
+                let m = self.queues[q].as_ref()?;
+                Some(format!(
+                    "queue slot {q}: fences {}..={}, done up to {}, reported {:?}",
+                    m.newest.0,
+                    m.newest.1,
+                    m.done_floor(),
+                    m.reported
+                ))
+            })
+            .collect()
+    }
+
     fn apply(&mut self, op: Op) {
         OP_COUNTS[op.kind()].fetch_add(1, Relaxed);
         CUR_OP.store(op.kind() as u64, Relaxed);
@@ -870,6 +886,9 @@ impl Sut {
         let (ok, errs): (bool, Vec<Errno>) = match (how % 4, own) {
             (0, Some(h)) => {
                 arg.handle = h;
+                if TRACE.load(Relaxed) {
+                    println!("#       MEM_FREE of buffer {h}: used by {:?}", self.refs(f, h));
+                }
                 match self.refs(f, h) {
                     // Exported: a descriptor or an import of its dma-buf holds it.
                     _ if self.exported(h) => {
@@ -1969,10 +1988,17 @@ impl StateMachineTest for FuzzTest {
 
     fn apply(mut state: Sut, _: &(), op: Op) -> Sut {
         let (t, kind) = (std::time::Instant::now(), op.kind());
-        if TRACE.load(Relaxed) {
+        let trace = TRACE.load(Relaxed);
+        if trace {
             println!("#     {op:?}");
         }
+        let before = if trace { state.fence_views() } else { vec![] };
         state.apply(op);
+        if trace {
+            for v in state.fence_views().into_iter().filter(|v| !before.contains(v)) {
+                println!("#       model: {v}");
+            }
+        }
         spent(kind, t);
         state
     }

@@ -105,10 +105,19 @@ fn run_case(seed: u64, len: usize, faults: bool) -> bool {
     };
     let mut runner = TestRunner::new(config.clone());
     let strategy = fuzz::FuzzRef::sequential_strategy(len..=len);
-    let r = runner.run(&strategy, |(init, ops, seen)| {
-        fuzz::FuzzTest::test_sequential(config.clone(), init, ops, seen);
-        Ok(())
-    });
+    let run = || {
+        runner.run(&strategy, |(init, ops, seen)| {
+            fuzz::FuzzTest::test_sequential(config.clone(), init, ops, seen);
+            Ok(())
+        })
+    };
+    // Without shrinking (a replay), proptest-state-machine panics while it reports the failed
+    // sequence ("Unexpected non-zero `seen_transitions_counter`"): the failure is the panic the
+    // hook printed before it.
+    let Ok(r) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) else {
+        println!("# FAILED: the case failed (the first panic above says why)");
+        return false;
+    };
     match r {
         Ok(()) => true,
         Err(TestError::Fail(why, (_, ops, _))) => {
@@ -167,6 +176,9 @@ fn main() {
             .or_else(|| p.payload().downcast_ref::<&str>().map(|s| s.to_string()))
             .unwrap_or_default();
         let loc = p.location().map(|l| format!(" ({}:{})", l.file(), l.line())).unwrap_or_default();
+        if fuzz::TRACE.load(Relaxed) {
+            eprintln!("# panic: {msg}{loc}");
+        }
         if let Ok(mut s) = LAST_PANIC.lock() {
             *s = format!("{msg}{loc}");
         }

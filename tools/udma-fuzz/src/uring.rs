@@ -377,6 +377,10 @@ impl Sut {
             if let Some((index, addr)) = fixed {
                 cmd = cmd.buf_index(Some(index)).addr(Some(addr));
             }
+            if crate::fuzz::TRACE.load(Relaxed) {
+                let names: Vec<(u64, u64)> = e.raw.iter().map(|c| (c.src_handle, c.dst_handle)).collect();
+                println!("#       SQE {id}: copies {names:?}, registered range {fixed:?}");
+            }
             let sqe = cmd.build().user_data(id);
             ring_sqes.push(sqe);
             sqes.push(Sqe { id, entries: e, ok, errs, refused: None });
@@ -410,8 +414,10 @@ impl Sut {
     /// buffer range (`IORING_URING_CMD_FIXED`, handle `NEURON_UDMA_FIXED_BUFFER`, the range
     /// starting where the import does) in every entry, registers that region's current pages
     /// in its slot of the ring's table, and returns `(buf_index, addr)` for the SQE. The
-    /// import's bytes, runs and pair counts are the range's (the same pages), so the model does
-    /// not change; `None` without such an import or on a driver without the feature.
+    /// import's bytes, runs and pair counts are the range's (the same pages), so the model's
+    /// bytes do not change, but its pending pairs no longer name the import (`MEM_FREE` of it
+    /// is not `EBUSY` for them); `None` without such an import or on a driver without the
+    /// feature.
     fn fixed_range(&mut self, r: usize, f: usize, e: &mut Entries) -> Option<(u16, u64)> {
         if ctx().info.features & sys::NEURON_UDMA_FEATURE_URING_FIXED == 0 {
             return None;
@@ -444,6 +450,16 @@ impl Sut {
             }
             if c.dst_handle == handle {
                 c.dst_handle = RegisteredRange::HANDLE;
+            }
+        }
+        // The pairs hold the range's own buffer, not the import: MEM_FREE of the import is
+        // not EBUSY for them, and its success says nothing of their fence.
+        for p in &mut e.pend {
+            if p.handles.0 == handle {
+                p.handles.0 = RegisteredRange::HANDLE;
+            }
+            if p.handles.1 == handle {
+                p.handles.1 = RegisteredRange::HANDLE;
             }
         }
         fact(&format!("io_uring: SQEs naming a registered buffer range ({} ring)", RING[r]), 1);
@@ -499,6 +515,9 @@ impl Sut {
                                 RING[r]
                             );
                             expect(&what, Err::<(), Errno>(-res), s.ok, &s.errs).ok();
+                        }
+                        if crate::fuzz::TRACE.load(Relaxed) {
+                            println!("#       SQE {id} refused: {}", name(-res));
                         }
                         s.refused = Some(-res);
                     }
