@@ -128,6 +128,9 @@ BOOT_EVIDENCE = {
 TIMESTAMP_RE = re.compile(r"^\[\s*\d+\.\d+\] ?")
 RESULT_RE = re.compile(r"^(not ok|ok) (\d+)(?: -)? ?(.*?)\s*(?:#\s*(SKIP|TODO)\b\s*(.*))?$", re.I)
 PLAN_RE = re.compile(r"^1\.\.(\d+)\s*$")
+# Under a failed kselftest case's FAILED line: its first diagnostic lines, cut at this width.
+WHY_LINES = 5
+WHY_WIDTH = 400
 
 
 def fmt_list(names):
@@ -146,9 +149,10 @@ class Tally:
     def ok(self):
         self.passed += 1
 
-    def fail(self, what):
+    def fail(self, what, why=()):
+        """One failure; `why`: lines of the test's own output that say why (printed under it)."""
         self.failed += 1
-        self.failures.append(what)
+        self.failures.append((what, list(why)))
 
     def check(self, ok, what):
         """One gate condition: `what` says what failed when `ok` is false."""
@@ -249,6 +253,21 @@ class Suite:
         self.cases = []  # (ok, name, directive)
         self.verdict = None  # "ok" / "not ok"; None when the suite's result line never came
         self.directive = ""
+
+
+def failure_lines(said, n=WHY_LINES, width=WHY_WIDTH):
+    """What a failed case printed about itself, for its FAILED line: its first `n` diagnostic
+    lines (`# ...`) other than the harness's own `RUN`/`OK`/`FAIL` banners, each cut at `width`
+    characters; the whole output stays in the pass's output.log."""
+    banner = re.compile(r"^#\s+(RUN|OK|FAIL)\s")
+    out = []
+    for ln in said:
+        if banner.match(ln) or not ln[1:].strip():
+            continue
+        out.append(ln if len(ln) <= width else ln[:width - 3] + "...")
+        if len(out) == n:
+            break
+    return out
 
 
 def strip_console(text):
@@ -423,14 +442,15 @@ class Run:
         p = self.d / name
         return p.read_text(errors="replace") if p.exists() else ""
 
-    def fail(self, what):
-        self.t.fail(f"{self.label}: {what}")
+    def fail(self, what, why=()):
+        self.t.fail(f"{self.label}: {what}", why)
 
     def check(self, ok, what):
         self.t.check(ok, f"{self.label}: {what}")
 
-    def case(self, kind, test, case, ok, directive):
-        """Counts one case; a skip outside the manifest's allow-list fails."""
+    def case(self, kind, test, case, ok, directive, why=()):
+        """Counts one case; a skip outside the manifest's allow-list fails. `why`: the case's
+        diagnostic lines, shown under its failure."""
         self.cases[kind] += 1
         what = f"{kind} {test}: {case}"
         if directive == "SKIP":
@@ -442,7 +462,7 @@ class Run:
         elif ok:
             self.t.ok()
         else:
-            self.fail(f"{what}: failed")
+            self.fail(f"{what}: failed", why)
 
     def plan_checks(self, kind, name, plan, ncases, verdict_ok, where):
         entry = self.m.entry(kind, name)
@@ -491,7 +511,10 @@ class Run:
         plan = None
         rc = None
         ncases = 0
+        said = []  # the diagnostic lines since the last result line
         for line in lines:
+            if line.startswith("#"):
+                said.append(line)
             if line.startswith("NU-RC "):
                 rc = int(line.split()[1])
                 continue
@@ -507,7 +530,9 @@ class Run:
                 continue
             r = RESULT_RE.match(line)
             if r:
-                self.case("kselftest", name, r.group(3), r.group(1) == "ok", (r.group(4) or "").upper())
+                self.case("kselftest", name, r.group(3), r.group(1) == "ok", (r.group(4) or "").upper(),
+                          failure_lines(said))
+                said = []
                 ncases += 1
         self.check(rc == 0, f"kselftest {name}: exit status {rc if rc is not None else 'missing'}")
         self.plan_checks("kselftest", name, plan, ncases, True, "its TAP output")
@@ -913,8 +938,10 @@ def run(argv):
         one.summary()
         if args.times:
             one.write_times(args.times)
-    for f in tally.failures:
+    for f, why in tally.failures:
         print(f"FAILED: {f}")
+        for ln in why:
+            print(f"  | {ln}")
     line = f"{tally.passed} passed, {tally.failed} failed"
     if tally.skipped:
         line += f", {tally.skipped} skipped"

@@ -217,6 +217,28 @@ class TestPlansAndVerdicts(GateTest):
         self.edit("trn1", "output.log", edit)
         self.assertFails("trn1: kselftest uapi_test:", ": failed")
 
+    def test_failed_case_says_why(self):
+        """A failed case's own diagnostic lines stand under its FAILED line (CI shows only the
+        summary), without the harness's RUN banner, the lines of the cases before it, or more
+        than WHY_LINES of them."""
+        long = "x" * 1000
+        def edit(t):
+            m = block_of(t, "kselftest", "uapi_test")
+            body = sub1(r"^ok 2 (\S+)$",
+                        "#  RUN           uapi.second ...\n# uapi_test.c:42:second:Expected 0 (0) == r (-22)\n"
+                        + "".join(f"# detail {i} {long}\n" for i in range(9)) + r"not ok 2 \1", m.group(0))
+            return t[:m.start()] + body + t[m.end():]
+        self.edit("trn1", "output.log", edit)
+        out = self.assertFails("trn1: kselftest uapi_test:")
+        lines = out.splitlines()
+        i = next(k for k, ln in enumerate(lines) if ln.startswith("FAILED: trn1: kselftest uapi_test:"))
+        why = [ln for ln in lines[i + 1:i + 1 + pr.WHY_LINES + 1] if ln.startswith("  | ")]
+        self.assertEqual(len(why), pr.WHY_LINES, out)
+        self.assertEqual(why[0], "  | # uapi_test.c:42:second:Expected 0 (0) == r (-22)")
+        self.assertTrue(why[1].startswith("  | # detail 0 xxx") and why[1].endswith("..."), why[1])
+        self.assertLessEqual(max(len(w) for w in why), pr.WHY_WIDTH + 4)
+        self.assertNotIn("RUN", "\n".join(why))
+
     def test_kselftest_block_lost_its_end_marker(self):
         def edit(t):
             m = block_of(t, "kselftest", "pci_bind_test")
