@@ -56,6 +56,7 @@ TARGET_KINDS = {
     "holes": "fragmented device memory",
     "ev": "completion events",
     "fill": "fills",
+    "st": "striped copies",
     "m": "kernel memory per buffer",
 }
 # Targeted rows: name -> (kind of TARGET_KINDS, comparison, ratio bound, profile of its workload).
@@ -107,6 +108,8 @@ TARGETS = {
     "MEMSET 4M host vs MEMCPY host->host": ("fill", ">=", 0.9, "fill"),
     "MEMSET 4M HBM vs MEMCPY HBM->HBM": ("fill", ">=", 0.9, "fill"),
     "MEMSET 64M HBM vs MEMCPY HBM->HBM": ("fill", ">=", 0.9, "fill"),
+    # A striped MEMCPY against the same bytes in calls below the stripe threshold (udma_bench).
+    "MEMCPY 63M HBM->HBM: striped vs one engine": ("st", ">=", 1.4, "fill"),
     # Slab charged to a memory cgroup per buffer against the bound of 512 B (udma_bench; a
     # memory figure: no CPU profile).
     "kernel memory per 4 KiB device buffer": ("m", "<=", 1.0, None),
