@@ -132,11 +132,11 @@ TEST_F_TIMEOUT(stripe, fault_in_one_part_fails_the_call, 300)
 
 /*
  * A MEMCPY that ends early (its timeout) leaves its part on the second engine in flight, stalled;
- * the stall ends and that part fails there (the engine aborts) while nobody waits for it. The
- * next striped MEMCPY, of another file, is not failed by that abort: the orphans' reap at its
- * start resets the aborted queue (the abandoned copy's fence settles as lost), and its bytes
- * arrive whole. (Without it the abort stood until the 10 s stuck rule, and the next call's part
- * on that engine found it and failed with EIO.) The first file's next copy works too.
+ * that engine then aborts (an engine error) while nobody waits for the part. The next striped
+ * MEMCPY, of another file, is not failed by that abort: the orphans' reap at its start resets
+ * the aborted queue (the abandoned copy's fence settles as lost, the engine back to normal), and
+ * its bytes arrive whole. (Without it the abort stood until the 10 s stuck rule, and the next
+ * call's part on that engine found it and failed with EIO.) The first file's next copy works too.
  */
 TEST_F_TIMEOUT(stripe, early_end_with_a_failed_part_spares_the_next_call, 300)
 {
@@ -147,6 +147,13 @@ TEST_F_TIMEOUT(stripe, early_end_with_a_failed_part_spares_the_next_call, 300)
 	__u64 h;
 	int fd2;
 
+	/*
+	 * The device model's stall of a v3 H2T engine's queue does not always hold the part there
+	 * (seen 2026-12-06: its fence done 5 ms after a 1 s stall began), and a part that completed
+	 * before the abort leaves nothing to recover: the case needs the part still in flight.
+	 */
+	if (self->info.generation != NEURON_UDMA_GEN_V2)
+		SKIP(goto out, "the model's stall of a v3 H2T queue does not hold (see the comment)");
 	ASSERT_NE(NULL, src2);
 	ASSERT_NE(NULL, dst2);
 	fill_pattern(src2, HOST, 91);
@@ -160,16 +167,12 @@ TEST_F_TIMEOUT(stripe, early_end_with_a_failed_part_spares_the_next_call, 300)
 
 	ASSERT_EQ(0, bar2_open(&bar2));
 	bar2_write(&bar2, BAR2_CLEAR, 1);
-	/* The driver's queue of the second engine: stalled 400 ms, then its next descriptor fails. */
-	ASSERT_EQ(0, bar2_fault(&bar2, FAULT_STALL, eng, 0, 400));
-	ASSERT_EQ(0, bar2_fault(&bar2, FAULT_FAIL_NTH, eng, 0, 1));
-	EXPECT_EQ(-ETIMEDOUT, udma_memcpy(self->fd, &self->isrc, 0, &self->hbm, 0, BIG, 20));
-	/* The stall ends, the abandoned part fails: the engine aborts with nobody waiting. */
-	for (int i = 0; i < 100 && bar2_read(&bar2, BAR2_LAST_ERROR) != ERR_INJECTED_FAIL; i++)
-		usleep(20 * 1000);
-	ASSERT_EQ(ERR_INJECTED_FAIL, bar2_read(&bar2, BAR2_LAST_ERROR));
+	/* The driver's queue of the second engine stalls 1 s: the call times out, its part stays. */
+	ASSERT_EQ(0, bar2_fault(&bar2, FAULT_STALL, eng, 0, 1000));
+	ASSERT_EQ(-ETIMEDOUT, udma_memcpy(self->fd, &self->isrc, 0, &self->hbm, 0, BIG, 20));
+	/* The engine aborts with nobody waiting for the part. */
+	ASSERT_EQ(0, bar2_fault(&bar2, FAULT_ABORT, eng, 0, 0));
 	EXPECT_EQ(eng, bar2_read(&bar2, BAR2_LAST_ENGINE));
-	bar2_write(&bar2, BAR2_CLEAR, 1);
 	bar2_close(&bar2);
 
 	/* Another file's striped copy: whole, no EIO. */
@@ -180,6 +183,7 @@ TEST_F_TIMEOUT(stripe, early_end_with_a_failed_part_spares_the_next_call, 300)
 	ASSERT_EQ(0, udma_memcpy(self->fd, &self->hbm, 0, &self->idst, 0, BIG, 0));
 	EXPECT_EQ(-1, first_diff(self->dst, self->src, BIG));
 	close(fd2);
+out:
 	free(src2);
 	free(dst2);
 }
