@@ -412,13 +412,10 @@ pub(crate) fn run<D: Door>(
                     }
                     return SplitFinish::InFlight { err, fences };
                 }
-                // Settled since the wait gave up: done (its marker arrived just after the
-                // wait's last look), or failed (the queue was reset).
+                // Settled (the queue was reset, or the wait failed after the fence did).
                 Err(e) => {
                     inflight[i] = None;
-                    if !matches!(door.locked(|q| q.state(seq)), Ok(FenceState::Done)) {
-                        failed.get_or_insert(e);
-                    }
+                    failed.get_or_insert(e);
                 }
             }
         }
