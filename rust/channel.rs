@@ -574,16 +574,6 @@ impl Channel {
 
     // ---- resets (the engine's one reset rule, `submit.rs`) ----
 
-    /// Resets the queue if it made no progress for [`DEFAULT_TIMEOUT`] with fences
-    /// in flight (a hung queue); logged at error level, rate-limited.
-    ///
-    /// # Errors
-    ///
-    /// `ECANCELED` if the queue was released, `ENODEV` if the device was unbound.
-    pub(crate) fn reset_if_stuck(&self) -> Result {
-        submit::reset_if_stuck(self)
-    }
-
     /// Resets the queue (full queue init, ring id 1, buffer holds dropped, the fences in flight
     /// failed with `why`: `EIO`, `ETIMEDOUT` or `ECANCELED`) and returns its engine to normal
     /// operation if it is still aborted.

@@ -184,18 +184,19 @@ impl Drain for Revoker {
     /// [`REVOKE_GRACE`] it resets the owner's queues whose unretired submissions name `buf`
     /// (pairs prepared and never started would hold it forever), and only those: the file's
     /// other queues go on. A `MEMCPY` or `MEMSET` naming it, abandoned or not, runs on the
-    /// device's shared H2T queue: it submits nothing more once `buf` is revoked (it fails with
-    /// `ENXIO`), and what it has in flight normally completes (a stuck queue is reset by the
-    /// watchdog's rule); if `buf` is still held [`REVOKE_DEADLINE`] later (that queue full of
-    /// other copies), that queue is reset too if it has work (again each [`REVOKE_DEADLINE`]
-    /// while `buf` is held; a `MEMCPY` records no holds on the queue, so whether its work names
-    /// `buf` is not known), so the drain is bounded whatever else the shared queue carries
-    /// (other files' copies on it then fail with `EIO`: the exporter's revocation comes first).
+    /// device's H2T queues (the shared one, and the other H2T engines' for a striped one): it
+    /// submits nothing more once `buf` is revoked (it fails with `ENXIO`), and what it has in
+    /// flight normally completes (an aborted or stuck queue is reset by the orphans' rule); if
+    /// `buf` is still held [`REVOKE_DEADLINE`] later (a queue full of other copies, or
+    /// stalled), every H2T queue with work is reset (again each [`REVOKE_DEADLINE`] while `buf`
+    /// is held; a `MEMCPY` records no holds on the queues, so whose work names `buf` is not
+    /// known), so the drain is bounded whatever else those queues carry (other files' copies
+    /// on them then fail with `EIO`: the exporter's revocation comes first).
     fn drain(&self, buf: &Buffer) {
         let dev = &self.0;
         let start = Instant::<Monotonic>::now();
-        // When the shared H2T queue is reset next if a copy there still holds `buf`.
-        let mut shared_reset_at = REVOKE_DEADLINE;
+        // When the H2T queues are reset next if a copy there still holds `buf`.
+        let mut h2t_reset_at = REVOKE_DEADLINE;
         let mut sleep = DRAIN_SLEEP.0;
         while buf.is_busy() {
             let elapsed = start.elapsed();
@@ -214,16 +215,16 @@ impl Drain for Revoker {
                     let _ = chan.reset(EIO);
                 }
             }
-            if elapsed >= shared_reset_at && buf.is_busy() {
+            if elapsed >= h2t_reset_at && buf.is_busy() {
                 // A `MEMCPY`/`MEMSET` naming `buf` submits nothing more once it is revoked
-                // (`H2t::copy_for_file`): a reset ends the submission it has in flight.
-                shared_reset_at = elapsed + REVOKE_DEADLINE;
+                // (`H2t::copy_for_file`): a reset ends what it has in flight, on every queue
+                // a striped one runs on.
+                h2t_reset_at = elapsed + REVOKE_DEADLINE;
                 if let Ok(h2t) = dev.h2t() {
-                    let chan = h2t.channel();
-                    if chan.has_work().unwrap_or(false) {
+                    for chan in h2t.queues().filter(|c| c.has_work().unwrap_or(false)) {
                         dev_warn!(
                             dev.pdev,
-                            "engine {} queue {}: reset, a copy on it still names an imported dma-buf {} s after its exporter revoked it\n",
+                            "engine {} queue {}: reset, a copy on it may still name an imported dma-buf {} s after its exporter revoked it\n",
                             chan.id.eng.get(),
                             chan.id.q.number(),
                             REVOKE_DEADLINE.as_millis() / 1000

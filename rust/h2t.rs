@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The driver's own H2T queue (NeuronCore 0's, hardware.rst §2.3), shared by everything the
-//! driver copies itself: in-kernel copies, the `MEMCPY` ioctl of every open file, and the scrub
-//! that zeroes device memory before it is handed out. Each of them is one run of the submission
-//! engine's loop (`submit.rs`, through [`Channel::transfer`]); only its policy is chosen here.
+//! driver copies itself: in-kernel copies, the `MEMCPY` and `MEMSET` ioctls of every open file,
+//! and the scrub that zeroes device memory before it is handed out (those three striped over the
+//! driver's queue of every H2T engine from [`STRIPE_BYTES`] on). Each of them is one run of the
+//! submission engine's loop (`submit.rs`, through [`Channel::transfer`]); only its policy is
+//! chosen here.
 //!
 //! A copy that returns early (timeout, SIGKILL) with its last submission still in flight
 //! leaves what it used with the queue's orphans (`orphan.rs`) until that fence settles; each
@@ -38,11 +40,10 @@ pub(crate) const SCRUB_BYTES: usize = REPEAT_BYTES;
 ///
 /// [`Arch::scrub_queues`]: crate::arch::Arch::scrub_queues
 pub(crate) const SCRUB_RING_DESCS: u32 = 2048;
-/// Scrubs of at least this many bytes run on every H2T engine at once, striped (smaller ones are
-/// not worth the extra doorbells and waits). `MEMCPY` and `MEMSET` are not striped (yet): an
-/// early end of such a call would have to look at every part's queue for an engine error, and a
-/// dma-buf revocation would have to drain every H2T queue (Documentation/neuron-udma.rst,
-/// "Known gaps").
+/// Copies (`MEMCPY`, `MEMSET`, scrubs) of at least this many bytes run on every H2T engine at
+/// once, striped (smaller ones are not worth the extra doorbells and waits). What an early end
+/// leaves on any of those queues is the orphans' ([`Orphans::reap`] resets an aborted one at
+/// once), and a dma-buf revocation drains them all ([`Self::queues`]).
 pub(crate) const STRIPE_BYTES: u64 = 4 << 20;
 /// Sleep between two looks at a file's orphan that its next `MEMCPY` waits for.
 const ORPHAN_SLEEP: Delta = Delta::from_micros(200);
@@ -61,8 +62,8 @@ enum Ran {
 #[pin_data]
 pub(crate) struct H2t {
     chan: Arc<Channel>,
-    /// The other H2T engines' queues (driver-owned), on which large scrubs run their other
-    /// stripes ([`STRIPE_BYTES`]).
+    /// The other H2T engines' queues (driver-owned), on which large copies and scrubs run
+    /// their other stripes ([`STRIPE_BYTES`]).
     scrubbers: KVec<Arc<Channel>>,
     /// Zeroed host memory ([`SCRUB_BYTES`]) and its device-fabric address; `None` after
     /// [`Self::shutdown`] (freed while the device is still bound).
@@ -103,6 +104,12 @@ impl H2t {
         self.chan.clone()
     }
 
+    /// Every queue a copy of the H2T engines may run on: the shared one first, then the other
+    /// engines' (the stripes of [`Self::run`], at most [`MAX_SPLIT`]).
+    pub(crate) fn queues(&self) -> impl Iterator<Item = &Arc<Channel>> {
+        Iterator::chain(core::iter::once(&self.chan), self.scrubbers.iter()).take(MAX_SPLIT)
+    }
+
     /// Frees the zeroed block and drops the orphans (unbind, after the queue was paused).
     pub(crate) fn shutdown(&self) {
         let zeros = self.zeros.lock().take();
@@ -141,8 +148,9 @@ impl H2t {
     }
 
     /// The `MEMCPY` and `MEMSET` ioctls of the open file `file`: copies `job` (run by run for
-    /// imported buffers), with `hold` keeping what it reads and writes (the two buffers busy, or
-    /// the destination busy and the fill block); `timeout` bounds the wait for the file's
+    /// imported buffers; striped over every H2T engine from [`STRIPE_BYTES`] on, [`Self::run`]),
+    /// with `hold` keeping what it reads and writes (the two buffers busy, or the destination
+    /// busy and the fill block); `timeout` bounds the wait for the file's
     /// previous unfinished copy and each submission's wait. When the call returns early
     /// (timeout, SIGKILL) with its last submission still in flight, `hold` stays (an orphan)
     /// until the engine is done with it, and the file's next `MEMCPY` or `MEMSET` first waits
@@ -182,7 +190,7 @@ impl H2t {
         }
         let slot = self.orphans.reserve()?;
         let left = timeout - start.elapsed();
-        match self.run(job, &Self::policy(left), file, hold, slot, false) {
+        match self.run(job, &Self::policy(left), file, hold, slot) {
             Ran::Done => Ok(()),
             Ran::Failed(e) | Ran::Orphaned(e) => Err(e),
         }
@@ -199,8 +207,8 @@ impl H2t {
     }
 
     /// Runs `job` for `file` (0: the driver) with `hold` keeping what it reads and writes: on
-    /// the shared queue, or, with `stripe` and from [`STRIPE_BYTES`] on, striped over every H2T
-    /// engine (one part per queue, whole pairs, [`split::share`]; all parts at once,
+    /// the shared queue, or, from [`STRIPE_BYTES`] on, striped over every H2T engine (one part
+    /// per queue, whole pairs, [`split::share`]; all parts at once,
     /// [`Channel::transfer_split`]; a part that fails fails the whole job). Asks `hold` before
     /// each submission whether an imported dma-buf was revoked (`ENXIO`). When it ends early
     /// with submissions in flight, `hold` stays in `slot` (an orphan) until every queue's fence
@@ -212,10 +220,9 @@ impl H2t {
         file: u64,
         hold: Hold,
         slot: OrphanSlot<'_>,
-        stripe: bool,
     ) -> Ran {
         let revoked = || hold.revoked().then_some(ENXIO);
-        let parts = if stripe { self.stripes(job.size) } else { 1 };
+        let parts = self.stripes(job.size);
         if parts == 1 {
             return match self.chan.transfer_until(job, policy, revoked) {
                 Finish::Done => Ran::Done,
@@ -231,8 +238,7 @@ impl H2t {
         let per = split::share(job.size, parts as u64);
         let mut list: [(&Channel, Job<'_>); MAX_SPLIT] = [(&*self.chan, Job::EMPTY); MAX_SPLIT];
         let mut k = 0;
-        let chans = Iterator::chain(core::iter::once(&self.chan), self.scrubbers.iter());
-        for (i, ch) in chans.take(parts).enumerate() {
+        for (i, ch) in self.queues().take(parts).enumerate() {
             // CAST: at most MAX_SPLIT.
             let off = per * i as u64;
             if off >= job.size {
@@ -307,7 +313,6 @@ impl H2t {
             0,
             Hold::Dram(addr),
             slot,
-            true,
         ) {
             Ran::Done => Ok(()),
             // Nothing of it in flight: the range goes back now.

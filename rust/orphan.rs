@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Work the engine may still touch after its caller left: an *orphan* is the last submission of
-//! a driver copy on the shared H2T queue (a `MEMCPY`, a `MEMSET`, a device-memory scrub) whose
-//! caller returned early (timeout, SIGKILL) while it was in flight. What it used stays reserved —
+//! a driver copy on the H2T queues (a `MEMCPY`, a `MEMSET`, a device-memory scrub; one
+//! submission per queue of a striped one) whose caller returned early (timeout, SIGKILL) while
+//! it was in flight. What it used stays reserved —
 //! the two buffers of a `MEMCPY` (busy), the buffer and fill block of a `MEMSET`, the
 //! device-memory range of a scrub — until the fence that
 //! covers it is settled; then [`Orphans::reap`] gives it back.
@@ -56,7 +57,7 @@ pub(crate) struct Orphan {
     pub(crate) chan: Arc<Channel>,
     /// The fence of that queue that covers it.
     pub(crate) seq: u64,
-    /// The other queues and fences of a scrub split across engines (all must settle).
+    /// The other queues and fences of a copy striped across engines (all must settle).
     pub(crate) more: [Option<(Arc<Channel>, u64)>; MAX_SPLIT - 1],
     /// The open file whose `MEMCPY` it was (0 for the driver's own scrub).
     pub(crate) file: u64,
@@ -163,8 +164,9 @@ impl Orphans {
     }
 
     /// Gives back what every settled orphan holds: buffers out of use (a buffer whose file was
-    /// released is freed then) and device-memory ranges to the allocator of `pool`. An orphan
-    /// whose queue made no progress for the default timeout has its queue reset (it is stuck).
+    /// released is freed then) and device-memory ranges to the allocator of `pool`. A queue of
+    /// an orphan left whose engine aborted, or that made no progress for the default timeout,
+    /// is reset ([`Channel::recover`]), so its fence settles as lost.
     /// Returns the orphans left. Never allocates; the queue lock is taken inside the list lock,
     /// never the other way round.
     pub(crate) fn reap(&self, pool: &BufferPool) -> usize {
@@ -178,7 +180,7 @@ impl Orphans {
             };
             let Some(o) = settled else {
                 if left != 0 {
-                    self.reset_stuck();
+                    self.recover_queues();
                 }
                 return left;
             };
@@ -203,9 +205,12 @@ impl Orphans {
         }
     }
 
-    /// Resets the queue of every orphan left whose queue made no progress for the default
-    /// timeout (`Channel::reset_if_stuck`): its fence then settles as lost.
-    fn reset_stuck(&self) {
+    /// Resets every queue of the orphans left whose engine aborted or that made no progress for
+    /// the default timeout ([`Channel::recover`]): their fences then settle as lost. An abort
+    /// is seen at once, not after the stuck rule: nothing else looks at the queue of a part an
+    /// early end left on another H2T engine, and a later copy's part there would otherwise
+    /// find the engine aborted and fail with `EIO` (another caller's copy).
+    fn recover_queues(&self) {
         let chans = {
             let l = self.list.lock();
             let mut v: KVec<Arc<Channel>> = KVec::new();
@@ -224,7 +229,7 @@ impl Orphans {
             v
         };
         for c in chans.iter() {
-            let _ = c.reset_if_stuck();
+            let _ = c.recover();
         }
     }
 

@@ -412,10 +412,13 @@ pub(crate) fn run<D: Door>(
                     }
                     return SplitFinish::InFlight { err, fences };
                 }
-                // Settled (the queue was reset, or the wait failed after the fence did).
+                // Settled since the wait gave up: done (its marker arrived just after the
+                // wait's last look), or failed (the queue was reset).
                 Err(e) => {
                     inflight[i] = None;
-                    failed.get_or_insert(e);
+                    if !matches!(door.locked(|q| q.state(seq)), Ok(FenceState::Done)) {
+                        failed.get_or_insert(e);
+                    }
                 }
             }
         }

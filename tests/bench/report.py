@@ -56,6 +56,7 @@ TARGET_KINDS = {
     "holes": "fragmented device memory",
     "ev": "completion events",
     "fill": "fills",
+    "st": "striped copies",
     "m": "kernel memory per buffer",
 }
 # Targeted rows: name -> (kind of TARGET_KINDS, comparison, ratio bound, profile of its workload).
@@ -107,6 +108,8 @@ TARGETS = {
     "MEMSET 4M host vs MEMCPY host->host": ("fill", ">=", 0.9, "fill"),
     "MEMSET 4M HBM vs MEMCPY HBM->HBM": ("fill", ">=", 0.9, "fill"),
     "MEMSET 64M HBM vs MEMCPY HBM->HBM": ("fill", ">=", 0.9, "fill"),
+    # Striped MEMCPYs against as many calls just below the stripe threshold (udma_bench).
+    "MEMCPY 16 x 4M HBM->HBM: striped vs one engine": ("st", ">=", 1.4, "fill"),
     # Slab charged to a memory cgroup per buffer against the bound of 512 B (udma_bench; a
     # memory figure: no CPU profile).
     "kernel memory per 4 KiB device buffer": ("m", "<=", 1.0, None),
@@ -125,6 +128,9 @@ def tcg_cannot_judge(name, host_cpus):
     if TARGETS[name][0] == "e" and host_cpus < 4:
         return (f"{host_cpus} host CPUs for the 2 vCPU threads, QEMU's main loop and the device "
                 f"model: 2 threads cannot scale")
+    if TARGETS[name][0] == "st" and host_cpus < 4:
+        return (f"{host_cpus} host CPUs for the model's engine threads (one per H2T engine), the "
+                f"2 vCPU threads and QEMU's main loop: the parts cannot run in parallel")
     return None
 
 
@@ -723,7 +729,8 @@ def main():
     # The load each kind of target was measured at (the rows that carry the guest's load average
     # around their phase), with the host's and its CPU.
     for kind, phase in (("c", "the latency phase"), ("holes", "the MEM_ALLOC phase"),
-                        ("ev", "the first phase of its rows"), ("fill", "the first fill row")):
+                        ("ev", "the first phase of its rows"), ("fill", "the first fill row"),
+                        ("st", "the striped-copy row")):
         lat = next((r for r in rows if r["name"] in TARGETS and TARGETS[r["name"]][0] == kind
                     and "load_start" in r), None)
         if lat:

@@ -32,7 +32,8 @@
  *   wake-up: the time from COPY_SUBMIT (io_uring: from the URING_COPY issue), and from a copy's
  *       bytes landing (a thread spins on the destination), to the wake-up of its waiter, epoll +
  *       QUEUE_EVENTS, an eventfd read and an io_uring CQE wait against COPY_WAIT;
- *   fills: MEMSET against MEMCPY of the same bytes, 4 MiB host, 4 MiB and 64 MiB device;
+ *   fills: MEMSET against MEMCPY of the same bytes, 4 MiB host, 4 MiB and 64 MiB device; 16
+ *       striped MEMCPYs of 4 MiB HBM->HBM against 16 of 4 MiB - 64 KiB (one engine each);
  *   fragmented device memory: MEM_ALLOC that fails and one that succeeds with 8,192 one-slot
  *       holes against the same with 1 hole;
  *   rings in device memory: the time of PREPARE_ONE (or COPY_PREPARE xN) + COPY_START per pair on
@@ -1510,6 +1511,83 @@ static void fill_row(int fd, __u32 type, __u64 size, const char *sz)
 		size / best_cpy / 1e6);
 }
 
+/*
+ * Striped MEMCPY against one engine, call for call: STRIPE_CALLS MEMCPYs of 4 MiB HBM->HBM (at
+ * the threshold: one part per H2T engine, all at once) against STRIPE_CALLS MEMCPYs of 4 MiB -
+ * 64 KiB (below it: the shared H2T queue alone), the same number of calls so that the per-call
+ * costs weigh alike; FILL_REPS rounds alternating which goes first. The ratio is the striped
+ * rate over the one-engine rate of the same round.
+ */
+#define STRIPE_CALL (4U << 20)
+#define ONE_ENGINE_CALL (STRIPE_CALL - (64U << 10))
+#define STRIPE_CALLS 16U
+
+static void stripe_row(int fd)
+{
+	const __u64 size = (__u64)STRIPE_CALL * STRIPE_CALLS;
+	double best_s = 0, best_o = 0, t0, t, ts[FILL_REPS], to[FILL_REPS], ratio[FILL_REPS];
+	char how[720], extra[120], l0[40], l1[40];
+	struct neuron_udma_info info;
+	struct ubuf src, dst;
+	unsigned int r, k, p, engines;
+	int ret;
+
+	ret = udma_info(fd, &info);
+	if (ret)
+		die("INFO", ret);
+	engines = info.generation == NEURON_UDMA_GEN_V2 ? 2 : 4;
+	ret = ubuf_alloc(fd, NEURON_UDMA_MEM_DEVICE, size, &src);
+	if (!ret)
+		ret = ubuf_alloc(fd, NEURON_UDMA_MEM_DEVICE, size, &dst);
+	if (ret)
+		die("MEM_ALLOC (stripe row)", ret);
+	/* Warm-up: both paths once. */
+	ret = udma_memcpy(fd, &src, 0, &dst, 0, STRIPE_CALL, 0);
+	if (!ret)
+		ret = udma_memcpy(fd, &src, 0, &dst, 0, ONE_ENGINE_CALL, 0);
+	if (ret)
+		die("warm-up MEMCPY", ret);
+	loadavg(l0, sizeof(l0));
+	for (r = 0; r < FILL_REPS; r++)
+		for (k = 0; k < 2; k++) {
+			bool striped = (r + k) % 2 == 0;
+			__u32 len = striped ? STRIPE_CALL : ONE_ENGINE_CALL;
+
+			t0 = now();
+			for (p = 0, ret = 0; p < STRIPE_CALLS && !ret; p++)
+				ret = udma_memcpy(fd, &src, (__u64)p * STRIPE_CALL, &dst,
+						  (__u64)p * STRIPE_CALL, len, 0);
+			t = now() - t0;
+			if (ret)
+				die("MEMCPY (stripe row)", ret);
+			if (striped && (!r || t < best_s))
+				best_s = t;
+			if (!striped && (!r || t < best_o))
+				best_o = t;
+			*(striped ? &ts[r] : &to[r]) = t;
+		}
+	/* Rate over rate: the calls move 4 MiB and 4 MiB - 64 KiB each. */
+	for (r = 0; r < FILL_REPS; r++)
+		ratio[r] = (to[r] / ONE_ENGINE_CALL) / (ts[r] / STRIPE_CALL);
+	loadavg(l1, sizeof(l1));
+	ubuf_free(fd, &src);
+	ubuf_free(fd, &dst);
+	snprintf(how, sizeof(how),
+		 "%u MEMCPYs of 4 MiB HBM->HBM, each striped over the %u H2T engines (one part each, "
+		 "at once) %.3f ms, fastest of %u, alternating with the baseline: %u MEMCPYs of %u "
+		 "KiB (below the 4 MiB threshold: the shared H2T queue alone) %.3f ms, fastest of %u; "
+		 "ratio: the striped rate over the one-engine rate per round, median and min-max; the "
+		 "ideal is the engine count; guest load average %s before, %s after",
+		 STRIPE_CALLS, engines, best_s * 1e3, FILL_REPS, STRIPE_CALLS, ONE_ENGINE_CALL >> 10,
+		 best_o * 1e3, FILL_REPS, l0, l1);
+	snprintf(extra, sizeof(extra),
+		 "\"load_start\":\"%s\",\"load_end\":\"%s\",\"engines\":%u", l0, l1, engines);
+	result_range("MEMCPY 16 x 4M HBM->HBM: striped vs one engine", size / best_s, "B/s",
+		     (double)ONE_ENGINE_CALL * STRIPE_CALLS / best_o, ratio, FILL_REPS, how, extra);
+	fprintf(stderr, "udma_bench: MEMCPY striped %.1f MB/s, one engine %.1f MB/s\n",
+		size / best_s / 1e6, (double)ONE_ENGINE_CALL * STRIPE_CALLS / best_o / 1e6);
+}
+
 static void bench_fill(void)
 {
 	int fd = udma_open();
@@ -1519,6 +1597,7 @@ static void bench_fill(void)
 	fill_row(fd, NEURON_UDMA_MEM_HOST, 4U << 20, "4M");
 	fill_row(fd, NEURON_UDMA_MEM_DEVICE, 4U << 20, "4M");
 	fill_row(fd, NEURON_UDMA_MEM_DEVICE, 64U << 20, "64M");
+	stripe_row(fd);
 	close(fd);
 }
 

@@ -331,9 +331,10 @@ struct neuron_udma_queue_state {
  * all files), in 64 KiB pairs, and wait for completion (only SIGKILL interrupts it; bounded by
  * the timeout, at least 10 ms). A timeout resets the shared queue only if it made no progress
  * for 10 s: otherwise the copy goes on and its buffers stay busy until it is done. Imported
- * buffers are copied run by run (no flag needed). Errors: ENOENT, ERANGE, EINVAL (size 0),
- * ETIMEDOUT, EIO (engine error, or a reset dropped this copy), EINTR (SIGKILL), EPERM
- * (destination imported without IMPORT_WRITE).
+ * buffers are copied run by run (no flag needed). From 4 MiB on the copy is striped over every
+ * H2T engine (one part each, all at once; a failed part fails the call). Errors: ENOENT,
+ * ERANGE, EINVAL (size 0), ETIMEDOUT, EIO (engine error, or a reset dropped this copy), EINTR
+ * (SIGKILL), EPERM (destination imported without IMPORT_WRITE).
  */
 struct neuron_udma_memcpy {
 	__u64 src_handle;

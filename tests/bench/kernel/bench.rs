@@ -561,7 +561,7 @@ mod scrub_tests {
             "NU-BENCH {{\"name\":\"scrub {}M: all H2T engines vs 1 (in kernel)\",\"value\":{},\
              \"unit\":\"B/s\",\"baseline\":{},\"ratio\":{},\"how\":\"zeroing {} MiB of device \
              memory, fastest of {} runs each, alternating: H2t::scrub (the MEM_ALLOC path, striped \
-             by H2t::run: a range of 4 MiB or more is cut into one part per H2T engine, {} \
+             as MEMCPY and MEMSET are by H2t::run: a range of 4 MiB or more is cut into one part per H2T engine, {} \
              engines here, run at once by Channel::transfer_split) {} us; baseline: Channel::transfer of the whole range on the \
              driver's shared H2T queue alone (one engine, the zeroed 64 KiB block repeated) {} us; \
              the ideal ratio is the engine count\",\"engines\":{}}}\n",

@@ -17,6 +17,15 @@ use std::time::{Duration, Instant};
 
 /// Retry interval of a queue stalled on a masked ring-id mismatch (V3 SENG).
 const RINGID_RETRY: Duration = Duration::from_millis(1);
+
+/// Looks at a queue again after [`RINGID_RETRY`], or when its injected stall ends if that is
+/// later: a retry that the worker started before a stall was injected must not cut the stall
+/// short (it did: a stalled queue's copies then ran at once).
+fn retry_later(not_before: &mut Option<Instant>) {
+    let retry = Instant::now() + RINGID_RETRY;
+    *not_before = Some(not_before.map_or(retry, |t| t.max(retry)));
+}
+
 /// Minimum per-packet base time used by the slow-down fault.
 const SLOW_BASE: Duration = Duration::from_micros(20);
 
@@ -196,7 +205,7 @@ impl Engine {
                     self.raise(&mut st, rec);
                 }
                 match p.stop {
-                    Some(Outcome::Retry) => st.queues[q].not_before = Some(Instant::now() + RINGID_RETRY),
+                    Some(Outcome::Retry) => retry_later(&mut st.queues[q].not_before),
                     Some(Outcome::Error(rec)) => st = self.report(st, q, rec, on_error),
                     _ => {}
                 }
@@ -225,7 +234,7 @@ impl Engine {
                     st.counters.descriptors += u64::from(ntx + nrx);
                 }
                 Outcome::NeedDoorbell => st.queues[q].wait_doorbell = true,
-                Outcome::Retry => st.queues[q].not_before = Some(Instant::now() + RINGID_RETRY),
+                Outcome::Retry => retry_later(&mut st.queues[q].not_before),
                 Outcome::Error(rec) => {
                     if rec.kind == ErrorKind::InjectedFail {
                         st.queues[q].fail_countdown = 0;
@@ -252,7 +261,7 @@ impl Engine {
             on_error(rec);
             self.lock()
         } else {
-            st.queues[q].not_before = Some(Instant::now() + RINGID_RETRY);
+            retry_later(&mut st.queues[q].not_before);
             st
         }
     }
@@ -275,6 +284,26 @@ impl Engine {
             abort_mask_b,
             fail_countdown: qu.fail_countdown,
             rx_checked: qu.rx_checked,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retry_keeps_a_longer_stall() {
+        let stall = Instant::now() + Duration::from_secs(1);
+        let mut nb = Some(stall);
+        retry_later(&mut nb);
+        assert_eq!(nb, Some(stall));
+        // Without a stall, or once it is over, the retry interval.
+        for mut nb in [None, Some(Instant::now() - Duration::from_secs(1))] {
+            let before = Instant::now();
+            retry_later(&mut nb);
+            let t = nb.expect("a retry");
+            assert!(t >= before + RINGID_RETRY && t <= Instant::now() + RINGID_RETRY);
         }
     }
 }
