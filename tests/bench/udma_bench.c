@@ -1435,7 +1435,48 @@ static void bench_holes(void)
 	free(h);
 }
 
-/* ---- MEMSET against MEMCPY ---- */
+/* ---- MEMSET against MEMCPY, striped MEMCPY against one engine ---- */
+
+/* One side of a fill or stripe row: its calls on @src and @dst of @size bytes; 0 or -errno. */
+typedef int (*side_fn)(int fd, const struct ubuf *src, const struct ubuf *dst, __u64 size);
+
+/*
+ * FILL_REPS rounds of the two sides @run[0] and @run[1], which goes first alternating (side 0
+ * in even rounds): each round's time per side in @t, the fastest in @best. Dies naming @what of
+ * the side that fails.
+ */
+static void alternate_rounds(int fd, const struct ubuf *src, const struct ubuf *dst, __u64 size,
+			     const side_fn run[2], const char *const what[2],
+			     double t[2][FILL_REPS], double best[2])
+{
+	unsigned int r, k;
+	double t0;
+	int ret;
+
+	for (r = 0; r < FILL_REPS; r++)
+		for (k = 0; k < 2; k++) {
+			unsigned int side = (r + k) % 2;
+
+			t0 = now();
+			ret = run[side](fd, src, dst, size);
+			t[side][r] = now() - t0;
+			if (ret)
+				die(what[side], ret);
+			if (!r || t[side][r] < best[side])
+				best[side] = t[side][r];
+		}
+}
+
+static int fill_side(int fd, const struct ubuf *src, const struct ubuf *dst, __u64 size)
+{
+	(void)src;
+	return udma_memset(fd, dst, size, FILL_VALUE);
+}
+
+static int copy_side(int fd, const struct ubuf *src, const struct ubuf *dst, __u64 size)
+{
+	return udma_memcpy(fd, src, 0, dst, 0, size, 0);
+}
 
 /*
  * MEMSET of @size bytes of a buffer of @type against MEMCPY of the same bytes into it from another
@@ -1445,10 +1486,12 @@ static void bench_holes(void)
 static void fill_row(int fd, __u32 type, __u64 size, const char *sz)
 {
 	const char *where = type == NEURON_UDMA_MEM_HOST ? "host" : "HBM";
-	double best_set = 0, best_cpy = 0, t0, t, ts[FILL_REPS], tc[FILL_REPS], ratio[FILL_REPS];
+	static const side_fn run[2] = { fill_side, copy_side };
+	static const char *const what[2] = { "MEMSET", "MEMCPY" };
+	double best[2] = { 0, 0 }, t[2][FILL_REPS], ratio[FILL_REPS];
 	char name[96], how[720], extra[120], l0[40], l1[40];
 	struct ubuf src, dst;
-	unsigned int r, k;
+	unsigned int r;
 	size_t i;
 	int ret;
 
@@ -1466,25 +1509,10 @@ static void fill_row(int fd, __u32 type, __u64 size, const char *sz)
 	if (ret)
 		die("warm-up MEMSET / MEMCPY", ret);
 	loadavg(l0, sizeof(l0));
-	for (r = 0; r < FILL_REPS; r++)
-		for (k = 0; k < 2; k++) {
-			bool set = (r + k) % 2 == 0;
-
-			t0 = now();
-			ret = set ? udma_memset(fd, &dst, size, FILL_VALUE) :
-				    udma_memcpy(fd, &src, 0, &dst, 0, size, 0);
-			t = now() - t0;
-			if (ret)
-				die(set ? "MEMSET" : "MEMCPY", ret);
-			if (set && (!r || t < best_set))
-				best_set = t;
-			if (!set && (!r || t < best_cpy))
-				best_cpy = t;
-			*(set ? &ts[r] : &tc[r]) = t;
-		}
+	alternate_rounds(fd, &src, &dst, size, run, what, t, best);
 	/* Rate over rate: the MEMCPY time over the MEMSET time of the same round. */
 	for (r = 0; r < FILL_REPS; r++)
-		ratio[r] = tc[r] / ts[r];
+		ratio[r] = t[1][r] / t[0][r];
 	loadavg(l1, sizeof(l1));
 	if (dst.map) {
 		ret = udma_memset(fd, &dst, size, FILL_VALUE);
@@ -1503,12 +1531,12 @@ static void fill_row(int fd, __u32 type, __u64 size, const char *sz)
 		 "alternating with the baseline: MEMCPY of the same bytes into the same buffer from "
 		 "another %s buffer (same queue) %.3f ms, fastest of %u; ratio: the median of the %u "
 		 "rounds' ratios, min and max beside it; guest load average %s before, %s after",
-		 sz, where, FILL_VALUE, best_set * 1e3, FILL_REPS, where, best_cpy * 1e3, FILL_REPS,
+		 sz, where, FILL_VALUE, best[0] * 1e3, FILL_REPS, where, best[1] * 1e3, FILL_REPS,
 		 FILL_REPS, l0, l1);
 	snprintf(extra, sizeof(extra), "\"load_start\":\"%s\",\"load_end\":\"%s\"", l0, l1);
-	result_range(name, size / best_set, "B/s", size / best_cpy, ratio, FILL_REPS, how, extra);
-	fprintf(stderr, "udma_bench: %s: MEMSET %.1f MB/s, MEMCPY %.1f MB/s\n", name, size / best_set / 1e6,
-		size / best_cpy / 1e6);
+	result_range(name, size / best[0], "B/s", size / best[1], ratio, FILL_REPS, how, extra);
+	fprintf(stderr, "udma_bench: %s: MEMSET %.1f MB/s, MEMCPY %.1f MB/s\n", name,
+		size / best[0] / 1e6, size / best[1] / 1e6);
 }
 
 /*
@@ -1522,14 +1550,40 @@ static void fill_row(int fd, __u32 type, __u64 size, const char *sz)
 #define ONE_ENGINE_CALL (STRIPE_CALL - (64U << 10))
 #define STRIPE_CALLS 16U
 
+/* STRIPE_CALLS MEMCPYs of @len bytes each, at STRIPE_CALL intervals; 0 or -errno. */
+static int copy_calls(int fd, const struct ubuf *src, const struct ubuf *dst, __u32 len)
+{
+	unsigned int p;
+	int ret = 0;
+
+	for (p = 0; p < STRIPE_CALLS && !ret; p++)
+		ret = udma_memcpy(fd, src, (__u64)p * STRIPE_CALL, dst, (__u64)p * STRIPE_CALL, len,
+				  0);
+	return ret;
+}
+
+static int striped_side(int fd, const struct ubuf *src, const struct ubuf *dst, __u64 size)
+{
+	(void)size;
+	return copy_calls(fd, src, dst, STRIPE_CALL);
+}
+
+static int one_engine_side(int fd, const struct ubuf *src, const struct ubuf *dst, __u64 size)
+{
+	(void)size;
+	return copy_calls(fd, src, dst, ONE_ENGINE_CALL);
+}
+
 static void stripe_row(int fd)
 {
+	static const side_fn run[2] = { striped_side, one_engine_side };
+	static const char *const what[2] = { "MEMCPY (stripe row)", "MEMCPY (stripe row)" };
 	const __u64 size = (__u64)STRIPE_CALL * STRIPE_CALLS;
-	double best_s = 0, best_o = 0, t0, t, ts[FILL_REPS], to[FILL_REPS], ratio[FILL_REPS];
+	double best[2] = { 0, 0 }, t[2][FILL_REPS], ratio[FILL_REPS];
 	char how[720], extra[120], l0[40], l1[40];
 	struct neuron_udma_info info;
 	struct ubuf src, dst;
-	unsigned int r, k, p, engines;
+	unsigned int r, engines;
 	int ret;
 
 	ret = udma_info(fd, &info);
@@ -1548,27 +1602,10 @@ static void stripe_row(int fd)
 	if (ret)
 		die("warm-up MEMCPY", ret);
 	loadavg(l0, sizeof(l0));
-	for (r = 0; r < FILL_REPS; r++)
-		for (k = 0; k < 2; k++) {
-			bool striped = (r + k) % 2 == 0;
-			__u32 len = striped ? STRIPE_CALL : ONE_ENGINE_CALL;
-
-			t0 = now();
-			for (p = 0, ret = 0; p < STRIPE_CALLS && !ret; p++)
-				ret = udma_memcpy(fd, &src, (__u64)p * STRIPE_CALL, &dst,
-						  (__u64)p * STRIPE_CALL, len, 0);
-			t = now() - t0;
-			if (ret)
-				die("MEMCPY (stripe row)", ret);
-			if (striped && (!r || t < best_s))
-				best_s = t;
-			if (!striped && (!r || t < best_o))
-				best_o = t;
-			*(striped ? &ts[r] : &to[r]) = t;
-		}
+	alternate_rounds(fd, &src, &dst, size, run, what, t, best);
 	/* Rate over rate: the calls move 4 MiB and 4 MiB - 64 KiB each. */
 	for (r = 0; r < FILL_REPS; r++)
-		ratio[r] = (to[r] / ONE_ENGINE_CALL) / (ts[r] / STRIPE_CALL);
+		ratio[r] = (t[1][r] / ONE_ENGINE_CALL) / (t[0][r] / STRIPE_CALL);
 	loadavg(l1, sizeof(l1));
 	ubuf_free(fd, &src);
 	ubuf_free(fd, &dst);
@@ -1578,14 +1615,15 @@ static void stripe_row(int fd)
 		 "KiB (below the 4 MiB threshold: the shared H2T queue alone) %.3f ms, fastest of %u; "
 		 "ratio: the striped rate over the one-engine rate per round, median and min-max; the "
 		 "ideal is the engine count; guest load average %s before, %s after",
-		 STRIPE_CALLS, engines, best_s * 1e3, FILL_REPS, STRIPE_CALLS, ONE_ENGINE_CALL >> 10,
-		 best_o * 1e3, FILL_REPS, l0, l1);
+		 STRIPE_CALLS, engines, best[0] * 1e3, FILL_REPS, STRIPE_CALLS,
+		 ONE_ENGINE_CALL >> 10, best[1] * 1e3, FILL_REPS, l0, l1);
 	snprintf(extra, sizeof(extra),
 		 "\"load_start\":\"%s\",\"load_end\":\"%s\",\"engines\":%u", l0, l1, engines);
-	result_range("MEMCPY 16 x 4M HBM->HBM: striped vs one engine", size / best_s, "B/s",
-		     (double)ONE_ENGINE_CALL * STRIPE_CALLS / best_o, ratio, FILL_REPS, how, extra);
+	result_range("MEMCPY 16 x 4M HBM->HBM: striped vs one engine", size / best[0], "B/s",
+		     (double)ONE_ENGINE_CALL * STRIPE_CALLS / best[1], ratio, FILL_REPS, how,
+		     extra);
 	fprintf(stderr, "udma_bench: MEMCPY striped %.1f MB/s, one engine %.1f MB/s\n",
-		size / best_s / 1e6, (double)ONE_ENGINE_CALL * STRIPE_CALLS / best_o / 1e6);
+		size / best[0] / 1e6, (double)ONE_ENGINE_CALL * STRIPE_CALLS / best[1] / 1e6);
 }
 
 static void bench_fill(void)
