@@ -105,6 +105,59 @@ unsafe extern "C" fn neuron_udma_dmabuf_released(hold: *mut RawExportHold) {
     dev.pool.free_if_released(&buf);
 }
 
+/// Reserves, in the new binding `dev` of a device, the range of every stranded export of the
+/// device (revoked by an earlier unbind while a pinned importer still mapped it, see
+/// `rust/kfac/dmabuf_export.c`), so that no buffer gets memory that importer may still reach.
+/// Called by the probe before anything is allocated; [`sweep_stranded`] follows once the device
+/// is in the registry.
+///
+/// # Errors
+///
+/// `EINVAL` if a range is not free, `ENOMEM`: the probe fails then.
+pub(crate) fn adopt_stranded(dev: &UdmaDevice) -> Result {
+    let mut after = 0;
+    while let Some((instance, offset, len)) =
+        crate::kfac::dmabuf::stranded_next(dev.pdev.as_ref(), after)
+    {
+        dev.pool.reserve_stranded(instance, offset, len)?;
+        dev_warn!(
+            dev.pdev,
+            "device memory [{:#x}, +{:#x}) stays reserved: a pinned importer of a dma-buf of an earlier binding may still reach it\n",
+            offset,
+            len
+        );
+        after = instance;
+    }
+    Ok(())
+}
+
+/// Frees the reservations of [`adopt_stranded`] whose export was released before the device was
+/// in the registry, where [`neuron_udma_dmabuf_stranded_released`] finds it. (Without memory
+/// for the list, they stay reserved until the next binding: too much kept, nothing handed out.)
+pub(crate) fn sweep_stranded(dev: &UdmaDevice) {
+    for instance in dev.pool.stranded().unwrap_or_default() {
+        if !crate::kfac::dmabuf::is_stranded(instance) {
+            dev.pool.unreserve_stranded(instance);
+        }
+    }
+}
+
+/// The stranded export `instance` of the device `dev` was released (its pinned importer
+/// detached): the binding of the device, if it reserved the export's range, frees it.
+///
+/// # Safety
+///
+/// None beyond C's types: `dev` is only compared with the bound devices' addresses.
+#[no_mangle]
+unsafe extern "C" fn neuron_udma_dmabuf_stranded_released(
+    dev: *const kernel::bindings::device,
+    instance: u64,
+) {
+    if let Some(d) = crate::Registry::by_device(dev) {
+        d.pool.unreserve_stranded(instance);
+    }
+}
+
 /// A `DMABUF_EXPORT` whose dma-buf exists and whose descriptor is reserved: [`Self::install`]
 /// publishes it once its number reached user space; dropped, it undoes both.
 pub(crate) struct PendingExport {

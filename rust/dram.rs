@@ -154,6 +154,68 @@ impl DramAllocator {
         self.by_size.insert(u.size_node.into_node((e - s, s), ()));
     }
 
+    /// Takes the range `start..start + len` (bytes) out of the free memory as an allocated
+    /// range charged to nobody, as a stranded dma-buf export needs (`dmabuf::adopt_stranded`):
+    /// [`Self::free`] of `start` gives it back. Returns false, changing nothing, for a range
+    /// outside the managed addresses (nothing there is handed out anyway). The records are
+    /// charged to no memory cgroup: the caller is the probe.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if part of the range is managed but not free, or the range overflows;
+    /// `ENOMEM` if a record cannot be allocated. Nothing changes then.
+    pub(crate) fn reserve(&mut self, start: u64, len: u64) -> Result<bool> {
+        let end = start.checked_add(len).ok_or(EINVAL)?;
+        if len == 0 || end <= self.start || start >= self.end {
+            return Ok(false);
+        }
+        // The free range holding `start`: the one starting there, or the last before it.
+        let holder = match self.free.cursor_lower_bound(&start) {
+            Some(c) if *c.current().0 == start => Some((start, *c.current().1)),
+            Some(c) => c.peek_prev().map(|(&fs, &fl)| (fs, fl)),
+            None => self.free.cursor_back().map(|c| {
+                let (&fs, &fl) = c.current();
+                (fs, fl)
+            }),
+        };
+        let (fs, fl) = holder.ok_or(EINVAL)?;
+        if fs > start || end > fs + fl {
+            return Err(EINVAL);
+        }
+        let used = RBTreeNode::new(
+            start,
+            Used {
+                free_node: RBTreeNodeReservation::new(GFP_KERNEL)?,
+                size_node: RBTreeNodeReservation::new(GFP_KERNEL)?,
+                charge: DmemCharge::none(len),
+            },
+            GFP_KERNEL,
+        )?;
+        // Records for the second remainder (the first reuses the free range's own).
+        let spare = (
+            RBTreeNodeReservation::new(GFP_KERNEL)?,
+            RBTreeNodeReservation::new(GFP_KERNEL)?,
+        );
+        let (Some(fnode), Some(snode)) = (
+            self.free.remove_node(&fs),
+            self.by_size.remove_node(&(fl, fs)),
+        ) else {
+            // The two indexes always hold the same ranges: never reached.
+            return Err(EINVAL);
+        };
+        let mut records = [(fnode.into_reservation(), snode.into_reservation()), spare].into_iter();
+        for (s, e) in [(fs, start), (end, fs + fl)] {
+            if e > s {
+                if let Some((f, b)) = records.next() {
+                    self.free.insert(f.into_node(s, e - s));
+                    self.by_size.insert(b.into_node((e - s, s), ()));
+                }
+            }
+        }
+        self.used.insert(used);
+        Ok(true)
+    }
+
     /// Forgets every allocated range and hands the dmem region over, for the caller to drop
     /// (unregister) outside its locks: the device is gone (its memory unreachable by any engine
     /// or mapping), so the ranges' charges are given back now, not when the last buffer record
@@ -175,6 +237,46 @@ impl DramAllocator {
 mod tests {
     use super::*;
     use kernel::time::{Instant, Monotonic};
+
+    /// A stranded export's range is carved out of the free memory wherever it lies (start,
+    /// middle, end of a free range), is never handed out while reserved, and its free merges
+    /// it back; an allocated or partly free range is refused, a range outside is ignored.
+    #[test]
+    fn reserve_carves_and_frees() -> Result {
+        let mut d = DramAllocator::new(0x1000, 0x11000, None)?;
+        // The middle: two free remainders.
+        assert_eq!(d.reserve(0x5000, 0x2000), Ok(true));
+        assert_eq!(d.holes(), 2);
+        assert_eq!(d.alloc(0xa000)?, 0x7000);
+        assert_eq!(d.alloc(0x4000)?, 0x1000);
+        // Nothing free is left: the reserved range is not handed out.
+        assert_eq!(d.alloc(0x1000), Err(ENOMEM));
+        // Allocated or reserved already, partly or wholly: refused, nothing changes.
+        assert_eq!(d.reserve(0x5000, 0x1000), Err(EINVAL));
+        assert_eq!(d.reserve(0x7000, 0x1000), Err(EINVAL));
+        // Outside the managed addresses: nothing to do.
+        assert_eq!(d.reserve(0x0, 0x1000), Ok(false));
+        assert_eq!(d.reserve(0x11000, 0x1000), Ok(false));
+        assert_eq!(d.reserve(u64::MAX - 0xfff, 0x2000), Err(EINVAL));
+        d.free(0x5000);
+        assert_eq!(d.alloc(0x2000)?, 0x5000);
+        d.free(0x1000);
+        d.free(0x5000);
+        d.free(0x7000);
+        assert_eq!(d.holes(), 1);
+        // The start and the end of the only free range: one remainder each time.
+        assert_eq!(d.reserve(0x1000, 0x1000), Ok(true));
+        assert_eq!(d.reserve(0x10000, 0x1000), Ok(true));
+        assert_eq!(d.holes(), 1);
+        assert_eq!(d.alloc(0xe000)?, 0x2000);
+        assert_eq!(d.alloc(0x1000), Err(ENOMEM));
+        d.free(0x1000);
+        d.free(0x10000);
+        d.free(0x2000);
+        assert_eq!(d.holes(), 1);
+        assert_eq!(d.alloc(0x10000)?, 0x1000);
+        Ok(())
+    }
 
     #[test]
     fn best_fit_and_coalescing() -> Result {

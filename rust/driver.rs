@@ -173,6 +173,10 @@ impl NeuronUdmaDriver {
             #[cfg(neuron_udma_kunit)]
             crate::testing::ModelCtl::map(pdev),
         )?;
+        // Before anything takes device memory: what a pinned importer may still reach.
+        crate::dmabuf::adopt_stranded(&dev).inspect_err(|e| {
+            dev_err!(pdev, "reserving stranded dma-buf ranges failed: {:?}\n", e)
+        })?;
         dev.setup_h2t()
             .inspect_err(|e| dev_err!(pdev, "H2T queue init failed: {:?}\n", e))?;
         let dma =
@@ -191,6 +195,8 @@ impl NeuronUdmaDriver {
         // declared, so dropped, before `dev`).
         let usage = unsafe { crate::kfac::sysfs::UsageAttrs::add(pdev.as_ref(), &vals)? };
         let entry = RegistryEntry::new(dev.clone())?;
+        // A stranded export released before that, which found no binding to tell.
+        crate::dmabuf::sweep_stranded(&dev);
         // Once the device is in the registry, where the callbacks find it.
         crate::kfac::pci::install(pdev);
         let name = entry.name;

@@ -190,6 +190,8 @@ struct NeuronUdmaModule {
     _registry: RegistryCleanup,
     /// Frees the released dmaengine devices, after the driver.
     _dma: dmaengine::ReleasedGuard,
+    /// KUnit builds: the pinned dma-buf importer user space drives (a debugfs file).
+    _pinned_importer: kfac::dmabuf::PinnedImporterFile,
     /// Dropped last: its drop waits for the releases the devices queued.
     _release: kfac::sched::ReleaseQueue,
 }
@@ -209,6 +211,7 @@ impl InPlaceModule for NeuronUdmaModule {
             _debugfs: debugfs,
             _registry: RegistryCleanup,
             _dma: dmaengine::ReleasedGuard,
+            _pinned_importer: kfac::dmabuf::PinnedImporterFile::create(),
         })
     }
 }

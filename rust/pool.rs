@@ -29,6 +29,9 @@ struct PoolState {
     table: KVVec<Arc<Buffer>>,
     /// Device memory available to user space.
     dram: DramAllocator,
+    /// Ranges of `dram` reserved for stranded dma-buf exports (a pinned importer of an earlier
+    /// binding may still reach them): `(export instance, start)`.
+    stranded: KVec<(u64, u64)>,
 }
 
 /// Handle indexes of a [`BufferPool`], each for the files whose id has that remainder: files
@@ -115,6 +118,7 @@ impl BufferPool {
                 alive: true,
                 table: KVVec::new(),
                 dram,
+                stranded: KVec::new(),
             }),
             deciding <- new_spinlock!(()),
             usage: Usage::new(total),
@@ -149,6 +153,46 @@ impl BufferPool {
     /// Gives back the device-memory range at `addr`.
     pub(crate) fn free_dram(&self, addr: u64) {
         self.state.lock().dram.free(addr);
+    }
+
+    /// Reserves device addresses `start..start + len` (bytes) for the stranded export
+    /// `instance` ([`DramAllocator::reserve`]) until [`Self::unreserve_stranded`].
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the range is not free, `ENOMEM`; nothing is reserved then.
+    pub(crate) fn reserve_stranded(&self, instance: u64, start: u64, len: u64) -> Result {
+        let mut st = self.state.lock();
+        st.stranded.reserve(1, GFP_KERNEL)?;
+        if st.dram.reserve(start, len)? {
+            // Room reserved above: cannot fail.
+            st.stranded.push((instance, start), GFP_KERNEL)?;
+        }
+        Ok(())
+    }
+
+    /// Frees the range reserved for the stranded export `instance`, if this pool reserved one
+    /// (true then); it is scrubbed at its next `MEM_ALLOC`, as any freed device memory.
+    pub(crate) fn unreserve_stranded(&self, instance: u64) -> bool {
+        let mut st = self.state.lock();
+        let Some(i) = st.stranded.iter().position(|&(n, _)| n == instance) else {
+            return false;
+        };
+        let Ok((_, start)) = st.stranded.remove(i) else {
+            return false;
+        };
+        st.dram.free(start);
+        true
+    }
+
+    /// The stranded exports this pool reserves a range for.
+    pub(crate) fn stranded(&self) -> Result<KVec<u64>> {
+        let st = self.state.lock();
+        let mut v = KVec::with_capacity(st.stranded.len(), GFP_KERNEL)?;
+        for &(n, _) in st.stranded.iter() {
+            v.push(n, GFP_KERNEL)?;
+        }
+        Ok(v)
     }
 
     /// Adds `buf` to the pool (its handle becomes usable); on failure its memory is given back.
@@ -347,10 +391,13 @@ impl BufferPool {
         let (table, region) = {
             let mut st = self.state.lock();
             st.alive = false;
-            // No engine, importer or mapping reaches the device memory any more: every range's
-            // dmem charge goes back now, not when the last record of a buffer is dropped. The
-            // region is unregistered below, outside the lock (it waits for an SRCU grace period).
+            // No engine, importer or mapping reaches the device memory any more (but a pinned
+            // importer of a stranded export: the next binding reserves its range again): every
+            // range's dmem charge goes back now, not when the last record of a buffer is
+            // dropped. The region is unregistered below, outside the lock (it waits for an SRCU
+            // grace period).
             let region = st.dram.release_all();
+            st.stranded.clear();
             for b in st.table.iter() {
                 self.usage.sub(b.kind, b.size);
                 self.trace(BufferEvent::Free, b);

@@ -12,6 +12,7 @@
 
 #include <linux/types.h>
 
+struct dentry;
 struct device;
 struct sg_table;
 
@@ -44,8 +45,16 @@ struct neuron_udma_export *neuron_udma_dmabuf_export(struct device *dev, u64 off
 						     struct neuron_udma_export_hold *hold);
 void neuron_udma_dmabuf_put(struct neuron_udma_export *exp);
 void neuron_udma_dmabuf_install(struct neuron_udma_export *exp, int fd);
-void neuron_udma_dmabuf_revoke(struct neuron_udma_export *exp);
+bool neuron_udma_dmabuf_revoke(struct neuron_udma_export *exp);
 void neuron_udma_dmabuf_revoke_all(struct device *dev);
+/*
+ * Stranded exports (revoked at an unbind while a pinned importer still mapped them): their
+ * ranges, which a new binding of the device reserves (in order of instance), and whether one
+ * still is.
+ */
+bool neuron_udma_dmabuf_stranded_next(struct device *dev, u64 after, u64 *instance, u64 *offset,
+				      u64 *len);
+bool neuron_udma_dmabuf_is_stranded(u64 instance);
 /* The importer (a dynamic, pinned attachment with invalidate_mappings). */
 struct neuron_udma_import *neuron_udma_import_dmabuf(int fd, struct device *dev, bool write,
 						     u64 *size);
@@ -60,6 +69,9 @@ void neuron_udma_kunit_import(struct neuron_udma_export *exp, struct device *dev
 			      struct neuron_udma_kunit_report *r);
 struct neuron_udma_import *neuron_udma_kunit_import_export(struct neuron_udma_export *exp,
 							   struct device *dev, u64 *size);
+/* KUnit builds only: the pinned importer user space drives (debugfs). */
+struct dentry *neuron_udma_kunit_pinned_importer_create(void);
+void neuron_udma_kunit_pinned_importer_remove(struct dentry *d);
 
 /*
  * ---- implemented in Rust, called from rust/kfac/dmabuf_*.c ----
@@ -68,6 +80,11 @@ struct neuron_udma_import *neuron_udma_kunit_import_export(struct neuron_udma_ex
 #ifndef __BINDGEN__
 /* rust/dmabuf.rs: an export's dma-buf was released (its last reference is gone). */
 void neuron_udma_dmabuf_released(struct neuron_udma_export_hold *hold);
+/*
+ * rust/dmabuf.rs: the stranded export @instance of @dev was released (off the list): the
+ * binding of @dev, if one reserved its range, frees it.
+ */
+void neuron_udma_dmabuf_stranded_released(struct device *dev, u64 instance);
 /*
  * rust/buffer.rs: the exporter revoked the import of @buf (called under the dma-buf's
  * reservation lock): no new copy may name it; true while a descriptor or copy may still reach

@@ -76,9 +76,11 @@ impl DmaBufExport {
         unsafe { ffi::neuron_udma_dmabuf_install(this.0.as_ptr(), number) }
     }
 
-    /// Revokes the export: no new mapping, every importer's mapping is gone when this returns.
+    /// Revokes the export: no new mapping, every importer is told to unmap. Returns true once
+    /// every mapping is gone, false if a pinned importer still maps it after the unbind's
+    /// bounded wait (`dmabuf_pinned_unbind_wait_ms`).
     #[cfg(neuron_udma_kunit)]
-    pub(crate) fn revoke(&self) {
+    pub(crate) fn revoke(&self) -> bool {
         // SAFETY: by the type invariant the export is live.
         unsafe { ffi::neuron_udma_dmabuf_revoke(self.0.as_ptr()) }
     }
@@ -111,6 +113,57 @@ pub(crate) fn dmabuf_revoke_all(dev: &kernel::device::Device) {
     let raw = super::raw_device(dev);
     // SAFETY: `raw` is a valid device, only compared with the exports' devices.
     unsafe { ffi::neuron_udma_dmabuf_revoke_all(raw) }
+}
+
+/// The stranded export of the device `dev` (revoked by an unbind while a pinned importer still
+/// mapped it) with the lowest instance above `after`: `(instance, offset, len)`, its bytes
+/// `offset..offset + len` of the device memory.
+pub(crate) fn stranded_next(dev: &kernel::device::Device, after: u64) -> Option<(u64, u64, u64)> {
+    let raw = super::raw_device(dev);
+    let (mut instance, mut offset, mut len) = (0, 0, 0);
+    // SAFETY: `raw` is a valid device, only compared; the out pointers are valid.
+    unsafe {
+        ffi::neuron_udma_dmabuf_stranded_next(raw, after, &mut instance, &mut offset, &mut len)
+    }
+    .then_some((instance, offset, len))
+}
+
+/// Whether the export `instance` is still stranded (not released).
+pub(crate) fn is_stranded(instance: u64) -> bool {
+    // SAFETY: only reads the C list under its lock.
+    unsafe { ffi::neuron_udma_dmabuf_is_stranded(instance) }
+}
+
+/// In KUnit builds, the debugfs file `neuron_udma_pinned_importer` through which user space
+/// drives a pinned importer of an export (`rust/kfac/dmabuf_kunit.c`, for
+/// `pinned_export_test`), removed on drop; nothing in other builds.
+pub(crate) struct PinnedImporterFile {
+    #[cfg(neuron_udma_kunit)]
+    dentry: *mut kernel::bindings::dentry,
+}
+
+// SAFETY: the dentry is only handed back to debugfs, from any task.
+unsafe impl Send for PinnedImporterFile {}
+// SAFETY: no method reads it.
+unsafe impl Sync for PinnedImporterFile {}
+
+impl PinnedImporterFile {
+    /// Creates the file (none without debugfs, or outside KUnit builds).
+    pub(crate) fn create() -> Self {
+        Self {
+            // SAFETY: no precondition.
+            #[cfg(neuron_udma_kunit)]
+            dentry: unsafe { ffi::neuron_udma_kunit_pinned_importer_create() },
+        }
+    }
+}
+
+#[cfg(neuron_udma_kunit)]
+impl Drop for PinnedImporterFile {
+    fn drop(&mut self) {
+        // SAFETY: the dentry `create` returned (or null), removed once.
+        unsafe { ffi::neuron_udma_kunit_pinned_importer_remove(self.dentry) }
+    }
 }
 
 /// A file descriptor number reserved in the calling process, not installed yet; given back on

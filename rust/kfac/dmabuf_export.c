@@ -25,15 +25,39 @@
  * Export (NEURON_UDMA_DMABUF_EXPORT): a dma-buf of a range of device memory, which is BAR4 (a
  * device address is its BAR4 offset, rust/arch.rs). Importers get the bus addresses of that
  * range from the PCI P2PDMA provider of BAR4 (dma_buf_phys_vec_to_sgt(), as vfio-pci exports
- * BARs). Only importers that can be revoked attach (a dynamic attachment with
+ * BARs). By default only importers that can be revoked attach (a dynamic attachment with
  * invalidate_mappings, as vfio-pci requires): at unbind every export is revoked
  * (neuron_udma_dmabuf_revoke_all()) and the unbind waits until every importer unmapped, so no
  * importer reaches the BAR (nor the provider, which devres frees) after it. The dma-buf holds a
  * module reference (exp_info.owner) and, through its Rust hold, the buffer: the device memory
  * goes back to the allocator only when the last reference to the dma-buf is gone, and it is
  * scrubbed before its next MEM_ALLOC.
+ *
+ * Pinned importers (peer-to-peer, no invalidate_mappings: RDMA's ib_umem_dmabuf_get_pinned(),
+ * through which EFA registers dma-bufs) attach only with the dmabuf_pinned_importers parameter.
+ * Nothing can make them unmap: the unbind waits for their mappings at most
+ * dmabuf_pinned_unbind_wait_ms, then says so in the log and goes on with the export *stranded*:
+ * its range stays reserved, in every later binding's allocator of the device (rust/dmabuf.rs),
+ * until the dma-buf is released, i.e. the importer detached.
  */
 MODULE_IMPORT_NS("DMA_BUF");
+
+/*
+ * C parameters, not Rust ones: Linux 7.3's Rust module parameters are read-only and absent from
+ * sysfs, and these are looked at on every attach and unbind (a change applies from the next).
+ */
+static bool pinned_importers;
+module_param_named(dmabuf_pinned_importers, pinned_importers, bool, 0644);
+MODULE_PARM_DESC(dmabuf_pinned_importers,
+		 "Admit dma-buf importers of device memory that cannot be revoked (pinned, as EFA registers dma-bufs); an unbind then cannot take the memory back from them (default: N)");
+
+static unsigned int pinned_unbind_wait_ms = 10000;
+module_param_named(dmabuf_pinned_unbind_wait_ms, pinned_unbind_wait_ms, uint, 0644);
+MODULE_PARM_DESC(dmabuf_pinned_unbind_wait_ms,
+		 "How long an unbind waits for pinned importers to unmap device memory before it leaves the memory reserved and goes on, in ms (default: 10000)");
+
+/* Export instances, never reused: what a stranded range's reservation names. */
+static atomic64_t neuron_udma_export_instances = ATOMIC64_INIT(0);
 
 /* BAR holding device memory (rust/driver.rs). */
 #define NEURON_UDMA_DRAM_BAR 4
@@ -56,11 +80,22 @@ struct neuron_udma_export {
 	struct completion unmapped;
 	/* Under the dma-buf's reservation lock: no new mapping (the device is going away). */
 	bool revoked;
+	/* This export, among every export of the module's lifetime (from 1). */
+	u64 instance;
+	/* Attachments admitted without invalidate_mappings (their ->priv is the export). */
+	atomic_t pinned;
+	/*
+	 * Under neuron_udma_exports_lock: revoked with a mapping left past the unbind's wait; in
+	 * neuron_udma_stranded until its release, its range reserved meanwhile.
+	 */
+	bool stranded;
 	/* rust/dmabuf.rs: the exported buffer (busy) and its device, given back by ->release. */
 	struct neuron_udma_export_hold *hold;
 };
 
 static LIST_HEAD(neuron_udma_exports);
+/* Stranded exports (revoked, still mapped by a pinned importer), of every device. */
+static LIST_HEAD(neuron_udma_stranded);
 static DEFINE_MUTEX(neuron_udma_exports_lock);
 
 static void neuron_udma_export_unmapped(struct kref *kref)
@@ -69,14 +104,17 @@ static void neuron_udma_export_unmapped(struct kref *kref)
 }
 
 /*
- * Only importers that reach the BAR (peer-to-peer) and can be revoked: a pinned importer
- * without invalidate_mappings could keep its mapping past unbind.
+ * Only importers that reach the BAR (peer-to-peer) and can be revoked, or, with the
+ * dmabuf_pinned_importers parameter, also pinned ones (no invalidate_mappings), which can keep
+ * their mapping past unbind. A static importer (no importer ops, as vgem's PRIME import) is
+ * not peer-to-peer: BAR memory has no pages it could map.
  */
 static int neuron_udma_dmabuf_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 {
 	struct neuron_udma_export *exp = dmabuf->priv;
+	bool pinned = !dma_buf_attach_revocable(attach);
 
-	if (!attach->peer2peer || !dma_buf_attach_revocable(attach))
+	if (!attach->peer2peer || (pinned && !READ_ONCE(pinned_importers)))
 		return -EOPNOTSUPP;
 	/* Rechecked under the reservation lock by ->map_dma_buf. */
 	if (READ_ONCE(exp->revoked))
@@ -84,9 +122,25 @@ static int neuron_udma_dmabuf_attach(struct dma_buf *dmabuf, struct dma_buf_atta
 	/* A device the BAR cannot reach (no common switch or allow-listed host bridge). */
 	if (pci_p2pdma_distance_many(to_pci_dev(exp->dev), &attach->dev, 1, false) < 0)
 		return -EOPNOTSUPP;
+	if (pinned) {
+		/* Counted before any mapping of it: the revocation reads the count after them. */
+		atomic_inc(&exp->pinned);
+		attach->priv = exp;
+		dev_warn(exp->dev,
+			 "dma-buf of device memory [%#llx, +%#zx): pinned importer %s admitted (dmabuf_pinned_importers): an unbind cannot revoke it\n",
+			 NU_EXPORT_OFFSET(exp), exp->phys.len, dev_name(attach->dev));
+	}
 	trace_neuron_udma_dmabuf_attach(exp->dev, NU_EXPORT_OFFSET(exp), exp->phys.len,
 					dev_name(attach->dev));
 	return 0;
+}
+
+static void neuron_udma_dmabuf_detach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
+{
+	struct neuron_udma_export *exp = dmabuf->priv;
+
+	if (attach->priv)
+		atomic_dec(&exp->pinned);
 }
 
 static struct sg_table *neuron_udma_dmabuf_map(struct dma_buf_attachment *attach,
@@ -124,10 +178,19 @@ static void neuron_udma_dmabuf_unmap(struct dma_buf_attachment *attach, struct s
 static void neuron_udma_dmabuf_release(struct dma_buf *dmabuf)
 {
 	struct neuron_udma_export *exp = dmabuf->priv;
+	bool stranded;
 
 	mutex_lock(&neuron_udma_exports_lock);
 	list_del_init(&exp->node);
+	stranded = exp->stranded;
 	mutex_unlock(&neuron_udma_exports_lock);
+	if (stranded) {
+		dev_warn(exp->dev,
+			 "dma-buf of device memory [%#llx, +%#zx): the pinned importer detached; the range is free again\n",
+			 NU_EXPORT_OFFSET(exp), exp->phys.len);
+		/* Off the list: no later binding reserves it; the current one stops now. */
+		neuron_udma_dmabuf_stranded_released(exp->dev, exp->instance);
+	}
 	/* The buffer is no longer busy: freed now if its file was closed. */
 	neuron_udma_dmabuf_released(exp->hold);
 	kfree(exp);
@@ -135,6 +198,7 @@ static void neuron_udma_dmabuf_release(struct dma_buf *dmabuf)
 
 static const struct dma_buf_ops neuron_udma_dmabuf_ops = {
 	.attach = neuron_udma_dmabuf_attach,
+	.detach = neuron_udma_dmabuf_detach,
 	.map_dma_buf = neuron_udma_dmabuf_map,
 	.unmap_dma_buf = neuron_udma_dmabuf_unmap,
 	.release = neuron_udma_dmabuf_release,
@@ -153,6 +217,13 @@ bool neuron_udma_export_local(struct dma_buf *dmabuf, struct device *dev, u64 *b
 		return false;
 	*bus_base = pci_bus_address(to_pci_dev(exp->dev), NEURON_UDMA_DRAM_BAR);
 	return true;
+}
+
+struct device *neuron_udma_export_device(struct dma_buf *dmabuf)
+{
+	if (dmabuf->ops != &neuron_udma_dmabuf_ops)
+		return NULL;
+	return ((struct neuron_udma_export *)dmabuf->priv)->dev;
 }
 
 /*
@@ -193,6 +264,8 @@ struct neuron_udma_export *neuron_udma_dmabuf_export(struct device *dev, u64 off
 	exp->phys.len = size;
 	kref_init(&exp->maps);
 	init_completion(&exp->unmapped);
+	exp->instance = atomic64_inc_return(&neuron_udma_export_instances);
+	atomic_set(&exp->pinned, 0);
 	exp_info.ops = &neuron_udma_dmabuf_ops;
 	exp_info.size = size;
 	exp_info.flags = O_RDWR;
@@ -225,19 +298,40 @@ void neuron_udma_dmabuf_install(struct neuron_udma_export *exp, int fd)
 	dma_buf_fd_install(exp->dmabuf, fd);
 }
 
+/* Names in the log every pinned importer of @exp that still maps it (it is revoked). */
+static void neuron_udma_dmabuf_log_stranded(struct neuron_udma_export *exp, unsigned int ms)
+{
+	struct dma_buf_attachment *attach;
+
+	dev_err(exp->dev,
+		"dma-buf of device memory [%#llx, +%#zx): still mapped %u ms after the unbind revoked it; the unbind goes on, and the range stays reserved (in every later binding) until the importer detaches\n",
+		NU_EXPORT_OFFSET(exp), exp->phys.len, ms);
+	dma_resv_lock(exp->dmabuf->resv, NULL);
+	list_for_each_entry(attach, &exp->dmabuf->attachments, node) {
+		if (attach->priv)
+			dev_err(exp->dev, "  pinned importer %s (%s) may still reach it\n",
+				dev_name(attach->dev), dev_driver_string(attach->dev));
+	}
+	dma_resv_unlock(exp->dmabuf->resv);
+}
+
 /*
  * Revokes @exp (the caller holds a reference to its dma-buf): no new mapping, every importer
- * is told to unmap (invalidate_mappings), and this returns once every mapping is gone, so the
- * BAR range and the provider are no longer reachable through it. Idempotent.
+ * is told to unmap (invalidate_mappings), and this waits until every mapping is gone, so the
+ * BAR range and the provider are no longer reachable through it. Without a pinned importer
+ * that wait ends (revocable importers unmap in bounded time); with one, it lasts at most
+ * dmabuf_pinned_unbind_wait_ms. Returns false if a mapping is left then (logged: the caller
+ * strands the export). Idempotent (true on later calls).
  */
-void neuron_udma_dmabuf_revoke(struct neuron_udma_export *exp)
+bool neuron_udma_dmabuf_revoke(struct neuron_udma_export *exp)
 {
 	struct dma_buf *dmabuf = exp->dmabuf;
+	unsigned int ms;
 
 	dma_resv_lock(dmabuf->resv, NULL);
 	if (exp->revoked) {
 		dma_resv_unlock(dmabuf->resv);
-		return;
+		return true;
 	}
 	WRITE_ONCE(exp->revoked, true);
 	/* Every importer is told: none is named. */
@@ -245,9 +339,17 @@ void neuron_udma_dmabuf_revoke(struct neuron_udma_export *exp)
 	dma_buf_invalidate_mappings(dmabuf);
 	dma_resv_wait_timeout(dmabuf->resv, DMA_RESV_USAGE_BOOKKEEP, false, MAX_SCHEDULE_TIMEOUT);
 	dma_resv_unlock(dmabuf->resv);
-	/* Importers with invalidate_mappings unmap in bounded time (they alone may attach). */
 	kref_put(&exp->maps, neuron_udma_export_unmapped);
-	wait_for_completion(&exp->unmapped);
+	/* Every mapping made before the revocation belongs to an attachment counted before it. */
+	if (!atomic_read(&exp->pinned)) {
+		wait_for_completion(&exp->unmapped);
+		return true;
+	}
+	ms = READ_ONCE(pinned_unbind_wait_ms);
+	if (wait_for_completion_timeout(&exp->unmapped, msecs_to_jiffies(ms)))
+		return true;
+	neuron_udma_dmabuf_log_stranded(exp, ms);
+	return false;
 }
 
 /*
@@ -266,11 +368,59 @@ void neuron_udma_dmabuf_revoke_all(struct device *dev)
 	}
 	mutex_unlock(&neuron_udma_exports_lock);
 	list_for_each_entry_safe(exp, next, &revoke, node) {
-		neuron_udma_dmabuf_revoke(exp);
+		bool unmapped = neuron_udma_dmabuf_revoke(exp);
+
 		mutex_lock(&neuron_udma_exports_lock);
-		list_del_init(&exp->node);
+		if (unmapped) {
+			list_del_init(&exp->node);
+		} else {
+			exp->stranded = true;
+			list_move_tail(&exp->node, &neuron_udma_stranded);
+		}
 		mutex_unlock(&neuron_udma_exports_lock);
 		/* May release it (from task work or the delayed fput worker, not here). */
 		fput(exp->dmabuf->file);
 	}
+}
+
+/*
+ * The stranded export of @dev (revoked at an unbind while a pinned importer still mapped it)
+ * with the lowest instance above @after: its instance and its bytes [*@offset, + *@len) of the
+ * device memory, which that importer may still reach. False if there is none.
+ */
+bool neuron_udma_dmabuf_stranded_next(struct device *dev, u64 after, u64 *instance, u64 *offset,
+				      u64 *len)
+{
+	struct neuron_udma_export *exp, *found = NULL;
+
+	mutex_lock(&neuron_udma_exports_lock);
+	list_for_each_entry(exp, &neuron_udma_stranded, node) {
+		if (exp->dev == dev && exp->instance > after &&
+		    (!found || exp->instance < found->instance))
+			found = exp;
+	}
+	if (found) {
+		*instance = found->instance;
+		*offset = NU_EXPORT_OFFSET(found);
+		*len = found->phys.len;
+	}
+	mutex_unlock(&neuron_udma_exports_lock);
+	return found;
+}
+
+/* Whether export @instance is stranded (revoked, still mapped, not released). */
+bool neuron_udma_dmabuf_is_stranded(u64 instance)
+{
+	struct neuron_udma_export *exp;
+	bool found = false;
+
+	mutex_lock(&neuron_udma_exports_lock);
+	list_for_each_entry(exp, &neuron_udma_stranded, node) {
+		if (exp->instance == instance) {
+			found = true;
+			break;
+		}
+	}
+	mutex_unlock(&neuron_udma_exports_lock);
+	return found;
 }

@@ -19,6 +19,8 @@ struct dma_buf *neuron_udma_export_dmabuf(struct neuron_udma_export *exp);
  * *@bus_base is the bus address of @dev's BAR4.
  */
 bool neuron_udma_export_local(struct dma_buf *dmabuf, struct device *dev, u64 *bus_base);
+/* dmabuf_export.c: the device whose memory @dmabuf is, if it is an export of this driver. */
+struct device *neuron_udma_export_device(struct dma_buf *dmabuf);
 /* dmabuf_import.c: neuron_udma_import_dmabuf() of @dmabuf, whose reference it takes over. */
 struct neuron_udma_import *neuron_udma_import_attach(struct dma_buf *dmabuf, struct device *dev,
 						     bool write, u64 *size);
