@@ -8,8 +8,9 @@
 //! of its device-memory range (BAR4) through the PCI P2PDMA provider. The export keeps the
 //! buffer busy ([`ExportHold`]): `MEM_FREE` is `EBUSY`, and a buffer whose file was closed is
 //! freed (its device memory given back, to be scrubbed at its next `MEM_ALLOC`) only when the
-//! last reference to the dma-buf is gone. Only revocable importers attach; unbind revokes every
-//! export and waits until no importer maps it
+//! last reference to the dma-buf is gone. Only revocable importers attach (and pinned ones with
+//! `dmabuf_pinned_importers`: [`adopt_stranded`]); unbind revokes every export and waits until
+//! no importer maps it
 //! ([`dmabuf_revoke_all`](crate::kfac::dmabuf::dmabuf_revoke_all)). The dma-buf holds a module
 //! reference and, after unbind, only the device's record (as an open file does).
 //!
@@ -142,20 +143,19 @@ pub(crate) fn sweep_stranded(dev: &UdmaDevice) {
     }
 }
 
-/// The stranded export `instance` of the device `dev` was released (its pinned importer
-/// detached): the binding of the device, if it reserved the export's range, frees it.
+/// The stranded export `instance` was released (its pinned importer detached): the binding
+/// that reserved the export's range, if one did, frees it (instances are never reused, so only
+/// that binding's pool knows it; the binding of the same PCI function may be a new `pci_dev`
+/// after a remove and rescan, so every bound device is asked).
 ///
 /// # Safety
 ///
-/// None beyond C's types: `dev` is only compared with the bound devices' addresses.
+/// None: C passes a number.
 #[no_mangle]
-unsafe extern "C" fn neuron_udma_dmabuf_stranded_released(
-    dev: *const kernel::bindings::device,
-    instance: u64,
-) {
-    if let Some(d) = crate::Registry::by_device(dev) {
+unsafe extern "C" fn neuron_udma_dmabuf_stranded_released(instance: u64) {
+    crate::Registry::for_each(|d| {
         d.pool.unreserve_stranded(instance);
-    }
+    });
 }
 
 /// A `DMABUF_EXPORT` whose dma-buf exists and whose descriptor is reserved: [`Self::install`]

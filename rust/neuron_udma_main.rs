@@ -121,6 +121,14 @@ impl Registry {
             .map(|(_, d)| d.clone())
     }
 
+    /// Calls `f` for every bound device, under the registry's lock (`f` takes no lock that is
+    /// held while the registry's is taken).
+    pub(crate) fn for_each(mut f: impl FnMut(&device::UdmaDevice)) {
+        for (_, d) in REGISTRY.lock().devs.iter() {
+            f(d);
+        }
+    }
+
     /// The device whose PCI device's `struct device` is `dev` (the C side's callbacks).
     pub(crate) fn by_device(
         dev: *const kernel::bindings::device,

@@ -81,10 +81,10 @@ void neuron_udma_kunit_pinned_importer_remove(struct dentry *d);
 /* rust/dmabuf.rs: an export's dma-buf was released (its last reference is gone). */
 void neuron_udma_dmabuf_released(struct neuron_udma_export_hold *hold);
 /*
- * rust/dmabuf.rs: the stranded export @instance of @dev was released (off the list): the
- * binding of @dev, if one reserved its range, frees it.
+ * rust/dmabuf.rs: the stranded export @instance was released (off the list): the binding that
+ * reserved its range, if one did, frees it.
  */
-void neuron_udma_dmabuf_stranded_released(struct device *dev, u64 instance);
+void neuron_udma_dmabuf_stranded_released(u64 instance);
 /*
  * rust/buffer.rs: the exporter revoked the import of @buf (called under the dma-buf's
  * reservation lock): no new copy may name it; true while a descriptor or copy may still reach

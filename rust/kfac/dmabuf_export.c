@@ -36,7 +36,8 @@
  * Pinned importers (peer-to-peer, no invalidate_mappings: RDMA's ib_umem_dmabuf_get_pinned(),
  * through which EFA registers dma-bufs) attach only with the dmabuf_pinned_importers parameter.
  * Nothing can make them unmap: the unbind waits for their mappings at most
- * dmabuf_pinned_unbind_wait_ms, then says so in the log and goes on with the export *stranded*:
+ * dmabuf_pinned_unbind_wait_ms in all (one deadline for every export of the device), then says
+ * so in the log and goes on with each export still mapped *stranded*:
  * its range stays reserved, in every later binding's allocator of the device (rust/dmabuf.rs),
  * until the dma-buf is released, i.e. the importer detached.
  */
@@ -49,12 +50,12 @@ MODULE_IMPORT_NS("DMA_BUF");
 static bool pinned_importers;
 module_param_named(dmabuf_pinned_importers, pinned_importers, bool, 0644);
 MODULE_PARM_DESC(dmabuf_pinned_importers,
-		 "Admit dma-buf importers of device memory that cannot be revoked (pinned, as EFA registers dma-bufs); an unbind then cannot take the memory back from them (default: N)");
+		 "admit dma-buf importers of device memory that cannot be revoked (pinned, as EFA registers dma-bufs), read at each attach; an unbind cannot take the memory back from them (default N)");
 
 static unsigned int pinned_unbind_wait_ms = 10000;
 module_param_named(dmabuf_pinned_unbind_wait_ms, pinned_unbind_wait_ms, uint, 0644);
 MODULE_PARM_DESC(dmabuf_pinned_unbind_wait_ms,
-		 "How long an unbind waits for pinned importers to unmap device memory before it leaves the memory reserved and goes on, in ms (default: 10000)");
+		 "how long an unbind waits in all for pinned importers to unmap device memory, in ms, before it leaves their ranges reserved and goes on (default 10000)");
 
 /* Export instances, never reused: what a stranded range's reservation names. */
 static atomic64_t neuron_udma_export_instances = ATOMIC64_INIT(0);
@@ -82,6 +83,12 @@ struct neuron_udma_export {
 	bool revoked;
 	/* This export, among every export of the module's lifetime (from 1). */
 	u64 instance;
+	/*
+	 * The exporting function's PCI domain and bus/devfn: a later binding of the same function
+	 * reserves a stranded export's range, also after a remove and rescan (a new pci_dev).
+	 */
+	int domain;
+	u16 devid;
 	/* Attachments admitted without invalidate_mappings (their ->priv is the export). */
 	atomic_t pinned;
 	/*
@@ -126,7 +133,8 @@ static int neuron_udma_dmabuf_attach(struct dma_buf *dmabuf, struct dma_buf_atta
 		/* Counted before any mapping of it: the revocation reads the count after them. */
 		atomic_inc(&exp->pinned);
 		attach->priv = exp;
-		dev_warn(exp->dev,
+		/* Any user who can register an export with such an importer can attach it. */
+		dev_warn_ratelimited(exp->dev,
 			 "dma-buf of device memory [%#llx, +%#zx): pinned importer %s admitted (dmabuf_pinned_importers): an unbind cannot revoke it\n",
 			 NU_EXPORT_OFFSET(exp), exp->phys.len, dev_name(attach->dev));
 	}
@@ -189,7 +197,7 @@ static void neuron_udma_dmabuf_release(struct dma_buf *dmabuf)
 			 "dma-buf of device memory [%#llx, +%#zx): the pinned importer detached; the range is free again\n",
 			 NU_EXPORT_OFFSET(exp), exp->phys.len);
 		/* Off the list: no later binding reserves it; the current one stops now. */
-		neuron_udma_dmabuf_stranded_released(exp->dev, exp->instance);
+		neuron_udma_dmabuf_stranded_released(exp->instance);
 	}
 	/* The buffer is no longer busy: freed now if its file was closed. */
 	neuron_udma_dmabuf_released(exp->hold);
@@ -265,6 +273,8 @@ struct neuron_udma_export *neuron_udma_dmabuf_export(struct device *dev, u64 off
 	kref_init(&exp->maps);
 	init_completion(&exp->unmapped);
 	exp->instance = atomic64_inc_return(&neuron_udma_export_instances);
+	exp->domain = pci_domain_nr(pdev->bus);
+	exp->devid = pci_dev_id(pdev);
 	atomic_set(&exp->pinned, 0);
 	exp_info.ops = &neuron_udma_dmabuf_ops;
 	exp_info.size = size;
@@ -299,13 +309,13 @@ void neuron_udma_dmabuf_install(struct neuron_udma_export *exp, int fd)
 }
 
 /* Names in the log every pinned importer of @exp that still maps it (it is revoked). */
-static void neuron_udma_dmabuf_log_stranded(struct neuron_udma_export *exp, unsigned int ms)
+static void neuron_udma_dmabuf_log_stranded(struct neuron_udma_export *exp)
 {
 	struct dma_buf_attachment *attach;
 
 	dev_err(exp->dev,
-		"dma-buf of device memory [%#llx, +%#zx): still mapped %u ms after the unbind revoked it; the unbind goes on, and the range stays reserved (in every later binding) until the importer detaches\n",
-		NU_EXPORT_OFFSET(exp), exp->phys.len, ms);
+		"dma-buf of device memory [%#llx, +%#zx): still mapped when the unbind's wait for pinned importers (%u ms) ended; the unbind goes on, and the range stays reserved (in every later binding) until the importer detaches\n",
+		NU_EXPORT_OFFSET(exp), exp->phys.len, READ_ONCE(pinned_unbind_wait_ms));
 	dma_resv_lock(exp->dmabuf->resv, NULL);
 	list_for_each_entry(attach, &exp->dmabuf->attachments, node) {
 		if (attach->priv)
@@ -319,14 +329,15 @@ static void neuron_udma_dmabuf_log_stranded(struct neuron_udma_export *exp, unsi
  * Revokes @exp (the caller holds a reference to its dma-buf): no new mapping, every importer
  * is told to unmap (invalidate_mappings), and this waits until every mapping is gone, so the
  * BAR range and the provider are no longer reachable through it. Without a pinned importer
- * that wait ends (revocable importers unmap in bounded time); with one, it lasts at most
- * dmabuf_pinned_unbind_wait_ms. Returns false if a mapping is left then (logged: the caller
+ * that wait ends (revocable importers unmap in bounded time); with one, it lasts until
+ * @deadline (jiffies) at most. Returns false if a mapping is left then (logged: the caller
  * strands the export). Idempotent (true on later calls).
  */
-bool neuron_udma_dmabuf_revoke(struct neuron_udma_export *exp)
+static bool neuron_udma_dmabuf_revoke_until(struct neuron_udma_export *exp,
+					    unsigned long deadline)
 {
 	struct dma_buf *dmabuf = exp->dmabuf;
-	unsigned int ms;
+	long left;
 
 	dma_resv_lock(dmabuf->resv, NULL);
 	if (exp->revoked) {
@@ -345,11 +356,19 @@ bool neuron_udma_dmabuf_revoke(struct neuron_udma_export *exp)
 		wait_for_completion(&exp->unmapped);
 		return true;
 	}
-	ms = READ_ONCE(pinned_unbind_wait_ms);
-	if (wait_for_completion_timeout(&exp->unmapped, msecs_to_jiffies(ms)))
+	left = (long)(deadline - jiffies);
+	if (wait_for_completion_timeout(&exp->unmapped, max(left, 0L)) ||
+	    completion_done(&exp->unmapped))
 		return true;
-	neuron_udma_dmabuf_log_stranded(exp, ms);
+	neuron_udma_dmabuf_log_stranded(exp);
 	return false;
+}
+
+/* neuron_udma_dmabuf_revoke_until() with a wait of dmabuf_pinned_unbind_wait_ms from now. */
+bool neuron_udma_dmabuf_revoke(struct neuron_udma_export *exp)
+{
+	return neuron_udma_dmabuf_revoke_until(exp, jiffies +
+					       msecs_to_jiffies(READ_ONCE(pinned_unbind_wait_ms)));
 }
 
 /*
@@ -358,6 +377,8 @@ bool neuron_udma_dmabuf_revoke(struct neuron_udma_export *exp)
  */
 void neuron_udma_dmabuf_revoke_all(struct device *dev)
 {
+	/* One wait for pinned importers for the whole unbind, however many exports they map. */
+	unsigned long deadline = jiffies + msecs_to_jiffies(READ_ONCE(pinned_unbind_wait_ms));
 	struct neuron_udma_export *exp, *next;
 	LIST_HEAD(revoke);
 
@@ -368,7 +389,7 @@ void neuron_udma_dmabuf_revoke_all(struct device *dev)
 	}
 	mutex_unlock(&neuron_udma_exports_lock);
 	list_for_each_entry_safe(exp, next, &revoke, node) {
-		bool unmapped = neuron_udma_dmabuf_revoke(exp);
+		bool unmapped = neuron_udma_dmabuf_revoke_until(exp, deadline);
 
 		mutex_lock(&neuron_udma_exports_lock);
 		if (unmapped) {
@@ -384,18 +405,21 @@ void neuron_udma_dmabuf_revoke_all(struct device *dev)
 }
 
 /*
- * The stranded export of @dev (revoked at an unbind while a pinned importer still mapped it)
- * with the lowest instance above @after: its instance and its bytes [*@offset, + *@len) of the
- * device memory, which that importer may still reach. False if there is none.
+ * The stranded export of the PCI function @dev (revoked at an unbind while a pinned importer
+ * still mapped it; the same domain and bus/devfn, whether or not the same pci_dev) with the
+ * lowest instance above @after: its instance and its bytes [*@offset, + *@len) of the device
+ * memory, which that importer may still reach. False if there is none.
  */
 bool neuron_udma_dmabuf_stranded_next(struct device *dev, u64 after, u64 *instance, u64 *offset,
 				      u64 *len)
 {
+	struct pci_dev *pdev = to_pci_dev(dev);
 	struct neuron_udma_export *exp, *found = NULL;
 
 	mutex_lock(&neuron_udma_exports_lock);
 	list_for_each_entry(exp, &neuron_udma_stranded, node) {
-		if (exp->dev == dev && exp->instance > after &&
+		if (exp->domain == pci_domain_nr(pdev->bus) && exp->devid == pci_dev_id(pdev) &&
+		    exp->instance > after &&
 		    (!found || exp->instance < found->instance))
 			found = exp;
 	}
