@@ -156,15 +156,19 @@ impl BufferPool {
     }
 
     /// Reserves device addresses `start..start + len` (bytes) for the stranded export
-    /// `instance` ([`DramAllocator::reserve`]) until [`Self::unreserve_stranded`].
+    /// `instance` ([`DramAllocator::reserve`]) until [`Self::unreserve_stranded`]. Exports of
+    /// one buffer share its range: a range already reserved for another stranded export with
+    /// the same start is shared (whole buffers: stranded ranges are the same or disjoint).
     ///
     /// # Errors
     ///
-    /// `EINVAL` if the range is not free, `ENOMEM`; nothing is reserved then.
+    /// `EINVAL` if the range is neither free nor a stranded export's, `ENOMEM`; nothing is
+    /// reserved then.
     pub(crate) fn reserve_stranded(&self, instance: u64, start: u64, len: u64) -> Result {
         let mut st = self.state.lock();
         st.stranded.reserve(1, GFP_KERNEL)?;
-        if st.dram.reserve(start, len)? {
+        let shared = st.stranded.iter().any(|&(_, s)| s == start);
+        if shared || st.dram.reserve(start, len)? {
             // Room reserved above: cannot fail.
             st.stranded.push((instance, start), GFP_KERNEL)?;
         }
@@ -181,7 +185,10 @@ impl BufferPool {
         let Ok((_, start)) = st.stranded.remove(i) else {
             return false;
         };
-        st.dram.free(start);
+        // The last export of the range gives it back.
+        if !st.stranded.iter().any(|&(_, s)| s == start) {
+            st.dram.free(start);
+        }
         true
     }
 

@@ -39,23 +39,9 @@
  * dmabuf_pinned_unbind_wait_ms in all (one deadline for every export of the device), then says
  * so in the log and goes on with each export still mapped *stranded*:
  * its range stays reserved, in every later binding's allocator of the device (rust/dmabuf.rs),
- * until the dma-buf is released, i.e. the importer detached.
+ * until the dma-buf is released (the importer detached and no descriptor of it is left).
  */
 MODULE_IMPORT_NS("DMA_BUF");
-
-/*
- * C parameters, not Rust ones: Linux 7.3's Rust module parameters are read-only and absent from
- * sysfs, and these are looked at on every attach and unbind (a change applies from the next).
- */
-static bool pinned_importers;
-module_param_named(dmabuf_pinned_importers, pinned_importers, bool, 0644);
-MODULE_PARM_DESC(dmabuf_pinned_importers,
-		 "admit dma-buf importers of device memory that cannot be revoked (pinned, as EFA registers dma-bufs), read at each attach; an unbind cannot take the memory back from them (default N)");
-
-static unsigned int pinned_unbind_wait_ms = 10000;
-module_param_named(dmabuf_pinned_unbind_wait_ms, pinned_unbind_wait_ms, uint, 0644);
-MODULE_PARM_DESC(dmabuf_pinned_unbind_wait_ms,
-		 "how long an unbind waits in all for pinned importers to unmap device memory, in ms, before it leaves their ranges reserved and goes on (default 10000)");
 
 /* Export instances, never reused: what a stranded range's reservation names. */
 static atomic64_t neuron_udma_export_instances = ATOMIC64_INIT(0);
@@ -121,7 +107,7 @@ static int neuron_udma_dmabuf_attach(struct dma_buf *dmabuf, struct dma_buf_atta
 	struct neuron_udma_export *exp = dmabuf->priv;
 	bool pinned = !dma_buf_attach_revocable(attach);
 
-	if (!attach->peer2peer || (pinned && !READ_ONCE(pinned_importers)))
+	if (!attach->peer2peer || (pinned && !neuron_udma_dmabuf_pinned_importers()))
 		return -EOPNOTSUPP;
 	/* Rechecked under the reservation lock by ->map_dma_buf. */
 	if (READ_ONCE(exp->revoked))
@@ -194,7 +180,7 @@ static void neuron_udma_dmabuf_release(struct dma_buf *dmabuf)
 	mutex_unlock(&neuron_udma_exports_lock);
 	if (stranded) {
 		dev_warn(exp->dev,
-			 "dma-buf of device memory [%#llx, +%#zx): the pinned importer detached; the range is free again\n",
+			 "dma-buf of device memory [%#llx, +%#zx) released (no importer or descriptor left); the range is free again\n",
 			 NU_EXPORT_OFFSET(exp), exp->phys.len);
 		/* Off the list: no later binding reserves it; the current one stops now. */
 		neuron_udma_dmabuf_stranded_released(exp->instance);
@@ -314,8 +300,8 @@ static void neuron_udma_dmabuf_log_stranded(struct neuron_udma_export *exp)
 	struct dma_buf_attachment *attach;
 
 	dev_err(exp->dev,
-		"dma-buf of device memory [%#llx, +%#zx): still mapped when the unbind's wait for pinned importers (%u ms) ended; the unbind goes on, and the range stays reserved (in every later binding) until the importer detaches\n",
-		NU_EXPORT_OFFSET(exp), exp->phys.len, READ_ONCE(pinned_unbind_wait_ms));
+		"dma-buf of device memory [%#llx, +%#zx): still mapped when the unbind's wait for pinned importers (%u ms) ended; the unbind goes on, and the range stays reserved (in every later binding) until the dma-buf is released\n",
+		NU_EXPORT_OFFSET(exp), exp->phys.len, neuron_udma_dmabuf_pinned_unbind_wait_ms());
 	dma_resv_lock(exp->dmabuf->resv, NULL);
 	list_for_each_entry(attach, &exp->dmabuf->attachments, node) {
 		if (attach->priv)
@@ -331,7 +317,7 @@ static void neuron_udma_dmabuf_log_stranded(struct neuron_udma_export *exp)
  * BAR range and the provider are no longer reachable through it. Without a pinned importer
  * that wait ends (revocable importers unmap in bounded time); with one, it lasts until
  * @deadline (jiffies) at most. Returns false if a mapping is left then (logged: the caller
- * strands the export). Idempotent (true on later calls).
+ * strands the export). Idempotent: a later call says whether a mapping is left now.
  */
 static bool neuron_udma_dmabuf_revoke_until(struct neuron_udma_export *exp,
 					    unsigned long deadline)
@@ -342,7 +328,8 @@ static bool neuron_udma_dmabuf_revoke_until(struct neuron_udma_export *exp,
 	dma_resv_lock(dmabuf->resv, NULL);
 	if (exp->revoked) {
 		dma_resv_unlock(dmabuf->resv);
-		return true;
+		/* The first call dropped the revocation's own count. */
+		return completion_done(&exp->unmapped);
 	}
 	WRITE_ONCE(exp->revoked, true);
 	/* Every importer is told: none is named. */
@@ -368,7 +355,7 @@ static bool neuron_udma_dmabuf_revoke_until(struct neuron_udma_export *exp,
 bool neuron_udma_dmabuf_revoke(struct neuron_udma_export *exp)
 {
 	return neuron_udma_dmabuf_revoke_until(exp, jiffies +
-					       msecs_to_jiffies(READ_ONCE(pinned_unbind_wait_ms)));
+					       msecs_to_jiffies(neuron_udma_dmabuf_pinned_unbind_wait_ms()));
 }
 
 /*
@@ -378,7 +365,7 @@ bool neuron_udma_dmabuf_revoke(struct neuron_udma_export *exp)
 void neuron_udma_dmabuf_revoke_all(struct device *dev)
 {
 	/* One wait for pinned importers for the whole unbind, however many exports they map. */
-	unsigned long deadline = jiffies + msecs_to_jiffies(READ_ONCE(pinned_unbind_wait_ms));
+	unsigned long deadline = jiffies + msecs_to_jiffies(neuron_udma_dmabuf_pinned_unbind_wait_ms());
 	struct neuron_udma_export *exp, *next;
 	LIST_HEAD(revoke);
 

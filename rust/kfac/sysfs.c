@@ -10,6 +10,7 @@
 #include <linux/string.h>
 #include <linux/sysfs.h>
 
+#include "dmabuf_internal.h"
 #include "sysfs.h"
 
 /*
@@ -162,4 +163,39 @@ MODULE_PARM_DESC(max_buffers, "most live buffers of one open file, read at open 
 unsigned int neuron_udma_max_buffers(void)
 {
 	return READ_ONCE(max_buffers);
+}
+
+/*
+ * dma-buf exports to pinned importers (rust/kfac/dmabuf_export.c), looked at on every attach
+ * and unbind (a change applies from the next one).
+ */
+static bool dmabuf_pinned_importers;
+module_param(dmabuf_pinned_importers, bool, 0644);
+MODULE_PARM_DESC(dmabuf_pinned_importers, "admit dma-buf importers of device memory that cannot be revoked (pinned, as EFA registers dma-bufs), read at each attach; an unbind cannot take the memory back from them (default N)");
+
+bool neuron_udma_dmabuf_pinned_importers(void)
+{
+	return READ_ONCE(dmabuf_pinned_importers);
+}
+
+/* Below the hung-task detector's default 120 s: the unbind waits uninterruptibly. */
+#define NEURON_UDMA_PINNED_WAIT_MAX_MS 100000
+static unsigned int dmabuf_pinned_unbind_wait_ms = 10000;
+
+static int pinned_unbind_wait_set(const char *val, const struct kernel_param *kp)
+{
+	return param_set_uint_minmax(val, kp, 0, NEURON_UDMA_PINNED_WAIT_MAX_MS);
+}
+
+static const struct kernel_param_ops pinned_unbind_wait_ops = {
+	.set = pinned_unbind_wait_set,
+	.get = param_get_uint,
+};
+module_param_cb(dmabuf_pinned_unbind_wait_ms, &pinned_unbind_wait_ops,
+		&dmabuf_pinned_unbind_wait_ms, 0644);
+MODULE_PARM_DESC(dmabuf_pinned_unbind_wait_ms, "how long an unbind waits in all for pinned importers to unmap device memory, in ms, before it leaves their ranges reserved and goes on (0 to 100000; default 10000)");
+
+unsigned int neuron_udma_dmabuf_pinned_unbind_wait_ms(void)
+{
+	return READ_ONCE(dmabuf_pinned_unbind_wait_ms);
 }

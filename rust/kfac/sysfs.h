@@ -22,7 +22,10 @@ struct neuron_udma_usage;
 /* No sysfs attributes in Rust: read-only u64 counters of a device, in a named group. */
 struct neuron_udma_usage *neuron_udma_usage_add(struct device *dev, const u64 *const *vals);
 void neuron_udma_usage_remove(struct neuron_udma_usage *usage);
-/* The module parameters: dma_channels (read-only), device_ring_fill and max_buffers. */
+/*
+ * The module parameters: dma_channels (read-only), device_ring_fill and max_buffers (and the
+ * dma-buf ones, which only C reads: rust/kfac/dmabuf_internal.h).
+ */
 unsigned int neuron_udma_dma_channels(void);
 bool neuron_udma_device_rings_by_engine(void);
 unsigned int neuron_udma_max_buffers(void);

@@ -12,7 +12,7 @@
  * does; closing the file detaches. vgem, an importer written elsewhere, attaches statically
  * (no peer-to-peer): refused with the parameter or without it, while it imports a udmabuf.
  * The unbind's wait is one deadline for all its exports; the reservation follows the PCI
- * function (domain, bus, devfn) through a remove and rescan.
+ * function (domain, bus, devfn) through a remove and rescan (v2 only: see that case).
  */
 #define _GNU_SOURCE
 #include <drm/drm.h>
@@ -325,22 +325,51 @@ static int alloc_and_free(int fd, __u64 size)
 }
 
 /*
- * Unbind with pinned importers of two exports attached: the unbind waits
- * dmabuf_pinned_unbind_wait_ms for them in all (one deadline, not one wait per export) and
- * names them in the log; the device bound anew keeps both ranges reserved (an allocation of
- * all its memory fails with ENOMEM), and so does the next binding after a PCI remove and rescan
- * (a new pci_dev of the same function); when one importer detaches the other range stays
- * reserved, when both did all of it can be allocated again, and the log says so. Last: it
- * removes and rescans the device.
+ * The kernel log's timestamps (s) of its lines holding @needle, at most @max of them: how many,
+ * or -1 if the log is unreadable.
+ */
+static int klog_times(const char *needle, double *t, int max)
+{
+	int len = klogctl(10, NULL, 0), n = 0;
+	char *buf, *line, *save = NULL;
+
+	if (len <= 0)
+		return -1;
+	buf = malloc(len + 1);
+	if (!buf)
+		return -1;
+	len = klogctl(3, buf, len);
+	if (len < 0) {
+		free(buf);
+		return -1;
+	}
+	buf[len] = 0;
+	for (line = strtok_r(buf, "\n", &save); line && n < max; line = strtok_r(NULL, "\n", &save)) {
+		char *at = strchr(line, '[');
+
+		if (at && strstr(line, needle))
+			t[n++] = strtod(at + 1, NULL);
+	}
+	free(buf);
+	return n;
+}
+
+/*
+ * Unbind with pinned importers of three exports attached, two of them of one buffer: the unbind
+ * waits dmabuf_pinned_unbind_wait_ms for them in all, one deadline and not one wait per export
+ * (the three are logged together, when it passed), and names them in the log; the device bound
+ * anew keeps both ranges reserved (an allocation of all its memory fails with ENOMEM; the
+ * shared range does not fail the probe); a range stays reserved until every export of it is
+ * released, and then all of the memory can be allocated again, which the log says. Last: it
+ * unbinds and binds the device.
  */
 TEST_F_TIMEOUT(pin, unbind_strands_the_ranges_until_the_importers_detach, 240)
 {
-	/* Long enough that one wait per export (2 x WAIT) cannot pass for one wait in all. */
 	const unsigned int wait_ms = 6 * WAIT_MS;
 	char bdf[64], ms[16], path[PATH_MAX];
-	int dbfd, imp[2], fd, ret, i;
-	double t0, took;
-	struct ubuf dev;
+	int dbfd, imp[3], fd, ret, i, n;
+	struct ubuf dev[2];
+	double t0, took, t[8];
 
 	if (!self->info.device_mem_size)
 		SKIP(return, "the device has no device memory");
@@ -348,9 +377,11 @@ TEST_F_TIMEOUT(pin, unbind_strands_the_ranges_until_the_importers_detach, 240)
 	ASSERT_EQ(0, sysfs_write(PINNED_PARAM, "Y"));
 	snprintf(ms, sizeof(ms), "%u", wait_ms);
 	ASSERT_EQ(0, sysfs_write(WAIT_PARAM, ms));
-	for (i = 0; i < 2; i++) {
-		ASSERT_EQ(0, ubuf_dev(self->fd, MIB, &dev));
-		dbfd = db_export(self->fd, dev.handle);
+	ASSERT_EQ(0, ubuf_dev(self->fd, MIB, &dev[0]));
+	ASSERT_EQ(0, ubuf_dev(self->fd, MIB, &dev[1]));
+	/* Buffer 0 twice, buffer 1 once. */
+	for (i = 0; i < 3; i++) {
+		dbfd = db_export(self->fd, dev[i / 2].handle);
 		ASSERT_LE(0, dbfd);
 		imp[i] = pinned_open();
 		ASSERT_LE(0, imp[i]);
@@ -364,24 +395,67 @@ TEST_F_TIMEOUT(pin, unbind_strands_the_ranges_until_the_importers_detach, 240)
 	ret = sysfs_write(UDMA_DRV_DIR "/unbind", bdf);
 	took = now_s() - t0;
 	ASSERT_EQ(0, ret) TH_LOG("unbind %s: %s", bdf, strerror(-ret));
-	TH_LOG("the unbind took %.2f s with two pinned importers and a %u ms wait", took, wait_ms);
+	TH_LOG("the unbind took %.2f s with three pinned importers and a %u ms wait", took,
+	       wait_ms);
 	EXPECT_LE(wait_ms / 1000.0, took);
-	EXPECT_GT(2 * wait_ms / 1000.0, took);
-	snprintf(path, sizeof(path), "still mapped when the unbind's wait for pinned importers (%u ms) ended",
-		 wait_ms);
-	EXPECT_EQ(1, klog_has(path));
+	snprintf(path, sizeof(path),
+		 "still mapped when the unbind's wait for pinned importers (%u ms) ended", wait_ms);
+	n = klog_times(path, t, 8);
+	ASSERT_EQ(3, n);
+	/* One wait per export would log them wait_ms apart. */
+	EXPECT_GT(wait_ms / 2000.0, t[2] - t[0]) TH_LOG("logged %.3f s apart", t[2] - t[0]);
 	EXPECT_EQ(1, klog_has("may still reach it"));
 
 	ret = sysfs_write(UDMA_DRV_DIR "/bind", bdf);
 	ASSERT_EQ(0, ret) TH_LOG("bind %s: %s", bdf, strerror(-ret));
 	fd = udma_open_wait();
 	ASSERT_LE(0, fd);
+	self->fd = fd;
 	EXPECT_EQ(1, klog_has("stays reserved: a pinned importer of a dma-buf of an earlier binding"));
 	/* The importers still map their ranges: they are not handed out. */
 	EXPECT_EQ(-ENOMEM, alloc_and_free(fd, self->info.device_mem_size));
-	close(fd);
 
-	/* A new pci_dev of the same function reserves them too. */
+	/* Buffer 1's range is given back; buffer 0's stays while one export of it is left. */
+	close(imp[2]);
+	EXPECT_EQ(1, klog_has("released (no importer or descriptor left); the range is free again"));
+	EXPECT_EQ(-ENOMEM, alloc_and_free(fd, self->info.device_mem_size));
+	close(imp[0]);
+	EXPECT_EQ(-ENOMEM, alloc_and_free(fd, self->info.device_mem_size));
+	close(imp[1]);
+	EXPECT_EQ(0, alloc_and_free(fd, self->info.device_mem_size));
+}
+
+/*
+ * PCI remove with a pinned importer attached, then rescan: the new pci_dev of the same function
+ * (same domain, bus and devfn) keeps the range reserved until the importer detaches. Not on v3
+ * here: in the one-device guest the rescan finds no room for its 4 GiB BAR0 (the probe fails
+ * with ENOMEM), so the device would stay unbound for the tests after it. Last: it removes and
+ * rescans the device.
+ */
+TEST_F_TIMEOUT(pin, rescan_keeps_the_range_reserved, 240)
+{
+	char bdf[64], ms[16], path[PATH_MAX];
+	int dbfd, imp, fd;
+	struct ubuf dev;
+
+	if (!self->info.device_mem_size)
+		SKIP(return, "the device has no device memory");
+	if (self->info.generation == NEURON_UDMA_GEN_V3)
+		SKIP(return, "v3: the one-device guest cannot place BAR0 again after a rescan");
+	ASSERT_EQ(0, udma_bdf(bdf, sizeof(bdf)));
+	ASSERT_EQ(0, sysfs_write(PINNED_PARAM, "Y"));
+	snprintf(ms, sizeof(ms), "%d", WAIT_MS);
+	ASSERT_EQ(0, sysfs_write(WAIT_PARAM, ms));
+	ASSERT_EQ(0, ubuf_dev(self->fd, MIB, &dev));
+	dbfd = db_export(self->fd, dev.handle);
+	ASSERT_LE(0, dbfd);
+	imp = pinned_open();
+	ASSERT_LE(0, imp);
+	ASSERT_EQ(0, pinned_import(imp, dbfd));
+	close(dbfd);
+	close(self->fd);
+	self->fd = -1;
+
 	snprintf(path, sizeof(path), PCI_DEVS_DIR "/%s/remove", bdf);
 	ASSERT_EQ(0, sysfs_write(path, "1"));
 	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/rescan", "1"));
@@ -389,11 +463,7 @@ TEST_F_TIMEOUT(pin, unbind_strands_the_ranges_until_the_importers_detach, 240)
 	ASSERT_LE(0, fd);
 	self->fd = fd;
 	EXPECT_EQ(-ENOMEM, alloc_and_free(fd, self->info.device_mem_size));
-
-	close(imp[0]);
-	EXPECT_EQ(1, klog_has("the pinned importer detached; the range is free again"));
-	EXPECT_EQ(-ENOMEM, alloc_and_free(fd, self->info.device_mem_size));
-	close(imp[1]);
+	close(imp);
 	EXPECT_EQ(0, alloc_and_free(fd, self->info.device_mem_size));
 }
 
