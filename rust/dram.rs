@@ -129,16 +129,9 @@ impl DramAllocator {
         };
         let mut s = start;
         let mut e = s + u.charge.bytes();
-        // The free neighbour before this range (the last one starting below it) and the one
-        // that starts where it ends.
-        let prev = match self.free.cursor_lower_bound(&s) {
-            Some(c) => c.peek_prev().map(|(&fs, &fl)| (fs, fl)),
-            None => self.free.cursor_back().map(|c| {
-                let (&fs, &fl) = c.current();
-                (fs, fl)
-            }),
-        };
-        if let Some((ps, pl)) = prev {
+        // The free neighbour before this range (the last one starting below it: none starts at
+        // `s`, which is allocated) and the one that starts where it ends.
+        if let Some((ps, pl)) = self.free_at_or_below(s) {
             if ps + pl == s {
                 self.free.remove(&ps);
                 self.by_size.remove(&(pl, ps));
@@ -152,6 +145,18 @@ impl DramAllocator {
         // The records reserved with the allocation: nothing to allocate.
         self.free.insert(u.free_node.into_node(s, e - s));
         self.by_size.insert(u.size_node.into_node((e - s, s), ()));
+    }
+
+    /// The free range `(start, len)` that starts at `addr` or last before it, if any.
+    fn free_at_or_below(&self, addr: u64) -> Option<(u64, u64)> {
+        match self.free.cursor_lower_bound(&addr) {
+            Some(c) if *c.current().0 == addr => Some((addr, *c.current().1)),
+            Some(c) => c.peek_prev().map(|(&fs, &fl)| (fs, fl)),
+            None => self.free.cursor_back().map(|c| {
+                let (&fs, &fl) = c.current();
+                (fs, fl)
+            }),
+        }
     }
 
     /// Takes the range `start..start + len` (bytes) out of the free memory as an allocated
@@ -169,16 +174,8 @@ impl DramAllocator {
         if len == 0 || end <= self.start || start >= self.end {
             return Ok(false);
         }
-        // The free range holding `start`: the one starting there, or the last before it.
-        let holder = match self.free.cursor_lower_bound(&start) {
-            Some(c) if *c.current().0 == start => Some((start, *c.current().1)),
-            Some(c) => c.peek_prev().map(|(&fs, &fl)| (fs, fl)),
-            None => self.free.cursor_back().map(|c| {
-                let (&fs, &fl) = c.current();
-                (fs, fl)
-            }),
-        };
-        let (fs, fl) = holder.ok_or(EINVAL)?;
+        // The free range that would hold `start`.
+        let (fs, fl) = self.free_at_or_below(start).ok_or(EINVAL)?;
         if fs > start || end > fs + fl {
             return Err(EINVAL);
         }

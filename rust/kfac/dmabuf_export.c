@@ -203,21 +203,19 @@ struct dma_buf *neuron_udma_export_dmabuf(struct neuron_udma_export *exp)
 	return exp->dmabuf;
 }
 
-bool neuron_udma_export_local(struct dma_buf *dmabuf, struct device *dev, u64 *bus_base)
-{
-	struct neuron_udma_export *exp = dmabuf->priv;
-
-	if (dmabuf->ops != &neuron_udma_dmabuf_ops || exp->dev != dev)
-		return false;
-	*bus_base = pci_bus_address(to_pci_dev(exp->dev), NEURON_UDMA_DRAM_BAR);
-	return true;
-}
-
 struct device *neuron_udma_export_device(struct dma_buf *dmabuf)
 {
 	if (dmabuf->ops != &neuron_udma_dmabuf_ops)
 		return NULL;
 	return ((struct neuron_udma_export *)dmabuf->priv)->dev;
+}
+
+bool neuron_udma_export_local(struct dma_buf *dmabuf, struct device *dev, u64 *bus_base)
+{
+	if (neuron_udma_export_device(dmabuf) != dev)
+		return false;
+	*bus_base = pci_bus_address(to_pci_dev(dev), NEURON_UDMA_DRAM_BAR);
+	return true;
 }
 
 /*

@@ -99,15 +99,6 @@ static int db_import(int fd, int dbfd, __u32 flags, struct ubuf *b, __u32 *segs)
 	return ret;
 }
 
-/* DMABUF_EXPORT of @handle: the dma-buf descriptor, or -errno. */
-static int db_export(int fd, __u64 handle, __u32 flags)
-{
-	struct neuron_udma_dmabuf_export e = { .handle = handle, .flags = flags, .fd = -1 };
-	int ret = udma_ioc(fd, NEURON_UDMA_DMABUF_EXPORT, &e);
-
-	return ret ? ret : e.fd;
-}
-
 static unsigned long db_ino(int dbfd)
 {
 	struct stat st;

@@ -72,29 +72,6 @@ static unsigned char *scattered(size_t pages, void **spacer)
 /* How long the pins may take to come back (deferred work, a killed copy's last submission). */
 #define SETTLE_MS 10000
 
-/* Whether the kernel log holds @needle (root: SYSLOG_ACTION_READ_ALL). */
-static int klog_has(const char *needle)
-{
-	int len = klogctl(10, NULL, 0);
-	char *buf;
-	int n, found;
-
-	if (len <= 0)
-		return -1;
-	buf = malloc(len + 1);
-	if (!buf)
-		return -1;
-	n = klogctl(3, buf, len);
-	if (n < 0) {
-		free(buf);
-		return -1;
-	}
-	buf[n] = 0;
-	found = strstr(buf, needle) != NULL;
-	free(buf);
-	return found;
-}
-
 /*
  * Runs go up to the physically contiguous length the page allocator gave (anonymous memory
  * faulted in order often comes in runs of hundreds of KiB), not just the engine's 64 KiB: the

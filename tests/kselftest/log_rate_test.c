@@ -18,14 +18,6 @@
 #define ENG 7
 #define Q 9
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* /dev/kmsg positioned at its end (only new records are read), non-blocking. */
 static int kmsg_open(void)
 {

@@ -19,9 +19,7 @@
 #include <dirent.h>
 #include <linux/udmabuf.h>
 #include <stdlib.h>
-#include <sys/klog.h>
 #include <sys/mman.h>
-#include <time.h>
 
 #include "kselftest_harness.h"
 #include "udma_util.h"
@@ -33,15 +31,6 @@
 #define IMPORTER "/sys/kernel/debug/neuron_udma_pinned_importer"
 /* The unbind's wait for a pinned importer in this test, in ms. */
 #define WAIT_MS 500
-
-/* DMABUF_EXPORT of @handle: the dma-buf descriptor, or -errno. */
-static int db_export(int fd, __u64 handle)
-{
-	struct neuron_udma_dmabuf_export e = { .handle = handle, .flags = O_CLOEXEC, .fd = -1 };
-	int ret = udma_ioc(fd, NEURON_UDMA_DMABUF_EXPORT, &e);
-
-	return ret ? ret : e.fd;
-}
 
 /* The pinned importer: an open importer file, or -errno. */
 static int pinned_open(void)
@@ -69,37 +58,6 @@ static int pinned_mapping(int imp, unsigned long long *addr, unsigned long *len)
 	if (n < 0)
 		return -errno;
 	return sscanf(text, "%llx %lu", addr, len) == 2 ? 0 : -EINVAL;
-}
-
-/* Whether the kernel log holds @needle (root: SYSLOG_ACTION_READ_ALL); -1 if unreadable. */
-static int klog_has(const char *needle)
-{
-	int len = klogctl(10, NULL, 0);
-	char *buf;
-	int n, found;
-
-	if (len <= 0)
-		return -1;
-	buf = malloc(len + 1);
-	if (!buf)
-		return -1;
-	n = klogctl(3, buf, len);
-	if (n < 0) {
-		free(buf);
-		return -1;
-	}
-	buf[n] = 0;
-	found = strstr(buf, needle) != NULL;
-	free(buf);
-	return found;
-}
-
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
 }
 
 /* The first value of the sysfs file @path (at most 31 bytes), in @out. */
@@ -226,7 +184,7 @@ TEST_F(pin, refused_by_default)
 	int dbfd, imp;
 
 	ASSERT_EQ(0, ubuf_dev(self->fd, MIB, &dev));
-	dbfd = db_export(self->fd, dev.handle);
+	dbfd = db_export(self->fd, dev.handle, O_CLOEXEC);
 	ASSERT_LE(0, dbfd);
 	imp = pinned_open();
 	ASSERT_LE(0, imp);
@@ -255,7 +213,7 @@ TEST_F(pin, vgem_static_import_is_refused)
 	vgem_close_handle(vgem, handle);
 
 	ASSERT_EQ(0, ubuf_dev(self->fd, MIB, &dev));
-	dbfd = db_export(self->fd, dev.handle);
+	dbfd = db_export(self->fd, dev.handle, O_CLOEXEC);
 	ASSERT_LE(0, dbfd);
 	EXPECT_EQ(-EOPNOTSUPP, vgem_import(vgem, dbfd, &handle));
 	ASSERT_EQ(0, sysfs_write(PINNED_PARAM, "Y"));
@@ -284,7 +242,7 @@ TEST_F(pin, admitted_with_the_parameter)
 	ASSERT_EQ(0, sysfs_write(PINNED_PARAM, "Y"));
 	ASSERT_EQ(0, ubuf_dev(self->fd, 2 * MIB, &dev));
 	ASSERT_EQ(0, ubuf_host(self->fd, sizeof(want), &host));
-	dbfd = db_export(self->fd, dev.handle);
+	dbfd = db_export(self->fd, dev.handle, O_CLOEXEC);
 	ASSERT_LE(0, dbfd);
 	imp = pinned_open();
 	ASSERT_LE(0, imp);
@@ -330,20 +288,11 @@ static int alloc_and_free(int fd, __u64 size)
  */
 static int klog_times(const char *needle, double *t, int max)
 {
-	int len = klogctl(10, NULL, 0), n = 0;
-	char *buf, *line, *save = NULL;
+	char *buf = klog_read(), *line, *save = NULL;
+	int n = 0;
 
-	if (len <= 0)
-		return -1;
-	buf = malloc(len + 1);
 	if (!buf)
 		return -1;
-	len = klogctl(3, buf, len);
-	if (len < 0) {
-		free(buf);
-		return -1;
-	}
-	buf[len] = 0;
 	for (line = strtok_r(buf, "\n", &save); line && n < max; line = strtok_r(NULL, "\n", &save)) {
 		char *at = strchr(line, '[');
 
@@ -381,7 +330,7 @@ TEST_F_TIMEOUT(pin, unbind_strands_the_ranges_until_the_importers_detach, 240)
 	ASSERT_EQ(0, ubuf_dev(self->fd, MIB, &dev[1]));
 	/* Buffer 0 twice, buffer 1 once. */
 	for (i = 0; i < 3; i++) {
-		dbfd = db_export(self->fd, dev[i / 2].handle);
+		dbfd = db_export(self->fd, dev[i / 2].handle, O_CLOEXEC);
 		ASSERT_LE(0, dbfd);
 		imp[i] = pinned_open();
 		ASSERT_LE(0, imp[i]);
@@ -447,7 +396,7 @@ TEST_F_TIMEOUT(pin, rescan_keeps_the_range_reserved, 240)
 	snprintf(ms, sizeof(ms), "%d", WAIT_MS);
 	ASSERT_EQ(0, sysfs_write(WAIT_PARAM, ms));
 	ASSERT_EQ(0, ubuf_dev(self->fd, MIB, &dev));
-	dbfd = db_export(self->fd, dev.handle);
+	dbfd = db_export(self->fd, dev.handle, O_CLOEXEC);
 	ASSERT_LE(0, dbfd);
 	imp = pinned_open();
 	ASSERT_LE(0, imp);

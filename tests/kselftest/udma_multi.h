@@ -136,14 +136,6 @@ static inline int node_of_bdf(const char *bdf)
 	return found;
 }
 
-static inline double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /*
  * Waits for child @pid at most @secs seconds; kills it (SIGKILL) when it takes longer. Returns
  * its wait status, or -ETIMEDOUT (it was killed) or -errno.

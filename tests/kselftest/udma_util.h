@@ -17,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/klog.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <linux/neuron_udma.h>
@@ -366,6 +368,57 @@ static inline int udma_bdf(char *bdf, size_t len)
 	}
 	globfree(&g);
 	return ret;
+}
+
+/* Seconds on the monotonic clock. */
+static inline double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The kernel log (root: SYSLOG_ACTION_READ_ALL) as a string to free(), or NULL if unreadable. */
+static inline char *klog_read(void)
+{
+	int len = klogctl(10, NULL, 0), n;
+	char *buf;
+
+	if (len <= 0)
+		return NULL;
+	buf = malloc(len + 1);
+	if (!buf)
+		return NULL;
+	n = klogctl(3, buf, len);
+	if (n < 0) {
+		free(buf);
+		return NULL;
+	}
+	buf[n] = 0;
+	return buf;
+}
+
+/* Whether the kernel log holds @needle: 1 or 0, -1 if it cannot be read. */
+static inline int klog_has(const char *needle)
+{
+	char *buf = klog_read();
+	int found;
+
+	if (!buf)
+		return -1;
+	found = strstr(buf, needle) != NULL;
+	free(buf);
+	return found;
+}
+
+/* DMABUF_EXPORT of buffer @handle (@flags: O_CLOEXEC or 0): the dma-buf descriptor, or -errno. */
+static inline int db_export(int fd, __u64 handle, __u32 flags)
+{
+	struct neuron_udma_dmabuf_export e = { .handle = handle, .flags = flags, .fd = -1 };
+	int ret = udma_ioc(fd, NEURON_UDMA_DMABUF_EXPORT, &e);
+
+	return ret ? ret : e.fd;
 }
 
 /* The model's BAR2 control window, mapped through sysfs. */
