@@ -10,7 +10,7 @@ usage: parse-results.py [--manifest TOML] [--lint LOG] [--unittest LOG] [--cargo
        parse-results.py --list kunit|kselftest|guest-commands|examples|passes [--pass PASS]
                                                  what the manifest requires, one a line (kselftest:
                                                  the programs; guest-commands and examples: NAME
-                                                 COMMAND; passes: NAME DEVICES [numa] of each extra
+                                                 COMMAND; passes: NAME DEVICES [numa] [switch] of each extra
                                                  pass); with --pass only that pass's (main: the
                                                  one-device pass)
 
@@ -182,8 +182,9 @@ class Manifest:
             if name == "main" or not isinstance(entry.get("devices"), int) or entry["devices"] < 1:
                 raise ValueError(f"{self.path}: passes.{name}: needs devices = an integer >= 1 "
                                  f"(and `main` is the one-device pass's name)")
-            if not isinstance(entry.get("numa", False), bool):
-                raise ValueError(f"{self.path}: passes.{name}: numa must be true or false")
+            for flag in ("numa", "switch"):
+                if not isinstance(entry.get(flag, False), bool):
+                    raise ValueError(f"{self.path}: passes.{name}: {flag} must be true or false")
         for kind in ("kselftest", "example"):
             for name, entry in self.table(kind).items():
                 if entry.get("pass", "main") not in ("main", *self.passes):
@@ -899,7 +900,7 @@ def run(argv):
                  "kselftest": lambda: manifest.binaries(args.pass_),
                  "guest-commands": lambda: manifest.commands(args.pass_),
                  "examples": lambda: manifest.examples(args.pass_),
-                 "passes": lambda: [f"{n} {e['devices']}" + (" numa" if e.get("numa") else "")
+                 "passes": lambda: [" ".join([n, str(e["devices"])] + [f for f in ("numa", "switch") if e.get(f)])
                                     for n, e in manifest.passes.items()],
                  # For the guest's `grep -E -f` (tests/guest/init): POSIX ERE with GNU's \b.
                  "splats": lambda: SPLATS}[args.list]()

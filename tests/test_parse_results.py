@@ -778,8 +778,10 @@ class TestManifest(unittest.TestCase):
     def test_passes(self):
         self.assertEqual({n: e["devices"] for n, e in self.m.passes.items()}, {"multi": 4, "numa": 1})
         self.assertEqual({n for n, e in self.m.passes.items() if e.get("numa")}, {"numa"})
+        self.assertEqual({n for n, e in self.m.passes.items() if e.get("switch")}, {"multi"})
         self.assertEqual(set(self.m.required("kselftest", "numa")), {"numa_test"})
         self.assertEqual(set(self.m.required("kselftest", "multi")), {"multi_device_test", "unbind_load_test", "unbind_events_test",
+                                                                  "cross_device_test",
                                                                   "udma_fuzz_unbind"})
         self.assertIn("udma_fuzz_unbind udma-fuzz --unbind --ops 2000 --uring on", self.m.commands("multi"))
         self.assertNotIn("udma_fuzz_unbind", self.m.required("kselftest", "main"))

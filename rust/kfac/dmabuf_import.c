@@ -67,7 +67,7 @@ static void neuron_udma_import_invalidate(struct dma_buf_attachment *attach)
 		return;
 	/* In use: the mapping stays until no descriptor can reach it (in bounded time). */
 	if (neuron_udma_import_revoke(imp->buf)) {
-		queue_work(system_unbound_wq, &imp->drain);
+		queue_work(system_dfl_wq, &imp->drain);
 		return;
 	}
 	neuron_udma_import_unmap_locked(imp);

@@ -85,20 +85,6 @@ static void udbuf_destroy(struct udbuf *u)
 	u->dbfd = u->memfd = -1;
 }
 
-/* DMABUF_IMPORT: 0 and the handle (and size, runs if asked), or -errno. */
-static int db_import(int fd, int dbfd, __u32 flags, struct ubuf *b, __u32 *segs)
-{
-	struct neuron_udma_dmabuf_import a = { .fd = dbfd, .flags = flags };
-	int ret = udma_ioc(fd, NEURON_UDMA_DMABUF_IMPORT, &a);
-
-	if (!ret) {
-		*b = import_ubuf(a.handle, a.size);
-		if (segs)
-			*segs = a.segments;
-	}
-	return ret;
-}
-
 static unsigned long db_ino(int dbfd)
 {
 	struct stat st;

@@ -603,6 +603,20 @@ static inline struct ubuf import_ubuf(__u64 handle, __u64 size)
 	return b;
 }
 
+/* DMABUF_IMPORT: 0 and the handle (and size, runs if asked), or -errno. */
+static inline int db_import(int fd, int dbfd, __u32 flags, struct ubuf *b, __u32 *segs)
+{
+	struct neuron_udma_dmabuf_import a = { .fd = dbfd, .flags = flags };
+	int ret = udma_ioc(fd, NEURON_UDMA_DMABUF_IMPORT, &a);
+
+	if (!ret) {
+		*b = import_ubuf(a.handle, a.size);
+		if (segs)
+			*segs = a.segments;
+	}
+	return ret;
+}
+
 /*
  * COPY_PREPARE_ONE keeping the ioctl's return value (udma_ioc() would map it to -errno): the
  * pairs written with NEURON_UDMA_COPY_SPLIT (else 0), or -errno.

@@ -15,6 +15,7 @@ pub mod engine;
 pub mod fault;
 pub mod layout;
 pub mod mem;
+pub mod peer;
 pub mod regs;
 pub mod server;
 pub mod trace;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use udma_sim::layout::Model;
 use udma_sim::mem::DmaTable;
+use udma_sim::peer::PeerDir;
 use udma_sim::server::{irqs, regions, Backend};
 use udma_sim::{control, parse_size, Config, Device, Options};
 
@@ -37,6 +38,10 @@ struct Args {
     /// Create this file once the vfio-user socket is listening.
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    /// A directory shared by the models of one guest: publish this model's BAR4 there and map
+    /// the other models' BAR4s for peer-to-peer DMA (Documentation/udma-sim.rst).
+    #[arg(long)]
+    peer_dir: Option<PathBuf>,
     /// Unordered completion: hold the writes of a barrier-free packet (> 64 bytes) for up to
     /// this many milliseconds; 0 = every packet lands in order at once (hardware.rst §4.4,
     /// §5.1 [I]).
@@ -128,7 +133,12 @@ fn run(args: Args) -> Result<(), String> {
         dev.gen().bar0_size() >> 20,
         hbm_size >> 20
     );
-    let mut backend = Backend::new(dev.clone(), dma);
+    let peers = match (&args.peer_dir, dev.hbm().raw_fd()) {
+        (Some(d), Some(fd)) => Some(PeerDir::new(d.clone(), fd, dev.hbm().len() as u64)),
+        (Some(_), None) => return Err("--peer-dir: device memory without a memfd".into()),
+        (None, _) => None,
+    };
+    let mut backend = Backend::new(dev.clone(), dma, peers);
     let res = server.run(&mut backend);
     if let Some(p) = &args.control {
         let _ = std::fs::remove_file(p);

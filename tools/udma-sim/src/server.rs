@@ -5,6 +5,7 @@
 use crate::control::BAR2_SIZE;
 use crate::layout::{Model, PCI_VENDOR_ID};
 use crate::mem::DmaTable;
+use crate::peer::PeerDir;
 use crate::Device;
 use std::fs::File;
 use std::mem::size_of;
@@ -76,7 +77,7 @@ impl PciConfig {
         s[PM_CAP + 1] = 0; // the last capability
         s[PM_CAP + 2..PM_CAP + 4].copy_from_slice(&3u16.to_le_bytes()); // PMC: version 1.2, D0/D3hot only
         let mut bars = [None; 6];
-        bars[0] = Some(Bar { size: bar0, flags: BAR_MEM64, is64: true });
+        bars[0] = Some(Bar { size: bar0, flags: BAR_MEM64 | BAR_PREFETCH, is64: true });
         bars[2] = Some(Bar { size: bar2, flags: 0, is64: false });
         bars[4] = Some(Bar { size: bar4, flags: BAR_MEM64 | BAR_PREFETCH, is64: true });
         let mut c = PciConfig { space: s, bars, bar_regs: [0; 6] };
@@ -107,6 +108,11 @@ impl PciConfig {
             }
         }
         0
+    }
+
+    /// The bus address BAR4 decodes (its 64-bit register pair without the type bits).
+    pub fn bar4_address(&self) -> u64 {
+        (u64::from(self.bar_regs[5]) << 32 | u64::from(self.bar_regs[4])) & !0xF
     }
 
     /// Command register.
@@ -236,15 +242,28 @@ pub struct Backend {
     dev: Arc<Device>,
     dma: Arc<DmaTable>,
     config: PciConfig,
+    peers: Option<PeerDir>,
     _irq_fds: Vec<File>,
 }
 
 impl Backend {
-    /// Backend for `dev`, whose host memory must be `dma`.
-    pub fn new(dev: Arc<Device>, dma: Arc<DmaTable>) -> Backend {
+    /// Backend for `dev`, whose host memory must be `dma`. With `peers`, it publishes its BAR4
+    /// there and maps the other models' BAR4s for peer-to-peer DMA ([`crate::peer`]).
+    pub fn new(dev: Arc<Device>, dma: Arc<DmaTable>, peers: Option<PeerDir>) -> Backend {
         let config = PciConfig::new(dev.model(), dev.gen().bar0_size(), BAR2_SIZE, dev.hbm().len() as u64);
         dev.set_bus_master(false);
-        Backend { dev, dma, config, _irq_fds: Vec::new() }
+        let b = Backend { dev, dma, config, peers, _irq_fds: Vec::new() };
+        b.publish_bar4();
+        b
+    }
+
+    /// Tells the peers where BAR4 is now (after a write to its registers or a reset).
+    fn publish_bar4(&self) {
+        if let Some(p) = &self.peers {
+            if let Err(e) = p.publish(self.config.bar4_address()) {
+                log::warn!("peer directory: publishing BAR4: {e}");
+            }
+        }
     }
 }
 
@@ -269,9 +288,14 @@ impl ServerBackend for Backend {
         log::trace!("write region {region} off 0x{offset:x} {:02x?}", data);
         match region {
             VFIO_PCI_CONFIG_REGION_INDEX => {
-                if self.config.write(offset, data) {
+                let reset = self.config.write(offset, data);
+                if reset {
                     log::info!("D3hot -> D0: device reset");
                     self.dev.reset();
+                }
+                // BAR4 is the register pair at 0x20..0x28.
+                if reset || (offset < 0x28 && offset + data.len() as u64 > 0x20) {
+                    self.publish_bar4();
                 }
                 self.dev.set_bus_master(self.config.command() & CMD_BUS_MASTER != 0);
             }
@@ -291,11 +315,22 @@ impl ServerBackend for Backend {
         size: u64,
         fd: Option<File>,
     ) -> Result<(), std::io::Error> {
-        let Some(file) = fd else {
-            log::debug!("DMA_MAP 0x{address:x}+0x{size:x} without fd ignored (unreachable for DMA)");
-            return Ok(());
-        };
         let writable = flags.contains(DmaMapFlags::WRITE);
+        let (file, offset) = match fd {
+            Some(f) => (f, offset),
+            // Another device's BAR (QEMU has no descriptor for it): a peer model's BAR4, or
+            // unreachable.
+            None => match self.peers.as_ref().and_then(|p| p.find(address, size, writable)) {
+                Some((f, off)) => {
+                    log::info!("DMA_MAP 0x{address:x}+0x{size:x}: a peer's BAR4 (its offset 0x{off:x})");
+                    (f, off)
+                }
+                None => {
+                    log::debug!("DMA_MAP 0x{address:x}+0x{size:x} without fd ignored (unreachable for DMA)");
+                    return Ok(());
+                }
+            },
+        };
         match self.dma.map(address, size, &file, offset, writable) {
             Ok(()) => log::debug!("DMA_MAP 0x{address:x}+0x{size:x} (fd offset 0x{offset:x}, {flags:?})"),
             Err(e) => log::warn!("DMA_MAP 0x{address:x}+0x{size:x}: mmap failed: {e}; region stays unmapped"),
@@ -366,7 +401,7 @@ mod tests {
         for off in (0x10..0x28).step_by(4) {
             wr32(&mut c, off, 0xFFFF_FFFF);
         }
-        assert_eq!(rd32(&c, 0x10), 0xC000_0004);
+        assert_eq!(rd32(&c, 0x10), 0xC000_000C);
         assert_eq!(rd32(&c, 0x14), 0xFFFF_FFFF);
         assert_eq!(rd32(&c, 0x18), 0xFFFF_F000);
         assert_eq!(rd32(&c, 0x1C), 0);
@@ -374,12 +409,12 @@ mod tests {
         assert_eq!(rd32(&c, 0x24), 0xFFFF_FFFF);
         wr32(&mut c, 0x10, 0x8000_0000);
         wr32(&mut c, 0x14, 0x1);
-        assert_eq!(rd32(&c, 0x10), 0x8000_0004);
+        assert_eq!(rd32(&c, 0x10), 0x8000_000C);
         assert_eq!(rd32(&c, 0x14), 1);
         let mut c3 = PciConfig::new(Model::Trn2, 1 << 32, 4096, 64 << 20);
         wr32(&mut c3, 0x10, 0xFFFF_FFFF);
         wr32(&mut c3, 0x14, 0xFFFF_FFFF);
-        assert_eq!(rd32(&c3, 0x10), 0x0000_0004);
+        assert_eq!(rd32(&c3, 0x10), 0x0000_000C);
         assert_eq!(rd32(&c3, 0x14), 0xFFFF_FFFF);
     }
 
@@ -399,7 +434,7 @@ mod tests {
         assert!(c.write(PMCSR as u64, &[0]));
         assert_eq!(rd32(&c, PMCSR as u64) & 0xB, 0);
         assert_eq!(c.command(), 0);
-        assert_eq!(rd32(&c, 0x10), 0x4);
+        assert_eq!(rd32(&c, 0x10), 0xC);
         // D1/D2 are not supported: the state stays.
         assert!(!c.write(PMCSR as u64, &[1]));
         assert_eq!(rd32(&c, PMCSR as u64) & 3, 0);

@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Cross-device copies (the multi-device pass, scripts/vm-run --devices N --switch): device A's
+ * dma-buf export of device memory, imported by a file of device B, is a copy's source or
+ * destination on B, so B's engine copies HBM(A) -> HBM(B) and back peer-to-peer through the
+ * PCIe switch both devices sit behind (the kernel's P2PDMA accepts that path: a common upstream
+ * bridge, no host bridge). The bytes are checked through each device's own host buffers, and
+ * the unbind of either side in the middle of B's copies is bounded, fails the copies it cuts
+ * with an errno, and never reports a copy that did not move its bytes.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "kselftest_harness.h"
+#include "udma_multi.h"
+
+#define XLEN (4U << 20)		/* one export: 4 MiB, 64 copies of 64 KiB when split */
+#define XQ 11			/* B's user queue (engine UDMA_HOST_ENGINE): reserved on none */
+
+FIXTURE(xdev) {
+	char bdf[2][16];
+	int fd[2];
+	/* A's buffer (exported), B's import of it, B's buffer, and a host buffer on each. */
+	struct ubuf a_dev, b_dev, im, a_host, b_host;
+	int dbfd;
+	unsigned char *want;	/* A's pattern (seed 1) */
+};
+
+/* Opens the node of @bdf: its file descriptor, or -errno. */
+static int open_bdf(const char *bdf)
+{
+	int k = node_of_bdf(bdf);
+
+	return k < 0 ? k : node_open(k);
+}
+
+FIXTURE_SETUP(xdev)
+{
+	struct udma_pci pci[UDMA_MAX_DEVS];
+	int i, n = udma_pci_list(pci, UDMA_MAX_DEVS);
+
+	self->fd[0] = self->fd[1] = self->dbfd = -1;
+	ASSERT_GE(n, 2) TH_LOG("this test needs two Neuron devices (vm-run --devices 2 --switch)");
+	for (i = 0; i < 2; i++) {
+		memcpy(self->bdf[i], pci[i].bdf, sizeof(self->bdf[i]));
+		ASSERT_TRUE(wait_until(pci_bound(self->bdf[i]), 5000));
+		self->fd[i] = open_bdf(self->bdf[i]);
+		ASSERT_LE(0, self->fd[i]) TH_LOG("%s: no node", self->bdf[i]);
+	}
+	ASSERT_EQ(0, ubuf_dev(self->fd[0], XLEN, &self->a_dev));
+	ASSERT_EQ(0, ubuf_host(self->fd[0], XLEN, &self->a_host));
+	ASSERT_EQ(0, ubuf_dev(self->fd[1], XLEN, &self->b_dev));
+	ASSERT_EQ(0, ubuf_host(self->fd[1], XLEN, &self->b_host));
+	/* A's buffer holds pattern 1 (written by A's engine from A's host buffer). */
+	self->want = malloc(XLEN);
+	ASSERT_NE(NULL, self->want);
+	fill_pattern(self->want, XLEN, 1);
+	memcpy(self->a_host.map, self->want, XLEN);
+	ASSERT_EQ(0, udma_memcpy(self->fd[0], &self->a_host, 0, &self->a_dev, 0, XLEN, 0));
+	self->dbfd = db_export(self->fd[0], self->a_dev.handle, O_CLOEXEC);
+	ASSERT_LE(0, self->dbfd);
+	i = db_import(self->fd[1], self->dbfd, NEURON_UDMA_IMPORT_WRITE, &self->im, NULL);
+	ASSERT_EQ(0, i) TH_LOG("%s imports %s's export: %s (P2PDMA: are both behind one switch?)",
+			       self->bdf[1], self->bdf[0], strerror(-i));
+	ASSERT_EQ(XLEN, self->im.size);
+}
+
+FIXTURE_TEARDOWN(xdev)
+{
+	int i;
+
+	free(self->want);
+	if (self->dbfd >= 0)
+		close(self->dbfd);
+	for (i = 0; i < 2; i++)
+		if (self->fd[i] >= 0)
+			close(self->fd[i]);
+}
+
+/* B's buffer read back through B's host buffer: the first difference from A's pattern 1. */
+static long b_dev_diff(struct _test_data_xdev *self, __u64 off, __u64 len)
+{
+	memset(self->b_host.map + off, 0, len);
+	if (udma_memcpy(self->fd[1], &self->b_dev, off, &self->b_host, off, len, 0))
+		return -3;
+	return first_diff(self->b_host.map + off, self->want + off, len);
+}
+
+/*
+ * HBM(A) -> HBM(B) by MEMCPY and by a queue copy at odd offsets, then HBM(B) -> HBM(A), each
+ * checked byte for byte through the other device's host buffer.
+ */
+TEST_F_TIMEOUT(xdev, hbm_to_hbm_and_back, 300)
+{
+	int a = self->fd[0], b = self->fd[1];
+
+	/* A -> B, the whole export (split at 64 KiB by B's driver). */
+	ASSERT_EQ(0, udma_memcpy(b, &self->im, 0, &self->b_dev, 0, XLEN, 0));
+	EXPECT_EQ(-1, b_dev_diff(self, 0, XLEN));
+
+	/* A -> B on a user queue of B: odd offsets and a length across a 64 KiB boundary. */
+	memset(self->b_host.map, 0, XLEN);
+	ASSERT_EQ(0, udma_memcpy(b, &self->b_host, 0, &self->b_dev, 0, XLEN, 0));
+	ASSERT_EQ(0, queue_init(b, UDMA_HOST_ENGINE, XQ, 64, 64));
+	ASSERT_EQ(0, copy_sync(b, UDMA_HOST_ENGINE, XQ,
+			       ucopy(&self->im, 65536 + 7, &self->b_dev, 65536 + 7, 60000)));
+	EXPECT_EQ(0, queue_release(b, UDMA_HOST_ENGINE, XQ));
+	ASSERT_EQ(0, udma_memcpy(b, &self->b_dev, 0, &self->b_host, 0, XLEN, 0));
+	EXPECT_EQ(-1, first_diff(self->b_host.map + 65536 + 7, self->want + 65536 + 7, 60000));
+	EXPECT_EQ(0, self->b_host.map[65536 + 6]);
+	EXPECT_EQ(0, self->b_host.map[65536 + 7 + 60000]);
+
+	/* B -> A: pattern 2 into B's buffer, then B's engine writes it into A's memory. */
+	fill_pattern(self->b_host.map, XLEN, 2);
+	ASSERT_EQ(0, udma_memcpy(b, &self->b_host, 0, &self->b_dev, 0, XLEN, 0));
+	ASSERT_EQ(0, udma_memcpy(b, &self->b_dev, 0, &self->im, 0, XLEN, 0));
+	memset(self->a_host.map, 0, XLEN);
+	ASSERT_EQ(0, udma_memcpy(a, &self->a_dev, 0, &self->a_host, 0, XLEN, 0));
+	EXPECT_EQ(-1, first_diff(self->a_host.map, self->b_host.map, XLEN));
+
+	/* The import holds A's buffer; freed in order, everything goes. */
+	EXPECT_EQ(-EBUSY, mem_free(a, self->a_dev.handle));
+	EXPECT_EQ(0, mem_free(b, self->im.handle));
+	close(self->dbfd);
+	self->dbfd = -1;
+	EXPECT_EQ(0, mem_free(a, self->a_dev.handle));
+}
+
+#define CHUNK (1U << 20)
+#define NCHUNK (XLEN / CHUNK)
+
+/*
+ * The copier: a thread of this process driving B's engine, chunk after chunk of 1 MiB, each
+ * zeroed (a MEMCPY from B's zeroed host buffer) and then copied between the two memories by a
+ * MEMCPY, until a call fails. Toward the device that stays bound, so that the bytes can be
+ * checked after the other one is gone: into B (A -> B) when A is unbound, into A (B -> A) when
+ * B is. Only the ioctls touch the buffers (no CPU access that could fault after the unbind).
+ */
+struct copier {
+	struct _test_data_xdev *self;
+	int side;			/* the device unbound: 0 (A, the exporter) or 1 (B) */
+	struct ubuf zero;		/* B's host buffer of zeroes */
+	int done;			/* copies reported done (atomic: the test reads it) */
+	int last_err;			/* the call that stopped it */
+	int chunk_copied[NCHUNK];	/* whether the last call on the chunk was a copy done */
+	double stopped_at;
+};
+
+static void *copier_run(void *arg)
+{
+	struct copier *c = arg;
+	struct _test_data_xdev *self = c->self;
+	const struct ubuf *dst = c->side == 0 ? &self->b_dev : &self->im;
+	const struct ubuf *src = c->side == 0 ? &self->im : &self->b_dev;
+	double end = now_s() + 120;
+	unsigned int k = 0;
+	int ret;
+
+	while (now_s() < end) {
+		__u64 off = (__u64)k * CHUNK;
+
+		ret = udma_memcpy(self->fd[1], &c->zero, off, dst, off, CHUNK, 0);
+		if (!ret) {
+			c->chunk_copied[k] = 0;
+			ret = udma_memcpy(self->fd[1], src, off, dst, off, CHUNK, 0);
+		}
+		if (ret) {
+			c->last_err = ret;
+			break;
+		}
+		c->chunk_copied[k] = 1;
+		__atomic_fetch_add(&c->done, 1, __ATOMIC_RELAXED);
+		k = (k + 1) % NCHUNK;
+	}
+	c->stopped_at = now_s();
+	return NULL;
+}
+
+/*
+ * B copies between the two memories while this unbinds device @side (0: the exporter A, 1: the
+ * importer B). The unbind is bounded, the copier stops with the errno of the device gone
+ * (ENXIO: the import revoked; ENODEV: its own device), every chunk whose last copy was reported
+ * done holds A's pattern, the other device goes on working, and the unbound one binds again.
+ */
+static void unbind_mid_copy(struct __test_metadata *_metadata, struct _test_data_xdev *self,
+			    int side)
+{
+	/* The device kept: its memory the copies wrote, and its host buffer to read it back. */
+	const struct ubuf *check = side == 0 ? &self->b_dev : &self->a_dev;
+	const struct ubuf *host = side == 0 ? &self->b_host : &self->a_host;
+	int keep = !side, ret;
+	struct copier c = { .self = self, .side = side };
+	unsigned int k, copied = 0;
+	double t0, t1;
+	pthread_t th;
+
+	/* B's memory holds A's pattern too (the source of the B -> A copies). */
+	ASSERT_EQ(0, udma_memcpy(self->fd[1], &self->im, 0, &self->b_dev, 0, XLEN, 0));
+	ASSERT_EQ(0, ubuf_host(self->fd[1], XLEN, &c.zero));
+	memset(c.zero.map, 0, XLEN);
+	ASSERT_EQ(0, pthread_create(&th, NULL, copier_run, &c));
+	/* Let some copies complete first, so that the unbind lands among them. */
+	EXPECT_TRUE(wait_until(__atomic_load_n(&c.done, __ATOMIC_RELAXED) >= 3, 60000));
+	t0 = now_s();
+	ret = sysfs_write(UDMA_DRV_DIR "/unbind", self->bdf[side]);
+	t1 = now_s();
+	ASSERT_EQ(0, ret) TH_LOG("unbind %s: %s", self->bdf[side], strerror(-ret));
+	ASSERT_EQ(0, pthread_join(th, NULL));
+	TH_LOG("unbind of %s %s: %.2f s; B's copier: %d copies done, stopped %.2f s after the unbind began (%s)",
+	       side ? "the importer" : "the exporter", self->bdf[side], t1 - t0, c.done,
+	       c.stopped_at - t0, strerror(-c.last_err));
+	EXPECT_GE(c.done, 3);
+	EXPECT_EQ(side == 0 ? -ENXIO : -ENODEV, c.last_err);
+	EXPECT_LT(c.stopped_at - t0, 60);
+
+	/* Every chunk whose last copy was reported done holds the pattern (read by the device kept). */
+	memset(host->map, 0, XLEN);
+	ASSERT_EQ(0, udma_memcpy(self->fd[keep], check, 0, host, 0, XLEN, 0));
+	for (k = 0; k < NCHUNK; k++) {
+		unsigned char *got = host->map + k * CHUNK;
+
+		if (!c.chunk_copied[k])
+			continue;
+		copied++;
+		EXPECT_EQ(-1, first_diff(got, self->want + k * CHUNK, CHUNK)) TH_LOG("chunk %u", k);
+	}
+	EXPECT_LT(0U, copied);
+
+	if (side == 0) {
+		/* B names the revoked import no more, and frees it; the export attaches to nothing. */
+		EXPECT_EQ(-ENXIO, udma_memcpy(self->fd[1], &self->im, 0, &self->b_dev, 0, 4096, 0));
+		EXPECT_EQ(0, mem_free(self->fd[1], self->im.handle));
+		EXPECT_EQ(-EOPNOTSUPP, db_import(self->fd[1], self->dbfd, 0, &self->im, NULL));
+	} else {
+		/* A's export is no longer imported: once its descriptor is closed, it frees. */
+		close(self->dbfd);
+		self->dbfd = -1;
+		EXPECT_TRUE(wait_until(!mem_free(self->fd[0], self->a_dev.handle), 5000));
+	}
+	close(self->fd[side]);
+	self->fd[side] = -1;
+	ret = sysfs_write(UDMA_DRV_DIR "/bind", self->bdf[side]);
+	ASSERT_EQ(0, ret) TH_LOG("bind %s: %s", self->bdf[side], strerror(-ret));
+	ASSERT_TRUE(wait_until(pci_bound(self->bdf[side]), 5000));
+}
+
+TEST_F_TIMEOUT(xdev, unbind_exporter_mid_copy, 300)
+{
+	unbind_mid_copy(_metadata, self, 0);
+}
+
+TEST_F_TIMEOUT(xdev, unbind_importer_mid_copy, 300)
+{
+	unbind_mid_copy(_metadata, self, 1);
+}
+
+TEST_HARNESS_MAIN
