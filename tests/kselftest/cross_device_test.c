@@ -6,7 +6,8 @@
  * PCIe switch both devices sit behind (the kernel's P2PDMA accepts that path: a common upstream
  * bridge, no host bridge). The bytes are checked through each device's own host buffers, and
  * the unbind of either side in the middle of B's copies is bounded, fails the copies it cuts
- * with an errno, and never reports a copy that did not move its bytes.
+ * with an errno, and never reports a copy that did not move its bytes; a PCI reset of the
+ * exporter keeps the path.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -124,6 +125,37 @@ TEST_F_TIMEOUT(xdev, hbm_to_hbm_and_back, 300)
 	close(self->dbfd);
 	self->dbfd = -1;
 	EXPECT_EQ(0, mem_free(a, self->a_dev.handle));
+}
+
+/*
+ * A PCI function reset of the exporter (its sysfs `reset`) keeps the peer-to-peer path: the
+ * import stays valid and B copies A -> B and B -> A again, byte for byte (the bytes written anew
+ * after the reset: a reset need not keep device memory).
+ */
+TEST_F_TIMEOUT(xdev, exporter_reset_keeps_the_path, 300)
+{
+	char path[96];
+	int a = self->fd[0], b = self->fd[1], ret;
+
+	ASSERT_EQ(0, udma_memcpy(b, &self->im, 0, &self->b_dev, 0, XLEN, 0));
+	snprintf(path, sizeof(path), PCI_DEVS_DIR "/%s/reset", self->bdf[0]);
+	ret = sysfs_write(path, "1");
+	ASSERT_EQ(0, ret) TH_LOG("reset %s: %s", self->bdf[0], strerror(-ret));
+
+	fill_pattern(self->a_host.map, XLEN, 3);
+	ASSERT_EQ(0, udma_memcpy(a, &self->a_host, 0, &self->a_dev, 0, XLEN, 0));
+	memset(self->b_host.map, 0, XLEN);
+	ASSERT_EQ(0, udma_memcpy(b, &self->b_host, 0, &self->b_dev, 0, XLEN, 0));
+	ASSERT_EQ(0, udma_memcpy(b, &self->im, 0, &self->b_dev, 0, XLEN, 0));
+	ASSERT_EQ(0, udma_memcpy(b, &self->b_dev, 0, &self->b_host, 0, XLEN, 0));
+	EXPECT_EQ(-1, first_diff(self->b_host.map, self->a_host.map, XLEN));
+
+	fill_pattern(self->b_host.map, XLEN, 4);
+	ASSERT_EQ(0, udma_memcpy(b, &self->b_host, 0, &self->b_dev, 0, XLEN, 0));
+	ASSERT_EQ(0, udma_memcpy(b, &self->b_dev, 0, &self->im, 0, XLEN, 0));
+	memset(self->a_host.map, 0, XLEN);
+	ASSERT_EQ(0, udma_memcpy(a, &self->a_dev, 0, &self->a_host, 0, XLEN, 0));
+	EXPECT_EQ(-1, first_diff(self->a_host.map, self->b_host.map, XLEN));
 }
 
 /*

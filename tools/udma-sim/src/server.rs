@@ -58,6 +58,9 @@ pub struct PciConfig {
     bars: [Option<Bar>; 6],
     /// Current BAR register values (address bits as written).
     bar_regs: [u32; 6],
+    /// The BAR registers as software last wrote them (masked), kept over a reset: what the
+    /// client (QEMU emulates the BARs and restores none it thinks unchanged) routes to them.
+    bar_written: [u32; 6],
 }
 
 impl PciConfig {
@@ -80,7 +83,7 @@ impl PciConfig {
         bars[0] = Some(Bar { size: bar0, flags: BAR_MEM64 | BAR_PREFETCH, is64: true });
         bars[2] = Some(Bar { size: bar2, flags: 0, is64: false });
         bars[4] = Some(Bar { size: bar4, flags: BAR_MEM64 | BAR_PREFETCH, is64: true });
-        let mut c = PciConfig { space: s, bars, bar_regs: [0; 6] };
+        let mut c = PciConfig { space: s, bars, bar_regs: [0; 6], bar_written: [0; 6] };
         for i in 0..6 {
             c.bar_regs[i] = c.bar_type_bits(i);
         }
@@ -110,9 +113,12 @@ impl PciConfig {
         0
     }
 
-    /// The bus address BAR4 decodes (its 64-bit register pair without the type bits).
+    /// The bus address BAR4 was last placed at (its 64-bit register pair as software last wrote
+    /// it, without the type bits). A reset clears the registers but not this: the client keeps
+    /// routing the old address, and the OS's restore skips a BAR whose read-back (the client's
+    /// emulated copy) already matches.
     pub fn bar4_address(&self) -> u64 {
-        (u64::from(self.bar_regs[5]) << 32 | u64::from(self.bar_regs[4])) & !0xF
+        (u64::from(self.bar_written[5]) << 32 | u64::from(self.bar_written[4])) & !0xF
     }
 
     /// Command register.
@@ -166,6 +172,7 @@ impl PciConfig {
                     v[a % 4] = b;
                     let mask = self.bar_mask(i);
                     self.bar_regs[i] = (u32::from_le_bytes(v) & mask) | self.bar_type_bits(i);
+                    self.bar_written[i] = self.bar_regs[i];
                 }
                 _ => {}
             }
@@ -293,8 +300,9 @@ impl ServerBackend for Backend {
                     log::info!("D3hot -> D0: device reset");
                     self.dev.reset();
                 }
-                // BAR4 is the register pair at 0x20..0x28.
-                if reset || (offset < 0x28 && offset + data.len() as u64 > 0x20) {
+                // BAR4 is the register pair at 0x20..0x28 (a reset leaves its placement alone:
+                // see PciConfig::bar4_address).
+                if offset < 0x28 && offset + data.len() as u64 > 0x20 {
                     self.publish_bar4();
                 }
                 self.dev.set_bus_master(self.config.command() & CMD_BUS_MASTER != 0);
@@ -322,11 +330,14 @@ impl ServerBackend for Backend {
             // unreachable.
             None => match self.peers.as_ref().and_then(|p| p.find(address, size, writable)) {
                 Some((f, off)) => {
-                    log::info!("DMA_MAP 0x{address:x}+0x{size:x}: a peer's BAR4 (its offset 0x{off:x})");
+                    log::debug!("DMA_MAP 0x{address:x}+0x{size:x}: a peer's BAR4 (its offset 0x{off:x})");
                     (f, off)
                 }
                 None => {
-                    log::debug!("DMA_MAP 0x{address:x}+0x{size:x} without fd ignored (unreachable for DMA)");
+                    // Worth seeing when peers are expected, unless it is this device's own BAR4.
+                    let own = address == self.config.bar4_address();
+                    let level = if self.peers.is_some() && !own { log::Level::Info } else { log::Level::Debug };
+                    log::log!(level, "DMA_MAP 0x{address:x}+0x{size:x} without fd ignored (unreachable for DMA)");
                     return Ok(());
                 }
             },
@@ -435,6 +446,13 @@ mod tests {
         assert_eq!(rd32(&c, PMCSR as u64) & 0xB, 0);
         assert_eq!(c.command(), 0);
         assert_eq!(rd32(&c, 0x10), 0xC);
+        // The placement of BAR4 survives the reset (the client still routes it).
+        wr32(&mut c, 0x20, 0x4000_0000);
+        wr32(&mut c, 0x24, 0xff);
+        assert!(!c.write(PMCSR as u64, &[3]));
+        assert!(c.write(PMCSR as u64, &[0]));
+        assert_eq!(rd32(&c, 0x20), 0xC);
+        assert_eq!(c.bar4_address(), 0xff_4000_0000);
         // D1/D2 are not supported: the state stays.
         assert!(!c.write(PMCSR as u64, &[1]));
         assert_eq!(rd32(&c, PMCSR as u64) & 3, 0);
