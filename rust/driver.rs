@@ -185,9 +185,9 @@ impl NeuronUdmaDriver {
         let debugfs = crate::debugfs::device_dir(dev.clone(), pdev.as_ref().name());
         // The memory usage counters, then the activity counters (`rust/kfac/sysfs.c`'s order);
         // their counts add up (checked at build time), so the copies below cannot panic.
-        const _: () = assert!(7 + crate::counters::COUNTERS_NR == crate::kfac::sysfs::USAGE_NR);
+        const _: () = assert!(8 + crate::counters::COUNTERS_NR == crate::kfac::sysfs::USAGE_NR);
         let mut vals = [core::ptr::null(); crate::kfac::sysfs::USAGE_NR];
-        let (mem, activity) = vals.split_at_mut(7);
+        let (mem, activity) = vals.split_at_mut(8);
         mem.copy_from_slice(&dev.pool.usage.raw());
         activity.copy_from_slice(&dev.counters.raw());
         // SAFETY: the counters live in `dev` (the pool's, and `dev.counters`, an `Arc` it holds

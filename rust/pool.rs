@@ -30,8 +30,8 @@ struct PoolState {
     /// Device memory available to user space.
     dram: DramAllocator,
     /// Ranges of `dram` reserved for stranded dma-buf exports (a pinned importer of an earlier
-    /// binding may still reach them): `(export instance, start)`.
-    stranded: KVec<(u64, u64)>,
+    /// binding may still reach them): `(export instance, start, length in bytes)`.
+    stranded: KVec<(u64, u64, u64)>,
 }
 
 /// Handle indexes of a [`BufferPool`], each for the files whose id has that remainder: files
@@ -59,13 +59,16 @@ pub(crate) struct BufferPool {
 }
 
 /// Memory held by a device's buffers: `held` and `peak` bytes per [`MemKind`] (host, device,
-/// imported). Read without a lock (sysfs); changed under the pool lock, so a peak is never
-/// missed.
+/// imported), and the device memory reserved for stranded exports. Read without a lock (sysfs);
+/// changed under the pool lock, so a peak is never missed.
 pub(crate) struct Usage {
     held: [Atomic<u64>; 3],
     peak: [Atomic<u64>; 3],
     /// Device memory available to buffers, bytes.
     device_total: u64,
+    /// Of that, bytes reserved for stranded dma-buf exports ([`BufferPool::reserve_stranded`]):
+    /// no buffer can have them until their dma-bufs are released.
+    stranded: Atomic<u64>,
 }
 
 impl Usage {
@@ -74,12 +77,13 @@ impl Usage {
             held: [const { Atomic::new(0) }; 3],
             peak: [const { Atomic::new(0) }; 3],
             device_total,
+            stranded: Atomic::new(0),
         }
     }
 
     /// The counters as raw `u64`s for the sysfs attributes of `rust/kfac/sysfs.c`: held then
-    /// peak per kind, then the device memory available.
-    pub(crate) fn raw(&self) -> [*const u64; 7] {
+    /// peak per kind, then the device memory available and the stranded bytes of it.
+    pub(crate) fn raw(&self) -> [*const u64; 8] {
         let p = |a: &Atomic<u64>| a.as_ptr().cast_const();
         [
             p(&self.held[0]),
@@ -89,6 +93,7 @@ impl Usage {
             p(&self.peak[1]),
             p(&self.peak[2]),
             &self.device_total,
+            p(&self.stranded),
         ]
     }
 
@@ -167,10 +172,13 @@ impl BufferPool {
     pub(crate) fn reserve_stranded(&self, instance: u64, start: u64, len: u64) -> Result {
         let mut st = self.state.lock();
         st.stranded.reserve(1, GFP_KERNEL)?;
-        let shared = st.stranded.iter().any(|&(_, s)| s == start);
+        let shared = st.stranded.iter().any(|&(_, s, _)| s == start);
         if shared || st.dram.reserve(start, len)? {
+            if !shared {
+                self.usage.stranded.fetch_add(len, Relaxed);
+            }
             // Room reserved above: cannot fail.
-            st.stranded.push((instance, start), GFP_KERNEL)?;
+            st.stranded.push((instance, start, len), GFP_KERNEL)?;
         }
         Ok(())
     }
@@ -179,15 +187,16 @@ impl BufferPool {
     /// (true then); it is scrubbed at its next `MEM_ALLOC`, as any freed device memory.
     pub(crate) fn unreserve_stranded(&self, instance: u64) -> bool {
         let mut st = self.state.lock();
-        let Some(i) = st.stranded.iter().position(|&(n, _)| n == instance) else {
+        let Some(i) = st.stranded.iter().position(|&(n, _, _)| n == instance) else {
             return false;
         };
-        let Ok((_, start)) = st.stranded.remove(i) else {
+        let Ok((_, start, len)) = st.stranded.remove(i) else {
             return false;
         };
         // The last export of the range gives it back.
-        if !st.stranded.iter().any(|&(_, s)| s == start) {
+        if !st.stranded.iter().any(|&(_, s, _)| s == start) {
             st.dram.free(start);
+            self.usage.stranded.fetch_sub(len, Relaxed);
         }
         true
     }
@@ -196,7 +205,7 @@ impl BufferPool {
     pub(crate) fn stranded(&self) -> Result<KVec<u64>> {
         let st = self.state.lock();
         let mut v = KVec::with_capacity(st.stranded.len(), GFP_KERNEL)?;
-        for &(n, _) in st.stranded.iter() {
+        for &(n, _, _) in st.stranded.iter() {
             v.push(n, GFP_KERNEL)?;
         }
         Ok(v)
@@ -405,6 +414,7 @@ impl BufferPool {
             // grace period).
             let region = st.dram.release_all();
             st.stranded.clear();
+            self.usage.stranded.store(0, Relaxed);
             for b in st.table.iter() {
                 self.usage.sub(b.kind, b.size);
                 self.trace(BufferEvent::Free, b);

@@ -23,7 +23,7 @@
 static const char *const neuron_udma_usage_names[NEURON_UDMA_USAGE_NR] = {
 	"mem_host_bytes", "mem_device_bytes", "mem_imported_bytes",
 	"mem_host_peak_bytes", "mem_device_peak_bytes", "mem_imported_peak_bytes",
-	"mem_device_total_bytes",
+	"mem_device_total_bytes", "mem_device_stranded_bytes",
 	"copies", "copy_bytes", "fences_completed", "fences_failed",
 	"queue_resets_engine_error", "queue_resets_timeout", "queue_resets_other", "engine_aborts",
 	"ring_host_bytes", "ring_device_bytes", "queue_resets_device", "device_resets",

@@ -16,8 +16,8 @@ struct device;
 /* The sysfs group of a device's counters; opaque to Rust. */
 struct neuron_udma_usage;
 
-/* The number of counters (rust/kfac/sysfs.c names them): 7 of memory, 12 of activity. */
-#define NEURON_UDMA_USAGE_NR 19
+/* The number of counters (rust/kfac/sysfs.c names them): 8 of memory, 12 of activity. */
+#define NEURON_UDMA_USAGE_NR 20
 
 /* No sysfs attributes in Rust: read-only u64 counters of a device, in a named group. */
 struct neuron_udma_usage *neuron_udma_usage_add(struct device *dev, const u64 *const *vals);

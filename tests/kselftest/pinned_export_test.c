@@ -361,25 +361,27 @@ TEST_F_TIMEOUT(pin, unbind_strands_the_ranges_until_the_importers_detach, 240)
 	ASSERT_LE(0, fd);
 	self->fd = fd;
 	EXPECT_EQ(1, klog_has("stays reserved: a pinned importer of a dma-buf of an earlier binding"));
-	/* The importers still map their ranges: they are not handed out. */
+	/* The importers still map their ranges: they are not handed out, and sysfs counts them. */
 	EXPECT_EQ(-ENOMEM, alloc_and_free(fd, self->info.device_mem_size));
+	EXPECT_EQ((long long)(2 * MIB), udma_counter(bdf, "mem_device_stranded_bytes"));
 
 	/* Buffer 1's range is given back; buffer 0's stays while one export of it is left. */
 	close(imp[2]);
 	EXPECT_EQ(1, klog_has("released (no importer or descriptor left); the range is free again"));
 	EXPECT_EQ(-ENOMEM, alloc_and_free(fd, self->info.device_mem_size));
+	EXPECT_EQ((long long)MIB, udma_counter(bdf, "mem_device_stranded_bytes"));
 	close(imp[0]);
 	EXPECT_EQ(-ENOMEM, alloc_and_free(fd, self->info.device_mem_size));
+	EXPECT_EQ((long long)MIB, udma_counter(bdf, "mem_device_stranded_bytes"));
 	close(imp[1]);
 	EXPECT_EQ(0, alloc_and_free(fd, self->info.device_mem_size));
+	EXPECT_EQ(0, udma_counter(bdf, "mem_device_stranded_bytes"));
 }
 
 /*
  * PCI remove with a pinned importer attached, then rescan: the new pci_dev of the same function
- * (same domain, bus and devfn) keeps the range reserved until the importer detaches. Not on v3
- * here: in the one-device guest the rescan finds no room for its 4 GiB BAR0 (the probe fails
- * with ENOMEM), so the device would stay unbound for the tests after it. Last: it removes and
- * rescans the device.
+ * (same domain, bus and devfn) keeps the range reserved until the importer detaches. Last: it
+ * removes and rescans the device.
  */
 TEST_F_TIMEOUT(pin, rescan_keeps_the_range_reserved, 240)
 {
@@ -389,8 +391,6 @@ TEST_F_TIMEOUT(pin, rescan_keeps_the_range_reserved, 240)
 
 	if (!self->info.device_mem_size)
 		SKIP(return, "the device has no device memory");
-	if (self->info.generation == NEURON_UDMA_GEN_V3)
-		SKIP(return, "v3: the one-device guest cannot place BAR0 again after a rescan");
 	ASSERT_EQ(0, udma_bdf(bdf, sizeof(bdf)));
 	ASSERT_EQ(0, sysfs_write(PINNED_PARAM, "Y"));
 	snprintf(ms, sizeof(ms), "%d", WAIT_MS);
@@ -412,8 +412,10 @@ TEST_F_TIMEOUT(pin, rescan_keeps_the_range_reserved, 240)
 	ASSERT_LE(0, fd);
 	self->fd = fd;
 	EXPECT_EQ(-ENOMEM, alloc_and_free(fd, self->info.device_mem_size));
+	EXPECT_EQ((long long)MIB, udma_counter(bdf, "mem_device_stranded_bytes"));
 	close(imp);
 	EXPECT_EQ(0, alloc_and_free(fd, self->info.device_mem_size));
+	EXPECT_EQ(0, udma_counter(bdf, "mem_device_stranded_bytes"));
 }
 
 TEST_HARNESS_MAIN
