@@ -134,13 +134,17 @@ TEST_F_TIMEOUT(xdev, hbm_to_hbm_and_back, 300)
  */
 TEST_F_TIMEOUT(xdev, exporter_reset_keeps_the_path, 300)
 {
+	long long resets = udma_counter(self->bdf[0], "device_resets");
 	char path[96];
 	int a = self->fd[0], b = self->fd[1], ret;
 
+	ASSERT_LE(0, resets);
 	ASSERT_EQ(0, udma_memcpy(b, &self->im, 0, &self->b_dev, 0, XLEN, 0));
 	snprintf(path, sizeof(path), PCI_DEVS_DIR "/%s/reset", self->bdf[0]);
 	ret = sysfs_write(path, "1");
 	ASSERT_EQ(0, ret) TH_LOG("reset %s: %s", self->bdf[0], strerror(-ret));
+	/* It was a reset of A, as the driver saw it (the device model's: D3hot -> D0). */
+	EXPECT_EQ(resets + 1, udma_counter(self->bdf[0], "device_resets"));
 
 	fill_pattern(self->a_host.map, XLEN, 3);
 	ASSERT_EQ(0, udma_memcpy(a, &self->a_host, 0, &self->a_dev, 0, XLEN, 0));

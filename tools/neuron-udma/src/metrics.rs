@@ -127,6 +127,12 @@ const METRICS: &[Metric] = &[
         help: "Device memory available to device buffers.",
         samples: |d| vec![("", d.usage.device_total_bytes)],
     },
+    Metric {
+        name: "neuron_udma_device_memory_stranded_bytes",
+        kind: "gauge",
+        help: "Device memory kept reserved for dma-buf exports of an earlier binding that a pinned importer may still reach.",
+        samples: |d| vec![("", d.usage.device_stranded_bytes)],
+    },
 ];
 
 /// A label value escaped as the format requires (backslash, double quote, newline).
@@ -171,6 +177,7 @@ mod tests {
             device_peak_bytes: 2 << 20,
             imported_peak_bytes: 8192,
             device_total_bytes: 48 << 20,
+            device_stranded_bytes: 1 << 20,
         };
         let activity = DeviceActivity {
             copies: 15,

@@ -110,6 +110,9 @@ pub struct DeviceUsage {
     /// `mem_device_total_bytes`: device memory available to device buffers (INFO's
     /// `device_mem_size`).
     pub device_total_bytes: u64,
+    /// `mem_device_stranded_bytes`: of that, bytes kept reserved for dma-buf exports of an
+    /// earlier binding that a pinned importer may still reach (0 from a driver without the file).
+    pub device_stranded_bytes: u64,
 }
 
 impl DeviceUsage {
@@ -124,6 +127,10 @@ impl DeviceUsage {
         "mem_device_total_bytes",
     ];
 
+    /// The file of [`Self::device_stranded_bytes`], read apart from [`Self::FILES`]: drivers
+    /// before it lack it.
+    pub const STRANDED_FILE: &'static str = "mem_device_stranded_bytes";
+
     /// Reads the counters of the PCI device `pci_name` (e.g. `0000:00:03.0`, what
     /// [`FileUsage::device`] holds) from `/sys/bus/pci/devices/<pci_name>/neuron_udma/`.
     pub fn read(pci_name: &str) -> Result<Self, UsageError> {
@@ -134,9 +141,16 @@ impl DeviceUsage {
     /// group: [`UsageError::NoCounters`], saying whether no driver, another driver or an older
     /// neuron_udma driver is bound.
     pub fn read_from(pci_dir: &Path) -> Result<Self, UsageError> {
-        let v = read_counters(&group_of(pci_dir)?, Self::FILES)?;
+        let group = group_of(pci_dir)?;
+        let v = read_counters(&group, Self::FILES)?;
         let [host_bytes, device_bytes, imported_bytes, host_peak_bytes, device_peak_bytes, imported_peak_bytes, device_total_bytes] =
             v;
+        // Newer than the others: a driver of the same ABI may not have it.
+        let device_stranded_bytes = match read_counters(&group, [Self::STRANDED_FILE]) {
+            Ok([n]) => n,
+            Err(UsageError::Io { ref source, .. }) if source.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e),
+        };
         Ok(DeviceUsage {
             host_bytes,
             device_bytes,
@@ -145,6 +159,7 @@ impl DeviceUsage {
             device_peak_bytes,
             imported_peak_bytes,
             device_total_bytes,
+            device_stranded_bytes,
         })
     }
 }
@@ -719,8 +734,12 @@ mod tests {
                 device_peak_bytes: 1 << 20,
                 imported_peak_bytes: 8192,
                 device_total_bytes: 240 << 20,
+                // A driver without the file.
+                device_stranded_bytes: 0,
             }
         );
+        std::fs::write(pci.join(SYSFS_GROUP).join(DeviceUsage::STRANDED_FILE), "4096\n").unwrap();
+        assert_eq!(DeviceUsage::read_from(&pci).unwrap().device_stranded_bytes, 4096);
         std::fs::write(pci.join(SYSFS_GROUP).join("mem_imported_bytes"), "lots\n").unwrap();
         let e = DeviceUsage::read_from(&pci).unwrap_err().to_string();
         assert!(e.ends_with("neuron_udma/mem_imported_bytes: not a number: \"lots\""), "{e}");

@@ -71,8 +71,10 @@ impl PeerDir {
 
     /// The device memory of the peer whose BAR4 holds `[addr, addr + size)`: its memfd opened
     /// again (read-write if `writable`) and the offset of `addr` in it. `None` if no other model
-    /// published such a BAR4 or its memory cannot be opened.
+    /// published such a BAR4, if two did (ambiguous: logged), or if its memory cannot be opened
+    /// as what it published (a memfd of its size: the process may be gone, its pid reused).
     pub fn find(&self, addr: u64, size: u64, writable: bool) -> Option<(File, u64)> {
+        let mut found = None;
         for d in std::fs::read_dir(&self.dir).ok()?.flatten() {
             let name = d.file_name();
             let Some(name) = name.to_str() else { continue };
@@ -83,13 +85,33 @@ impl PeerDir {
                 continue;
             };
             let Some(off) = e.offset_of(addr, size) else { continue };
-            let path = format!("/proc/{}/fd/{}", e.pid, e.fd);
-            match OpenOptions::new().read(true).write(writable).open(&path) {
-                Ok(f) => return Some((f, off)),
-                Err(err) => log::warn!("peer BAR4 0x{:x}: {path}: {err}", e.bar4),
+            if let Some((other, _)) = found.replace((e, off)) {
+                log::warn!("DMA_MAP 0x{addr:x}+0x{size:x}: two peers decode it ({other:?}, {e:?}); unreachable");
+                return None;
             }
         }
-        None
+        let (e, off) = found?;
+        let path = format!("/proc/{}/fd/{}", e.pid, e.fd);
+        let is_memfd = std::fs::read_link(&path).is_ok_and(|t| t.to_string_lossy().starts_with("/memfd:"));
+        match OpenOptions::new().read(true).write(writable).open(&path) {
+            Ok(f) if is_memfd && f.metadata().is_ok_and(|m| m.len() == e.len) => Some((f, off)),
+            Ok(_) => {
+                log::warn!("peer BAR4 0x{:x}: {path} is not its device memory (gone?)", e.bar4);
+                None
+            }
+            Err(err) => {
+                log::warn!("peer BAR4 0x{:x}: {path}: {err}", e.bar4);
+                None
+            }
+        }
+    }
+}
+
+impl Drop for PeerDir {
+    /// A model that ends takes its entry away (one that is killed leaves it: [`PeerDir::find`]
+    /// checks what it opens).
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.dir.join(self.pid.to_string()));
     }
 }
 
@@ -126,6 +148,17 @@ mod tests {
         assert_eq!(off, 0x3000);
         assert_eq!(f.metadata().unwrap().len(), 1 << 20);
         assert!(me.find(0x2010_0000, 4096, true).is_none());
+        // Two peers decoding the same range: ambiguous, none.
+        std::fs::write(dir.join("2"), other.format()).unwrap();
+        assert!(me.find(0x2000_3000, 4096, true).is_none());
+        std::fs::remove_file(dir.join("2")).unwrap();
+        // An entry whose descriptor is not a memfd of the published size: refused.
+        let wrong = Entry { len: 2 << 20, ..other };
+        std::fs::write(dir.join("1"), wrong.format()).unwrap();
+        assert!(me.find(0x2000_3000, 4096, true).is_none());
+        // The model's own entry goes with it.
+        drop(me);
+        assert!(!dir.join(std::process::id().to_string()).exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

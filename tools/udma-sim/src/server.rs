@@ -121,6 +121,18 @@ impl PciConfig {
         (u64::from(self.bar_written[5]) << 32 | u64::from(self.bar_written[4])) & !0xF
     }
 
+    /// Where BAR4 decodes now: [`Self::bar4_address`] while memory decoding is on (command bit
+    /// 1), else 0 (not reachable: also while software sizes or moves it, which it does with
+    /// decoding off). A reset clears the command register, and the guest's restore of it turns
+    /// decoding on again at the kept address.
+    pub fn bar4_decoded(&self) -> u64 {
+        if self.command() & CMD_MEMORY != 0 {
+            self.bar4_address()
+        } else {
+            0
+        }
+    }
+
     /// Command register.
     pub fn command(&self) -> u16 {
         u16::from_le_bytes([self.space[4], self.space[5]])
@@ -264,10 +276,11 @@ impl Backend {
         b
     }
 
-    /// Tells the peers where BAR4 is now (after a write to its registers or a reset).
+    /// Tells the peers where BAR4 decodes now ([`PciConfig::bar4_decoded`]; after a write to
+    /// the command register or to BAR4's).
     fn publish_bar4(&self) {
         if let Some(p) = &self.peers {
-            if let Err(e) = p.publish(self.config.bar4_address()) {
+            if let Err(e) = p.publish(self.config.bar4_decoded()) {
                 log::warn!("peer directory: publishing BAR4: {e}");
             }
         }
@@ -300,9 +313,11 @@ impl ServerBackend for Backend {
                     log::info!("D3hot -> D0: device reset");
                     self.dev.reset();
                 }
-                // BAR4 is the register pair at 0x20..0x28 (a reset leaves its placement alone:
-                // see PciConfig::bar4_address).
-                if offset < 0x28 && offset + data.len() as u64 > 0x20 {
+                // The command register (0x04..0x06) or BAR4's pair (0x20..0x28): where BAR4
+                // decodes may have changed (a reset leaves its placement alone, see
+                // PciConfig::bar4_address).
+                let end = offset + data.len() as u64;
+                if (offset < 0x06 && end > 0x04) || (offset < 0x28 && end > 0x20) {
                     self.publish_bar4();
                 }
                 self.dev.set_bus_master(self.config.command() & CMD_BUS_MASTER != 0);
@@ -446,13 +461,26 @@ mod tests {
         assert_eq!(rd32(&c, PMCSR as u64) & 0xB, 0);
         assert_eq!(c.command(), 0);
         assert_eq!(rd32(&c, 0x10), 0xC);
-        // The placement of BAR4 survives the reset (the client still routes it).
+        // BAR4 decodes only with memory decoding on: not while it is sized or moved.
+        wr32(&mut c, 4, 0);
+        wr32(&mut c, 0x20, 0xFFFF_FFFF);
+        wr32(&mut c, 0x24, 0xFFFF_FFFF);
+        assert_eq!(c.bar4_decoded(), 0);
         wr32(&mut c, 0x20, 0x4000_0000);
+        assert_eq!(c.bar4_decoded(), 0);
         wr32(&mut c, 0x24, 0xff);
+        assert_eq!(c.bar4_decoded(), 0);
+        wr32(&mut c, 4, u32::from(CMD_MEMORY));
+        assert_eq!(c.bar4_decoded(), 0xff_4000_0000);
+        // Its placement survives the reset (the client still routes it), decoding does not
+        // until the command register is restored.
         assert!(!c.write(PMCSR as u64, &[3]));
         assert!(c.write(PMCSR as u64, &[0]));
         assert_eq!(rd32(&c, 0x20), 0xC);
         assert_eq!(c.bar4_address(), 0xff_4000_0000);
+        assert_eq!(c.bar4_decoded(), 0);
+        wr32(&mut c, 4, u32::from(CMD_MEMORY));
+        assert_eq!(c.bar4_decoded(), 0xff_4000_0000);
         // D1/D2 are not supported: the state stays.
         assert!(!c.write(PMCSR as u64, &[1]));
         assert_eq!(rd32(&c, PMCSR as u64) & 3, 0);

@@ -114,6 +114,7 @@ pub struct DeviceUsageJson {
     pub mem_device_peak_bytes: u64,
     pub mem_imported_peak_bytes: u64,
     pub mem_device_total_bytes: u64,
+    pub mem_device_stranded_bytes: u64,
 }
 
 impl From<&DeviceUsage> for DeviceUsageJson {
@@ -126,6 +127,7 @@ impl From<&DeviceUsage> for DeviceUsageJson {
             mem_device_peak_bytes: u.device_peak_bytes,
             mem_imported_peak_bytes: u.imported_peak_bytes,
             mem_device_total_bytes: u.device_total_bytes,
+            mem_device_stranded_bytes: u.device_stranded_bytes,
         }
     }
 }
@@ -296,6 +298,7 @@ mod tests {
                     "mem_device_peak_bytes": 0,
                     "mem_imported_peak_bytes": 0,
                     "mem_device_total_bytes": 240u64 << 20,
+                    "mem_device_stranded_bytes": 0,
                 },
             })
         );
