@@ -172,14 +172,15 @@ impl BufferPool {
     pub(crate) fn reserve_stranded(&self, instance: u64, start: u64, len: u64) -> Result {
         let mut st = self.state.lock();
         st.stranded.reserve(1, GFP_KERNEL)?;
-        let shared = st.stranded.iter().any(|&(_, s, _)| s == start);
-        if shared || st.dram.reserve(start, len)? {
-            if !shared {
-                self.usage.stranded.fetch_add(len, Relaxed);
+        // The first export of a range reserves it (outside the managed addresses: nothing to).
+        if !st.stranded.iter().any(|&(_, s, _)| s == start) {
+            if !st.dram.reserve(start, len)? {
+                return Ok(());
             }
-            // Room reserved above: cannot fail.
-            st.stranded.push((instance, start, len), GFP_KERNEL)?;
+            self.usage.stranded.fetch_add(len, Relaxed);
         }
+        // Room reserved above: cannot fail.
+        st.stranded.push((instance, start, len), GFP_KERNEL)?;
         Ok(())
     }
 

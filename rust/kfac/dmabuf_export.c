@@ -399,12 +399,13 @@ bool neuron_udma_dmabuf_stranded_next(struct device *dev, u64 after, u64 *instan
 				      u64 *len)
 {
 	struct pci_dev *pdev = to_pci_dev(dev);
+	int domain = pci_domain_nr(pdev->bus);
+	u16 devid = pci_dev_id(pdev);
 	struct neuron_udma_export *exp, *found = NULL;
 
 	mutex_lock(&neuron_udma_exports_lock);
 	list_for_each_entry(exp, &neuron_udma_stranded, node) {
-		if (exp->domain == pci_domain_nr(pdev->bus) && exp->devid == pci_dev_id(pdev) &&
-		    exp->instance > after &&
+		if (exp->domain == domain && exp->devid == devid && exp->instance > after &&
 		    (!found || exp->instance < found->instance))
 			found = exp;
 	}

@@ -88,6 +88,21 @@ static long b_dev_diff(struct _test_data_xdev *self, __u64 off, __u64 len)
 }
 
 /*
+ * B -> A, checked: pattern @seed into B's buffer (from B's host buffer), B's engine copies it
+ * into A's memory through the import, and A reads it back through its own host buffer.
+ */
+static void b_writes_a(struct __test_metadata *_metadata, struct _test_data_xdev *self,
+		       __u32 seed)
+{
+	fill_pattern(self->b_host.map, XLEN, seed);
+	ASSERT_EQ(0, udma_memcpy(self->fd[1], &self->b_host, 0, &self->b_dev, 0, XLEN, 0));
+	ASSERT_EQ(0, udma_memcpy(self->fd[1], &self->b_dev, 0, &self->im, 0, XLEN, 0));
+	memset(self->a_host.map, 0, XLEN);
+	ASSERT_EQ(0, udma_memcpy(self->fd[0], &self->a_dev, 0, &self->a_host, 0, XLEN, 0));
+	EXPECT_EQ(-1, first_diff(self->a_host.map, self->b_host.map, XLEN));
+}
+
+/*
  * HBM(A) -> HBM(B) by MEMCPY and by a queue copy at odd offsets, then HBM(B) -> HBM(A), each
  * checked byte for byte through the other device's host buffer.
  */
@@ -112,12 +127,7 @@ TEST_F_TIMEOUT(xdev, hbm_to_hbm_and_back, 300)
 	EXPECT_EQ(0, self->b_host.map[65536 + 7 + 60000]);
 
 	/* B -> A: pattern 2 into B's buffer, then B's engine writes it into A's memory. */
-	fill_pattern(self->b_host.map, XLEN, 2);
-	ASSERT_EQ(0, udma_memcpy(b, &self->b_host, 0, &self->b_dev, 0, XLEN, 0));
-	ASSERT_EQ(0, udma_memcpy(b, &self->b_dev, 0, &self->im, 0, XLEN, 0));
-	memset(self->a_host.map, 0, XLEN);
-	ASSERT_EQ(0, udma_memcpy(a, &self->a_dev, 0, &self->a_host, 0, XLEN, 0));
-	EXPECT_EQ(-1, first_diff(self->a_host.map, self->b_host.map, XLEN));
+	b_writes_a(_metadata, self, 2);
 
 	/* The import holds A's buffer; freed in order, everything goes. */
 	EXPECT_EQ(-EBUSY, mem_free(a, self->a_dev.handle));
@@ -154,12 +164,7 @@ TEST_F_TIMEOUT(xdev, exporter_reset_keeps_the_path, 300)
 	ASSERT_EQ(0, udma_memcpy(b, &self->b_dev, 0, &self->b_host, 0, XLEN, 0));
 	EXPECT_EQ(-1, first_diff(self->b_host.map, self->a_host.map, XLEN));
 
-	fill_pattern(self->b_host.map, XLEN, 4);
-	ASSERT_EQ(0, udma_memcpy(b, &self->b_host, 0, &self->b_dev, 0, XLEN, 0));
-	ASSERT_EQ(0, udma_memcpy(b, &self->b_dev, 0, &self->im, 0, XLEN, 0));
-	memset(self->a_host.map, 0, XLEN);
-	ASSERT_EQ(0, udma_memcpy(a, &self->a_dev, 0, &self->a_host, 0, XLEN, 0));
-	EXPECT_EQ(-1, first_diff(self->a_host.map, self->b_host.map, XLEN));
+	b_writes_a(_metadata, self, 4);
 }
 
 /*

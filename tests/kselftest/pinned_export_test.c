@@ -77,6 +77,16 @@ static int sysfs_read(const char *path, char *out, size_t len)
 	return 0;
 }
 
+/* Pinned importers admitted, an unbind waiting @wait_ms for them: 0 or -errno. */
+static int admit_pinned(unsigned int wait_ms)
+{
+	char ms[16];
+	int ret = sysfs_write(PINNED_PARAM, "Y");
+
+	snprintf(ms, sizeof(ms), "%u", wait_ms);
+	return ret ? ret : sysfs_write(WAIT_PARAM, ms);
+}
+
 /* A vgem device (DRM's virtual GEM driver), opened, or -errno. */
 static int vgem_open(void)
 {
@@ -315,7 +325,7 @@ static int klog_times(const char *needle, double *t, int max)
 TEST_F_TIMEOUT(pin, unbind_strands_the_ranges_until_the_importers_detach, 240)
 {
 	const unsigned int wait_ms = 6 * WAIT_MS;
-	char bdf[64], ms[16], path[PATH_MAX];
+	char bdf[64], path[PATH_MAX];
 	int dbfd, imp[3], fd, ret, i, n;
 	struct ubuf dev[2];
 	double t0, took, t[8];
@@ -323,9 +333,7 @@ TEST_F_TIMEOUT(pin, unbind_strands_the_ranges_until_the_importers_detach, 240)
 	if (!self->info.device_mem_size)
 		SKIP(return, "the device has no device memory");
 	ASSERT_EQ(0, udma_bdf(bdf, sizeof(bdf)));
-	ASSERT_EQ(0, sysfs_write(PINNED_PARAM, "Y"));
-	snprintf(ms, sizeof(ms), "%u", wait_ms);
-	ASSERT_EQ(0, sysfs_write(WAIT_PARAM, ms));
+	ASSERT_EQ(0, admit_pinned(wait_ms));
 	ASSERT_EQ(0, ubuf_dev(self->fd, MIB, &dev[0]));
 	ASSERT_EQ(0, ubuf_dev(self->fd, MIB, &dev[1]));
 	/* Buffer 0 twice, buffer 1 once. */
@@ -385,16 +393,14 @@ TEST_F_TIMEOUT(pin, unbind_strands_the_ranges_until_the_importers_detach, 240)
  */
 TEST_F_TIMEOUT(pin, rescan_keeps_the_range_reserved, 240)
 {
-	char bdf[64], ms[16], path[PATH_MAX];
+	char bdf[64], path[PATH_MAX];
 	int dbfd, imp, fd;
 	struct ubuf dev;
 
 	if (!self->info.device_mem_size)
 		SKIP(return, "the device has no device memory");
 	ASSERT_EQ(0, udma_bdf(bdf, sizeof(bdf)));
-	ASSERT_EQ(0, sysfs_write(PINNED_PARAM, "Y"));
-	snprintf(ms, sizeof(ms), "%d", WAIT_MS);
-	ASSERT_EQ(0, sysfs_write(WAIT_PARAM, ms));
+	ASSERT_EQ(0, admit_pinned(WAIT_MS));
 	ASSERT_EQ(0, ubuf_dev(self->fd, MIB, &dev));
 	dbfd = db_export(self->fd, dev.handle, O_CLOEXEC);
 	ASSERT_LE(0, dbfd);
