@@ -104,6 +104,7 @@ TARGETS = {
     "COPY_SUBMIT to wake-up p50: epoll vs COPY_WAIT": ("ev", "<=", 1.2, "wakeup"),
     "COPY_SUBMIT to wake-up p50: eventfd vs COPY_WAIT": ("ev", "<=", 1.2, "wakeup"),
     "URING_COPY issue to wake-up p50: io_uring vs COPY_WAIT": ("ev", "<=", 1.2, "wakeup"),
+    "URING_COPY issue to wake-up p50: io_uring IOPOLL vs COPY_WAIT": ("ev", "<=", 1.2, "wakeup"),
     # MEMSET against MEMCPY of the same bytes (udma_bench).
     "MEMSET 4M host vs MEMCPY host->host": ("fill", ">=", 0.9, "fill"),
     "MEMSET 4M HBM vs MEMCPY HBM->HBM": ("fill", ">=", 0.9, "fill"),

@@ -19,6 +19,16 @@
 #include <linux/types.h>
 #include <asm/byteorder.h>
 
+/*
+ * The timed functions live in a section of their own that starts a 4 KiB page (the .balign
+ * raises the section's alignment wherever the assembler puts it): under TCG a jump or call to
+ * another guest page is not chained and costs a lookup, so a fill loop or its builder straddling
+ * a page would be timed slower for where the linker happened to put it. bench.rs does the same
+ * for the driver's side.
+ */
+#define NU_REF_TEXT __section(".text.nu_bench_ref")
+asm(".pushsection .text.nu_bench_ref,\"ax\",@progbits\n\t.balign 4096\n\t.popsection");
+
 #define NU_REF_DESC_SIZE	16
 #define NU_REF_RESERVE		16	/* slots kept free per ring (section 4.7) */
 #define NU_REF_MAX_LEN		65536	/* encoded as 0 in the 16-bit length field */
@@ -143,9 +153,10 @@ static __always_inline int nu_ref_prep(struct nu_ref_ring *tx, struct nu_ref_rin
 }
 
 /* The pair builder as the reference calls it: a separate function, once per pair. */
-static noinline int nu_ref_prepare_one(struct nu_ref_ring *tx, struct nu_ref_ring *rx,
-				       u64 src, u64 dst, u32 len,
-				       enum nu_ref_barrier barrier, bool int_en)
+static noinline NU_REF_TEXT int nu_ref_prepare_one(struct nu_ref_ring *tx,
+						   struct nu_ref_ring *rx, u64 src, u64 dst,
+						   u32 len, enum nu_ref_barrier barrier,
+						   bool int_en)
 {
 	return nu_ref_prep(tx, rx, src, dst, len, barrier, int_en);
 }
@@ -156,8 +167,8 @@ static noinline int nu_ref_prepare_one(struct nu_ref_ring *tx, struct nu_ref_rin
  * @inlined: the pair builder inlined in the loop instead of called once per pair.
  * Returns 0, or the first pair's error (-ENOMEM when a ring is full, -EINVAL for a bad length).
  */
-int neuron_udma_bench_ref_fill(struct nu_ref_ring *tx, struct nu_ref_ring *rx, u32 pairs,
-			       u64 src, u64 dst, u32 len, bool inlined)
+NU_REF_TEXT int neuron_udma_bench_ref_fill(struct nu_ref_ring *tx, struct nu_ref_ring *rx,
+					   u32 pairs, u64 src, u64 dst, u32 len, bool inlined)
 {
 	u64 off = 0;
 	u32 i;
