@@ -625,6 +625,11 @@ impl XorShift {
     }
 }
 
+/// Batches a pipelined copy is cut into at least ([`Mover::copy_at`]): a 4 MiB round goes as
+/// four batches of 1 MiB. As one batch, the pipeline's second queue had nothing to overlap
+/// with (the streaming row of `make bench`, `Documentation/benchmarks.rst` (d)).
+const PIPELINE_SPLIT: u64 = 4;
+
 /// Moves bytes with one device: through user queues in pairs of `max_copy_size` (with a second
 /// queue, pipelined: the next batch is prepared and started while the engine works on the
 /// previous one; with one, batched COPY_PREPARE + COPY_WAIT), or through MEMCPY when there is
@@ -680,7 +685,16 @@ impl Mover<'_> {
                 self.info.pairs_per_round(tx.min(rx)) as usize
             }
         };
-        let mut batch = Vec::with_capacity(per_round);
+        // Pipelined, at most a quarter of the copies per batch: the engine works on one batch
+        // while the next is prepared, also when every copy fits in one round of a ring (as one
+        // batch it would leave nothing to overlap with).
+        let per_batch = if pipe.is_some() {
+            let copies = len.div_ceil(u64::from(self.info.max_copy_size.max(1)));
+            usize::try_from(copies.div_ceil(PIPELINE_SPLIT)).unwrap_or(usize::MAX)
+        } else {
+            usize::MAX
+        };
+        let mut batch = Vec::with_capacity(per_round.min(per_batch));
         let mut pieces = chunks(len, self.info.max_copy_size).peekable();
         while pieces.peek().is_some() {
             batch.clear();
@@ -690,7 +704,7 @@ impl Mover<'_> {
                 let need = neuron_udma::Copy::max_pairs(src, s, dst, d, size) as usize;
                 // The first copy of a batch always goes: alone it needs at most 1 + 2 *
                 // max_copy_size / page size pairs, far below a round of the default ring.
-                if !batch.is_empty() && pairs + need > per_round {
+                if !batch.is_empty() && (pairs + need > per_round || batch.len() >= per_batch) {
                     break;
                 }
                 batch.push(neuron_udma::Copy::new(src, s, dst, d, size)?);
