@@ -385,7 +385,7 @@ static double lookup_run(struct qctx *c, const struct neuron_udma_copy *copies)
 	return c->prep_secs;
 }
 
-/* Opens buffers 2.. LOOKUP_BUFS - 1 of the lookup rows in @b's file and names them in @many, @spread. */
+/* Opens buffers 2..LOOKUP_BUFS - 1 of the lookup rows in @b's file, named in @many and @spread. */
 static void lookup_open(struct qctx *b, struct ubuf *bufs, struct neuron_udma_copy *many,
 			struct neuron_udma_copy *spread)
 {
@@ -415,8 +415,14 @@ static void lookup_close(struct qctx *b, struct ubuf *bufs)
 {
 	unsigned int i;
 
-	for (i = 2; i < LOOKUP_BUFS; i++)
-		ubuf_free(b->fd, &bufs[i]);
+	int ret;
+
+	for (i = 2; i < LOOKUP_BUFS; i++) {
+		/* A buffer left open would make the 2-buffer baseline a file of more. */
+		ret = ubuf_free(b->fd, &bufs[i]);
+		if (ret)
+			die("MEM_FREE (lookup buffers)", ret);
+	}
 }
 
 /*
@@ -430,14 +436,14 @@ static void lookup_close(struct qctx *b, struct ubuf *bufs)
  * to buffer 2i + 1 (modulo LOOKUP_BUFS, in allocation order): the 256 entries of a call name 512
  * buffers, no two entries the same one. The other LOOKUP_BUFS - 2 buffers are opened and freed
  * (untimed) between the runs, so that the runs alternate between "two" and the other three (whose
- * order reverses from run to run). The rows: many against two (the buffers open), spread against
+ * order reverses every two runs). The rows: many against two (the buffers open), spread against
  * same (a buffer per entry), medians and the per-run ratios' range.
  */
 static void bench_lookup(void)
 {
 	struct neuron_udma_copy *two_c, *many_c, *spread_c;
 	double t[4][LOOKUP_RUNS], rm[LOOKUP_RUNS], rs[LOOKUP_RUNS], m[4];
-	bool open = false;
+	bool opened = false;
 	struct ubuf *bufs;
 	unsigned int r, k;
 	struct qctx b;
@@ -459,13 +465,13 @@ static void bench_lookup(void)
 	/* Warm-up, one run of each. */
 	lookup_run(&b, two_c);
 	lookup_open(&b, bufs, many_c, spread_c);
-	open = true;
+	opened = true;
 	lookup_run(&b, many_c);
 	lookup_run(&b, two_c);
 	lookup_run(&b, spread_c);
 	for (r = 0; r < LOOKUP_RUNS; r++) {
 		/* Runs alternate between the 2-buffer file and the LOOKUP_BUFS one. */
-		if (open) {
+		if (opened) {
 			for (k = 0; k < 3; k++) {
 				const struct neuron_udma_copy *c[3] = { many_c, two_c, spread_c };
 				unsigned int i = r % 4 < 2 ? k : 2 - k;
@@ -473,12 +479,12 @@ static void bench_lookup(void)
 				t[i + 1][r] = lookup_run(&b, c[i]);
 			}
 			lookup_close(&b, bufs);
-			open = false;
+			opened = false;
 			t[0][r] = lookup_run(&b, two_c);
 		} else {
 			t[0][r] = lookup_run(&b, two_c);
 			lookup_open(&b, bufs, many_c, spread_c);
-			open = true;
+			opened = true;
 			for (k = 0; k < 3; k++) {
 				const struct neuron_udma_copy *c[3] = { many_c, two_c, spread_c };
 				unsigned int i = r % 4 < 2 ? k : 2 - k;
@@ -509,7 +515,7 @@ static void bench_lookup(void)
 	result_range("COPY_PREPARE x256 per pair, 1000 buffers, a different buffer per entry", m[3],
 		     "ns/pair", m[2], rs, LOOKUP_RUNS, how, NULL);
 out:
-	if (open)
+	if (opened)
 		lookup_close(&b, bufs);
 	qctx_close(&b);
 	free(spread_c);
@@ -2225,7 +2231,7 @@ static int wq_cpumask_set(const char *mask)
 }
 
 /*
- * One sample: a 4-byte copy of a new value prepared (untimed) and submitted with COPY_SUBMIT on
+ * One sample: a 4-byte copy of a new value prepared and submitted with COPY_SUBMIT on
  * @c's queue; then either (W_EPOLL) epoll_wait on the file, then QUEUE_EVENTS until its
  * fence is reported, (W_COPY_WAIT) COPY_WAIT (which waits for that fence: nothing new was
  * prepared), or (W_EVENTFD) a blocking read of the queue's eventfd (QUEUE_EVENTFD: signalled
@@ -2238,8 +2244,8 @@ static int wq_cpumask_set(const char *mask)
  * kinds: from the issue, as @submit_wake: the same work, prepare, fence and wait), and (epoll)
  * from landing to epoll_wait's return.
  */
-static void wake_sample(struct qctx *c, int kind, int ep, struct lander *l, __u32 v, double *land_wake,
-			double *submit_wake, double *prep_wake, double *land_epoll)
+static void wake_sample(struct qctx *c, int kind, int ep, struct lander *l, __u32 v,
+			double *land_wake, double *submit_wake, double *prep_wake, double *land_epoll)
 {
 	volatile __u32 *s32 = (volatile __u32 *)c->src.map, *d32 = (volatile __u32 *)c->dst.map;
 	struct neuron_udma_queue_event ev[4];
@@ -2253,7 +2259,7 @@ static void wake_sample(struct qctx *c, int kind, int ep, struct lander *l, __u3
 	l->dst = d32;
 	l->want = v;
 	__atomic_store_n(&l->state, 1, __ATOMIC_RELEASE);
-	if (kind == W_URING || kind == W_IOPOLL) {
+	if (wake_uring(kind)) {
 		struct uring *u = kind == W_URING ? &wake_ring : &wake_poll_ring;
 		unsigned int head;
 
@@ -2333,15 +2339,16 @@ landed:
  * Wake-up latency through epoll, an eventfd and io_uring against a thread blocked in COPY_WAIT:
  * five files, one queue each (engine 0 queue 1, its file in an epoll set: EPOLLIN | EPOLLPRI;
  * engine 1 queue 1, a file nobody polls; engine 0 queue 2 with an eventfd; engine 1 queue 2, its
- * copies issued as URING_COPY SQEs; engine 1 queue 3, the same on an IOPOLL ring), wake_runs rounds of one sample of each, the order rotating
- * from round to round. Per sample
- * the time from COPY_SUBMIT to the wake-up, and from the copy's landing to the wake-up: a lander
- * thread pinned to CPU 1 spins on the destination (the caller runs on CPU 0, and so do the
+ * copies issued as URING_COPY SQEs; engine 1 queue 3, the same on an IOPOLL ring), wake_runs
+ * rounds of one sample of each, the order rotating from round to round. Per sample the time from
+ * COPY_SUBMIT (and from COPY_PREPARE_ONE) to the wake-up, and from the copy's landing to it: a
+ * lander thread pinned to CPU 1 spins on the destination (the caller runs on CPU 0, and so do the
  * unbound workqueues, the driver's completion worker among them, while the phase lasts).
  */
 static void bench_wakeup(void)
 {
-	double *lw[W_NUM], *sw[W_NUM], *pw[W_NUM], *le, cw50, cw99, p50[W_NUM], p99[W_NUM], s50[W_NUM], s99[W_NUM], le50;
+	double *lw[W_NUM], *sw[W_NUM], *pw[W_NUM], *le, cw50, cw99, le50;
+	double p50[W_NUM], p99[W_NUM], s50[W_NUM], s99[W_NUM];
 	double block_ratio[W_NUM][RANGE_BLOCKS];
 	struct neuron_udma_queue_event ev[4];
 	char how[1800], howr[1900], extra[120], l0[40], l1[40], wq[64], wq_note[160];

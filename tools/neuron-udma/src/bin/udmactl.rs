@@ -625,9 +625,10 @@ impl XorShift {
     }
 }
 
-/// Batches a pipelined copy is cut into at least ([`Mover::copy_at`]): a 4 MiB round goes as
-/// four batches of 1 MiB. As one batch, the pipeline's second queue had nothing to overlap
-/// with (the streaming row of `make bench`, `Documentation/benchmarks.rst` (d)).
+/// A pipelined copy puts at most 1 / `PIPELINE_SPLIT` of its pieces (rounded up) in one batch
+/// ([`Mover::copy_at`]): a 4 MiB copy goes as four batches of 1 MiB. As one batch, the
+/// pipeline's second queue had nothing to overlap with (the streaming row of `make bench`,
+/// `Documentation/benchmarks.rst` (d)).
 const PIPELINE_SPLIT: u64 = 4;
 
 /// Moves bytes with one device: through user queues in pairs of `max_copy_size` (with a second
@@ -651,7 +652,8 @@ impl Mover<'_> {
     /// Copies `len` bytes from `src` at `src_off` to `dst` at `dst_off`. A side may be imported
     /// memory: its copies are split by the driver at the runs it crosses, so a batch holds as
     /// many copies as their worst-case pair counts (`Copy::max_pairs`) fit in one round of the
-    /// ring, and is started with the pair count the driver returns.
+    /// ring (pipelined, also at most [`PIPELINE_SPLIT`]'s share of them), and is started with the
+    /// pair count the driver returns.
     fn copy_at(
         &self,
         src: &dyn Buffer,
