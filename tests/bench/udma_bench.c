@@ -414,7 +414,6 @@ static void lookup_open(struct qctx *b, struct ubuf *bufs, struct neuron_udma_co
 static void lookup_close(struct qctx *b, struct ubuf *bufs)
 {
 	unsigned int i;
-
 	int ret;
 
 	for (i = 2; i < LOOKUP_BUFS; i++) {
@@ -470,27 +469,24 @@ static void bench_lookup(void)
 	lookup_run(&b, two_c);
 	lookup_run(&b, spread_c);
 	for (r = 0; r < LOOKUP_RUNS; r++) {
-		/* Runs alternate between the 2-buffer file and the LOOKUP_BUFS one. */
-		if (opened) {
-			for (k = 0; k < 3; k++) {
-				const struct neuron_udma_copy *c[3] = { many_c, two_c, spread_c };
-				unsigned int i = r % 4 < 2 ? k : 2 - k;
+		/* Runs alternate: the 2-buffer file before the LOOKUP_BUFS one, or after it. */
+		bool two_first = !opened;
 
-				t[i + 1][r] = lookup_run(&b, c[i]);
-			}
-			lookup_close(&b, bufs);
-			opened = false;
-			t[0][r] = lookup_run(&b, two_c);
-		} else {
+		if (two_first) {
 			t[0][r] = lookup_run(&b, two_c);
 			lookup_open(&b, bufs, many_c, spread_c);
 			opened = true;
-			for (k = 0; k < 3; k++) {
-				const struct neuron_udma_copy *c[3] = { many_c, two_c, spread_c };
-				unsigned int i = r % 4 < 2 ? k : 2 - k;
+		}
+		for (k = 0; k < 3; k++) {
+			const struct neuron_udma_copy *c[3] = { many_c, two_c, spread_c };
+			unsigned int i = r % 4 < 2 ? k : 2 - k;
 
-				t[i + 1][r] = lookup_run(&b, c[i]);
-			}
+			t[i + 1][r] = lookup_run(&b, c[i]);
+		}
+		if (!two_first) {
+			lookup_close(&b, bufs);
+			opened = false;
+			t[0][r] = lookup_run(&b, two_c);
 		}
 	}
 	for (r = 0; r < LOOKUP_RUNS; r++) {
@@ -2187,7 +2183,6 @@ static void *lander_thread(void *arg)
 
 enum { W_EPOLL, W_COPY_WAIT, W_EVENTFD, W_URING, W_IOPOLL, W_NUM };
 
-
 /* Whether samples of @kind are io_uring SQEs (timed from the issue, prepare included). */
 static bool wake_uring(unsigned int kind)
 {
@@ -2347,7 +2342,7 @@ landed:
  */
 static void bench_wakeup(void)
 {
-	double *lw[W_NUM], *sw[W_NUM], *pw[W_NUM], *le, cw50, cw99, le50;
+	double *lw[W_NUM], *sw[W_NUM], *le, *cw, cw50, cw99, le50;
 	double p50[W_NUM], p99[W_NUM], s50[W_NUM], s99[W_NUM];
 	double block_ratio[W_NUM][RANGE_BLOCKS];
 	struct neuron_udma_queue_event ev[4];
@@ -2385,11 +2380,11 @@ static void bench_wakeup(void)
 	if (ret)
 		die("io_uring_setup (wake-up rows)", ret);
 	le = calloc(wake_runs, sizeof(double));
+	cw = calloc(wake_runs, sizeof(double));
 	for (k = 0; k < W_NUM; k++) {
 		lw[k] = calloc(wake_runs, sizeof(double));
 		sw[k] = calloc(wake_runs, sizeof(double));
-		pw[k] = calloc(wake_runs, sizeof(double));
-		if (!lw[k] || !sw[k] || !pw[k] || !le)
+		if (!lw[k] || !sw[k] || !le || !cw)
 			die("calloc", -ENOMEM);
 	}
 	if (sched_getaffinity(0, sizeof(cpus), &cpus))
@@ -2415,10 +2410,11 @@ static void bench_wakeup(void)
 	for (i = 0; i < wake_runs; i++)
 		for (k = 0; k < W_NUM; k++) {
 			unsigned int kind = (i + k) % W_NUM;
-			double d;
+			double p, d;
 
 			wake_sample(&c[kind], kind, ep, &l, i * 2654435761U + kind + 1, &lw[kind][i],
-				    &sw[kind][i], &pw[kind][i], kind == W_EPOLL ? &le[i] : &d);
+				    &sw[kind][i], kind == W_COPY_WAIT ? &cw[i] : &p,
+				    kind == W_EPOLL ? &le[i] : &d);
 		}
 	loadavg(l1, sizeof(l1));
 	__atomic_store_n(&l.state, -1, __ATOMIC_RELEASE);
@@ -2443,11 +2439,11 @@ static void bench_wakeup(void)
 	 */
 	for (k = 0; k < W_NUM; k++)
 		if (k != W_COPY_WAIT)
-			block_ratios(sw[k], 0.5, wake_uring(k) ? pw[W_COPY_WAIT] : sw[W_COPY_WAIT], 0.5,
-				     wake_runs, block_ratio[k]);
-	qsort(pw[W_COPY_WAIT], wake_runs, sizeof(double), cmp_double);
-	cw50 = pctf(pw[W_COPY_WAIT], wake_runs, 0.5) * 1e6;
-	cw99 = pctf(pw[W_COPY_WAIT], wake_runs, 0.99) * 1e6;
+			block_ratios(sw[k], 0.5, wake_uring(k) ? cw : sw[W_COPY_WAIT], 0.5, wake_runs,
+				     block_ratio[k]);
+	qsort(cw, wake_runs, sizeof(double), cmp_double);
+	cw50 = pctf(cw, wake_runs, 0.5) * 1e6;
+	cw99 = pctf(cw, wake_runs, 0.99) * 1e6;
 	for (k = 0; k < W_NUM; k++) {
 		qsort(lw[k], wake_runs, sizeof(double), cmp_double);
 		qsort(sw[k], wake_runs, sizeof(double), cmp_double);
@@ -2460,10 +2456,7 @@ static void bench_wakeup(void)
 	le50 = pctf(le, wake_runs, 0.5) * 1e6;
 	snprintf(extra, sizeof(extra), "\"load_start\":\"%s\",\"load_end\":\"%s\"", l0, l1);
 	for (k = 0; k < W_NUM; k++) {
-		static const char *const start[W_NUM] = {
-			"COPY_SUBMIT", "COPY_SUBMIT", "COPY_SUBMIT", "URING_COPY issue",
-			"URING_COPY issue",
-		};
+		const char *start = wake_uring(k) ? "URING_COPY issue" : "COPY_SUBMIT";
 		double b50 = wake_uring(k) ? cw50 : s50[W_COPY_WAIT];
 		double b99 = wake_uring(k) ? cw99 : s99[W_COPY_WAIT];
 		char name[120];
@@ -2496,25 +2489,25 @@ static void bench_wakeup(void)
 			snprintf(how + at, sizeof(how) - at, "; epoll_wait returned %.1f us after the "
 				 "landing (p50)", le50);
 		}
-		snprintf(name, sizeof(name), "%s to wake-up p50: %s vs COPY_WAIT", start[k],
+		snprintf(name, sizeof(name), "%s to wake-up p50: %s vs COPY_WAIT", start,
 			 wake_kind[k]);
 		snprintf(howr, sizeof(howr), "%s; ratio: the median of the p50 ratios of %u "
 			 "consecutive blocks of rounds, min and max beside it", how, RANGE_BLOCKS);
 		result_range(name, s50[k], "us", b50, block_ratio[k], RANGE_BLOCKS, howr, extra);
-		snprintf(name, sizeof(name), "%s to wake-up p99: %s vs COPY_WAIT", start[k],
+		snprintf(name, sizeof(name), "%s to wake-up p99: %s vs COPY_WAIT", start,
 			 wake_kind[k]);
 		result_x(name, s99[k], "us", b99, how, extra);
 		snprintf(name, sizeof(name), "completion to wake-up p50: %s vs COPY_WAIT", wake_kind[k]);
 		result_x(name, p50[k], "us", p50[W_COPY_WAIT], how, extra);
 		fprintf(stderr, "udma_bench: wake-up p50 from %s: %s %.1f us, COPY_WAIT %.1f us; "
-			"landing to wake-up p50: %.1f / %.1f us\n", start[k], wake_kind[k], s50[k], b50,
+			"landing to wake-up p50: %.1f / %.1f us\n", start, wake_kind[k], s50[k], b50,
 			p50[k], p50[W_COPY_WAIT]);
 	}
 	for (k = 0; k < W_NUM; k++) {
 		free(lw[k]);
 		free(sw[k]);
-		free(pw[k]);
 	}
+	free(cw);
 	free(le);
 }
 
