@@ -214,13 +214,17 @@ pub(crate) fn render_queue_state(cell: &Channel, w: &mut impl fmt::Write) -> fmt
         if e.aborted() { " ABORTED" } else { "" },
         s.resets
     )?;
-    let (uring, polled, eventfd, signalled, woken) = cell.listeners();
+    let l = cell.listeners();
     writeln!(
         w,
-        "  listeners: uring {uring} polled {} eventfd {} settled {} signalled {signalled} woken {woken}",
-        u8::from(polled),
-        u8::from(eventfd),
-        cell.settled_fences()
+        "  listeners: uring {} polled {} eventfd {} settled {} signalled {} woken {} watches {}",
+        l.uring,
+        u8::from(l.polled),
+        u8::from(l.eventfd),
+        cell.settled_fences(),
+        l.signalled,
+        l.woken,
+        l.watches
     )
 }
 

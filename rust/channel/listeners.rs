@@ -62,6 +62,24 @@ pub(super) struct Listeners {
     pub(super) uring: KVec<UringCmd>,
     /// The fences settled when the file's pollers were last woken.
     pub(super) woken: u64,
+    /// How many times the completion engine was asked to watch the queue (for debugfs).
+    pub(super) watches: u64,
+}
+
+/// A queue's listeners as debugfs shows them ([`Channel::listeners`]).
+pub(crate) struct ListenerState {
+    /// io_uring commands waiting.
+    pub(crate) uring: usize,
+    /// Whether the owning file was polled.
+    pub(crate) polled: bool,
+    /// Whether an eventfd is set.
+    pub(crate) eventfd: bool,
+    /// The fences settled when the eventfd was last signalled, and the pollers last woken.
+    pub(crate) signalled: u64,
+    pub(crate) woken: u64,
+    /// How many times the completion engine was asked to watch the queue: a submission or wait
+    /// that found fences still in flight after its own look, or a poll of a busy queue.
+    pub(crate) watches: u64,
 }
 
 impl Channel {
@@ -164,6 +182,20 @@ impl Channel {
         l.uring.push_within_capacity(cmd).map_err(|e| (ENOMEM, e.0))
     }
 
+    /// The state of fence `seq` after one look at the markers, or `None` if the queue lock is
+    /// held: for a caller that must not wait for it (a non-blocking io_uring issue).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for a fence not submitted, `ECANCELED` (released), `ENODEV` (unbound).
+    pub(crate) fn try_state(&self, seq: u64) -> Option<Result<FenceState>> {
+        let mut inner = self.inner.try_lock()?;
+        Some(match (*inner).as_mut() {
+            Some(q) => q.state(seq),
+            None => Err(self.gone_error()),
+        })
+    }
+
     /// The state of fence `seq` for a caller that polls it (an IOPOLL io_uring ring): the
     /// engine state is read at most every [`STATE_CHECK_EVERY`] while it is pending (an engine
     /// error or a stall resets the queue, failing the fence).
@@ -198,18 +230,24 @@ impl Channel {
         self.locked(|q| Ok(q.settled())).unwrap_or(0)
     }
 
-    /// The queue's listeners for debugfs: io_uring commands waiting, whether the file is
-    /// polled, whether an eventfd is set, and the fences settled when the eventfd was last
-    /// signalled and the pollers last woken.
-    pub(crate) fn listeners(&self) -> (usize, bool, bool, u64, u64) {
+    /// The queue's listeners for debugfs.
+    pub(crate) fn listeners(&self) -> ListenerState {
         let l = self.listeners.lock();
-        (
-            l.uring.len(),
-            l.file.as_ref().is_some_and(|f| f.is_polled()),
-            l.eventfd.is_some(),
-            l.signalled,
-            l.woken,
-        )
+        ListenerState {
+            uring: l.uring.len(),
+            polled: l.file.as_ref().is_some_and(|f| f.is_polled()),
+            eventfd: l.eventfd.is_some(),
+            signalled: l.signalled,
+            woken: l.woken,
+            watches: l.watches,
+        }
+    }
+
+    /// Counts a request to the completion engine to watch this queue
+    /// ([`ListenerState::watches`]).
+    pub(crate) fn note_watch(&self) {
+        let mut l = self.listeners.lock();
+        l.watches = l.watches.wrapping_add(1);
     }
 
     /// Whether anybody but a blocked waiter listens for this queue's completions (a polled

@@ -78,7 +78,7 @@ impl OpenFile {
             Some(EventFd::from_fd(e.fd)?)
         };
         chan.set_eventfd(fd)?;
-        Completer::watch_queue(&self.dev.completer, &chan);
+        Completer::look_then_watch(&self.dev.completer, &chan);
         Ok(())
     }
 

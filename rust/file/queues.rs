@@ -22,12 +22,13 @@ use kernel::{
     uaccess::{UserPtr, UserSlice},
 };
 
-/// `COPY_PREPARE` batches up to this many entries are read without a heap allocation.
+/// Batches of copies up to this many entries are read without a heap allocation
+/// ([`with_user_copies`]).
 const INLINE_BATCH: usize = 16;
 
 /// Checks at build time that `T` is valid for any bit pattern.
 const fn from_bytes<T: kernel::transmute::FromBytes>() {}
-// `copy_prepare` reads the entries as bytes into uninitialised memory.
+// `with_user_copies` reads the entries as bytes into uninitialised memory.
 const _: () = from_bytes::<uapi::neuron_udma_copy>();
 
 impl OpenFile {
@@ -148,38 +149,9 @@ impl OpenFile {
     /// `COPY_PREPARE`: [`Self::prepare`] of the `count` copies at user address `copies`.
     pub(super) fn copy_prepare(&self, p: &uapi::neuron_udma_copy_prepare) -> Result<isize> {
         reserved_zero(&[u64::from(p.reserved)])?;
-        if p.count == 0 || p.count > MAX_BATCH {
-            return Err(EINVAL);
-        }
-        let entry = core::mem::size_of::<uapi::neuron_udma_copy>();
-        // CAST: `copies` is a user address, `count` at most MAX_BATCH.
-        let count = p.count as usize;
-        let mut reader =
-            UserSlice::new(UserPtr::from_addr(p.copies as usize), entry * count).reader();
-        // Small batches are read onto the stack: a heap array per call costs more than the
-        // descriptors themselves (Documentation/benchmarks.rst).
-        // The whole array in one user copy, before any lock: a page fault takes the mmap lock,
-        // which a fault on a buffer mapping holds while it takes a buffer's lock.
-        if count <= INLINE_BATCH {
-            let mut inline = [uapi::neuron_udma_copy::default(); INLINE_BATCH];
-            let staged = &mut inline[..count];
-            reader.read_slice(staged.as_bytes_mut())?;
-            return self.prepare(p.engine, p.queue, staged);
-        }
-        // A larger array is read straight into the spare capacity of a heap array sized by
-        // the batch, nothing written to it before the user copy.
-        let mut heap = KVVec::<uapi::neuron_udma_copy>::with_capacity(count, GFP_KERNEL_ACCOUNT)?;
-        // PANIC: the capacity is at least `count`.
-        let spare = &mut heap.spare_capacity_mut()[..count];
-        // SAFETY: `MaybeUninit<T>` has the size and alignment of `T`, so the `count` elements
-        // are `entry * count` bytes; the bytes are only written through the returned slice.
-        let bytes =
-            unsafe { core::slice::from_raw_parts_mut(spare.as_mut_ptr().cast(), entry * count) };
-        reader.read_raw(bytes)?;
-        // SAFETY: `read_raw` succeeded, so the first `count` elements are initialised, and any
-        // bit pattern is a valid `neuron_udma_copy` (it is `FromBytes`: checked above).
-        unsafe { heap.inc_len(count) };
-        self.prepare(p.engine, p.queue, &heap)
+        with_user_copies(p.copies, p.count, |staged| {
+            self.prepare(p.engine, p.queue, staged)
+        })
     }
 
     /// `COPY_START`: rings the doorbells for `m2s_count` Tx and `s2m_count` Rx prepared
@@ -196,9 +168,9 @@ impl OpenFile {
         reserved_zero(&[u64::from(w.reserved)])?;
         let chan = self.queue(w.engine, w.queue)?;
         let r = chan.wait_all(timeout(w.timeout_ms));
-        // The wait's own fence settles without the completion engine: let it tell the
-        // queue's listeners (pollers, the eventfd), as for fences of COPY_SUBMIT.
-        Completer::watch_queue(&self.dev.completer, &chan);
+        // The wait's own fence settles without the completion engine: the queue's listeners
+        // (pollers, the eventfd) hear of it from here, as of fences of COPY_SUBMIT.
+        Completer::look_then_watch(&self.dev.completer, &chan);
         w.completed = r?;
         Ok(())
     }
@@ -208,7 +180,7 @@ impl OpenFile {
         reserved_zero(&[u64::from(c.flags), u64::from(c.reserved)])?;
         let chan = self.queue(c.engine, c.queue)?;
         c.fence = chan.submit_fence()?;
-        Completer::watch_queue(&self.dev.completer, &chan);
+        Completer::look_then_watch(&self.dev.completer, &chan);
         Ok(())
     }
 
@@ -235,6 +207,51 @@ impl OpenFile {
         chan.wait_fence(w.fence, timeout(w.timeout_ms))
             .map_err(|e| if e == EINTR { ERESTARTNOHAND } else { e })
     }
+}
+
+/// Reads the `count` copies (1 to [`MAX_BATCH`]) at user address `copies` in one user copy and
+/// runs `f` on them (`COPY_PREPARE`, io_uring's `URING_COPY`). Up to [`INLINE_BATCH`] are read
+/// onto the stack: a heap array per call costs more than the descriptors themselves
+/// (Documentation/benchmarks.rst); a larger array straight into the spare capacity of a heap
+/// array sized by the batch, nothing written to it before the user copy. Called before any
+/// lock: a page fault takes the mmap lock, which a fault on a buffer mapping holds while it
+/// takes a buffer's lock.
+///
+/// # Errors
+///
+/// `EINVAL` (`count` 0 or above [`MAX_BATCH`]), `EFAULT` (the array not readable), `ENOMEM`;
+/// else `f`'s result.
+pub(super) fn with_user_copies<R>(
+    copies: u64,
+    count: u32,
+    f: impl FnOnce(&[uapi::neuron_udma_copy]) -> Result<R>,
+) -> Result<R> {
+    if count == 0 || count > MAX_BATCH {
+        return Err(EINVAL);
+    }
+    let entry = core::mem::size_of::<uapi::neuron_udma_copy>();
+    // CAST: `count` is at most MAX_BATCH.
+    let count = count as usize;
+    // CAST: a user address.
+    let mut reader = UserSlice::new(UserPtr::from_addr(copies as usize), entry * count).reader();
+    if count <= INLINE_BATCH {
+        let mut inline = [uapi::neuron_udma_copy::default(); INLINE_BATCH];
+        let staged = &mut inline[..count];
+        reader.read_slice(staged.as_bytes_mut())?;
+        return f(staged);
+    }
+    let mut heap = KVVec::<uapi::neuron_udma_copy>::with_capacity(count, GFP_KERNEL_ACCOUNT)?;
+    // PANIC: the capacity is at least `count`.
+    let spare = &mut heap.spare_capacity_mut()[..count];
+    // SAFETY: `MaybeUninit<T>` has the size and alignment of `T`, so the `count` elements are
+    // `entry * count` bytes; the bytes are only written through the returned slice.
+    let bytes =
+        unsafe { core::slice::from_raw_parts_mut(spare.as_mut_ptr().cast(), entry * count) };
+    reader.read_raw(bytes)?;
+    // SAFETY: `read_raw` succeeded, so the first `count` elements are initialised, and any bit
+    // pattern is a valid `neuron_udma_copy` (it is `FromBytes`: checked above).
+    unsafe { heap.inc_len(count) };
+    f(&heap)
 }
 
 /// The result of a prepare ioctl whose copies had `flags` (OR-ed) and took `pairs` descriptor

@@ -1,18 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! io_uring commands of an open file (`NEURON_UDMA_URING_COPY`) and their trampolines: a
-//! prepare, a fence and the command queued until the fence settles; on an IOPOLL ring the
-//! command is completed by polling. A command is issued inline, from `io_uring_enter` in the
+//! prepare, a fence and the command queued until the fence settles (completed at once if it
+//! settled while the issue ran); on an IOPOLL ring the command is completed by polling. A command is issued inline, from `io_uring_enter` in the
 //! submitting task, unless it would wait for the queue lock or a device-ring move (then
 //! `EAGAIN` sends it to io_uring's workers).
 //!
 //! A command names its queue instance: one whose instance went away (released,
 //! re-initialised, unbound) after its fence was submitted completes with `ECANCELED`.
 
-use super::{OpenFile, MAX_BATCH};
+use super::{queues::with_user_copies, OpenFile, MAX_BATCH};
 use crate::{
     buffer::Buffer,
-    channel::Wait,
+    channel::{Channel, Wait},
     charge::Charge,
     completion::Completer,
     events::UringCmd,
@@ -20,18 +20,15 @@ use crate::{
     kfac::uring::{self as kuring, RawUringCmd, UringIssue},
     uapi,
 };
-use kernel::{
-    prelude::*,
-    sync::Arc,
-    transmute::AsBytes,
-    uaccess::{UserPtr, UserSlice},
-};
+use kernel::{prelude::*, sync::Arc};
 
 impl OpenFile {
     /// An io_uring `NEURON_UDMA_URING_COPY` of this file: prepares `count` copies at `copies`
     /// on queue `(eng, qid)`, submits them with a fence and queues `cmd` until the fence
     /// settles (on an `iopoll` ring, [`Self::uring_poll`] completes it). Returns
-    /// `-EIOCBQUEUED`, or a negative errno with which io_uring completes the command: nothing
+    /// `-EIOCBQUEUED`; or, on an interrupt-driven ring whose fence settled before the call
+    /// returns, the command's result (0, `-EIO`, `-ESTALE`, `-ECANCELED`, as a queued command
+    /// would complete); or a negative errno with which io_uring completes the command: nothing
     /// was prepared then, except when only queueing the command failed after its fence was
     /// submitted (`ENOMEM`, or `ECANCELED` for a queue released or unbound meanwhile): its
     /// copies still run, their buffers held until done. With [`Wait::Never`] (a non-blocking
@@ -45,7 +42,7 @@ impl OpenFile {
     ///
     /// `cmd` is the command being issued, as `issue` describes it.
     unsafe fn uring_submit(&self, cmd: *mut RawUringCmd, issue: &UringIssue) -> Result<i32> {
-        let (eng, qid, iopoll) = (issue.engine, issue.queue, issue.iopoll);
+        let (eng, qid) = (issue.engine, issue.queue);
         let wait = if issue.nonblock {
             Wait::Never
         } else {
@@ -58,7 +55,27 @@ impl OpenFile {
             return Err(EINVAL);
         }
         let chan = self.queue(eng, qid)?;
-        let staged = read_copies(issue.copies, issue.count)?;
+        with_user_copies(issue.copies, issue.count, |staged| {
+            // SAFETY: per the function's contract.
+            unsafe { self.uring_staged(cmd, issue, &chan, staged, wait) }
+        })
+    }
+
+    /// [`Self::uring_submit`] once the copies are read (`staged`), on the queue instance
+    /// `chan`, its lock taken as `wait` says.
+    ///
+    /// # Safety
+    ///
+    /// As [`Self::uring_submit`].
+    unsafe fn uring_staged(
+        &self,
+        cmd: *mut RawUringCmd,
+        issue: &UringIssue,
+        chan: &Arc<Channel>,
+        staged: &[uapi::neuron_udma_copy],
+        wait: Wait,
+    ) -> Result<i32> {
+        let (eng, qid, iopoll) = (issue.engine, issue.queue, issue.iopoll);
         // A registered range is mapped for the device inside a section that keeps it bound
         // until the submission holds the range or has let go of it: unbind waits for the
         // section before it stops the queues and flushes the release queue, so no mapping of
@@ -70,7 +87,7 @@ impl OpenFile {
         };
         let fixed = match &entered {
             // SAFETY: per the function's contract.
-            Some(e) => Some(unsafe { self.uring_fixed(cmd, issue, &staged, e.bound()) }?),
+            Some(e) => Some(unsafe { self.uring_fixed(cmd, issue, staged, e.bound()) }?),
             None => None,
         };
         // The pairs and their fence under one queue lock: a fence slot taken meanwhile by
@@ -81,11 +98,23 @@ impl OpenFile {
         // prepared, where the call would wait for the queue: a contended queue lock, or rings
         // in device memory the H2T queue fills.
         // The registered range's buffer is held by the submission (until the engine is done).
-        let prepared = self.prepare_on(&chan, &staged, Some(wait), fixed);
+        let prepared = self.prepare_on(chan, staged, Some(wait), fixed);
         drop(entered);
         let (_, seq) = prepared?;
         // SAFETY: `cmd` is the command being issued; the driver's `uring_cmd` owns its bytes.
         unsafe { kuring::uring_pdu_set(cmd, eng, qid, chan.instance, seq) };
+        // A fence that settled already (the engine finished while the call rang the doorbells)
+        // completes the command now, as its issue's result: nothing queued, no task work.
+        let settled = if iopoll {
+            None
+        } else {
+            chan.try_state(seq)
+                .and_then(|s| fence::completion(s.map_err(cancelled_if_gone)))
+        };
+        if let Some(res) = settled {
+            Completer::look_then_watch(&self.dev.completer, chan);
+            return Ok(res);
+        }
         let queued = (!iopoll).then(|| {
             // SAFETY: `cmd` is queued from here on (`-EIOCBQUEUED` below) and completed only
             // through the `UringCmd`.
@@ -93,7 +122,7 @@ impl OpenFile {
         });
         // The queue's listeners (an eventfd, a poller, queued commands: this one too once
         // queued) hear of the fence just submitted, whatever happened to `cmd` above.
-        Completer::watch_queue(&self.dev.completer, &chan);
+        Completer::look_then_watch(&self.dev.completer, chan);
         match queued {
             Some(None) => Err(EINVAL),
             Some(Some(Err((e, c)))) => {
@@ -188,7 +217,8 @@ fn cancelled_if_gone(e: Error) -> Error {
 }
 
 /// An io_uring `NEURON_UDMA_URING_COPY` of an open file (the trampoline of `rust/kfac/uring.c`):
-/// `-EIOCBQUEUED` once queued, or a negative errno (io_uring completes the command with it).
+/// `-EIOCBQUEUED` once queued, or the result io_uring completes the command with at once (0 or
+/// a negative errno: [`OpenFile::uring_submit`]).
 ///
 /// # Safety
 ///
@@ -221,22 +251,4 @@ unsafe extern "C" fn neuron_udma_uring_poll(file: *const OpenFile, cmd: *mut Raw
     // SAFETY: per the function's contract the file is open.
     let me = unsafe { &*file };
     c_int::from(me.uring_poll(cmd))
-}
-
-/// Reads the `count` copies (at most [`MAX_BATCH`]) at user address `copies` in one user copy,
-/// before any lock: a page fault takes the mmap lock, which a fault on a buffer mapping holds
-/// while it takes a buffer's lock.
-fn read_copies(copies: u64, count: u32) -> Result<KVVec<uapi::neuron_udma_copy>> {
-    let entry = core::mem::size_of::<uapi::neuron_udma_copy>();
-    // CAST: `count` is at most MAX_BATCH.
-    let n = count as usize;
-    let mut v = KVVec::with_capacity(n, GFP_KERNEL_ACCOUNT)?;
-    for _ in 0..n {
-        v.push(uapi::neuron_udma_copy::default(), GFP_KERNEL_ACCOUNT)?;
-    }
-    // CAST: a user address.
-    UserSlice::new(UserPtr::from_addr(copies as usize), entry * n)
-        .reader()
-        .read_slice(v.as_bytes_mut())?;
-    Ok(v)
 }

@@ -77,7 +77,8 @@ int neuron_udma_uring_fixed_pages(struct io_uring_cmd *cmd, u64 addr, u32 len, b
 /*
  * rust/file/uring.rs: the io_uring NEURON_UDMA_URING_COPY @cmd of @file, as @issue says; returns
  * -EIOCBQUEUED once queued (the command then completes through neuron_udma_uring_cmd_complete()),
- * or a negative errno (the command completes with it at once).
+ * or the result the command completes with at once: 0 or a negative errno (its fence settled
+ * before the issue returned, or the issue failed).
  */
 int neuron_udma_uring_submit(const struct neuron_udma_file *file, struct io_uring_cmd *cmd,
 			     const struct neuron_udma_uring_issue *issue);

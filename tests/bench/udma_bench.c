@@ -1797,6 +1797,8 @@ struct uring_kind {
 	 * io_uring_enter; COPY_PREPARE calls alone; COPY_PREPARE + COPY_SUBMIT.
 	 */
 	double uring[URING_REPS], enter[URING_REPS], prep[URING_REPS], ioctls[URING_REPS];
+	/* Submissions timed to a FENCE_STATUS look, an io-wq worker existing (uring_run()). */
+	unsigned int punted;
 };
 
 /*
@@ -1819,18 +1821,23 @@ static __u64 newest_fence(struct qctx *c, __u32 eng)
  * @n_subs submissions of the PER_SUB copies of @c through io_uring: @sqes NEURON_UDMA_URING_COPY
  * SQEs of PER_SUB / @sqes copies each, SQE k on queue 1 of engine @engs[k] (one queue each),
  * written and submitted with one io_uring_enter; timed from there until every SQE's fence is
- * submitted (FENCE_STATUS shows it as the queue's newest: the driver, in io_uring's worker, read
- * the entries, wrote the pairs and rang the doorbells of the fence; the submitter yields the CPU
- * between looks); *@enter gets the time inside the SQE writes and io_uring_enter alone. The CQEs
- * are then reaped (not timed). Returns the seconds.
+ * submitted (the driver read the entries, wrote the pairs and rang the doorbells of the fence).
+ * After each io_uring_enter, FENCE_STATUS looks until every fence shows as its queue's newest
+ * (the submitter yields the CPU between looks). If then no io-wq worker of the process exists,
+ * no SQE was punted to one (iou_workers(): a punt creates the worker, which outlives the run):
+ * every SQE was issued inline, inside io_uring_enter, so its fence was submitted before that
+ * call returned, and the submission is timed to the return; the looks are not timed. Otherwise
+ * it is timed to the look that saw the last fence. *@enter gets the time inside the SQE writes
+ * and io_uring_enter alone, *@punted the submissions timed to a look. The CQEs are then reaped
+ * (not timed). Returns the seconds.
  */
 static double uring_run(struct qctx *c, const __u32 *engs, struct uring *u, unsigned int sqes,
-			unsigned int n_subs, double *enter)
+			unsigned int n_subs, double *enter, unsigned int *punted)
 {
 	unsigned int per = PER_SUB / sqes, s, k;
 	__u64 want[URING_SQES];
-	double t0, t1, end, secs = 0;
-	int ret;
+	double t0, t1, t2, end, secs = 0;
+	int ret, workers;
 
 	*enter = 0;
 	for (s = 0; s < n_subs; s++) {
@@ -1850,7 +1857,16 @@ static double uring_run(struct qctx *c, const __u32 *engs, struct uring *u, unsi
 					die("a URING_COPY was not submitted", -ETIMEDOUT);
 				sched_yield();
 			}
-		secs += now() - t0;
+		t2 = now();
+		workers = iou_workers();
+		if (workers < 0)
+			die("/proc/self/task (URING_COPY)", -EIO);
+		if (workers) {
+			secs += t2 - t0;
+			(*punted)++;
+		} else {
+			secs += t1 - t0;
+		}
 		*enter += t1 - t0;
 		ret = uring_reap(u, sqes);
 		if (ret)
@@ -2031,9 +2047,9 @@ static void bench_uring_fixed(__u32 eng)
 static void bench_uring(void)
 {
 	struct uring_kind kinds[] = { { .sqes = 1 }, { .sqes = URING_SQES } };
-	unsigned int nk = sizeof(kinds) / sizeof(kinds[0]), r, k, n = 0;
+	unsigned int nk = sizeof(kinds) / sizeof(kinds[0]), r, k, n = 0, warm = 0;
 	double pairs = (double)subs * PER_SUB, u, e, p, i;
-	char name[128], base[1000], how[1200], extra[120], l0[40], l1[40], engl[80], eng0[16];
+	char name[128], base[1200], how[1400], extra[120], l0[40], l1[40], engl[80], eng0[16];
 	struct neuron_udma_info info;
 	__u32 engs[URING_SQES], eng;
 	struct uring ur;
@@ -2066,7 +2082,7 @@ static void bench_uring(void)
 		return;
 	}
 	for (k = 0; k < nk; k++) {	/* warm-up (io_uring's worker threads too) */
-		uring_run(&c, engs, &ur, kinds[k].sqes, 2, &e);
+		uring_run(&c, engs, &ur, kinds[k].sqes, 2, &e, &warm);
 		ioctl_run(&c, engs, kinds[k].sqes, 2, &p, &i);
 	}
 	loadavg(l0, sizeof(l0));
@@ -2077,9 +2093,9 @@ static void bench_uring(void)
 			/* Which side goes first alternates from run to run. */
 			if (r % 2) {
 				ioctl_run(&c, engs, kd->sqes, subs, &p, &i);
-				u = uring_run(&c, engs, &ur, kd->sqes, subs, &e);
+				u = uring_run(&c, engs, &ur, kd->sqes, subs, &e, &kd->punted);
 			} else {
-				u = uring_run(&c, engs, &ur, kd->sqes, subs, &e);
+				u = uring_run(&c, engs, &ur, kd->sqes, subs, &e, &kd->punted);
 				ioctl_run(&c, engs, kd->sqes, subs, &p, &i);
 			}
 			kd->uring[r] = u;
@@ -2119,16 +2135,18 @@ static void bench_uring(void)
 			 "written and submitted with one io_uring_enter (%.1f ns/pair inside it: the driver "
 			 "prepares an SQE inline, or sends it to io_uring's worker with -EAGAIN when its "
 			 "queue lock stays held), timed until "
-			 "every SQE's fence is submitted (FENCE_STATUS, the submitter yielding the CPU "
-			 "between looks: the entries read, the pairs written, the doorbells rung), CQEs "
-			 "reaped untimed; %u runs of each side, alternating with the ioctls on the same "
+			 "every SQE's fence is submitted (the entries read, the pairs written, the doorbells "
+			 "rung): to io_uring_enter's return when no io-wq worker of the process exists after "
+			 "FENCE_STATUS saw every fence (no SQE was punted: each ran inside the call), else "
+			 "to that look (%u of %u submissions), CQEs reaped untimed; %u runs of each side, alternating with the ioctls on the same "
 			 "queues (which goes first alternates): %u x (COPY_PREPARE x%u, %.1f ns/pair inside "
 			 "its calls; + COPY_SUBMIT, %.1f ns/pair), FENCE_WAIT untimed; figures: the medians; "
 			 "ratio: the median of the per-run ratios, min and max beside it; guest load average "
 			 "%s before, %s after; baseline: ",
 			 (unsigned long long)pairs, RING, kd->sqes, kd->sqes == 1 ? "" : "s", per,
 			 kd->sqes == 1 ? "" : "s", kd->sqes == 1 ? eng0 : engl, me * 1e9 / pairs,
-			 URING_REPS, kd->sqes, per, mp * 1e9 / pairs, mi * 1e9 / pairs, l0, l1);
+			 kd->punted, subs * URING_REPS, URING_REPS, kd->sqes, per, mp * 1e9 / pairs,
+			 mi * 1e9 / pairs, l0, l1);
 		snprintf(name, sizeof(name), "URING_COPY %s submission per pair vs COPY_PREPARE", what);
 		snprintf(how, sizeof(how), "%sthe time inside the COPY_PREPARE calls alone (they ring no "
 			 "doorbell)", base);

@@ -1163,6 +1163,58 @@ TEST_F_TIMEOUT(events, eventfd_counts_fences, 60)
 }
 
 /*
+ * COPY_WAIT tells the queue's listeners of the fence it settled before it returns (the caller
+ * looks at the queue itself; the completion engine is not started for an idle queue): right
+ * after each of 20 waits the eventfd reads 1 and epoll_wait with no timeout reports EPOLLIN
+ * (the file's wait queue was woken: epoll polls only a file on its ready list). QUEUE_EVENTS
+ * and an empty epoll_wait then clear both before the next round. The queue's debugfs line shows
+ * that the completion engine was never asked to watch it.
+ */
+TEST_F_TIMEOUT(events, copy_wait_tells_listeners_first, 60)
+{
+	struct fx *x = &self->x;
+	const __u32 q = 10;
+	struct neuron_udma_queue_event ev[8];
+	__u32 count, got = 0;
+	__u64 v;
+	int efd, i, n;
+
+	ASSERT_EQ(0, queue_init(x->fd, ENG, q, 64, 64));
+	efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ASSERT_LE(0, efd);
+	ASSERT_EQ(0, queue_eventfd(x->fd, ENG, q, efd));
+	ASSERT_EQ(0, queue_watches(ENG, q)) {
+		TH_LOG("no listeners line with watches for the queue in debugfs");
+	}
+	for (i = 0; i < 20; i++) {
+		ASSERT_EQ(0, prep_one(x->fd, ENG, q, ucopy(&x->a, i * 64, &x->b, i * 64, 64)));
+		ASSERT_EQ(0, copy_wait(x->fd, ENG, q, 20000, NULL));
+		v = 0;
+		EXPECT_EQ((ssize_t)sizeof(v), read(efd, &v, sizeof(v))) {
+			TH_LOG("round %d: the eventfd was not signalled when COPY_WAIT returned: %s", i,
+			       strerror(errno));
+		}
+		EXPECT_EQ(1ULL, v);
+		n = ep_wait(self->ep, 0, &got);
+		EXPECT_EQ(1, n) {
+			TH_LOG("round %d: no epoll event when COPY_WAIT returned", i);
+		}
+		EXPECT_EQ((__u32)EV_DONE_BITS, got & (EV_DONE_BITS | EV_FAIL_BITS));
+		count = ~0U;
+		ASSERT_EQ(0, queue_events(x->fd, ev, 8, &count));
+		EXPECT_EQ(1U, count);
+		EXPECT_EQ(0, ep_wait(self->ep, 0, &got)) {
+			TH_LOG("round %d: an event %#x after QUEUE_EVENTS", i, got);
+		}
+	}
+	ASSERT_BYTES(x->b.map, x->a.map, 20 * 64);
+	EXPECT_EQ(0, queue_watches(ENG, q)) {
+		TH_LOG("COPY_WAIT had the completion engine watch the idle queue");
+	}
+	close(efd);
+}
+
+/*
  * QUEUE_EVENTFD refuses a descriptor that is not an eventfd (a pipe: EINVAL), one that is not
  * open (EBADF), a reserved field (EINVAL) and a queue the file does not have (ENOENT); none of
  * them replaces or drops the eventfd registered before (on this file's queue, or on the other

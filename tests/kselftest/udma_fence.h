@@ -108,6 +108,38 @@ static inline void model_clear(void)
 }
 
 /*
+ * How many times the completion engine was asked to watch queue (@eng, @q) (the "watches" of
+ * its listeners line in debugfs' queues file), or -1 if the line is not there.
+ */
+static inline long long queue_watches(__u32 eng, __u32 q)
+{
+	char bdf[64], path[160], head[64], line[512];
+	bool in_queue = false;
+	long long n = -1;
+	const char *p;
+	FILE *f;
+
+	if (udma_bdf(bdf, sizeof(bdf)))
+		return -1;
+	snprintf(path, sizeof(path), "/sys/kernel/debug/neuron_udma/%s/queues", bdf);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	snprintf(head, sizeof(head), "engine %u queue %u owner ", eng, q);
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, "engine ", 7)) {
+			in_queue = !strncmp(line, head, strlen(head));
+			continue;
+		}
+		p = strstr(line, " watches ");
+		if (in_queue && strstr(line, "listeners:") && p && sscanf(p, " watches %lld", &n) == 1)
+			break;
+	}
+	fclose(f);
+	return n;
+}
+
+/*
  * Reads the non-blocking eventfd @efd until it would block, adding what it read to *@total.
  * 0, or the -errno of a read that failed otherwise.
  */

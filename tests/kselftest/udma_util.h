@@ -6,6 +6,7 @@
 #ifndef _UDMA_UTIL_H
 #define _UDMA_UTIL_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -377,6 +378,38 @@ static inline double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/*
+ * The io-wq workers of this process: threads named iou-wrk-<tid>, io_uring's async workers,
+ * created when an SQE is first punted to them (its issue returned -EAGAIN) and idle for seconds
+ * before they exit; -1 if /proc/self/task cannot be read.
+ */
+static inline int iou_workers(void)
+{
+	char path[300], comm[32];
+	struct dirent *e;
+	int n = 0;
+	DIR *d;
+
+	d = opendir("/proc/self/task");
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "re");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f) && !strncmp(comm, "iou-wrk-", 8))
+			n++;
+		fclose(f);
+	}
+	closedir(d);
+	return n;
 }
 
 /* The kernel log (root: SYSLOG_ACTION_READ_ALL) as a string to free(), or NULL if unreadable. */

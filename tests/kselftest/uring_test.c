@@ -22,7 +22,6 @@
  */
 #define _GNU_SOURCE
 #include <stddef.h>
-#include <dirent.h>
 #include <liburing.h>
 
 #include "kselftest_harness.h"
@@ -128,34 +127,6 @@ TEST_F_TIMEOUT(uring, copy_four, 60)
 	EXPECT_EQ(0U, st.resets);
 }
 
-/* The io-wq workers of this process: threads named iou-wrk-<tid> (io_uring's async workers). */
-static int iou_workers(void)
-{
-	char path[300], comm[32];
-	struct dirent *e;
-	int n = 0;
-	DIR *d;
-
-	d = opendir("/proc/self/task");
-	if (!d)
-		return -1;
-	while ((e = readdir(d))) {
-		FILE *f;
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-		f = fopen(path, "re");
-		if (!f)
-			continue;
-		if (fgets(comm, sizeof(comm), f) && !strncmp(comm, "iou-wrk-", 8))
-			n++;
-		fclose(f);
-	}
-	closedir(d);
-	return n;
-}
-
 /*
  * An uncontended URING_COPY is issued inline (IO_URING_F_NONBLOCK, from io_uring_enter in this
  * task): one SQE on a normal ring while nothing else looks at the queue, then 16 SQEs one after
@@ -235,6 +206,50 @@ TEST_F_TIMEOUT(uring, sleeping_issue_goes_to_a_worker, 60)
 	EXPECT_LT(0, iou_workers());
 	ASSERT_BYTES(self->b.map + 4096, self->a.map + 8192, 3000);
 	EXPECT_FENCE(self->fd, ENG, q, 1, NEURON_UDMA_FENCE_DONE, 0);
+}
+
+/*
+ * 32 SQEs of 64 bytes, one at a time, on a queue with an eventfd. An SQE whose fence settles
+ * while it is issued completes then, with the issue's result (no command queued); the others
+ * complete later. Either way the CQE is 0, the bytes landed, and the eventfd counts every fence
+ * (a command completed at its issue tells the queue's listeners itself). How many CQEs were
+ * there as soon as io_uring_enter returned is logged.
+ */
+TEST_F_TIMEOUT(uring, settled_at_issue_tells_listeners, 60)
+{
+	const __u32 q = 10;
+	struct neuron_udma_copy c;
+	struct cqe_out out;
+	struct io_uring_cqe *cqe;
+	__u64 total = 0;
+	int efd, i, ret, early = 0;
+
+	ASSERT_EQ(0, queue_init(self->fd, ENG, q, 256, 256));
+	efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ASSERT_LE(0, efd);
+	ASSERT_EQ(0, queue_eventfd(self->fd, ENG, q, efd));
+	for (i = 0; i < 32; i++) {
+		c = ucopy(&self->a, i * 64, &self->b, i * 64, 64);
+		ASSERT_EQ(0, submit_copy(&self->ring, self->fd, NEURON_UDMA_URING_COPY, ENG, q, &c, 1,
+					 i));
+		if (!io_uring_peek_cqe(&self->ring, &cqe))
+			early++;
+		ret = cqe_next(&self->ring, false, SOON_MS, &out);
+		ASSERT_EQ(0, ret) {
+			TH_LOG("SQE %d: no CQE within %u ms", i, SOON_MS);
+		}
+		EXPECT_EQ((__u64)i, out.data);
+		ASSERT_EQ(0, out.res) {
+			TH_LOG("SQE %d: CQE res %d (%s)", i, out.res, err_name(out.res));
+		}
+	}
+	ASSERT_BYTES(self->b.map, self->a.map, 32 * 64);
+	total = efd_collect(efd, 32, SOON_MS);
+	EXPECT_EQ(32ULL, total);
+	EXPECT_FENCE(self->fd, ENG, q, 32, NEURON_UDMA_FENCE_DONE, 0);
+	TH_LOG("%d of 32 CQEs there when io_uring_enter returned", early);
+	TH_LOG("the completion engine watched the queue %lld times", queue_watches(ENG, q));
+	close(efd);
 }
 
 struct bad_sqe {
