@@ -5,7 +5,9 @@
 //!
 //! - the queues somebody listens to (a polled file, an eventfd, io_uring commands:
 //!   `events.rs`), watched while they have fences in flight ([`Completer::watch`]); a round
-//!   tells their listeners (`Channel::notify`);
+//!   tells their listeners (`Channel::notify`). A call that submits or waits looks at its
+//!   queue once itself first and has it watched only for fences still in flight
+//!   ([`Completer::look_then_watch`]);
 //! - the dmaengine channels (`dmaengine.rs`), members from registration to unbind, polled while
 //!   they have descriptors in flight ([`Completer::kick`], which may be called in atomic
 //!   context); a round completes descriptors and runs the clients' callbacks;

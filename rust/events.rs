@@ -65,6 +65,9 @@ pub(crate) struct UringCmd {
     cmd: QueuedCmd,
     /// The fence it waits for.
     pub(crate) seq: u64,
+    /// The result it completes with, once a look found its fence settled (completed after
+    /// the queue lock is dropped: `Channel::notify`).
+    pub(crate) result: Option<i32>,
 }
 
 impl UringCmd {
@@ -76,7 +79,11 @@ impl UringCmd {
     pub(crate) unsafe fn new(cmd: *mut RawUringCmd, seq: u64) -> Option<Self> {
         // SAFETY: per the function's contract.
         let cmd = unsafe { QueuedCmd::from_raw(cmd) }?;
-        Some(Self { cmd, seq })
+        Some(Self {
+            cmd,
+            seq,
+            result: None,
+        })
     }
 
     /// Gives the command back without completing it (its issue fails with an error instead).

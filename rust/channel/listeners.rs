@@ -116,7 +116,8 @@ impl Channel {
     /// fences in flight: `(completed, failed, busy)` (for `poll()`, which has the completion
     /// engine watch only a busy queue). Read under the queue lock, so a poller marked before
     /// the call either sees a fence submitted concurrently as busy or is seen as a listener by
-    /// that submission (which then has the engine watch the queue: `Completer::watch_queue`).
+    /// that submission (which then looks at the queue and has the engine watch it:
+    /// `Completer::look_then_watch`).
     pub(crate) fn pending_events(&self) -> (bool, bool, bool) {
         let Ok((done, failed, busy)) = self.locked(|q| {
             q.retire();
@@ -258,28 +259,41 @@ impl Channel {
         l.file.as_ref().is_some_and(|f| f.is_polled()) || l.eventfd.is_some() || !l.uring.is_empty()
     }
 
-    /// One look of the completion engine at this queue: retires what completed, then wakes the
-    /// file's pollers, signals the eventfd (once per fence settled since the last signal) and
-    /// completes the io_uring commands whose fence settled (0, `-EIO` for a failed fence,
-    /// `-ESTALE` for an expired one). With `check`, also reads the engine state of a busy queue
-    /// (an engine error or a stall resets it, failing its fences: the next round reports them).
+    /// One look at this queue, by the completion engine or by a call that submitted or waited
+    /// (`Completer::look_then_watch`): retires what completed, then wakes the file's pollers,
+    /// signals the eventfd (once per fence settled since the last signal) and completes the
+    /// io_uring commands whose fence settled (0, `-EIO` for a failed fence, `-ESTALE` for an
+    /// expired one). With `check`, also reads the engine state of a busy queue (an engine error
+    /// or a stall resets it, failing its fences: the next look reports them).
     ///
     /// Never waits for the queue lock: its holder (a submission, a doorbell that moves a
     /// device ring, a wait) may hold it for long, and the engine looks at every member of the
     /// device in turn; a held lock is reported as busy without progress (looked at again soon).
-    /// Returns whether fences settled since the previous look, and whether the queue still has
-    /// fences in flight that somebody listens for.
+    /// The queue lock covers only the retire and the fences' states: the listeners are told
+    /// after it is dropped, under the listeners' lock alone, so a submission waits for no
+    /// eventfd, task work or poll wake-up. Returns whether fences settled since the previous
+    /// look, and whether the queue still has fences in flight that somebody listens for.
     pub(crate) fn notify(&self, check: bool) -> (bool, bool) {
         let (progress, busy) = {
             let mut l = self.listeners.lock();
-            let Some(mut inner) = self.inner.try_lock() else {
-                return (false, true);
+            let (settled, busy) = {
+                let Some(mut inner) = self.inner.try_lock() else {
+                    return (false, true);
+                };
+                let Some(q) = (*inner).as_mut() else {
+                    return (false, false);
+                };
+                q.retire();
+                // Every command against the one retire above: the commands are queued in the
+                // order io_uring issued them, not by fence, and a retire between two of them
+                // could settle a fence of a command already passed over as pending while
+                // `busy` below then says nothing is in flight, and the worker would stop
+                // watching with commands queued.
+                for c in l.uring.iter_mut().filter(|c| c.result.is_none()) {
+                    c.result = fence::completion(q.state_retired(c.seq));
+                }
+                (q.settled(), q.busy())
             };
-            let Some(q) = (*inner).as_mut() else {
-                return (false, false);
-            };
-            q.retire();
-            let settled = q.settled();
             // Settled since the engine's previous look (by it or by a waiter's own retire).
             let progress = settled > l.woken;
             if settled > l.signalled {
@@ -288,13 +302,9 @@ impl Channel {
                 }
                 l.signalled = settled;
             }
-            // Every command against the one retire above: the commands are queued in the order
-            // io_uring issued them, not by fence, and a retire between two of them could settle
-            // a fence of a command already passed over as pending while `busy` below then says
-            // nothing is in flight, and the worker would stop watching with commands queued.
             let mut i = 0;
             while i < l.uring.len() {
-                let Some(res) = fence::completion(q.state_retired(l.uring[i].seq)) else {
+                let Some(res) = l.uring[i].result else {
                     i += 1;
                     continue;
                 };
@@ -308,7 +318,7 @@ impl Channel {
                     f.wake();
                 }
             }
-            (progress, q.busy())
+            (progress, busy)
         };
         if busy && check {
             let _ = self.recover();

@@ -2,9 +2,9 @@
 
 //! io_uring commands of an open file (`NEURON_UDMA_URING_COPY`) and their trampolines: a
 //! prepare, a fence and the command queued until the fence settles (completed at once if it
-//! settled while the issue ran); on an IOPOLL ring the command is completed by polling. A command is issued inline, from `io_uring_enter` in the
-//! submitting task, unless it would wait for the queue lock or a device-ring move (then
-//! `EAGAIN` sends it to io_uring's workers).
+//! settled while the issue ran); on an IOPOLL ring the command is completed by polling. A
+//! command is issued inline, from `io_uring_enter` in the submitting task, unless it would wait
+//! for the queue lock or a device-ring move (then `EAGAIN` sends it to io_uring's workers).
 //!
 //! A command names its queue instance: one whose instance went away (released,
 //! re-initialised, unbound) after its fence was submitted completes with `ECANCELED`.

@@ -1823,13 +1823,14 @@ static __u64 newest_fence(struct qctx *c, __u32 eng)
  * written and submitted with one io_uring_enter; timed from there until every SQE's fence is
  * submitted (the driver read the entries, wrote the pairs and rang the doorbells of the fence).
  * After each io_uring_enter, FENCE_STATUS looks until every fence shows as its queue's newest
- * (the submitter yields the CPU between looks). If then no io-wq worker of the process exists,
- * no SQE was punted to one (iou_workers(): a punt creates the worker, which outlives the run):
- * every SQE was issued inline, inside io_uring_enter, so its fence was submitted before that
- * call returned, and the submission is timed to the return; the looks are not timed. Otherwise
- * it is timed to the look that saw the last fence. *@enter gets the time inside the SQE writes
- * and io_uring_enter alone, *@punted the submissions timed to a look. The CQEs are then reaped
- * (not timed). Returns the seconds.
+ * (the submitter yields the CPU between looks). If no io-wq worker of the process ran from
+ * before the SQEs were written until then (iou_worker_switches(): none exists, or their context
+ * switches did not change and none is running), no SQE was punted to one: each was issued
+ * inline, inside io_uring_enter, so its fence was submitted before that call returned, and the
+ * submission is timed to the return; the looks are not timed. Otherwise it is timed to the look
+ * that saw the last fence. *@enter gets the time inside the SQE writes and io_uring_enter alone,
+ * *@punted the submissions timed to a look. The CQEs are then reaped (not timed). Returns the
+ * seconds.
  */
 static double uring_run(struct qctx *c, const __u32 *engs, struct uring *u, unsigned int sqes,
 			unsigned int n_subs, double *enter, unsigned int *punted)
@@ -1837,12 +1838,14 @@ static double uring_run(struct qctx *c, const __u32 *engs, struct uring *u, unsi
 	unsigned int per = PER_SUB / sqes, s, k;
 	__u64 want[URING_SQES];
 	double t0, t1, t2, end, secs = 0;
-	int ret, workers;
+	long long sw0, sw1;
+	int ret;
 
 	*enter = 0;
 	for (s = 0; s < n_subs; s++) {
 		for (k = 0; k < sqes; k++)
 			want[k] = newest_fence(c, engs[k]) + 1;
+		sw0 = iou_worker_switches();
 		t0 = now();
 		for (k = 0; k < sqes; k++)
 			uring_queue_copy(u, c->fd, engs[k], c->q, &c->copies[k * per], per);
@@ -1858,10 +1861,8 @@ static double uring_run(struct qctx *c, const __u32 *engs, struct uring *u, unsi
 				sched_yield();
 			}
 		t2 = now();
-		workers = iou_workers();
-		if (workers < 0)
-			die("/proc/self/task (URING_COPY)", -EIO);
-		if (workers) {
+		sw1 = iou_worker_switches();
+		if (sw0 < 0 || sw1 != sw0) {
 			secs += t2 - t0;
 			(*punted)++;
 		} else {
@@ -2136,7 +2137,7 @@ static void bench_uring(void)
 			 "prepares an SQE inline, or sends it to io_uring's worker with -EAGAIN when its "
 			 "queue lock stays held), timed until "
 			 "every SQE's fence is submitted (the entries read, the pairs written, the doorbells "
-			 "rung): to io_uring_enter's return when no io-wq worker of the process exists after "
+			 "rung): to io_uring_enter's return when no io-wq worker of the process ran until "
 			 "FENCE_STATUS saw every fence (no SQE was punted: each ran inside the call), else "
 			 "to that look (%u of %u submissions), CQEs reaped untimed; %u runs of each side, alternating with the ioctls on the same "
 			 "queues (which goes first alternates): %u x (COPY_PREPARE x%u, %.1f ns/pair inside "

@@ -381,11 +381,12 @@ static inline double now_s(void)
 }
 
 /*
- * The io-wq workers of this process: threads named iou-wrk-<tid>, io_uring's async workers,
- * created when an SQE is first punted to them (its issue returned -EAGAIN) and idle for seconds
- * before they exit; -1 if /proc/self/task cannot be read.
+ * Calls @fn(tid, arg) for each io-wq worker of this process: the threads named iou-wrk-<tid>,
+ * io_uring's async workers, created when an SQE is first punted to them (its issue returned
+ * -EAGAIN); the last one of a ring stays while the ring is open. The number of workers, or -1
+ * if /proc/self/task cannot be read or @fn returned non-zero.
  */
-static inline int iou_workers(void)
+static inline int iou_each_worker(int (*fn)(const char *tid, void *arg), void *arg)
 {
 	char path[300], comm[32];
 	struct dirent *e;
@@ -397,6 +398,7 @@ static inline int iou_workers(void)
 		return -1;
 	while ((e = readdir(d))) {
 		FILE *f;
+		bool worker;
 
 		if (e->d_name[0] == '.')
 			continue;
@@ -404,12 +406,61 @@ static inline int iou_workers(void)
 		f = fopen(path, "re");
 		if (!f)
 			continue;
-		if (fgets(comm, sizeof(comm), f) && !strncmp(comm, "iou-wrk-", 8))
-			n++;
+		worker = fgets(comm, sizeof(comm), f) && !strncmp(comm, "iou-wrk-", 8);
 		fclose(f);
+		if (!worker)
+			continue;
+		n++;
+		if (fn && fn(e->d_name, arg)) {
+			n = -1;
+			break;
+		}
 	}
 	closedir(d);
 	return n;
+}
+
+/* The io-wq workers of this process (iou_each_worker()), or -1. */
+static inline int iou_workers(void)
+{
+	return iou_each_worker(NULL, NULL);
+}
+
+/* Adds worker @tid's context switches to *@arg; non-zero if it is running or unreadable. */
+static inline int iou_add_switches(const char *tid, void *arg)
+{
+	char path[300], line[128];
+	long long v, *sum = arg;
+	int ret = 1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%s/status", tid);
+	f = fopen(path, "re");
+	if (!f)
+		return 1;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, "State:", 6) && strchr(line, 'R'))
+			break;
+		if (sscanf(line, "voluntary_ctxt_switches: %lld", &v) == 1 ||
+		    sscanf(line, "nonvoluntary_ctxt_switches: %lld", &v) == 1) {
+			*sum += v;
+			ret = 0;
+		}
+	}
+	fclose(f);
+	return ret;
+}
+
+/*
+ * The context switches of this process's io-wq workers added up, or -1 if one is running
+ * (state R) or cannot be read. Two equal readings mean that no worker ran in between: one that
+ * ran is still running, or it went to sleep again, which counts a switch.
+ */
+static inline long long iou_worker_switches(void)
+{
+	long long sum = 0;
+
+	return iou_each_worker(iou_add_switches, &sum) < 0 ? -1 : sum;
 }
 
 /* The kernel log (root: SYSLOG_ACTION_READ_ALL) as a string to free(), or NULL if unreadable. */
