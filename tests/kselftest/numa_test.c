@@ -100,19 +100,23 @@ TEST_F(numa, info_reports_the_device_node)
 }
 
 /*
- * Fences with an eventfd on the queue: the completion engine retires them and signals; each time
- * it is queued (workqueue_queue_work on events_unbound, the Completer's work function) the CPU it
- * was queued for is one of the device's node.
+ * Fences with an eventfd on the queue, each submitted while the model stalls the queue for 20 ms
+ * (so COPY_SUBMIT's own look finds it in flight and has the completion engine watch it): the
+ * engine retires them and signals; each time it is queued (workqueue_queue_work on
+ * events_unbound, the Completer's work function) the CPU it was queued for is one of the
+ * device's node.
  */
 TEST_F(numa, completion_work_is_queued_on_the_device_node)
 {
 	char line[1024];
 	int efd, queued = 0, elsewhere = 0;
 	struct ubuf src, dst;
+	struct ubar2 bar2;
 	__u64 fence;
 	FILE *f;
 
 	ASSERT_LE(0, self->node);
+	ASSERT_EQ(0, bar2_open(&bar2));
 	if (access(TRACEFS "/events/workqueue", F_OK))
 		ASSERT_EQ(0, mount("tracefs", TRACEFS, "tracefs", 0, NULL) ? -errno : 0);
 	ASSERT_EQ(0, tracefs_write("events/workqueue/workqueue_queue_work/filter",
@@ -131,10 +135,13 @@ TEST_F(numa, completion_work_is_queued_on_the_device_node)
 	fill_pattern(src.map, SIZE, 41);
 	for (int i = 0; i < FENCES; i++) {
 		memset(dst.map, 0, SIZE);
+		ASSERT_EQ(0, bar2_fault(&bar2, FAULT_STALL, ENG, QID, 20));
 		ASSERT_EQ(0, submit_one(self->fd, ENG, QID, ucopy(&src, 0, &dst, 0, SIZE), &fence));
 		ASSERT_EQ(1ULL, efd_collect(efd, 1, 10000));
 		ASSERT_GT(0, first_diff(src.map, dst.map, SIZE));
 	}
+	bar2_write(&bar2, BAR2_CLEAR, 1);
+	bar2_close(&bar2);
 	tracefs_write("events/workqueue/workqueue_queue_work/enable", "0");
 	tracefs_write("events/workqueue/workqueue_queue_work/filter", "0");
 
