@@ -54,6 +54,22 @@ fn udmactl(shim: &Path, env: &[(&str, &str)], args: &[&str]) -> (bool, String, S
     (o.status.success(), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
 }
 
+/// A closed stdout (`udmactl info | head -1` once head is gone) ends udmactl by SIGPIPE's default
+/// action, as it ends `cat`: no panic.
+#[test]
+fn closed_stdout_ends_by_sigpipe() {
+    use std::os::unix::process::ExitStatusExt;
+    let Some(shim) = shim() else { return };
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_udmactl"));
+    cmd.arg("-d").arg(FAKE_PATH).arg("info").stdout(writer);
+    let o = fake(&mut cmd, shim);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(o.status.signal(), Some(libc::SIGPIPE), "{:?}: {err}", o.status);
+}
+
 #[test]
 fn multiqueue_one_thread_and_threads() {
     let Some(shim) = shim() else { return };

@@ -322,6 +322,10 @@ impl std::fmt::Display for Reported {
 impl std::error::Error for Reported {}
 
 fn main() -> ExitCode {
+    // A closed stdout (`udmactl info | head -1`) ends the command as it ends `cat`, by SIGPIPE's
+    // default action, not with a panic in `println!`: Rust's runtime ignores SIGPIPE.
+    // SAFETY: the first thing in main, before any thread exists; SIG_DFL is a valid disposition.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,

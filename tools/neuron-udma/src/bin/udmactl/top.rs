@@ -409,7 +409,8 @@ fn redraw() -> bool {
     std::io::stdout().is_terminal() && std::env::var("TERM").is_ok_and(|t| !t.is_empty() && t != "dumb")
 }
 
-/// Writes `text`; a closed pipe (`udmactl top | head`) ends the command quietly.
+/// Writes `text`; a closed pipe (`udmactl top | head`) ends the command quietly: by SIGPIPE's
+/// default action (`main` restores it), or as `Ok(false)` where SIGPIPE is ignored.
 fn emit(text: &str) -> Result<bool> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
