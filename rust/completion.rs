@@ -284,15 +284,20 @@ impl Completer {
     /// Watches the queue `chan` while it has listeners and fences in flight.
     pub(crate) fn watch_queue(this: &Arc<Self>, chan: &Arc<Channel>) {
         if chan.has_listeners() {
-            chan.note_watch();
-            Self::watch(this, chan.clone());
+            Self::watch_channel(this, chan);
         }
+    }
+
+    /// [`Self::watch`] of the queue `chan`, counted in its listeners' `watches` (debugfs).
+    fn watch_channel(this: &Arc<Self>, chan: &Arc<Channel>) {
+        chan.note_watch();
+        Self::watch(this, chan.clone());
     }
 
     /// After a call that submitted or settled fences of `chan` (`COPY_SUBMIT`, `COPY_WAIT`, an
     /// io_uring command, a new eventfd): one look at the queue in the caller's own context
-    /// ([`Channel::notify`]: what settled reaches the listeners now), then [`Self::watch_queue`]
-    /// only if fences are still in flight. Starting the engine costs a work item and two
+    /// ([`Channel::notify`]: what settled reaches the listeners now), then has the engine watch
+    /// it only if fences are still in flight. Starting the engine costs a work item and two
     /// context switches, the caller preempted as it returns to user space
     /// (Documentation/benchmarks.rst, (ev)); a queue that this look finds idle does not need it.
     /// Not for `poll()`, whose look would wake the pollers from inside their own poll.
@@ -303,8 +308,7 @@ impl Completer {
         // `busy` is also true when the queue lock was held (nothing looked at): watched then.
         let (_, busy) = chan.notify(false);
         if busy {
-            chan.note_watch();
-            Self::watch(this, chan.clone());
+            Self::watch_channel(this, chan);
         }
     }
 

@@ -66,6 +66,15 @@ pub(super) struct Listeners {
     pub(super) watches: u64,
 }
 
+impl Listeners {
+    /// Whether anybody listens ([`Channel::has_listeners`]).
+    fn any(&self) -> bool {
+        self.file.as_ref().is_some_and(|f| f.is_polled())
+            || self.eventfd.is_some()
+            || !self.uring.is_empty()
+    }
+}
+
 /// A queue's listeners as debugfs shows them ([`Channel::listeners`]).
 pub(crate) struct ListenerState {
     /// io_uring commands waiting.
@@ -255,8 +264,7 @@ impl Channel {
     /// file, an eventfd, io_uring commands): then the completion engine watches it while fences
     /// are in flight.
     pub(crate) fn has_listeners(&self) -> bool {
-        let l = self.listeners.lock();
-        l.file.as_ref().is_some_and(|f| f.is_polled()) || l.eventfd.is_some() || !l.uring.is_empty()
+        self.listeners.lock().any()
     }
 
     /// One look at this queue, by the completion engine or by a call that submitted or waited
@@ -274,7 +282,7 @@ impl Channel {
     /// eventfd, task work or poll wake-up. Returns whether fences settled since the previous
     /// look, and whether the queue still has fences in flight that somebody listens for.
     pub(crate) fn notify(&self, check: bool) -> (bool, bool) {
-        let (progress, busy) = {
+        let (progress, busy, listening) = {
             let mut l = self.listeners.lock();
             let (settled, busy) = {
                 let Some(mut inner) = self.inner.try_lock() else {
@@ -318,11 +326,11 @@ impl Channel {
                     f.wake();
                 }
             }
-            (progress, busy)
+            (progress, busy, l.any())
         };
         if busy && check {
             let _ = self.recover();
         }
-        (progress, busy && self.has_listeners())
+        (progress, busy && listening)
     }
 }

@@ -51,6 +51,8 @@ impl OpenFile {
         if !self.dev.is_alive() {
             return Err(ENODEV);
         }
+        // Before the queue lookup, as `COPY_PREPARE` (`with_user_copies` checks it again): a bad
+        // count is `EINVAL` also on a queue the file lacks.
         if issue.count == 0 || issue.count > MAX_BATCH {
             return Err(EINVAL);
         }

@@ -1797,7 +1797,7 @@ struct uring_kind {
 	 * io_uring_enter; COPY_PREPARE calls alone; COPY_PREPARE + COPY_SUBMIT.
 	 */
 	double uring[URING_REPS], enter[URING_REPS], prep[URING_REPS], ioctls[URING_REPS];
-	/* Submissions timed to a FENCE_STATUS look, an io-wq worker existing (uring_run()). */
+	/* Submissions timed to a FENCE_STATUS look, an io-wq worker having run (uring_run()). */
 	unsigned int punted;
 };
 

@@ -113,30 +113,14 @@ static inline void model_clear(void)
  */
 static inline long long queue_watches(__u32 eng, __u32 q)
 {
-	char bdf[64], path[160], head[64], line[512];
-	bool in_queue = false;
-	long long n = -1;
+	char rest[512];
 	const char *p;
-	FILE *f;
+	long long n;
 
-	if (udma_bdf(bdf, sizeof(bdf)))
+	if (debugfs_queue_line("queues", eng, q, "listeners:", rest, sizeof(rest)))
 		return -1;
-	snprintf(path, sizeof(path), "/sys/kernel/debug/neuron_udma/%s/queues", bdf);
-	f = fopen(path, "re");
-	if (!f)
-		return -1;
-	snprintf(head, sizeof(head), "engine %u queue %u owner ", eng, q);
-	while (fgets(line, sizeof(line), f)) {
-		if (!strncmp(line, "engine ", 7)) {
-			in_queue = !strncmp(line, head, strlen(head));
-			continue;
-		}
-		p = strstr(line, " watches ");
-		if (in_queue && strstr(line, "listeners:") && p && sscanf(p, " watches %lld", &n) == 1)
-			break;
-	}
-	fclose(f);
-	return n;
+	p = strstr(rest, " watches ");
+	return p && sscanf(p, " watches %lld", &n) == 1 ? n : -1;
 }
 
 /*

@@ -577,29 +577,28 @@ struct uslot {
 };
 
 /*
- * Reads slot @idx of the Tx (@tx) or Rx ring of (@eng, @q) from
- * /sys/kernel/debug/neuron_udma/<bdf>/rings. The file shows, per ring, the last 8 completed
- * slots and the outstanding ones. Returns 0, -ENOENT (queue or slot not shown) or -errno.
+ * The first line of queue (@eng, @q)'s section of the driver's debugfs file @file
+ * (/sys/kernel/debug/neuron_udma/<bdf>/@file: a section per queue, from its "engine E queue Q
+ * owner ..." header to the next) that, leading blanks left out, is @want and a blank: what
+ * follows into @rest. 0, -ENOENT (no device, queue or line), or the -errno of the open.
  */
-static inline int ring_slot(__u32 eng, __u32 q, bool tx, __u32 idx, struct uslot *out)
+static inline int debugfs_queue_line(const char *file, __u32 eng, __u32 q, const char *want,
+				     char *rest, size_t len)
 {
-	char bdf[64], path[160], head[64], want[32], line[512];
+	char bdf[64], path[160], head[64], line[512];
 	bool in_queue = false;
 	int ret = -ENOENT;
 	FILE *f;
 
 	if (udma_bdf(bdf, sizeof(bdf)))
 		return -ENOENT;
-	snprintf(path, sizeof(path), "/sys/kernel/debug/neuron_udma/%s/rings", bdf);
+	snprintf(path, sizeof(path), "/sys/kernel/debug/neuron_udma/%s/%s", bdf, file);
 	f = fopen(path, "re");
 	if (!f)
 		return -errno;
 	snprintf(head, sizeof(head), "engine %u queue %u owner ", eng, q);
-	snprintf(want, sizeof(want), "%s[%u]", tx ? "tx" : "rx", idx);
 	while (fgets(line, sizeof(line), f)) {
-		unsigned int b[16];
 		const char *p = line;
-		int i;
 
 		if (!strncmp(line, "engine ", 7)) {
 			in_queue = !strncmp(line, head, strlen(head));
@@ -609,22 +608,39 @@ static inline int ring_slot(__u32 eng, __u32 q, bool tx, __u32 idx, struct uslot
 			p++;
 		if (!in_queue || strncmp(p, want, strlen(want)) || p[strlen(want)] != ' ')
 			continue;
-		if (sscanf(p + strlen(want), "%x %x %x %x %x %x %x %x %x %x %x %x %x %x %x %x",
-			   &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8], &b[9],
-			   &b[10], &b[11], &b[12], &b[13], &b[14], &b[15]) != 16) {
-			ret = -EPROTO;
-			break;
-		}
-		out->len_ctrl = b[0] | b[1] << 8 | b[2] << 16 | (__u32)b[3] << 24;
-		out->word1 = b[4] | b[5] << 8 | b[6] << 16 | (__u32)b[7] << 24;
-		out->addr = 0;
-		for (i = 15; i >= 8; i--)
-			out->addr = out->addr << 8 | b[i];
+		snprintf(rest, len, "%s", p + strlen(want));
 		ret = 0;
 		break;
 	}
 	fclose(f);
 	return ret;
+}
+
+/*
+ * Reads slot @idx of the Tx (@tx) or Rx ring of (@eng, @q) from
+ * /sys/kernel/debug/neuron_udma/<bdf>/rings. The file shows, per ring, the last 8 completed
+ * slots and the outstanding ones. Returns 0, -ENOENT (queue or slot not shown) or -errno.
+ */
+static inline int ring_slot(__u32 eng, __u32 q, bool tx, __u32 idx, struct uslot *out)
+{
+	char want[32], rest[512];
+	unsigned int b[16];
+	int i, ret;
+
+	snprintf(want, sizeof(want), "%s[%u]", tx ? "tx" : "rx", idx);
+	ret = debugfs_queue_line("rings", eng, q, want, rest, sizeof(rest));
+	if (ret)
+		return ret;
+	if (sscanf(rest, "%x %x %x %x %x %x %x %x %x %x %x %x %x %x %x %x",
+		   &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8], &b[9],
+		   &b[10], &b[11], &b[12], &b[13], &b[14], &b[15]) != 16)
+		return -EPROTO;
+	out->len_ctrl = b[0] | b[1] << 8 | b[2] << 16 | (__u32)b[3] << 24;
+	out->word1 = b[4] | b[5] << 8 | b[6] << 16 | (__u32)b[7] << 24;
+	out->addr = 0;
+	for (i = 15; i >= 8; i--)
+		out->addr = out->addr << 8 | b[i];
+	return 0;
 }
 
 static sigjmp_buf udma_fault_jmp;
