@@ -7,8 +7,9 @@
 //! array for the submission engine to write (`Channel::prepare`). Nothing here touches a queue.
 
 use crate::{
-    buffer::{Buffer, Holds, MAX_IMPORT_SIZE},
+    buffer::{Buffer, MAX_IMPORT_SIZE},
     desc::{Barrier, DescLen},
+    holds::Holds,
     pool::BufferPool,
     queue::Copy,
     split::{self, UserPairs},
@@ -248,7 +249,7 @@ impl Batch {
     }
 
     /// The buffer of hold `i`.
-    fn get(&self, i: usize) -> Result<&Arc<Buffer>> {
+    fn get(&self, i: usize) -> Result<&Buffer> {
         // Never `EINVAL`: `resolve` returns indices of holds.
         self.holds.get(i).ok_or(EINVAL)
     }
@@ -286,18 +287,19 @@ impl Batch {
     }
 
     /// Buffer `handle` of the open file `owner` in `pool`, looked up and held once per call
-    /// (one reference: the pool's lookup's, kept by the hold). Returns the index of its hold.
+    /// ([`BufferPool::hold`]). Returns the index of its hold.
     ///
     /// # Errors
     ///
-    /// `ENOENT` for an unknown handle or a buffer being freed, `ENOMEM`.
+    /// `ENOENT` for an unknown handle or a buffer being freed, `ENXIO` for a revoked import,
+    /// `ENOMEM`.
     fn resolve(&mut self, pool: &BufferPool, owner: u64, handle: u64) -> Result<usize> {
         if handle != 0 {
             if let Some(index) = self.handles.find(handle) {
                 return Ok(index);
             }
         }
-        let index = self.holds.take(pool.get(owner, handle)?)?;
+        let index = pool.hold(owner, handle, &mut self.holds)?;
         // Cached once held (a failed call drops the whole batch anyway).
         self.handles.insert(handle, index)?;
         Ok(index)
@@ -397,7 +399,10 @@ impl Batch {
         }
         // A side is an import: its runs are borrowed from references taken apart from the
         // batch's holds, which the pairs are pushed beside.
-        let (sb, db) = (self.get(s)?.clone(), self.get(d)?.clone());
+        let (sb, db) = (
+            self.holds.get_arc(s).ok_or(EINVAL)?,
+            self.holds.get_arc(d).ok_or(EINVAL)?,
+        );
         let mut pairs = UserPairs::new(
             sb.span_at(sbase, c.src_offset),
             db.span_at(dbase, c.dst_offset),

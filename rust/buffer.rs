@@ -7,21 +7,21 @@
 //! device-fabric addresses ([`Span`]) after a bounds check.
 //!
 //! A buffer is kept from being freed while the engine may reach it: by a [`BusyGuard`] while a
-//! synchronous copy uses it, and by an [`InFlight`] reference per submission that names it
-//! (`queue.rs` drops those when the submission's fence retires or a reset drops it).
+//! synchronous copy uses it, and by a hold per submission that names it (`holds.rs`: a count
+//! under its pool shard's lock for a driver-allocated buffer, an [`InFlight`] reference for an
+//! import), which `queue.rs` drops when the submission's fence retires or a reset drops it.
 
 use crate::{
     charge::Charge,
     kfac::{
         dmabuf::DmaBufImport,
         mm::{MappedFile, PinnedPages, VmFault},
-        sched::ReleaseQueue,
     },
     span::{Segment, Span},
 };
 use kernel::{
     dma::Coherent,
-    impl_has_work, new_mutex, new_work,
+    new_mutex,
     page::{PAGE_SHIFT, PAGE_SIZE},
     prelude::*,
     processor::cpu_relax,
@@ -29,7 +29,6 @@ use kernel::{
         atomic::{self, Atomic, Full, Relaxed},
         Arc, Mutex,
     },
-    workqueue::{Work, WorkItem},
 };
 
 /// Granularity and alignment of every buffer, in bytes.
@@ -134,8 +133,12 @@ pub(crate) struct Buffer {
     /// [`FREE_NONE`], [`FREE_DECIDING`] while a `MEM_FREE` of the buffer decides
     /// ([`Self::take_for_free`]), [`FREE_DONE`] for good once it decided to free it.
     freeing: Atomic<u32>,
-    /// Prepared descriptor pairs referencing the buffer that the engine may still process.
+    /// Submissions holding the buffer by a counted reference ([`InFlight`]: imports) whose
+    /// pairs the engine may still process.
     inflight: Atomic<u32>,
+    /// Submissions holding the buffer through its pool shard ([`Self::hold_pooled`]:
+    /// driver-allocated buffers): changed only under the shard's lock, by a load and a store.
+    held: Atomic<u32>,
     /// Non-zero once the exporter of an imported dma-buf revoked it: no new hold is taken
     /// (`ENXIO`), and the mapping goes once the existing ones are gone.
     revoked: Atomic<u32>,
@@ -278,6 +281,7 @@ impl Buffer {
                 users: Atomic::new(0),
                 freeing: Atomic::new(0),
                 inflight: Atomic::new(0),
+                held: Atomic::new(0),
                 revoked: Atomic::new(0),
                 table_index: Atomic::new(usize::MAX),
                 released: Atomic::new(0),
@@ -333,6 +337,9 @@ impl Buffer {
     ///
     /// `EBUSY` if the buffer is busy ([`Self::is_busy`]) or another `MEM_FREE` of it is under
     /// way.
+    ///
+    /// The caller holds the lock of the buffer's pool shard if submissions may hold it through
+    /// the shard ([`Self::hold_pooled`]): their count is read under it.
     pub(crate) fn take_for_free(&self) -> Result {
         if self
             .freeing
@@ -350,10 +357,42 @@ impl Buffer {
         Ok(())
     }
 
-    /// Whether a [`BusyGuard`] or an [`InFlight`] reference exists: a `MEMCPY` runs on the
-    /// buffer, or a prepared pair that the engine has not consumed references it.
+    /// Whether a [`BusyGuard`], an [`InFlight`] reference or a pooled hold exists: a `MEMCPY`
+    /// runs on the buffer, or a prepared pair that the engine has not consumed references it.
+    /// Exact for the pooled holds under the buffer's shard lock only.
     pub(crate) fn is_busy(&self) -> bool {
-        self.users.load(Relaxed) != 0 || self.inflight.load(Relaxed) != 0
+        self.users.load(Relaxed) != 0
+            || self.inflight.load(Relaxed) != 0
+            || self.held.load(Relaxed) != 0
+    }
+
+    /// Holds the driver-allocated buffer for one more submission. The caller holds the lock
+    /// of the pool shard the buffer is in (`pool::Shard`), under which every change of the
+    /// count, every `MEM_FREE` decision ([`Self::take_for_free`]) and every removal from the
+    /// shard happen: a plain load and store count it, no atomic read-modify-write.
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` if a `MEM_FREE` freed the buffer.
+    pub(crate) fn hold_pooled(&self) -> Result {
+        // FREE_DECIDING is never seen here: `MEM_FREE` decides under the shard's lock.
+        if self.freeing.load(Relaxed) != FREE_NONE {
+            return Err(ENOENT);
+        }
+        self.held.store(self.held.load(Relaxed) + 1, Relaxed);
+        Ok(())
+    }
+
+    /// Gives back one hold of [`Self::hold_pooled`], under the same lock.
+    pub(crate) fn unhold_pooled(&self) {
+        self.held
+            .store(self.held.load(Relaxed).saturating_sub(1), Relaxed);
+    }
+
+    /// Submissions holding the buffer through its shard ([`Self::hold_pooled`]); exact under
+    /// the shard's lock.
+    pub(crate) fn pooled_holds(&self) -> u32 {
+        self.held.load(Relaxed)
     }
 
     /// Where bytes `[offset, offset + len)` are; `route` is OR-ed onto host DMA addresses (the
@@ -624,6 +663,13 @@ impl InFlight {
     }
 }
 
+impl InFlight {
+    /// The buffer held.
+    pub(crate) fn buffer(&self) -> &Arc<Buffer> {
+        &self.0
+    }
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.inflight.fetch_sub(1, Relaxed);
@@ -641,137 +687,6 @@ pub(crate) fn in_range(size: u64, offset: u64, len: u64) -> Result {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
         _ => Err(ERANGE),
-    }
-}
-
-/// Buffers held inline by a [`Holds`] before it allocates: a copy names two, a small
-/// gather/scatter batch a few more.
-const HOLDS_INLINE: usize = 4;
-
-/// The [`InFlight`] references of one submission, one per distinct buffer (the caller adds
-/// each buffer once), and at most one buffer released in process context ([`Release`]).
-#[derive(Default)]
-pub(crate) struct Holds {
-    few: [Option<InFlight>; HOLDS_INLINE],
-    n: usize,
-    more: KVec<InFlight>,
-    release: Option<Arc<Release>>,
-}
-
-/// The last reference of a buffer whose memory is released in process context: an io_uring
-/// command's registered buffer range (`file/uring.rs`), whose release unmaps it and dirties
-/// and drops its pages, which may sleep. The submission that holds it lets go of it where
-/// sleeping may not be allowed (`queue.rs` drops holds under its engine's register access, an
-/// RCU read-side section), so [`Holds`] hands it to the driver's release workqueue instead
-/// (`kfac::sched::ReleaseQueue`), whose work drops it.
-#[pin_data]
-pub(crate) struct Release {
-    buf: Arc<Buffer>,
-    #[pin]
-    work: Work<Release>,
-}
-
-impl_has_work! {
-    impl HasWork<Self> for Release { self.work }
-}
-
-impl WorkItem for Release {
-    type Pointer = Arc<Release>;
-
-    fn run(this: Arc<Release>) {
-        // The buffer's last reference, in process context.
-        drop(this);
-    }
-}
-
-impl Drop for Holds {
-    fn drop(&mut self) {
-        let Some(release) = self.release.take() else {
-            return;
-        };
-        // The submission's own references go first: the release's is the buffer's last.
-        self.few = [const { None }; HOLDS_INLINE];
-        self.n = 0;
-        self.more.clear();
-        // Never fails: a release is queued once, here (a failure would drop it right here).
-        let _ = ReleaseQueue::get().enqueue(release);
-    }
-}
-
-impl Holds {
-    /// Holds `buf` for the submission.
-    ///
-    /// # Errors
-    ///
-    /// `ENOENT` if a `MEM_FREE` freed the buffer, `ENOMEM`.
-    #[cfg(neuron_udma_kunit)]
-    pub(crate) fn add(&mut self, buf: &Arc<Buffer>) -> Result {
-        self.take(buf.clone()).map(|_| ())
-    }
-
-    /// Holds `buf`, taking over the caller's reference. Returns the hold's index (for
-    /// [`Self::get`]): 0, 1, 2, ... in the order of the calls.
-    ///
-    /// # Errors
-    ///
-    /// `ENOENT` if a `MEM_FREE` freed the buffer, `ENOMEM`; nothing is held then.
-    pub(crate) fn take(&mut self, buf: Arc<Buffer>) -> Result<usize> {
-        let i = self.n + self.more.len();
-        if self.n < HOLDS_INLINE {
-            // PANIC: `n` is below HOLDS_INLINE.
-            self.few[self.n] = Some(InFlight::take(buf)?);
-            self.n += 1;
-            return Ok(i);
-        }
-        self.more.reserve(1, GFP_KERNEL_ACCOUNT)?;
-        // Cannot fail: capacity was reserved.
-        let _ = self.more.push_within_capacity(InFlight::take(buf)?);
-        Ok(i)
-    }
-
-    /// Holds `buf` as [`Self::take`] does, and makes the hold its last reference, released in
-    /// process context when the submission lets go of it ([`Release`]). At most one such
-    /// buffer per submission. Returns the hold's index.
-    ///
-    /// # Errors
-    ///
-    /// `ENOMEM`, `EBUSY` if the submission holds such a buffer already; nothing is held then.
-    pub(crate) fn take_released(&mut self, buf: Arc<Buffer>) -> Result<usize> {
-        if self.release.is_some() {
-            return Err(EBUSY);
-        }
-        let last = buf.clone();
-        let release = Arc::pin_init(
-            pin_init!(Release {
-                buf: last,
-                work <- new_work!("Release::work"),
-            }),
-            GFP_KERNEL_ACCOUNT,
-        )?;
-        let i = self.take(buf)?;
-        self.release = Some(release);
-        Ok(i)
-    }
-
-    /// The buffer of hold `i` ([`Self::take`]'s index).
-    pub(crate) fn get(&self, i: usize) -> Option<&Arc<Buffer>> {
-        let hold = if i < HOLDS_INLINE {
-            self.few.get(i)?.as_ref()
-        } else {
-            self.more.get(i - HOLDS_INLINE)
-        };
-        hold.map(|h| &h.0)
-    }
-
-    /// Whether `buf` is one of the buffers held.
-    pub(crate) fn contains(&self, buf: &Buffer) -> bool {
-        let held = |f: &InFlight| core::ptr::eq(&*f.0, buf);
-        self.few[..self.n].iter().flatten().any(held) || self.more.iter().any(held)
-    }
-
-    /// Whether no buffer is held.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.n == 0
     }
 }
 

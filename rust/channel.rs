@@ -22,13 +22,14 @@ mod reset;
 
 use crate::{
     bar0::Bar0,
-    buffer::{Buffer, Holds},
+    buffer::Buffer,
     charge::Charge,
     counters::{DeviceCounters, QueueObs},
     desc::{Desc, Dir},
     devring::Moves,
     engine::{self, DescCount, EngineErrors, EngineIo, QueueIndex, QueueRegs},
     events::FileEvents,
+    holds::Holds,
     kfac::trace::QueueTrace,
     queue::{self, Doorbell, Queue},
     regs::{M2s, S2m},

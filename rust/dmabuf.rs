@@ -417,8 +417,8 @@ mod tests {
     #[test]
     fn revocation_resets_only_queues_naming_the_import() -> Result {
         use crate::{
-            buffer::Holds,
             desc::{Barrier, DescLen},
+            holds::Holds,
             queue::Copy,
         };
         let dev = Registry::first().ok_or(ENODEV)?;

@@ -741,6 +741,44 @@ mod tests {
         Ok(())
     }
 
+    /// A submission holds a driver-allocated buffer by its shard's count
+    /// (`BufferPool::hold`): each holder once, the buffer the one in the pool; `MEM_FREE` is
+    /// `EBUSY` while any holds it and frees it once the last hold is dropped, after which it
+    /// cannot be held (`ENOENT`). Another file's handle is `ENOENT`, and a pool free that
+    /// finds the buffer held keeps it, record and memory (never reached otherwise: every
+    /// caller checks first).
+    #[test]
+    fn pooled_holds_keep_a_buffer_from_mem_free() -> Result {
+        use crate::{holds::Holds, kfac::mm::MappedFile};
+        let dev = device()?;
+        let (owner, handle) = (u64::MAX >> 3, u64::MAX >> 25);
+        let buf = dev.alloc_buffer(true, 4096, handle, owner, MappedFile::none())?;
+        dev.pool.insert(&buf)?;
+        let (mut a, mut b) = (Holds::default(), Holds::default());
+        assert_eq!(dev.pool.hold(owner, handle, &mut a), Ok(0));
+        assert_eq!(dev.pool.hold(owner, handle, &mut b), Ok(0));
+        assert!(a.get(0).is_some_and(|x| core::ptr::eq(x, &*buf)));
+        assert!(b.get_arc(0).is_some_and(|x| Arc::ptr_eq(&x, &buf)));
+        assert_eq!(buf.pooled_holds(), 2);
+        // Another file's handle: its shard is another one, so a fresh submission.
+        let mut other = Holds::default();
+        assert_eq!(dev.pool.hold(owner + 1, handle, &mut other), Err(ENOENT));
+        assert!(other.is_empty());
+        assert_eq!(dev.pool.free_handle(owner, handle), Err(EBUSY));
+        dev.pool.free(&buf);
+        assert!(dev.pool.get(owner, handle).is_ok() && buf.base(0).is_ok());
+        drop(a);
+        assert_eq!(buf.pooled_holds(), 1);
+        assert_eq!(dev.pool.free_handle(owner, handle), Err(EBUSY));
+        drop(b);
+        assert_eq!(buf.pooled_holds(), 0);
+        dev.pool.free_handle(owner, handle)?;
+        let mut c = Holds::default();
+        assert_eq!(dev.pool.hold(owner, handle, &mut c), Err(ENOENT));
+        assert!(c.is_empty() && buf.base(0).is_err());
+        Ok(())
+    }
+
     /// Reaping gives back what a settled orphan holds without allocating anything: with the
     /// next allocation of this thread set to fail (fault injection, `fail_nth`; the guest's init
     /// makes failslab count sleeping allocations too), a released device buffer held by an

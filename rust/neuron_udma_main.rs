@@ -40,6 +40,7 @@ mod events;
 mod fence;
 mod file;
 mod h2t;
+mod holds;
 mod kfac;
 #[cfg(neuron_udma_kunit)]
 mod live_tests;

@@ -7,6 +7,7 @@
 use crate::{
     buffer::{Buffer, MemKind, MMAP_STRIDE_SHIFT},
     dram::DramAllocator,
+    holds::{Holds, Shard, SHARDS},
     kfac::trace::{self, BufferEvent},
 };
 use kernel::{
@@ -17,9 +18,8 @@ use kernel::{
         atomic::{Atomic, Relaxed},
         Arc, Mutex, SpinLock,
     },
-    xarray::{AllocKind, XArray},
+    xarray::XArray,
 };
-use pin_init::pin_init_array_from_fn;
 
 struct PoolState {
     /// False after [`BufferPool::shutdown`]: nothing is allocated any more.
@@ -34,18 +34,12 @@ struct PoolState {
     stranded: KVec<(u64, u64, u64)>,
 }
 
-/// Handle indexes of a [`BufferPool`], each for the files whose id has that remainder: files
-/// look their buffers up under different locks (one XArray lock for all files made two threads
-/// of two files spin on it, Documentation/benchmarks.rst).
-const SHARDS: usize = 16;
-
 /// The buffers of one device and their memory: the one place that knows which buffer exists
 /// and who owns it (an open file keeps only its id). Lookups by handle are O(1) (an XArray).
 #[pin_data]
 pub(crate) struct BufferPool {
     /// Handle -> buffer, in [`SHARDS`] indexes by owner.
-    #[pin]
-    handles: [XArray<Arc<Buffer>>; SHARDS],
+    handles: KVec<Arc<Shard>>,
     #[pin]
     state: Mutex<PoolState>,
     /// Held while a `MEM_FREE` decides ([`Buffer::take_for_free`]): keeps the decider on its
@@ -118,7 +112,7 @@ impl BufferPool {
     pub(crate) fn new(dev: ARef<pci::Device>, dram: DramAllocator) -> impl PinInit<Self, Error> {
         let total = dram.capacity();
         try_pin_init!(Self {
-            handles <- pin_init_array_from_fn(|_| XArray::new(AllocKind::Alloc)),
+            handles: Shard::new_all()?,
             state <- new_mutex!(PoolState {
                 alive: true,
                 table: KVVec::new(),
@@ -132,8 +126,9 @@ impl BufferPool {
     }
 
     /// The handle index of the buffers of open file `owner`.
-    fn shard(&self, owner: u64) -> &XArray<Arc<Buffer>> {
+    fn shard(&self, owner: u64) -> &Arc<Shard> {
         // CAST: the remainder is below SHARDS.
+        // PANIC: `handles` has SHARDS shards (`Shard::new_all`).
         &self.handles[(owner % SHARDS as u64) as usize]
     }
 
@@ -220,7 +215,7 @@ impl BufferPool {
     pub(crate) fn insert(&self, buf: &Arc<Buffer>) -> Result {
         let r = {
             let mut st = self.state.lock();
-            Self::link(&mut st, self.shard(buf.owner), &self.usage, buf)
+            Self::link(&mut st, &self.shard(buf.owner).xa, &self.usage, buf)
         };
         if r.is_ok() {
             let what = match buf.kind {
@@ -267,12 +262,44 @@ impl BufferPool {
     /// `ENOENT` if no such buffer exists or another file owns it.
     pub(crate) fn get(&self, owner: u64, handle: u64) -> Result<Arc<Buffer>> {
         let handle = usize::try_from(handle).map_err(|_| ENOENT)?;
-        let xa = self.shard(owner).lock();
+        let xa = self.shard(owner).xa.lock();
         let buf = xa.get(handle).ok_or(ENOENT)?;
         if buf.owner != owner {
             return Err(ENOENT);
         }
         Ok(buf.into())
+    }
+
+    /// Holds buffer `handle` of the open file `owner` for the submission of `holds`; returns
+    /// the hold's index ([`Holds::get`]). A driver-allocated buffer (host or device memory) is
+    /// held by a count kept under its shard's lock ([`Buffer::hold_pooled`]), taken in the
+    /// lookup's hold of that lock, and given back with the submission's other holds under one
+    /// more: the lock is the only atomic operation per buffer, where a counted reference and
+    /// an in-flight claim took four besides it (benchmarks.rst, (b)). An import is held by a
+    /// counted reference ([`Holds::take`]), which its revocation waits for.
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` for an unknown handle, another file's buffer, or one that a `MEM_FREE` freed;
+    /// `ENXIO` for a revoked import; `ENOMEM`; `EINVAL` if `holds` holds buffers of another
+    /// shard (never: one submission's buffers are one file's). Nothing is held then.
+    pub(crate) fn hold(&self, owner: u64, handle: u64, holds: &mut Holds) -> Result<usize> {
+        let handle = usize::try_from(handle).map_err(|_| ENOENT)?;
+        let shard = self.shard(owner);
+        // Room first: nothing is allocated under the shard's lock.
+        holds.reserve_pooled(shard)?;
+        let xa = shard.xa.lock();
+        let buf = xa.get(handle).ok_or(ENOENT)?;
+        if buf.owner != owner {
+            return Err(ENOENT);
+        }
+        if buf.kind == MemKind::Imported {
+            let buf: Arc<Buffer> = buf.into();
+            drop(xa);
+            return holds.take(buf);
+        }
+        buf.hold_pooled()?;
+        Ok(holds.push_pooled(shard, &buf))
     }
 
     /// The host buffer of the open file `owner` whose mmap offset is `offset` (bytes).
@@ -307,6 +334,8 @@ impl BufferPool {
             // concurrent claims wait for by spinning.
             let _st = self.state.lock();
             let _deciding = self.deciding.lock();
+            // And under the shard's lock, which counts the submissions' holds of it.
+            let _xa = self.shard(owner).xa.lock();
             buf.take_for_free()?;
         }
         self.free(&buf);
@@ -318,7 +347,20 @@ impl BufferPool {
     /// queues are paused).
     pub(crate) fn free(&self, buf: &Buffer) {
         let mut st = self.state.lock();
-        let was_in = Self::unlink(&mut st, self.shard(buf.owner), buf);
+        let was_in = match Self::unlink(&mut st, &self.shard(buf.owner).xa, buf) {
+            Ok(was_in) => was_in,
+            Err(_) => {
+                // Never: every caller checked that nothing holds it. Kept, memory and all:
+                // the hold's submission may still reach it.
+                drop(st);
+                dev_err!(
+                    self.dev.as_ref(),
+                    "buffer {} freed while held\n",
+                    buf.handle
+                );
+                return;
+            }
+        };
         if was_in {
             self.usage.sub(buf.kind, buf.size);
         }
@@ -348,14 +390,25 @@ impl BufferPool {
         trace::scrub(&self.dev, addr, size, engines, r);
     }
 
-    /// Removes `buf` from the table and the handle index; false if it was not there.
-    fn unlink(st: &mut PoolState, handles: &XArray<Arc<Buffer>>, buf: &Buffer) -> bool {
+    /// Removes `buf` from the table and the handle index; `Ok(false)` if it was not there.
+    ///
+    /// # Errors
+    ///
+    /// `EBUSY` if a submission holds it through its shard ([`Buffer::hold_pooled`]); it stays
+    /// then, in both (the hold points at the record the shard keeps alive).
+    fn unlink(st: &mut PoolState, handles: &XArray<Arc<Buffer>>, buf: &Buffer) -> Result<bool> {
         let idx = buf.table_index.load(Relaxed);
         if !st.table.get(idx).is_some_and(|b| core::ptr::eq(&**b, buf)) {
-            return false;
+            return Ok(false);
         }
-        // CAST: as in `insert`.
-        drop(handles.lock().remove(buf.handle as usize));
+        {
+            let mut xa = handles.lock();
+            if buf.pooled_holds() != 0 {
+                return Err(EBUSY);
+            }
+            // CAST: as in `insert`.
+            drop(xa.remove(buf.handle as usize));
+        }
         // O(1) removal: the last entry takes the freed place.
         if let Some(last) = st.table.pop() {
             if idx < st.table.len() {
@@ -363,7 +416,7 @@ impl BufferPool {
                 st.table[idx] = last;
             }
         }
-        true
+        Ok(true)
     }
 
     /// Releases the buffers `handles` of the closed file `owner` (after its queues were
@@ -380,6 +433,8 @@ impl BufferPool {
             // mark: exactly one of the two frees the buffer.
             let free_now = {
                 let _st = self.state.lock();
+                // The shard's lock makes the pooled holds' count exact.
+                let _xa = self.shard(owner).xa.lock();
                 !b.is_busy()
             };
             if free_now {
@@ -394,6 +449,7 @@ impl BufferPool {
     pub(crate) fn free_if_released(&self, buf: &Buffer) {
         let free_now = {
             let _st = self.state.lock();
+            let _xa = self.shard(buf.owner).xa.lock();
             buf.is_released() && !buf.is_busy()
         };
         if free_now {
@@ -429,8 +485,13 @@ impl BufferPool {
             // is alive until this free (and its zap of the user mappings) is done. Taken out of
             // the shard first, the close would skip it and the file could be gone before the zap.
             b.free();
-            // CAST: as in `insert`.
-            drop(self.shard(b.owner).lock().remove(b.handle as usize));
+            let mut xa = self.shard(b.owner).xa.lock();
+            // A record that a submission still holds stays in its shard, whose last reference
+            // drops it (never: every queue was paused, which dropped its holds).
+            if b.pooled_holds() == 0 {
+                // CAST: as in `insert`.
+                drop(xa.remove(b.handle as usize));
+            }
         }
     }
 }

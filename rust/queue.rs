@@ -24,11 +24,12 @@ mod obs;
 
 use crate::{
     arch::Arch,
-    buffer::{Buffer, Holds},
+    buffer::Buffer,
     counters::{QueueObs, ResetCause},
     desc::{Barrier, Desc, DescLen, Dir, DESC_SIZE},
     devring::{DeviceMemory, DeviceRings, Moves},
     engine::{self, DescCount, EngineIo, QueueIndex},
+    holds::Holds,
     kfac::trace::QueueTrace,
     regs::{M2s, S2m},
     ring::{Ring, RingSize, RingState, RESERVE},

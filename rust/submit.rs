@@ -20,10 +20,10 @@
 
 use crate::{
     bar0::Bar0,
-    buffer::Holds,
     counters::ResetCause,
     engine::{self, EngineErrors, EngineIo, QueueId},
     fence,
+    holds::Holds,
     kfac::sched::{cpu_wanted, fatal_signal_pending},
     queue::{Copy, Doorbell, FenceState, Queue},
     split::{self, Cut, Job, Move},

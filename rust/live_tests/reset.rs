@@ -7,9 +7,9 @@
 
 use super::{copied, device, test_queue, Fixture};
 use crate::{
-    buffer::Holds,
     channel::{FenceState, DEFAULT_TIMEOUT},
     desc::{Barrier, DescLen},
+    holds::Holds,
     kfac::pci::{self, Stop},
     queue::Copy,
 };
