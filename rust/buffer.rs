@@ -304,9 +304,11 @@ impl Buffer {
     /// Counts one more user in `counter` unless the buffer was freed. With
     /// [`Self::take_for_free`] this is the classic store-then-load handshake: each side makes its
     /// own mark with a fully ordered read-modify-write, then reads the other's, so at least one
-    /// of the two sees the other. This lets copies be prepared without a lock shared with
-    /// `MEM_FREE`. A claim that sees a `MEM_FREE` deciding ([`FREE_DECIDING`]) waits for the
-    /// decision, a few instructions under the pool lock that never sleep: either that
+    /// of the two sees the other: busy guards and imports' holds take no lock shared with
+    /// `MEM_FREE` (a driver-allocated buffer's pooled hold is counted under the shard's lock
+    /// `MEM_FREE` decides under, [`Self::hold_pooled`]). A claim that sees a `MEM_FREE`
+    /// deciding ([`FREE_DECIDING`]) waits for the decision, a few instructions under the pool
+    /// lock that never sleep: either that
     /// `MEM_FREE` saw this count and gives up (`EBUSY`, the claim succeeds), or it did not and
     /// frees the buffer (the claim is `ENOENT`). A `MEM_FREE` that fails therefore never makes a
     /// valid copy fail. A revoked dma-buf ([`Self::revoke`]) is claimed by the same handshake:
@@ -329,9 +331,9 @@ impl Buffer {
         }
     }
 
-    /// Starts a `MEM_FREE`: from now on no new [`BusyGuard`] or [`InFlight`] reference can be
-    /// taken; then checks that none exists. On `EBUSY` the mark is taken back and nothing
-    /// changed.
+    /// Starts a `MEM_FREE`: from now on no new [`BusyGuard`], [`InFlight`] reference or pooled
+    /// hold ([`Self::hold_pooled`]) can be taken; then checks that none exists. On `EBUSY` the
+    /// mark is taken back and nothing changed.
     ///
     /// # Errors
     ///
@@ -385,8 +387,10 @@ impl Buffer {
 
     /// Gives back one hold of [`Self::hold_pooled`], under the same lock.
     pub(crate) fn unhold_pooled(&self) {
-        self.held
-            .store(self.held.load(Relaxed).saturating_sub(1), Relaxed);
+        let held = self.held.load(Relaxed);
+        // Never 0: each hold is given back once. Kept at 0 (busy by nothing) if it were.
+        kernel::warn_on!(held == 0);
+        self.held.store(held.saturating_sub(1), Relaxed);
     }
 
     /// Submissions holding the buffer through its shard ([`Self::hold_pooled`]); exact under
@@ -465,7 +469,7 @@ impl Buffer {
     }
 
     /// [`Self::base`] without its check that the memory is still there, for a buffer the
-    /// caller holds ([`InFlight`]): no `MEM_FREE` frees it while the hold exists, and an unbind
+    /// caller holds (`holds.rs`): no `MEM_FREE` frees it while the hold exists, and an unbind
     /// frees it only after pausing every queue, which a submission under way then finds gone
     /// (`ENODEV`) before a descriptor with this address is written. No lock.
     pub(crate) fn held_base(&self, route: u64) -> u64 {

@@ -21,9 +21,9 @@ use kernel::{
     xarray::{AllocKind, XArray},
 };
 
-/// Handle indexes of a [`BufferPool`](crate::pool::BufferPool), each for the files whose id has that remainder: files
-/// look their buffers up under different locks (one XArray lock for all files made two threads
-/// of two files spin on it, Documentation/benchmarks.rst).
+/// Handle indexes of a [`BufferPool`](crate::pool::BufferPool), each for the files whose id
+/// has that remainder: files look their buffers up under different locks (one XArray lock for
+/// all files made two threads of two files spin on it, Documentation/benchmarks.rst).
 pub(crate) const SHARDS: usize = 16;
 
 /// One of a pool's [`SHARDS`] handle indexes: handle -> buffer, for the open files whose id
@@ -61,6 +61,9 @@ impl Shard {
 /// Buffers held inline by a [`Holds`] before it allocates: a copy names two, a small
 /// gather/scatter batch a few more.
 const HOLDS_INLINE: usize = 4;
+
+/// Pooled holds a [`Holds`] gives back per hold of the shard's lock.
+const UNHOLD_BATCH: usize = 32;
 
 /// One buffer of a [`Holds`].
 enum Hold {
@@ -107,9 +110,9 @@ impl Hold {
 }
 
 /// The buffers of one submission, one hold per distinct buffer (the caller adds each buffer
-/// once): driver-allocated ones counted under their shard's lock ([`BufferPool::hold`](crate::pool::BufferPool::hold)),
-/// imports by [`InFlight`] references, and at most one buffer released in process context
-/// ([`Release`]).
+/// once): driver-allocated ones counted under their shard's lock
+/// ([`BufferPool::hold`](crate::pool::BufferPool::hold)), imports by [`InFlight`] references,
+/// and at most one buffer released in process context ([`Release`]).
 #[derive(Default)]
 pub(crate) struct Holds {
     few: [Option<Hold>; HOLDS_INLINE],
@@ -149,14 +152,23 @@ impl WorkItem for Release {
 impl Drop for Holds {
     fn drop(&mut self) {
         if let Some(shard) = self.shard.take() {
-            // The pooled holds go back under the lock that counts them, all in one hold of it;
-            // a record may be freed as soon as it is released (nothing touches one after).
-            let _xa = shard.xa.lock();
-            for h in self.iter() {
-                if let Hold::Pooled(p) = h {
-                    p.buffer().unhold_pooled();
+            // The pooled holds go back under the lock that counts them, [`UNHOLD_BATCH`] per
+            // hold of it (the shard is shared with other files: a submission may hold 8,192
+            // buffers); a record may be freed as soon as its hold is back (nothing touches it
+            // after).
+            let mut xa = shard.xa.lock();
+            let pooled = self.iter().filter_map(|h| match h {
+                Hold::Pooled(p) => Some(p),
+                Hold::Counted(_) => None,
+            });
+            for (k, p) in pooled.enumerate() {
+                if k != 0 && k % UNHOLD_BATCH == 0 {
+                    drop(xa);
+                    xa = shard.xa.lock();
                 }
+                p.buffer().unhold_pooled();
             }
+            drop(xa);
         }
         let Some(release) = self.release.take() else {
             return;
@@ -239,15 +251,20 @@ impl Holds {
         self.reserve_one()
     }
 
-    /// Records the pooled hold of `buf`, which [`Buffer::hold_pooled`] just counted under the
-    /// lock of `shard`, still held by the caller, after [`Self::reserve_pooled`] made room.
-    /// Returns the hold's index.
-    pub(crate) fn push_pooled(&mut self, shard: &Arc<Shard>, buf: &Buffer) -> usize {
+    /// Records the pooled hold of `buf` in `shard`. Returns the hold's index.
+    ///
+    /// # Safety
+    ///
+    /// `buf` is the data of the `Arc` that `shard`'s XArray holds, looked up under the shard's
+    /// lock, which the caller still holds, and [`Buffer::hold_pooled`] counted this hold
+    /// under it; [`Self::reserve_pooled`] made room for a hold in `shard`.
+    pub(crate) unsafe fn push_pooled(&mut self, shard: &Arc<Shard>, buf: &Buffer) -> usize {
         if self.shard.is_none() {
             self.shard = Some(shard.clone());
         }
-        // INVARIANT: `buf` is in `shard` (the caller looked it up there under its lock), its
-        // count includes this hold, and `self` keeps the shard until it gives the hold back.
+        // INVARIANT: `buf` is in `shard` and its count includes this hold (the function's
+        // safety contract); `self` keeps `shard` (`reserve_pooled` checked that any shard it
+        // had is this one) until its drop gives the hold back under that shard's lock.
         self.push(Hold::Pooled(PooledHold(NonNull::from(buf))))
     }
 

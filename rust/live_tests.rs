@@ -779,6 +779,35 @@ mod tests {
         Ok(())
     }
 
+    /// A submission holding more buffers than `Holds` gives back per hold of the shard's lock
+    /// gives every one back: 40 buffers held by one `Holds`, each counted once, all free after
+    /// its drop.
+    #[test]
+    fn pooled_holds_all_go_back() -> Result {
+        use crate::{holds::Holds, kfac::mm::MappedFile};
+        const N: u64 = 40;
+        let dev = device()?;
+        let (owner, first) = (u64::MAX >> 3, (u64::MAX >> 25) + 1);
+        let mut bufs = KVec::new();
+        for h in first..first + N {
+            let buf = dev.alloc_buffer(true, 4096, h, owner, MappedFile::none())?;
+            dev.pool.insert(&buf)?;
+            bufs.push(buf, GFP_KERNEL)?;
+        }
+        let mut holds = Holds::default();
+        for (i, h) in (first..first + N).enumerate() {
+            assert_eq!(dev.pool.hold(owner, h, &mut holds), Ok(i));
+        }
+        assert!(bufs.iter().all(|b| b.pooled_holds() == 1));
+        assert_eq!(dev.pool.free_handle(owner, first + N - 1), Err(EBUSY));
+        drop(holds);
+        assert!(bufs.iter().all(|b| b.pooled_holds() == 0));
+        for h in first..first + N {
+            dev.pool.free_handle(owner, h)?;
+        }
+        Ok(())
+    }
+
     /// Reaping gives back what a settled orphan holds without allocating anything: with the
     /// next allocation of this thread set to fail (fault injection, `fail_nth`; the guest's init
     /// makes failslab count sleeping allocations too), a released device buffer held by an

@@ -299,7 +299,10 @@ impl BufferPool {
             return holds.take(buf);
         }
         buf.hold_pooled()?;
-        Ok(holds.push_pooled(shard, &buf))
+        // SAFETY: `buf` is the data of the `Arc` in `shard`'s XArray, looked up under its lock
+        // (`xa`, still held); `hold_pooled` counted the hold under it; `reserve_pooled` made
+        // room for a hold in `shard`.
+        Ok(unsafe { holds.push_pooled(shard, &buf) })
     }
 
     /// The host buffer of the open file `owner` whose mmap offset is `offset` (bytes).
@@ -319,8 +322,9 @@ impl BufferPool {
 
     /// Removes buffer `handle` of the open file `owner` from the pool and frees it, unless a
     /// descriptor or a running copy may still reach it. Copies being prepared concurrently
-    /// either take their reference first (then this is `EBUSY`) or fail with `ENOENT`
-    /// ([`InFlight::new`]).
+    /// either hold it first (then this is `EBUSY`) or fail with `ENOENT`: the decision and the
+    /// pooled holds are made under the shard's lock ([`Self::hold`]), the counted holds and
+    /// busy guards settle with it by the handshake of [`Buffer::take_for_free`].
     ///
     /// # Errors
     ///
@@ -487,7 +491,9 @@ impl BufferPool {
             b.free();
             let mut xa = self.shard(b.owner).xa.lock();
             // A record that a submission still holds stays in its shard, whose last reference
-            // drops it (never: every queue was paused, which dropped its holds).
+            // drops it: a batch still being built (`COPY_PREPARE` runs outside the device's
+            // entry guard) holds its buffers until its prepare fails with `ENODEV`; the queues
+            // were paused, which dropped theirs.
             if b.pooled_holds() == 0 {
                 // CAST: as in `insert`.
                 drop(xa.remove(b.handle as usize));
