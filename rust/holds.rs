@@ -2,11 +2,12 @@
 
 //! What a submission holds (the pairs of one prepare call): each buffer its pairs read or
 //! write, once, until the engine is done with them (`queue.rs` drops the [`Holds`] when the
-//! submission's fence retires or a reset drops it), so that `MEM_FREE` is refused meanwhile.
-//! A driver-allocated buffer is held by a count under the lock of its pool [`Shard`] (the
-//! handle index of its file): no reference count and no atomic read-modify-write per buffer,
-//! and one hold of the lock per submission to give them all back. An import is held by a
-//! counted reference ([`InFlight`]), which its revocation waits for.
+//! submission's fence retires, or when a reset or a pause of the queue drops it), so that
+//! `MEM_FREE` is refused meanwhile. A driver-allocated buffer is held by a count under the
+//! lock of its pool [`Shard`] (one of [`SHARDS`] handle indexes, chosen by the file's id): no
+//! reference count and no atomic read-modify-write per buffer, and the counts given back 32
+//! per hold of the lock. An import is held by a counted reference ([`InFlight`]), which its
+//! revocation waits for.
 
 use crate::{
     buffer::{Buffer, InFlight},
