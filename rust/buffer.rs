@@ -308,9 +308,8 @@ impl Buffer {
     /// `MEM_FREE` (a driver-allocated buffer's pooled hold is counted under the shard's lock
     /// `MEM_FREE` decides under, [`Self::hold_pooled`]). A claim that sees a `MEM_FREE`
     /// deciding ([`FREE_DECIDING`]) waits for the decision, a few instructions under the pool
-    /// lock that never sleep: either that
-    /// `MEM_FREE` saw this count and gives up (`EBUSY`, the claim succeeds), or it did not and
-    /// frees the buffer (the claim is `ENOENT`). A `MEM_FREE` that fails therefore never makes a
+    /// lock that never sleep: either that `MEM_FREE` saw this count and gives up (`EBUSY`, the
+    /// claim succeeds), or it did not and frees the buffer (the claim is `ENOENT`). A `MEM_FREE` that fails therefore never makes a
     /// valid copy fail. A revoked dma-buf ([`Self::revoke`]) is claimed by the same handshake:
     /// the claim fails (`ENXIO`), or the revocation sees it and waits for it.
     fn claim(&self, counter: &Atomic<u32>) -> Result {
@@ -665,9 +664,7 @@ impl InFlight {
         buf.claim(&buf.inflight)?;
         Ok(Self(buf))
     }
-}
 
-impl InFlight {
     /// The buffer held.
     pub(crate) fn buffer(&self) -> &Arc<Buffer> {
         &self.0

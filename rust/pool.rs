@@ -16,9 +16,9 @@ use kernel::{
     sync::{
         aref::ARef,
         atomic::{Atomic, Relaxed},
-        Arc, Mutex, SpinLock,
+        Arc, ArcBorrow, Mutex, SpinLock,
     },
-    xarray::XArray,
+    xarray::{self, XArray},
 };
 
 struct PoolState {
@@ -261,13 +261,28 @@ impl BufferPool {
     ///
     /// `ENOENT` if no such buffer exists or another file owns it.
     pub(crate) fn get(&self, owner: u64, handle: u64) -> Result<Arc<Buffer>> {
-        let handle = usize::try_from(handle).map_err(|_| ENOENT)?;
         let xa = self.shard(owner).xa.lock();
-        let buf = xa.get(handle).ok_or(ENOENT)?;
+        Ok(Self::lookup(&xa, owner, handle)?.into())
+    }
+
+    /// The buffer `handle` of the open file `owner` in `xa`, the locked shard of `owner`: the
+    /// one lookup of [`Self::get`] and [`Self::hold`].
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` if no such buffer exists or another file owns it.
+    fn lookup<'a>(
+        xa: &'a xarray::Guard<'_, Arc<Buffer>>,
+        owner: u64,
+        handle: u64,
+    ) -> Result<ArcBorrow<'a, Buffer>> {
+        let buf = xa
+            .get(usize::try_from(handle).map_err(|_| ENOENT)?)
+            .ok_or(ENOENT)?;
         if buf.owner != owner {
             return Err(ENOENT);
         }
-        Ok(buf.into())
+        Ok(buf)
     }
 
     /// Holds buffer `handle` of the open file `owner` for the submission of `holds`; returns
@@ -284,15 +299,11 @@ impl BufferPool {
     /// `ENXIO` for a revoked import; `ENOMEM`; `EINVAL` if `holds` holds buffers of another
     /// shard (never: one submission's buffers are one file's). Nothing is held then.
     pub(crate) fn hold(&self, owner: u64, handle: u64, holds: &mut Holds) -> Result<usize> {
-        let handle = usize::try_from(handle).map_err(|_| ENOENT)?;
         let shard = self.shard(owner);
         // Room first: nothing is allocated under the shard's lock.
         holds.reserve_pooled(shard)?;
         let xa = shard.xa.lock();
-        let buf = xa.get(handle).ok_or(ENOENT)?;
-        if buf.owner != owner {
-            return Err(ENOENT);
-        }
+        let buf = Self::lookup(&xa, owner, handle)?;
         if buf.kind == MemKind::Imported {
             let buf: Arc<Buffer> = buf.into();
             drop(xa);
