@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The copies of one prepare call (`COPY_PREPARE_ONE`, `COPY_PREPARE`) translated into
-//! descriptor pairs: every entry validated in one pass, its buffers looked up once per call
-//! (a per-call table of handles), each buffer held once for the whole submission
-//! ([`Holds`]), and the pairs, as the splitter (`split.rs`) cuts each copy, collected in one
-//! array for the submission engine to write (`Channel::prepare`). Nothing here touches a queue.
+//! descriptor pairs: every entry validated in one pass, its buffers found once per call (in
+//! the file's resident set, `resident.rs`; an import in a per-call table of handles), each
+//! buffer held once for the whole submission ([`Holds`]), and the pairs, as the splitter
+//! (`split.rs`) cuts each copy, collected in one array for the submission engine to write
+//! (`Channel::prepare`). Nothing here touches a queue.
 
 use crate::{
     buffer::{Buffer, MAX_IMPORT_SIZE},
     desc::{Barrier, DescLen},
     holds::Holds,
-    pool::BufferPool,
     queue::Copy,
+    resident::{Place, Resolved, Session},
+    span::Span,
     split::{self, UserPairs},
     uapi,
 };
@@ -33,7 +35,8 @@ struct Slot {
     index: u32,
 }
 
-/// The per-call handle table: buffer handle -> index of its hold, open addressing with linear
+/// The per-call handle table of the buffers that are not resident (imports, an io_uring
+/// command's registered range): buffer handle -> index of its hold, open addressing with linear
 /// probing. Sized by the distinct buffers of the call, not by its entries: [`INLINE_SLOTS`]
 /// slots inline, doubled (and rehashed) when half full, at most [`MAX_SLOTS`]. At half load a
 /// miss (the first lookup of every buffer) probes about 2.5 slots, at 3/4 about 8.5.
@@ -142,7 +145,7 @@ pub(crate) struct Batch {
     holds: Holds,
     /// The flags of every copy, OR-ed.
     pub(crate) flags: u32,
-    /// Handle -> hold index.
+    /// Handle -> hold index, of the buffers not resident.
     handles: Handles,
     /// The buffers of the last copy added, when both are contiguous and the destination
     /// writable: a copy naming the same two handles (most entries of a batch) is checked
@@ -163,6 +166,15 @@ struct Side {
 }
 
 impl Side {
+    /// The side of buffer `handle`, resident at `p`.
+    fn of(handle: u64, p: &Place) -> Self {
+        Self {
+            handle,
+            size: p.size,
+            base: p.base,
+        }
+    }
+
     /// The address of bytes `[offset, offset + len)` ([`Buffer::check_range`]).
     ///
     /// # Errors
@@ -172,6 +184,34 @@ impl Side {
     fn at(&self, offset: u64, len: u32) -> Result<u64> {
         crate::buffer::in_range(self.size, offset, u64::from(len))?;
         Ok(self.base + offset)
+    }
+}
+
+/// A buffer a copy names, found for the call ([`Batch::resolve`]).
+enum Found {
+    /// Resident (driver-allocated, contiguous): where it is.
+    Resident(Place),
+    /// Held by the call's counted reference at this index (an import, or an io_uring
+    /// command's registered range).
+    Held(usize),
+}
+
+/// Where a buffer of a copy is, for its spans ([`Batch::located`]).
+enum Located {
+    /// Contiguous from this device-fabric address (a resident buffer).
+    Linear(u64),
+    /// A buffer the call holds, by a reference apart from the batch's holds.
+    Held(Arc<Buffer>),
+}
+
+impl Located {
+    /// The span from byte `offset` (the host route `route` applied).
+    fn span(&self, route: u64, offset: u64) -> Span<'_> {
+        match self {
+            Located::Linear(base) => Span::Linear(base + offset),
+            // Held: no check that the memory is still there.
+            Located::Held(b) => b.span_at(b.held_base(route), offset),
+        }
     }
 }
 
@@ -243,15 +283,73 @@ impl Batch {
         self.copies().len() as u32
     }
 
-    /// Takes the buffer holds, for the queue to keep until the engine is done.
-    pub(crate) fn take_holds(&mut self) -> Holds {
-        core::mem::take(&mut self.holds)
+    /// Takes the buffer holds, for the queue to keep until the engine is done, with the uses
+    /// of resident buffers that `res`, the call's session, counted: they go back when the
+    /// holds are dropped.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`; the uses go back then (the batch is dropped unused).
+    pub(crate) fn take_holds(&mut self, res: &mut Session<'_>) -> Result<Holds> {
+        res.finish(&mut self.holds)?;
+        Ok(core::mem::take(&mut self.holds))
     }
 
     /// The buffer of hold `i`.
-    fn get(&self, i: usize) -> Result<&Buffer> {
+    fn get(&self, i: usize) -> Result<&Arc<Buffer>> {
         // Never `EINVAL`: `resolve` returns indices of holds.
         self.holds.get(i).ok_or(EINVAL)
+    }
+
+    /// Checks that bytes `[offset, offset + len)` lie inside `f` ([`Buffer::check_range`]).
+    ///
+    /// # Errors
+    ///
+    /// `ERANGE` if they do not.
+    fn check_range(&self, f: &Found, offset: u64, len: u64) -> Result {
+        match f {
+            Found::Resident(p) => crate::buffer::in_range(p.size, offset, len),
+            Found::Held(i) => self.get(*i)?.check_range(offset, len),
+        }
+    }
+
+    /// Checks that the engine may write `f` ([`Buffer::check_writable`]).
+    ///
+    /// # Errors
+    ///
+    /// `EPERM` if it may not.
+    fn check_writable(&self, f: &Found) -> Result {
+        match f {
+            Found::Resident(Place {
+                writable: false, ..
+            }) => Err(EPERM),
+            Found::Resident(_) => Ok(()),
+            Found::Held(i) => self.get(*i)?.check_writable(),
+        }
+    }
+
+    /// The [`Side`] of `f`, buffer `handle`, for a copy that found it contiguous.
+    fn side(&self, f: &Found, handle: u64, route: u64) -> Result<Side> {
+        match f {
+            Found::Resident(p) => Ok(Side::of(handle, p)),
+            Found::Held(i) => {
+                let b = self.get(*i)?;
+                Ok(Side {
+                    handle,
+                    size: b.size,
+                    base: b.held_base(route),
+                })
+            }
+        }
+    }
+
+    /// Where `f` is, for its spans: a resident buffer's address, or a counted reference to
+    /// the buffer the call holds (an import's runs).
+    fn located(&self, f: &Found) -> Result<Located> {
+        match f {
+            Found::Resident(p) => Ok(Located::Linear(p.base)),
+            Found::Held(i) => Ok(Located::Held(self.get(*i)?.clone())),
+        }
     }
 
     /// Appends pair `c`: into the inline array while the batch is small, else into the heap
@@ -286,27 +384,35 @@ impl Batch {
         Ok(())
     }
 
-    /// Buffer `handle` of the open file `owner` in `pool`, looked up and held once per call
-    /// ([`BufferPool::hold`]). Returns the index of its hold.
+    /// Buffer `handle` of the call's file (its session `res`), once per call: a
+    /// driver-allocated buffer through the file's resident set ([`Session::resolve`]), which
+    /// counts the call's use, an import (or the io_uring command's range) held by a reference
+    /// of the call's own, found again in the per-call table.
     ///
     /// # Errors
     ///
     /// `ENOENT` for an unknown handle or a buffer being freed, `ENXIO` for a revoked import,
-    /// `ENOMEM`.
-    fn resolve(&mut self, pool: &BufferPool, owner: u64, handle: u64) -> Result<usize> {
-        if handle != 0 {
+    /// `ENOMEM`, `EOVERFLOW` (see [`Session::resolve`]).
+    #[inline(always)]
+    fn resolve(&mut self, res: &mut Session<'_>, handle: u64) -> Result<Found> {
+        if handle != 0 && self.handles.used != 0 {
             if let Some(index) = self.handles.find(handle) {
-                return Ok(index);
+                return Ok(Found::Held(index));
             }
         }
-        let index = pool.hold(owner, handle, &mut self.holds)?;
-        // Cached once held (a failed call drops the whole batch anyway).
-        self.handles.insert(handle, index)?;
-        Ok(index)
+        match res.resolve(handle)? {
+            Resolved::Resident(p) => Ok(Found::Resident(p)),
+            Resolved::Import(buf) => {
+                let index = self.holds.take(buf)?;
+                // Cached once held (a failed call drops the whole batch anyway).
+                self.handles.insert(handle, index)?;
+                Ok(Found::Held(index))
+            }
+        }
     }
 
-    /// Validates copy `c` of the open file `owner` (buffers in `pool`, host route `route`) and
-    /// appends its pair, or with `NEURON_UDMA_COPY_SPLIT` one pair per piece of a copy that
+    /// Validates copy `c` of the open file of the call's session `res` (its buffers found
+    /// through it, host route `route`) and appends its pair, or with `NEURON_UDMA_COPY_SPLIT` one pair per piece of a copy that
     /// crosses runs of an imported buffer (each with the copy's barrier).
     ///
     /// A copy naming the same two handles as the one before, both contiguous, is checked
@@ -322,8 +428,7 @@ impl Batch {
     #[inline(always)]
     pub(crate) fn add(
         &mut self,
-        pool: &BufferPool,
-        owner: u64,
+        res: &mut Session<'_>,
         route: u64,
         c: &uapi::neuron_udma_copy,
     ) -> Result {
@@ -349,7 +454,7 @@ impl Batch {
                 });
             }
         }
-        self.add_looked_up(pool, owner, route, c, len, barrier)
+        self.add_looked_up(res, route, c, len, barrier)
     }
 
     /// [`Self::add`] for a copy that names other buffers than the one before: both looked up
@@ -357,58 +462,54 @@ impl Batch {
     #[inline(never)]
     fn add_looked_up(
         &mut self,
-        pool: &BufferPool,
-        owner: u64,
+        res: &mut Session<'_>,
         route: u64,
         c: &uapi::neuron_udma_copy,
         len: DescLen,
         barrier: Barrier,
     ) -> Result {
         use uapi::NEURON_UDMA_COPY_SPLIT as SPLIT;
-        let s = self.resolve(pool, owner, c.src_handle)?;
-        self.get(s)?.check_range(c.src_offset, u64::from(c.size))?;
-        let d = self.resolve(pool, owner, c.dst_handle)?;
-        let (src, dst) = (self.get(s)?, self.get(d)?);
-        dst.check_range(c.dst_offset, u64::from(c.size))?;
-        dst.check_writable()?;
-        // Both are held: their bases need no check that the memory is still there.
-        let (sbase, dbase) = (src.held_base(route), dst.held_base(route));
-        let pairs = UserPairs::new(
-            src.span_at(sbase, c.src_offset),
-            dst.span_at(dbase, c.dst_offset),
-            len,
-            barrier,
-        );
-        if let UserPairs::One(Some(pair)) = pairs {
-            // Copies between driver-allocated (contiguous) buffers are always one pair: the
-            // next copy between the same two is checked against them in line.
-            self.last = Some(Last {
-                src: Side {
-                    handle: c.src_handle,
-                    size: src.size,
-                    base: sbase,
-                },
-                dst: Side {
-                    handle: c.dst_handle,
-                    size: dst.size,
-                    base: dbase,
-                },
-            });
+        let size = u64::from(c.size);
+        let s = self.resolve(res, c.src_handle)?;
+        self.check_range(&s, c.src_offset, size)?;
+        let d = self.resolve(res, c.dst_handle)?;
+        self.check_range(&d, c.dst_offset, size)?;
+        self.check_writable(&d)?;
+        if let (Found::Resident(sp), Found::Resident(dp)) = (&s, &d) {
+            // Two driver-allocated (contiguous) buffers: one pair, as `UserPairs::new` makes
+            // of two linear spans; the next copy between the same two is checked against them
+            // in line.
+            let (src, dst) = (Side::of(c.src_handle, sp), Side::of(c.dst_handle, dp));
+            let pair = Copy {
+                src: src.base + c.src_offset,
+                dst: dst.base + c.dst_offset,
+                len,
+                barrier,
+            };
+            self.last = Some(Last { src, dst });
             self.flags |= c.flags;
             return self.push(pair);
         }
         // A side is an import: its runs are borrowed from references taken apart from the
-        // batch's holds, which the pairs are pushed beside.
-        let (sb, db) = (
-            self.holds.get_arc(s).ok_or(EINVAL)?,
-            self.holds.get_arc(d).ok_or(EINVAL)?,
-        );
+        // batch's holds, which the pairs are pushed beside. Both are held (or resident): their
+        // bases need no check that the memory is still there.
+        let (sl, dl) = (self.located(&s)?, self.located(&d)?);
         let mut pairs = UserPairs::new(
-            sb.span_at(sbase, c.src_offset),
-            db.span_at(dbase, c.dst_offset),
+            sl.span(route, c.src_offset),
+            dl.span(route, c.dst_offset),
             len,
             barrier,
         );
+        if let UserPairs::One(Some(pair)) = pairs {
+            // An import of one run: contiguous too, so the next copy between the same two is
+            // checked in line as well.
+            self.last = Some(Last {
+                src: self.side(&s, c.src_handle, route)?,
+                dst: self.side(&d, c.dst_handle, route)?,
+            });
+            self.flags |= c.flags;
+            return self.push(pair);
+        }
         // ERANGE for a span too short for the copy (the ranges were checked above).
         let n = pairs.count_pairs()?;
         if n > 1 && c.flags & SPLIT == 0 {

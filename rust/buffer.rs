@@ -7,9 +7,11 @@
 //! device-fabric addresses ([`Span`]) after a bounds check.
 //!
 //! A buffer is kept from being freed while the engine may reach it: by a [`BusyGuard`] while a
-//! synchronous copy uses it, and by a hold per submission that names it (`holds.rs`: a count
-//! under its pool shard's lock for a driver-allocated buffer, an [`InFlight`] reference for an
-//! import), which `queue.rs` drops when the submission's fence retires or a reset drops it.
+//! synchronous copy uses it, by the resident set of each queue whose copies named it
+//! (`resident.rs`: a count under its pool shard's lock for a driver-allocated buffer, kept
+//! while a submission uses it), and by a hold per submission for an import (an [`InFlight`]
+//! reference, `holds.rs`), which `queue.rs` drops when the submission's fence retires or a
+//! reset drops it.
 
 use crate::{
     charge::Charge,
@@ -136,8 +138,9 @@ pub(crate) struct Buffer {
     /// Submissions holding the buffer by a counted reference ([`InFlight`]: imports) whose
     /// pairs the engine may still process.
     inflight: Atomic<u32>,
-    /// Submissions holding the buffer through its pool shard ([`Self::hold_pooled`]:
-    /// driver-allocated buffers): changed only under the shard's lock, by a load and a store.
+    /// Queues' resident sets holding the buffer through its pool shard
+    /// ([`Self::hold_pooled`]: driver-allocated buffers): changed only under the shard's lock,
+    /// by a load and a store.
     held: Atomic<u32>,
     /// Non-zero once the exporter of an imported dma-buf revoked it: no new hold is taken
     /// (`ENXIO`), and the mapping goes once the existing ones are gone.
@@ -305,7 +308,7 @@ impl Buffer {
     /// [`Self::take_for_free`] this is the classic store-then-load handshake: each side makes its
     /// own mark with a fully ordered read-modify-write, then reads the other's, so at least one
     /// of the two sees the other: busy guards and imports' holds take no lock shared with
-    /// `MEM_FREE` (a driver-allocated buffer's pooled hold is counted under the shard's lock
+    /// `MEM_FREE` (a driver-allocated buffer's resident hold is counted under the shard's lock
     /// `MEM_FREE` decides under, [`Self::hold_pooled`]). A claim that sees a `MEM_FREE`
     /// deciding ([`FREE_DECIDING`]) waits for the decision, a few instructions under the pool
     /// lock that never sleep: either that `MEM_FREE` saw this count and gives up (`EBUSY`, the
@@ -367,7 +370,7 @@ impl Buffer {
             || self.held.load(Relaxed) != 0
     }
 
-    /// Holds the driver-allocated buffer for one more submission. The caller holds the lock
+    /// Holds the driver-allocated buffer for one more resident set. The caller holds the lock
     /// of the pool shard the buffer is in (`pool::Shard`), under which every change of the
     /// count, every `MEM_FREE` decision ([`Self::take_for_free`]) and every removal from the
     /// shard happen: a plain load and store count it, no atomic read-modify-write.
@@ -392,7 +395,7 @@ impl Buffer {
         self.held.store(held.saturating_sub(1), Relaxed);
     }
 
-    /// Submissions holding the buffer through its shard ([`Self::hold_pooled`]); exact under
+    /// Resident sets holding the buffer through its shard ([`Self::hold_pooled`]); exact under
     /// the shard's lock.
     pub(crate) fn pooled_holds(&self) -> u32 {
         self.held.load(Relaxed)

@@ -33,6 +33,7 @@ use crate::{
     kfac::trace::QueueTrace,
     queue::{self, Doorbell, Queue},
     regs::{M2s, S2m},
+    resident::Resident,
     ring::RingState,
     split::{Cut, Move},
     submit::{self, Door},
@@ -105,7 +106,7 @@ pub(crate) struct RingSlot {
 }
 
 /// How long a call that may not sleep ([`Wait::Never`]) spins for a held queue lock.
-const NONBLOCK_SPIN: Delta = Delta::from_micros(20);
+pub(crate) const NONBLOCK_SPIN: Delta = Delta::from_micros(20);
 
 /// Whether a call may sleep for the queue ([`Channel::prepare_fenced`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,6 +160,10 @@ pub(crate) struct Channel {
     /// who took it; given back when the queue is released.
     #[pin]
     charge: Mutex<Option<Charge>>,
+    /// A file's queue: the driver-allocated buffers its copies named, held across its
+    /// submissions (`resident.rs`); let go when the instance ends ([`Self::quiesce`]), and a
+    /// buffer no submission uses at `MEM_FREE` ([`Self::evict`]).
+    resident: Option<Pin<KBox<Resident>>>,
     /// Who hears of completions besides the waiters; taken before `inner` when both are.
     #[pin]
     listeners: Mutex<Listeners>,
@@ -192,8 +197,9 @@ pub(crate) struct Quiesced {
 static NEXT_INSTANCE: Atomic<u64> = Atomic::new(1);
 
 impl Channel {
-    /// Wraps queue `q` (`id`, already programmed) for `owner`, with the memory charge of a
-    /// file's queue; `mover` moves the descriptors of rings in device memory the engine fills.
+    /// Wraps queue `q` (`id`, already programmed) for `owner`, with the memory charge and the
+    /// resident set of a file's queue; `mover` moves the descriptors of rings in device memory
+    /// the engine fills.
     ///
     /// # Errors
     ///
@@ -204,7 +210,7 @@ impl Channel {
         (id, owner): (QueueId, Owner),
         q: Queue,
         mover: Option<Arc<Channel>>,
-        charge: Option<Charge>,
+        (charge, resident): (Option<Charge>, Option<Pin<KBox<Resident>>>),
         file: Option<Arc<FileEvents>>,
     ) -> Result<Arc<Self>> {
         if q.engine_filled() && (mover.is_none() || owner == Owner::Driver) {
@@ -237,6 +243,7 @@ impl Channel {
                 mover,
                 inner <- Mutex::new(Some(q), kernel::c_str!("Channel::inner"), class),
                 charge <- new_mutex!(charge),
+                resident,
                 listeners <- new_mutex!(Listeners {
                     file,
                     signalled: settled,
@@ -288,6 +295,24 @@ impl Channel {
     }
 
     // ---- the user-queue operations (COPY_PREPARE(_ONE), COPY_START, COPY_WAIT, QUEUE_STATE) ----
+
+    /// The resident set of a file's queue (`resident.rs`), through which its prepare calls
+    /// hold the buffers they name.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for a driver's queue (none: it prepares no user copies).
+    pub(crate) fn resident(&self) -> Result<&Resident> {
+        self.resident.as_deref().ok_or(EINVAL)
+    }
+
+    /// Lets buffer `handle` leave the queue's resident set if no submission uses it
+    /// ([`Resident::evict`]; `MEM_FREE`).
+    pub(crate) fn evict(&self, handle: u64) {
+        if let Some(r) = &self.resident {
+            r.evict(handle);
+        }
+    }
 
     /// Writes the pairs `copies` of one prepare call, all or none, with `holds` keeping their
     /// buffers busy until the engine is done with them; the largest copy among them took
@@ -689,6 +714,13 @@ impl Channel {
         drop(inner);
         let charge = self.charge.lock().take();
         drop(charge);
+        // No submission of the instance is left (their holds went with the queue), and a
+        // prepare call under way settles before the set's lock is free: every resident buffer
+        // goes back (before the file's close frees its buffers), and no call adds one after.
+        if let Some(r) = &self.resident {
+            let stay = r.end(self.gone_error());
+            kernel::warn_on!(stay != 0);
+        }
         // Nothing completes any more: the waiting io_uring commands complete as cancelled, the
         // eventfd is given back, and pollers see the queue's failure.
         let (eventfd, uring, file) = {

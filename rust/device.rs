@@ -341,7 +341,8 @@ impl UdmaDevice {
     /// buffers `handles` ([`BufferPool::release_owner`]). Never waits for the engine, so a
     /// killed process exits at once.
     pub(crate) fn release_file(&self, owner: u64, queues: &[QueueId], handles: &[u64]) {
-        // Queues first: once paused, no engine touches the buffers.
+        // Queues first: once paused, no engine touches the buffers, and their resident sets
+        // let every buffer go (`Channel::quiesce`).
         for &id in queues {
             let _ = self.queue_release(Owner::File(owner), id);
         }

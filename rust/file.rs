@@ -106,9 +106,9 @@ pub(crate) struct OpenFile {
     /// The `struct file`, for the buffers' user mappings (open while this value lives).
     file: MappedFile,
     /// The ids of what the file owns; held while they change. Copies are prepared without it:
-    /// a buffer is kept from being freed between its lookup and its use by its hold
-    /// (`holds.rs`), taken under the pool shard's lock under which `MEM_FREE` decides (a
-    /// spinlock held for the lookup alone, so threads on different queues do not serialise).
+    /// a buffer is kept from being freed between its lookup and its use by its hold, through
+    /// the resident set of the queue the copy is prepared on (`resident.rs`, under a lock of
+    /// that queue's alone, so threads on different queues do not serialise).
     #[pin]
     st: Mutex<FileState>,
     /// Held by the file's running `MEMCPY`: one at a time per file, so that threads cannot

@@ -741,52 +741,145 @@ mod tests {
         Ok(())
     }
 
-    /// A submission holds a driver-allocated buffer by its shard's count
-    /// (`BufferPool::hold`): each holder once, the buffer the one in the pool; `MEM_FREE` is
-    /// `EBUSY` while any holds it and frees it once the last hold is dropped, after which it
-    /// cannot be held (`ENOENT`). Another file's handle is `ENOENT`, and a pool free that
+    /// Where a resident buffer is, or `EINVAL` for an import.
+    fn resident_place(r: crate::resident::Resolved) -> Result<crate::resident::Place> {
+        match r {
+            crate::resident::Resolved::Resident(p) => Ok(p),
+            crate::resident::Resolved::Import(_) => Err(EINVAL),
+        }
+    }
+
+    /// A file's resident set holds a driver-allocated buffer by one count of its pool shard
+    /// however many submissions use it, each call using it once (named twice, one use), and
+    /// gives a call where the buffer is (its size and address) without the record. `MEM_FREE`
+    /// (evict, then the pool's decision) is `EBUSY` while a submission uses it, and frees it
+    /// once the last use went back, after which it cannot be found (`ENOENT`). A failed call
+    /// gives its use back at once. Another file's handle is `ENOENT`, and a pool free that
     /// finds the buffer held keeps it, record and memory (never reached otherwise: every
     /// caller checks first).
     #[test]
-    fn pooled_holds_keep_a_buffer_from_mem_free() -> Result {
-        use crate::{holds::Holds, kfac::mm::MappedFile};
+    fn resident_buffers_keep_a_buffer_from_mem_free() -> Result {
+        use crate::{holds::Holds, kfac::mm::MappedFile, resident::Resident};
         let dev = device()?;
+        let route = dev.arch.host_route;
         let (owner, handle) = (u64::MAX >> 3, u64::MAX >> 25);
         let buf = dev.alloc_buffer(true, 4096, handle, owner, MappedFile::none())?;
         dev.pool.insert(&buf)?;
+        let res = KBox::pin_init(Resident::new(dev.pool.shard(owner).clone()), GFP_KERNEL)?;
         let (mut a, mut b) = (Holds::default(), Holds::default());
-        assert_eq!(dev.pool.hold(owner, handle, &mut a), Ok(0));
-        assert_eq!(dev.pool.hold(owner, handle, &mut b), Ok(0));
-        assert!(a.get(0).is_some_and(|x| core::ptr::eq(x, &*buf)));
-        assert!(b.get_arc(0).is_some_and(|x| Arc::ptr_eq(&x, &buf)));
-        assert_eq!(buf.pooled_holds(), 2);
-        // Another file's handle: its shard is another one, so a fresh submission.
-        let mut other = Holds::default();
-        assert_eq!(dev.pool.hold(owner + 1, handle, &mut other), Err(ENOENT));
-        assert!(other.is_empty());
+        {
+            let mut s = res.begin(&dev.pool, owner, route, None)?;
+            let p = resident_place(s.resolve(handle)?)?;
+            assert_eq!((p.size, p.base), (4096, buf.held_base(route)));
+            assert!(p.writable);
+            resident_place(s.resolve(handle)?)?;
+            s.finish(&mut a)?;
+        }
+        {
+            let mut s = res.begin(&dev.pool, owner, route, None)?;
+            resident_place(s.resolve(handle)?)?;
+            s.finish(&mut b)?;
+        }
+        assert_eq!(buf.pooled_holds(), 1);
+        // A call that fails: its use goes back when its session is dropped unfinished.
+        resident_place(res.begin(&dev.pool, owner, route, None)?.resolve(handle)?)?;
+        // Another file's handle: its shard is another one, so a fresh set.
+        let other = KBox::pin_init(Resident::new(dev.pool.shard(owner + 1).clone()), GFP_KERNEL)?;
+        assert!(matches!(
+            other.begin(&dev.pool, owner + 1, route, None)?.resolve(handle),
+            Err(e) if e == ENOENT
+        ));
+        res.evict(handle);
         assert_eq!(dev.pool.free_handle(owner, handle), Err(EBUSY));
         dev.pool.free(&buf);
         assert!(dev.pool.get(owner, handle).is_ok() && buf.base(0).is_ok());
         drop(a);
+        res.evict(handle);
         assert_eq!(buf.pooled_holds(), 1);
         assert_eq!(dev.pool.free_handle(owner, handle), Err(EBUSY));
+        // `a`'s call named it twice and counted one use; the failed call's went back: after
+        // `b`, nothing uses it.
         drop(b);
+        res.evict(handle);
         assert_eq!(buf.pooled_holds(), 0);
         dev.pool.free_handle(owner, handle)?;
-        let mut c = Holds::default();
-        assert_eq!(dev.pool.hold(owner, handle, &mut c), Err(ENOENT));
-        assert!(c.is_empty() && buf.base(0).is_err());
+        assert!(matches!(
+            res.begin(&dev.pool, owner, route, None)?.resolve(handle),
+            Err(e) if e == ENOENT
+        ));
+        assert!(buf.base(0).is_err());
         Ok(())
     }
 
-    /// A submission holding more buffers than `Holds` gives back per hold of the shard's lock
-    /// gives every one back: 40 buffers held by one `Holds`, each counted once, all free after
-    /// its drop.
+    /// Through a file's queue: a submission between two resident buffers, prepared and not
+    /// started, keeps them from `MEM_FREE` (its use counts until the engine is done); started
+    /// and waited for, it gives the use back and the buffer frees. The queue's release lets
+    /// the other buffer go, and no prepare call begins on the ended set (`ECANCELED`).
     #[test]
-    fn pooled_holds_all_go_back() -> Result {
-        use crate::{holds::Holds, kfac::mm::MappedFile};
+    fn resident_buffers_of_a_queue_stay_held_until_the_engine_is_done() -> Result {
+        use crate::{
+            desc::Barrier, holds::Holds, kfac::mm::MappedFile, queue::Copy, split::copy_len,
+        };
+        let dev = device()?;
+        let route = dev.arch.host_route;
+        let (owner, hs) = (u64::MAX >> 3, (u64::MAX >> 25) + 100);
+        let hd = hs + 1;
+        let src = dev.alloc_buffer(true, 4096, hs, owner, MappedFile::none())?;
+        dev.pool.insert(&src)?;
+        let dst = dev.alloc_buffer(true, 4096, hd, owner, MappedFile::none())?;
+        dev.pool.insert(&dst)?;
+        let chan = dev.queue_init_at(dev.arch.h2t[0].0, 2, 64, 64, Owner::File(owner))?;
+        let r = (|| -> Result {
+            let mut s = chan.resident()?.begin(&dev.pool, owner, route, None)?;
+            let (sp, dp) = (
+                resident_place(s.resolve(hs)?)?,
+                resident_place(s.resolve(hd)?)?,
+            );
+            let mut holds = Holds::default();
+            s.finish(&mut holds)?;
+            let pair = Copy {
+                src: sp.base,
+                dst: dp.base,
+                len: copy_len(4096)?,
+                barrier: Barrier::None,
+            };
+            chan.prepare(&[pair], 1, holds)?;
+            drop(s);
+            // Prepared, not started: the submission still uses both.
+            chan.retire()?;
+            chan.evict(hs);
+            assert_eq!(dev.pool.free_handle(owner, hs), Err(EBUSY));
+            assert_eq!(src.pooled_holds(), 1);
+            chan.start(1, 1)?;
+            chan.wait_all(DEFAULT_TIMEOUT)?;
+            chan.retire()?;
+            chan.evict(hs);
+            assert_eq!(src.pooled_holds(), 0);
+            dev.pool.free_handle(owner, hs)?;
+            assert_eq!(dst.pooled_holds(), 1);
+            Ok(())
+        })();
+        dev.queue_release(Owner::File(owner), chan.id)?;
+        r?;
+        assert_eq!(dst.pooled_holds(), 0);
+        assert!(matches!(
+            chan.resident()?.begin(&dev.pool, owner, route, None),
+            Err(e) if e == ECANCELED
+        ));
+        dev.pool.free_handle(owner, hd)?;
+        Ok(())
+    }
+
+    /// A resident set lets every buffer go at the close of its file: 40 buffers used by one
+    /// call, each counted once; `MEM_FREE` of one is `EBUSY` while the call's holds live; after
+    /// their drop the flush gives every pool hold back (more than are given back per hold of
+    /// the shard's lock) and every buffer frees.
+    #[test]
+    fn resident_buffers_all_go_back() -> Result {
+        use crate::{holds::Holds, kfac::mm::MappedFile, resident::Resident};
         const N: u64 = 40;
         let dev = device()?;
+        let route = dev.arch.host_route;
         let (owner, first) = (u64::MAX >> 3, (u64::MAX >> 25) + 1);
         let mut bufs = KVec::new();
         for h in first..first + N {
@@ -794,13 +887,22 @@ mod tests {
             dev.pool.insert(&buf)?;
             bufs.push(buf, GFP_KERNEL)?;
         }
+        let res = KBox::pin_init(Resident::new(dev.pool.shard(owner).clone()), GFP_KERNEL)?;
         let mut holds = Holds::default();
-        for (i, h) in (first..first + N).enumerate() {
-            assert_eq!(dev.pool.hold(owner, h, &mut holds), Ok(i));
+        {
+            let mut s = res.begin(&dev.pool, owner, route, None)?;
+            for (h, b) in (first..first + N).zip(bufs.iter()) {
+                assert_eq!(resident_place(s.resolve(h)?)?.base, b.held_base(route));
+            }
+            s.finish(&mut holds)?;
         }
         assert!(bufs.iter().all(|b| b.pooled_holds() == 1));
+        res.evict(first + N - 1);
         assert_eq!(dev.pool.free_handle(owner, first + N - 1), Err(EBUSY));
+        // Used: the flush keeps them all.
+        assert_eq!(res.flush(), N as usize);
         drop(holds);
+        assert_eq!(res.flush(), 0);
         assert!(bufs.iter().all(|b| b.pooled_holds() == 0));
         for h in first..first + N {
             dev.pool.free_handle(owner, h)?;

@@ -50,6 +50,7 @@ mod pattern;
 mod pool;
 mod queue;
 mod regs;
+mod resident;
 mod ring;
 mod span;
 mod split;

@@ -7,9 +7,10 @@
 use crate::{
     buffer::{Buffer, MemKind, MMAP_STRIDE_SHIFT},
     dram::DramAllocator,
-    holds::{Holds, Shard, SHARDS},
+    holds::{Shard, SHARDS},
     kfac::trace::{self, BufferEvent},
 };
+use core::ptr::NonNull;
 use kernel::{
     new_mutex, new_spinlock, pci,
     prelude::*,
@@ -20,6 +21,15 @@ use kernel::{
     },
     xarray::{self, XArray},
 };
+
+/// A buffer looked up for a resident set ([`BufferPool::hold_resident`]).
+pub(crate) enum Held {
+    /// A driver-allocated buffer, held by one count of its shard for the set: the data pointer
+    /// of the shard's `Arc` of the record, alive while the count is.
+    Pooled(NonNull<Buffer>),
+    /// An import, by a counted reference (not resident).
+    Import(Arc<Buffer>),
+}
 
 struct PoolState {
     /// False after [`BufferPool::shutdown`]: nothing is allocated any more.
@@ -126,7 +136,7 @@ impl BufferPool {
     }
 
     /// The handle index of the buffers of open file `owner`.
-    fn shard(&self, owner: u64) -> &Arc<Shard> {
+    pub(crate) fn shard(&self, owner: u64) -> &Arc<Shard> {
         // CAST: the remainder is below SHARDS.
         // PANIC: `handles` has SHARDS shards (`Shard::new_all`).
         &self.handles[(owner % SHARDS as u64) as usize]
@@ -266,7 +276,7 @@ impl BufferPool {
     }
 
     /// The buffer `handle` of the open file `owner` in `xa`, the locked shard of `owner`: the
-    /// one lookup of [`Self::get`] and [`Self::hold`].
+    /// one lookup of [`Self::get`] and [`Self::hold_resident`].
     ///
     /// # Errors
     ///
@@ -285,35 +295,36 @@ impl BufferPool {
         Ok(buf)
     }
 
-    /// Holds buffer `handle` of the open file `owner` for the submission of `holds`; returns
-    /// the hold's index ([`Holds::get`]). A driver-allocated buffer (host or device memory) is
-    /// held by a count kept under its shard's lock ([`Buffer::hold_pooled`]), taken in the
-    /// lookup's hold of that lock, and given back with the submission's other holds under one
-    /// more: the lock is the only atomic operation per buffer, where a counted reference and
-    /// an in-flight claim took four besides it (benchmarks.rst, (b)). An import is held by a
-    /// counted reference ([`Holds::take`]), which its revocation waits for.
+    /// Buffer `handle` of the open file `owner`, for its resident set (`resident.rs`), whose
+    /// pool shard is `shard`: a driver-allocated buffer (host or device memory) is held by a
+    /// count kept under the shard's lock ([`Buffer::hold_pooled`]), taken in the lookup's
+    /// hold of that lock, which the set gives back when the buffer leaves it; an import is
+    /// returned by a counted reference, for the submission to hold
+    /// ([`Holds::take`](crate::holds::Holds::take)).
     ///
     /// # Errors
     ///
     /// `ENOENT` for an unknown handle, another file's buffer, or one that a `MEM_FREE` freed;
-    /// `ENXIO` for a revoked import; `ENOMEM`; `EINVAL` if `holds` holds buffers of another
-    /// shard (never: one submission's buffers are one file's). Nothing is held then.
-    pub(crate) fn hold(&self, owner: u64, handle: u64, holds: &mut Holds) -> Result<usize> {
-        let shard = self.shard(owner);
-        // Room first: nothing is allocated under the shard's lock.
-        holds.reserve_pooled(shard)?;
+    /// `EINVAL` if `shard` is not `owner`'s (never: a file's set is made with its shard).
+    /// Nothing is held then.
+    pub(crate) fn hold_resident(
+        &self,
+        owner: u64,
+        handle: u64,
+        shard: &Arc<Shard>,
+    ) -> Result<Held> {
+        if !Arc::ptr_eq(shard, self.shard(owner)) {
+            return Err(EINVAL);
+        }
         let xa = shard.xa.lock();
         let buf = Self::lookup(&xa, owner, handle)?;
         if buf.kind == MemKind::Imported {
-            let buf: Arc<Buffer> = buf.into();
-            drop(xa);
-            return holds.take(buf);
+            return Ok(Held::Import(buf.into()));
         }
         buf.hold_pooled()?;
-        // SAFETY: `buf` is the data of the `Arc` in `shard`'s XArray, looked up under its lock
-        // (`xa`, still held); `hold_pooled` counted the hold under it; `reserve_pooled` made
-        // room for a hold in `shard`.
-        Ok(unsafe { holds.push_pooled(shard, &buf) })
+        // The data pointer of the shard's `Arc` (`Holds::push_resident` relies on it); the
+        // count just taken keeps the buffer in the shard, which keeps the record alive.
+        Ok(Held::Pooled(NonNull::from(&*buf)))
     }
 
     /// The host buffer of the open file `owner` whose mmap offset is `offset` (bytes).
@@ -334,8 +345,8 @@ impl BufferPool {
     /// Removes buffer `handle` of the open file `owner` from the pool and frees it, unless a
     /// descriptor or a running copy may still reach it. Copies being prepared concurrently
     /// either hold it first (then this is `EBUSY`) or fail with `ENOENT`: the decision and the
-    /// pooled holds are made under the shard's lock ([`Self::hold`]), the counted holds and
-    /// busy guards settle with it by the handshake of [`Buffer::take_for_free`].
+    /// resident holds are made under the shard's lock ([`Self::hold_resident`]), the counted
+    /// holds and busy guards settle with it by the handshake of [`Buffer::take_for_free`].
     ///
     /// # Errors
     ///
@@ -501,10 +512,9 @@ impl BufferPool {
             // the shard first, the close would skip it and the file could be gone before the zap.
             b.free();
             let mut xa = self.shard(b.owner).xa.lock();
-            // A record that a submission still holds stays in its shard, whose last reference
-            // drops it: a batch still being built (`COPY_PREPARE` runs outside the device's
-            // entry guard) holds its buffers until its prepare fails with `ENODEV`; the queues
-            // were paused, which dropped theirs.
+            // A record that a resident set still holds stays in its shard, whose last reference
+            // drops it. Never expected: the queues' ends let their sets go, after any prepare
+            // call under way (`COPY_PREPARE` runs outside the device's entry guard) settled.
             if b.pooled_holds() == 0 {
                 // CAST: as in `insert`.
                 drop(xa.remove(b.handle as usize));

@@ -12,6 +12,7 @@ use crate::{
     engine::QueueId,
     events::FileEvents,
     queue::Queue,
+    resident::Resident,
     ring::RingSize,
 };
 use kernel::{prelude::*, sync::Arc};
@@ -153,19 +154,28 @@ impl UdmaDevice {
                 let regs = self.bar.access()?;
                 q.hw_init(regs.engine(id.eng)?);
             }
+            // A file's queue keeps the buffers its copies name (`resident.rs`).
+            let resident = match owner {
+                Owner::Driver => None,
+                Owner::File(f) => Some(KBox::pin_init(
+                    Resident::new(self.pool.shard(f).clone()),
+                    GFP_KERNEL_ACCOUNT,
+                )?),
+            };
             let chan = Channel::new(
                 (self.bar.clone(), self.counters.clone()),
                 (id, owner),
                 q,
                 mover,
-                charge,
+                (charge, resident),
                 events,
             )?;
-            if let Err(e) = self
+            // The table's lock goes before the quiesce below (which sleeps).
+            let stored = self
                 .queues
                 .lock()
-                .store(id.key(), chan.clone(), GFP_KERNEL_ACCOUNT)
-            {
+                .store(id.key(), chan.clone(), GFP_KERNEL_ACCOUNT);
+            if let Err(e) = stored {
                 // The device memory is given back below.
                 let _ = chan.quiesce(Gone::Released);
                 return Err(e.into());

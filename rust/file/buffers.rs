@@ -127,10 +127,13 @@ impl OpenFile {
             .iter()
             .position(|&h| h == f.handle)
             .ok_or(ENOENT)?;
-        // Retire what the engine has finished, then refuse while a submission that the
+        // Retire what the engine has finished, and have the queues' resident sets let the
+        // buffer go unless a submission still uses it; then refuse while a submission that the
         // engine has not consumed, or a running MEMCPY, holds the buffer.
         for &id in st.queues.iter() {
-            self.dev.queue(Owner::File(self.id), id)?.retire()?;
+            let chan = self.dev.queue(Owner::File(self.id), id)?;
+            chan.retire()?;
+            chan.evict(f.handle);
         }
         self.dev.pool.free_handle(self.id, f.handle)?;
         st.handles.remove(idx).map_err(|_| ENOENT)?;

@@ -11,7 +11,7 @@ use super::{reserved_zero, timeout, OpenFile, MAX_BATCH};
 use crate::{
     batch::Batch,
     buffer::Buffer,
-    channel::{Channel, Owner, QueueId, Wait},
+    channel::{Channel, Owner, QueueId, Wait, NONBLOCK_SPIN},
     completion::Completer,
     fence, uapi,
 };
@@ -128,16 +128,24 @@ impl OpenFile {
             batch.hold_fixed(buf)?;
         }
         let route = self.dev.arch.host_route;
+        // One hold of the queue's resident lock for all the copies' buffers, until the
+        // submission is written or failed (io_uring's non-blocking issue waits for it as for
+        // the queue lock).
+        let spin = matches!(fenced, Some(Wait::Never)).then_some(NONBLOCK_SPIN);
+        let mut res = chan
+            .resident()?
+            .begin(&self.dev.pool, self.id, route, spin)?;
         for c in copies {
-            batch.add(&self.dev.pool, self.id, route, c)?;
+            batch.add(&mut res, route, c)?;
         }
-        let holds = batch.take_holds();
+        let holds = batch.take_holds(&mut res)?;
         let seq = if let Some(wait) = fenced {
             chan.prepare_fenced(batch.copies(), batch.largest, holds, wait)?
         } else {
             chan.prepare(batch.copies(), batch.largest, holds)?;
             0
         };
+        drop(res);
         self.copy_bytes.fetch_add(batch.bytes, Relaxed);
         self.dev
             .counters

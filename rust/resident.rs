@@ -1,0 +1,653 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The buffers a file's queue instance has been asked to copy, held across its submissions:
+//! the queue's *resident set*. A driver-allocated buffer (host or device memory) that a prepare
+//! call on the queue names is looked up in the pool once, held by one count of its pool shard
+//! ([`Buffer::hold_pooled`]) for as long as it stays resident, and from then on found by its
+//! handle in this table (open addressing in plain memory, under the set's lock, taken once per
+//! call; a lock of the queue's own, so threads on different queues do not serialise). The entry
+//! keeps what a pair needs of the buffer ([`Place`]): a call never touches the records. Each
+//! submission counts its use of an entry in that entry, in plain memory too, and gives it back
+//! when it is dropped ([`Uses`]: a flag that the submission's [`Holds`] sets, wherever that
+//! happens; the table reads it the next time it is locked).
+//!
+//! An entry leaves, and its pool hold goes back, only when no submission uses it: when
+//! `MEM_FREE` asks for the buffer ([`Resident::evict`]), and when the queue instance ends
+//! (`Channel::quiesce`: released, its file closed, or unbound; [`Resident::flush`]). Until then
+//! `MEM_FREE` finds the buffer held: `EBUSY` while a submission that the engine has not
+//! consumed uses it, as before.
+//!
+//! Why: with the lookup of every buffer in the pool per call (its shard's lock, the XArray
+//! walk, the count, the record's fields), a call whose entries each name other buffers cost
+//! 5.8x one that names two (Documentation/benchmarks.rst, (b)). Imports and io_uring registered
+//! ranges are not resident: they are held per submission by a counted reference, which a
+//! revocation waits for.
+
+use crate::{
+    buffer::Buffer,
+    holds::{Holds, Shard, Uses},
+    pool::{BufferPool, Held},
+};
+use core::ptr::NonNull;
+use kernel::{
+    new_mutex,
+    prelude::*,
+    processor::cpu_relax,
+    sync::{Arc, Mutex, MutexGuard, UniqueArc},
+    time::{Delta, Instant, Monotonic},
+};
+
+/// Slots of a table when its first buffer comes (then doubled when half full).
+const FIRST_SLOTS: usize = 64;
+
+/// Pool holds given back per hold of the shard's lock when many entries leave at once.
+const UNHOLD_BATCH: usize = 32;
+
+/// Where a resident buffer is, for the pairs that name it: what a prepare call needs of it,
+/// copied from the record when it became resident (they never change while it is), so that
+/// a call touches only the table, never the records.
+#[derive(Clone, Copy)]
+pub(crate) struct Place {
+    /// Bytes.
+    pub(crate) size: u64,
+    /// Device-fabric address of byte 0, the host route applied ([`Buffer::held_base`]).
+    pub(crate) base: u64,
+    /// Whether the engine may write it ([`Buffer::check_writable`]).
+    pub(crate) writable: bool,
+}
+
+/// One resident buffer, or a free entry (`handle` 0: handles are never 0).
+#[derive(Clone, Copy)]
+struct Entry {
+    handle: u64,
+    /// The record, kept alive by the entry's hold of its pool shard (see [`Resident`]).
+    buf: Option<NonNull<Buffer>>,
+    place: Place,
+    /// Submissions that use the buffer and whose [`Uses`] the table has not seen done.
+    uses: u32,
+    /// The last call that named the buffer.
+    stamp: u64,
+}
+
+const FREE: Entry = Entry {
+    handle: 0,
+    buf: None,
+    place: Place {
+        size: 0,
+        base: 0,
+        writable: false,
+    },
+    uses: 0,
+    stamp: 0,
+};
+
+/// The table behind a [`Resident`]'s lock.
+struct Table {
+    /// Open addressing, linear probing: 0 empty, else an entry index + 1. A power of two long,
+    /// at most half full.
+    slots: KVVec<u32>,
+    entries: KVVec<Entry>,
+    /// Indexes of free entries; room for every entry (so a removal never allocates).
+    free: KVVec<u32>,
+    /// Entries in use.
+    used: usize,
+    /// The last call's stamp.
+    stamp: u64,
+    /// The submissions whose uses count in the entries, until seen done.
+    live: KVVec<Arc<Uses>>,
+    /// `live`'s length after its last full look ([`Table::collect`]).
+    looked: usize,
+    /// Why the queue instance ended ([`Resident::end`]): no call begins any more.
+    ended: Option<Error>,
+}
+
+impl Table {
+    /// Where `handle` (not 0) probes first in slots of length `mask + 1`: Fibonacci hashing
+    /// (handles are sequential).
+    fn home(handle: u64, mask: usize) -> usize {
+        // CAST: the product's top bits, masked below the length.
+        (handle.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & mask
+    }
+
+    /// The slot of `handle` (not 0), if resident.
+    #[inline(always)]
+    fn find(&self, handle: u64) -> Option<usize> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = Self::home(handle, mask);
+        // At most half full: the probe meets an empty slot.
+        loop {
+            // PANIC: `i` is masked to the slots.
+            let s = self.slots[i] as usize;
+            if s == 0 {
+                return None;
+            }
+            // PANIC: a slot holds the index of an entry in use.
+            if self.entries[s - 1].handle == handle {
+                return Some(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Puts entry `e` (in use, not in `slots`) into `slots`, which has an empty slot.
+    fn put(slots: &mut [u32], entries: &[Entry], e: usize) {
+        let mask = slots.len() - 1;
+        // PANIC: `e` is an entry.
+        let mut i = Self::home(entries[e].handle, mask);
+        while slots[i] != 0 {
+            i = (i + 1) & mask;
+        }
+        // CAST: at most `max_buffers` (a u32) entries.
+        slots[i] = e as u32 + 1;
+    }
+
+    /// Makes room for one more entry: the slots doubled (and rehashed) if it would make them
+    /// more than half full, an entry and its place in `free`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`; nothing changes then.
+    fn reserve_one(&mut self) -> Result {
+        let len = self.slots.len();
+        if 2 * (self.used + 1) > len {
+            let mut bigger =
+                KVVec::from_elem(0u32, (2 * len).max(FIRST_SLOTS), GFP_KERNEL_ACCOUNT)?;
+            for (e, entry) in self.entries.iter().enumerate() {
+                if entry.handle != 0 {
+                    Self::put(&mut bigger, &self.entries, e);
+                }
+            }
+            self.slots = bigger;
+        }
+        if self.free.is_empty() {
+            self.entries.reserve(1, GFP_KERNEL_ACCOUNT)?;
+            self.free
+                .reserve(self.entries.len() + 1, GFP_KERNEL_ACCOUNT)?;
+        }
+        Ok(())
+    }
+
+    /// Adds the entry of `handle`, for which [`Self::reserve_one`] made room; returns its index.
+    fn add(&mut self, entry: Entry) -> usize {
+        let e = match self.free.pop() {
+            Some(e) => e as usize,
+            None => {
+                // Cannot fail: `reserve_one` made room.
+                let _ = self.entries.push_within_capacity(entry);
+                self.entries.len() - 1
+            }
+        };
+        // PANIC: `e` is an entry.
+        self.entries[e] = entry;
+        Self::put(&mut self.slots, &self.entries, e);
+        self.used += 1;
+        e
+    }
+
+    /// Takes the entry in slot `i` out of the table (backward-shift deletion: the entries
+    /// after it in its probe run move up, so lookups need no tombstones) and frees it; returns
+    /// its buffer.
+    fn remove(&mut self, mut i: usize) -> Option<NonNull<Buffer>> {
+        let mask = self.slots.len() - 1;
+        // PANIC: `i` is a slot in use.
+        let e = self.slots[i] as usize - 1;
+        let buf = self.entries[e].buf;
+        loop {
+            let mut j = i;
+            loop {
+                j = (j + 1) & mask;
+                let s = self.slots[j] as usize;
+                if s == 0 {
+                    self.slots[i] = 0;
+                    self.entries[e] = FREE;
+                    // Cannot fail: `free` has room for every entry.
+                    // CAST: as in `put`.
+                    let _ = self.free.push_within_capacity(e as u32);
+                    self.used -= 1;
+                    return buf;
+                }
+                let k = Self::home(self.entries[s - 1].handle, mask);
+                // The entry at `j` may fill slot `i` unless its home lies cyclically in
+                // `(i, j]`.
+                let stays = if i <= j {
+                    i < k && k <= j
+                } else {
+                    i < k || k <= j
+                };
+                if !stays {
+                    break;
+                }
+            }
+            self.slots[i] = self.slots[j];
+            i = j;
+        }
+    }
+
+    /// Gives back the uses of the submissions seen done: those at the front of `live` (the
+    /// common case: a queue retires in order), or with `full` all of them. A full look also
+    /// happens when `live` doubled since the last one, so that a submission that never
+    /// retires (pairs prepared and never started) keeps neither the others' uses nor their
+    /// records: amortised O(1) per call.
+    fn collect(&mut self, full: bool) {
+        let full = full || self.live.len() >= 2 * self.looked.max(16);
+        let Self { live, entries, .. } = self;
+        let mut give_back = |u: &Uses| {
+            for &e in u.entries.iter() {
+                // PANIC: a use names an entry in use, whose count includes it.
+                let entry = &mut entries[e as usize];
+                entry.uses -= 1;
+            }
+        };
+        if full {
+            live.retain(|u| {
+                if u.is_done() {
+                    give_back(u);
+                    false
+                } else {
+                    true
+                }
+            });
+            self.looked = self.live.len();
+        } else {
+            let n = live.iter().take_while(|u| u.is_done()).count();
+            if n == 0 {
+                return;
+            }
+            for u in live.iter().take(n) {
+                give_back(u);
+            }
+            // O(live) only when something at the front retired, which that many calls paid for.
+            let mut k = 0;
+            live.retain(|_| {
+                k += 1;
+                k > n
+            });
+        }
+    }
+}
+
+/// The resident set of one queue instance of a file (see the module documentation).
+///
+/// # Invariants
+///
+/// Every entry in use holds its buffer by one count of the buffer's pool shard, `shard`
+/// ([`Buffer::hold_pooled`]), taken when it was added and given back when it leaves; an entry
+/// whose `uses` is not 0 does not leave. So the record an entry names is alive while the entry
+/// is in use (a buffer with a pool hold never leaves its shard, whose reference keeps it).
+#[pin_data(PinnedDrop)]
+pub(crate) struct Resident {
+    shard: Arc<Shard>,
+    #[pin]
+    table: Mutex<Table>,
+}
+
+// SAFETY: the records the entries point to are `Sync` and reached only as `&Buffer`, under the
+// table's lock; the pool holds go back under the shard's lock, from any thread.
+unsafe impl Send for Table {}
+
+impl Resident {
+    /// An empty resident set for a queue of the file whose buffers are in pool shard `shard`.
+    pub(crate) fn new(shard: Arc<Shard>) -> impl PinInit<Self> {
+        pin_init!(Resident {
+            shard,
+            table <- new_mutex!(Table {
+                slots: KVVec::new(),
+                entries: KVVec::new(),
+                free: KVVec::new(),
+                used: 0,
+                stamp: 0,
+                live: KVVec::new(),
+                looked: 0,
+                ended: None,
+            }),
+        })
+    }
+
+    /// Starts a prepare call of the open file `owner`, whose buffers are in `pool`, on a
+    /// device whose host route is `route`: locks the table for it (one hold of the lock per
+    /// call, kept until the call's submission is written or failed, so that the instance's
+    /// end never finds a use that a call in flight has not settled). With `spin` (io_uring's
+    /// non-blocking issue) the lock is waited for that long at most.
+    ///
+    /// # Errors
+    ///
+    /// `EAGAIN` if the lock stayed held for `spin`; the errno of the instance's end
+    /// (`ECANCELED`, `ENODEV`) if it ended ([`Self::end`]).
+    pub(crate) fn begin<'a>(
+        &'a self,
+        pool: &'a BufferPool,
+        owner: u64,
+        route: u64,
+        spin: Option<Delta>,
+    ) -> Result<Session<'a>> {
+        let mut t = match spin {
+            None => self.table.lock(),
+            Some(spin) => {
+                let start = Instant::<Monotonic>::now();
+                loop {
+                    if let Some(g) = self.table.try_lock() {
+                        break g;
+                    }
+                    if start.elapsed() >= spin {
+                        return Err(EAGAIN);
+                    }
+                    cpu_relax();
+                }
+            }
+        };
+        if let Some(e) = t.ended {
+            return Err(e);
+        }
+        t.collect(false);
+        t.stamp += 1;
+        let stamp = t.stamp;
+        Ok(Session {
+            t,
+            shard: &self.shard,
+            pool,
+            owner,
+            route,
+            uses: KVec::new(),
+            stamp,
+        })
+    }
+
+    /// Lets buffer `handle` leave the set if no submission uses it (for `MEM_FREE`, which
+    /// then decides on the buffer as on any other): its pool hold goes back.
+    pub(crate) fn evict(&self, handle: u64) {
+        let mut t = self.table.lock();
+        t.collect(true);
+        let Some(i) = t.find(handle) else {
+            return;
+        };
+        // PANIC: `find` returns a slot in use.
+        let e = t.slots[i] as usize - 1;
+        if t.entries[e].uses != 0 {
+            return;
+        }
+        if let Some(buf) = t.remove(i) {
+            let _xa = self.shard.xa.lock();
+            // SAFETY: the entry held the buffer until now (the type invariant), and the hold
+            // goes back under the shard's lock, after which nothing here touches it.
+            unsafe { buf.as_ref() }.unhold_pooled();
+        }
+    }
+
+    /// Ends the set with its queue instance (`Channel::quiesce`, after the queue, and with it
+    /// every submission's holds, is gone): no call begins any more (`err`), and every buffer
+    /// leaves ([`Self::flush`]); a call that was under way had settled its uses before (it
+    /// keeps the lock until its submission is written or failed). Returns how many stay (0).
+    pub(crate) fn end(&self, err: Error) -> usize {
+        self.table.lock().ended = Some(err);
+        self.flush()
+    }
+
+    /// Lets every buffer leave that no submission uses. Returns how many stay.
+    pub(crate) fn flush(&self) -> usize {
+        let mut t = self.table.lock();
+        t.collect(true);
+        let mut gone = KVec::new();
+        for i in 0..t.slots.len() {
+            // Restart at `i` after a removal: backward shift may move an entry into it.
+            // PANIC: `i` is below the length.
+            while t.slots[i] != 0 {
+                let e = t.slots[i] as usize - 1;
+                if t.entries[e].uses != 0 {
+                    break;
+                }
+                if let Some(buf) = t.remove(i) {
+                    if gone.push(buf, GFP_KERNEL).is_err() {
+                        // Given back one at a time when no list can be made.
+                        let _xa = self.shard.xa.lock();
+                        // SAFETY: as in `evict`.
+                        unsafe { buf.as_ref() }.unhold_pooled();
+                    }
+                }
+            }
+        }
+        // What stays is in use (counted apart: a shifted entry may be met twice above).
+        let stay = t.used;
+        drop(t);
+        self.unhold(&gone);
+        stay
+    }
+
+    /// Gives back the pool holds of `bufs`, entries that left, [`UNHOLD_BATCH`] per hold of
+    /// the shard's lock (shared with other files).
+    fn unhold(&self, bufs: &[NonNull<Buffer>]) {
+        for chunk in bufs.chunks(UNHOLD_BATCH) {
+            let _xa = self.shard.xa.lock();
+            for buf in chunk {
+                // SAFETY: each held its buffer until it left (the type invariant), and nothing
+                // touches the buffer after its hold is back.
+                unsafe { buf.as_ref() }.unhold_pooled();
+            }
+        }
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for Resident {
+    fn drop(self: Pin<&mut Self>) {
+        // The queue instance is gone, and every call that could use it: nothing uses an entry.
+        // One still used would keep its buffer held (a leak, never a free under the engine).
+        let stay = self.flush();
+        kernel::warn_on!(stay != 0);
+    }
+}
+
+/// One prepare call's hold of the resident table: its lock, its stamp (a buffer named twice in
+/// a call counts one use), and the entries it uses so far. Dropped without
+/// [`Session::finish`] (a failed call), it gives the uses back at once.
+pub(crate) struct Session<'a> {
+    t: MutexGuard<'a, Table>,
+    shard: &'a Arc<Shard>,
+    pool: &'a BufferPool,
+    owner: u64,
+    route: u64,
+    uses: KVec<u32>,
+    stamp: u64,
+}
+
+/// How a [`Session`] resolved a handle.
+pub(crate) enum Resolved {
+    /// Resident: used by the call until its submission's [`Holds`] is dropped.
+    Resident(Place),
+    /// An import (not resident): the caller holds it per submission.
+    Import(Arc<Buffer>),
+}
+
+impl Session<'_> {
+    /// Buffer `handle` of the call's file: a resident buffer is counted as used by the call
+    /// (once per call); a driver-allocated buffer not yet resident is looked up in the pool
+    /// and held ([`BufferPool::hold_resident`]) first.
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` for an unknown handle, another file's buffer, or one that a `MEM_FREE` freed;
+    /// `ENOMEM`; `EOVERFLOW` if 2^32 - 1 unretired submissions use the buffer. Nothing changes
+    /// then.
+    #[inline(always)]
+    pub(crate) fn resolve(&mut self, handle: u64) -> Result<Resolved> {
+        let stamp = self.stamp;
+        let t = &mut *self.t;
+        let Some(i) = t.find(handle) else {
+            return self.add(handle);
+        };
+        // PANIC: `find` returns a slot in use.
+        let e = t.slots[i] as usize - 1;
+        let entry = &mut t.entries[e];
+        if entry.stamp != stamp {
+            let uses = entry.uses.checked_add(1).ok_or(EOVERFLOW)?;
+            // CAST: as in `Table::put`.
+            if let Err(full) = self.uses.push_within_capacity(e as u32) {
+                // Doubled (amortised O(1)), and sized by the buffers the call names.
+                self.uses.push(full.0, GFP_KERNEL_ACCOUNT)?;
+            }
+            entry.uses = uses;
+            entry.stamp = stamp;
+        }
+        Ok(Resolved::Resident(entry.place))
+    }
+
+    /// [`Self::resolve`] of a buffer that is not resident.
+    #[inline(never)]
+    fn add(&mut self, handle: u64) -> Result<Resolved> {
+        let buf = match self.pool.hold_resident(self.owner, handle, self.shard)? {
+            Held::Import(buf) => return Ok(Resolved::Import(buf)),
+            Held::Pooled(buf) => buf,
+        };
+        // Room after the lookup (an unknown handle is `ENOENT` however short memory is); if
+        // there is none, the hold goes back and nothing changed.
+        if let Err(e) = self
+            .t
+            .reserve_one()
+            .and_then(|()| Ok(self.uses.reserve(1, GFP_KERNEL_ACCOUNT)?))
+        {
+            let _xa = self.shard.xa.lock();
+            // SAFETY: the pool counted this hold of `buf` just now, and nothing else took it.
+            unsafe { buf.as_ref() }.unhold_pooled();
+            return Err(e);
+        }
+        // SAFETY: the pool counted a hold of `buf` for the entry made below, which keeps the
+        // record alive while the entry is in use (the type invariant of `Resident`).
+        let b = unsafe { buf.as_ref() };
+        let place = Place {
+            size: b.size,
+            base: b.held_base(self.route),
+            writable: b.check_writable().is_ok(),
+        };
+        let e = self.t.add(Entry {
+            handle,
+            buf: Some(buf),
+            place,
+            uses: 1,
+            stamp: self.stamp,
+        });
+        // Cannot fail: room was reserved above.
+        // CAST: as in `Table::put`.
+        let _ = self.uses.push_within_capacity(e as u32);
+        Ok(Resolved::Resident(place))
+    }
+
+    /// Ends the call's lookups: its uses count until `holds`, the submission's, is dropped. The
+    /// session (and its lock) is kept until the submission is written or failed.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`; the uses are given back when the session is dropped then (and `holds` must
+    /// be dropped unused).
+    pub(crate) fn finish(&mut self, holds: &mut Holds) -> Result {
+        if self.uses.is_empty() {
+            return Ok(());
+        }
+        self.t.live.reserve(1, GFP_KERNEL_ACCOUNT)?;
+        let mut u = UniqueArc::new(Uses::new(KVec::new()), GFP_KERNEL_ACCOUNT)?;
+        u.entries = core::mem::take(&mut self.uses);
+        let u: Arc<Uses> = u.into();
+        // Cannot fail: room was reserved.
+        let _ = self.t.live.push_within_capacity(u.clone());
+        holds.set_uses(u);
+        Ok(())
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        // A failed call: its uses go back now (its `Holds` is dropped unused).
+        let Self { t, uses, .. } = self;
+        for &e in uses.iter() {
+            // PANIC: the session counted a use of each.
+            t.entries[e as usize].uses -= 1;
+        }
+    }
+}
+
+#[cfg(neuron_udma_kunit)]
+#[kunit_tests(neuron_udma_resident)]
+mod tests {
+    use super::*;
+
+    fn table() -> Table {
+        Table {
+            slots: KVVec::new(),
+            entries: KVVec::new(),
+            free: KVVec::new(),
+            used: 0,
+            stamp: 0,
+            live: KVVec::new(),
+            looked: 0,
+            ended: None,
+        }
+    }
+
+    fn entry(handle: u64) -> Entry {
+        Entry { handle, ..FREE }
+    }
+
+    #[test]
+    fn table_finds_what_it_holds_after_removals() -> Result {
+        let mut t = table();
+        // Sequential handles, as the pool hands them out, and some far apart.
+        let handle = |k: u64| if k % 5 == 0 { k << 33 | 1 } else { k + 1 };
+        const N: u64 = 300;
+        for k in 0..N {
+            t.reserve_one()?;
+            t.add(entry(handle(k)));
+        }
+        assert_eq!(t.used, N as usize);
+        assert!(2 * t.used <= t.slots.len());
+        // Remove every third; the rest are still found, the removed not.
+        for k in (0..N).step_by(3) {
+            let i = t.find(handle(k)).ok_or(EINVAL)?;
+            t.remove(i);
+        }
+        for k in 0..N {
+            assert_eq!(t.find(handle(k)).is_some(), k % 3 != 0);
+        }
+        // Freed entries are reused: adding them back allocates no entry.
+        let len = t.entries.len();
+        for k in (0..N).step_by(3) {
+            t.reserve_one()?;
+            t.add(entry(handle(k)));
+        }
+        assert_eq!(t.entries.len(), len);
+        assert!((0..N).all(|k| t.find(handle(k)).is_some()));
+        assert_eq!(t.find(u64::MAX), None);
+        Ok(())
+    }
+
+    #[test]
+    fn uses_go_back_when_seen_done() -> Result {
+        let mut t = table();
+        for h in 1..=3 {
+            t.reserve_one()?;
+            t.add(Entry {
+                uses: 2,
+                ..entry(h)
+            });
+        }
+        let uses = |entries: &[u32]| -> Result<Arc<Uses>> {
+            let mut v = KVec::new();
+            v.extend_from_slice(entries, GFP_KERNEL)?;
+            Ok(Arc::new(Uses::new(v), GFP_KERNEL)?)
+        };
+        let (a, b) = (uses(&[0, 1])?, uses(&[0, 1, 2])?);
+        t.live.push(a.clone(), GFP_KERNEL)?;
+        t.live.push(b.clone(), GFP_KERNEL)?;
+        // The second retires first: not at the front, seen by a full look only.
+        b.retire();
+        t.collect(false);
+        assert_eq!(t.entries[0].uses, 2);
+        t.collect(true);
+        assert_eq!((t.entries[0].uses, t.entries[2].uses), (1, 1));
+        a.retire();
+        t.collect(false);
+        assert_eq!((t.entries[0].uses, t.entries[1].uses), (0, 0));
+        assert!(t.live.is_empty());
+        Ok(())
+    }
+}
