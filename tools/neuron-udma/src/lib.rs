@@ -1463,7 +1463,11 @@ impl<'d> Queue<'d> {
 /// waits for all of them.
 pub struct Pipeline<'q, 'd> {
     queues: [&'q Queue<'d>; 2],
-    in_flight: [bool; 2],
+    /// The batch in flight on each queue: its fence (ABI 3), or 0 for one started without
+    /// (an older driver).
+    in_flight: [Option<u64>; 2],
+    /// Whether batches go with a fence (`COPY_SUBMIT`, ABI 3).
+    fences: bool,
     next: usize,
     timeout: Option<Duration>,
 }
@@ -1475,7 +1479,8 @@ impl<'q, 'd> Pipeline<'q, 'd> {
         if !std::ptr::eq(a.dev, b.dev) || (a.engine, a.queue) == (b.engine, b.queue) {
             return Err(Error::Argument("a pipeline needs two different queues of one device".into()));
         }
-        Ok(Self { queues: [a, b], in_flight: [false; 2], next: 0, timeout })
+        let fences = a.dev.limits()?.has_abi3();
+        Ok(Self { queues: [a, b], in_flight: [None; 2], fences, next: 0, timeout })
     }
 
     /// Most descriptor pairs one [`Self::submit`] takes: what the smaller ring of either queue
@@ -1487,32 +1492,45 @@ impl<'q, 'd> Pipeline<'q, 'd> {
         Ok(info.pairs_per_round(descs) as usize)
     }
 
-    /// Waits for the older batch of the next queue (if any), then prepares and starts `copies`
-    /// there (starting as many pairs as [`Queue::prepare`] wrote). Errors: those of
-    /// [`Queue::wait`], [`Queue::prepare`] and [`Queue::start`]; after
-    /// an error the pipeline waits for nothing more (call [`Self::finish`] to collect the other
+    /// Waits for the older batch of the next queue (if any), then prepares `copies` there and
+    /// submits them: with their fence in one doorbell (`COPY_SUBMIT`, ABI 3), or on an older
+    /// driver started (as many pairs as [`Queue::prepare`] wrote) and later waited for with
+    /// `COPY_WAIT`, which rings again for its marker. Errors: those of [`Fence::wait`] or
+    /// [`Queue::wait`], [`Queue::prepare`], [`Queue::submit`] and [`Queue::start`]; after an
+    /// error the pipeline waits for nothing more (call [`Self::finish`] to collect the other
     /// queue's batch).
     pub fn submit(&mut self, copies: &[Copy]) -> Result<()> {
         let i = self.next;
         let q = self.queues[i];
-        if self.in_flight[i] {
-            self.in_flight[i] = false;
-            q.wait(self.timeout)?;
+        if let Some(f) = self.in_flight[i].take() {
+            self.wait(q, f)?;
         }
         let pairs = q.prepare(copies)?;
-        q.start(pairs, pairs)?;
-        self.in_flight[i] = true;
+        self.in_flight[i] = Some(if self.fences {
+            q.submit()?.number()
+        } else {
+            q.start(pairs, pairs)?;
+            0
+        });
         self.next ^= 1;
         Ok(())
+    }
+
+    /// Waits for the batch of `q` in flight, of fence `fence` (0: none, `COPY_WAIT`).
+    fn wait(&self, q: &Queue<'d>, fence: u64) -> Result<()> {
+        if fence == 0 {
+            q.wait(self.timeout).map(|_| ())
+        } else {
+            q.fence(fence).wait(self.timeout)
+        }
     }
 
     /// Waits for every batch in flight (oldest first).
     pub fn finish(&mut self) -> Result<()> {
         for k in 0..2 {
             let i = (self.next + k) % 2;
-            if self.in_flight[i] {
-                self.in_flight[i] = false;
-                self.queues[i].wait(self.timeout)?;
+            if let Some(f) = self.in_flight[i].take() {
+                self.wait(self.queues[i], f)?;
             }
         }
         Ok(())

@@ -630,7 +630,8 @@ impl XorShift {
 }
 
 /// A pipelined copy puts at most 1 / `PIPELINE_SPLIT` of its pieces (rounded up) in one batch
-/// ([`Mover::copy_at`]): a 4 MiB copy goes as four batches of 1 MiB. As one batch, the
+/// ([`Mover::copy_at`]; a stream of rounds, [`Mover::copy_rounds`], a round a batch): a 4 MiB
+/// copy goes as four batches of 1 MiB. As one batch, the
 /// pipeline's second queue had nothing to overlap with (the streaming row of `make bench`,
 /// `Documentation/benchmarks.rst` (d)).
 const PIPELINE_SPLIT: u64 = 4;
@@ -684,6 +685,47 @@ impl Mover<'_> {
             Some(q2) => Some(Pipeline::new(q, q2, self.timeout)?),
             None => None,
         };
+        let split = if pipe.is_some() { PIPELINE_SPLIT } else { 1 };
+        self.batches(q, pipe.as_mut(), (src, src_off), (dst, dst_off), (len, split), progress)?;
+        if let Some(p) = &mut pipe {
+            p.finish().context("NEURON_UDMA_FENCE_WAIT")?;
+        }
+        Ok(())
+    }
+
+    /// Copies `size` bytes from `src` to `dst` (both at offset 0) as rounds of at most `window`
+    /// bytes of the same buffers (a benchmark's stream): with a pipeline, one for the whole
+    /// stream, a round a batch (as long as a round of the rings takes it), so that each
+    /// overlaps the one before on the other queue: as few doorbells per byte as `MEMCPY`.
+    fn copy_rounds(
+        &self,
+        src: &dyn Buffer,
+        dst: &dyn Buffer,
+        size: u64,
+        window: u64,
+        progress: &ProgressBar,
+    ) -> Result<()> {
+        let (Some(q), Some(q2)) = (self.queue, self.second) else {
+            return in_rounds(size, window, |_, n| self.copy(src, dst, n, progress));
+        };
+        let mut pipe = Pipeline::new(q, q2, self.timeout)?;
+        let split = if size > window { 1 } else { PIPELINE_SPLIT };
+        in_rounds(size, window, |_, n| self.batches(q, Some(&mut pipe), (src, 0), (dst, 0), (n, split), progress))?;
+        pipe.finish().context("NEURON_UDMA_FENCE_WAIT")
+    }
+
+    /// The batches of a copy of `len` bytes from `src` (buffer, offset) to `dst` through user
+    /// queue `q`, or through `pipe` (whose batches the caller collects, [`Pipeline::finish`]),
+    /// at most 1 / `split` of the copy's pieces (rounded up) per batch.
+    fn batches(
+        &self,
+        q: &Queue,
+        mut pipe: Option<&mut Pipeline>,
+        (src, src_off): (&dyn Buffer, u64),
+        (dst, dst_off): (&dyn Buffer, u64),
+        (len, split): (u64, u64),
+        progress: &ProgressBar,
+    ) -> Result<()> {
         let per_round = match &pipe {
             Some(p) => p.batch_len()?,
             None => {
@@ -691,12 +733,12 @@ impl Mover<'_> {
                 self.info.pairs_per_round(tx.min(rx)) as usize
             }
         };
-        // Pipelined, at most a quarter of the copies per batch: the engine works on one batch
+        // Pipelined, one copy alone goes as `split` batches: the engine works on one batch
         // while the next is prepared, also when every copy fits in one round of a ring (as one
         // batch it would leave nothing to overlap with).
         let per_batch = if pipe.is_some() {
             let copies = len.div_ceil(u64::from(self.info.max_copy_size.max(1)));
-            usize::try_from(copies.div_ceil(PIPELINE_SPLIT)).unwrap_or(usize::MAX)
+            usize::try_from(copies.div_ceil(split.max(1))).unwrap_or(usize::MAX)
         } else {
             usize::MAX
         };
@@ -726,9 +768,6 @@ impl Mover<'_> {
                 }
             }
             progress.inc(bytes);
-        }
-        if let Some(p) = &mut pipe {
-            p.finish().context("NEURON_UDMA_COPY_WAIT")?;
         }
         Ok(())
     }
@@ -1110,7 +1149,7 @@ fn bench_against_memcpy(dev: &Device, info: &Info, a: &BenchArgs, user: &Mover) 
         for (name, src, dst) in paths {
             let timed = |m: &Mover| -> Result<Duration> {
                 let t = Instant::now();
-                in_rounds(size, buf, |_, n| m.copy(src, dst, n, &hidden))?;
+                m.copy_rounds(src, dst, size, buf, &hidden)?;
                 Ok(t.elapsed())
             };
             let (mut tu, mut tm) = (Vec::new(), Vec::new());
