@@ -161,8 +161,8 @@ pub(crate) struct Channel {
     #[pin]
     charge: Mutex<Option<Charge>>,
     /// A file's queue: the driver-allocated buffers its copies named, held across its
-    /// submissions (`resident.rs`); let go when the instance ends ([`Self::quiesce`]), and a
-    /// buffer no submission uses at `MEM_FREE` ([`Self::evict`]).
+    /// submissions (`resident.rs`); let go when the instance ends ([`Self::end_resident`]),
+    /// and a buffer no submission uses at `MEM_FREE` ([`Self::evict`]).
     resident: Option<Pin<KBox<Resident>>>,
     /// Who hears of completions besides the waiters; taken before `inner` when both are.
     #[pin]
@@ -304,6 +304,18 @@ impl Channel {
     /// `EINVAL` for a driver's queue (none: it prepares no user copies).
     pub(crate) fn resident(&self) -> Result<&Resident> {
         self.resident.as_deref().ok_or(EINVAL)
+    }
+
+    /// Ends the resident set of an instance that [`Self::quiesce`] ended: no submission of it
+    /// is left (their holds went with the queue), and a prepare call under way settles before
+    /// the set's lock is free (it may be building a large batch: callers do not hold the
+    /// device's state lock): every resident buffer goes back, and no call adds one after.
+    /// Called before the file's close frees its buffers, and before unbind frees them all.
+    pub(crate) fn end_resident(&self) {
+        if let Some(r) = &self.resident {
+            let stay = r.end(self.gone_error());
+            kernel::warn_on!(stay != 0);
+        }
     }
 
     /// Lets buffer `handle` leave the queue's resident set if no submission uses it
@@ -714,13 +726,6 @@ impl Channel {
         drop(inner);
         let charge = self.charge.lock().take();
         drop(charge);
-        // No submission of the instance is left (their holds went with the queue), and a
-        // prepare call under way settles before the set's lock is free: every resident buffer
-        // goes back (before the file's close frees its buffers), and no call adds one after.
-        if let Some(r) = &self.resident {
-            let stay = r.end(self.gone_error());
-            kernel::warn_on!(stay != 0);
-        }
         // Nothing completes any more: the waiting io_uring commands complete as cancelled, the
         // eventfd is given back, and pollers see the queue's failure.
         let (eventfd, uring, file) = {

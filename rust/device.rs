@@ -367,6 +367,7 @@ impl UdmaDevice {
             let chan = self.queues.lock().remove(key);
             if let Some(chan) = chan {
                 let gone = chan.quiesce(Gone::Unbound);
+                chan.end_resident();
                 self.give_back_rings(gone.range);
             }
         }

@@ -322,8 +322,8 @@ impl BufferPool {
             return Ok(Held::Import(buf.into()));
         }
         buf.hold_pooled()?;
-        // The data pointer of the shard's `Arc` (`Holds::push_resident` relies on it); the
-        // count just taken keeps the buffer in the shard, which keeps the record alive.
+        // The data pointer of the shard's `Arc`; the count just taken keeps the buffer in the
+        // shard, which keeps the record alive (`resident.rs` relies on it).
         Ok(Held::Pooled(NonNull::from(&*buf)))
     }
 
@@ -420,8 +420,8 @@ impl BufferPool {
     ///
     /// # Errors
     ///
-    /// `EBUSY` if a submission holds it through its shard ([`Buffer::hold_pooled`]); it stays
-    /// then, in both (the hold points at the record the shard keeps alive).
+    /// `EBUSY` if a queue's resident set holds it through its shard ([`Buffer::hold_pooled`]);
+    /// it stays then, in both (the hold points at the record the shard keeps alive).
     fn unlink(st: &mut PoolState, handles: &XArray<Arc<Buffer>>, buf: &Buffer) -> Result<bool> {
         let idx = buf.table_index.load(Relaxed);
         if !st.table.get(idx).is_some_and(|b| core::ptr::eq(&**b, buf)) {

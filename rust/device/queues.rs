@@ -132,6 +132,15 @@ impl UdmaDevice {
                 Owner::Driver => None,
                 Owner::File(_) => Some(Charge::new(Queue::memory_bytes(tx_descs, rx_descs))?),
             };
+            // A file's queue keeps the buffers its copies name (`resident.rs`); made before the
+            // engine is programmed, as everything that can fail.
+            let resident = match owner {
+                Owner::Driver => None,
+                Owner::File(f) => Some(KBox::pin_init(
+                    Resident::new(self.pool.shard(f).clone()),
+                    GFP_KERNEL_ACCOUNT,
+                )?),
+            };
             let device = match (dram, fill, &self.devmem) {
                 (Some((base, len)), Some(fill), Some(mem)) => Some(DeviceMemory {
                     mem: mem.clone(),
@@ -154,14 +163,6 @@ impl UdmaDevice {
                 let regs = self.bar.access()?;
                 q.hw_init(regs.engine(id.eng)?);
             }
-            // A file's queue keeps the buffers its copies name (`resident.rs`).
-            let resident = match owner {
-                Owner::Driver => None,
-                Owner::File(f) => Some(KBox::pin_init(
-                    Resident::new(self.pool.shard(f).clone()),
-                    GFP_KERNEL_ACCOUNT,
-                )?),
-            };
             let chan = Channel::new(
                 (self.bar.clone(), self.counters.clone()),
                 (id, owner),
@@ -176,8 +177,9 @@ impl UdmaDevice {
                 .lock()
                 .store(id.key(), chan.clone(), GFP_KERNEL_ACCOUNT);
             if let Err(e) = stored {
-                // The device memory is given back below.
+                // The device memory is given back below. Never published: no call uses its set.
                 let _ = chan.quiesce(Gone::Released);
+                chan.end_resident();
                 return Err(e.into());
             }
             Ok(chan)
@@ -285,7 +287,7 @@ impl UdmaDevice {
     ///
     /// [`Quiesced::next_fence`]: crate::channel::Quiesced::next_fence
     pub(crate) fn queue_release(&self, owner: Owner, id: QueueId) -> Result<u64> {
-        let gone = {
+        let (chan, gone) = {
             let _st = self.state.lock();
             let chan = self.queue(owner, id)?;
             // Paused before the id is free: a QUEUE_INIT of the id (by any file) cannot take it
@@ -293,8 +295,10 @@ impl UdmaDevice {
             // id meanwhile (an IOPOLL command's) finds the old instance until it is stopped.
             let gone = chan.quiesce(Gone::Released);
             drop(self.queues.lock().remove(id.key()));
-            gone
+            (chan, gone)
         };
+        // Outside the state lock: it may wait for a prepare call building its batch.
+        chan.end_resident();
         self.give_back_rings(gone.range);
         Ok(gone.next_fence)
     }
