@@ -2,7 +2,7 @@
 
 //! The copies of one prepare call (`COPY_PREPARE_ONE`, `COPY_PREPARE`) translated into
 //! descriptor pairs: every entry validated in one pass, its buffers found once per call (in
-//! the file's resident set, `resident.rs`; an import in a per-call table of handles), each
+//! the queue's resident set, `resident.rs`; an import in a per-call table of handles), each
 //! buffer held once for the whole submission ([`Holds`]), and the pairs, as the splitter
 //! (`split.rs`) cuts each copy, collected in one array for the submission engine to write
 //! (`Channel::prepare`). Nothing here touches a queue.
@@ -385,7 +385,7 @@ impl Batch {
     }
 
     /// Buffer `handle` of the call's file (its session `res`), once per call: a
-    /// driver-allocated buffer through the file's resident set ([`Session::resolve`]), which
+    /// driver-allocated buffer through the queue's resident set ([`Session::resolve`]), which
     /// counts the call's use, an import (or the io_uring command's range) held by a reference
     /// of the call's own, found again in the per-call table.
     ///
@@ -412,8 +412,9 @@ impl Batch {
     }
 
     /// Validates copy `c` of the open file of the call's session `res` (its buffers found
-    /// through it, host route `route`) and appends its pair, or with `NEURON_UDMA_COPY_SPLIT` one pair per piece of a copy that
-    /// crosses runs of an imported buffer (each with the copy's barrier).
+    /// through it, host route `route`) and appends its pair, or with `NEURON_UDMA_COPY_SPLIT`
+    /// one pair per piece of a copy that crosses runs of an imported buffer (each with the
+    /// copy's barrier).
     ///
     /// A copy naming the same two handles as the one before, both contiguous, is checked
     /// against that copy's buffers ([`Last`]) in line: the same checks in the same order, so

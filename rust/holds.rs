@@ -3,7 +3,7 @@
 //! What a submission holds (the pairs of one prepare call): each buffer its pairs read or
 //! write, once, until the engine is done with them (`queue.rs` drops the [`Holds`] when the
 //! submission's fence retires, or when a reset or a pause of the queue drops it), so that
-//! `MEM_FREE` is refused meanwhile. A driver-allocated buffer is held through its file's
+//! `MEM_FREE` is refused meanwhile. A driver-allocated buffer is held through its queue's
 //! resident set (`resident.rs`): the set holds it by a count of its pool [`Shard`] (one of
 //! [`SHARDS`] handle indexes, chosen by the file's id), and the submission counts its use in
 //! the set's entry, given back when the [`Holds`] is dropped ([`Uses`]): no lock, reference
@@ -33,8 +33,8 @@ pub(crate) const SHARDS: usize = 16;
 /// One of a pool's [`SHARDS`] handle indexes: handle -> buffer, for the open files whose id
 /// has its remainder. Its lock also counts the resident sets' holds on its driver-allocated
 /// buffers ([`Buffer::hold_pooled`]), and a buffer such a hold counts never leaves it, so the
-/// shard's reference keeps the record alive for the hold. Reference-counted: a file's
-/// resident set (`resident.rs`) keeps the shard whose lock gives its holds back.
+/// shard's reference keeps the record alive for the hold. Reference-counted: each resident set
+/// of a file's queues (`resident.rs`) keeps the shard whose lock gives its holds back.
 #[pin_data]
 pub(crate) struct Shard {
     #[pin]
@@ -62,7 +62,7 @@ impl Shard {
     }
 }
 
-/// The entries of a file's resident set (`resident.rs`) that one submission uses, each once
+/// The entries of a queue's resident set (`resident.rs`) that one submission uses, each once
 /// (entry indexes); done when the submission's [`Holds`] is dropped (the engine is done with
 /// its pairs, or they were never written), which the set sees the next time it is locked.
 pub(crate) struct Uses {

@@ -749,7 +749,7 @@ mod tests {
         }
     }
 
-    /// A file's resident set holds a driver-allocated buffer by one count of its pool shard
+    /// A queue's resident set holds a driver-allocated buffer by one count of its pool shard
     /// however many submissions use it, each call using it once (named twice, one use), and
     /// gives a call where the buffer is (its size and address) without the record. `MEM_FREE`
     /// (evict, then the pool's decision) is `EBUSY` while a submission uses it, and frees it

@@ -13,8 +13,8 @@
 //!
 //! An entry leaves, and its pool hold goes back, only when no submission uses it: when
 //! `MEM_FREE` asks for the buffer ([`Resident::evict`]), and when the queue instance ends
-//! (`Channel::quiesce`: released, its file closed, or unbound; [`Resident::flush`]). Until then
-//! `MEM_FREE` finds the buffer held: `EBUSY` while a submission that the engine has not
+//! (`Channel::end_resident`: released, its file closed, or unbound; [`Resident::end`]). Until
+//! then `MEM_FREE` finds the buffer held: `EBUSY` while a submission that the engine has not
 //! consumed uses it, as before.
 //!
 //! Why: with the lookup of every buffer in the pool per call (its shard's lock, the XArray
@@ -376,10 +376,11 @@ impl Resident {
         }
     }
 
-    /// Ends the set with its queue instance (`Channel::quiesce`, after the queue, and with it
-    /// every submission's holds, is gone): no call begins any more (`err`), and every buffer
-    /// leaves ([`Self::flush`]); a call that was under way had settled its uses before (it
-    /// keeps the lock until its submission is written or failed). Returns how many stay (0).
+    /// Ends the set with its queue instance (`Channel::end_resident`, once `Channel::quiesce`
+    /// took the queue, and with it every submission's holds): no call begins any more (`err`),
+    /// and every buffer leaves ([`Self::flush`]); a call that was under way had settled its
+    /// uses before (it keeps the lock until its submission is written or failed). Returns how
+    /// many stay (0).
     pub(crate) fn end(&self, err: Error) -> usize {
         self.table.lock().ended = Some(err);
         self.flush()
