@@ -12,7 +12,7 @@ use crate::{
     desc::{Barrier, DescLen},
     holds::Holds,
     queue::Copy,
-    resident::{Place, Resolved, Session},
+    resident::{self, Place, Resolved, Session},
     span::Span,
     split::{self, UserPairs},
     uapi,
@@ -64,18 +64,11 @@ impl Handles {
         }
     }
 
-    /// Where `handle` (not 0) probes first in a table whose length is `mask + 1`, a power of
-    /// two: Fibonacci hashing (handles are sequential).
-    fn home(handle: u64, mask: usize) -> usize {
-        // CAST: the product's top bits, masked below the length.
-        (handle.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & mask
-    }
-
     /// The record index of `handle` (not 0), if cached.
     fn find(&self, handle: u64) -> Option<usize> {
         let t = self.table();
         let mask = t.len() - 1;
-        let mut i = Self::home(handle, mask);
+        let mut i = resident::home(handle, mask);
         // The table is never full (at most half), so the probe meets an empty slot.
         loop {
             // PANIC: `i` is masked to the table.
@@ -94,7 +87,7 @@ impl Handles {
     /// Puts `handle` (not 0, not cached) into `t`, which has a free slot.
     fn put(t: &mut [Slot], handle: u64, index: u32) {
         let mask = t.len() - 1;
-        let mut i = Self::home(handle, mask);
+        let mut i = resident::home(handle, mask);
         // PANIC: `i` is masked to the table.
         while t[i].handle != 0 {
             i = (i + 1) & mask;

@@ -30,7 +30,7 @@ use crate::{
     engine::{self, DescCount, EngineErrors, EngineIo, QueueIndex, QueueRegs},
     events::FileEvents,
     holds::Holds,
-    kfac::trace::QueueTrace,
+    kfac::{sched, trace::QueueTrace},
     queue::{self, Doorbell, Queue},
     regs::{M2s, S2m},
     resident::Resident,
@@ -41,7 +41,6 @@ use crate::{
 use kernel::{
     new_mutex, new_spinlock,
     prelude::*,
-    processor::cpu_relax,
     static_lock_class,
     sync::{
         atomic::{Atomic, Relaxed},
@@ -368,21 +367,10 @@ impl Channel {
         let mut inner = match wait {
             Wait::Block => self.inner.lock(),
             Wait::Never if self.mover.is_some() => return Err(EAGAIN),
-            Wait::Never => {
-                // A holder that runs lets go within microseconds (the completion engine's look,
-                // another prepare): spin that long, as `mutex_lock` would; one that sleeps
-                // (a reset, a device-ring move) keeps it longer: `EAGAIN` then.
-                let start = Instant::<Monotonic>::now();
-                loop {
-                    if let Some(g) = self.inner.try_lock() {
-                        break g;
-                    }
-                    if start.elapsed() >= NONBLOCK_SPIN {
-                        return Err(EAGAIN);
-                    }
-                    cpu_relax();
-                }
-            }
+            // A holder that runs lets go within microseconds (the completion engine's look,
+            // another prepare); one that sleeps (a reset, a device-ring move) keeps it longer:
+            // `EAGAIN` then.
+            Wait::Never => sched::lock_within(&self.inner, NONBLOCK_SPIN)?,
         };
         let q = (*inner).as_mut().ok_or_else(|| self.gone_error())?;
         self.usable(q)?;

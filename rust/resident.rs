@@ -26,15 +26,15 @@
 use crate::{
     buffer::Buffer,
     holds::{Holds, Shard, Uses},
+    kfac::sched,
     pool::{BufferPool, Held},
 };
 use core::ptr::NonNull;
 use kernel::{
     new_mutex,
     prelude::*,
-    processor::cpu_relax,
     sync::{Arc, Mutex, MutexGuard, UniqueArc},
-    time::{Delta, Instant, Monotonic},
+    time::Delta,
 };
 
 /// Slots of a table when its first buffer comes (then doubled when half full).
@@ -101,12 +101,27 @@ struct Table {
     ended: Option<Error>,
 }
 
+/// Where buffer handle `handle` (not 0) probes first in an open-addressing table of length
+/// `mask + 1`, a power of two: Fibonacci hashing (handles are sequential). The resident table's
+/// and the per-call table's (`batch.rs`).
+pub(crate) fn home(handle: u64, mask: usize) -> usize {
+    // CAST: the product's top bits, masked below the length.
+    (handle.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & mask
+}
+
 impl Table {
-    /// Where `handle` (not 0) probes first in slots of length `mask + 1`: Fibonacci hashing
-    /// (handles are sequential).
-    fn home(handle: u64, mask: usize) -> usize {
-        // CAST: the product's top bits, masked below the length.
-        (handle.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & mask
+    /// A table of no buffer; nothing allocated.
+    fn empty() -> Self {
+        Self {
+            slots: KVVec::new(),
+            entries: KVVec::new(),
+            free: KVVec::new(),
+            used: 0,
+            stamp: 0,
+            live: KVVec::new(),
+            looked: 0,
+            ended: None,
+        }
     }
 
     /// The slot of `handle` (not 0), if resident.
@@ -116,7 +131,7 @@ impl Table {
             return None;
         }
         let mask = self.slots.len() - 1;
-        let mut i = Self::home(handle, mask);
+        let mut i = home(handle, mask);
         // At most half full: the probe meets an empty slot.
         loop {
             // PANIC: `i` is masked to the slots.
@@ -136,7 +151,7 @@ impl Table {
     fn put(slots: &mut [u32], entries: &[Entry], e: usize) {
         let mask = slots.len() - 1;
         // PANIC: `e` is an entry.
-        let mut i = Self::home(entries[e].handle, mask);
+        let mut i = home(entries[e].handle, mask);
         while slots[i] != 0 {
             i = (i + 1) & mask;
         }
@@ -209,7 +224,7 @@ impl Table {
                     self.used -= 1;
                     return buf;
                 }
-                let k = Self::home(self.entries[s - 1].handle, mask);
+                let k = home(self.entries[s - 1].handle, mask);
                 // The entry at `j` may fill slot `i` unless its home lies cyclically in
                 // `(i, j]`.
                 let stays = if i <= j {
@@ -293,16 +308,7 @@ impl Resident {
     pub(crate) fn new(shard: Arc<Shard>) -> impl PinInit<Self> {
         pin_init!(Resident {
             shard,
-            table <- new_mutex!(Table {
-                slots: KVVec::new(),
-                entries: KVVec::new(),
-                free: KVVec::new(),
-                used: 0,
-                stamp: 0,
-                live: KVVec::new(),
-                looked: 0,
-                ended: None,
-            }),
+            table <- new_mutex!(Table::empty()),
         })
     }
 
@@ -325,18 +331,7 @@ impl Resident {
     ) -> Result<Session<'a>> {
         let mut t = match spin {
             None => self.table.lock(),
-            Some(spin) => {
-                let start = Instant::<Monotonic>::now();
-                loop {
-                    if let Some(g) = self.table.try_lock() {
-                        break g;
-                    }
-                    if start.elapsed() >= spin {
-                        return Err(EAGAIN);
-                    }
-                    cpu_relax();
-                }
-            }
+            Some(spin) => sched::lock_within(&self.table, spin)?,
         };
         if let Some(e) = t.ended {
             return Err(e);
@@ -369,10 +364,7 @@ impl Resident {
             return;
         }
         if let Some(buf) = t.remove(i) {
-            let _xa = self.shard.xa.lock();
-            // SAFETY: the entry held the buffer until now (the type invariant), and the hold
-            // goes back under the shard's lock, after which nothing here touches it.
-            unsafe { buf.as_ref() }.unhold_pooled();
+            self.unhold(&[buf]);
         }
     }
 
@@ -572,26 +564,13 @@ impl Drop for Session<'_> {
 mod tests {
     use super::*;
 
-    fn table() -> Table {
-        Table {
-            slots: KVVec::new(),
-            entries: KVVec::new(),
-            free: KVVec::new(),
-            used: 0,
-            stamp: 0,
-            live: KVVec::new(),
-            looked: 0,
-            ended: None,
-        }
-    }
-
     fn entry(handle: u64) -> Entry {
         Entry { handle, ..FREE }
     }
 
     #[test]
     fn table_finds_what_it_holds_after_removals() -> Result {
-        let mut t = table();
+        let mut t = Table::empty();
         // Sequential handles, as the pool hands them out, and some far apart.
         let handle = |k: u64| if k % 5 == 0 { k << 33 | 1 } else { k + 1 };
         const N: u64 = 300;
@@ -623,7 +602,7 @@ mod tests {
 
     #[test]
     fn uses_go_back_when_seen_done() -> Result {
-        let mut t = table();
+        let mut t = Table::empty();
         for h in 1..=3 {
             t.reserve_one()?;
             t.add(Entry {

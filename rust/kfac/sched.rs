@@ -21,6 +21,30 @@ pub(crate) fn cond_resched() {
     unsafe { ffi::neuron_udma_cond_resched() }
 }
 
+/// Takes `m` without sleeping: tries for `spin` at most (a holder that runs lets go within
+/// microseconds, as `mutex_lock` would spin for it; one that sleeps keeps it longer), for
+/// callers that may not wait (io_uring's non-blocking issue).
+///
+/// # Errors
+///
+/// `EAGAIN` if `m` stayed held for `spin`.
+pub(crate) fn lock_within<T>(
+    m: &kernel::sync::Mutex<T>,
+    spin: kernel::time::Delta,
+) -> kernel::error::Result<kernel::sync::MutexGuard<'_, T>> {
+    use kernel::time::{Instant, Monotonic};
+    let start = Instant::<Monotonic>::now();
+    loop {
+        if let Some(g) = m.try_lock() {
+            return Ok(g);
+        }
+        if start.elapsed() >= spin {
+            return Err(kernel::error::code::EAGAIN);
+        }
+        kernel::processor::cpu_relax();
+    }
+}
+
 /// Whether another task wants this CPU: one is runnable here, or the scheduler asked the
 /// current task to give the CPU up, also lazily (`PREEMPT_LAZY` acts on that only at the tick
 /// or the return to user space). A polling loop spins only while this is false and sleeps
