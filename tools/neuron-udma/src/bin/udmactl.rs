@@ -685,8 +685,7 @@ impl Mover<'_> {
             Some(q2) => Some(Pipeline::new(q, q2, self.timeout)?),
             None => None,
         };
-        let split = if pipe.is_some() { PIPELINE_SPLIT } else { 1 };
-        self.batches(q, pipe.as_mut(), (src, src_off), (dst, dst_off), (len, split), progress)?;
+        self.batches(q, pipe.as_mut(), (src, src_off), (dst, dst_off), (len, PIPELINE_SPLIT), progress)?;
         if let Some(p) = &mut pipe {
             p.finish().context("NEURON_UDMA_FENCE_WAIT")?;
         }
@@ -716,7 +715,7 @@ impl Mover<'_> {
 
     /// The batches of a copy of `len` bytes from `src` (buffer, offset) to `dst` through user
     /// queue `q`, or through `pipe` (whose batches the caller collects, [`Pipeline::finish`]),
-    /// at most 1 / `split` of the copy's pieces (rounded up) per batch.
+    /// at most 1 / `split` of the copy's pieces (rounded up) per pipelined batch.
     fn batches(
         &self,
         q: &Queue,
