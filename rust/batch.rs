@@ -276,13 +276,13 @@ impl Batch {
         self.copies().len() as u32
     }
 
-    /// Takes the buffer holds, for the queue to keep until the engine is done, with the uses
-    /// of resident buffers that `res`, the call's session, counted: they go back when the
-    /// holds are dropped.
+    /// Takes the buffer holds, for the queue to keep until the engine is done, with the use of
+    /// the resident buffers that `res`, the call's session, stamped: it ends when the holds
+    /// are dropped.
     ///
     /// # Errors
     ///
-    /// `ENOMEM`; the uses go back then (the batch is dropped unused).
+    /// `ENOMEM` (the batch is dropped unused, and the session unwritten).
     pub(crate) fn take_holds(&mut self, res: &mut Session<'_>) -> Result<Holds> {
         res.finish(&mut self.holds)?;
         Ok(core::mem::take(&mut self.holds))
@@ -379,13 +379,13 @@ impl Batch {
 
     /// Buffer `handle` of the call's file (its session `res`), once per call: a
     /// driver-allocated buffer through the queue's resident set ([`Session::resolve`]), which
-    /// counts the call's use, an import (or the io_uring command's range) held by a reference
+    /// stamps it with the call, or an import (or the io_uring command's range) held by a reference
     /// of the call's own, found again in the per-call table.
     ///
     /// # Errors
     ///
     /// `ENOENT` for an unknown handle or a buffer being freed, `ENXIO` for a revoked import,
-    /// `ENOMEM`, `EOVERFLOW` (see [`Session::resolve`]).
+    /// `ENOMEM` (see [`Session::resolve`]).
     #[inline(always)]
     fn resolve(&mut self, res: &mut Session<'_>, handle: u64) -> Result<Found> {
         if handle != 0 && self.handles.used != 0 {
@@ -404,6 +404,23 @@ impl Batch {
         }
     }
 
+    /// Validates `copies`, in order, and appends their pairs ([`Self::add`] each).
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Self::add`], for the first copy that fails (the batch is then dropped).
+    pub(crate) fn add_all(
+        &mut self,
+        res: &mut Session<'_>,
+        route: u64,
+        copies: &[uapi::neuron_udma_copy],
+    ) -> Result {
+        for c in copies {
+            self.add(res, route, c)?;
+        }
+        Ok(())
+    }
+
     /// Validates copy `c` of the open file of the call's session `res` (its buffers found
     /// through it, host route `route`) and appends its pair, or with `NEURON_UDMA_COPY_SPLIT`
     /// one pair per piece of a copy that crosses runs of an imported buffer (each with the
@@ -411,7 +428,8 @@ impl Batch {
     ///
     /// A copy naming the same two handles as the one before, both contiguous, is checked
     /// against that copy's buffers ([`Last`]) in line: the same checks in the same order, so
-    /// the same errors, without a lookup.
+    /// the same errors, without a lookup; one naming two buffers resident on the queue is
+    /// checked in line too ([`Session::resident`]).
     ///
     /// # Errors
     ///
@@ -420,12 +438,7 @@ impl Batch {
     /// outside a buffer), `EPERM` (a destination the engine may not write), `EXDEV` (a copy
     /// that needs several pairs without `NEURON_UDMA_COPY_SPLIT`), `ENODEV`, `ENOMEM`.
     #[inline(always)]
-    pub(crate) fn add(
-        &mut self,
-        res: &mut Session<'_>,
-        route: u64,
-        c: &uapi::neuron_udma_copy,
-    ) -> Result {
+    fn add(&mut self, res: &mut Session<'_>, route: u64, c: &uapi::neuron_udma_copy) -> Result {
         use uapi::NEURON_UDMA_COPY_SPLIT as SPLIT;
         // `NEURON_UDMA_COPY_DST_INT` is reserved since ABI 3 (no interrupt is handled).
         if c.reserved != 0 || c.flags & !SPLIT != 0 {
@@ -448,11 +461,53 @@ impl Batch {
                 });
             }
         }
+        // Two buffers resident on the queue already (in line): the checks of `add_looked_up`,
+        // in its order.
+        if let Some(sp) = res.resident(c.src_handle) {
+            if let Some(dp) = res.resident(c.dst_handle) {
+                let size = u64::from(c.size);
+                crate::buffer::in_range(sp.size, c.src_offset, size)?;
+                crate::buffer::in_range(dp.size, c.dst_offset, size)?;
+                if !dp.writable {
+                    return Err(EPERM);
+                }
+                return self.add_linear(
+                    c,
+                    Side::of(c.src_handle, &sp),
+                    Side::of(c.dst_handle, &dp),
+                    len,
+                    barrier,
+                );
+            }
+        }
         self.add_looked_up(res, route, c, len, barrier)
     }
 
-    /// [`Self::add`] for a copy that names other buffers than the one before: both looked up
-    /// (once per call, [`Self::resolve`]) and checked.
+    /// Appends the pair of copy `c` between the contiguous buffers `src` and `dst`, checked:
+    /// one pair, as `UserPairs::new` makes of two linear spans; the next copy between the same
+    /// two is checked against them in line ([`Last`]).
+    #[inline(always)]
+    fn add_linear(
+        &mut self,
+        c: &uapi::neuron_udma_copy,
+        src: Side,
+        dst: Side,
+        len: DescLen,
+        barrier: Barrier,
+    ) -> Result {
+        let pair = Copy {
+            src: src.base + c.src_offset,
+            dst: dst.base + c.dst_offset,
+            len,
+            barrier,
+        };
+        self.last = Some(Last { src, dst });
+        self.flags |= c.flags;
+        self.push(pair)
+    }
+
+    /// [`Self::add`] for a copy that names other buffers than the one before, not both
+    /// resident: both looked up (once per call, [`Self::resolve`]) and checked.
     #[inline(never)]
     fn add_looked_up(
         &mut self,
@@ -470,19 +525,9 @@ impl Batch {
         self.check_range(&d, c.dst_offset, size)?;
         self.check_writable(&d)?;
         if let (Found::Resident(sp), Found::Resident(dp)) = (&s, &d) {
-            // Two driver-allocated (contiguous) buffers: one pair, as `UserPairs::new` makes
-            // of two linear spans; the next copy between the same two is checked against them
-            // in line.
+            // Two driver-allocated (contiguous) buffers, one not resident before this call.
             let (src, dst) = (Side::of(c.src_handle, sp), Side::of(c.dst_handle, dp));
-            let pair = Copy {
-                src: src.base + c.src_offset,
-                dst: dst.base + c.dst_offset,
-                len,
-                barrier,
-            };
-            self.last = Some(Last { src, dst });
-            self.flags |= c.flags;
-            return self.push(pair);
+            return self.add_linear(c, src, dst, len, barrier);
         }
         // A side is an import: its runs are borrowed from references taken apart from the
         // batch's holds, which the pairs are pushed beside. Both are held (or resident): their

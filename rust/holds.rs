@@ -5,9 +5,9 @@
 //! submission's fence retires, or when a reset or a pause of the queue drops it), so that
 //! `MEM_FREE` is refused meanwhile. A driver-allocated buffer is held through its queue's
 //! resident set (`resident.rs`): the set holds it by a count of its pool [`Shard`] (one of
-//! [`SHARDS`] handle indexes, chosen by the file's id), and the submission counts its use in
-//! the set's entry, given back when the [`Holds`] is dropped ([`Uses`]): no lock, reference
-//! count or atomic read-modify-write per buffer. An import is held by a counted reference
+//! [`SHARDS`] handle indexes, chosen by the file's id), and the submission's use is one record
+//! per call, done when the [`Holds`] is dropped ([`Uses`]): no lock, reference count, list
+//! entry or atomic read-modify-write per buffer. An import is held by a counted reference
 //! ([`InFlight`]), which its revocation waits for.
 
 use crate::{
@@ -62,20 +62,23 @@ impl Shard {
     }
 }
 
-/// The entries of a queue's resident set (`resident.rs`) that one submission uses, each once
-/// (entry indexes); done when the submission's [`Holds`] is dropped (the engine is done with
-/// its pairs, or they were never written), which the set sees the next time it is locked.
+/// One submission's use of its queue's resident set (`resident.rs`): the stamp of the prepare
+/// call that made it (every resident buffer the call named carries that stamp or a later
+/// one); done when the submission's [`Holds`] is dropped (the engine is done with its pairs,
+/// or they were never written), which the set sees the next time it is locked. No list of
+/// the buffers: a buffer may leave the set once every submission up to its stamp is done.
 pub(crate) struct Uses {
     done: Atomic<u32>,
-    pub(crate) entries: KVec<u32>,
+    /// The call's stamp (`Session`, `resident.rs`).
+    pub(crate) stamp: u64,
 }
 
 impl Uses {
-    /// Uses of `entries`, not done.
-    pub(crate) fn new(entries: KVec<u32>) -> Self {
+    /// The uses of the call with stamp `stamp`, not done.
+    pub(crate) fn new(stamp: u64) -> Self {
         Self {
             done: Atomic::new(0),
-            entries,
+            stamp,
         }
     }
 

@@ -750,11 +750,10 @@ mod tests {
     }
 
     /// A queue's resident set holds a driver-allocated buffer by one count of its pool shard
-    /// however many submissions use it, each call using it once (named twice, one use), and
-    /// gives a call where the buffer is (its size and address) without the record. `MEM_FREE`
-    /// (evict, then the pool's decision) is `EBUSY` while a submission uses it, and frees it
-    /// once the last use went back, after which it cannot be found (`ENOENT`). A failed call
-    /// gives its use back at once. Another file's handle is `ENOENT`, and a pool free that
+    /// however many submissions use it (a call may name it twice), and gives a call where the
+    /// buffer is (its size and address) without the record. `MEM_FREE` (evict, then the pool's
+    /// decision) is `EBUSY` while a submission uses it, and frees it once the last one is done,
+    /// after which it cannot be found (`ENOENT`). A failed call leaves no use. Another file's handle is `ENOENT`, and a pool free that
     /// finds the buffer held keeps it, record and memory (never reached otherwise: every
     /// caller checks first).
     #[test]
@@ -774,14 +773,16 @@ mod tests {
             assert!(p.writable);
             resident_place(s.resolve(handle)?)?;
             s.finish(&mut a)?;
+            s.written();
         }
         {
             let mut s = res.begin(&dev.pool, owner, route, None)?;
             resident_place(s.resolve(handle)?)?;
             s.finish(&mut b)?;
+            s.written();
         }
         assert_eq!(buf.pooled_holds(), 1);
-        // A call that fails: its use goes back when its session is dropped unfinished.
+        // A call that fails: its stamp goes back when its session is dropped unwritten.
         resident_place(res.begin(&dev.pool, owner, route, None)?.resolve(handle)?)?;
         // Another file's handle: its shard is another one, so a fresh set.
         let other = KBox::pin_init(Resident::new(dev.pool.shard(owner + 1).clone()), GFP_KERNEL)?;
@@ -797,8 +798,7 @@ mod tests {
         res.evict(handle);
         assert_eq!(buf.pooled_holds(), 1);
         assert_eq!(dev.pool.free_handle(owner, handle), Err(EBUSY));
-        // `a`'s call named it twice and counted one use; the failed call's went back: after
-        // `b`, nothing uses it.
+        // The failed call's stamp went back: after `b`, nothing uses it.
         drop(b);
         res.evict(handle);
         assert_eq!(buf.pooled_holds(), 0);
@@ -812,7 +812,7 @@ mod tests {
     }
 
     /// Through a file's queue: a submission between two resident buffers, prepared and not
-    /// started, keeps them from `MEM_FREE` (its use counts until the engine is done); started
+    /// started, keeps them from `MEM_FREE` (its use lasts until the engine is done); started
     /// and waited for, it gives the use back and the buffer frees. The queue's release lets
     /// the other buffer go, and no prepare call begins on the ended set (`ECANCELED`).
     #[test]
@@ -844,7 +844,7 @@ mod tests {
                 barrier: Barrier::None,
             };
             chan.prepare(&[pair], 1, holds)?;
-            drop(s);
+            s.written();
             // Prepared, not started: the submission still uses both.
             chan.retire()?;
             chan.evict(hs);
@@ -871,9 +871,10 @@ mod tests {
     }
 
     /// A resident set lets every buffer go at the close of its file: 40 buffers used by one
-    /// call, each counted once; `MEM_FREE` of one is `EBUSY` while the call's holds live; after
-    /// their drop the flush gives every pool hold back (more than are given back per hold of
-    /// the shard's lock) and every buffer frees.
+    /// call; `MEM_FREE` of one is `EBUSY` while the call's holds live; a later call that fails
+    /// leaves its own 20 buffers unused (its stamps go back), so a flush lets them go while the
+    /// first call's holds keep theirs; after their drop the flush gives every pool hold back
+    /// (more than are given back per hold of the shard's lock) and every buffer frees.
     #[test]
     fn resident_buffers_all_go_back() -> Result {
         use crate::{holds::Holds, kfac::mm::MappedFile, resident::Resident};
@@ -881,8 +882,9 @@ mod tests {
         let dev = device()?;
         let route = dev.arch.host_route;
         let (owner, first) = (u64::MAX >> 3, (u64::MAX >> 25) + 1);
+        const F: u64 = 20;
         let mut bufs = KVec::new();
-        for h in first..first + N {
+        for h in first..first + N + F {
             let buf = dev.alloc_buffer(true, 4096, h, owner, MappedFile::none())?;
             dev.pool.insert(&buf)?;
             bufs.push(buf, GFP_KERNEL)?;
@@ -895,16 +897,28 @@ mod tests {
                 assert_eq!(resident_place(s.resolve(h)?)?.base, b.held_base(route));
             }
             s.finish(&mut holds)?;
+            s.written();
+        }
+        {
+            // Fails after its lookups (its submission never written): one buffer of the
+            // first call and F new ones.
+            let mut s = res.begin(&dev.pool, owner, route, None)?;
+            for h in first + N - 1..first + N + F {
+                resident_place(s.resolve(h)?)?;
+            }
+            let mut unused = Holds::default();
+            s.finish(&mut unused)?;
         }
         assert!(bufs.iter().all(|b| b.pooled_holds() == 1));
         res.evict(first + N - 1);
         assert_eq!(dev.pool.free_handle(owner, first + N - 1), Err(EBUSY));
-        // Used: the flush keeps them all.
+        // The first call's are used: the flush keeps them, and lets the failed call's go.
         assert_eq!(res.flush(), N as usize);
+        assert!(bufs.iter().skip(N as usize).all(|b| b.pooled_holds() == 0));
         drop(holds);
         assert_eq!(res.flush(), 0);
         assert!(bufs.iter().all(|b| b.pooled_holds() == 0));
-        for h in first..first + N {
+        for h in first..first + N + F {
             dev.pool.free_handle(owner, h)?;
         }
         Ok(())

@@ -6,10 +6,16 @@
 //! ([`Buffer::hold_pooled`]) for as long as it stays resident, and from then on found by its
 //! handle in this table (open addressing in plain memory, under the set's lock, taken once per
 //! call; a lock of the queue's own, so threads on different queues do not serialise). The entry
-//! keeps what a pair needs of the buffer ([`Place`]): a call never touches the records. Each
-//! submission counts its use of an entry in that entry, in plain memory too, and gives it back
-//! when it is dropped ([`Uses`]: a flag that the submission's [`Holds`] sets, wherever that
-//! happens; the table reads it the next time it is locked).
+//! keeps what a pair needs of the buffer ([`Place`]): a call never touches the records.
+//!
+//! Calls are numbered (their *stamp*, one per hold of the lock), and each stamps the entries
+//! it names, in plain memory too. A submission's use is one record per call ([`Uses`]: its
+//! stamp, and a flag that the submission's [`Holds`] sets when it is dropped, wherever that
+//! happens; the table reads it the next time it is locked). A queue's submissions end in the
+//! order they were written (the rings are FIFO; a reset or a pause ends them all), so an entry
+//! is used while a submission up to its stamp is not done: it is *settled* once every
+//! submission with a stamp up to its own is ([`Table::settled`]). No per-buffer list or count:
+//! a call that fails puts back the stamps it changed (a chain through the entries it stamped).
 //!
 //! An entry leaves, and its pool hold goes back, only when no submission uses it: when
 //! `MEM_FREE` asks for the buffer ([`Resident::evict`]), and when the queue instance ends
@@ -33,7 +39,7 @@ use core::ptr::NonNull;
 use kernel::{
     new_mutex,
     prelude::*,
-    sync::{Arc, Mutex, MutexGuard, UniqueArc},
+    sync::{Arc, Mutex, MutexGuard},
     time::Delta,
 };
 
@@ -63,10 +69,15 @@ struct Entry {
     /// The record, kept alive by the entry's hold of its pool shard (see [`Resident`]).
     buf: Option<NonNull<Buffer>>,
     place: Place,
-    /// Submissions that use the buffer and whose [`Uses`] the table has not seen done.
-    uses: u32,
-    /// The last call that named the buffer.
+    /// The last call that named the buffer and wrote its submission (or the call under way):
+    /// the buffer is used until every submission up to it is done. 0: none.
     stamp: u64,
+    /// While the call under way has stamped the entry: its stamp before, which that call puts
+    /// back if it fails ([`Session`]).
+    prev: u64,
+    /// While the call under way has stamped the entry: the entry it stamped before this one
+    /// (+ 1; 0 ends the chain).
+    next: u32,
 }
 
 const FREE: Entry = Entry {
@@ -77,8 +88,9 @@ const FREE: Entry = Entry {
         base: 0,
         writable: false,
     },
-    uses: 0,
     stamp: 0,
+    prev: 0,
+    next: 0,
 };
 
 /// The table behind a [`Resident`]'s lock.
@@ -93,7 +105,7 @@ struct Table {
     used: usize,
     /// The last call's stamp.
     stamp: u64,
-    /// The submissions whose uses count in the entries, until seen done.
+    /// The uses of the submissions written, in stamp order, until seen done.
     live: KVVec<Arc<Uses>>,
     /// `live`'s length after its last full look ([`Table::collect`]).
     looked: usize,
@@ -124,9 +136,9 @@ impl Table {
         }
     }
 
-    /// The slot of `handle` (not 0), if resident.
+    /// The slot of `handle` (not 0) and its entry's index, if resident.
     #[inline(always)]
-    fn find(&self, handle: u64) -> Option<usize> {
+    fn find(&self, handle: u64) -> Option<(usize, usize)> {
         if self.slots.is_empty() {
             return None;
         }
@@ -141,10 +153,19 @@ impl Table {
             }
             // PANIC: a slot holds the index of an entry in use.
             if self.entries[s - 1].handle == handle {
-                return Some(i);
+                return Some((i, s - 1));
             }
             i = (i + 1) & mask;
         }
+    }
+
+    /// The stamp below which every entry is settled: that of the first submission written and
+    /// not done, or `u64::MAX` if none is left (see the module documentation).
+    fn settled(&self) -> u64 {
+        self.live
+            .iter()
+            .find(|u| !u.is_done())
+            .map_or(u64::MAX, |u| u.stamp)
     }
 
     /// Puts entry `e` (in use, not in `slots`) into `slots`, which has an empty slot.
@@ -241,45 +262,23 @@ impl Table {
         }
     }
 
-    /// Gives back the uses of the submissions seen done: those at the front of `live` (the
-    /// common case: a queue retires in order), or with `full` all of them. A full look also
-    /// happens when `live` doubled since the last one, so that a submission that never
-    /// retires (pairs prepared and never started) keeps neither the others' uses nor their
-    /// records: amortised O(1) per call.
-    fn collect(&mut self, full: bool) {
-        let full = full || self.live.len() >= 2 * self.looked.max(16);
-        let Self { live, entries, .. } = self;
-        let mut give_back = |u: &Uses| {
-            for &e in u.entries.iter() {
-                // PANIC: a use names an entry in use, whose count includes it.
-                let entry = &mut entries[e as usize];
-                entry.uses -= 1;
-            }
-        };
-        if full {
-            live.retain(|u| {
-                if u.is_done() {
-                    give_back(u);
-                    false
-                } else {
-                    true
-                }
-            });
-            self.looked = self.live.len();
-        } else {
-            let n = live.iter().take_while(|u| u.is_done()).count();
-            if n == 0 {
-                return;
-            }
-            for u in live.iter().take(n) {
-                give_back(u);
-            }
+    /// Forgets the uses of the submissions seen done at the front of `live` (a queue's
+    /// submissions end in order). When `live` doubled since the last look, those seen done
+    /// elsewhere go too (a submission whose write failed after its call finished is done at
+    /// once, behind one that may not be for long), so that `live` stays as long as the
+    /// submissions in flight: amortised O(1) per call.
+    fn collect(&mut self) {
+        let n = self.live.iter().take_while(|u| u.is_done()).count();
+        if n != 0 {
             // O(live) only when something at the front retired, which that many calls paid for.
             let mut k = 0;
-            live.retain(|_| {
+            self.live.retain(|_| {
                 k += 1;
                 k > n
             });
+        } else if self.live.len() >= 2 * self.looked.max(16) {
+            self.live.retain(|u| !u.is_done());
+            self.looked = self.live.len();
         }
     }
 }
@@ -290,8 +289,9 @@ impl Table {
 ///
 /// Every entry in use holds its buffer by one count of the buffer's pool shard, `shard`
 /// ([`Buffer::hold_pooled`]), taken when it was added and given back when it leaves; an entry
-/// whose `uses` is not 0 does not leave. So the record an entry names is alive while the entry
-/// is in use (a buffer with a pool hold never leaves its shard, whose reference keeps it).
+/// that is not settled ([`Table::settled`]) does not leave. So the record an entry names is
+/// alive while the entry is in use (a buffer with a pool hold never leaves its shard, whose
+/// reference keeps it).
 #[pin_data(PinnedDrop)]
 pub(crate) struct Resident {
     shard: Arc<Shard>,
@@ -315,7 +315,7 @@ impl Resident {
     /// Starts a prepare call of the open file `owner`, whose buffers are in `pool`, on a
     /// device whose host route is `route`: locks the table for it (one hold of the lock per
     /// call, kept until the call's submission is written or failed, so that the instance's
-    /// end never finds a use that a call in flight has not settled). With `spin` (io_uring's
+    /// end never finds a stamp that a call in flight has not settled). With `spin` (io_uring's
     /// non-blocking issue) the lock is waited for that long at most.
     ///
     /// # Errors
@@ -336,7 +336,7 @@ impl Resident {
         if let Some(e) = t.ended {
             return Err(e);
         }
-        t.collect(false);
+        t.collect();
         t.stamp += 1;
         let stamp = t.stamp;
         Ok(Session {
@@ -345,8 +345,9 @@ impl Resident {
             pool,
             owner,
             route,
-            uses: KVec::new(),
             stamp,
+            chain: 0,
+            written: false,
         })
     }
 
@@ -354,13 +355,12 @@ impl Resident {
     /// then decides on the buffer as on any other): its pool hold goes back.
     pub(crate) fn evict(&self, handle: u64) {
         let mut t = self.table.lock();
-        t.collect(true);
-        let Some(i) = t.find(handle) else {
+        t.collect();
+        let Some((i, e)) = t.find(handle) else {
             return;
         };
-        // PANIC: `find` returns a slot in use.
-        let e = t.slots[i] as usize - 1;
-        if t.entries[e].uses != 0 {
+        // PANIC: `find` returns an entry in use.
+        if t.entries[e].stamp >= t.settled() {
             return;
         }
         if let Some(buf) = t.remove(i) {
@@ -370,9 +370,9 @@ impl Resident {
 
     /// Ends the set with its queue instance (`Channel::end_resident`, once `Channel::quiesce`
     /// took the queue, and with it every submission's holds): no call begins any more (`err`),
-    /// and every buffer leaves ([`Self::flush`]); a call that was under way had settled its
-    /// uses before (it keeps the lock until its submission is written or failed). Returns how
-    /// many stay (0).
+    /// and every buffer leaves ([`Self::flush`]); a call that was under way had its submission
+    /// written (then taken with the queue) or put its stamps back (it keeps the lock until
+    /// then). Returns how many stay (0).
     pub(crate) fn end(&self, err: Error) -> usize {
         self.table.lock().ended = Some(err);
         self.flush()
@@ -381,14 +381,15 @@ impl Resident {
     /// Lets every buffer leave that no submission uses. Returns how many stay.
     pub(crate) fn flush(&self) -> usize {
         let mut t = self.table.lock();
-        t.collect(true);
+        t.collect();
+        let settled = t.settled();
         let mut gone = KVec::new();
         for i in 0..t.slots.len() {
             // Restart at `i` after a removal: backward shift may move an entry into it.
             // PANIC: `i` is below the length.
             while t.slots[i] != 0 {
                 let e = t.slots[i] as usize - 1;
-                if t.entries[e].uses != 0 {
+                if t.entries[e].stamp >= settled {
                     break;
                 }
                 if let Some(buf) = t.remove(i) {
@@ -432,17 +433,20 @@ impl PinnedDrop for Resident {
     }
 }
 
-/// One prepare call's hold of the resident table: its lock, its stamp (a buffer named twice in
-/// a call counts one use), and the entries it uses so far. Dropped without
-/// [`Session::finish`] (a failed call), it gives the uses back at once.
+/// One prepare call's hold of the resident table: its lock, its stamp, and the chain of the
+/// entries it stamped. Dropped before [`Session::written`] (a failed call), it puts their
+/// stamps back.
 pub(crate) struct Session<'a> {
     t: MutexGuard<'a, Table>,
     shard: &'a Arc<Shard>,
     pool: &'a BufferPool,
     owner: u64,
     route: u64,
-    uses: KVec<u32>,
     stamp: u64,
+    /// The last entry stamped (+ 1; 0: none), whose `next` leads to the one before.
+    chain: u32,
+    /// Whether the call's submission was written ([`Session::written`]).
+    written: bool,
 }
 
 /// How a [`Session`] resolved a handle.
@@ -454,36 +458,39 @@ pub(crate) enum Resolved {
 }
 
 impl Session<'_> {
-    /// Buffer `handle` of the call's file: a resident buffer is counted as used by the call
-    /// (once per call); a driver-allocated buffer not yet resident is looked up in the pool
-    /// and held ([`BufferPool::hold_resident`]) first.
+    /// Buffer `handle` of the call's file: a resident buffer is stamped with the call's stamp
+    /// (once per call); a driver-allocated buffer not yet resident is looked up in the pool and
+    /// held ([`BufferPool::hold_resident`]) first.
     ///
     /// # Errors
     ///
     /// `ENOENT` for an unknown handle, another file's buffer, or one that a `MEM_FREE` freed;
-    /// `ENOMEM`; `EOVERFLOW` if 2^32 - 1 unretired submissions use the buffer. Nothing changes
-    /// then.
-    #[inline(always)]
+    /// `ENOMEM`. Nothing changes then.
     pub(crate) fn resolve(&mut self, handle: u64) -> Result<Resolved> {
+        match self.resident(handle) {
+            Some(p) => Ok(Resolved::Resident(p)),
+            None => self.add(handle),
+        }
+    }
+
+    /// [`Self::resolve`] of a buffer that is resident already (the common case, in line):
+    /// where it is, or `None` if it is not resident (an import, a buffer not named on the
+    /// queue before, an unknown handle).
+    #[inline(always)]
+    pub(crate) fn resident(&mut self, handle: u64) -> Option<Place> {
         let stamp = self.stamp;
         let t = &mut *self.t;
-        let Some(i) = t.find(handle) else {
-            return self.add(handle);
-        };
-        // PANIC: `find` returns a slot in use.
-        let e = t.slots[i] as usize - 1;
+        let (_, e) = t.find(handle)?;
+        // PANIC: `find` returns an entry in use.
         let entry = &mut t.entries[e];
         if entry.stamp != stamp {
-            let uses = entry.uses.checked_add(1).ok_or(EOVERFLOW)?;
-            // CAST: as in `Table::put`.
-            if let Err(full) = self.uses.push_within_capacity(e as u32) {
-                // Doubled (amortised O(1)), and sized by the buffers the call names.
-                self.uses.push(full.0, GFP_KERNEL_ACCOUNT)?;
-            }
-            entry.uses = uses;
+            entry.prev = entry.stamp;
             entry.stamp = stamp;
+            entry.next = self.chain;
+            // CAST: as in `Table::put`.
+            self.chain = e as u32 + 1;
         }
-        Ok(Resolved::Resident(entry.place))
+        Some(entry.place)
     }
 
     /// [`Self::resolve`] of a buffer that is not resident.
@@ -495,11 +502,7 @@ impl Session<'_> {
         };
         // Room after the lookup (an unknown handle is `ENOENT` however short memory is); if
         // there is none, the hold goes back and nothing changed.
-        if let Err(e) = self
-            .t
-            .reserve_one()
-            .and_then(|()| Ok(self.uses.reserve(1, GFP_KERNEL_ACCOUNT)?))
-        {
+        if let Err(e) = self.t.reserve_one() {
             let _xa = self.shard.xa.lock();
             // SAFETY: the pool counted this hold of `buf` just now, and nothing else took it.
             unsafe { buf.as_ref() }.unhold_pooled();
@@ -517,44 +520,54 @@ impl Session<'_> {
             handle,
             buf: Some(buf),
             place,
-            uses: 1,
             stamp: self.stamp,
+            prev: 0,
+            next: self.chain,
         });
-        // Cannot fail: room was reserved above.
         // CAST: as in `Table::put`.
-        let _ = self.uses.push_within_capacity(e as u32);
+        self.chain = e as u32 + 1;
         Ok(Resolved::Resident(place))
     }
 
-    /// Ends the call's lookups: its uses count until `holds`, the submission's, is dropped. The
-    /// session (and its lock) is kept until the submission is written or failed.
+    /// Ends the call's lookups: the buffers it stamped are used until `holds`, the
+    /// submission's, is dropped. The session (and its lock) is kept until the submission is
+    /// written ([`Self::written`]) or failed.
     ///
     /// # Errors
     ///
-    /// `ENOMEM`; the uses are given back when the session is dropped then (and `holds` must
-    /// be dropped unused).
+    /// `ENOMEM`; `holds` must be dropped unused then.
     pub(crate) fn finish(&mut self, holds: &mut Holds) -> Result {
-        if self.uses.is_empty() {
+        if self.chain == 0 {
             return Ok(());
         }
         self.t.live.reserve(1, GFP_KERNEL_ACCOUNT)?;
-        let mut u = UniqueArc::new(Uses::new(KVec::new()), GFP_KERNEL_ACCOUNT)?;
-        u.entries = core::mem::take(&mut self.uses);
-        let u: Arc<Uses> = u.into();
+        let u = Arc::new(Uses::new(self.stamp), GFP_KERNEL_ACCOUNT)?;
         // Cannot fail: room was reserved.
         let _ = self.t.live.push_within_capacity(u.clone());
         holds.set_uses(u);
         Ok(())
     }
+
+    /// Marks the call's submission written: the stamps stay. Without it, the session's drop
+    /// puts them back (a call that failed, before or after [`Self::finish`]: its submission,
+    /// never written, used nothing).
+    pub(crate) fn written(mut self) {
+        self.written = true;
+    }
 }
 
 impl Drop for Session<'_> {
     fn drop(&mut self) {
-        // A failed call: its uses go back now (its `Holds` is dropped unused).
-        let Self { t, uses, .. } = self;
-        for &e in uses.iter() {
-            // PANIC: the session counted a use of each.
-            t.entries[e as usize].uses -= 1;
+        if self.written {
+            return;
+        }
+        // A failed call: the entries it stamped get their stamps back, latest first.
+        let Self { t, chain, .. } = self;
+        while *chain != 0 {
+            // PANIC: the chain links entries in use.
+            let e = &mut t.entries[*chain as usize - 1];
+            e.stamp = e.prev;
+            *chain = e.next;
         }
     }
 }
@@ -582,7 +595,7 @@ mod tests {
         assert!(2 * t.used <= t.slots.len());
         // Remove every third; the rest are still found, the removed not.
         for k in (0..N).step_by(3) {
-            let i = t.find(handle(k)).ok_or(EINVAL)?;
+            let (i, _) = t.find(handle(k)).ok_or(EINVAL)?;
             t.remove(i);
         }
         for k in 0..N {
@@ -601,33 +614,33 @@ mod tests {
     }
 
     #[test]
-    fn uses_go_back_when_seen_done() -> Result {
+    fn entries_settle_when_the_submissions_up_to_their_stamp_are_done() -> Result {
         let mut t = Table::empty();
-        for h in 1..=3 {
-            t.reserve_one()?;
-            t.add(Entry {
-                uses: 2,
-                ..entry(h)
-            });
-        }
-        let uses = |entries: &[u32]| -> Result<Arc<Uses>> {
-            let mut v = KVec::new();
-            v.extend_from_slice(entries, GFP_KERNEL)?;
-            Ok(Arc::new(Uses::new(v), GFP_KERNEL)?)
-        };
-        let (a, b) = (uses(&[0, 1])?, uses(&[0, 1, 2])?);
+        let (a, b) = (
+            Arc::new(Uses::new(2), GFP_KERNEL)?,
+            Arc::new(Uses::new(4), GFP_KERNEL)?,
+        );
         t.live.push(a.clone(), GFP_KERNEL)?;
         t.live.push(b.clone(), GFP_KERNEL)?;
-        // The second retires first: not at the front, seen by a full look only.
+        assert_eq!(t.settled(), 2);
+        // The second done first (a write that failed): the first still bounds.
         b.retire();
-        t.collect(false);
-        assert_eq!(t.entries[0].uses, 2);
-        t.collect(true);
-        assert_eq!((t.entries[0].uses, t.entries[2].uses), (1, 1));
+        t.collect();
+        assert_eq!((t.settled(), t.live.len()), (2, 2));
         a.retire();
-        t.collect(false);
-        assert_eq!((t.entries[0].uses, t.entries[1].uses), (0, 0));
+        assert_eq!(t.settled(), u64::MAX);
+        t.collect();
         assert!(t.live.is_empty());
+        // Many done behind one that is not: gone once `live` doubled.
+        let c = Arc::new(Uses::new(5), GFP_KERNEL)?;
+        t.live.push(c.clone(), GFP_KERNEL)?;
+        for stamp in 6..40 {
+            let u = Arc::new(Uses::new(stamp), GFP_KERNEL)?;
+            u.retire();
+            t.live.push(u, GFP_KERNEL)?;
+        }
+        t.collect();
+        assert_eq!((t.settled(), t.live.len()), (5, 1));
         Ok(())
     }
 }

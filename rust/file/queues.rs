@@ -135,9 +135,7 @@ impl OpenFile {
         let mut res = chan
             .resident()?
             .begin(&self.dev.pool, self.id, route, spin)?;
-        for c in copies {
-            batch.add(&mut res, route, c)?;
-        }
+        batch.add_all(&mut res, route, copies)?;
         let holds = batch.take_holds(&mut res)?;
         let seq = if let Some(wait) = fenced {
             chan.prepare_fenced(batch.copies(), batch.largest, holds, wait)?
@@ -145,7 +143,9 @@ impl OpenFile {
             chan.prepare(batch.copies(), batch.largest, holds)?;
             0
         };
-        drop(res);
+        // Written: the buffers stay stamped as used until the submission is done (an early
+        // return above drops the session unwritten, which puts the stamps back).
+        res.written();
         self.copy_bytes.fetch_add(batch.bytes, Relaxed);
         self.dev
             .counters
