@@ -11,11 +11,13 @@
 //! Calls are numbered (their *stamp*, one per hold of the lock), and each stamps the entries
 //! it names, in plain memory too. A submission's use is one record per call ([`Uses`]: its
 //! stamp, and a flag that the submission's [`Holds`] sets when it is dropped, wherever that
-//! happens; the table reads it the next time it is locked). A queue's submissions end in the
-//! order they were written (the rings are FIFO; a reset or a pause ends them all), so an entry
-//! is used while a submission up to its stamp is not done: it is *settled* once every
-//! submission with a stamp up to its own is ([`Table::settled`]). No per-buffer list or count:
-//! a call that fails puts back the stamps it changed (a chain through the entries it stamped).
+//! happens; the table reads it the next time it is locked). An entry is *settled*, free to
+//! leave, once every submission with a stamp up to its own is done ([`Table::settled`]): every
+//! submission that names it has such a stamp, whatever order they end in. A queue's
+//! submissions end in the order they were written (the rings are FIFO; a reset or a pause ends
+//! them all; only a write that failed, never rung, is done out of order), which makes this as
+//! tight as a count per buffer. No per-buffer list or count: a call that fails puts back the
+//! stamps it changed (a chain through the entries it stamped).
 //!
 //! An entry leaves, and its pool hold goes back, only when no submission uses it: when
 //! `MEM_FREE` asks for the buffer ([`Resident::evict`]), and when the queue instance ends
@@ -276,6 +278,7 @@ impl Table {
                 k += 1;
                 k > n
             });
+            self.looked = self.looked.min(self.live.len());
         } else if self.live.len() >= 2 * self.looked.max(16) {
             self.live.retain(|u| !u.is_done());
             self.looked = self.live.len();
