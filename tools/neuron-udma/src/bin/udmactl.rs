@@ -636,6 +636,12 @@ impl XorShift {
 /// `Documentation/benchmarks.rst` (d)).
 const PIPELINE_SPLIT: u64 = 4;
 
+/// One batch of a [`Mover`]'s plan: its copies and their bytes.
+struct Batch {
+    copies: Vec<neuron_udma::Copy>,
+    bytes: u64,
+}
+
 /// Moves bytes with one device: through user queues in pairs of `max_copy_size` (with a second
 /// queue, pipelined: the next batch is prepared and started while the engine works on the
 /// previous one; with one, batched COPY_PREPARE + COPY_WAIT), or through MEMCPY when there is
@@ -695,7 +701,9 @@ impl Mover<'_> {
     /// Copies `size` bytes from `src` to `dst` (both at offset 0) as rounds of at most `window`
     /// bytes of the same buffers (a benchmark's stream): with a pipeline, one for the whole
     /// stream, a round a batch (as long as a round of the rings takes it), so that each
-    /// overlaps the one before on the other queue: as few doorbells per byte as `MEMCPY`.
+    /// overlaps the one before on the other queue: as few doorbells per byte as `MEMCPY`. The
+    /// rounds copy the same bytes, so their batches are built once (and once more for a
+    /// shorter last round), as a runtime streaming through the same buffers keeps its list.
     fn copy_rounds(
         &self,
         src: &dyn Buffer,
@@ -709,7 +717,14 @@ impl Mover<'_> {
         };
         let mut pipe = Pipeline::new(q, q2, self.timeout)?;
         let split = if size > window { 1 } else { PIPELINE_SPLIT };
-        in_rounds(size, window, |_, n| self.batches(q, Some(&mut pipe), (src, 0), (dst, 0), (n, split), progress))?;
+        let mut plan: Option<(u64, Vec<Batch>)> = None;
+        in_rounds(size, window, |_, n| {
+            if plan.as_ref().is_none_or(|(len, _)| *len != n) {
+                plan = Some((n, self.plan(q, Some(&pipe), (src, 0), (dst, 0), (n, split))?));
+            }
+            let (_, batches) = plan.as_ref().expect("planned above");
+            self.run(q, Some(&mut pipe), batches, progress)
+        })?;
         pipe.finish().context("NEURON_UDMA_FENCE_WAIT")
     }
 
@@ -719,13 +734,28 @@ impl Mover<'_> {
     fn batches(
         &self,
         q: &Queue,
-        mut pipe: Option<&mut Pipeline>,
+        pipe: Option<&mut Pipeline>,
+        src: (&dyn Buffer, u64),
+        dst: (&dyn Buffer, u64),
+        len_split: (u64, u64),
+        progress: &ProgressBar,
+    ) -> Result<()> {
+        let batches = self.plan(q, pipe.as_deref(), src, dst, len_split)?;
+        self.run(q, pipe, &batches, progress)
+    }
+
+    /// The copies of [`Self::batches`], cut into batches: each as many copies as their
+    /// worst-case pair counts fit in one round of the ring (pipelined, of the smaller ring of
+    /// the two queues).
+    fn plan(
+        &self,
+        q: &Queue,
+        pipe: Option<&Pipeline>,
         (src, src_off): (&dyn Buffer, u64),
         (dst, dst_off): (&dyn Buffer, u64),
         (len, split): (u64, u64),
-        progress: &ProgressBar,
-    ) -> Result<()> {
-        let per_round = match &pipe {
+    ) -> Result<Vec<Batch>> {
+        let per_round = match pipe {
             Some(p) => p.batch_len()?,
             None => {
                 let (tx, rx) = q.ring_descs();
@@ -735,38 +765,43 @@ impl Mover<'_> {
         // Pipelined, one copy alone goes as `split` batches: the engine works on one batch
         // while the next is prepared, also when every copy fits in one round of a ring (as one
         // batch it would leave nothing to overlap with).
-        let per_batch = if pipe.is_some() {
-            let copies = len.div_ceil(u64::from(self.info.max_copy_size.max(1)));
-            usize::try_from(copies.div_ceil(split.max(1))).unwrap_or(usize::MAX)
-        } else {
-            usize::MAX
-        };
-        let mut batch = Vec::with_capacity(per_round.min(per_batch));
+        let copies = usize::try_from(len.div_ceil(u64::from(self.info.max_copy_size.max(1)))).unwrap_or(usize::MAX);
+        let per_batch = if pipe.is_some() { copies.div_ceil(split.max(1) as usize) } else { usize::MAX };
+        let mut batches = Vec::new();
         let mut pieces = chunks(len, self.info.max_copy_size).peekable();
         while pieces.peek().is_some() {
-            batch.clear();
-            let (mut bytes, mut pairs) = (0u64, 0usize);
+            let mut batch = Batch { copies: Vec::with_capacity(per_round.min(per_batch).min(copies)), bytes: 0 };
+            let mut pairs = 0usize;
             while let Some(&(off, size)) = pieces.peek() {
                 let (s, d) = (src_off + off, dst_off + off);
                 let need = neuron_udma::Copy::max_pairs(src, s, dst, d, size) as usize;
                 // The first copy of a batch always goes: alone it needs at most 1 + 2 *
                 // max_copy_size / page size pairs, far below a round of the default ring.
-                if !batch.is_empty() && (pairs + need > per_round || batch.len() >= per_batch) {
+                if !batch.copies.is_empty() && (pairs + need > per_round || batch.copies.len() >= per_batch) {
                     break;
                 }
-                batch.push(neuron_udma::Copy::new(src, s, dst, d, size)?);
-                bytes += u64::from(size);
+                batch.copies.push(neuron_udma::Copy::new(src, s, dst, d, size)?);
+                batch.bytes += u64::from(size);
                 pairs += need;
                 pieces.next();
             }
+            batches.push(batch);
+        }
+        Ok(batches)
+    }
+
+    /// Submits `batches` ([`Self::plan`]) through `pipe`, or prepares and waits for each on `q`.
+    fn run(&self, q: &Queue, mut pipe: Option<&mut Pipeline>, batches: &[Batch], progress: &ProgressBar) -> Result<()> {
+        for b in batches {
+            let n = b.copies.len();
             match &mut pipe {
-                Some(p) => p.submit(&batch).with_context(|| format!("pipelined batch of {} pairs", batch.len()))?,
+                Some(p) => p.submit(&b.copies).with_context(|| format!("pipelined batch of {n} pairs"))?,
                 None => {
-                    q.prepare(&batch).with_context(|| format!("NEURON_UDMA_COPY_PREPARE of {} pairs", batch.len()))?;
+                    q.prepare(&b.copies).with_context(|| format!("NEURON_UDMA_COPY_PREPARE of {n} pairs"))?;
                     q.wait(self.timeout).context("NEURON_UDMA_COPY_WAIT")?;
                 }
             }
-            progress.inc(bytes);
+            progress.inc(b.bytes);
         }
         Ok(())
     }
