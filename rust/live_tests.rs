@@ -753,9 +753,9 @@ mod tests {
     /// however many submissions use it (a call may name it twice), and gives a call where the
     /// buffer is (its size and address) without the record. `MEM_FREE` (evict, then the pool's
     /// decision) is `EBUSY` while a submission uses it, and frees it once the last one is done,
-    /// after which it cannot be found (`ENOENT`). A failed call leaves no use. Another file's handle is `ENOENT`, and a pool free that
-    /// finds the buffer held keeps it, record and memory (never reached otherwise: every
-    /// caller checks first).
+    /// after which it cannot be found (`ENOENT`). A failed call leaves no use. Another file's
+    /// handle is `ENOENT`, and a pool free that finds the buffer held keeps it, record and
+    /// memory (never reached otherwise: every caller checks first).
     #[test]
     fn resident_buffers_keep_a_buffer_from_mem_free() -> Result {
         use crate::{holds::Holds, kfac::mm::MappedFile, resident::Resident};
