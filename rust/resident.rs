@@ -103,8 +103,6 @@ struct Table {
     entries: KVVec<Entry>,
     /// Indexes of free entries; room for every entry (so a removal never allocates).
     free: KVVec<u32>,
-    /// Entries in use.
-    used: usize,
     /// The last call's stamp.
     stamp: u64,
     /// The uses of the submissions written, in stamp order, until seen done.
@@ -130,7 +128,6 @@ impl Table {
             slots: KVVec::new(),
             entries: KVVec::new(),
             free: KVVec::new(),
-            used: 0,
             stamp: 0,
             live: KVVec::new(),
             looked: 0,
@@ -159,6 +156,11 @@ impl Table {
             }
             i = (i + 1) & mask;
         }
+    }
+
+    /// Entries in use: every entry but the free ones.
+    fn used(&self) -> usize {
+        self.entries.len() - self.free.len()
     }
 
     /// The stamp below which every entry is settled: that of the first submission written and
@@ -190,7 +192,7 @@ impl Table {
     /// `ENOMEM`; nothing changes then.
     fn reserve_one(&mut self) -> Result {
         let len = self.slots.len();
-        if 2 * (self.used + 1) > len {
+        if 2 * (self.used() + 1) > len {
             let mut bigger =
                 KVVec::from_elem(0u32, (2 * len).max(FIRST_SLOTS), GFP_KERNEL_ACCOUNT)?;
             for (e, entry) in self.entries.iter().enumerate() {
@@ -221,7 +223,6 @@ impl Table {
         // PANIC: `e` is an entry.
         self.entries[e] = entry;
         Self::put(&mut self.slots, &self.entries, e);
-        self.used += 1;
         e
     }
 
@@ -244,7 +245,6 @@ impl Table {
                     // Cannot fail: `free` has room for every entry.
                     // CAST: as in `put`.
                     let _ = self.free.push_within_capacity(e as u32);
-                    self.used -= 1;
                     return buf;
                 }
                 let k = home(self.entries[s - 1].handle, mask);
@@ -344,7 +344,7 @@ impl Resident {
         let stamp = t.stamp;
         Ok(Session {
             t,
-            shard: &self.shard,
+            set: self,
             pool,
             owner,
             route,
@@ -367,7 +367,8 @@ impl Resident {
             return;
         }
         if let Some(buf) = t.remove(i) {
-            self.unhold(&[buf]);
+            // SAFETY: the entry held its buffer until it left (the type invariant).
+            unsafe { self.unhold(&[buf]) };
         }
     }
 
@@ -398,28 +399,33 @@ impl Resident {
                 if let Some(buf) = t.remove(i) {
                     if gone.push(buf, GFP_KERNEL).is_err() {
                         // Given back one at a time when no list can be made.
-                        let _xa = self.shard.xa.lock();
                         // SAFETY: as in `evict`.
-                        unsafe { buf.as_ref() }.unhold_pooled();
+                        unsafe { self.unhold(&[buf]) };
                     }
                 }
             }
         }
         // What stays is in use (counted apart: a shifted entry may be met twice above).
-        let stay = t.used;
+        let stay = t.used();
         drop(t);
-        self.unhold(&gone);
+        // SAFETY: as in `evict`: each entry held its buffer until it left above.
+        unsafe { self.unhold(&gone) };
         stay
     }
 
-    /// Gives back the pool holds of `bufs`, entries that left, [`UNHOLD_BATCH`] per hold of
-    /// the shard's lock (shared with other files).
-    fn unhold(&self, bufs: &[NonNull<Buffer>]) {
+    /// Gives back the pool holds of `bufs`, [`UNHOLD_BATCH`] per hold of the shard's lock
+    /// (shared with other files).
+    ///
+    /// # Safety
+    ///
+    /// Each of `bufs` is a buffer held by one count of this set's shard that the caller owns
+    /// (an entry that left, or a hold never made an entry) and touches no more.
+    unsafe fn unhold(&self, bufs: &[NonNull<Buffer>]) {
         for chunk in bufs.chunks(UNHOLD_BATCH) {
             let _xa = self.shard.xa.lock();
             for buf in chunk {
-                // SAFETY: each held its buffer until it left (the type invariant), and nothing
-                // touches the buffer after its hold is back.
+                // SAFETY: the count is held (the function's contract), so the shard keeps the
+                // record alive until it goes back here; nothing touches the buffer after.
                 unsafe { buf.as_ref() }.unhold_pooled();
             }
         }
@@ -441,7 +447,7 @@ impl PinnedDrop for Resident {
 /// stamps back.
 pub(crate) struct Session<'a> {
     t: MutexGuard<'a, Table>,
-    shard: &'a Arc<Shard>,
+    set: &'a Resident,
     pool: &'a BufferPool,
     owner: u64,
     route: u64,
@@ -499,16 +505,19 @@ impl Session<'_> {
     /// [`Self::resolve`] of a buffer that is not resident.
     #[inline(never)]
     fn add(&mut self, handle: u64) -> Result<Resolved> {
-        let buf = match self.pool.hold_resident(self.owner, handle, self.shard)? {
+        let buf = match self
+            .pool
+            .hold_resident(self.owner, handle, &self.set.shard)?
+        {
             Held::Import(buf) => return Ok(Resolved::Import(buf)),
             Held::Pooled(buf) => buf,
         };
         // Room after the lookup (an unknown handle is `ENOENT` however short memory is); if
         // there is none, the hold goes back and nothing changed.
         if let Err(e) = self.t.reserve_one() {
-            let _xa = self.shard.xa.lock();
-            // SAFETY: the pool counted this hold of `buf` just now, and nothing else took it.
-            unsafe { buf.as_ref() }.unhold_pooled();
+            // SAFETY: the pool counted this hold of `buf` in the set's shard just now, for this
+            // call alone, and nothing touches it after.
+            unsafe { self.set.unhold(&[buf]) };
             return Err(e);
         }
         // SAFETY: the pool counted a hold of `buf` for the entry made below, which keeps the
@@ -594,8 +603,8 @@ mod tests {
             t.reserve_one()?;
             t.add(entry(handle(k)));
         }
-        assert_eq!(t.used, N as usize);
-        assert!(2 * t.used <= t.slots.len());
+        assert_eq!(t.used(), N as usize);
+        assert!(2 * t.used() <= t.slots.len());
         // Remove every third; the rest are still found, the removed not.
         for k in (0..N).step_by(3) {
             let (i, _) = t.find(handle(k)).ok_or(EINVAL)?;
