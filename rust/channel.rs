@@ -638,8 +638,9 @@ impl Channel {
         self.charge.lock().as_ref().map_or(0, |c| c.bytes())
     }
 
-    /// Whether a submission not yet retired (prepared, started or in flight) names `buf`
-    /// ([`Queue::holds`]); `false` once released.
+    /// Whether a submission not yet retired (prepared, started or in flight) holds `buf` by a
+    /// counted reference ([`Queue::holds`]: an import, which a revocation waits for; a resident
+    /// buffer is held by the queue's resident set instead); `false` once released.
     pub(crate) fn holds(&self, buf: &Buffer) -> bool {
         self.locked(|q| {
             q.retire();

@@ -821,7 +821,8 @@ impl Queue {
         self.release_holds();
     }
 
-    /// Whether a submission whose holds are not dropped yet names `buf`.
+    /// Whether a submission whose holds are not dropped yet holds `buf` by a counted reference
+    /// ([`Holds::contains`]: an import, or an io_uring registered range).
     pub(crate) fn holds(&self, buf: &Buffer) -> bool {
         self.holds
             .iter()
