@@ -362,8 +362,13 @@ impl Sut {
         if self.files[f].bufs[src].is_none() {
             return;
         }
-        let Some((e, may)) = self.race_entry(f, q, src, b, x) else { return };
-        // The wait takes the pairs too: room for them and its marker.
+        let Some((e, mut may)) = self.race_entry(f, q, src, b, x) else { return };
+        // The wait appends its marker pair first when it wins: the prepare then finds one pair
+        // less, which a ring filled to the last pair lacks.
+        let m = self.queues[q].as_ref().expect("queue");
+        if !may.contains(&ENOSPC) && e.total + 1 > m.cap().saturating_sub(m.hi()) {
+            may.push(ENOSPC);
+        }
         let (engine, queue, _) = slot_queue(q);
         let fd = self.devs[f].raw();
         let mut w = sys::neuron_udma_copy_wait { engine, queue, ..Default::default() };
