@@ -3,15 +3,21 @@
 //! The copies of one prepare call (`COPY_PREPARE_ONE`, `COPY_PREPARE`) translated into
 //! descriptor pairs: every entry validated in one pass, its buffers found once per call (in
 //! the queue's resident set, `resident.rs`; an import in a per-call table of handles), each
-//! buffer held once for the whole submission ([`Holds`]), and the pairs, as the splitter
-//! (`split.rs`) cuts each copy, collected in one array for the submission engine to write
-//! (`Channel::prepare`). Nothing here touches a queue.
+//! buffer held once for the whole submission ([`Holds`]). The pairs go:
+//!
+//! - one pass: when every copy names buffers resident on the queue, each pair is written ahead
+//!   into the rings' free slots as its copy is checked ([`Batch::add_all_in_line`] into the
+//!   queue's `Ahead`, under the queue lock: `Channel::prepare_in_line`), and published at the
+//!   end;
+//! - two passes: else (a buffer named for the first time, an import, a split copy), the pairs,
+//!   as the splitter (`split.rs`) cuts each copy, are collected in an array ([`Copies`]) for
+//!   the submission engine to write (`Channel::prepare`).
 
 use crate::{
     buffer::{Buffer, MAX_IMPORT_SIZE},
     desc::{Barrier, DescLen},
     holds::Holds,
-    queue::Copy,
+    queue::{Ahead, Copy},
     resident::{self, Place, Resolved, Session},
     span::Span,
     split::{self, UserPairs},
@@ -125,12 +131,98 @@ impl Handles {
     }
 }
 
-/// The pairs of one prepare call, the largest number of pairs one of its copies took, the
-/// buffers they hold, and the OR of their flags.
-pub(crate) struct Batch {
+/// The pairs of a prepare call that goes the two-pass way, in order: inline while few, else in
+/// a heap array reserved for a pair per entry.
+pub(crate) struct Copies {
     inline: [Copy; INLINE_PAIRS],
     n_inline: usize,
     heap: KVVec<Copy>,
+}
+
+/// A copy that names nothing (an unused inline slot).
+const NO_COPY: Copy = Copy {
+    src: 0,
+    dst: 0,
+    len: DescLen::MAX,
+    barrier: Barrier::None,
+};
+
+impl Copies {
+    /// An empty array for the pairs of `entries` copies.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn new(entries: usize) -> Result<Self> {
+        let mut c = Self {
+            inline: [NO_COPY; INLINE_PAIRS],
+            n_inline: 0,
+            heap: KVVec::new(),
+        };
+        // Sized by the batch: a pair per entry unless a copy is split.
+        if entries > INLINE_PAIRS {
+            c.heap.reserve(entries, GFP_KERNEL_ACCOUNT)?;
+        }
+        Ok(c)
+    }
+
+    /// The pairs, in order.
+    pub(crate) fn as_slice(&self) -> &[Copy] {
+        if self.heap.capacity() == 0 {
+            &self.inline[..self.n_inline]
+        } else {
+            &self.heap
+        }
+    }
+
+    /// Number of pairs.
+    pub(crate) fn pairs(&self) -> u32 {
+        // CAST: at most MAX_BATCH copies of at most 33 pairs each.
+        self.as_slice().len() as u32
+    }
+
+    /// [`Self::take`] when the array in use is full: the inline pairs move to the heap first.
+    #[inline(never)]
+    fn push_grow(&mut self, c: Copy) -> Result {
+        if self.heap.capacity() == 0 {
+            self.heap.reserve(INLINE_PAIRS * 2, GFP_KERNEL_ACCOUNT)?;
+            for x in &self.inline[..self.n_inline] {
+                self.heap.push(*x, GFP_KERNEL_ACCOUNT)?;
+            }
+        }
+        self.heap.push(c, GFP_KERNEL_ACCOUNT)?;
+        Ok(())
+    }
+}
+
+impl Copies {
+    /// Appends `c`: into the inline array while the batch is small, else into the heap array
+    /// (reserved for a pair per entry by [`Copies::new`], so it grows only for split copies).
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` (a split copy's pairs beyond the reserve, and the array cannot grow).
+    #[inline(always)]
+    fn take(&mut self, c: Copy) -> Result {
+        if self.heap.capacity() != 0 {
+            return match self.heap.push_within_capacity(c) {
+                Ok(()) => Ok(()),
+                Err(e) => self.push_grow(e.0),
+            };
+        }
+        if let Some(slot) = self.inline.get_mut(self.n_inline) {
+            *slot = c;
+            self.n_inline += 1;
+            return Ok(());
+        }
+        self.push_grow(c)
+    }
+}
+
+/// The checks of one prepare call's copies: the largest number of pairs one of them took, the
+/// buffers they hold, the OR of their flags and their bytes (the pairs go into the rings ahead,
+/// or into [`Copies`]).
+pub(crate) struct Batch {
     /// Pairs of the largest copy (1 unless split).
     pub(crate) largest: u32,
     /// One reference per distinct buffer: each buffer of the call is looked up once and held
@@ -215,38 +307,86 @@ struct Last {
     dst: Side,
 }
 
-/// A copy that names nothing (an unused inline slot).
-const NO_COPY: Copy = Copy {
-    src: 0,
-    dst: 0,
-    len: DescLen::MAX,
-    barrier: Barrier::None,
-};
+impl Last {
+    /// The pair of copy `c` between these two buffers, whose ranges were checked: one pair, as
+    /// `UserPairs::new` makes of two linear spans.
+    #[inline(always)]
+    fn pair(&self, c: &uapi::neuron_udma_copy, len: DescLen, barrier: Barrier) -> Copy {
+        Copy {
+            src: self.src.base + c.src_offset,
+            dst: self.dst.base + c.dst_offset,
+            len,
+            barrier,
+        }
+    }
+
+    /// Whether copy `c` names these two buffers.
+    #[inline(always)]
+    fn names(&self, c: &uapi::neuron_udma_copy) -> bool {
+        self.src.handle == c.src_handle && self.dst.handle == c.dst_handle
+    }
+}
+
+/// The checks of copy `c`'s own fields, before any lookup: its pair's length and barrier.
+///
+/// # Errors
+///
+/// `EINVAL`: a reserved field or an unknown flag set (`NEURON_UDMA_COPY_DST_INT` is reserved
+/// since ABI 3: no interrupt is handled), size 0 or above one pair, a bad barrier.
+#[inline(always)]
+fn fields(c: &uapi::neuron_udma_copy) -> Result<(DescLen, Barrier)> {
+    if c.reserved != 0 || c.flags & !uapi::NEURON_UDMA_COPY_SPLIT != 0 {
+        return Err(EINVAL);
+    }
+    Ok((split::copy_len(c.size)?, Barrier::try_from(c.barrier)?))
+}
+
+/// The buffers copy `c` names, if both are resident on the queue of the call's session `res`
+/// already ([`Session::resident`]), checked for the copy as `Batch::add_looked_up` checks
+/// them, in its order; `None` if either is not (an import, a buffer not named on the queue
+/// before, an unknown handle: the two-pass way looks them up).
+///
+/// # Errors
+///
+/// `ERANGE` (a range outside its buffer), `EPERM` (a destination the engine may not write).
+#[inline(always)]
+fn resident_sides(res: &mut Session<'_>, c: &uapi::neuron_udma_copy) -> Result<Option<Last>> {
+    let Some(sp) = res.resident(c.src_handle) else {
+        return Ok(None);
+    };
+    let Some(dp) = res.resident(c.dst_handle) else {
+        return Ok(None);
+    };
+    let size = u64::from(c.size);
+    crate::buffer::in_range(sp.size, c.src_offset, size)?;
+    crate::buffer::in_range(dp.size, c.dst_offset, size)?;
+    if !dp.writable {
+        return Err(EPERM);
+    }
+    Ok(Some(Last {
+        src: Side::of(c.src_handle, &sp),
+        dst: Side::of(c.dst_handle, &dp),
+    }))
+}
 
 impl Batch {
-    /// An empty batch for `entries` copies.
-    ///
-    /// # Errors
-    ///
-    /// `ENOMEM`.
-    pub(crate) fn new(entries: usize) -> Result<Self> {
-        let mut b = Self {
-            inline: [NO_COPY; INLINE_PAIRS],
-            n_inline: 0,
-            heap: KVVec::new(),
+    /// An empty batch: the buffer records and the handle table grow with the distinct buffers
+    /// named.
+    pub(crate) fn new() -> Self {
+        Self {
             largest: 1,
             holds: Holds::default(),
             flags: 0,
             handles: Handles::new(),
             last: None,
             bytes: 0,
-        };
-        // Sized by the batch: a pair per entry unless a copy is split. The buffer records and
-        // the handle table grow with the distinct buffers named.
-        if entries > INLINE_PAIRS {
-            b.heap.reserve(entries, GFP_KERNEL_ACCOUNT)?;
         }
-        Ok(b)
+    }
+
+    /// Whether the copies may name an io_uring command's registered range ([`Self::hold_fixed`]):
+    /// a lookup in the per-call table, so not a call for the one pass.
+    pub(crate) fn has_fixed(&self) -> bool {
+        self.handles.used != 0
     }
 
     /// Holds `buf` as the buffer the copies name as `NEURON_UDMA_FIXED_BUFFER` (an io_uring
@@ -259,21 +399,6 @@ impl Batch {
         // Its only references are the submission's: released in process context.
         let index = self.holds.take_released(buf)?;
         self.handles.insert(uapi::FIXED_BUFFER, index)
-    }
-
-    /// The pairs, in order.
-    pub(crate) fn copies(&self) -> &[Copy] {
-        if self.heap.capacity() == 0 {
-            &self.inline[..self.n_inline]
-        } else {
-            &self.heap
-        }
-    }
-
-    /// Number of pairs.
-    pub(crate) fn pairs(&self) -> u32 {
-        // CAST: at most MAX_BATCH copies of at most 33 pairs each.
-        self.copies().len() as u32
     }
 
     /// Takes the buffer holds, for the queue to keep until the engine is done, with the use of
@@ -345,38 +470,6 @@ impl Batch {
         }
     }
 
-    /// Appends pair `c`: into the inline array while the batch is small, else into the heap
-    /// array (reserved for a pair per entry by [`Self::new`], so it grows only for split
-    /// copies).
-    #[inline(always)]
-    fn push(&mut self, c: Copy) -> Result {
-        if self.heap.capacity() != 0 {
-            return match self.heap.push_within_capacity(c) {
-                Ok(()) => Ok(()),
-                Err(e) => self.push_grow(e.0),
-            };
-        }
-        if let Some(slot) = self.inline.get_mut(self.n_inline) {
-            *slot = c;
-            self.n_inline += 1;
-            return Ok(());
-        }
-        self.push_grow(c)
-    }
-
-    /// [`Self::push`] when the array in use is full: the inline pairs move to the heap first.
-    #[inline(never)]
-    fn push_grow(&mut self, c: Copy) -> Result {
-        if self.heap.capacity() == 0 {
-            self.heap.reserve(INLINE_PAIRS * 2, GFP_KERNEL_ACCOUNT)?;
-            for x in &self.inline[..self.n_inline] {
-                self.heap.push(*x, GFP_KERNEL_ACCOUNT)?;
-            }
-        }
-        self.heap.push(c, GFP_KERNEL_ACCOUNT)?;
-        Ok(())
-    }
-
     /// Buffer `handle` of the call's file (its session `res`), once per call: a
     /// driver-allocated buffer through the queue's resident set ([`Session::resolve`]), which
     /// stamps it with the call, or an import (or the io_uring command's range) held by a reference
@@ -404,7 +497,7 @@ impl Batch {
         }
     }
 
-    /// Validates `copies`, in order, and appends their pairs ([`Self::add`] each).
+    /// Validates `copies`, in order, and appends their pairs to `out` ([`Self::add`] each).
     ///
     /// # Errors
     ///
@@ -414,22 +507,97 @@ impl Batch {
         res: &mut Session<'_>,
         route: u64,
         copies: &[uapi::neuron_udma_copy],
+        out: &mut Copies,
     ) -> Result {
         for c in copies {
-            self.add(res, route, c)?;
+            self.add(res, route, c, out)?;
         }
         Ok(())
     }
 
-    /// Validates copy `c` of the open file of the call's session `res` (its buffers found
-    /// through it, host route `route`) and appends its pair, or with `NEURON_UDMA_COPY_SPLIT`
-    /// one pair per piece of a copy that crosses runs of an imported buffer (each with the
-    /// copy's barrier).
+    /// The one pass: validates `copies`, in order, and writes their pairs ahead into `out` as
+    /// long as [`Self::pair_in_line`] makes them; the copies after one that name the same two
+    /// buffers are a run ([`Self::add_run`]). Returns `false` at the first copy it cannot take
+    /// (one that needs a lookup): the batch and what `out` took are then dropped, and the call
+    /// goes the two-pass way ([`Self::add_all`] into a [`Copies`]), with the same session.
     ///
-    /// A copy naming the same two handles as the one before, both contiguous, is checked
-    /// against that copy's buffers ([`Last`]) in line: the same checks in the same order, so
-    /// the same errors, without a lookup; one naming two buffers resident on the queue is
-    /// checked in line too ([`Session::resident`]).
+    /// # Errors
+    ///
+    /// Those of [`Self::pair_in_line`], for the first copy that fails, and `out`'s (the batch
+    /// is then dropped).
+    pub(crate) fn add_all_in_line(
+        &mut self,
+        res: &mut Session<'_>,
+        copies: &[uapi::neuron_udma_copy],
+        out: &mut Ahead<'_>,
+    ) -> Result<bool> {
+        let (mut rest, mut prev) = (copies, None::<Last>);
+        while !rest.is_empty() {
+            // Copies that each name other buffers than the one before (as `pair_in_line`, whose
+            // look at the copy before is the run's), up to a run or a copy that needs a lookup.
+            let mut lookup = false;
+            let n = out.write_while(rest, |c| {
+                if prev.is_some_and(|p| p.names(c)) {
+                    return Ok(None);
+                }
+                let (len, barrier) = fields(c)?;
+                let Some(sides) = resident_sides(res, c)? else {
+                    lookup = true;
+                    return Ok(None);
+                };
+                prev = Some(sides);
+                Ok(Some(sides.pair(c, len, barrier)))
+            })?;
+            if lookup {
+                return Ok(false);
+            }
+            rest = &rest[n..];
+            if let (Some(last), false) = (prev, rest.is_empty()) {
+                rest = &rest[self.add_run(last, rest, out)?..];
+            }
+        }
+        // Outside the loops of the pairs: every copy took one.
+        for c in copies {
+            self.flags |= c.flags;
+            self.bytes += u64::from(c.size);
+        }
+        Ok(true)
+    }
+
+    /// Validates the copies from the first of `copies` on that name the buffers of `last`, as
+    /// [`Self::pair_in_line`] does each, and writes their pairs ahead into `out` in one loop
+    /// ([`Ahead::write_while`]: nothing in it but the checks and the stores). Returns how many
+    /// it took: up to the first copy that names other buffers.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL`, `ERANGE` as [`Self::pair_in_line`] says, `out`'s.
+    #[inline(always)]
+    fn add_run(
+        &mut self,
+        last: Last,
+        copies: &[uapi::neuron_udma_copy],
+        out: &mut Ahead<'_>,
+    ) -> Result<usize> {
+        out.write_while(copies, |c| {
+            if !last.names(c) {
+                return Ok(None);
+            }
+            let (len, barrier) = fields(c)?;
+            Ok(Some(Copy {
+                src: last.src.at(c.src_offset, c.size)?,
+                dst: last.dst.at(c.dst_offset, c.size)?,
+                len,
+                barrier,
+            }))
+        })
+    }
+
+    /// Validates copy `c` of the open file of the call's session `res` (its buffers found
+    /// through it, host route `route`) and appends its pair to `out`, or with
+    /// `NEURON_UDMA_COPY_SPLIT` one pair per piece of a copy that crosses runs of an imported
+    /// buffer (each with the copy's barrier): [`Self::pair_in_line`], else both buffers looked
+    /// up and checked ([`Self::add_looked_up`]).
     ///
     /// # Errors
     ///
@@ -438,72 +606,59 @@ impl Batch {
     /// outside a buffer), `EPERM` (a destination the engine may not write), `EXDEV` (a copy
     /// that needs several pairs without `NEURON_UDMA_COPY_SPLIT`), `ENODEV`, `ENOMEM`.
     #[inline(always)]
-    fn add(&mut self, res: &mut Session<'_>, route: u64, c: &uapi::neuron_udma_copy) -> Result {
-        use uapi::NEURON_UDMA_COPY_SPLIT as SPLIT;
-        // `NEURON_UDMA_COPY_DST_INT` is reserved since ABI 3 (no interrupt is handled).
-        if c.reserved != 0 || c.flags & !SPLIT != 0 {
-            return Err(EINVAL);
+    fn add(
+        &mut self,
+        res: &mut Session<'_>,
+        route: u64,
+        c: &uapi::neuron_udma_copy,
+        out: &mut Copies,
+    ) -> Result {
+        if let Some(pair) = self.pair_in_line(res, c)? {
+            self.flags |= c.flags;
+            self.bytes += u64::from(c.size);
+            return out.take(pair);
         }
-        // EINVAL for size 0 or above one pair, before any lookup.
+        // Checked by `pair_in_line` already.
         let len = split::copy_len(c.size)?;
         let barrier = Barrier::try_from(c.barrier)?;
-        self.bytes += u64::from(c.size);
+        self.add_looked_up(res, route, c, len, barrier, out)
+    }
+
+    /// Validates copy `c` and returns its pair when that needs no lookup: a copy naming the
+    /// same two handles as the one before, both contiguous, is checked against that copy's
+    /// buffers ([`Last`]), and one naming two buffers resident on the queue against them
+    /// ([`Session::resident`]), in line. Returns `None` for any other copy, having checked only
+    /// its fields (and stamped a side it found resident, as the call would anyway). The copy's
+    /// flags and bytes are the caller's to count.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` (size 0 or above 64 KiB, bad barrier, unknown flags, reserved field set),
+    /// `ERANGE`, `EPERM` as [`Self::add`] says.
+    #[inline(always)]
+    fn pair_in_line(
+        &mut self,
+        res: &mut Session<'_>,
+        c: &uapi::neuron_udma_copy,
+    ) -> Result<Option<Copy>> {
+        let (len, barrier) = fields(c)?;
         if let Some(last) = &self.last {
-            if last.src.handle == c.src_handle && last.dst.handle == c.dst_handle {
+            if last.names(c) {
                 let src = last.src.at(c.src_offset, c.size)?;
                 let dst = last.dst.at(c.dst_offset, c.size)?;
-                self.flags |= c.flags;
-                return self.push(Copy {
+                return Ok(Some(Copy {
                     src,
                     dst,
                     len,
                     barrier,
-                });
+                }));
             }
         }
-        // Two buffers resident on the queue already (in line): the checks of `add_looked_up`,
-        // in its order.
-        if let Some(sp) = res.resident(c.src_handle) {
-            if let Some(dp) = res.resident(c.dst_handle) {
-                let size = u64::from(c.size);
-                crate::buffer::in_range(sp.size, c.src_offset, size)?;
-                crate::buffer::in_range(dp.size, c.dst_offset, size)?;
-                if !dp.writable {
-                    return Err(EPERM);
-                }
-                return self.add_linear(
-                    c,
-                    Side::of(c.src_handle, &sp),
-                    Side::of(c.dst_handle, &dp),
-                    len,
-                    barrier,
-                );
-            }
-        }
-        self.add_looked_up(res, route, c, len, barrier)
-    }
-
-    /// Appends the pair of copy `c` between the contiguous buffers `src` and `dst`, checked:
-    /// one pair, as `UserPairs::new` makes of two linear spans; the next copy between the same
-    /// two is checked against them in line ([`Last`]).
-    #[inline(always)]
-    fn add_linear(
-        &mut self,
-        c: &uapi::neuron_udma_copy,
-        src: Side,
-        dst: Side,
-        len: DescLen,
-        barrier: Barrier,
-    ) -> Result {
-        let pair = Copy {
-            src: src.base + c.src_offset,
-            dst: dst.base + c.dst_offset,
-            len,
-            barrier,
+        let Some(sides) = resident_sides(res, c)? else {
+            return Ok(None);
         };
-        self.last = Some(Last { src, dst });
-        self.flags |= c.flags;
-        self.push(pair)
+        self.last = Some(sides);
+        Ok(Some(sides.pair(c, len, barrier)))
     }
 
     /// [`Self::add`] for a copy that names other buffers than the one before, not both
@@ -516,6 +671,7 @@ impl Batch {
         c: &uapi::neuron_udma_copy,
         len: DescLen,
         barrier: Barrier,
+        out: &mut Copies,
     ) -> Result {
         use uapi::NEURON_UDMA_COPY_SPLIT as SPLIT;
         let size = u64::from(c.size);
@@ -526,8 +682,15 @@ impl Batch {
         self.check_writable(&d)?;
         if let (Found::Resident(sp), Found::Resident(dp)) = (&s, &d) {
             // Two driver-allocated (contiguous) buffers, one not resident before this call.
-            let (src, dst) = (Side::of(c.src_handle, sp), Side::of(c.dst_handle, dp));
-            return self.add_linear(c, src, dst, len, barrier);
+            let last = Last {
+                src: Side::of(c.src_handle, sp),
+                dst: Side::of(c.dst_handle, dp),
+            };
+            // The next copy between the same two is checked against them in line.
+            self.last = Some(last);
+            self.flags |= c.flags;
+            self.bytes += size;
+            return out.take(last.pair(c, len, barrier));
         }
         // A side is an import: its runs are borrowed from references taken apart from the
         // batch's holds, which the pairs are pushed beside. Both are held (or resident): their
@@ -547,7 +710,8 @@ impl Batch {
                 dst: self.side(&d, c.dst_handle, route)?,
             });
             self.flags |= c.flags;
-            return self.push(pair);
+            self.bytes += size;
+            return out.take(pair);
         }
         // ERANGE for a span too short for the copy (the ranges were checked above).
         let n = pairs.count_pairs()?;
@@ -555,9 +719,10 @@ impl Batch {
             return Err(EXDEV);
         }
         self.flags |= c.flags;
+        self.bytes += size;
         self.largest = self.largest.max(n);
         for pair in &mut pairs {
-            self.push(pair?)?;
+            out.take(pair?)?;
         }
         Ok(())
     }

@@ -217,7 +217,12 @@ kernel::impl_has_hr_timer! {
 #[kunit_tests(neuron_udma_live)]
 mod tests {
     use super::*;
-    use crate::{engine::EngineIo, queue::Queue};
+    use crate::{
+        desc::{Desc, Dir},
+        engine::EngineIo,
+        holds::Holds,
+        queue::Queue,
+    };
 
     /// Copies each of [`SIZES`] between two host buffers at odd offsets with `copy(src, dst,
     /// size, n)` (device-fabric addresses, bytes, the size's index) and checks the bytes and
@@ -555,6 +560,88 @@ mod tests {
         q.reset(EIO)?;
         q.memcpy(s, d, 8192, DEFAULT_TIMEOUT)?;
         assert!(copied(dst, 0, 0, 8192, 0x3c));
+        Ok(())
+    }
+
+    #[test]
+    fn pairs_written_ahead_are_the_pushed_pairs_and_nothing_until_published() -> Result {
+        let f = Fixture::new(3, 32, 12 * 256, 0x5e)?;
+        let (q, dst, s, d) = (&f.q, &f.dst, f.s, f.d);
+        // Bring both rings to slot 26 (13 fenced submissions of one pair and its marker), so
+        // that 12 pairs cross the wrap.
+        for k in 0..13 {
+            let seq = q.with(|queue, io| {
+                queue.prepare_one(&Copy {
+                    src: s,
+                    dst: d + 256 * (k % 12),
+                    len: DescLen::new(4)?,
+                    barrier: Barrier::None,
+                })?;
+                queue.fence(io)
+            })?;
+            q.wait_fence(seq, DEFAULT_TIMEOUT)?;
+        }
+        clear(dst);
+        let mut copies = KVec::new();
+        for k in 0..12u64 {
+            let barrier = [Barrier::None, Barrier::Dmb, Barrier::Write][(k % 3) as usize];
+            let c = Copy {
+                src: s + 256 * k,
+                dst: d + 256 * k,
+                len: DescLen::new(256)?,
+                barrier,
+            };
+            copies.push(c, GFP_KERNEL)?;
+        }
+        // More than the free slots: 16 free pairs (the 16-slot reserve kept), one more.
+        let mut more = KVec::new();
+        for _ in 0..17 {
+            more.push(copies[0], GFP_KERNEL)?;
+        }
+        // Under the queue's register access (an RCU read-side section): nothing allocates.
+        let seq = q.with(|queue, io| {
+            queue.retire();
+            let (tx0, rx0) = (*queue.tx_state(), *queue.rx_state());
+            assert_eq!((tx0.next_index(), rx0.next_index()), (26, 26));
+            let first = tx0.ring_id();
+            // Written ahead and dropped: the slots hold the pairs, the queue does not.
+            let mut ahead = queue.ahead();
+            assert_eq!(ahead.write_while(&copies, |c| Ok(Some(*c)))?, 12);
+            assert!((*queue.tx_state(), *queue.rx_state()) == (tx0, rx0));
+            assert_eq!(queue.pending(), (0, 0));
+            let (tx, rx) = (queue.ring(Dir::Tx), queue.ring(Dir::Rx));
+            for (k, c) in (0u32..).zip(copies.iter()) {
+                let slot = (26 + k) % 32;
+                let id = if slot >= 26 { first } else { first.next() };
+                assert!(tx.read(slot)? == Desc::tx(c.len, id, c.barrier, c.src));
+                assert!(rx.read(slot)? == Desc::rx(c.len, id, false, c.dst));
+            }
+            // A pair past the room: ENOSPC, after the pairs before it.
+            let mut ahead = queue.ahead();
+            assert_eq!(ahead.room(), 16);
+            assert_eq!(ahead.write_while(&more, |c| Ok(Some(*c))), Err(ENOSPC));
+            assert!((*queue.tx_state(), *queue.rx_state()) == (tx0, rx0));
+            // Stopped by `pair` after 5: 5 written.
+            let mut ahead = queue.ahead();
+            let mut n = 0;
+            let wrote = ahead.write_while(&copies, |c| {
+                n += 1;
+                Ok((n <= 5).then_some(*c))
+            })?;
+            assert_eq!(wrote, 5);
+            // All 12 again, published: the queue's pairs, the next index past the wrap with the
+            // ring id after it.
+            let mut ahead = queue.ahead();
+            assert_eq!(ahead.write_while(&copies, |c| Ok(Some(*c)))?, 12);
+            let w = ahead.done();
+            queue.publish(w, Holds::default(), || 0)?;
+            assert_eq!(queue.tx_state().next_index(), 6);
+            assert!(queue.rx_state().ring_id() == first.next());
+            assert_eq!(queue.pending(), (12, 12));
+            queue.fence(io)
+        })?;
+        q.wait_fence(seq, DEFAULT_TIMEOUT)?;
+        assert!(copied(dst, 0, 0, 12 * 256, 0x5e));
         Ok(())
     }
 

@@ -19,8 +19,11 @@
 //! carries DMB (see [`MARKER_BARRIER`]), so when word 1 holds the marker, every descriptor before
 //! the pair is done, its data visible, and is acked.
 
+mod ahead;
 mod fences;
 mod obs;
+
+pub(crate) use ahead::{Ahead, Written};
 
 use crate::{
     arch::Arch,
@@ -30,7 +33,6 @@ use crate::{
     devring::{DeviceMemory, DeviceRings, Moves},
     engine::{self, DescCount, EngineIo, QueueIndex},
     holds::Holds,
-    kfac::trace::QueueTrace,
     regs::{M2s, S2m},
     ring::{Ring, RingSize, RingState, RESERVE},
 };
@@ -530,36 +532,20 @@ impl Queue {
     }
 
     /// Writes the pairs `copies` of one submission whose buffers `holds` keeps busy until the
-    /// engine has consumed them (the fence after them retired) or can no longer reach them.
+    /// engine has consumed them (the fence after them retired) or can no longer reach them:
+    /// written ahead, then published ([`Self::publish`]).
     ///
     /// # Errors
     ///
-    /// `ENOSPC` if the rings have no room for all of them (the caller checks
-    /// [`Self::available_pairs`] first), `ENOMEM` if the holds record cannot be stored; nothing
-    /// is written then.
+    /// `ENOSPC` if the rings have no room for all of them, `ENOMEM` if the holds record cannot
+    /// be stored; nothing is written then.
     pub(crate) fn write_submission(&mut self, copies: &[Copy], holds: Holds) -> Result {
-        if (self.available_pairs() as usize) < copies.len() {
-            return Err(ENOSPC);
-        }
-        if !holds.is_empty() {
-            self.holds.reserve(1, GFP_KERNEL_ACCOUNT)?;
-        }
-        for c in copies {
-            self.write_pair(c);
-        }
-        if self.trace().is_some() && QueueTrace::submit_enabled() {
-            let bytes = copies.iter().map(|c| u64::from(c.len.bytes())).sum();
-            // CAST: at most a ring of pairs.
-            self.trace_submit(copies.len() as u32, bytes);
-        }
-        if !holds.is_empty() {
-            // Cannot fail: capacity was reserved.
-            let _ = self.holds.push_within_capacity(Some(SubmissionHolds {
-                end: self.tx_written(),
-                holds,
-            }));
-        }
-        Ok(())
+        let mut ahead = self.ahead();
+        ahead.write_while(copies, |c| Ok(Some(*c)))?;
+        let w = ahead.done();
+        self.publish(w, holds, || {
+            copies.iter().map(|c| u64::from(c.len.bytes())).sum()
+        })
     }
 
     /// Writes the pairs `copies` of one submission ([`Self::write_submission`]) and a fence

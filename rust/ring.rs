@@ -163,6 +163,24 @@ impl RingState {
         slot
     }
 
+    /// Slots from the next one up to the end of the ring memory: how many [`Self::advance`]
+    /// may hand out at once without wrapping (at least 1).
+    #[inline(always)]
+    pub(crate) fn slots_to_wrap(&self) -> u32 {
+        self.size.0 - self.next
+    }
+
+    /// Hands out the `n` slots from the next one on, as `n` [`Self::take`]s would (their ring
+    /// id is [`Self::ring_id`] before): `n` is at most [`Self::slots_to_wrap`], so the index
+    /// wraps to 0 at most at the end.
+    #[inline(always)]
+    pub(crate) fn advance(&mut self, n: u32) {
+        // At most the end of the ring memory: the index wrapped iff it reached it.
+        let end = self.next + n;
+        self.next = self.size.index(end);
+        self.ring_id = self.ring_id.after_slot(end == self.size.0);
+    }
+
     /// Acks `n` completed descriptors, freeing their slots (hardware.rst §4.7, `udma_cdesc_ack`).
     ///
     /// # Errors
@@ -175,6 +193,26 @@ impl RingState {
         // INVARIANT: wrapped to the ring size.
         self.ack = self.size.index(self.ack.wrapping_add(n));
         Ok(())
+    }
+}
+
+/// One descriptor slot of a ring's memory, lent out to be written ([`Ring::slots_ahead`]).
+#[repr(transparent)]
+pub(crate) struct Slot(Desc);
+
+impl Slot {
+    /// Writes `desc` into the slot, whole: two 8-byte volatile stores, as [`Ring::push`] does
+    /// (the engine reads this memory).
+    #[inline(always)]
+    pub(crate) fn set(&mut self, desc: Desc) {
+        let [lo, hi] = desc.halves();
+        let p = core::ptr::from_mut(self).cast::<u64>();
+        // SAFETY: `p` comes from a unique reference to a 16-byte `Desc`, which is 8-byte
+        // aligned (its `u64`): both words lie inside it.
+        unsafe {
+            p.write_volatile(lo);
+            p.add(1).write_volatile(hi);
+        }
     }
 }
 
@@ -256,6 +294,41 @@ impl Ring {
         idx
     }
 
+    /// Hands out the slots written ahead up to `ahead` ([`Self::slots_ahead`]): the next index
+    /// and ring id become `ahead`'s, the acked index stays (what a retire acked since the copy
+    /// was taken stays acked). `ahead` is a copy of this ring's state moved on by at most its
+    /// free slots; a state of another ring size changes nothing.
+    pub(crate) fn publish(&mut self, ahead: &RingState) {
+        if ahead.size == self.state.size {
+            // INVARIANT: the same size.
+            self.state.next = ahead.next;
+            self.state.ring_id = ahead.ring_id;
+        }
+    }
+
+    /// The `n` slots from `ahead`'s next index on (fewer if the ring memory ends before: at most
+    /// [`RingState::slots_to_wrap`]), to write ahead ([`Slot::set`]) without handing them out:
+    /// the ring's own state stays as it is until [`Self::publish`], so slots written ahead and
+    /// never published are as if never written. The slots of the stretch share one ring id
+    /// ([`RingState::ring_id`] of `ahead`). `ahead` is a copy of this ring's state, moved on
+    /// ([`RingState::advance`]) within the free slots of the state it copied (a state of
+    /// another size gives an empty stretch).
+    #[inline(always)]
+    pub(crate) fn slots_ahead(&mut self, ahead: &RingState, n: u32) -> &mut [Slot] {
+        if ahead.size != self.state.size {
+            return &mut [];
+        }
+        // CAST: slot indices and counts are below MAX_DESCS.
+        let (at, n) = (ahead.next as usize, n.min(ahead.slots_to_wrap()) as usize);
+        // SAFETY: `ahead` has this ring's size, so `at + n` is at most the ring size, which is
+        // the length of `mem` (type invariants): the slots lie inside the allocation, which is
+        // initialised (zeroed at allocation) and aligned for `Desc`, which `Slot` wraps
+        // (`repr(transparent)`). The returned borrow of `self` excludes every other access
+        // through the ring. The engine does not write rings (it fetches descriptors), and reads
+        // free slots only after a doorbell, which the caller rings only after publishing them.
+        unsafe { core::slice::from_raw_parts_mut(self.mem.as_mut_ptr().cast::<Slot>().add(at), n) }
+    }
+
     /// The bytes of the `n` slots from index `from` on, without wrapping: what a ring in device
     /// memory is published from (`devring.rs`). Only the CPU writes a ring's memory (the engine
     /// reads it at most), under `&mut self`.
@@ -272,8 +345,9 @@ impl Ring {
         let (at, len) = (from as usize * DESC_SIZE, n as usize * DESC_SIZE);
         // SAFETY: `at..at + len` lies inside the ring's allocation (checked above). The memory is
         // initialised (allocated zeroed) and only written through `&mut self` (`push`,
-        // `overwrite`), which the returned borrow of `self` excludes; the device never writes a
-        // ring (it fetches descriptors, it does not write them back: hardware.rst §4.9).
+        // `slots_ahead`, `overwrite`), which the returned borrow of `self` excludes; the device
+        // never writes a ring (it fetches descriptors, it does not write them back:
+        // hardware.rst §4.9).
         Ok(unsafe { core::slice::from_raw_parts(self.mem.as_ptr().cast::<u8>().add(at), len) })
     }
 
@@ -356,6 +430,29 @@ mod tests {
             let (_, id) = r.take();
             assert_eq!(id.bits().get(), (1 + k / 64) & 3);
             r.ack(1)?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn advance_is_that_many_takes() -> Result {
+        // From every next index of a 32-slot ring (and its ring id after a few passes), every
+        // count up to the end of the ring memory: one advance leaves the state n takes would.
+        for start in 0..(32 * 3 + 5) {
+            let mut base = RingState::new(RingSize::new(32)?);
+            for _ in 0..start {
+                base.take();
+                base.ack(1)?;
+            }
+            assert_eq!(base.slots_to_wrap(), 32 - base.next_index());
+            for n in 0..=base.slots_to_wrap() {
+                let (mut one, mut many) = (base, base);
+                one.advance(n);
+                for _ in 0..n {
+                    many.take();
+                }
+                assert_eq!(one, many);
+            }
         }
         Ok(())
     }

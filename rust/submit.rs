@@ -12,8 +12,9 @@
 //! error or a stall by one rule; what differs between its callers (`MEMCPY` and `MEMSET`, the
 //! scrub on one or several queues, the device-ring fill, the KUnit copies) is data: the
 //! [`Policy`] (signals, timeout, what a timeout does) and a stop check. dmaengine's look (from
-//! the completion engine) writes one submission at a time with [`submit`]; the user
-//! queues' prepare calls with [`prepare`] and [`prepare_fenced`].
+//! the completion engine) writes one submission at a time with [`submit`]; the user queues'
+//! prepare calls with [`prepare`] and [`prepare_fenced`], or, checked in one pass with their
+//! pairs written ahead, with [`publish`] and [`publish_fenced`].
 //!
 //! The engine is below the door: it works on the [`Queue`] a [`Door`] (the channel) lends it
 //! under the queue lock, with the policy it is handed, and never names its caller.
@@ -25,7 +26,7 @@ use crate::{
     fence,
     holds::Holds,
     kfac::sched::{cpu_wanted, fatal_signal_pending},
-    queue::{Copy, Doorbell, FenceState, Queue},
+    queue::{Copy, Doorbell, FenceState, Queue, Written},
     split::{self, Cut, Job, Move},
 };
 use core::fmt;
@@ -225,6 +226,43 @@ pub(crate) fn prepare_fenced(
         return Err(EBUSY);
     }
     q.write_fenced(copies, holds, bell)
+}
+
+/// Publishes the pairs one prepare call checked and wrote ahead in one pass (`w`, of `bytes`
+/// bytes: `Channel::prepare_in_line`) as [`prepare`] writes its pairs, after retiring what
+/// completed (a retire only acks: the pairs written ahead stay in their slots). The copies took
+/// a pair each, within the room the rings had before the retire: no `E2BIG`, no `ENOSPC`.
+///
+/// # Errors
+///
+/// `ENOMEM`; nothing is published then.
+pub(crate) fn publish(q: &mut Queue, w: Written, holds: Holds, bytes: u64) -> Result {
+    q.retire();
+    q.publish(w, holds, || bytes)
+}
+
+/// [`publish`], then a fence after everything prepared, rung through `bell`, as one step (as
+/// [`prepare_fenced`]). Returns the fence.
+///
+/// # Errors
+///
+/// `EBUSY` (every completion slot in flight), `ENOMEM`, those of the doorbell; nothing is
+/// published then.
+pub(crate) fn publish_fenced(
+    q: &mut Queue,
+    bell: impl Doorbell,
+    w: Written,
+    holds: Holds,
+    bytes: u64,
+) -> Result<u64> {
+    q.retire();
+    if q.fences_full() {
+        return Err(EBUSY);
+    }
+    q.all_or_nothing(|q| {
+        q.publish(w, holds, || bytes)?;
+        q.fence(bell)
+    })
 }
 
 /// Writes as many pairs of `cut` as one fenced submission may take now (the generation's final

@@ -9,7 +9,7 @@
 
 use super::{reserved_zero, timeout, OpenFile, MAX_BATCH};
 use crate::{
-    batch::Batch,
+    batch::{Batch, Copies},
     buffer::Buffer,
     channel::{Channel, Owner, QueueId, Wait, NONBLOCK_SPIN},
     completion::Completer,
@@ -116,6 +116,10 @@ impl OpenFile {
     /// ([`Channel::prepare_fenced`]), returned second (0 without). `fixed` is the buffer the
     /// copies may name as `NEURON_UDMA_FIXED_BUFFER` (an io_uring command's registered buffer
     /// range), held with the copies' other buffers.
+    ///
+    /// In one pass when it can ([`Channel::prepare_in_line`]: every copy names buffers
+    /// resident on the queue, and no registered range), else in two (the copies translated
+    /// into an array of pairs, then written): the same answer either way.
     pub(super) fn prepare_on(
         &self,
         chan: &Channel,
@@ -123,7 +127,7 @@ impl OpenFile {
         fenced: Option<Wait>,
         fixed: Option<Arc<Buffer>>,
     ) -> Result<(isize, u64)> {
-        let mut batch = Batch::new(copies.len())?;
+        let mut batch = Batch::new();
         if let Some(buf) = fixed {
             batch.hold_fixed(buf)?;
         }
@@ -135,13 +139,40 @@ impl OpenFile {
         let mut res = chan
             .resident()?
             .begin(&self.dev.pool, self.id, route, spin)?;
-        batch.add_all(&mut res, route, copies)?;
-        let holds = batch.take_holds(&mut res)?;
-        let seq = if let Some(wait) = fenced {
-            chan.prepare_fenced(batch.copies(), batch.largest, holds, wait)?
+        let in_line = if batch.has_fixed() {
+            None
         } else {
-            chan.prepare(batch.copies(), batch.largest, holds)?;
-            0
+            let r = chan.prepare_in_line(fenced, |ahead| {
+                // A pair per copy: more copies than free pairs go the two-pass way, which
+                // retires first.
+                if copies.len() > ahead.room() as usize
+                    || !batch.add_all_in_line(&mut res, copies, ahead)?
+                {
+                    return Ok(None);
+                }
+                Ok(Some((batch.take_holds(&mut res)?, batch.bytes)))
+            })?;
+            if r.is_none() {
+                // From the start, with the same session: its stamps are the call's already.
+                batch = Batch::new();
+            }
+            r
+        };
+        let (seq, pairs) = match in_line {
+            // CAST: at most MAX_BATCH copies, a pair each.
+            Some(seq) => (seq, copies.len() as u32),
+            None => {
+                let mut out = Copies::new(copies.len())?;
+                batch.add_all(&mut res, route, copies, &mut out)?;
+                let holds = batch.take_holds(&mut res)?;
+                let seq = if let Some(wait) = fenced {
+                    chan.prepare_fenced(out.as_slice(), batch.largest, holds, wait)?
+                } else {
+                    chan.prepare(out.as_slice(), batch.largest, holds)?;
+                    0
+                };
+                (seq, out.pairs())
+            }
         };
         // Written: the buffers stay stamped as used until the submission is done (an early
         // return above drops the session unwritten, which puts the stamps back).
@@ -150,8 +181,7 @@ impl OpenFile {
         self.dev
             .counters
             .add_copies(copies.len() as u64, batch.bytes);
-        let (flags, pairs) = (batch.flags, batch.pairs());
-        Ok((split_result(flags, pairs), seq))
+        Ok((split_result(batch.flags, pairs), seq))
     }
 
     /// `COPY_PREPARE`: [`Self::prepare`] of the `count` copies at user address `copies`.
