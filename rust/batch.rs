@@ -531,30 +531,41 @@ impl Batch {
         copies: &[uapi::neuron_udma_copy],
         out: &mut Ahead<'_>,
     ) -> Result<bool> {
-        let (mut rest, mut prev) = (copies, None::<Last>);
+        let mut rest = copies;
+        // The handles of the copy before (0: none; handles are never 0).
+        let mut prev = (0, 0);
         while !rest.is_empty() {
             // Copies that each name other buffers than the one before (as `pair_in_line`, whose
             // look at the copy before is the run's), up to a run or a copy that needs a lookup.
-            let mut lookup = false;
             let n = out.write_while(rest, |c| {
-                if prev.is_some_and(|p| p.names(c)) {
+                if (c.src_handle, c.dst_handle) == prev {
                     return Ok(None);
                 }
                 let (len, barrier) = fields(c)?;
                 let Some(sides) = resident_sides(res, c)? else {
-                    lookup = true;
                     return Ok(None);
                 };
-                prev = Some(sides);
+                prev = (c.src_handle, c.dst_handle);
                 Ok(Some(sides.pair(c, len, barrier)))
             })?;
-            if lookup {
+            // A run from `rest[n]` on: the copy before it (which passed) names its buffers.
+            if n == rest.len() {
+                break;
+            }
+            let (Some(before), Some(next)) = (n.checked_sub(1).map(|i| &rest[i]), rest.get(n))
+            else {
+                // A lookup at the first.
+                return Ok(false);
+            };
+            if (next.src_handle, next.dst_handle) != prev {
+                // A copy that needs a lookup.
                 return Ok(false);
             }
+            let Some(last) = resident_sides(res, before)? else {
+                return Ok(false);
+            };
             rest = &rest[n..];
-            if let (Some(last), false) = (prev, rest.is_empty()) {
-                rest = &rest[self.add_run(last, rest, out)?..];
-            }
+            rest = &rest[self.add_run(last, rest, out)?..];
         }
         // Outside the loops of the pairs: every copy took one.
         for c in copies {

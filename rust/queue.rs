@@ -540,6 +540,9 @@ impl Queue {
     /// `ENOSPC` if the rings have no room for all of them, `ENOMEM` if the holds record cannot
     /// be stored; nothing is written then.
     pub(crate) fn write_submission(&mut self, copies: &[Copy], holds: Holds) -> Result {
+        if (self.available_pairs() as usize) < copies.len() {
+            return Err(ENOSPC);
+        }
         let mut ahead = self.ahead();
         ahead.write_while(copies, |c| Ok(Some(*c)))?;
         let w = ahead.done();

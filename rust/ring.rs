@@ -294,38 +294,58 @@ impl Ring {
         idx
     }
 
-    /// Hands out the slots written ahead up to `ahead` ([`Self::slots_ahead`]): the next index
-    /// and ring id become `ahead`'s, the acked index stays (what a retire acked since the copy
-    /// was taken stays acked). `ahead` is a copy of this ring's state moved on by at most its
-    /// free slots; a state of another ring size changes nothing.
-    pub(crate) fn publish(&mut self, ahead: &RingState) {
-        if ahead.size == self.state.size {
-            // INVARIANT: the same size.
-            self.state.next = ahead.next;
-            self.state.ring_id = ahead.ring_id;
-        }
+    /// Whether `ahead` lies within the free slots of this ring from its next index on (the
+    /// 16-slot reserve kept): a copy of its state moved on by at most [`RingState::available`]
+    /// slots, as [`Self::slots_ahead`] hands them out. Anything else (a state of another ring
+    /// or size, or one this ring has moved past since) is not.
+    pub(crate) fn is_ahead(&self, ahead: &RingState) -> bool {
+        ahead.size == self.state.size
+            && self.state.size.distance(self.state.next, ahead.next) <= self.state.available()
     }
 
-    /// The `n` slots from `ahead`'s next index on (fewer if the ring memory ends before: at most
-    /// [`RingState::slots_to_wrap`]), to write ahead ([`Slot::set`]) without handing them out:
+    /// Hands out the slots written ahead up to `ahead` ([`Self::slots_ahead`]): the next index
+    /// and ring id become `ahead`'s, the acked index stays (what a retire acked since the copy
+    /// was taken stays acked).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` unless [`Self::is_ahead`]; nothing changes then.
+    pub(crate) fn publish(&mut self, ahead: &RingState) -> Result {
+        if !self.is_ahead(ahead) {
+            return Err(EINVAL);
+        }
+        // INVARIANT: the same size.
+        self.state.next = ahead.next;
+        self.state.ring_id = ahead.ring_id;
+        Ok(())
+    }
+
+    /// The `n` slots from `ahead`'s next index on (fewer if the ring memory or its free slots end
+    /// before: at most [`RingState::slots_to_wrap`]), to write ahead ([`Slot::set`]) without handing them out:
     /// the ring's own state stays as it is until [`Self::publish`], so slots written ahead and
     /// never published are as if never written. The slots of the stretch share one ring id
     /// ([`RingState::ring_id`] of `ahead`). `ahead` is a copy of this ring's state, moved on
-    /// ([`RingState::advance`]) within the free slots of the state it copied (a state of
-    /// another size gives an empty stretch).
+    /// ([`RingState::advance`]) within its free slots (anything else, [`Self::is_ahead`], gives
+    /// an empty stretch).
     #[inline(always)]
     pub(crate) fn slots_ahead(&mut self, ahead: &RingState, n: u32) -> &mut [Slot] {
-        if ahead.size != self.state.size {
+        if !self.is_ahead(ahead) {
             return &mut [];
         }
+        // Within the free slots left after those written ahead already, and the ring memory.
+        let free = self.state.available() - self.state.size.distance(self.state.next, ahead.next);
         // CAST: slot indices and counts are below MAX_DESCS.
-        let (at, n) = (ahead.next as usize, n.min(ahead.slots_to_wrap()) as usize);
+        let (at, n) = (
+            ahead.next as usize,
+            n.min(free).min(ahead.slots_to_wrap()) as usize,
+        );
         // SAFETY: `ahead` has this ring's size, so `at + n` is at most the ring size, which is
         // the length of `mem` (type invariants): the slots lie inside the allocation, which is
         // initialised (zeroed at allocation) and aligned for `Desc`, which `Slot` wraps
         // (`repr(transparent)`). The returned borrow of `self` excludes every other access
-        // through the ring. The engine does not write rings (it fetches descriptors), and reads
-        // free slots only after a doorbell, which the caller rings only after publishing them.
+        // through the ring. The engine does not write rings (it fetches descriptors), and the
+        // slots are free (checked above): it reads them only after a doorbell, which the caller
+        // rings only after publishing them.
         unsafe { core::slice::from_raw_parts_mut(self.mem.as_mut_ptr().cast::<Slot>().add(at), n) }
     }
 

@@ -144,7 +144,7 @@ impl OpenFile {
         } else {
             let r = chan.prepare_in_line(fenced, |ahead| {
                 // A pair per copy: more copies than free pairs go the two-pass way, which
-                // retires first.
+                // answers ENOSPC after the checks of every copy.
                 if copies.len() > ahead.room() as usize
                     || !batch.add_all_in_line(&mut res, copies, ahead)?
                 {
@@ -159,8 +159,7 @@ impl OpenFile {
             r
         };
         let (seq, pairs) = match in_line {
-            // CAST: at most MAX_BATCH copies, a pair each.
-            Some(seq) => (seq, copies.len() as u32),
+            Some(done) => done,
             None => {
                 let mut out = Copies::new(copies.len())?;
                 batch.add_all(&mut res, route, copies, &mut out)?;

@@ -122,18 +122,26 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// `ENOMEM` if the holds record cannot be stored; nothing is published then.
+    /// `ENOMEM` if the holds record cannot be stored; `EINVAL` (and a warning) for a `w` not
+    /// written ahead of this queue's rings as they stand ([`crate::ring::Ring::is_ahead`]); nothing is
+    /// published then.
     pub(crate) fn publish(
         &mut self,
         w: Written,
         holds: Holds,
         bytes: impl FnOnce() -> u64,
     ) -> Result {
+        // Nothing between `ahead` and here moved the rings on (only a retire may run, which
+        // acks): a `Written` of anything else would publish slots nobody wrote.
+        if kernel::warn_on!(!(self.tx.is_ahead(&w.tx) && self.rx.is_ahead(&w.rx))) {
+            return Err(EINVAL);
+        }
         if !holds.is_empty() {
             self.holds.reserve(1, GFP_KERNEL_ACCOUNT)?;
         }
-        self.tx.publish(&w.tx);
-        self.rx.publish(&w.rx);
+        // Cannot fail: checked above.
+        let _ = self.tx.publish(&w.tx);
+        let _ = self.rx.publish(&w.rx);
         if self.trace().is_some() && QueueTrace::submit_enabled() {
             self.trace_submit(w.pairs, bytes());
         }

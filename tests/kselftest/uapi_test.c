@@ -620,6 +620,31 @@ TEST_F(q, prepare_batch_errors)
 		ASSERT_UNCHANGED(self->fd, ENG, QID, &before);
 		batch[32] = good;
 	}
+	/*
+	 * The bad copy first and last, in a run of copies between the same two buffers and amid
+	 * copies that alternate between two pairs of buffers. A call whose buffers are all
+	 * resident on the queue is checked in one pass, its pairs written ahead; one that names a
+	 * buffer for the first time (D, in the first alternating call) in two: the same answer,
+	 * and nothing changed either way.
+	 */
+	for (k = 0; k < n; k++) {
+		static const int at[] = { 0, 63 };
+		struct neuron_udma_copy mixed[64];
+		int j, alt;
+
+		for (j = 0; j < 2; j++)
+			for (alt = 0; alt < 2; alt++) {
+				for (i = 0; i < 64; i++)
+					mixed[i] = ucopy(alt && i % 2 ? &self->d : &self->a, i * 1024,
+							 &self->b, i * 1024 + 1, 1000);
+				mixed[at[j]] = bad[k].c;
+				EXPECT_EQ(-bad[k].err, prep(self->fd, ENG, QID, mixed, 64)) {
+					TH_LOG("batch with %s at %d%s", bad[k].what, at[j],
+					       alt ? ", alternating" : "");
+				}
+				ASSERT_UNCHANGED(self->fd, ENG, QID, &before);
+			}
+	}
 	EXPECT_EQ(-EINVAL, prep(self->fd, ENG, QID, batch, 0));
 	ASSERT_UNCHANGED(self->fd, ENG, QID, &before);
 	if (self->info.max_batch < ~0U) {
