@@ -621,7 +621,23 @@ mod tests {
             assert_eq!(ahead.room(), 16);
             assert_eq!(ahead.write_while(&more, |c| Ok(Some(*c))), Err(ENOSPC));
             assert!((*queue.tx_state(), *queue.rx_state()) == (tx0, rx0));
-            // Stopped by `pair` after 5: 5 written.
+            // What the rings take: their free slots from the next index on, no state of a
+            // slot behind it or past them (the ring moved on since, or another ring's).
+            let tx = queue.ring(Dir::Tx);
+            let (mut far, mut behind) = (tx0, tx0);
+            for _ in 0..16 {
+                far.take();
+            }
+            assert!(tx.is_ahead(&far));
+            far.take();
+            assert!(!tx.is_ahead(&far));
+            for _ in 0..31 {
+                behind.take();
+            }
+            assert!(!tx.is_ahead(&behind));
+            // Stopped by `pair` after 5, then on from the 6th: 12 written, one pair per copy,
+            // published: the queue's pairs, the next index past the wrap with the ring id
+            // after it.
             let mut ahead = queue.ahead();
             let mut n = 0;
             let wrote = ahead.write_while(&copies, |c| {
@@ -629,14 +645,19 @@ mod tests {
                 Ok((n <= 5).then_some(*c))
             })?;
             assert_eq!(wrote, 5);
-            // All 12 again, published: the queue's pairs, the next index past the wrap with the
-            // ring id after it.
-            let mut ahead = queue.ahead();
-            assert_eq!(ahead.write_while(&copies, |c| Ok(Some(*c)))?, 12);
+            assert_eq!(ahead.write_while(&copies[5..], |c| Ok(Some(*c)))?, 7);
             let w = ahead.done();
             queue.publish(w, Holds::default(), || 0)?;
             assert_eq!(queue.tx_state().next_index(), 6);
+            assert!(queue.tx_state().ring_id() == first.next());
             assert!(queue.rx_state().ring_id() == first.next());
+            let (tx, rx) = (queue.ring(Dir::Tx), queue.ring(Dir::Rx));
+            for (k, c) in (0u32..).zip(copies.iter()) {
+                let slot = (26 + k) % 32;
+                let id = if slot >= 26 { first } else { first.next() };
+                assert!(tx.read(slot)? == Desc::tx(c.len, id, c.barrier, c.src));
+                assert!(rx.read(slot)? == Desc::rx(c.len, id, false, c.dst));
+            }
             assert_eq!(queue.pending(), (12, 12));
             queue.fence(io)
         })?;

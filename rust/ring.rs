@@ -294,10 +294,12 @@ impl Ring {
         idx
     }
 
-    /// Whether `ahead` lies within the free slots of this ring from its next index on (the
-    /// 16-slot reserve kept): a copy of its state moved on by at most [`RingState::available`]
-    /// slots, as [`Self::slots_ahead`] hands them out. Anything else (a state of another ring
-    /// or size, or one this ring has moved past since) is not.
+    /// Whether `ahead`'s next index lies within the free slots of this ring from its next index
+    /// on (the 16-slot reserve kept), as a copy of its state moved on by at most
+    /// [`RingState::available`] slots does ([`Self::slots_ahead`] hands out no more). A state
+    /// of another size is not; nor, as far as the index tells, one this ring has moved past
+    /// since (one it moved past by more than its free slots, or a ring id, is not told apart:
+    /// a safety net under the queue lock, not a proof of origin).
     pub(crate) fn is_ahead(&self, ahead: &RingState) -> bool {
         ahead.size == self.state.size
             && self.state.size.distance(self.state.next, ahead.next) <= self.state.available()
@@ -320,13 +322,13 @@ impl Ring {
         Ok(())
     }
 
-    /// The `n` slots from `ahead`'s next index on (fewer if the ring memory or its free slots end
-    /// before: at most [`RingState::slots_to_wrap`]), to write ahead ([`Slot::set`]) without handing them out:
-    /// the ring's own state stays as it is until [`Self::publish`], so slots written ahead and
-    /// never published are as if never written. The slots of the stretch share one ring id
-    /// ([`RingState::ring_id`] of `ahead`). `ahead` is a copy of this ring's state, moved on
-    /// ([`RingState::advance`]) within its free slots (anything else, [`Self::is_ahead`], gives
-    /// an empty stretch).
+    /// The `n` slots from `ahead`'s next index on (fewer if the ring memory or its free slots
+    /// end before: at most [`RingState::slots_to_wrap`]), to write ahead ([`Slot::set`])
+    /// without handing them out: the ring's own state stays as it is until [`Self::publish`],
+    /// so slots written ahead and never published are as if never written. The slots of the
+    /// stretch share one ring id ([`RingState::ring_id`] of `ahead`). `ahead` is a copy of this
+    /// ring's state, moved on ([`RingState::advance`]) within its free slots (anything else,
+    /// [`Self::is_ahead`], gives an empty stretch).
     #[inline(always)]
     pub(crate) fn slots_ahead(&mut self, ahead: &RingState, n: u32) -> &mut [Slot] {
         if !self.is_ahead(ahead) {

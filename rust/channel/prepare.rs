@@ -78,19 +78,19 @@ impl Channel {
         }
     }
 
-    /// A prepare call in one pass, under one hold of the queue lock: `fill` checks each copy
-    /// and writes its pair ahead into the rings' free slots ([`Ahead`]), then returns the
-    /// call's holds and bytes; the pairs are published only after the checks that
+    /// A prepare call of `pairs` pairs in one pass, under one hold of the queue lock: `fill`
+    /// checks each copy and writes its pair ahead into the rings' free slots ([`Ahead`]), then
+    /// returns the call's holds and bytes; the pairs are published only after the checks that
     /// [`Self::prepare`] (`fenced` `None`) or [`Self::prepare_fenced`] make once their copies
     /// are translated, in their order, and [`submit::publish`] or [`submit::publish_fenced`].
     /// So the call answers as the two-pass way would, without an array of its pairs.
     ///
     /// `fill` returns `None` when a copy needs what it cannot do under this lock (a lookup of a
     /// buffer not resident on the queue, an import) or there are more copies than free pairs
-    /// (the two-pass way answers `ENOSPC` after its checks); `None` is returned too when the queue is gone or the device is being reset (the two-pass
-    /// way answers those after its checks of the copies). Nothing is published then, and the
-    /// caller goes the two-pass way. Else the fence (with `fenced`, else 0) and the pairs
-    /// published.
+    /// (the two-pass way answers `ENOSPC` after its checks); `None` is returned too when the
+    /// queue is gone or the device is being reset (the two-pass way answers those after its
+    /// checks of the copies). Nothing is published then, and the caller goes the two-pass way.
+    /// Else the fence (with `fenced`, else 0) and the pairs published.
     ///
     /// # Errors
     ///
@@ -100,6 +100,7 @@ impl Channel {
     pub(crate) fn prepare_in_line(
         &self,
         fenced: Option<Wait>,
+        pairs: usize,
         fill: impl FnOnce(&mut Ahead<'_>) -> Result<Option<(Holds, u64)>>,
     ) -> Result<Option<(u64, u32)>> {
         let mut inner = self.lock_for(fenced.unwrap_or(Wait::Block))?;
@@ -109,21 +110,24 @@ impl Channel {
         if self.bar.check().is_err() {
             return Ok(None);
         }
-        // The room after what completed (a retire only acks: it changes no answer the checks
-        // below give), so that a full-looking ring does not send the call the two-pass way.
-        q.retire();
+        // Too little room for `pairs`: what completed is retired first (it only acks, and
+        // changes no answer the checks below give), so that a full-looking ring does not send
+        // the call the two-pass way. Not otherwise: a call that fails changes nothing.
+        if (q.available_pairs() as usize) < pairs {
+            q.retire();
+        }
         let mut ahead = q.ahead();
         let Some((holds, bytes)) = fill(&mut ahead)? else {
             return Ok(None);
         };
         let written = ahead.done();
-        let pairs = written.pairs;
+        let n = written.pairs;
         self.usable(q)?;
         let seq = match fenced {
             None => submit::publish(q, written, holds, bytes).map(|()| 0),
             Some(_) => submit::publish_fenced(q, Ringer(self), written, holds, bytes),
         }?;
-        Ok(Some((seq, pairs)))
+        Ok(Some((seq, n)))
     }
 
     /// Whether the user's submission calls may go on: `EIO` while the device is reset, and

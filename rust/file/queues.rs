@@ -142,7 +142,7 @@ impl OpenFile {
         let in_line = if batch.has_fixed() {
             None
         } else {
-            let r = chan.prepare_in_line(fenced, |ahead| {
+            let r = chan.prepare_in_line(fenced, copies.len(), |ahead| {
                 // A pair per copy: more copies than free pairs go the two-pass way, which
                 // answers ENOSPC after the checks of every copy.
                 if copies.len() > ahead.room() as usize

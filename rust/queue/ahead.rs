@@ -123,8 +123,8 @@ impl Queue {
     /// # Errors
     ///
     /// `ENOMEM` if the holds record cannot be stored; `EINVAL` (and a warning) for a `w` not
-    /// written ahead of this queue's rings as they stand ([`crate::ring::Ring::is_ahead`]); nothing is
-    /// published then.
+    /// written ahead of this queue's rings as they stand ([`crate::ring::Ring::is_ahead`]);
+    /// nothing is published then.
     pub(crate) fn publish(
         &mut self,
         w: Written,

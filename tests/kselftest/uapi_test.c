@@ -621,29 +621,37 @@ TEST_F(q, prepare_batch_errors)
 		batch[32] = good;
 	}
 	/*
-	 * The bad copy first and last, in a run of copies between the same two buffers and amid
-	 * copies that alternate between two pairs of buffers. A call whose buffers are all
-	 * resident on the queue is checked in one pass, its pairs written ahead; one that names a
-	 * buffer for the first time (D, in the first alternating call) in two: the same answer,
-	 * and nothing changed either way.
+	 * The bad copy second and last, in a run of copies between the same two buffers and amid
+	 * copies that alternate between two pairs of buffers; the first copy from a buffer just
+	 * allocated (F: the call translates its copies first, then writes them, "two passes") or
+	 * from A (every buffer resident on the queue: each copy checked and its pair written in one
+	 * pass). The same answer either way, and nothing changed.
 	 */
 	for (k = 0; k < n; k++) {
-		static const int at[] = { 0, 63 };
+		static const int at[] = { 1, 63 };
 		struct neuron_udma_copy mixed[64];
-		int j, alt;
+		int j, alt, fresh;
+		struct ubuf f;
 
 		for (j = 0; j < 2; j++)
-			for (alt = 0; alt < 2; alt++) {
-				for (i = 0; i < 64; i++)
-					mixed[i] = ucopy(alt && i % 2 ? &self->d : &self->a, i * 1024,
-							 &self->b, i * 1024 + 1, 1000);
-				mixed[at[j]] = bad[k].c;
-				EXPECT_EQ(-bad[k].err, prep(self->fd, ENG, QID, mixed, 64)) {
-					TH_LOG("batch with %s at %d%s", bad[k].what, at[j],
-					       alt ? ", alternating" : "");
+			for (alt = 0; alt < 2; alt++)
+				for (fresh = 1; fresh >= 0; fresh--) {
+					ASSERT_EQ(0, ubuf_dev(self->fd, BUF, &f));
+					for (i = 0; i < 64; i++)
+						mixed[i] = ucopy(alt && i % 2 ? &self->d : &self->a,
+								 i * 1024, &self->b, i * 1024 + 1, 1000);
+					if (fresh)
+						mixed[0] = ucopy(&f, 0, &self->b, 1, 1000);
+					mixed[at[j]] = bad[k].c;
+					EXPECT_EQ(-bad[k].err, prep(self->fd, ENG, QID, mixed, 64)) {
+						TH_LOG("batch with %s at %d%s, %s", bad[k].what, at[j],
+						       alt ? ", alternating" : "",
+						       fresh ? "two passes" : "one pass");
+					}
+					ASSERT_UNCHANGED(self->fd, ENG, QID, &before);
+					/* Not kept busy by the failed call. */
+					ASSERT_EQ(0, ubuf_free(self->fd, &f));
 				}
-				ASSERT_UNCHANGED(self->fd, ENG, QID, &before);
-			}
 	}
 	EXPECT_EQ(-EINVAL, prep(self->fd, ENG, QID, batch, 0));
 	ASSERT_UNCHANGED(self->fd, ENG, QID, &before);
