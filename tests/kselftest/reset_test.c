@@ -311,6 +311,17 @@ static int load_worker(struct worker *w, int ready_fd, int go_fd)
 				     (unsigned long long)last_failed);
 	}
 
+	/*
+	 * Pairs a refused COPY_SUBMIT left prepared were failed by the reset: the first submission
+	 * call after it says so, once, with EIO, and changes nothing (userspace-api.rst, device
+	 * reset).
+	 */
+	if (lost) {
+		ret = submit_copies(w->fd, w->eng, LOAD_Q, &w->src, w->dst[0], FENCE_BUFS, &f);
+		if (ret != -EIO)
+			return wfail(r, "the first submission after a reset that failed unfenced pairs: %s, not EIO",
+				     err_name(ret));
+	}
 	for (k = 0; k < 3; k++) {
 		fill_pattern(w->src.map, BUF, w->seed + 1 + k);
 		for (b = 0; b < FENCE_BUFS; b++)
