@@ -181,21 +181,6 @@ impl Copies {
         self.as_slice().len() as u32
     }
 
-    /// [`Self::take`] when the array in use is full: the inline pairs move to the heap first.
-    #[inline(never)]
-    fn push_grow(&mut self, c: Copy) -> Result {
-        if self.heap.capacity() == 0 {
-            self.heap.reserve(INLINE_PAIRS * 2, GFP_KERNEL_ACCOUNT)?;
-            for x in &self.inline[..self.n_inline] {
-                self.heap.push(*x, GFP_KERNEL_ACCOUNT)?;
-            }
-        }
-        self.heap.push(c, GFP_KERNEL_ACCOUNT)?;
-        Ok(())
-    }
-}
-
-impl Copies {
     /// Appends `c`: into the inline array while the batch is small, else into the heap array
     /// (reserved for a pair per entry by [`Copies::new`], so it grows only for split copies).
     ///
@@ -216,6 +201,19 @@ impl Copies {
             return Ok(());
         }
         self.push_grow(c)
+    }
+
+    /// [`Self::take`] when the array in use is full: the inline pairs move to the heap first.
+    #[inline(never)]
+    fn push_grow(&mut self, c: Copy) -> Result {
+        if self.heap.capacity() == 0 {
+            self.heap.reserve(INLINE_PAIRS * 2, GFP_KERNEL_ACCOUNT)?;
+            for x in &self.inline[..self.n_inline] {
+                self.heap.push(*x, GFP_KERNEL_ACCOUNT)?;
+            }
+        }
+        self.heap.push(c, GFP_KERNEL_ACCOUNT)?;
+        Ok(())
     }
 }
 
