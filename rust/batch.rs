@@ -318,6 +318,26 @@ impl Last {
         }
     }
 
+    /// The pair of copy `c` between these two buffers, its ranges checked ([`Side::at`]).
+    ///
+    /// # Errors
+    ///
+    /// `ERANGE` if either range does not lie inside its buffer (the source's checked first).
+    #[inline(always)]
+    fn checked_pair(
+        &self,
+        c: &uapi::neuron_udma_copy,
+        len: DescLen,
+        barrier: Barrier,
+    ) -> Result<Copy> {
+        Ok(Copy {
+            src: self.src.at(c.src_offset, c.size)?,
+            dst: self.dst.at(c.dst_offset, c.size)?,
+            len,
+            barrier,
+        })
+    }
+
     /// Whether copy `c` names these two buffers.
     #[inline(always)]
     fn names(&self, c: &uapi::neuron_udma_copy) -> bool {
@@ -593,12 +613,7 @@ impl Batch {
                 return Ok(None);
             }
             let (len, barrier) = fields(c)?;
-            Ok(Some(Copy {
-                src: last.src.at(c.src_offset, c.size)?,
-                dst: last.dst.at(c.dst_offset, c.size)?,
-                len,
-                barrier,
-            }))
+            last.checked_pair(c, len, barrier).map(Some)
         })
     }
 
@@ -628,8 +643,7 @@ impl Batch {
             return out.take(pair);
         }
         // Checked by `pair_in_line` already.
-        let len = split::copy_len(c.size)?;
-        let barrier = Barrier::try_from(c.barrier)?;
+        let (len, barrier) = fields(c)?;
         self.add_looked_up(res, route, c, len, barrier, out)
     }
 
@@ -653,14 +667,7 @@ impl Batch {
         let (len, barrier) = fields(c)?;
         if let Some(last) = &self.last {
             if last.names(c) {
-                let src = last.src.at(c.src_offset, c.size)?;
-                let dst = last.dst.at(c.dst_offset, c.size)?;
-                return Ok(Some(Copy {
-                    src,
-                    dst,
-                    len,
-                    barrier,
-                }));
+                return last.checked_pair(c, len, barrier).map(Some);
             }
         }
         let Some(sides) = resident_sides(res, c)? else {

@@ -604,18 +604,23 @@ mod tests {
             let (tx0, rx0) = (*queue.tx_state(), *queue.rx_state());
             assert_eq!((tx0.next_index(), rx0.next_index()), (26, 26));
             let first = tx0.ring_id();
+            // Slots 26.. hold the copies' pairs, with the ring id of their pass.
+            let slots_hold_the_copies = |queue: &Queue| -> Result {
+                let (tx, rx) = (queue.ring(Dir::Tx), queue.ring(Dir::Rx));
+                for (k, c) in (0u32..).zip(copies.iter()) {
+                    let slot = (26 + k) % 32;
+                    let id = if slot >= 26 { first } else { first.next() };
+                    assert!(tx.read(slot)? == Desc::tx(c.len, id, c.barrier, c.src));
+                    assert!(rx.read(slot)? == Desc::rx(c.len, id, false, c.dst));
+                }
+                Ok(())
+            };
             // Written ahead and dropped: the slots hold the pairs, the queue does not.
             let mut ahead = queue.ahead();
             assert_eq!(ahead.write_while(&copies, |c| Ok(Some(*c)))?, 12);
             assert!((*queue.tx_state(), *queue.rx_state()) == (tx0, rx0));
             assert_eq!(queue.pending(), (0, 0));
-            let (tx, rx) = (queue.ring(Dir::Tx), queue.ring(Dir::Rx));
-            for (k, c) in (0u32..).zip(copies.iter()) {
-                let slot = (26 + k) % 32;
-                let id = if slot >= 26 { first } else { first.next() };
-                assert!(tx.read(slot)? == Desc::tx(c.len, id, c.barrier, c.src));
-                assert!(rx.read(slot)? == Desc::rx(c.len, id, false, c.dst));
-            }
+            slots_hold_the_copies(queue)?;
             // A pair past the room: ENOSPC, after the pairs before it.
             let mut ahead = queue.ahead();
             assert_eq!(ahead.room(), 16);
@@ -651,13 +656,7 @@ mod tests {
             assert_eq!(queue.tx_state().next_index(), 6);
             assert!(queue.tx_state().ring_id() == first.next());
             assert!(queue.rx_state().ring_id() == first.next());
-            let (tx, rx) = (queue.ring(Dir::Tx), queue.ring(Dir::Rx));
-            for (k, c) in (0u32..).zip(copies.iter()) {
-                let slot = (26 + k) % 32;
-                let id = if slot >= 26 { first } else { first.next() };
-                assert!(tx.read(slot)? == Desc::tx(c.len, id, c.barrier, c.src));
-                assert!(rx.read(slot)? == Desc::rx(c.len, id, false, c.dst));
-            }
+            slots_hold_the_copies(queue)?;
             assert_eq!(queue.pending(), (12, 12));
             queue.fence(io)
         })?;

@@ -551,26 +551,6 @@ impl Queue {
         })
     }
 
-    /// Writes the pairs `copies` of one submission ([`Self::write_submission`]) and a fence
-    /// after everything prepared ([`Self::fence`]) as one step: if the fence cannot be added or
-    /// rung, the pairs are taken back with it (and their holds dropped), so the copies of a
-    /// failed call never run later. Returns the fence.
-    ///
-    /// # Errors
-    ///
-    /// Those of [`Self::write_submission`] and [`Self::fence`]; nothing is written then.
-    pub(crate) fn write_fenced(
-        &mut self,
-        copies: &[Copy],
-        holds: Holds,
-        bell: impl Doorbell,
-    ) -> Result<u64> {
-        self.all_or_nothing(|q| {
-            q.write_submission(copies, holds)?;
-            q.fence(bell)
-        })
-    }
-
     /// Runs `write` (pairs, then the fence that rings them) as one step: if it fails, everything
     /// it wrote is taken back ([`Self::checkpoint`], [`Self::rollback`]), so no unrecorded pair
     /// runs later. Returns the fence.
@@ -701,7 +681,7 @@ impl Queue {
         }
         // Cannot fail: the capacity is FENCE_SLOTS and fewer fences are in flight (checked
         // above), so this does not allocate (callers may be in an atomic section). The doorbell
-        // rang: an error here would leave the pairs running unrecorded (`write_fenced` would
+        // rang: an error here would leave the pairs running unrecorded (`all_or_nothing` would
         // take their holds back), which is why nothing after `start` may fail.
         self.fences
             .push_within_capacity(Fence {

@@ -201,8 +201,8 @@ impl RingState {
 pub(crate) struct Slot(Desc);
 
 impl Slot {
-    /// Writes `desc` into the slot, whole: two 8-byte volatile stores, as [`Ring::push`] does
-    /// (the engine reads this memory).
+    /// Writes `desc` into the slot, whole: two 8-byte volatile stores, because the engine reads
+    /// this memory (hardware.rst §4.9).
     #[inline(always)]
     pub(crate) fn set(&mut self, desc: Desc) {
         let [lo, hi] = desc.halves();
@@ -277,20 +277,14 @@ impl Ring {
     #[inline(always)]
     pub(crate) fn push(&mut self, desc: impl FnOnce(RingId) -> Desc) -> u32 {
         let (idx, id) = self.state.take();
-        let [lo, hi] = desc(id).halves();
         // CAST: slot indices are below MAX_DESCS.
         let i = idx as usize;
         // SAFETY: `idx` comes from the state, so it is below the ring size, which is the length
-        // of `mem` (type invariants): slot `i` lies inside the allocation, and it is 8-byte
-        // aligned (a `Desc` is: its `u64`, and `Coherent<[Desc]>` is aligned for its element).
-        // Only `&mut self` writes a ring's memory; the engine reads a slot only after the
-        // doorbell that follows this write, and the stores are volatile because it reads this
-        // memory (hardware.rst §4.9).
-        unsafe {
-            let p = self.mem.as_mut_ptr().cast::<Desc>().add(i).cast::<u64>();
-            p.write_volatile(lo);
-            p.add(1).write_volatile(hi);
-        }
+        // of `mem` (type invariants): slot `i` lies inside the allocation, initialised (zeroed
+        // at allocation) and aligned for `Desc`, which `Slot` wraps (`repr(transparent)`). Only
+        // `&mut self` writes a ring's memory, and the reference ends with this statement; the
+        // engine reads a slot only after the doorbell that follows this write.
+        unsafe { &mut *self.mem.as_mut_ptr().cast::<Slot>().add(i) }.set(desc(id));
         idx
     }
 

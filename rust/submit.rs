@@ -221,11 +221,7 @@ pub(crate) fn prepare_fenced(
     if largest > q.capacity_pairs() {
         return Err(E2BIG);
     }
-    q.retire();
-    if q.fences_full() {
-        return Err(EBUSY);
-    }
-    q.write_fenced(copies, holds, bell)
+    fenced(q, bell, |q| q.write_submission(copies, holds))
 }
 
 /// Publishes the pairs one prepare call checked and wrote ahead in one pass (`w`, of `bytes`
@@ -255,12 +251,30 @@ pub(crate) fn publish_fenced(
     holds: Holds,
     bytes: u64,
 ) -> Result<u64> {
+    fenced(q, bell, |q| q.publish(w, holds, || bytes))
+}
+
+/// What [`prepare_fenced`] and [`publish_fenced`] do with their pairs: after retiring what
+/// completed, `write` them, then a fence after everything prepared, rung through `bell`, as one
+/// step ([`Queue::all_or_nothing`]): if the fence cannot be added or rung, what `write` wrote is
+/// taken back with it (and its holds dropped), so the copies of a failed call never run later.
+/// Returns the fence.
+///
+/// # Errors
+///
+/// `EBUSY` (every completion slot in flight), those of `write` and of [`Queue::fence`];
+/// nothing is written then.
+fn fenced(
+    q: &mut Queue,
+    bell: impl Doorbell,
+    write: impl FnOnce(&mut Queue) -> Result,
+) -> Result<u64> {
     q.retire();
     if q.fences_full() {
         return Err(EBUSY);
     }
     q.all_or_nothing(|q| {
-        q.publish(w, holds, || bytes)?;
+        write(q)?;
         q.fence(bell)
     })
 }

@@ -42,7 +42,7 @@ impl Channel {
     ///
     /// `EBUSY` ([`queue::FENCE_SLOTS`] fences in flight), those of [`Self::prepare`] (`EIO`
     /// while the device is reset), and of the doorbell (`ENODEV`, or an error moving a device
-    /// ring's descriptors); nothing is written then ([`Queue::write_fenced`]).
+    /// ring's descriptors); nothing is written then ([`Queue::all_or_nothing`]).
     ///
     /// With [`Wait::Never`] (io_uring's non-blocking issue), `EAGAIN` instead of sleeping: the
     /// queue lock is held by another thread, or the doorbell would wait for the H2T queue to
