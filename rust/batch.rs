@@ -27,12 +27,12 @@ use kernel::{prelude::*, sync::Arc};
 
 /// Copies (and so pairs) one batch stages without a heap allocation.
 const INLINE_PAIRS: usize = 16;
-/// Slots of the per-call handle table before it grows (16 buffers cached).
-const INLINE_SLOTS: usize = 32;
+/// Slots of the per-call handle table when its first buffer comes (16 buffers cached).
+const FIRST_SLOTS: usize = 32;
 /// Most slots of the per-call handle table: buffers beyond half of it are looked up in the pool
 /// for every entry that names them (correct, only slower).
 const MAX_SLOTS: usize = 8192;
-const _: () = assert!(INLINE_SLOTS.is_power_of_two() && MAX_SLOTS.is_power_of_two());
+const _: () = assert!(FIRST_SLOTS.is_power_of_two() && MAX_SLOTS.is_power_of_two());
 /// A slot of the per-call handle table: `handle` 0 is empty (handles are never 0); `index` is
 /// the buffer's hold in the batch's [`Holds`].
 #[derive(Clone, Copy, Default)]
@@ -43,12 +43,13 @@ struct Slot {
 
 /// The per-call handle table of the buffers that are not resident (imports, an io_uring
 /// command's registered range): buffer handle -> index of its hold, open addressing with linear
-/// probing. Sized by the distinct buffers of the call, not by its entries: [`INLINE_SLOTS`]
-/// slots inline, doubled (and rehashed) when half full, at most [`MAX_SLOTS`]. At half load a
-/// miss (the first lookup of every buffer) probes about 2.5 slots, at 3/4 about 8.5.
+/// probing. Sized by the distinct buffers of the call, not by its entries: none until the first
+/// such buffer, then [`FIRST_SLOTS`] slots, doubled (and rehashed) when half full, at most
+/// [`MAX_SLOTS`]. At half load a miss (the first lookup of every buffer) probes about 2.5
+/// slots, at 3/4 about 8.5. A call whose buffers are all resident (most) neither allocates nor
+/// clears it.
 struct Handles {
-    inline: [Slot; INLINE_SLOTS],
-    heap: KVVec<Slot>,
+    slots: KVVec<Slot>,
     /// Slots in use.
     used: usize,
 }
@@ -56,23 +57,17 @@ struct Handles {
 impl Handles {
     fn new() -> Self {
         Self {
-            inline: [Slot::default(); INLINE_SLOTS],
-            heap: KVVec::new(),
+            slots: KVVec::new(),
             used: 0,
-        }
-    }
-
-    fn table(&self) -> &[Slot] {
-        if self.heap.is_empty() {
-            &self.inline
-        } else {
-            &self.heap
         }
     }
 
     /// The record index of `handle` (not 0), if cached.
     fn find(&self, handle: u64) -> Option<usize> {
-        let t = self.table();
+        let t = &self.slots;
+        if t.is_empty() {
+            return None;
+        }
         let mask = t.len() - 1;
         let mut i = resident::home(handle, mask);
         // The table is never full (at most half), so the probe meets an empty slot.
@@ -108,24 +103,20 @@ impl Handles {
     ///
     /// `ENOMEM` if a larger table cannot be allocated (nothing changes then).
     fn insert(&mut self, handle: u64, index: usize) -> Result {
-        let len = self.table().len();
+        let len = self.slots.len();
         if 2 * (self.used + 1) > len {
             if len >= MAX_SLOTS {
                 return Ok(());
             }
-            let mut bigger = KVVec::from_elem(Slot::default(), 2 * len, GFP_KERNEL_ACCOUNT)?;
-            for s in self.table().iter().filter(|s| s.handle != 0) {
+            let size = (2 * len).max(FIRST_SLOTS);
+            let mut bigger = KVVec::from_elem(Slot::default(), size, GFP_KERNEL_ACCOUNT)?;
+            for s in self.slots.iter().filter(|s| s.handle != 0) {
                 Self::put(&mut bigger, s.handle, s.index);
             }
-            self.heap = bigger;
+            self.slots = bigger;
         }
-        let t: &mut [Slot] = if self.heap.is_empty() {
-            &mut self.inline
-        } else {
-            &mut self.heap
-        };
         // CAST: at most 2 * MAX_BATCH records.
-        Self::put(t, handle, index as u32);
+        Self::put(&mut self.slots, handle, index as u32);
         self.used += 1;
         Ok(())
     }
@@ -815,18 +806,21 @@ mod tests {
                 k as u64 + 1
             }
         };
+        // Nothing until the first buffer.
+        assert!(h.slots.is_empty());
+        assert_eq!(h.find(handle(0)), None);
         for k in 0..16 {
             h.insert(handle(k), k)?;
         }
-        // 16 buffers fit the inline 32 slots at half: nothing allocated.
-        assert!(h.heap.is_empty());
+        // 16 buffers fit the first 32 slots at half.
+        assert_eq!(h.slots.len(), FIRST_SLOTS);
         h.insert(handle(16), 16)?;
-        assert_eq!(h.table().len(), 2 * INLINE_SLOTS);
+        assert_eq!(h.slots.len(), 2 * FIRST_SLOTS);
         for k in 17..MAX_SLOTS {
             h.insert(handle(k), k)?;
         }
         // The table stops at MAX_SLOTS; past half of it a handle is not cached.
-        assert_eq!(h.table().len(), MAX_SLOTS);
+        assert_eq!(h.slots.len(), MAX_SLOTS);
         let cached = MAX_SLOTS / 2;
         for k in 0..MAX_SLOTS {
             let want = if k < cached { Some(k) } else { None };

@@ -15,11 +15,11 @@ use crate::{
     completion::Completer,
     fence, uapi,
 };
+use core::mem::MaybeUninit;
 use kernel::{
     prelude::*,
     sync::{atomic::Relaxed, Arc},
-    transmute::AsBytes,
-    uaccess::{UserPtr, UserSlice},
+    uaccess::{UserPtr, UserSlice, UserSliceReader},
 };
 
 /// Batches of copies up to this many entries are read without a heap allocation
@@ -272,23 +272,35 @@ pub(super) fn with_user_copies<R>(
     // CAST: a user address.
     let mut reader = UserSlice::new(UserPtr::from_addr(copies as usize), entry * count).reader();
     if count <= INLINE_BATCH {
-        let mut inline = [uapi::neuron_udma_copy::default(); INLINE_BATCH];
-        let staged = &mut inline[..count];
-        reader.read_slice(staged.as_bytes_mut())?;
-        return f(staged);
+        // Not cleared first: the user copy writes every entry used (or the call fails).
+        let mut inline = [const { MaybeUninit::<uapi::neuron_udma_copy>::uninit() }; INLINE_BATCH];
+        return f(read_into(&mut reader, &mut inline[..count])?);
     }
     let mut heap = KVVec::<uapi::neuron_udma_copy>::with_capacity(count, GFP_KERNEL_ACCOUNT)?;
     // PANIC: the capacity is at least `count`.
-    let spare = &mut heap.spare_capacity_mut()[..count];
-    // SAFETY: `MaybeUninit<T>` has the size and alignment of `T`, so the `count` elements are
-    // `entry * count` bytes; the bytes are only written through the returned slice.
-    let bytes =
-        unsafe { core::slice::from_raw_parts_mut(spare.as_mut_ptr().cast(), entry * count) };
-    reader.read_raw(bytes)?;
-    // SAFETY: `read_raw` succeeded, so the first `count` elements are initialised, and any bit
-    // pattern is a valid `neuron_udma_copy` (it is `FromBytes`: checked above).
+    read_into(&mut reader, &mut heap.spare_capacity_mut()[..count])?;
+    // SAFETY: `read_into` succeeded, so the first `count` elements are initialised.
     unsafe { heap.inc_len(count) };
     f(&heap)
+}
+
+/// Fills `spare` with entries read from `reader` and returns them.
+///
+/// # Errors
+///
+/// `EFAULT` (the user array not readable); `spare` may then be partly written.
+fn read_into<'a>(
+    reader: &mut UserSliceReader,
+    spare: &'a mut [MaybeUninit<uapi::neuron_udma_copy>],
+) -> Result<&'a [uapi::neuron_udma_copy]> {
+    let len = core::mem::size_of_val(spare);
+    // SAFETY: `MaybeUninit<T>` has the size and alignment of `T`, so `spare` is `len` bytes;
+    // the bytes are only written through this slice.
+    let bytes = unsafe { core::slice::from_raw_parts_mut(spare.as_mut_ptr().cast(), len) };
+    reader.read_raw(bytes)?;
+    // SAFETY: `read_raw` succeeded, so every element is initialised, and any bit pattern is a
+    // valid `neuron_udma_copy` (`FromBytes`); `MaybeUninit<T>` has the layout of `T`.
+    Ok(unsafe { &*(core::ptr::from_mut(spare) as *const [uapi::neuron_udma_copy]) })
 }
 
 /// The result of a prepare ioctl whose copies had `flags` (OR-ed) and took `pairs` descriptor
