@@ -542,6 +542,13 @@ pub struct MultiqueueJson {
     pub ring_size: u32,
     pub iters: u32,
     pub label: &'static str,
+    /// The CPUs this process may run on (`sched_getaffinity`; empty if unknown): one for a run
+    /// under `taskset` on one CPU, as `make bench`'s one-CPU rows.
+    pub cpus: Vec<usize>,
+    /// The CPUs of the kernel's unbound workqueues, where the driver's completion engine runs
+    /// (`/sys/devices/virtual/workqueue/cpumask`, a hex mask; absent if unreadable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workqueue_cpumask: Option<String>,
     pub modes: Vec<ModeJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio: Option<f64>,
@@ -710,6 +717,8 @@ fn measure(dev: &Device, info: &Info, a: &MultiqueueArgs) -> Result<MultiqueueJs
         ring_size: plan.ring,
         iters: a.iters,
         label,
+        cpus: allowed_cpus(),
+        workqueue_cpumask: std::fs::read_to_string(WORKQUEUE_CPUMASK).ok().map(|m| m.trim().to_string()),
         modes,
         ratio: best_e.zip(best_t).map(|(e, t)| ratio(&e, &t)),
         ratios: (!ratios.is_empty()).then(|| RatioRange {
@@ -722,6 +731,17 @@ fn measure(dev: &Device, info: &Info, a: &MultiqueueArgs) -> Result<MultiqueueJs
         ok: v.is_ok(),
         verdict: v.unwrap_or_else(|e| e),
     })
+}
+
+/// The CPUs of the kernel's unbound workqueues.
+const WORKQUEUE_CPUMASK: &str = "/sys/devices/virtual/workqueue/cpumask";
+
+/// The CPUs this process may run on, in order (empty if `sched_getaffinity` fails).
+fn allowed_cpus() -> Vec<usize> {
+    let Ok(set) = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) else {
+        return Vec::new();
+    };
+    (0..nix::sched::CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).collect()
 }
 
 fn verify_all(lanes: &[Lane], src: &HostBuffer, plan: &Plan) -> Result<()> {
@@ -841,6 +861,22 @@ mod tests {
             (j["mode"].as_str(), j["threads"].as_u64(), j["fences"].as_u64()),
             (Some("epoll"), Some(1), Some(128))
         );
+    }
+
+    #[test]
+    fn allowed_cpus_are_those_of_the_affinity() {
+        let cpus = allowed_cpus();
+        assert!(!cpus.is_empty());
+        let mut one = nix::sched::CpuSet::new();
+        one.set(cpus[0]).unwrap();
+        // A thread of its own: the affinity of the test's thread is left as it was.
+        let only = std::thread::spawn(move || {
+            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).unwrap();
+            allowed_cpus()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(only, [cpus[0]]);
     }
 
     #[test]
