@@ -298,8 +298,9 @@ fn read_into<'a>(
     // the bytes are only written through this slice.
     let bytes = unsafe { core::slice::from_raw_parts_mut(spare.as_mut_ptr().cast(), len) };
     reader.read_raw(bytes)?;
-    // SAFETY: `read_raw` succeeded, so every element is initialised, and any bit pattern is a
-    // valid `neuron_udma_copy` (`FromBytes`); `MaybeUninit<T>` has the layout of `T`.
+    // SAFETY: `read_raw` succeeded, and after a successful call every byte of its buffer is
+    // initialised (its documented guarantee), so is every element; any bit pattern is a valid
+    // `neuron_udma_copy` (`FromBytes`); `MaybeUninit<T>` has the layout of `T`.
     Ok(unsafe { &*(core::ptr::from_mut(spare) as *const [uapi::neuron_udma_copy]) })
 }
 
