@@ -380,6 +380,16 @@ def zc_rows(path):
     return rows
 
 
+def mask_cpus(mask):
+    """The CPUs of a sysfs hex cpumask ("1", "3", "ff,ffffffff") as "0, 1", or the mask itself
+    if it does not parse."""
+    try:
+        bits = int(mask.replace(",", ""), 16)
+    except ValueError:
+        return mask
+    return ", ".join(str(i) for i in range(bits.bit_length()) if bits >> i & 1)
+
+
 def mq_rows(path):
     """The `udmactl multiqueue --json` objects of the output: one thread + epoll against one thread
     per queue (FENCE_WAIT, or COPY_WAIT with --thread-wait copy-wait). Returns the rows and the
@@ -405,8 +415,9 @@ def mq_rows(path):
             cpus = mq.get("cpus", [])
             where = ""
             if len(cpus) == 1:
+                wq = mq.get("workqueue_cpumask", "?")
                 where = (f"; every thread on CPU {cpus[0]} (taskset), the unbound workqueues on "
-                         f"CPU mask {mq.get('workqueue_cpumask', '?')}")
+                         f"CPU {mask_cpus(wq)} (cpumask {wq}, hex)")
             how = (f"udmactl multiqueue --json: {n} queues (queue 1 of engines "
                    f"{engines[0]}-{engines[-1]}), each copying {mq['window'] >> 10} KiB {mq['passes']} "
                    f"times over in fences of {mq['batch']} copies of {mq['copy_size'] >> 10} KiB, "
