@@ -412,10 +412,12 @@ def mq_rows(path):
                 continue
             n = len(mq.get("queues", []))
             engines = sorted({q["engine"] for q in mq.get("queues", [])})
+            # A run under taskset on one CPU (make bench's one-CPU rows): named so, and where.
             cpus = mq.get("cpus", [])
-            where = ""
+            one, where = "", ""
             if len(cpus) == 1:
                 wq = mq.get("workqueue_cpumask", "?")
+                one = ", one CPU"
                 where = (f"; every thread on CPU {cpus[0]} (taskset), the unbound workqueues on "
                          f"CPU {mask_cpus(wq)} (cpumask {wq}, hex)")
             how = (f"udmactl multiqueue --json: {n} queues (queue 1 of engines "
@@ -427,7 +429,6 @@ def mq_rows(path):
                    f"{ep['epoll_wakeups']} wakeups, cpu {ep['cpu_seconds']:.3f} s); baseline: "
                    f"{th['threads']} threads, one per queue, blocked in {th['wait']} "
                    f"({th['seconds']:.3f} s, cpu {th['cpu_seconds']:.3f} s){where}; {mq['label']}")
-            one = ", one CPU" if len(cpus) == 1 else ""
             row = {"name": f"{n} queues{one}: one thread + epoll vs {th['threads']} threads in "
                            f"{th['wait']}",
                    "value": ep["bytes_per_second"], "unit": "B/s",
