@@ -173,7 +173,8 @@ impl Channel {
     }
 
     /// Queues `cmd`, which waits for one of this queue's fences, to be completed by the
-    /// completion engine when the fence settles.
+    /// completion engine when the fence settles; counts the watch the caller asks of the
+    /// engine next ([`ListenerState::watches`]), under the same lock.
     ///
     /// # Errors
     ///
@@ -189,7 +190,11 @@ impl Channel {
             return Err((ENOMEM, cmd));
         }
         // Cannot fail: capacity was reserved.
-        l.uring.push_within_capacity(cmd).map_err(|e| (ENOMEM, e.0))
+        l.uring
+            .push_within_capacity(cmd)
+            .map_err(|e| (ENOMEM, e.0))?;
+        l.watches = l.watches.wrapping_add(1);
+        Ok(())
     }
 
     /// The state of fence `seq` after one look at the markers, or `None` if the queue lock is
