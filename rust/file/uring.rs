@@ -9,7 +9,7 @@
 //! A command names its queue instance: one whose instance went away (released,
 //! re-initialised, unbound) after its fence was submitted completes with `ECANCELED`.
 
-use super::{queues::with_user_copies, OpenFile, MAX_BATCH};
+use super::{OpenFile, MAX_BATCH};
 use crate::{
     buffer::Buffer,
     channel::{Channel, Wait},
@@ -57,7 +57,7 @@ impl OpenFile {
             return Err(EINVAL);
         }
         let chan = self.queue(eng, qid)?;
-        with_user_copies(issue.copies, issue.count, |staged| {
+        self.with_user_copies(issue.copies, issue.count, |staged| {
             // SAFETY: per the function's contract.
             unsafe { self.uring_staged(cmd, issue, &chan, staged, wait) }
         })

@@ -1019,6 +1019,61 @@ TEST_F_TIMEOUT(dev, threads, 180)
 	}
 }
 
+/*
+ * Batches above the 16 entries read onto the stack go through the file's staging array, or,
+ * while another thread of the file holds it, through an array of the call's own: two threads of
+ * one file prepare 200-entry batches on queues of their own at once, each batch's bytes checked.
+ */
+static void *large_batch_fn(void *arg)
+{
+	struct worker *w = arg;
+	struct neuron_udma_copy c[200];
+	struct ubuf a, b;
+	__u32 i, k;
+	int step = 0, ret;
+
+#define WSTEP(expr) do { step++; ret = (expr); if (ret) { w->failed_step = step; w->err = ret; \
+		return NULL; } } while (0)
+	WSTEP(queue_init(w->fd, w->eng, 1, 512, 512));
+	WSTEP(ubuf_host(w->fd, 200 * 16, &a));
+	WSTEP(ubuf_host(w->fd, 200 * 16, &b));
+	for (i = 0; i < 30; i++) {
+		fill_pattern(a.map, 200 * 16, w->eng * 100 + i);
+		memset(b.map, 0, 200 * 16);
+		/* Entry k copies block 199 - k: a mix-up of two threads' entries shows. */
+		for (k = 0; k < 200; k++)
+			c[k] = ucopy(&a, (199 - k) * 16, &b, k * 16, 16);
+		WSTEP(prep(w->fd, w->eng, 1, c, 200));
+		WSTEP(copy_wait(w->fd, w->eng, 1, 0, NULL));
+		for (k = 0; k < 200; k++)
+			WSTEP(memcmp(b.map + k * 16, a.map + (199 - k) * 16, 16) ? -EILSEQ : 0);
+	}
+	WSTEP(ubuf_free(w->fd, &a));
+	WSTEP(ubuf_free(w->fd, &b));
+	WSTEP(queue_release(w->fd, w->eng, 1));
+#undef WSTEP
+	return NULL;
+}
+
+TEST_F_TIMEOUT(dev, threads_large_batches, 180)
+{
+	struct worker w[2];
+	pthread_t t[2];
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		w[i] = (struct worker){ .fd = self->fd, .eng = ENG + i };
+		ASSERT_EQ(0, pthread_create(&t[i], NULL, large_batch_fn, &w[i]));
+	}
+	for (i = 0; i < 2; i++)
+		ASSERT_EQ(0, pthread_join(t[i], NULL));
+	for (i = 0; i < 2; i++) {
+		EXPECT_EQ(0, w[i].failed_step) {
+			TH_LOG("engine %u: step %d failed: %s", w[i].eng, w[i].failed_step, strerror(-w[i].err));
+		}
+	}
+}
+
 #define CLOSE_PROBES 16
 
 TEST_F_TIMEOUT(dev, close_with_copies_in_flight, 120)
