@@ -119,13 +119,6 @@ pub(crate) struct OpenFile {
     /// are copied out and marked reported: two threads never both report one event.
     #[pin]
     events_slot: Mutex<()>,
-    /// The array that the copies of a `COPY_PREPARE` or `URING_COPY` above
-    /// `queues::INLINE_BATCH` entries are read into, kept at the capacity of the largest such
-    /// batch (at most [`MAX_BATCH`] entries of 32 bytes: 128 KiB) until the file closes, so a
-    /// large batch costs no page allocation and free per call (`queues::with_user_copies`). A
-    /// call that finds it in use (another thread of the file) allocates an array of its own.
-    #[pin]
-    staging: Mutex<KVVec<uapi::neuron_udma_copy>>,
     /// The file's poll wait queue, woken by its queues' completions (`events.rs`).
     events: Arc<FileEvents>,
     /// Bytes of the copies prepared, and of the `MEMCPY`s and `MEMSET`s done (fdinfo).
@@ -295,7 +288,6 @@ impl MiscDevice for OpenFile {
                 }),
                 memcpy_slot <- new_mutex!(()),
                 events_slot <- new_mutex!(()),
-                staging <- new_mutex!(KVVec::new()),
                 events: Arc::pin_init(FileEvents::new(), GFP_KERNEL_ACCOUNT)?,
                 copy_bytes: Atomic::new(0),
                 released_fences: [const { Atomic::new(0) }; 2],

@@ -173,8 +173,7 @@ impl Channel {
     }
 
     /// Queues `cmd`, which waits for one of this queue's fences, to be completed by the
-    /// completion engine when the fence settles; counts the watch the caller asks of the
-    /// engine next ([`ListenerState::watches`]), under the same lock.
+    /// completion engine when the fence settles.
     ///
     /// # Errors
     ///
@@ -190,11 +189,7 @@ impl Channel {
             return Err((ENOMEM, cmd));
         }
         // Cannot fail: capacity was reserved.
-        l.uring
-            .push_within_capacity(cmd)
-            .map_err(|e| (ENOMEM, e.0))?;
-        l.watches = l.watches.wrapping_add(1);
-        Ok(())
+        l.uring.push_within_capacity(cmd).map_err(|e| (ENOMEM, e.0))
     }
 
     /// The state of fence `seq` after one look at the markers, or `None` if the queue lock is

@@ -23,7 +23,7 @@ use kernel::{
 };
 
 /// Batches of copies up to this many entries are read without a heap allocation
-/// ([`OpenFile::with_user_copies`]).
+/// ([`with_user_copies`]).
 const INLINE_BATCH: usize = 16;
 
 /// Checks at build time that `T` is valid for any bit pattern.
@@ -186,7 +186,7 @@ impl OpenFile {
     /// `COPY_PREPARE`: [`Self::prepare`] of the `count` copies at user address `copies`.
     pub(super) fn copy_prepare(&self, p: &uapi::neuron_udma_copy_prepare) -> Result<isize> {
         reserved_zero(&[u64::from(p.reserved)])?;
-        self.with_user_copies(p.copies, p.count, |staged| {
+        with_user_copies(p.copies, p.count, |staged| {
             self.prepare(p.engine, p.queue, staged)
         })
     }
@@ -246,62 +246,42 @@ impl OpenFile {
     }
 }
 
-impl OpenFile {
-    /// Reads the `count` copies (1 to [`MAX_BATCH`]) at user address `copies` in one user copy
-    /// and runs `f` on them (`COPY_PREPARE`, io_uring's `URING_COPY`). Up to [`INLINE_BATCH`]
-    /// are read onto the stack: a heap array per call costs more than the descriptors
-    /// themselves (Documentation/benchmarks.rst); a larger batch into the file's staging array
-    /// (`OpenFile::staging`, grown to the batch if smaller), or, when another thread of the
-    /// file is using that, into a heap array of its own sized by the batch; nothing is written
-    /// to either before the user copy. Called before any lock: a page fault takes the mmap
-    /// lock, which a fault on a buffer mapping holds while it takes a buffer's lock (the
-    /// staging array's lock is only ever tried, never waited for).
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` (`count` 0 or above [`MAX_BATCH`]), `EFAULT` (the array not readable), `ENOMEM`;
-    /// else `f`'s result.
-    pub(super) fn with_user_copies<R>(
-        &self,
-        copies: u64,
-        count: u32,
-        f: impl FnOnce(&[uapi::neuron_udma_copy]) -> Result<R>,
-    ) -> Result<R> {
-        if count == 0 || count > MAX_BATCH {
-            return Err(EINVAL);
-        }
-        let entry = core::mem::size_of::<uapi::neuron_udma_copy>();
-        // CAST: `count` is at most MAX_BATCH.
-        let count = count as usize;
-        // CAST: a user address.
-        let mut reader =
-            UserSlice::new(UserPtr::from_addr(copies as usize), entry * count).reader();
-        if count <= INLINE_BATCH {
-            // Not cleared first: the user copy writes every entry used (or the call fails).
-            let mut inline =
-                [const { MaybeUninit::<uapi::neuron_udma_copy>::uninit() }; INLINE_BATCH];
-            return f(read_into(&mut reader, &mut inline[..count])?);
-        }
-        if let Some(mut staging) = self.staging.try_lock() {
-            // Empty between calls (cleared below); its capacity is that of the largest batch
-            // so far.
-            staging.clear();
-            staging.reserve(count, GFP_KERNEL_ACCOUNT)?;
-            // PANIC: the capacity is at least `count`.
-            read_into(&mut reader, &mut staging.spare_capacity_mut()[..count])?;
-            // SAFETY: `read_into` succeeded, so the first `count` elements are initialised.
-            unsafe { staging.inc_len(count) };
-            let r = f(&staging);
-            staging.clear();
-            return r;
-        }
-        let mut heap = KVVec::<uapi::neuron_udma_copy>::with_capacity(count, GFP_KERNEL_ACCOUNT)?;
-        // PANIC: the capacity is at least `count`.
-        read_into(&mut reader, &mut heap.spare_capacity_mut()[..count])?;
-        // SAFETY: `read_into` succeeded, so the first `count` elements are initialised.
-        unsafe { heap.inc_len(count) };
-        f(&heap)
+/// Reads the `count` copies (1 to [`MAX_BATCH`]) at user address `copies` in one user copy and
+/// runs `f` on them (`COPY_PREPARE`, io_uring's `URING_COPY`). Up to [`INLINE_BATCH`] are read
+/// onto the stack: a heap array per call costs more than the descriptors themselves
+/// (Documentation/benchmarks.rst); a larger array straight into the spare capacity of a heap
+/// array sized by the batch, nothing written to it before the user copy. Called before any
+/// lock: a page fault takes the mmap lock, which a fault on a buffer mapping holds while it
+/// takes a buffer's lock.
+///
+/// # Errors
+///
+/// `EINVAL` (`count` 0 or above [`MAX_BATCH`]), `EFAULT` (the array not readable), `ENOMEM`;
+/// else `f`'s result.
+pub(super) fn with_user_copies<R>(
+    copies: u64,
+    count: u32,
+    f: impl FnOnce(&[uapi::neuron_udma_copy]) -> Result<R>,
+) -> Result<R> {
+    if count == 0 || count > MAX_BATCH {
+        return Err(EINVAL);
     }
+    let entry = core::mem::size_of::<uapi::neuron_udma_copy>();
+    // CAST: `count` is at most MAX_BATCH.
+    let count = count as usize;
+    // CAST: a user address.
+    let mut reader = UserSlice::new(UserPtr::from_addr(copies as usize), entry * count).reader();
+    if count <= INLINE_BATCH {
+        // Not cleared first: the user copy writes every entry used (or the call fails).
+        let mut inline = [const { MaybeUninit::<uapi::neuron_udma_copy>::uninit() }; INLINE_BATCH];
+        return f(read_into(&mut reader, &mut inline[..count])?);
+    }
+    let mut heap = KVVec::<uapi::neuron_udma_copy>::with_capacity(count, GFP_KERNEL_ACCOUNT)?;
+    // PANIC: the capacity is at least `count`.
+    read_into(&mut reader, &mut heap.spare_capacity_mut()[..count])?;
+    // SAFETY: `read_into` succeeded, so the first `count` elements are initialised.
+    unsafe { heap.inc_len(count) };
+    f(&heap)
 }
 
 /// Fills `spare` with entries read from `reader` and returns them.

@@ -9,7 +9,7 @@
 //! A command names its queue instance: one whose instance went away (released,
 //! re-initialised, unbound) after its fence was submitted completes with `ECANCELED`.
 
-use super::{OpenFile, MAX_BATCH};
+use super::{queues::with_user_copies, OpenFile, MAX_BATCH};
 use crate::{
     buffer::Buffer,
     channel::{Channel, Wait},
@@ -57,7 +57,7 @@ impl OpenFile {
             return Err(EINVAL);
         }
         let chan = self.queue(eng, qid)?;
-        self.with_user_copies(issue.copies, issue.count, |staged| {
+        with_user_copies(issue.copies, issue.count, |staged| {
             // SAFETY: per the function's contract.
             unsafe { self.uring_staged(cmd, issue, &chan, staged, wait) }
         })
@@ -117,37 +117,23 @@ impl OpenFile {
             Completer::look_then_watch(&self.dev.completer, chan);
             return Ok(res);
         }
-        if iopoll {
-            // Completed by polling (`uring_poll`); the queue's other listeners (an eventfd, a
-            // poller) hear of the fence as after `COPY_SUBMIT`.
-            Completer::look_then_watch(&self.dev.completer, chan);
-            return Ok(EIOCBQUEUED.to_errno());
-        }
-        // SAFETY: `cmd` is queued from here on (`-EIOCBQUEUED` below) and completed only
-        // through the `UringCmd`.
-        let queued = unsafe { UringCmd::new(cmd, seq) }.map(|c| chan.add_uring(c));
+        let queued = (!iopoll).then(|| {
+            // SAFETY: `cmd` is queued from here on (`-EIOCBQUEUED` below) and completed only
+            // through the `UringCmd`.
+            unsafe { UringCmd::new(cmd, seq) }.map(|c| chan.add_uring(c))
+        });
+        // The queue's listeners (an eventfd, a poller, queued commands: this one too once
+        // queued) hear of the fence just submitted, whatever happened to `cmd` above.
+        Completer::look_then_watch(&self.dev.completer, chan);
         match queued {
-            Some(Ok(())) => {
-                // Queued behind a fence seen pending just above: the engine watches the queue
-                // from now on (`add_uring` counted the watch) and completes the command when
-                // the fence settles. No look first: it could only report fences settled
-                // earlier, whose listeners the engine's looks tell as well, and under TCG it
-                // costs the SQE as much as its queueing (Documentation/benchmarks.rst, (ev)).
-                Completer::watch(&self.dev.completer, chan.clone());
-                Ok(EIOCBQUEUED.to_errno())
-            }
-            Some(Err((e, c))) => {
+            Some(None) => Err(EINVAL),
+            Some(Some(Err((e, c)))) => {
                 // Not queued: io_uring completes it with `e`; its fence was submitted, so a
-                // queue gone meanwhile (released, or unbound: `ENODEV`) cancelled it. The
-                // queue's other listeners still hear of the fence.
+                // queue gone meanwhile (released, or unbound: `ENODEV`) cancelled it.
                 c.into_raw();
-                Completer::look_then_watch(&self.dev.completer, chan);
                 Err(cancelled_if_gone(e))
             }
-            None => {
-                Completer::look_then_watch(&self.dev.completer, chan);
-                Err(EINVAL)
-            }
+            None | Some(Some(Ok(()))) => Ok(EIOCBQUEUED.to_errno()),
         }
     }
 
