@@ -268,8 +268,8 @@ def meets(ratio, op, bound):
 def judge(rows, host_cpus):
     """A targeted row's verdict: met or MISSED by its ratio; a row that carries the spread of
     interleaved repetitions (min, max) is met only if the whole range meets the target, MISSED
-    if none of it does, UNSTABLE if the range straddles the bound; TCG, with the reason, for a
-    row TCG cannot judge on this host (tcg_cannot_judge)."""
+    if none of it does, UNSTABLE if the range straddles the bound (median_met: whether its median
+    meets it); TCG, with the reason, for a row TCG cannot judge on this host (tcg_cannot_judge)."""
     for r in rows:
         t = TARGETS.get(r["name"])
         if not t:
@@ -289,6 +289,9 @@ def judge(rows, host_cpus):
             verdict = "met" if meets(r["ratio"], op, bound) else "MISSED"
         r.update({"target": f"({kind}) {op} {bound:g}x", "met": verdict == "met",
                   "verdict": verdict, "profile": prof})
+        if verdict == "UNSTABLE":
+            # Which side of the bound the median (the row's ratio) is on.
+            r["median_met"] = meets(r["ratio"], op, bound)
 
 
 def host_cpus(host_cpu):
@@ -750,7 +753,8 @@ def main():
     for r in rows:
         if "target" in r:
             print(f"  {r['target']:<15} {r['verdict']:<8} {ratio_text(r):>7}  {r['name']}"
-                  + (f" (no verdict: {r['tcg']})" if "tcg" in r else ""))
+                  + (f" (no verdict: {r['tcg']})" if "tcg" in r else "")
+                  + (" (median misses the target)" if r.get("median_met") is False else ""))
     for n in absent:
         print(f"  ({TARGETS[n][0]}) NO ROW: {n}")
     for v in mq_failed:
