@@ -18,7 +18,7 @@ use crate::{
     desc::{Barrier, DescLen},
     holds::Holds,
     queue::{Ahead, Copy},
-    resident::{self, Place, Resolved, Session},
+    resident::{self, Pass, Place, Resolved, Session},
     span::Span,
     split::{self, UserPairs},
     uapi,
@@ -350,8 +350,8 @@ fn fields(c: &uapi::neuron_udma_copy) -> Result<(DescLen, Barrier)> {
     Ok((split::copy_len(c.size)?, Barrier::try_from(c.barrier)?))
 }
 
-/// The buffers copy `c` names, if both are resident on the queue of the call's session `res`
-/// already ([`Session::resident`]), checked for the copy as `Batch::add_looked_up` checks
+/// The buffers copy `c` names, if both are resident on the queue of the call's lookups `res`
+/// already ([`Pass::resident`]), checked for the copy as `Batch::add_looked_up` checks
 /// them, in its order; `None` if either is not (an import, a buffer not named on the queue
 /// before, an unknown handle: the two-pass way looks them up).
 ///
@@ -359,7 +359,7 @@ fn fields(c: &uapi::neuron_udma_copy) -> Result<(DescLen, Barrier)> {
 ///
 /// `ERANGE` (a range outside its buffer), `EPERM` (a destination the engine may not write).
 #[inline(always)]
-fn resident_sides(res: &mut Session<'_>, c: &uapi::neuron_udma_copy) -> Result<Option<Last>> {
+fn resident_sides(res: &mut Pass<'_>, c: &uapi::neuron_udma_copy) -> Result<Option<Last>> {
     let Some(sp) = res.resident(c.src_handle) else {
         return Ok(None);
     };
@@ -543,6 +543,7 @@ impl Batch {
         let mut rest = copies;
         // The handles of the copy before (0: none; handles are never 0).
         let mut prev = (0, 0);
+        let mut pass = res.pass();
         while !rest.is_empty() {
             // Copies that each name other buffers than the one before (as `pair_in_line`, whose
             // look at the copy before is the run's), up to a run or a copy that needs a lookup.
@@ -551,7 +552,7 @@ impl Batch {
                     return Ok(None);
                 }
                 let (len, barrier) = fields(c)?;
-                let Some(sides) = resident_sides(res, c)? else {
+                let Some(sides) = resident_sides(&mut pass, c)? else {
                     return Ok(None);
                 };
                 prev = (c.src_handle, c.dst_handle);
@@ -570,7 +571,7 @@ impl Batch {
                 // A copy that needs a lookup.
                 return Ok(false);
             }
-            let Some(last) = resident_sides(res, before)? else {
+            let Some(last) = resident_sides(&mut pass, before)? else {
                 return Ok(false);
             };
             rest = &rest[n..];
@@ -641,7 +642,7 @@ impl Batch {
     /// Validates copy `c` and returns its pair when that needs no lookup: a copy naming the
     /// same two handles as the one before, both contiguous, is checked against that copy's
     /// buffers ([`Last`]), and one naming two buffers resident on the queue against them
-    /// ([`Session::resident`]), in line. Returns `None` for any other copy, having checked only
+    /// ([`Pass::resident`]), in line. Returns `None` for any other copy, having checked only
     /// its fields (and stamped a side it found resident, as the call would anyway). The copy's
     /// flags and bytes are the caller's to count.
     ///
@@ -661,7 +662,7 @@ impl Batch {
                 return last.checked_pair(c, len, barrier).map(Some);
             }
         }
-        let Some(sides) = resident_sides(res, c)? else {
+        let Some(sides) = resident_sides(&mut res.pass(), c)? else {
             return Ok(None);
         };
         self.last = Some(sides);

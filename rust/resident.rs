@@ -121,6 +121,30 @@ pub(crate) fn home(handle: u64, mask: usize) -> usize {
     (handle.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & mask
 }
 
+/// The slot of `handle` (not 0) in a [`Table`]'s `slots` and the index of its entry in
+/// `entries`, if resident.
+#[inline(always)]
+fn probe(slots: &[u32], entries: &[Entry], handle: u64) -> Option<(usize, usize)> {
+    if slots.is_empty() {
+        return None;
+    }
+    let mask = slots.len() - 1;
+    let mut i = home(handle, mask);
+    // At most half full: the probe meets an empty slot.
+    loop {
+        // PANIC: `i` is masked to the slots.
+        let s = slots[i] as usize;
+        if s == 0 {
+            return None;
+        }
+        // PANIC: a slot holds the index of an entry in use.
+        if entries[s - 1].handle == handle {
+            return Some((i, s - 1));
+        }
+        i = (i + 1) & mask;
+    }
+}
+
 impl Table {
     /// A table of no buffer; nothing allocated.
     fn empty() -> Self {
@@ -138,24 +162,7 @@ impl Table {
     /// The slot of `handle` (not 0) and its entry's index, if resident.
     #[inline(always)]
     fn find(&self, handle: u64) -> Option<(usize, usize)> {
-        if self.slots.is_empty() {
-            return None;
-        }
-        let mask = self.slots.len() - 1;
-        let mut i = home(handle, mask);
-        // At most half full: the probe meets an empty slot.
-        loop {
-            // PANIC: `i` is masked to the slots.
-            let s = self.slots[i] as usize;
-            if s == 0 {
-                return None;
-            }
-            // PANIC: a slot holds the index of an entry in use.
-            if self.entries[s - 1].handle == handle {
-                return Some((i, s - 1));
-            }
-            i = (i + 1) & mask;
-        }
+        probe(&self.slots, &self.entries, handle)
     }
 
     /// Entries in use: every entry but the free ones.
@@ -452,7 +459,8 @@ pub(crate) struct Session<'a> {
     owner: u64,
     route: u64,
     stamp: u64,
-    /// The last entry stamped (+ 1; 0: none), whose `next` leads to the one before.
+    /// The last entry stamped (+ 1; 0: none), whose `next` leads to the one before. While a
+    /// [`Pass`] lives, the pass's (written back when it is dropped).
     chain: u32,
     /// Whether the call's submission was written ([`Session::written`]).
     written: bool,
@@ -482,24 +490,22 @@ impl Session<'_> {
         }
     }
 
-    /// [`Self::resolve`] of a buffer that is resident already (the common case, in line):
-    /// where it is, or `None` if it is not resident (an import, a buffer not named on the
-    /// queue before, an unknown handle).
+    /// [`Self::resolve`] of a buffer that is resident already: [`Pass::resident`] alone.
     #[inline(always)]
     pub(crate) fn resident(&mut self, handle: u64) -> Option<Place> {
-        let stamp = self.stamp;
+        self.pass().resident(handle)
+    }
+
+    /// The call's lookups of resident buffers, for as long as the [`Pass`] lives.
+    pub(crate) fn pass(&mut self) -> Pass<'_> {
         let t = &mut *self.t;
-        let (_, e) = t.find(handle)?;
-        // PANIC: `find` returns an entry in use.
-        let entry = &mut t.entries[e];
-        if entry.stamp != stamp {
-            entry.prev = entry.stamp;
-            entry.stamp = stamp;
-            entry.next = self.chain;
-            // CAST: as in `Table::put`.
-            self.chain = e as u32 + 1;
+        Pass {
+            slots: &t.slots,
+            entries: &mut t.entries,
+            stamp: self.stamp,
+            chain: self.chain,
+            session_chain: &mut self.chain,
         }
-        Some(entry.place)
     }
 
     /// [`Self::resolve`] of a buffer that is not resident.
@@ -565,6 +571,45 @@ impl Session<'_> {
     /// never written, used nothing).
     pub(crate) fn written(mut self) {
         self.written = true;
+    }
+}
+
+/// A [`Session`]'s lookups of buffers resident already (the common case, in line: the one
+/// pass over a call's copies, `Batch::add_all_in_line`): the table's slots and entries as
+/// slices and the chain of the entries the call stamped in the pass itself, so that a lookup
+/// reloads none of them through the lock guard; the chain goes back to the session when the
+/// pass is dropped (a failed call's stamps are put back from it).
+pub(crate) struct Pass<'p> {
+    slots: &'p [u32],
+    entries: &'p mut [Entry],
+    stamp: u64,
+    /// As [`Session`]'s, until the pass is dropped.
+    chain: u32,
+    session_chain: &'p mut u32,
+}
+
+impl Pass<'_> {
+    /// Where buffer `handle` is, stamped with the call's stamp (once per call), or `None` if it
+    /// is not resident (an import, a buffer not named on the queue before, an unknown handle).
+    #[inline(always)]
+    pub(crate) fn resident(&mut self, handle: u64) -> Option<Place> {
+        let (_, e) = probe(self.slots, self.entries, handle)?;
+        // PANIC: `probe` returns an entry in use.
+        let entry = &mut self.entries[e];
+        if entry.stamp != self.stamp {
+            entry.prev = entry.stamp;
+            entry.stamp = self.stamp;
+            entry.next = self.chain;
+            // CAST: as in `Table::put`.
+            self.chain = e as u32 + 1;
+        }
+        Some(entry.place)
+    }
+}
+
+impl Drop for Pass<'_> {
+    fn drop(&mut self) {
+        *self.session_chain = self.chain;
     }
 }
 
