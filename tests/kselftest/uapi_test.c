@@ -971,6 +971,34 @@ struct worker {
 	int err;
 };
 
+/* In a worker thread: runs @expr, and on a nonzero result notes the step and its error and ends. */
+#define WSTEP(expr) do { step++; ret = (expr); if (ret) { w->failed_step = step; w->err = ret; \
+		return NULL; } } while (0)
+
+/*
+ * Runs @fn in @n threads (at most 4) on the file @fd, thread i on queue 1 of engine ENG + i, and
+ * checks that each got through every step.
+ */
+static void run_workers(struct __test_metadata *_metadata, int fd, void *(*fn)(void *), int n)
+{
+	struct worker w[4];
+	pthread_t t[4];
+	int i;
+
+	ASSERT_LE(n, 4);
+	for (i = 0; i < n; i++) {
+		w[i] = (struct worker){ .fd = fd, .eng = ENG + i };
+		ASSERT_EQ(0, pthread_create(&t[i], NULL, fn, &w[i]));
+	}
+	for (i = 0; i < n; i++)
+		ASSERT_EQ(0, pthread_join(t[i], NULL));
+	for (i = 0; i < n; i++) {
+		EXPECT_EQ(0, w[i].failed_step) {
+			TH_LOG("engine %u: step %d failed: %s", w[i].eng, w[i].failed_step, strerror(-w[i].err));
+		}
+	}
+}
+
 static void *worker_fn(void *arg)
 {
 	struct worker *w = arg;
@@ -978,8 +1006,6 @@ static void *worker_fn(void *arg)
 	__u32 seed = w->eng * 7919 + 1, i;
 	int step = 0, ret;
 
-#define WSTEP(expr) do { step++; ret = (expr); if (ret) { w->failed_step = step; w->err = ret; \
-		return NULL; } } while (0)
 	WSTEP(queue_init(w->fd, w->eng, 1, 64, 64));
 	WSTEP(ubuf_host(w->fd, 2 * UDMA_MAX_COPY, &a));
 	WSTEP(ubuf_host(w->fd, 2 * UDMA_MAX_COPY, &b));
@@ -1002,33 +1028,18 @@ static void *worker_fn(void *arg)
 	WSTEP(ubuf_free(w->fd, &b));
 	WSTEP(ubuf_free(w->fd, &d));
 	WSTEP(queue_release(w->fd, w->eng, 1));
-#undef WSTEP
 	return NULL;
 }
 
 TEST_F_TIMEOUT(dev, threads, 180)
 {
-	struct worker w[4];
-	pthread_t t[4];
-	int i;
-
-	for (i = 0; i < 4; i++) {
-		w[i] = (struct worker){ .fd = self->fd, .eng = ENG + i };
-		ASSERT_EQ(0, pthread_create(&t[i], NULL, worker_fn, &w[i]));
-	}
-	for (i = 0; i < 4; i++)
-		ASSERT_EQ(0, pthread_join(t[i], NULL));
-	for (i = 0; i < 4; i++) {
-		EXPECT_EQ(0, w[i].failed_step) {
-			TH_LOG("engine %u: step %d failed: %s", w[i].eng, w[i].failed_step, strerror(-w[i].err));
-		}
-	}
+	run_workers(_metadata, self->fd, worker_fn, 4);
 }
 
 /*
- * Batches above the 16 entries read onto the stack go through the file's staging array, or,
- * while another thread of the file holds it, through an array of the call's own: two threads of
- * one file prepare 200-entry batches on queues of their own at once, each batch's bytes checked.
+ * Batches above the 16 entries read onto the stack are read into an array of the call's own: two
+ * threads of one file prepare 200-entry batches on queues of their own at once, each batch's
+ * bytes checked.
  */
 static void *large_batch_fn(void *arg)
 {
@@ -1038,8 +1049,6 @@ static void *large_batch_fn(void *arg)
 	__u32 i, k;
 	int step = 0, ret;
 
-#define WSTEP(expr) do { step++; ret = (expr); if (ret) { w->failed_step = step; w->err = ret; \
-		return NULL; } } while (0)
 	WSTEP(queue_init(w->fd, w->eng, 1, 512, 512));
 	WSTEP(ubuf_host(w->fd, 200 * 16, &a));
 	WSTEP(ubuf_host(w->fd, 200 * 16, &b));
@@ -1057,27 +1066,12 @@ static void *large_batch_fn(void *arg)
 	WSTEP(ubuf_free(w->fd, &a));
 	WSTEP(ubuf_free(w->fd, &b));
 	WSTEP(queue_release(w->fd, w->eng, 1));
-#undef WSTEP
 	return NULL;
 }
 
 TEST_F_TIMEOUT(dev, threads_large_batches, 180)
 {
-	struct worker w[2];
-	pthread_t t[2];
-	int i;
-
-	for (i = 0; i < 2; i++) {
-		w[i] = (struct worker){ .fd = self->fd, .eng = ENG + i };
-		ASSERT_EQ(0, pthread_create(&t[i], NULL, large_batch_fn, &w[i]));
-	}
-	for (i = 0; i < 2; i++)
-		ASSERT_EQ(0, pthread_join(t[i], NULL));
-	for (i = 0; i < 2; i++) {
-		EXPECT_EQ(0, w[i].failed_step) {
-			TH_LOG("engine %u: step %d failed: %s", w[i].eng, w[i].failed_step, strerror(-w[i].err));
-		}
-	}
+	run_workers(_metadata, self->fd, large_batch_fn, 2);
 }
 
 #define CLOSE_PROBES 16
