@@ -1921,7 +1921,8 @@ static void ioctl_run(struct qctx *c, const __u32 *engs, unsigned int sqes, unsi
  * batches (and COPY_PREPARE + COPY_SUBMIT, the ioctls that do what one SQE does); and both
  * kinds again on an IORING_SETUP_IOPOLL ring against COPY_PREPARE + COPY_SUBMIT (its commands
  * complete by polling: the SQE, like the ioctls, queues nothing for the completion engine);
- * URING_REPS runs of @subs submissions of each side, alternating. The driver prepares a
+ * URING_REPS runs of @subs submissions of each side, the sides alternating submission by
+ * submission (which goes first alternating from run to run). The driver prepares a
  * URING_COPY inline unless its queue lock stays held (then io_uring's worker does, after
  * io_uring_enter returned), so the io_uring figure runs until every SQE's fence is submitted
  * (where COPY_SUBMIT returns, for the ioctls).
