@@ -26,10 +26,10 @@
  *   io_uring: the time per pair of submitting 2032 copies as NEURON_UDMA_URING_COPY SQEs (one of
  *       2032, eight of 254 on eight queues, in one io_uring_enter) until their fences are
  *       submitted, against COPY_PREPARE of the same batches, and against COPY_PREPARE +
- *       COPY_SUBMIT (raw io_uring system calls: no library linked); the same on an IOPOLL ring
- *       against COPY_PREPARE + COPY_SUBMIT (no completion worker either side); and one SQE of
- *       4 KiB or 16 x 64 KiB host->HBM at a time from an io_uring registered buffer against the
- *       same from an import of that memory;
+ *       COPY_SUBMIT (raw io_uring system calls: no library linked); the same on queues with an
+ *       eventfd (both sides then arrange a completion notice) and on an IOPOLL ring (neither
+ *       does); and one SQE of 4 KiB or 16 x 64 KiB host->HBM at a time from an io_uring
+ *       registered buffer against the same from an import of that memory;
  *   wake-up: the time from COPY_SUBMIT (io_uring: from the URING_COPY issue), and from a copy's
  *       bytes landing (a thread spins on the destination), to the wake-up of its waiter, epoll +
  *       QUEUE_EVENTS, an eventfd read and an io_uring CQE wait against COPY_WAIT;
@@ -1790,11 +1790,18 @@ static int uring_reap(struct uring *u, unsigned int n)
 /* Submission kinds of the io_uring rows: PER_SUB copies as @sqes SQEs (or ioctl batches) each. */
 
 #define URING_REPS 7U		/* io_uring rows: runs of each side, alternating */
+#define URING_EFD_Q 2U		/* ... the queue of each engine with an eventfd */
 
 struct uring_kind {
 	unsigned int sqes;
 	/* On the IORING_SETUP_IOPOLL ring: completed by polling, nothing queued for the engine. */
 	int iopoll;
+	/*
+	 * On queue URING_EFD_Q of each engine, which has an eventfd (QUEUE_EVENTFD): COPY_SUBMIT
+	 * then also looks at the queue for its listener and has the completion worker watch it,
+	 * as an interrupt-driven SQE does for its own completion.
+	 */
+	int efd;
 	/*
 	 * Seconds of each run: io_uring until the fences are submitted, of which inside
 	 * io_uring_enter; COPY_PREPARE calls alone; COPY_PREPARE + COPY_SUBMIT.
@@ -1805,8 +1812,8 @@ struct uring_kind {
 };
 
 /*
- * The newest fence of queue (@eng, 1) of @c (FENCE_STATUS of fence 1, which never blocks); 0 on
- * a queue that has submitted none yet (fence 1 is then not submitted: EINVAL).
+ * The newest fence of queue (@eng, @c->q) of @c (FENCE_STATUS of fence 1, which never blocks);
+ * 0 on a queue that has submitted none yet (fence 1 is then not submitted: EINVAL).
  */
 static __u64 newest_fence(struct qctx *c, __u32 eng)
 {
@@ -1918,9 +1925,12 @@ static void ioctl_run(struct qctx *c, const __u32 *engs, unsigned int sqes, unsi
  * submission (RING-slot rings), as one SQE of PER_SUB copies on queue 1 of the first
  * host-connected engine, and as URING_SQES SQEs of PER_SUB / URING_SQES on queue 1 of the first
  * URING_SQES host-connected engines in one io_uring_enter, against COPY_PREPARE of the same
- * batches (and COPY_PREPARE + COPY_SUBMIT, the ioctls that do what one SQE does); and both
- * kinds again on an IORING_SETUP_IOPOLL ring against COPY_PREPARE + COPY_SUBMIT (its commands
- * complete by polling: the SQE, like the ioctls, queues nothing for the completion engine);
+ * batches (and COPY_PREPARE + COPY_SUBMIT, the ioctls that submit what one SQE submits: the
+ * SQE also arranges its completion notice, its CQE, which they leave to an untimed FENCE_WAIT);
+ * both kinds again on queue URING_EFD_Q of the same engines, which has an eventfd, so that
+ * COPY_SUBMIT arranges a notice too (a look at the queue, the completion worker watching it
+ * while the fence is in flight): the same work; and both kinds on an IORING_SETUP_IOPOLL ring
+ * (its commands complete by polling: the SQE, like the ioctls, arranges no notice);
  * URING_REPS runs of @subs submissions of each side, the sides alternating submission by
  * submission (which goes first alternating from run to run). The driver prepares a
  * URING_COPY inline unless its queue lock stays held (then io_uring's worker does, after
@@ -2051,18 +2061,34 @@ static void bench_uring_fixed(__u32 eng)
 	close(fd);
 }
 
+/* Releases the io_uring rows' queues (queue 1 of engs[0] with @c), closes @c and @efd. */
+static void uring_queues_release(struct qctx *c, const __u32 *engs, int efd)
+{
+	unsigned int k;
+
+	for (k = 0; k < URING_SQES; k++) {
+		if (k)
+			queue_release(c->fd, engs[k], 1);
+		queue_release(c->fd, engs[k], URING_EFD_Q);
+	}
+	c->q = 1;
+	qctx_close(c);
+	close(efd);
+}
+
 static void bench_uring(void)
 {
 	struct uring_kind kinds[] = { { .sqes = 1 }, { .sqes = URING_SQES },
+				      { .sqes = 1, .efd = 1 }, { .sqes = URING_SQES, .efd = 1 },
 				      { .sqes = 1, .iopoll = 1 }, { .sqes = URING_SQES, .iopoll = 1 } };
 	unsigned int nk = sizeof(kinds) / sizeof(kinds[0]), r, k, sub, n = 0, warm = 0;
 	double pairs = (double)subs * PER_SUB, u, e, p, i;
-	char name[160], base[2400], how[2600], extra[120], l0[40], l1[40], engl[80], eng0[16];
+	char name[160], base[2400], how[2800], extra[120], l0[40], l1[40], engl[80], eng0[16];
 	struct neuron_udma_info info;
 	__u32 engs[URING_SQES], eng;
 	struct uring ur, urp, *ring;
 	struct qctx c;
-	int fd, ret;
+	int fd, efd, ret;
 
 	fd = udma_open();
 	if (fd < 0 || udma_info(fd, &info))
@@ -2074,10 +2100,20 @@ static void bench_uring(void)
 	if (n < URING_SQES)
 		die("fewer host-connected engines than SQEs (io_uring rows)", -ENODEV);
 	qctx_open(&c, engs[0], 1);
-	for (k = 1; k < URING_SQES; k++) {
-		ret = queue_init(c.fd, engs[k], 1, RING, RING);
+	efd = eventfd(0, EFD_CLOEXEC);
+	if (efd < 0)
+		die("eventfd (io_uring rows)", -errno);
+	for (k = 0; k < URING_SQES; k++) {
+		struct neuron_udma_eventfd r = { .engine = engs[k], .queue = URING_EFD_Q, .fd = efd };
+
+		ret = k ? queue_init(c.fd, engs[k], 1, RING, RING) : 0;
+		if (!ret)
+			ret = queue_init(c.fd, engs[k], URING_EFD_Q, RING, RING);
 		if (ret)
 			die("QUEUE_INIT (io_uring rows)", ret);
+		ret = udma_ioc(c.fd, NEURON_UDMA_QUEUE_EVENTFD, &r);
+		if (ret)
+			die("QUEUE_EVENTFD (io_uring rows)", ret);
 	}
 	snprintf(engl, sizeof(engl), "%u-%u", engs[0], engs[URING_SQES - 1]);
 	snprintf(eng0, sizeof(eng0), "%u", engs[0]);
@@ -2089,13 +2125,12 @@ static void bench_uring(void)
 	}
 	if (ret) {
 		fprintf(stderr, "udma_bench: io_uring_setup: %s: no io_uring rows\n", strerror(-ret));
-		for (k = 1; k < URING_SQES; k++)
-			queue_release(c.fd, engs[k], 1);
-		qctx_close(&c);
+		uring_queues_release(&c, engs, efd);
 		return;
 	}
 	for (k = 0; k < nk; k++) {	/* warm-up (io_uring's worker threads too) */
 		ring = kinds[k].iopoll ? &urp : &ur;
+		c.q = kinds[k].efd ? URING_EFD_Q : 1;
 		uring_run(&c, engs, ring, kinds[k].sqes, 2, &e, &warm);
 		ioctl_run(&c, engs, kinds[k].sqes, 2, &p, &i);
 	}
@@ -2105,6 +2140,7 @@ static void bench_uring(void)
 			struct uring_kind *kd = &kinds[k];
 
 			ring = kd->iopoll ? &urp : &ur;
+			c.q = kd->efd ? URING_EFD_Q : 1;
 			kd->uring[r] = kd->enter[r] = kd->prep[r] = kd->ioctls[r] = 0;
 			/*
 			 * The two sides alternate submission by submission (which goes first
@@ -2129,9 +2165,7 @@ static void bench_uring(void)
 	loadavg(l1, sizeof(l1));
 	uring_close(&urp);
 	uring_close(&ur);
-	for (k = 1; k < URING_SQES; k++)
-		queue_release(c.fd, engs[k], 1);
-	qctx_close(&c);
+	uring_queues_release(&c, engs, efd);
 	bench_uring_fixed(engs[0]);
 	snprintf(extra, sizeof(extra), "\"load_start\":\"%s\",\"load_end\":\"%s\"", l0, l1);
 	for (k = 0; k < nk; k++) {
@@ -2150,11 +2184,11 @@ static void bench_uring(void)
 		mi = median(kd->ioctls, URING_REPS);
 
 		snprintf(what, sizeof(what), "%u SQE%s x%u%s", kd->sqes, kd->sqes == 1 ? "" : "s", per,
-			 kd->iopoll ? " on an IOPOLL ring" : "");
+			 kd->iopoll ? " on an IOPOLL ring" : kd->efd ? " on queues with an eventfd" : "");
 		snprintf(base, sizeof(base),
 			 "%llu pairs of 4 B host->host (%u-slot rings), submissions of %u "
-			 "NEURON_UDMA_URING_COPY SQE%s of %u copies (on queue 1 of engine%s %s, one each) "
-			 "%s"
+			 "NEURON_UDMA_URING_COPY SQE%s of %u copies (on queue %u of engine%s %s, one each) "
+			 "%s%s"
 			 "written and submitted with one io_uring_enter (%.1f ns/pair inside it: the driver "
 			 "prepares an SQE inline, or sends it to io_uring's worker with -EAGAIN when its "
 			 "queue lock stays held), timed until "
@@ -2168,13 +2202,16 @@ static void bench_uring(void)
 			 "ratio: the median of the per-run ratios, min and max beside it; guest load average "
 			 "%s before, %s after; baseline: ",
 			 (unsigned long long)pairs, RING, kd->sqes, kd->sqes == 1 ? "" : "s", per,
-			 kd->sqes == 1 ? "" : "s", kd->sqes == 1 ? eng0 : engl,
+			 kd->efd ? URING_EFD_Q : 1, kd->sqes == 1 ? "" : "s", kd->sqes == 1 ? eng0 : engl,
+			 kd->efd ? "with an eventfd registered on each queue (QUEUE_EVENTFD: so "
+			 "COPY_SUBMIT, like the SQE, looks at its queue for a listener and has the "
+			 "completion worker watch it while its fence is in flight), " : "",
 			 kd->iopoll ? "on an IORING_SETUP_IOPOLL ring (completed by polling in "
 			 "io_uring_enter: the SQE queues nothing and starts no completion worker, as the "
 			 "ioctls' untimed FENCE_WAIT does not), " : "", me * 1e9 / pairs,
 			 kd->punted, subs * URING_REPS, URING_REPS, subs, kd->sqes, per, mp * 1e9 / pairs,
 			 mi * 1e9 / pairs, l0, l1);
-		if (!kd->iopoll) {
+		if (!kd->iopoll && !kd->efd) {
 			snprintf(name, sizeof(name), "URING_COPY %s submission per pair vs COPY_PREPARE",
 				 what);
 			snprintf(how, sizeof(how), "%sthe time inside the COPY_PREPARE calls alone (they "
@@ -2184,8 +2221,12 @@ static void bench_uring(void)
 		}
 		snprintf(name, sizeof(name), "URING_COPY %s submission per pair vs COPY_PREPARE + COPY_SUBMIT",
 			 what);
-		snprintf(how, sizeof(how), "%sthe time inside COPY_PREPARE + COPY_SUBMIT, the ioctls "
-			 "that do what a SQE does", base);
+		snprintf(how, sizeof(how), "%sthe time inside COPY_PREPARE + COPY_SUBMIT, %s", base,
+			 kd->iopoll ? "the same work (neither side arranges a completion notice)" :
+			 kd->efd ? "the same work (both sides arrange a completion notice: the CQE, "
+			 "the eventfd)" : "on queues without a listener: the SQE also arranges its "
+			 "completion notice (its CQE), which the ioctls leave to their untimed FENCE_WAIT "
+			 "(no target: the eventfd row compares the same work)");
 		result_range(name, mu * 1e9 / pairs, "ns/pair", mi * 1e9 / pairs, ri, URING_REPS, how,
 			     extra);
 		fprintf(stderr, "udma_bench: URING_COPY %s: %.1f ns/pair (io_uring_enter %.1f); COPY_PREPARE "
