@@ -33,7 +33,8 @@ pub enum Fault {
         ms: u32,
     },
     /// Slow every engine down: each packet's completion is delayed by
-    /// (factor - 1) x max(copy time, 20 us). 0 and 1 switch it off.
+    /// (factor - 1) x max(bytes at 4 GB/s, 20 us), a nominal time (not the measured copy time,
+    /// which a host hiccup would multiply). 0 and 1 switch it off.
     Slow {
         /// Slow-down factor.
         factor: u32,

@@ -28,6 +28,16 @@ fn retry_later(not_before: &mut Option<Instant>) {
 
 /// Minimum per-packet base time used by the slow-down fault.
 const SLOW_BASE: Duration = Duration::from_micros(20);
+/// Bytes per microsecond of the slow-down fault's nominal copy rate (4 GB/s): a packet's base
+/// time is its bytes at this rate, at least [`SLOW_BASE`] (64 KiB: 16 us, so 20 us).
+const SLOW_BYTES_PER_US: u64 = 4_000;
+
+/// The slow-down fault's base time of a packet of `bytes` bytes, which the delay multiplies.
+/// Nominal, not the packet's measured copy time: a host scheduling hiccup of 0.5 ms inside one
+/// packet then made a factor of 2,000 delay it by a whole second.
+fn slow_base(bytes: u64) -> Duration {
+    Duration::from_micros(bytes.div_ceil(SLOW_BYTES_PER_US)).max(SLOW_BASE)
+}
 
 /// Memories and settings the worker needs for one packet.
 pub struct Env<'a> {
@@ -156,7 +166,6 @@ impl Engine {
             let snap = self.snapshot(&st, q);
             scratch.take_prefetched(&st.queues[q].rx_pref);
             drop(st);
-            let t0 = Instant::now();
             let (pre, outcome, slow) = {
                 let e = mem.env();
                 // The Rx prefetcher runs before the queue's next packet (it was kicked by the Rx
@@ -181,10 +190,9 @@ impl Engine {
                 }
                 (pre, outcome, e.slow)
             };
-            if slow > 1 && matches!(outcome, Some(Outcome::Done { .. })) {
-                let base = t0.elapsed().max(SLOW_BASE);
+            if let (true, Some(Outcome::Done { bytes, .. })) = (slow > 1, &outcome) {
                 mem.idle();
-                std::thread::sleep(base * (slow - 1));
+                std::thread::sleep(slow_base(*bytes) * (slow - 1));
             }
             st = self.lock();
             st.rr = q + 1;
@@ -291,6 +299,18 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_slow_base_is_nominal() {
+        // 20 us up to 80,000 bytes (a 64 KiB packet: a factor of 2,000 makes it 40 ms), then
+        // the bytes at 4 GB/s, rounded up to whole microseconds.
+        assert_eq!(slow_base(4), Duration::from_micros(20));
+        assert_eq!(slow_base(65_536), Duration::from_micros(20));
+        assert_eq!(slow_base(80_000), Duration::from_micros(20));
+        assert_eq!(slow_base(80_001), Duration::from_micros(21));
+        assert_eq!(slow_base(1 << 20), Duration::from_micros(263));
+        assert_eq!(slow_base(65_536) * 1_999, Duration::from_micros(39_980));
+    }
 
     #[test]
     fn a_retry_keeps_a_longer_stall() {
