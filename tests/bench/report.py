@@ -98,10 +98,11 @@ TARGETS = {
         ("ev", ">=", 0.9, "multiqueue"),
     "16 queues, one CPU: one thread + epoll vs 16 threads in FENCE_WAIT":
         ("ev", ">=", 0.9, "multiqueue"),
-    # io_uring submission per pair against the ioctls that do the same work, COPY_PREPARE +
-    # COPY_SUBMIT of the same batches on queues with an eventfd: both sides submit and arrange a
-    # completion notice (udma_bench). The rows without the eventfd have no target: there the
-    # SQE also arranges its CQE, which the ioctls leave to their untimed FENCE_WAIT.
+    # io_uring submission per pair against the ioctls that do nearly the same work, COPY_PREPARE
+    # + COPY_SUBMIT of the same batches on queues with an eventfd: both sides submit and arrange a
+    # completion notice (udma_bench; the SQE also queues its command while its fence is in
+    # flight). The rows without the eventfd have no target: there the SQE also arranges its CQE,
+    # which the ioctls leave to their untimed FENCE_WAIT.
     "URING_COPY 1 SQE x2032 on queues with an eventfd submission per pair vs COPY_PREPARE + "
     "COPY_SUBMIT": ("ev", "<=", 1.0, "uring"),
     "URING_COPY 8 SQEs x254 on queues with an eventfd submission per pair vs COPY_PREPARE + "

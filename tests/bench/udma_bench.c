@@ -1929,7 +1929,8 @@ static void ioctl_run(struct qctx *c, const __u32 *engs, unsigned int sqes, unsi
  * SQE also arranges its completion notice, its CQE, which they leave to an untimed FENCE_WAIT);
  * both kinds again on queue URING_EFD_Q of the same engines, which has an eventfd, so that
  * COPY_SUBMIT arranges a notice too (a look at the queue, the completion worker watching it
- * while the fence is in flight): the same work; and both kinds on an IORING_SETUP_IOPOLL ring
+ * while the fence is in flight): nearly the same work (the SQE still queues its command while
+ * its fence is in flight); and both kinds on an IORING_SETUP_IOPOLL ring
  * (its commands complete by polling: the SQE, like the ioctls, arranges no notice);
  * URING_REPS runs of @subs submissions of each side, the sides alternating submission by
  * submission (which goes first alternating from run to run). The driver prepares a
@@ -2061,6 +2062,12 @@ static void bench_uring_fixed(__u32 eng)
 	close(fd);
 }
 
+/* The queue of each engine that the io_uring kind @kd runs on. */
+static __u32 uring_kind_queue(const struct uring_kind *kd)
+{
+	return kd->efd ? URING_EFD_Q : 1;
+}
+
 /* Releases the io_uring rows' queues (queue 1 of engs[0] with @c), closes @c and @efd. */
 static void uring_queues_release(struct qctx *c, const __u32 *engs, int efd)
 {
@@ -2130,7 +2137,7 @@ static void bench_uring(void)
 	}
 	for (k = 0; k < nk; k++) {	/* warm-up (io_uring's worker threads too) */
 		ring = kinds[k].iopoll ? &urp : &ur;
-		c.q = kinds[k].efd ? URING_EFD_Q : 1;
+		c.q = uring_kind_queue(&kinds[k]);
 		uring_run(&c, engs, ring, kinds[k].sqes, 2, &e, &warm);
 		ioctl_run(&c, engs, kinds[k].sqes, 2, &p, &i);
 	}
@@ -2140,7 +2147,7 @@ static void bench_uring(void)
 			struct uring_kind *kd = &kinds[k];
 
 			ring = kd->iopoll ? &urp : &ur;
-			c.q = kd->efd ? URING_EFD_Q : 1;
+			c.q = uring_kind_queue(kd);
 			kd->uring[r] = kd->enter[r] = kd->prep[r] = kd->ioctls[r] = 0;
 			/*
 			 * The two sides alternate submission by submission (which goes first
@@ -2202,7 +2209,7 @@ static void bench_uring(void)
 			 "ratio: the median of the per-run ratios, min and max beside it; guest load average "
 			 "%s before, %s after; baseline: ",
 			 (unsigned long long)pairs, RING, kd->sqes, kd->sqes == 1 ? "" : "s", per,
-			 kd->efd ? URING_EFD_Q : 1, kd->sqes == 1 ? "" : "s", kd->sqes == 1 ? eng0 : engl,
+			 uring_kind_queue(kd), kd->sqes == 1 ? "" : "s", kd->sqes == 1 ? eng0 : engl,
 			 kd->efd ? "with an eventfd registered on each queue (QUEUE_EVENTFD: so "
 			 "COPY_SUBMIT, like the SQE, looks at its queue for a listener and has the "
 			 "completion worker watch it while its fence is in flight), " : "",
@@ -2223,10 +2230,11 @@ static void bench_uring(void)
 			 what);
 		snprintf(how, sizeof(how), "%sthe time inside COPY_PREPARE + COPY_SUBMIT, %s", base,
 			 kd->iopoll ? "the same work (neither side arranges a completion notice)" :
-			 kd->efd ? "the same work (both sides arrange a completion notice: the CQE, "
-			 "the eventfd)" : "on queues without a listener: the SQE also arranges its "
-			 "completion notice (its CQE), which the ioctls leave to their untimed FENCE_WAIT "
-			 "(no target: the eventfd row compares the same work)");
+			 kd->efd ? "nearly the same work (both sides arrange a completion notice: the "
+			 "CQE, the eventfd; the SQE also queues its command while its fence is in flight)" :
+			 "on queues without a listener: the SQE also arranges its completion notice (its "
+			 "CQE), which the ioctls leave to their untimed FENCE_WAIT (no target: the eventfd "
+			 "row compares nearly the same work)");
 		result_range(name, mu * 1e9 / pairs, "ns/pair", mi * 1e9 / pairs, ri, URING_REPS, how,
 			     extra);
 		fprintf(stderr, "udma_bench: URING_COPY %s: %.1f ns/pair (io_uring_enter %.1f); COPY_PREPARE "
